@@ -1,0 +1,176 @@
+package checkpoint
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+)
+
+type event struct {
+	txn *Txn
+	idx int // index of its transaction in commit order
+}
+
+// TestConfirmedNeverPassesUnacked drives random transaction sizes, random ack
+// orders, keepalives and stream resets, and checks after every step that the
+// confirmed LSN covers only fully acknowledged transactions and never moves
+// backwards; once every ack is in it must equal the last commit's end LSN.
+func TestConfirmedNeverPassesUnacked(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, seed*7+1))
+		start := pglogrepl.LSN(0x1000)
+		tr := New(start)
+		var (
+			ends    []pglogrepl.LSN // end LSN per transaction, in commit order
+			commits []pglogrepl.LSN // commit LSN per transaction
+			open    = -1            // index of the open transaction
+			pending []int           // unacked events per transaction
+			queue   []event         // events produced, not yet acked
+			lsn     = start
+			prev    = start
+		)
+		check := func(step string) {
+			t.Helper()
+			c := tr.Confirmed()
+			if c < prev {
+				t.Fatalf("seed %d %s: confirmed moved back from %s to %s", seed, step, prev, c)
+			}
+			prev = c
+			for i, commit := range commits {
+				if (pending[i] > 0 || i == open) && c > commit {
+					t.Fatalf("seed %d %s: confirmed %s passes transaction %d (commit %s) with %d unacked events", seed, step, c, i, commit, pending[i])
+				}
+			}
+		}
+		ackSome := func(n int) {
+			for ; n > 0 && len(queue) > 0; n-- {
+				j := rng.IntN(len(queue))
+				e := queue[j]
+				queue[j] = queue[len(queue)-1]
+				queue = queue[:len(queue)-1]
+				e.txn.Ack()
+				if e.idx >= 0 {
+					pending[e.idx]--
+				}
+				check("ack")
+			}
+		}
+		txns := 1 + rng.IntN(60)
+		for range txns {
+			lsn += pglogrepl.LSN(1 + rng.IntN(500))
+			x, err := tr.Begin(lsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := rng.IntN(8)
+			if rng.IntN(10) == 0 {
+				size = 200 + rng.IntN(300)
+			}
+			idx := len(ends)
+			ends = append(ends, 0)
+			commits = append(commits, lsn)
+			open = idx
+			pending = append(pending, 0)
+			for range size {
+				x.Add()
+				pending[idx]++
+				queue = append(queue, event{x, idx})
+				if rng.IntN(4) == 0 {
+					ackSome(rng.IntN(3))
+				}
+			}
+			if rng.IntN(25) == 0 {
+				// The connection drops mid-transaction: the open one is
+				// forgotten; its acks may still arrive. The server resends
+				// it, which the next iteration models as a new transaction.
+				tr.Reset()
+				open = -1
+				for i := range queue {
+					if queue[i].idx == idx {
+						queue[i].idx = -1
+					}
+				}
+				pending[idx] = 0
+				ends[idx] = 0
+				check("reset")
+				continue
+			}
+			lsn += pglogrepl.LSN(1 + rng.IntN(100))
+			if err := x.Commit(lsn); err != nil {
+				t.Fatal(err)
+			}
+			open = -1
+			ends[idx] = lsn
+			check("commit")
+			if rng.IntN(5) == 0 {
+				// A keepalive's WAL end: the server has read that far, so
+				// every later commit lies beyond it.
+				lsn += pglogrepl.LSN(rng.IntN(50))
+				tr.Idle(lsn)
+				check("idle")
+			}
+			ackSome(rng.IntN(10))
+		}
+		ackSome(len(queue))
+		if got := tr.InFlight(); got != 0 {
+			t.Fatalf("seed %d: in flight %d after every ack", seed, got)
+		}
+		last := start
+		for _, e := range ends {
+			last = max(last, e)
+		}
+		if got := tr.Confirmed(); got < last {
+			t.Fatalf("seed %d: confirmed %s after every ack, want at least the last end %s", seed, got, last)
+		}
+		if len(tr.fifo) != 0 {
+			t.Fatalf("seed %d: %d entries left in the FIFO", seed, len(tr.fifo))
+		}
+	}
+}
+
+func TestIdleAdvancesOnlyWhenNothingInFlight(t *testing.T) {
+	t.Parallel()
+	tr := New(100)
+	tr.Idle(200)
+	if got := tr.Confirmed(); got != 200 {
+		t.Fatalf("idle with nothing in flight: confirmed %s, want 200", got)
+	}
+	x, _ := tr.Begin(300)
+	tr.Idle(400)
+	if got := tr.Confirmed(); got != 200 {
+		t.Fatalf("idle with an open transaction: confirmed %s, want 200", got)
+	}
+	x.Add()
+	if err := x.Commit(310); err != nil {
+		t.Fatal(err)
+	}
+	tr.Idle(400)
+	if got := tr.Confirmed(); got != 200 {
+		t.Fatalf("idle with an unacked event: confirmed %s, want 200", got)
+	}
+	x.Ack()
+	if got := tr.Confirmed(); got != 310 {
+		t.Fatalf("after the ack: confirmed %s, want 310", got)
+	}
+	tr.Idle(150)
+	if got := tr.Confirmed(); got != 310 {
+		t.Fatalf("idle behind the confirmed LSN moved it back to %s", got)
+	}
+}
+
+func TestBeginWhileOpenIsAnError(t *testing.T) {
+	t.Parallel()
+	tr := New(0)
+	if _, err := tr.Begin(10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Begin(20); err == nil {
+		t.Fatal("second Begin without Commit or Reset: no error")
+	}
+	tr.Reset()
+	if _, err := tr.Begin(20); err != nil {
+		t.Fatalf("Begin after Reset: %v", err)
+	}
+}
