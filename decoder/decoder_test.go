@@ -1,0 +1,342 @@
+package decoder
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/apd/v3"
+	"github.com/jackc/pglogrepl"
+)
+
+// Encoders of pgoutput protocol version 1 messages, as the server sends them
+// (https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html).
+
+func pgTime(t time.Time) uint64 {
+	return uint64(t.Sub(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).Microseconds())
+}
+
+func beginMsg(final pglogrepl.LSN, t time.Time, xid uint32) []byte {
+	b := []byte{'B'}
+	b = binary.BigEndian.AppendUint64(b, uint64(final))
+	b = binary.BigEndian.AppendUint64(b, pgTime(t))
+	return binary.BigEndian.AppendUint32(b, xid)
+}
+
+func commitMsg(commit, end pglogrepl.LSN, t time.Time) []byte {
+	b := []byte{'C', 0}
+	b = binary.BigEndian.AppendUint64(b, uint64(commit))
+	b = binary.BigEndian.AppendUint64(b, uint64(end))
+	return binary.BigEndian.AppendUint64(b, pgTime(t))
+}
+
+type col struct {
+	name string
+	oid  uint32
+}
+
+func relationMsg(id uint32, ns, name string, cols []col) []byte {
+	b := []byte{'R'}
+	b = binary.BigEndian.AppendUint32(b, id)
+	b = append(append(b, ns...), 0)
+	b = append(append(b, name...), 0)
+	b = append(b, 'd')
+	b = binary.BigEndian.AppendUint16(b, uint16(len(cols)))
+	for i, c := range cols {
+		flags := byte(0)
+		if i == 0 {
+			flags = 1
+		}
+		b = append(b, flags)
+		b = append(append(b, c.name...), 0)
+		b = binary.BigEndian.AppendUint32(b, c.oid)
+		b = binary.BigEndian.AppendUint32(b, 0xffffffff)
+	}
+	return b
+}
+
+// insertMsg encodes values as text; a nil value is NULL.
+func insertMsg(rel uint32, vals ...*string) []byte {
+	b := []byte{'I'}
+	b = binary.BigEndian.AppendUint32(b, rel)
+	b = append(b, 'N')
+	b = binary.BigEndian.AppendUint16(b, uint16(len(vals)))
+	for _, v := range vals {
+		if v == nil {
+			b = append(b, 'n')
+			continue
+		}
+		b = append(b, 't')
+		b = binary.BigEndian.AppendUint32(b, uint32(len(*v)))
+		b = append(b, *v...)
+	}
+	return b
+}
+
+func logicalMsg(transactional bool, lsn pglogrepl.LSN, prefix, content string) []byte {
+	b := []byte{'M', 0}
+	if transactional {
+		b[1] = 1
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
+	b = append(append(b, prefix...), 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
+	return append(b, content...)
+}
+
+func s(v string) *string { return &v }
+
+var outboxCols = []col{
+	{"id", oidUUID}, {"aggregatetype", oidVarchar}, {"aggregateid", oidVarchar},
+	{"type", oidVarchar}, {"payload", oidJSONB}, {"tenant", oidInt8}, {"amount", oidNumeric},
+	{"created_at", oidTimestamptz}, {"urgent", oidBool},
+}
+
+const testID = "0b8c2a6e-5d36-4d43-9f53-6c0f3c7f1a11"
+
+func newDecoder(t *testing.T) *Decoder {
+	t.Helper()
+	d, err := New(Config{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func mustDecode(t *testing.T, d *Decoder, data []byte) Message {
+	t.Helper()
+	m, err := d.Decode(0x100, data)
+	if err != nil {
+		t.Fatalf("decode %q: %v", data[0], err)
+	}
+	return m
+}
+
+func TestInsertBecomesEvent(t *testing.T) {
+	t.Parallel()
+	d := newDecoder(t)
+	at := time.Date(2026, 12, 2, 10, 0, 0, 123456000, time.UTC)
+	mustDecode(t, d, relationMsg(16384, "public", "outbox", outboxCols))
+	if b, ok := mustDecode(t, d, beginMsg(0x5000, at, 731)).(Begin); !ok || b.FinalLSN != 0x5000 || b.Xid != 731 || !b.CommitTime.Equal(at) {
+		t.Fatalf("begin decoded to %#v", b)
+	}
+	m := mustDecode(t, d, insertMsg(16384, s(testID), s("order"), s("o-17"), s("OrderCreated"), s(`{"total": 12.50}`),
+		s("42"), s("12345678901234567890.000000000000000001"), s("2026-12-02 10:00:00.5+00"), s("t")))
+	e, ok := m.(*Event)
+	if !ok {
+		t.Fatalf("insert decoded to %#v", m)
+	}
+	if e.Invalid != nil {
+		t.Fatalf("valid row marked invalid: %v", e.Invalid)
+	}
+	if e.ID != testID || e.AggregateType != "order" || e.AggregateID != "o-17" || e.Type != "OrderCreated" ||
+		string(e.Payload) != `{"total": 12.50}` || e.Xid != 731 || e.CommitLSN != 0x5000 || e.Source != "public.outbox" || !e.Transactional {
+		t.Fatalf("event %+v", e)
+	}
+	want := []Header{
+		{"tenant", []byte("42")},
+		{"amount", []byte("12345678901234567890.000000000000000001")},
+		{"created_at", []byte("2026-12-02T10:00:00.5Z")},
+		{"urgent", []byte("true")},
+	}
+	if len(e.Headers) != len(want) {
+		t.Fatalf("headers %q, want %q", e.Headers, want)
+	}
+	for i := range want {
+		if e.Headers[i].Key != want[i].Key || string(e.Headers[i].Value) != string(want[i].Value) {
+			t.Fatalf("header %d: %s=%q, want %s=%q", i, e.Headers[i].Key, e.Headers[i].Value, want[i].Key, want[i].Value)
+		}
+	}
+	c, ok := mustDecode(t, d, commitMsg(0x5000, 0x5030, at)).(Commit)
+	if !ok || c.EndLSN != 0x5030 || c.CommitLSN != 0x5000 {
+		t.Fatalf("commit decoded to %#v", c)
+	}
+}
+
+func TestRowErrorsMarkTheEventInvalid(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		vals []*string
+		want string
+	}{
+		{"null aggregateid", []*string{s(testID), s("order"), nil, s("T"), s("{}"), nil, nil, nil, nil}, "column aggregateid is NULL"},
+		{"null id", []*string{nil, s("order"), s("a"), s("T"), s("{}"), nil, nil, nil, nil}, "column id is NULL"},
+		{"bad header value", []*string{s(testID), s("order"), s("a"), s("T"), s("{}"), s("x"), nil, nil, nil}, "column tenant"},
+		{"bad uuid", []*string{s("nope"), s("order"), s("a"), s("T"), s("{}"), nil, nil, nil, nil}, "uuid"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := newDecoder(t)
+			mustDecode(t, d, relationMsg(1, "public", "outbox", outboxCols))
+			mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
+			e := mustDecode(t, d, insertMsg(1, tc.vals...)).(*Event)
+			if e.Invalid == nil || !strings.Contains(e.Invalid.Error(), tc.want) {
+				t.Fatalf("Invalid = %v, want it to mention %q", e.Invalid, tc.want)
+			}
+		})
+	}
+}
+
+func TestNullPayloadIsATombstone(t *testing.T) {
+	t.Parallel()
+	d := newDecoder(t)
+	mustDecode(t, d, relationMsg(1, "public", "outbox", outboxCols))
+	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
+	e := mustDecode(t, d, insertMsg(1, s(testID), s("order"), s("a"), nil, nil, nil, nil, nil, nil)).(*Event)
+	if e.Invalid != nil || e.Payload != nil || len(e.Headers) != 0 {
+		t.Fatalf("event %+v", e)
+	}
+}
+
+func TestByteaPayloadIsDecoded(t *testing.T) {
+	t.Parallel()
+	d := newDecoder(t)
+	cols := append([]col(nil), outboxCols[:5]...)
+	cols[4].oid = oidBytea
+	d2, _ := New(Config{})
+	for _, dd := range []*Decoder{d2} {
+		mustDecode(t, dd, relationMsg(1, "public", "outbox", cols))
+		mustDecode(t, dd, beginMsg(0x10, time.Now(), 1))
+		e := mustDecode(t, dd, insertMsg(1, s(testID), s("order"), s("a"), s("T"), s(`\x00ff41`))).(*Event)
+		if e.Invalid != nil || string(e.Payload) != "\x00\xffA" {
+			t.Fatalf("event %+v", e)
+		}
+	}
+	_ = d
+}
+
+func TestMissingColumnStopsTheStream(t *testing.T) {
+	t.Parallel()
+	d := newDecoder(t)
+	_, err := d.Decode(0x42, relationMsg(1, "public", "outbox", outboxCols[:3]))
+	var de *Error
+	if !errors.As(err, &de) || !errors.Is(err, ErrMissingColumn) || de.WALStart != 0x42 {
+		t.Fatalf("err = %v, want *Error wrapping ErrMissingColumn", err)
+	}
+	if !strings.Contains(err.Error(), `no column "type"`) {
+		t.Fatalf("error does not name the column: %v", err)
+	}
+}
+
+func TestOtherChangesAreIgnored(t *testing.T) {
+	t.Parallel()
+	d := newDecoder(t)
+	mustDecode(t, d, relationMsg(1, "public", "outbox", outboxCols))
+	mustDecode(t, d, relationMsg(2, "public", "orders", []col{{"id", oidInt8}}))
+	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
+	upd := []byte{'U', 0, 0, 0, 1, 'N', 0, 1, 'n'}
+	del := []byte{'D', 0, 0, 0, 1, 'K', 0, 1, 'n'}
+	trunc := []byte{'T', 0, 0, 0, 1, 0, 0, 0, 0, 1}
+	for data, kind := range map[string]string{
+		string(insertMsg(2, s("1"))): "insert_other_table", string(upd): "update", string(del): "delete", string(trunc): "truncate",
+		string(logicalMsg(false, 0x11, "walrelay.heartbeat", "{}")): "heartbeat",
+		string(logicalMsg(true, 0x11, "other", "{}")):               "message_other_prefix",
+	} {
+		if got := mustDecode(t, d, []byte(data)); got != (Ignored{Kind: kind}) {
+			t.Errorf("%q decoded to %#v, want Ignored %s", data[0], got, kind)
+		}
+	}
+}
+
+func TestLogicalMessageBecomesEvent(t *testing.T) {
+	t.Parallel()
+	d := newDecoder(t)
+	mustDecode(t, d, beginMsg(0x10, time.Now(), 9))
+	e := mustDecode(t, d, logicalMsg(true, 0x11, "walrelay",
+		`{"id":"`+testID+`","aggregatetype":"order","aggregateid":"a1","type":"Paid","payload":{"x":[1,2]}}`)).(*Event)
+	if e.Invalid != nil || e.ID != testID || e.AggregateID != "a1" || e.Type != "Paid" || string(e.Payload) != `{"x":[1,2]}` || e.Source != "message" || e.Xid != 9 {
+		t.Fatalf("event %+v", e)
+	}
+	e = mustDecode(t, d, logicalMsg(true, 0x12, "walrelay", `{"id":"x","aggregatetype":"order"}`)).(*Event)
+	if e.Invalid == nil || !strings.Contains(e.Invalid.Error(), `"aggregateid"`) || e.Payload != nil {
+		t.Fatalf("message without aggregateid: %+v", e)
+	}
+	e = mustDecode(t, d, logicalMsg(true, 0x13, "walrelay", `not json`)).(*Event)
+	if e.Invalid == nil || string(e.Payload) != "not json" {
+		t.Fatalf("non-JSON message: %+v", e)
+	}
+	mustDecode(t, d, commitMsg(0x10, 0x20, time.Now()))
+	e = mustDecode(t, d, logicalMsg(false, 0x30, "walrelay", `{}`)).(*Event)
+	if e.Invalid == nil || e.Transactional {
+		t.Fatalf("non-transactional message: %+v", e)
+	}
+}
+
+func TestMalformedMessagesAreErrors(t *testing.T) {
+	t.Parallel()
+	full := insertMsg(1, s(testID), s("order"), s("a"), s("T"), s("{}"), nil, nil, nil, nil)
+	cases := map[string][]byte{
+		"empty":            {},
+		"unknown type":     {'?', 1, 2},
+		"truncated insert": full[:len(full)-3],
+		"truncated begin":  beginMsg(1, time.Now(), 1)[:10],
+		"unknown relation": insertMsg(99, s("x")),
+		"commit outside":   commitMsg(1, 2, time.Now()),
+		"column count":     insertMsg(1, s(testID)),
+	}
+	for name, data := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := newDecoder(t)
+			mustDecode(t, d, relationMsg(1, "public", "outbox", outboxCols))
+			if name != "commit outside" {
+				mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
+			}
+			_, err := d.Decode(0x77, data)
+			var de *Error
+			if !errors.As(err, &de) {
+				t.Fatalf("err = %v, want *Error", err)
+			}
+		})
+	}
+}
+
+func TestParseText(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		oid  uint32
+		in   string
+		want string
+	}{
+		{oidNumeric, "NaN", "NaN"},
+		{oidNumeric, "Infinity", "Infinity"},
+		{oidNumeric, "-Infinity", "-Infinity"},
+		{oidNumeric, "0.1000000000000000000000000000001", "0.1000000000000000000000000000001"},
+		{oidNumeric, "-12.50", "-12.50"},
+		{oidInt2, "-32768", "-32768"},
+		{oidInt8, "9223372036854775807", "9223372036854775807"},
+		{oidBool, "f", "false"},
+		{oidTimestamptz, "2026-01-02 03:04:05+00", "2026-01-02T03:04:05Z"},
+		{oidTimestamptz, "2026-01-02 03:04:05.000001+05:30", "2026-01-01T21:34:05.000001Z"},
+		{oidTimestamptz, "infinity", "infinity"},
+		{oidTimestamptz, "-infinity", "-infinity"},
+		{oidBytea, `\x6869`, "hi"},
+		{oidJSONB, `{"a": 1}`, `{"a": 1}`},
+		{oidText, "plain", "plain"},
+	}
+	for _, tc := range cases {
+		v, err := ParseText(tc.oid, []byte(tc.in))
+		if err != nil {
+			t.Errorf("ParseText(%d, %q): %v", tc.oid, tc.in, err)
+			continue
+		}
+		if got := string(Format(v)); got != tc.want {
+			t.Errorf("ParseText(%d, %q) formats as %q, want %q", tc.oid, tc.in, got, tc.want)
+		}
+	}
+	if v, _ := ParseText(oidNumeric, []byte("0.1000000000000000000000000000001")); v.(*apd.Decimal).Exponent != -31 {
+		t.Errorf("numeric lost its exact scale: %v", v)
+	}
+	for _, bad := range []struct {
+		oid uint32
+		in  string
+	}{{oidInt2, "40000"}, {oidBool, "yes"}, {oidNumeric, "1.2.3"}, {oidTimestamptz, "yesterday"}, {oidBytea, "plain"}, {oidBytea, `\xzz`}, {oidUUID, "123"}} {
+		if _, err := ParseText(bad.oid, []byte(bad.in)); err == nil {
+			t.Errorf("ParseText(%d, %q): no error", bad.oid, bad.in)
+		}
+	}
+}

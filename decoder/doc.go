@@ -1,0 +1,27 @@
+// Package decoder turns pgoutput messages into outbox events.
+//
+// It sits between replication, which hands it each XLogData payload with its
+// WAL position, and the sink, which publishes the events it yields. It is a
+// pure function of the bytes and its relation cache: no I/O, no goroutines,
+// no clock. One call decodes one message and yields one Message (a Begin, an
+// Event, a Commit, or an Ignored change), so a transaction of any size
+// streams through without being held in memory.
+//
+// Inserts into the configured outbox table become Events, columns found by
+// their configured names. Logical decoding messages with the prefix
+// "walrelay" (pg_logical_emit_message(true, 'walrelay', '{…}')) become Events
+// too: an outbox without a table. Updates, deletes, truncates, inserts into
+// other tables and other messages are Ignored and named, so they can be
+// counted.
+//
+// A row that breaks a rule of its own (a required column NULL, a value that
+// does not parse) still yields an Event, with Invalid set: the sink sends it
+// to the dead-letter topic, and the stream goes on. A message that breaks the
+// stream (malformed bytes, an insert for an unknown relation, an outbox table
+// without a required column) is returned as an *Error, and the pipeline stops:
+// skipping it could lose events.
+//
+// pglogrepl.Parse panics on some malformed input; Decode recovers at exactly
+// that boundary and returns an *Error. The fuzz target FuzzDecode holds it to
+// that.
+package decoder

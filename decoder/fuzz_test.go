@@ -1,0 +1,50 @@
+package decoder
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// FuzzDecode feeds arbitrary bytes to a decoder that knows the outbox
+// relation and is inside a transaction: it must never panic, and every error
+// must be an *Error.
+func FuzzDecode(f *testing.F) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, seed := range [][]byte{
+		beginMsg(0x10, at, 1),
+		commitMsg(0x10, 0x20, at),
+		relationMsg(1, "public", "outbox", outboxCols),
+		insertMsg(1, s(testID), s("order"), s("a"), s("T"), s("{}"), s("1"), s("1.5"), s("2026-01-01 00:00:00+00"), s("t")),
+		insertMsg(1, s(testID), nil, nil, nil, nil, nil, nil, nil, nil),
+		logicalMsg(true, 0x11, "walrelay", `{"id":"x","aggregatetype":"a","aggregateid":"b","payload":{}}`),
+		logicalMsg(false, 0x11, "walrelay.heartbeat", ``),
+		{'U', 0, 0, 0, 1, 'N', 0, 1, 'n'},
+		{'T', 0, 0, 0, 1, 0, 0, 0, 0, 1},
+		{},
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := New(Config{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Decode(1, relationMsg(1, "public", "outbox", outboxCols)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Decode(2, beginMsg(0x10, at, 1)); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // twice: a relation message may be followed by its use
+			m, err := d.Decode(3, data)
+			var de *Error
+			if err != nil && !errors.As(err, &de) {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			if err == nil && m == nil {
+				t.Fatal("nil message without an error")
+			}
+		}
+	})
+}
