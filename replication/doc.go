@@ -1,0 +1,27 @@
+// Package replication owns walrelay's connection to PostgreSQL's WAL: the
+// logical replication slot and the publication (create, inspect), the
+// START_REPLICATION stream with pgoutput, keepalives, standby status updates,
+// and reconnection with capped exponential backoff and jitter.
+//
+// It is the first stage of the data path. Each XLogData payload goes, in WAL
+// order, to a Handler (the decoder and sink behind it); each status update
+// carries the LSN that a Confirmed function returns (the checkpoint). It
+// never parses pgoutput and never talks to Kafka.
+//
+// Invariants:
+//   - The flush LSN sent to the server only ever comes from Confirmed, never
+//     from what was received, and never goes below the slot's
+//     confirmed_flush_lsn at stream start: the server does not guard against
+//     a confirmed position moving backwards.
+//   - A status update goes out at least every StatusInterval, also while the
+//     Handler blocks (Kafka down), and at once when a keepalive asks for one,
+//     so wal_sender_timeout does not end the session.
+//   - A keepalive is passed to Keepalive only after every XLogData received
+//     before it went through the Handler, so its WAL end is safe to confirm
+//     when nothing is in flight.
+//
+// The session pins DateStyle=ISO, TimeZone=UTC, extra_float_digits=3,
+// bytea_output=hex and IntervalStyle=postgres, so text values parse the same
+// on every server. pgoutput runs with proto_version 1 and without streaming:
+// transactions arrive only after they committed, whole and in commit order.
+package replication

@@ -1,0 +1,310 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/decoder"
+)
+
+// Config configures a Sink. Zero values mean the defaults.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// ClientID is the Kafka client id. Default "walrelay".
+	ClientID string
+	// Topic is the topic template: {aggregatetype} and {type} are replaced
+	// by the event's values. Default "outbox.event.{aggregatetype}".
+	Topic string
+	// DLQTopic receives events that cannot be published. Default
+	// "walrelay.dlq".
+	DLQTopic string
+	// Compression is none, gzip, snappy, lz4 or zstd. Default lz4.
+	Compression string
+	// Linger is how long a partition waits for more records before a
+	// request is sent. Default 5ms.
+	Linger time.Duration
+	// BatchMaxBytes caps one record batch; a record larger than this is
+	// dead-lettered. Default 1000012, Kafka's default max.message.bytes.
+	BatchMaxBytes int32
+	// MaxBufferedRecords and MaxBufferedBytes bound what is produced and not
+	// yet acknowledged; Publish blocks beyond them. Defaults 10000 and 16 MiB.
+	MaxBufferedRecords int
+	MaxBufferedBytes   int
+	// DisableAutoCreateTopics stops the client from asking the broker to
+	// create missing topics. By default it asks (the broker must allow it).
+	DisableAutoCreateTopics bool
+	// Logger receives lifecycle logs and the client's warnings. Nil discards.
+	Logger *slog.Logger
+	// Opts are extra client options (TLS, SASL), applied last.
+	Opts []kgo.Opt
+}
+
+// Sink produces events. Its methods are safe for concurrent use.
+type Sink struct {
+	cfg    Config
+	cl     *kgo.Client
+	log    *slog.Logger
+	topic  func(*decoder.Event) string
+	static bool // the template has no placeholder
+}
+
+var topicRe = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// ValidTopic reports whether name is a legal Kafka topic name.
+func ValidTopic(name string) bool { return topicRe.MatchString(name) && name != "." && name != ".." }
+
+// New checks cfg, fills its defaults and creates the client. It does not
+// contact the brokers; Ping does.
+func New(cfg Config) (*Sink, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("kafka brokers: none configured")
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "walrelay"
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = "outbox.event.{aggregatetype}"
+	}
+	if cfg.DLQTopic == "" {
+		cfg.DLQTopic = "walrelay.dlq"
+	}
+	if !ValidTopic(cfg.DLQTopic) {
+		return nil, fmt.Errorf("dead-letter topic %q is not a valid Kafka topic name", cfg.DLQTopic)
+	}
+	probe := strings.NewReplacer("{aggregatetype}", "x", "{type}", "x").Replace(cfg.Topic)
+	if strings.ContainsAny(probe, "{}") || !ValidTopic(probe) {
+		return nil, fmt.Errorf("topic template %q: only {aggregatetype} and {type} may be replaced, and the rest must be legal in a topic name", cfg.Topic)
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = 5 * time.Millisecond
+	}
+	if cfg.BatchMaxBytes == 0 {
+		cfg.BatchMaxBytes = 1000012
+	}
+	if cfg.MaxBufferedRecords == 0 {
+		cfg.MaxBufferedRecords = 10000
+	}
+	if cfg.MaxBufferedBytes == 0 {
+		cfg.MaxBufferedBytes = 16 << 20
+	}
+	if int64(cfg.MaxBufferedBytes) < int64(cfg.BatchMaxBytes) {
+		return nil, fmt.Errorf("max buffered bytes %d is below batch max bytes %d: a large record could never be buffered", cfg.MaxBufferedBytes, cfg.BatchMaxBytes)
+	}
+	codec, err := compression(cfg.Compression)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "sink")
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2, as the Java client
+		kgo.ProducerBatchCompression(codec),
+		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerBatchMaxBytes(cfg.BatchMaxBytes),
+		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
+		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
+		kgo.WithLogger(slogAdapter{log}),
+	}
+	if !cfg.DisableAutoCreateTopics {
+		opts = append(opts, kgo.AllowAutoTopicCreation())
+	}
+	opts = append(opts, cfg.Opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	s := &Sink{cfg: cfg, cl: cl, log: log}
+	s.static = !strings.Contains(cfg.Topic, "{")
+	return s, nil
+}
+
+func compression(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "", "lz4":
+		return kgo.Lz4Compression(), nil
+	case "none":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	}
+	return kgo.CompressionCodec{}, fmt.Errorf("compression %q: want none, gzip, snappy, lz4 or zstd", name)
+}
+
+// Ping checks that a broker answers within ctx.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
+	}
+	return nil
+}
+
+// Close closes the client; records not yet acknowledged are failed.
+func (s *Sink) Close() { s.cl.Close() }
+
+// Topic returns the topic an event is routed to.
+func (s *Sink) Topic(e *decoder.Event) string {
+	if s.static {
+		return s.cfg.Topic
+	}
+	return strings.NewReplacer("{aggregatetype}", e.AggregateType, "{type}", e.Type).Replace(s.cfg.Topic)
+}
+
+// Done is called once per published event, from the client's callback
+// goroutine; it must not block. A nil error means Kafka acknowledged the
+// event on its topic or on the dead-letter topic.
+type Done func(error)
+
+// Publish produces e and calls done with its fate. It blocks while the
+// client buffers MaxBufferedRecords or MaxBufferedBytes; ctx bounds that wait
+// and cancels records not yet sent, which then fail.
+func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
+	if e.Invalid != nil {
+		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, done)
+		return
+	}
+	topic := s.Topic(e)
+	if !ValidTopic(topic) {
+		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, s.cfg.Topic), done)
+		return
+	}
+	r := &kgo.Record{Topic: topic, Key: []byte(e.AggregateID), Value: e.Payload, Headers: headers(e, 0)}
+	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		switch {
+		case err == nil:
+			done(nil)
+		case perEvent(err):
+			// The promise must not block on the client: dead-letter from a
+			// goroutine of its own. This is the rare path.
+			go s.deadLetter(ctx, e, reason(err), topic, err, done)
+		default:
+			done(fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
+		}
+	})
+}
+
+// perEvent reports whether err concerns this record only, so that the
+// record belongs on the dead-letter topic and the stream may go on.
+func perEvent(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.InvalidTopicException) ||
+		errors.Is(err, kerr.CorruptMessage)
+}
+
+func reason(err error) string {
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return "too_large"
+	case errors.Is(err, kerr.InvalidTopicException):
+		return "invalid_topic"
+	default:
+		return "invalid_record"
+	}
+}
+
+// headers builds the record headers; extra leaves room for more.
+func headers(e *decoder.Event, extra int) []kgo.RecordHeader {
+	h := make([]kgo.RecordHeader, 0, 5+len(e.Headers)+extra)
+	h = append(h,
+		kgo.RecordHeader{Key: "id", Value: []byte(e.ID)},
+		kgo.RecordHeader{Key: "type", Value: []byte(e.Type)},
+		kgo.RecordHeader{Key: "walrelay.lsn", Value: []byte(e.CommitLSN.String())},
+		kgo.RecordHeader{Key: "walrelay.xid", Value: strconv.AppendUint(nil, uint64(e.Xid), 10)},
+		kgo.RecordHeader{Key: "walrelay.commit_time", Value: e.CommitTime.AppendFormat(nil, time.RFC3339Nano)},
+	)
+	for _, x := range e.Headers {
+		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
+	}
+	return h
+}
+
+// Dead-letter record headers, besides those of the event.
+const (
+	HeaderError     = "walrelay.error"      // the error text
+	HeaderReason    = "walrelay.reason"     // invalid_event, invalid_topic, too_large, invalid_record
+	HeaderSource    = "walrelay.table"      // schema.table, or "message"
+	HeaderWALStart  = "walrelay.wal_start"  // LSN of the change itself
+	HeaderTopic     = "walrelay.topic"      // the topic it was meant for, if known
+	HeaderOmitted   = "walrelay.payload_omitted_bytes"
+	deadLetterTries = 2
+)
+
+// deadLetter produces e to the dead-letter topic. If that record is too large
+// too, it goes again without its value, with the value's size in a header:
+// the row itself is still in the table and in the WAL at its position.
+func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic string, cause error, done Done) {
+	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
+	h := append(headers(e, 6),
+		kgo.RecordHeader{Key: HeaderError, Value: []byte(cause.Error())},
+		kgo.RecordHeader{Key: HeaderReason, Value: []byte(why)},
+		kgo.RecordHeader{Key: HeaderSource, Value: []byte(e.Source)},
+		kgo.RecordHeader{Key: HeaderWALStart, Value: []byte(e.WALStart.String())},
+		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(topic)},
+	)
+	r := &kgo.Record{Topic: s.cfg.DLQTopic, Key: []byte(e.AggregateID), Value: e.Payload, Headers: h}
+	var produce func(try int)
+	produce = func(try int) {
+		s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			switch {
+			case err == nil:
+				done(nil)
+			case try < deadLetterTries && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
+				r.Value = nil
+				go produce(try + 1)
+			default:
+				done(fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err))
+			}
+		})
+	}
+	produce(1)
+}
+
+// slogAdapter logs the client's messages through slog.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Level() kgo.LogLevel {
+	ctx := context.Background()
+	switch {
+	case a.l.Enabled(ctx, slog.LevelDebug):
+		return kgo.LogLevelDebug
+	case a.l.Enabled(ctx, slog.LevelInfo):
+		return kgo.LogLevelInfo
+	case a.l.Enabled(ctx, slog.LevelWarn):
+		return kgo.LogLevelWarn
+	default:
+		return kgo.LogLevelError
+	}
+}
+
+func (a slogAdapter) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	l := slog.LevelDebug
+	switch level {
+	case kgo.LogLevelError:
+		l = slog.LevelError
+	case kgo.LogLevelWarn:
+		l = slog.LevelWarn
+	case kgo.LogLevelInfo:
+		l = slog.LevelDebug // the client's info lines are per connection: too chatty for info
+	}
+	a.l.Log(context.Background(), l, msg, keyvals...)
+}
