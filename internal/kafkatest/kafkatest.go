@@ -1,0 +1,243 @@
+// Package kafkatest runs franz-go's in-process kfake Kafka cluster on
+// loopback TCP ports for walrelay's tests and demo, with a switch that takes
+// the brokers off the network and back (every connection cut, new ones
+// refused) while the cluster keeps its data, and a collector that reads every
+// record of the outbox and dead-letter topics.
+package kafkatest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Partitions is the partition count of auto-created topics.
+const Partitions = 4
+
+// Cluster is a kfake cluster whose listeners can be cut.
+type Cluster struct {
+	*kfake.Cluster
+	mu        sync.Mutex
+	listeners []*gate
+}
+
+// TB is the part of testing.TB that Start uses.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
+// Start starts a cluster that is closed when the test ends.
+func Start(t TB, opts ...kfake.Opt) *Cluster {
+	t.Helper()
+	c, err := New(opts...)
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// New starts a cluster of one broker that creates topics on demand with
+// Partitions partitions; opts come last and may change that.
+func New(opts ...kfake.Opt) (*Cluster, error) {
+	c := &Cluster{}
+	base := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(Partitions),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			l, err := net.Listen(network, "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			g := &gate{Listener: l, conns: map[net.Conn]bool{}}
+			c.mu.Lock()
+			c.listeners = append(c.listeners, g)
+			c.mu.Unlock()
+			return g, nil
+		}),
+	}
+	kc, err := kfake.NewCluster(append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("start kfake cluster: %w", err)
+	}
+	c.Cluster = kc
+	return c, nil
+}
+
+// Addrs returns the brokers' host:port addresses.
+func (c *Cluster) Addrs() []string { return c.ListenAddrs() }
+
+// Down cuts every connection to the brokers and refuses new ones until Up.
+func (c *Cluster) Down() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range c.listeners {
+		g.setDown(true)
+	}
+}
+
+// Up lets connections in again.
+func (c *Cluster) Up() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range c.listeners {
+		g.setDown(false)
+	}
+}
+
+// gate is a listener that, while down, closes what it accepts and has
+// closed what it had accepted.
+type gate struct {
+	net.Listener
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]bool
+}
+
+func (g *gate) setDown(down bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down = down
+	if down {
+		for c := range g.conns {
+			c.Close()
+		}
+		clear(g.conns)
+	}
+}
+
+func (g *gate) Accept() (net.Conn, error) {
+	for {
+		c, err := g.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		g.mu.Lock()
+		if g.down {
+			g.mu.Unlock()
+			c.Close()
+			continue
+		}
+		tc := &trackedConn{Conn: c, g: g}
+		g.conns[tc] = true
+		g.mu.Unlock()
+		return tc, nil
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	g    *gate
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.g.mu.Lock()
+		delete(c.g.conns, c)
+		c.g.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// Collector consumes topics matching a pattern from their start and keeps
+// every record it reads.
+type Collector struct {
+	cl      *kgo.Client
+	cancel  context.CancelFunc
+	done    chan struct{}
+	mu      sync.Mutex
+	records []*kgo.Record
+	err     error
+}
+
+// Collect starts consuming every topic whose name matches pattern.
+func Collect(brokers []string, pattern string) (*Collector, error) {
+	if _, err := regexp.Compile(pattern); err != nil {
+		return nil, fmt.Errorf("topic pattern %q: %w", pattern, err)
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeRegex(),
+		kgo.ConsumeTopics(pattern),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.MetadataMinAge(50*time.Millisecond),
+		kgo.MetadataMaxAge(200*time.Millisecond),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create consumer: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Collector{cl: cl, cancel: cancel, done: make(chan struct{})}
+	go c.run(ctx)
+	return c, nil
+}
+
+func (c *Collector) run(ctx context.Context) {
+	defer close(c.done)
+	for {
+		fs := c.cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var recs []*kgo.Record
+		fs.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+		c.mu.Lock()
+		c.records = append(c.records, recs...)
+		fs.EachError(func(topic string, p int32, err error) {
+			c.err = fmt.Errorf("fetch %s[%d]: %w", topic, p, err)
+		})
+		c.mu.Unlock()
+	}
+}
+
+// Records returns a copy of every record read so far.
+func (c *Collector) Records() []*kgo.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*kgo.Record(nil), c.records...)
+}
+
+// Wait waits until cond holds for the records read so far, or ctx ends.
+func (c *Collector) Wait(ctx context.Context, cond func([]*kgo.Record) bool) ([]*kgo.Record, error) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		recs := c.Records()
+		if cond(recs) {
+			return recs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return recs, fmt.Errorf("waiting for records (have %d): %w", len(recs), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops consuming.
+func (c *Collector) Close() {
+	c.cancel()
+	<-c.done
+	c.cl.Close()
+}
+
+// Header returns the value of the first header named key, or nil.
+func Header(r *kgo.Record, key string) []byte {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
