@@ -1,0 +1,403 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is walrelay's whole configuration. Each field has one key; the key
+// is its name in the YAML file, WALRELAY_ plus the key upper-cased with dots
+// as underscores is its environment variable, and --key is its flag. Flags
+// override the environment, which overrides the file.
+type Config struct {
+	Postgres struct {
+		DSN            string
+		Slot           string
+		Publication    string
+		Table          string
+		CreateSlot     bool
+		StatusInterval time.Duration
+	}
+	Outbox struct {
+		IDColumn            string
+		AggregateTypeColumn string
+		AggregateIDColumn   string
+		TypeColumn          string
+		PayloadColumn       string
+		HeaderColumns       []string
+		MessagePrefix       string
+	}
+	Kafka struct {
+		Brokers            []string
+		Topic              string
+		DLQTopic           string
+		ClientID           string
+		Compression        string
+		Linger             time.Duration
+		BatchMaxBytes      int
+		MaxBufferedRecords int
+		MaxBufferedBytes   int
+		AutoCreateTopics   bool
+	}
+	Admin struct {
+		Listen string
+	}
+	Log struct {
+		Level  string
+		Format string
+	}
+	ShutdownTimeout time.Duration
+}
+
+// key is one configuration key: its name, its help text and how to set and
+// show its field.
+type key struct {
+	name    string
+	help    string
+	secret  bool
+	set     func(string) error
+	show    func() string
+	setFrom string // where the value came from: default, file, env, flag
+}
+
+func str(p *string, def string) (func(string) error, func() string) {
+	*p = def
+	return func(v string) error { *p = v; return nil }, func() string { return *p }
+}
+
+func list(p *[]string, def []string) (func(string) error, func() string) {
+	*p = def
+	return func(v string) error {
+			*p = nil
+			for _, s := range strings.Split(v, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					*p = append(*p, s)
+				}
+			}
+			return nil
+		}, func() string {
+			return strings.Join(*p, ",")
+		}
+}
+
+func boolean(p *bool, def bool) (func(string) error, func() string) {
+	*p = def
+	return func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		*p = b
+		return nil
+	}, func() string { return strconv.FormatBool(*p) }
+}
+
+func duration(p *time.Duration, def time.Duration) (func(string) error, func() string) {
+	*p = def
+	return func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("want a duration such as 500ms or 2s, got %q", v)
+		}
+		*p = d
+		return nil
+	}, func() string { return p.String() }
+}
+
+func integer(p *int, def int) (func(string) error, func() string) {
+	*p = def
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("want a whole number, got %q", v)
+		}
+		*p = n
+		return nil
+	}, func() string { return strconv.Itoa(*p) }
+}
+
+// keys lists every key of c with its default, which it sets.
+func (c *Config) keys() []*key {
+	var ks []*key
+	add := func(name, help string, f func(string) error, s func() string) *key {
+		k := &key{name: name, help: help, set: f, show: s, setFrom: "default"}
+		ks = append(ks, k)
+		return k
+	}
+	dsn, dsnShow := str(&c.Postgres.DSN, "")
+	add("postgres.dsn", "PostgreSQL connection string of the database with the outbox (required)", dsn, dsnShow).secret = true
+	f, s := str(&c.Postgres.Slot, "walrelay")
+	add("postgres.slot", "logical replication slot", f, s)
+	f, s = str(&c.Postgres.Publication, "walrelay_outbox")
+	add("postgres.publication", "publication of the outbox table", f, s)
+	f, s = str(&c.Postgres.Table, "public.outbox")
+	add("postgres.table", "outbox table, schema.table", f, s)
+	f, s = boolean(&c.Postgres.CreateSlot, true)
+	add("postgres.create_slot", "create the publication and the slot at start if they are missing", f, s)
+	f, s = duration(&c.Postgres.StatusInterval, time.Second)
+	add("postgres.status_interval", "longest time between standby status updates", f, s)
+
+	f, s = str(&c.Outbox.IDColumn, "id")
+	add("outbox.id_column", "column of the event id (Kafka header id)", f, s)
+	f, s = str(&c.Outbox.AggregateTypeColumn, "aggregatetype")
+	add("outbox.aggregate_type_column", "column that routes the topic", f, s)
+	f, s = str(&c.Outbox.AggregateIDColumn, "aggregateid")
+	add("outbox.aggregate_id_column", "column of the Kafka key", f, s)
+	f, s = str(&c.Outbox.TypeColumn, "type")
+	add("outbox.type_column", "column of the event type (Kafka header type)", f, s)
+	f, s = str(&c.Outbox.PayloadColumn, "payload")
+	add("outbox.payload_column", "column of the Kafka value; NULL gives a tombstone", f, s)
+	f, s = list(&c.Outbox.HeaderColumns, nil)
+	add("outbox.header_columns", "extra columns copied into Kafka headers of the same name, comma-separated", f, s)
+	f, s = str(&c.Outbox.MessagePrefix, "walrelay")
+	add("outbox.message_prefix", "prefix of logical decoding messages published as events", f, s)
+
+	f, s = list(&c.Kafka.Brokers, nil)
+	add("kafka.brokers", "seed brokers, host:port, comma-separated (required)", f, s)
+	f, s = str(&c.Kafka.Topic, "outbox.event.{aggregatetype}")
+	add("kafka.topic", "topic template; {aggregatetype} and {type} are replaced", f, s)
+	f, s = str(&c.Kafka.DLQTopic, "walrelay.dlq")
+	add("kafka.dlq_topic", "dead-letter topic", f, s)
+	f, s = str(&c.Kafka.ClientID, "walrelay")
+	add("kafka.client_id", "Kafka client id", f, s)
+	f, s = str(&c.Kafka.Compression, "lz4")
+	add("kafka.compression", "none, gzip, snappy, lz4 or zstd", f, s)
+	f, s = duration(&c.Kafka.Linger, 5*time.Millisecond)
+	add("kafka.linger", "how long a partition waits for more records", f, s)
+	f, s = integer(&c.Kafka.BatchMaxBytes, 1000012)
+	add("kafka.batch_max_bytes", "largest record batch; larger records are dead-lettered", f, s)
+	f, s = integer(&c.Kafka.MaxBufferedRecords, 10000)
+	add("kafka.max_buffered_records", "records produced and not yet acknowledged, at most", f, s)
+	f, s = integer(&c.Kafka.MaxBufferedBytes, 16<<20)
+	add("kafka.max_buffered_bytes", "bytes produced and not yet acknowledged, at most", f, s)
+	f, s = boolean(&c.Kafka.AutoCreateTopics, true)
+	add("kafka.auto_create_topics", "ask the broker to create missing topics", f, s)
+
+	f, s = str(&c.Admin.Listen, "127.0.0.1:8087")
+	add("admin.listen", "address of the admin HTTP listener (/healthz, /readyz); empty turns it off", f, s)
+	f, s = str(&c.Log.Level, "info")
+	add("log.level", "debug, info, warn or error", f, s)
+	f, s = str(&c.Log.Format, "text")
+	add("log.format", "text or json", f, s)
+	f, s = duration(&c.ShutdownTimeout, 30*time.Second)
+	add("shutdown_timeout", "how long a stop waits for in-flight events", f, s)
+	return ks
+}
+
+// EnvName returns the environment variable of a key.
+func EnvName(key string) string {
+	return "WALRELAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// configSet is a Config with its keys, and the flags bound to them.
+type configSet struct {
+	cfg   Config
+	keys  []*key
+	byKey map[string]*key
+	file  *string
+	flags map[string]*string
+}
+
+// newConfigSet registers --config and a flag per key on fs.
+func newConfigSet(fs *flag.FlagSet) *configSet {
+	cs := &configSet{byKey: map[string]*key{}, flags: map[string]*string{}}
+	cs.keys = cs.cfg.keys()
+	cs.file = fs.String("config", "", "YAML configuration file")
+	for _, k := range cs.keys {
+		cs.byKey[k.name] = k
+		cs.flags[k.name] = fs.String(k.name, "", k.help+" (default "+strconv.Quote(k.show())+"; env "+EnvName(k.name)+")")
+	}
+	return cs
+}
+
+// load applies the file, the environment and the flags that fs saw, in that
+// order, and validates the result; kafka.brokers is required if needKafka.
+func (cs *configSet) load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
+	if *cs.file != "" {
+		if err := cs.loadFile(*cs.file); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range cs.keys {
+		if v, ok := os.LookupEnv(EnvName(k.name)); ok {
+			if err := k.set(v); err != nil {
+				return nil, fmt.Errorf("environment %s: %w", EnvName(k.name), err)
+			}
+			k.setFrom = "env"
+		}
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		k, ok := cs.byKey[f.Name]
+		if !ok || err != nil {
+			return
+		}
+		if e := k.set(f.Value.String()); e != nil {
+			err = fmt.Errorf("flag --%s: %w", k.name, e)
+		}
+		k.setFrom = "flag"
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &cs.cfg, cs.cfg.validate(needKafka)
+}
+
+func (cs *configSet) loadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config file: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	flat := map[string]string{}
+	if err := flatten("", doc, flat); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	names := make([]string, 0, len(flat))
+	for n := range flat {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		k, ok := cs.byKey[n]
+		if !ok {
+			return fmt.Errorf("config file %s: unknown key %q%s", path, n, cs.suggest(n))
+		}
+		if err := k.set(flat[n]); err != nil {
+			return fmt.Errorf("config file %s: key %s: %w", path, n, err)
+		}
+		k.setFrom = "file"
+	}
+	return nil
+}
+
+// suggest names a known key that n is probably a misspelling of.
+func (cs *configSet) suggest(n string) string {
+	best, bestD := "", 4
+	for _, k := range cs.keys {
+		if d := editDistance(n, k.name); d < bestD {
+			best, bestD = k.name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// flatten turns nested YAML maps into dotted keys; scalar lists become
+// comma-separated values.
+func flatten(prefix string, v any, out map[string]string) error {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			name := k
+			if prefix != "" {
+				name = prefix + "." + k
+			}
+			if err := flatten(name, x, out); err != nil {
+				return err
+			}
+		}
+	case []any:
+		parts := make([]string, 0, len(v))
+		for _, x := range v {
+			switch x.(type) {
+			case map[string]any, []any:
+				return fmt.Errorf("key %s: a list of plain values is expected", prefix)
+			}
+			parts = append(parts, fmt.Sprint(x))
+		}
+		out[prefix] = strings.Join(parts, ",")
+	case nil:
+		out[prefix] = ""
+	default:
+		if prefix == "" {
+			return errors.New("the file must be a YAML mapping")
+		}
+		out[prefix] = fmt.Sprint(v)
+	}
+	return nil
+}
+
+// validate checks what each key alone can tell; the packages' New check the
+// rest.
+func (c *Config) validate(needKafka bool) error {
+	if c.Postgres.DSN == "" {
+		return errors.New("postgres.dsn is not set (set " + EnvName("postgres.dsn") + ", --postgres.dsn or postgres.dsn in the config file)")
+	}
+	if needKafka && len(c.Kafka.Brokers) == 0 {
+		return errors.New("kafka.brokers is not set (set " + EnvName("kafka.brokers") + ", --kafka.brokers or kafka.brokers in the config file)")
+	}
+	if _, _, err := c.table(); err != nil {
+		return err
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level %q: want debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log.format %q: want text or json", c.Log.Format)
+	}
+	return nil
+}
+
+// table splits postgres.table into schema and name; a bare name is in public.
+func (c *Config) table() (schema, name string, err error) {
+	parts := strings.Split(c.Postgres.Table, ".")
+	switch {
+	case len(parts) == 1 && parts[0] != "":
+		return "public", parts[0], nil
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		return parts[0], parts[1], nil
+	}
+	return "", "", fmt.Errorf("postgres.table %q: want schema.table", c.Postgres.Table)
+}
+
+// effective renders the configuration for the start-up log, secrets
+// redacted.
+func (cs *configSet) effective() []any {
+	var attrs []any
+	for _, k := range cs.keys {
+		v := k.show()
+		if k.secret {
+			v = redactDSN(v)
+		}
+		attrs = append(attrs, k.name, v)
+	}
+	return attrs
+}

@@ -1,0 +1,97 @@
+// Command walrelay relays transactional outbox rows from PostgreSQL's WAL to
+// Kafka: it reads outbox inserts through a logical replication slot
+// (pgoutput), publishes each as a Kafka record keyed by its aggregate id, and
+// confirms a WAL position to the slot only after Kafka acknowledged every
+// event before it.
+//
+// Subcommands: run, migrate, demo, version. This package only wires the
+// replication, decoder, sink and checkpoint packages together.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := realMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `walrelay relays transactional outbox rows from PostgreSQL to Kafka.
+
+Usage:
+  walrelay run     [--config FILE] [--key value ...]   stream the outbox to Kafka
+  walrelay migrate [--config FILE] [--key value ...]   create the outbox table, publication and slot
+  walrelay demo    [--count N]                         a throwaway PostgreSQL and Kafka, end to end
+  walrelay version
+
+Every configuration key is also an environment variable (postgres.dsn is
+WALRELAY_POSTGRES_DSN) and a flag (--postgres.dsn). Run 'walrelay run -h' for
+the keys.
+`
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(ctx, args[1:], stderr)
+	case "migrate":
+		err = cmdMigrate(ctx, args[1:], stdout, stderr)
+	case "demo":
+		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "walrelay", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "walrelay: %v\n\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "walrelay: %v\n", err)
+		return 1
+	}
+}
+
+// parseFlags parses a subcommand's flags; a bad flag is a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}

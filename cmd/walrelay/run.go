@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/checkpoint"
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cs := newConfigSet(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := cs.load(fs, true)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	log.Info("starting walrelay", append([]any{"version", version}, cs.effective()...)...)
+	return relay(ctx, cfg, log)
+}
+
+// relay runs the pipeline until ctx is cancelled (nil) or a fatal error.
+func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	schema, table, _ := cfg.table()
+	if err := preflight(ctx, cfg, log, schema, table); err != nil {
+		return err
+	}
+	dec, err := decoder.New(decoder.Config{
+		Schema: schema, Table: table,
+		Columns: decoder.Columns{
+			ID: cfg.Outbox.IDColumn, AggregateType: cfg.Outbox.AggregateTypeColumn, AggregateID: cfg.Outbox.AggregateIDColumn,
+			Type: cfg.Outbox.TypeColumn, Payload: cfg.Outbox.PayloadColumn,
+		},
+		HeaderColumns: cfg.Outbox.HeaderColumns,
+		MessagePrefix: cfg.Outbox.MessagePrefix,
+	})
+	if err != nil {
+		return fmt.Errorf("outbox.header_columns: %w", err)
+	}
+	sk, err := sink.New(sink.Config{
+		Brokers: cfg.Kafka.Brokers, ClientID: cfg.Kafka.ClientID, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
+		Compression: cfg.Kafka.Compression, Linger: cfg.Kafka.Linger, BatchMaxBytes: int32(min(cfg.Kafka.BatchMaxBytes, 1<<30)),
+		MaxBufferedRecords: cfg.Kafka.MaxBufferedRecords, MaxBufferedBytes: cfg.Kafka.MaxBufferedBytes,
+		DisableAutoCreateTopics: !cfg.Kafka.AutoCreateTopics, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer sk.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = sk.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("kafka.brokers: %w", err)
+	}
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	// Records are produced on a context that outlives the stop signal by
+	// shutdown_timeout, so that a clean stop lets buffered records finish
+	// instead of failing them (which would replay their whole transaction).
+	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProduce()
+	go func() {
+		select {
+		case <-runCtx.Done():
+		case <-produceCtx.Done():
+			return
+		}
+		select {
+		case <-time.After(cfg.ShutdownTimeout):
+			cancelProduce()
+		case <-produceCtx.Done():
+		}
+	}()
+
+	p := &pipeline{dec: dec, sink: sk, tr: checkpoint.New(0), produceCtx: produceCtx, stop: stopRun, log: log}
+	stream, err := replication.New(replication.Config{
+		ConnString: cfg.Postgres.DSN, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
+		StatusInterval: cfg.Postgres.StatusInterval, Logger: log,
+		Handle: p.handle, Confirmed: p.tr.Confirmed, Keepalive: p.tr.Idle,
+		Started: p.started, Flush: p.flush,
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.Admin.Listen != "" {
+		srv, err := startAdmin(cfg.Admin.Listen, stream, p, log)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	runErr := stream.Run(runCtx)
+	if err := p.failure(); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return runErr
+	}
+	log.Info("walrelay stopped", "confirmed", p.tr.Confirmed().String(), "in_flight", p.tr.InFlight())
+	return nil
+}
+
+// preflight checks the database before streaming, so that a mistake in the
+// configuration is one clear line at start rather than a retry loop.
+func preflight(ctx context.Context, cfg *Config, log *slog.Logger, schema, table string) error {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	pgcfg, err := pgx.ParseConfig(cfg.Postgres.DSN)
+	if err != nil {
+		return fmt.Errorf("postgres.dsn: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(cctx, pgcfg)
+	if err != nil {
+		return fmt.Errorf("postgres.dsn: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var walLevel string
+	if err := conn.QueryRow(cctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it", walLevel)
+	}
+	if err := checkTable(cctx, conn, cfg, schema, table); err != nil {
+		return err
+	}
+	if cfg.Postgres.CreateSlot {
+		// The publication first: a slot only sees a publication created
+		// before the changes it decodes.
+		created, err := replication.EnsurePublication(cctx, conn, cfg.Postgres.Publication, schema, table)
+		if err != nil {
+			return err
+		}
+		if created {
+			log.Info("created publication", "publication", cfg.Postgres.Publication, "table", schema+"."+table)
+		}
+		created, err = replication.EnsureSlot(cctx, conn, cfg.Postgres.Slot)
+		if err != nil {
+			return err
+		}
+		if created {
+			log.Info("created replication slot", "slot", cfg.Postgres.Slot)
+		}
+		return nil
+	}
+	var pubOK, slotOK bool
+	if err := conn.QueryRow(cctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1), EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $2)",
+		cfg.Postgres.Publication, cfg.Postgres.Slot).Scan(&pubOK, &slotOK); err != nil {
+		return fmt.Errorf("look up publication and slot: %w", err)
+	}
+	if !pubOK {
+		return fmt.Errorf("publication %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Postgres.Publication)
+	}
+	if !slotOK {
+		return fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Postgres.Slot)
+	}
+	return nil
+}
+
+// checkTable checks that the outbox table exists with every configured
+// column.
+func checkTable(ctx context.Context, conn *pgx.Conn, cfg *Config, schema, table string) error {
+	rows, err := conn.Query(ctx, `SELECT a.attname FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, pgx.Identifier{schema, table}.Sanitize())
+	if err != nil {
+		return fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+	}
+	if len(have) == 0 {
+		return fmt.Errorf("postgres.table: table %s.%s does not exist (create it with walrelay migrate)", schema, table)
+	}
+	cols := map[string]bool{}
+	for _, c := range have {
+		cols[c] = true
+	}
+	o := cfg.Outbox
+	for _, need := range []struct{ key, col string }{
+		{"outbox.id_column", o.IDColumn}, {"outbox.aggregate_type_column", o.AggregateTypeColumn},
+		{"outbox.aggregate_id_column", o.AggregateIDColumn}, {"outbox.type_column", o.TypeColumn},
+		{"outbox.payload_column", o.PayloadColumn},
+	} {
+		if !cols[need.col] {
+			return fmt.Errorf("table %s.%s has no column %q (%s); its columns are %s", schema, table, need.col, need.key, strings.Join(have, ", "))
+		}
+	}
+	for _, h := range o.HeaderColumns {
+		if !cols[h] {
+			return fmt.Errorf("table %s.%s has no column %q (outbox.header_columns)", schema, table, h)
+		}
+	}
+	return nil
+}
+
+// pipeline is the Handler behind the replication stream: it decodes each
+// message, tracks transactions in the checkpoint and hands events to the
+// sink. It runs on the receive goroutine; acks arrive on the sink's.
+type pipeline struct {
+	dec        *decoder.Decoder
+	sink       *sink.Sink
+	tr         *checkpoint.Tracker
+	produceCtx context.Context
+	stop       context.CancelFunc
+	log        *slog.Logger
+
+	txn *checkpoint.Txn // the open transaction
+
+	mu  sync.Mutex
+	err error // the first fatal error
+}
+
+func (p *pipeline) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+	p.stop()
+}
+
+func (p *pipeline) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// started resets per-stream state: the server resends from slotConfirmed.
+func (p *pipeline) started(slotConfirmed pglogrepl.LSN) {
+	p.dec.Reset()
+	p.tr.Reset()
+	p.txn = nil
+	p.tr.Idle(slotConfirmed) // nothing in flight: the server has consumed up to here
+}
+
+func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []byte) error {
+	if err := p.failure(); err != nil {
+		return err
+	}
+	msg, err := p.dec.Decode(walStart, data)
+	if err != nil {
+		return err
+	}
+	switch m := msg.(type) {
+	case decoder.Begin:
+		p.txn, err = p.tr.Begin(m.FinalLSN)
+		return err
+	case decoder.Commit:
+		if p.txn == nil {
+			return fmt.Errorf("commit at %s without an open transaction", m.CommitLSN)
+		}
+		err = p.txn.Commit(m.EndLSN)
+		p.txn = nil
+		return err
+	case *decoder.Event:
+		txn := p.txn
+		if !m.Transactional {
+			// A message outside any transaction is tracked as one of its own.
+			if txn, err = p.tr.Begin(m.CommitLSN); err != nil {
+				return err
+			}
+			txn.Add()
+			if err := txn.Commit(m.CommitLSN); err != nil {
+				return err
+			}
+		} else {
+			txn.Add()
+		}
+		p.sink.Publish(p.produceCtx, m, func(err error) {
+			if err != nil {
+				p.fail(err)
+				return
+			}
+			txn.Ack()
+		})
+		return nil
+	case decoder.Ignored:
+		p.log.Debug("ignored change", "kind", m.Kind, "lsn", walStart.String())
+		return nil
+	}
+	return fmt.Errorf("decoder returned %T", msg)
+}
+
+// flush waits until every event handed to the sink is acknowledged, a fatal
+// error happened, or ctx ends.
+func (p *pipeline) flush(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if p.tr.InFlight() == 0 {
+			return nil
+		}
+		if err := p.failure(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d events in flight: %w", p.tr.InFlight(), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// startAdmin serves /healthz (the process is alive) and /readyz (the stream
+// is streaming) on addr.
+func startAdmin(addr string, stream *replication.Stream, p *pipeline, log *slog.Logger) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		state := stream.State()
+		if state != "streaming" || p.failure() != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintf(w, "state=%s confirmed=%s received=%s in_flight=%d\n", state, p.tr.Confirmed(), stream.ReceivedLSN(), p.tr.InFlight())
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin.listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin listener stopped", "err", err)
+		}
+	}()
+	log.Info("admin listener", "addr", l.Addr().String())
+	return srv, nil
+}
