@@ -63,6 +63,13 @@ type Config struct {
 	// Flush, if set, is called once when Run stops, before the last status
 	// update, to wait (within ctx) for events still in flight.
 	Flush func(ctx context.Context) error
+	// Boundary, if set, reports whether the stream is between transactions.
+	// When ctx is cancelled the stream goes on reading, for up to
+	// DrainTimeout, until it is: a clean stop that split a transaction would
+	// confirm none of it and publish its first part again on the next start.
+	Boundary func() bool
+	// DrainTimeout bounds that wait and the Flush. Default 30s.
+	DrainTimeout time.Duration
 }
 
 // Stream streams one slot. Create it with New and call Run once.
@@ -126,6 +133,9 @@ func New(cfg Config) (*Stream, error) {
 	}
 	if cfg.BackoffMin > cfg.BackoffMax {
 		return nil, fmt.Errorf("backoff min %s is above backoff max %s", cfg.BackoffMin, cfg.BackoffMax)
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 30 * time.Second
 	}
 	if cfg.Handle == nil || cfg.Confirmed == nil {
 		return nil, errors.New("replication config: Handle and Confirmed are required")
@@ -369,6 +379,7 @@ func (ss *session) run(ctx context.Context) error {
 	if err := ss.sendStatus(true); err != nil {
 		return err
 	}
+	var drainUntil time.Time // set once ctx is cancelled
 	for {
 		select {
 		case err := <-statusErr:
@@ -378,22 +389,26 @@ func (ss *session) run(ctx context.Context) error {
 		if err := ss.sendStatus(false); err != nil {
 			return err
 		}
+		base := ctx
 		if ctx.Err() != nil {
-			return ss.shutdown()
+			if drainUntil.IsZero() {
+				drainUntil = time.Now().Add(cfg.DrainTimeout)
+			}
+			if cfg.Boundary == nil || cfg.Boundary() {
+				return ss.shutdown(drainUntil)
+			}
+			if time.Now().After(drainUntil) {
+				ss.s.log.Warn("stopping inside a transaction: its events will be sent again on the next start")
+				return ss.shutdown(drainUntil)
+			}
+			base = context.Background() // read on to the end of the transaction
 		}
-		deadline := ss.lastSent.Add(cfg.StatusInterval)
-		rctx, cancel := context.WithDeadline(ctx, deadline)
+		rctx, cancel := context.WithDeadline(base, ss.lastSent.Add(cfg.StatusInterval))
 		raw, err := ss.conn.ReceiveMessage(rctx)
 		cancel()
-		if ctx.Err() != nil {
-			// The receive was cut by the cancellation; the connection may
-			// be unusable for a clean CopyDone, but the status update and
-			// close are still attempted.
-			return ss.shutdown()
-		}
 		if err != nil {
-			if pgconn.Timeout(err) {
-				continue
+			if pgconn.Timeout(err) || (ctx.Err() != nil && drainUntil.IsZero()) {
+				continue // the deadline, or the stop signal: the loop top decides
 			}
 			if isFatalPgError(err) {
 				return &FatalError{fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)}
@@ -455,9 +470,6 @@ func (ss *session) message(ctx context.Context, raw pgproto3.BackendMessage) err
 		err = cfg.Handle(ctx, xld.WALStart, xld.WALData)
 		ss.mu.Lock()
 		if err != nil {
-			if ctx.Err() != nil {
-				return ss.shutdown()
-			}
 			return &FatalError{err}
 		}
 	}
@@ -467,11 +479,11 @@ func (ss *session) message(ctx context.Context, raw pgproto3.BackendMessage) err
 // shutdown waits for in-flight events, sends the last status update and ends
 // the copy stream, all on a fresh context: ctx is already cancelled. Its
 // failures are logged, not returned: the next start resends the tail.
-func (ss *session) shutdown() error {
+func (ss *session) shutdown(until time.Time) error {
 	cfg := &ss.s.cfg
 	if cfg.Flush != nil {
 		ss.mu.Unlock() // the status goroutine keeps the session alive meanwhile
-		fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		fctx, cancel := context.WithDeadline(context.Background(), until.Add(time.Second))
 		if err := cfg.Flush(fctx); err != nil {
 			ss.s.log.Warn("events still in flight at shutdown; they will be sent again on the next start", "err", err)
 		}

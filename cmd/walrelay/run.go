@@ -101,7 +101,8 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		ConnString: cfg.Postgres.DSN, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval, Logger: log,
 		Handle: p.handle, Confirmed: p.tr.Confirmed, Keepalive: p.tr.Idle,
-		Started: p.started, Flush: p.flush,
+		Started: p.started, Flush: p.flush, Boundary: func() bool { return p.txn == nil },
+		DrainTimeout: cfg.ShutdownTimeout,
 	})
 	if err != nil {
 		return err

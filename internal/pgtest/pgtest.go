@@ -239,13 +239,17 @@ func (s *Server) logTail() string {
 }
 
 // StartServer starts a stopped server and waits until it accepts connections.
-func (s *Server) StartServer(ctx context.Context) error { return s.pgctl(ctx, "-w", "-t", "60", "start") }
+func (s *Server) StartServer(ctx context.Context) error {
+	return s.pgctl(ctx, "-w", "-t", "60", "start")
+}
 
 // Stop stops the server cleanly (fast mode: sessions are ended).
 func (s *Server) Stop(ctx context.Context) error { return s.pgctl(ctx, "-w", "-m", "fast", "stop") }
 
 // Kill stops the server without a shutdown checkpoint, as a crash would.
-func (s *Server) Kill(ctx context.Context) error { return s.pgctl(ctx, "-w", "-m", "immediate", "stop") }
+func (s *Server) Kill(ctx context.Context) error {
+	return s.pgctl(ctx, "-w", "-m", "immediate", "stop")
+}
 
 // Restart stops the server in fast mode and starts it again.
 func (s *Server) Restart(ctx context.Context) error {
