@@ -1,0 +1,499 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+)
+
+// TestStreamsEveryEventInOrder writes 10,000 events over 100 aggregates in
+// transactions of 1 to 50 rows while walrelay streams, and checks every id,
+// the order per aggregate, and key, headers, value and partition of each
+// record.
+func TestStreamsEveryEventInOrder(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	p := streaming(t, baseEnv(pg, kc))
+	w := newWriter(100, 1)
+	began := time.Now()
+	if err := w.write(t.Context(), conn, 10000, 50); err != nil {
+		t.Fatal(err)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	elapsed := time.Since(began)
+	t.Logf("10,000 events written and delivered in %s (%.0f events/s): %s", elapsed.Round(time.Millisecond), 10000/elapsed.Seconds(), c)
+	if c.duplicates != 0 || c.orderViolations != 0 || c.unexpected != 0 {
+		t.Fatalf("want no duplicates, no order violations: %s", c)
+	}
+	var xidOK, lsnOK int
+	for _, r := range col.Records() {
+		if r.Topic != "outbox.event.order" {
+			t.Fatalf("record on topic %s", r.Topic)
+		}
+		if !strings.HasPrefix(string(r.Key), "agg-") || !strings.Contains(string(r.Value), `"agg": "`+string(r.Key)+`"`) {
+			t.Fatalf("key %q does not match value %s", r.Key, r.Value)
+		}
+		if want := javaPartition(r.Key, kafkatest.Partitions); r.Partition != want {
+			t.Fatalf("key %q on partition %d; the Java client's murmur2 puts it on %d", r.Key, r.Partition, want)
+		}
+		if got := string(kafkatest.Header(r, "type")); got != "OrderUpdated" {
+			t.Fatalf("type header %q", got)
+		}
+		if _, err := pglogrepl.ParseLSN(string(kafkatest.Header(r, "walrelay.lsn"))); err == nil {
+			lsnOK++
+		}
+		if x := kafkatest.Header(r, "walrelay.xid"); len(x) > 0 && x[0] != '0' {
+			xidOK++
+		}
+		if _, err := time.Parse(time.RFC3339Nano, string(kafkatest.Header(r, "walrelay.commit_time"))); err != nil {
+			t.Fatalf("commit_time header: %v", err)
+		}
+	}
+	if lsnOK != c.records || xidOK != c.records {
+		t.Fatalf("of %d records, %d have an LSN header and %d an xid header", c.records, lsnOK, xidOK)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(30 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+}
+
+// javaPartition is Kafka's DefaultPartitioner for a keyed record:
+// toPositive(murmur2(key)) % partitions, written from the Java source, not
+// from franz-go.
+func javaPartition(key []byte, partitions int32) int32 {
+	const seed, m, r = uint32(0x9747b28c), uint32(0x5bd1e995), 24
+	h := seed ^ uint32(len(key))
+	n := len(key) / 4
+	for i := range n {
+		k := uint32(key[4*i]) | uint32(key[4*i+1])<<8 | uint32(key[4*i+2])<<16 | uint32(key[4*i+3])<<24
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+	}
+	rest := key[4*n:]
+	switch len(rest) {
+	case 3:
+		h ^= uint32(rest[2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(rest[1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(rest[0])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return int32(h&0x7fffffff) % partitions
+}
+
+// TestSurvivesSIGKILL kills walrelay at random moments mid-stream, three
+// times, and then lets it finish: every committed id arrives.
+func TestSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	w := newWriter(50, 2)
+	w.bytes = 200
+	writeErr := make(chan error, 1)
+	wconn := connect(t, pg.DSN)
+	go func() { writeErr <- w.write(context.Background(), wconn, 30000, 20) }()
+	rng := rand.New(rand.NewPCG(3, 3))
+	e := baseEnv(pg, kc)
+	for i := range 3 {
+		p := streaming(t, e)
+		time.Sleep(time.Duration(200+rng.IntN(1200)) * time.Millisecond)
+		p.kill()
+		t.Logf("kill %d: %d records so far, slot confirmed at %s", i+1, len(col.Records()), slotConfirmed(t, conn, "walrelay"))
+	}
+	streaming(t, e)
+	if err := <-writeErr; err != nil {
+		t.Fatal(err)
+	}
+	want := committedIDs(t, conn)
+	c := waitAll(t, col, want, 2*time.Minute)
+	t.Logf("after 3 SIGKILLs: rows committed %d, %s", len(want), c)
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+}
+
+// TestCleanStopPublishesNothingTwice stops walrelay with SIGTERM mid-stream
+// and starts it again: every event arrives exactly once.
+func TestCleanStopPublishesNothingTwice(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	w := newWriter(20, 4)
+	w.bytes = 100
+	writeErr := make(chan error, 1)
+	go func() { writeErr <- w.write(context.Background(), conn, 20000, 50) }()
+	e := baseEnv(pg, kc)
+	for range 2 {
+		p := streaming(t, e)
+		time.Sleep(700 * time.Millisecond)
+		p.signal(syscall.SIGTERM)
+		if code := p.exit(40 * time.Second); code != 0 {
+			t.Fatalf("SIGTERM: exit %d", code)
+		}
+		if !strings.Contains(p.out.String(), "msg=stopped") {
+			t.Fatalf("no clean stop logged")
+		}
+	}
+	streaming(t, e)
+	if err := <-writeErr; err != nil {
+		t.Fatal(err)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("after two SIGTERM restarts: %s", c)
+	if c.duplicates != 0 || c.orderViolations != 0 {
+		t.Fatalf("a clean stop published events twice: %s", c)
+	}
+}
+
+// TestKafkaOutage takes the broker off the network for 10 s mid-stream:
+// walrelay does not confirm what Kafka did not acknowledge, resumes by
+// itself, and nothing is lost.
+func TestKafkaOutage(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	streaming(t, baseEnv(pg, kc))
+	w := newWriter(30, 5)
+	if err := w.write(t.Context(), conn, 2000, 20); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	kc.Down()
+	if err := w.write(t.Context(), conn, 3000, 20); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // let walrelay read what it cannot publish
+	before := slotConfirmed(t, conn, "walrelay")
+	time.Sleep(7 * time.Second)
+	after := slotConfirmed(t, conn, "walrelay")
+	if before != after {
+		t.Fatalf("confirmed_flush_lsn moved from %s to %s while Kafka was unreachable", before, after)
+	}
+	var end string
+	if err := conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	kc.Up()
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("after a 10 s Kafka outage: %s (slot held at %s during it)", c, before)
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+	waitConfirmedPast(t, conn, end)
+}
+
+// waitConfirmedPast waits until the slot confirmed at least lsn: every
+// event before it is acknowledged, and the position reached the server.
+func waitConfirmedPast(t *testing.T, conn *pgx.Conn, lsn string) {
+	t.Helper()
+	want, err := pglogrepl.ParseLSN(lsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, _ := pglogrepl.ParseLSN(slotConfirmed(t, conn, "walrelay"))
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot confirmed %s, want at least %s", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPostgresRestart restarts PostgreSQL mid-stream: walrelay reconnects
+// and resumes with nothing lost.
+func TestPostgresRestart(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	if pg.External() {
+		t.Skip("restarts the server: needs a throwaway one, not " + "WALRELAY_TEST_POSTGRES_DSN")
+	}
+	conn := connect(t, pg.DSN)
+	p := streaming(t, baseEnv(pg, kc))
+	w := newWriter(30, 6)
+	if err := w.write(t.Context(), conn, 3000, 30); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := pg.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	conn2 := connect(t, pg.DSN)
+	if err := w.write(t.Context(), conn2, 3000, 30); err != nil {
+		t.Fatal(err)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("after a PostgreSQL restart: %s", c)
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+	if !strings.Contains(p.out.String(), "reconnecting") {
+		t.Fatalf("walrelay did not log a reconnect")
+	}
+}
+
+// TestRollbackAndDeleteInTransaction: a rolled-back transaction's event
+// never appears; a row inserted and deleted in the same transaction does.
+func TestRollbackAndDeleteInTransaction(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	streaming(t, baseEnv(pg, kc))
+	ctx := t.Context()
+	insert := "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'a', 'T', '{}')"
+	rolledBack, deleted, marker := newUUID(), newUUID(), newUUID()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, insert, rolledBack); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, insert, deleted); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM outbox WHERE id = $1", deleted); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, insert, marker); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, []string{deleted, marker}, time.Minute)
+	for _, r := range col.Records() {
+		if string(kafkatest.Header(r, "id")) == rolledBack {
+			t.Fatalf("the rolled-back event %s was published", rolledBack)
+		}
+	}
+}
+
+// TestLargeTransactionStreamsInBoundedMemory sends one transaction of
+// 100,000 rows through and reports walrelay's peak RSS.
+func TestLargeTransactionStreamsInBoundedMemory(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	p := streaming(t, baseEnv(pg, kc))
+	ctx := t.Context()
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), 'order', 'agg-' || (i % 100), 'Bulk', jsonb_build_object('agg', 'agg-' || (i % 100), 'i', i, 'pad', repeat('x', 300))
+		FROM generate_series(1, 100000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	want := committedIDs(t, conn)
+	c := waitAll(t, col, want, 3*time.Minute)
+	rss := p.peakRSS()
+	t.Logf("one transaction of %d rows (~400 bytes each): %s; walrelay peak RSS %.1f MiB", len(want), c, float64(rss)/(1<<20))
+	if c.duplicates != 0 {
+		t.Fatalf("duplicates without a fault: %s", c)
+	}
+	limit := int64(128 << 20)
+	if raceEnabled {
+		limit *= 4 // the race detector's shadow memory
+	}
+	if rss > limit {
+		t.Fatalf("peak RSS %d MiB: not bounded by the buffer limits (want under %d MiB)", rss>>20, limit>>20)
+	}
+}
+
+// TestNullAggregateIDIsDeadLettered: a row whose aggregateid is NULL goes to
+// the dead-letter topic with its id, position, table and error; the stream
+// goes on.
+func TestNullAggregateIDIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	// An application's own table, without the NOT NULL of the migrated one.
+	if _, err := conn.Exec(ctx, `CREATE TABLE app_outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_TABLE", "public.app_outbox", "WALRELAY_POSTGRES_SLOT", "app", "WALRELAY_POSTGRES_PUBLICATION", "app_pub")
+	streaming(t, e)
+	bad, good := newUUID(), newUUID()
+	if _, err := conn.Exec(ctx, `INSERT INTO app_outbox VALUES ($1, 'order', NULL, 'T', '{"n": 1}')`, bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO app_outbox VALUES ($1, 'order', 'a1', 'T', '{"n": 2}')`, good); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := col.Wait(ctx, func(recs []*kgo.Record) bool { return len(recs) >= 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dlq, ok *kgo.Record
+	for _, r := range recs {
+		switch string(kafkatest.Header(r, "id")) {
+		case bad:
+			dlq = r
+		case good:
+			ok = r
+		}
+	}
+	if dlq == nil || dlq.Topic != "walrelay.dlq" {
+		t.Fatalf("the NULL-key row is not on walrelay.dlq: %v", dlq)
+	}
+	if ok == nil || ok.Topic != "outbox.event.order" {
+		t.Fatalf("the row after it did not arrive on its topic")
+	}
+	if got := string(kafkatest.Header(dlq, "walrelay.error")); !strings.Contains(got, "aggregateid is NULL") {
+		t.Fatalf("dead-letter error header %q", got)
+	}
+	if got := string(kafkatest.Header(dlq, "walrelay.table")); got != "public.app_outbox" {
+		t.Fatalf("dead-letter table header %q", got)
+	}
+	if _, err := pglogrepl.ParseLSN(string(kafkatest.Header(dlq, "walrelay.lsn"))); err != nil {
+		t.Fatalf("dead-letter lsn header: %v", err)
+	}
+	if string(dlq.Value) != `{"n": 1}` {
+		t.Fatalf("dead-letter value %q", dlq.Value)
+	}
+}
+
+// TestOversizedPayloadIsDeadLettered: a record over the batch limit goes to
+// the dead-letter topic (without its value, which is too large there too),
+// and the next event arrives.
+func TestOversizedPayloadIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_BATCH_MAX_BYTES", "20000"))
+	ctx := t.Context()
+	big, next := newUUID(), newUUID()
+	insert := "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'a', 'T', $2)"
+	if _, err := conn.Exec(ctx, insert, big, fmt.Sprintf(`{"blob": %q}`, strings.Repeat("y", 50000))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, insert, next, `{}`); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := col.Wait(ctx, func(recs []*kgo.Record) bool { return len(recs) >= 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		switch id := string(kafkatest.Header(r, "id")); {
+		case id == big && r.Topic == "walrelay.dlq":
+			if string(kafkatest.Header(r, "walrelay.reason")) != "too_large" || kafkatest.Header(r, "walrelay.payload_omitted_bytes") == nil {
+				t.Fatalf("dead-letter headers %v", r.Headers)
+			}
+		case id == next && r.Topic == "outbox.event.order":
+		default:
+			t.Fatalf("unexpected record %s on %s", id, r.Topic)
+		}
+	}
+}
+
+// TestSecondInstanceWaitsForTheSlot: a second walrelay on the same slot
+// waits, naming the pid that holds it, and takes over when the first dies.
+func TestSecondInstanceWaitsForTheSlot(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	first := streaming(t, e)
+	second := start(t, e, "run")
+	second.waitLog("slot is active in another process", 30*time.Second)
+	first.kill()
+	second.waitLog("msg=streaming", 30*time.Second)
+	w := newWriter(5, 7)
+	if err := w.write(t.Context(), conn, 100, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+}
+
+// TestBadInputsFailClearly: each configuration mistake gives one line naming
+// the problem and a non-zero exit, before anything streams.
+func TestBadInputsFailClearly(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	if _, err := conn.Exec(ctx, `CREATE TABLE no_type (id uuid, aggregatetype text, aggregateid text, payload jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	badKey := dir + "/bad.yaml"
+	writeFile(t, badKey, "kafka:\n  brokerz: [localhost:9092]\n")
+	good := baseEnv(pg, kc)
+	cases := []struct {
+		name string
+		env  env
+		args []string
+		want string
+	}{
+		{"unknown key", good, []string{"--config", badKey}, `unknown key "kafka.brokerz" (did you mean kafka.brokers?)`},
+		{"bad dsn", good.with("WALRELAY_POSTGRES_DSN", "postgres://u:secret@[::1"), nil, "postgres.dsn"},
+		{"unreachable host", good.with("WALRELAY_POSTGRES_DSN", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=3"), nil, "postgres.dsn: connect"},
+		{"missing table", good.with("WALRELAY_POSTGRES_TABLE", "public.nope"), nil, "table public.nope does not exist"},
+		{"missing column", good.with("WALRELAY_POSTGRES_TABLE", "no_type"), nil, `table public.no_type has no column "type" (outbox.type_column)`},
+		{"no brokers", good.with("WALRELAY_KAFKA_BROKERS", ""), nil, "kafka.brokers is not set"},
+		{"broker down", good.with("WALRELAY_KAFKA_BROKERS", "127.0.0.1:1"), nil, "kafka.brokers: reach kafka brokers 127.0.0.1:1"},
+		{"bad duration", good.with("WALRELAY_KAFKA_LINGER", "soon"), nil, "WALRELAY_KAFKA_LINGER: want a duration"},
+		{"bad flag value", good, []string{"--postgres.create_slot=maybe"}, "--postgres.create_slot: want true or false"},
+		{"bad topic template", good.with("WALRELAY_KAFKA_TOPIC", "out box.{aggregatetype}"), nil, "topic template"},
+		{"bad slot name", good.with("WALRELAY_POSTGRES_SLOT", "Bad-Slot"), nil, `slot name "Bad-Slot"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := start(t, tc.env, append([]string{"run"}, tc.args...)...)
+			code := p.exit(60 * time.Second)
+			out := p.out.String()
+			if code == 0 {
+				t.Fatalf("exit 0, want non-zero; output:\n%s", out)
+			}
+			var last string
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				last = l
+			}
+			if !strings.HasPrefix(last, "walrelay: ") || !strings.Contains(last, tc.want) {
+				t.Fatalf("last line %q, want a walrelay: line containing %q", last, tc.want)
+			}
+			if strings.Contains(out, "secret") {
+				t.Fatalf("the password was printed:\n%s", out)
+			}
+		})
+	}
+}

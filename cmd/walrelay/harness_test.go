@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
+)
+
+// walrelayBin is the binary under test, built once by TestMain.
+var walrelayBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "walrelay-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	walrelayBin = filepath.Join(dir, "walrelay")
+	args := []string{"build", "-o", walrelayBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build walrelay: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	m.Run() // returning lets the deferred cleanup run; the exit code is kept
+}
+
+// syncBuffer collects a process's output for waiting on and for failure
+// reports.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a walrelay subprocess, etcd e2e style.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+// env is the configuration of a walrelay under test.
+type env map[string]string
+
+func baseEnv(pg *pgtest.Server, kc *kafkatest.Cluster) env {
+	return env{
+		"WALRELAY_POSTGRES_DSN":     pg.DSN,
+		"WALRELAY_KAFKA_BROKERS":    strings.Join(kc.Addrs(), ","),
+		"WALRELAY_ADMIN_LISTEN":     "",
+		"WALRELAY_LOG_LEVEL":        "info",
+		"WALRELAY_KAFKA_LINGER":     "2ms",
+		"WALRELAY_SHUTDOWN_TIMEOUT": "20s",
+	}
+}
+
+func (e env) with(kv ...string) env {
+	out := env{}
+	for k, v := range e {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+// start runs walrelay with args and e as its only WALRELAY_ variables.
+func start(t *testing.T, e env, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(walrelayBin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WALRELAY_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	for k, v := range e {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout = p.out
+	p.cmd.Stderr = p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start walrelay: %v", err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			t.Logf("walrelay pid %d output:\n%s", p.cmd.Process.Pid, tail(p.out.String(), 6000))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// waitLog waits until the output contains s.
+func (p *proc) waitLog(s string, timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.out.String(), s) {
+		select {
+		case <-p.done:
+			p.t.Fatalf("walrelay exited (%v) before logging %q", p.err, s)
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("walrelay did not log %q within %s", s, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// streaming starts walrelay and waits for its ready line.
+func streaming(t *testing.T, e env) *proc {
+	t.Helper()
+	p := start(t, e, "run")
+	p.waitLog("msg=streaming", 60*time.Second)
+	return p
+}
+
+// exit waits for the process to end and returns its exit code.
+func (p *proc) exit(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.t.Fatalf("walrelay did not exit within %s", timeout)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// kill sends SIGKILL and waits.
+func (p *proc) kill() {
+	p.signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// peakRSS returns the process's peak resident set (VmHWM) in bytes.
+func (p *proc) peakRSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return -1
+}
+
+// setup gives a test a PostgreSQL with the outbox migrated, a kfake cluster
+// and a collector of every outbox and dead-letter record.
+func setup(t *testing.T) (*pgtest.Server, *kafkatest.Cluster, *kafkatest.Collector) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	kc := kafkatest.Start(t)
+	p := start(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
+	if code := p.exit(60 * time.Second); code != 0 {
+		t.Fatalf("migrate exited %d:\n%s", code, p.out.String())
+	}
+	col, err := kafkatest.Collect(kc.Addrs(), `outbox\.event\..*|walrelay\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	return pg, kc, col
+}
+
+func connect(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// writer writes outbox rows as an application would, remembering each
+// aggregate's sequence so that order can be checked.
+type writer struct {
+	aggs  int
+	rng   *rand.Rand
+	seq   map[string]int
+	ids   []string
+	mu    sync.Mutex
+	bytes int // payload padding
+}
+
+func newWriter(aggs int, seed uint64) *writer {
+	return &writer{aggs: aggs, rng: rand.New(rand.NewPCG(seed, 1)), seq: map[string]int{}}
+}
+
+// txn writes n rows in one transaction; the rows count only if it commits.
+func (w *writer) txn(ctx context.Context, conn *pgx.Conn, n int) error {
+	type row struct {
+		id, agg, payload string
+		seq              int
+	}
+	rows := make([]row, n)
+	next := map[string]int{}
+	for i := range rows {
+		agg := fmt.Sprintf("agg-%d", w.rng.IntN(w.aggs))
+		s, ok := next[agg]
+		if !ok {
+			s = w.seq[agg]
+		}
+		next[agg] = s + 1
+		rows[i] = row{id: newUUID(), agg: agg, seq: s,
+			payload: fmt.Sprintf(`{"agg": %q, "seq": %d, "pad": %q}`, agg, s, strings.Repeat("x", w.bytes))}
+	}
+	batch := &pgx.Batch{}
+	for _, r := range rows {
+		batch.Queue("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', $2, 'OrderUpdated', $3)", r.id, r.agg, r.payload)
+	}
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range rows {
+		w.ids = append(w.ids, r.id)
+	}
+	for agg, s := range next {
+		w.seq[agg] = s
+	}
+	return nil
+}
+
+// write writes total rows in transactions of 1 to maxTxn rows.
+func (w *writer) write(ctx context.Context, conn *pgx.Conn, total, maxTxn int) error {
+	for done := 0; done < total; {
+		n := min(1+w.rng.IntN(maxTxn), total-done)
+		if err := w.txn(ctx, conn, n); err != nil {
+			return fmt.Errorf("write rows %d to %d: %w", done, done+n, err)
+		}
+		done += n
+	}
+	return nil
+}
+
+func (w *writer) written() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.ids...)
+}
+
+// committedIDs reads the ground truth: every id in the outbox table.
+func committedIDs(t *testing.T, conn *pgx.Conn) []string {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), "SELECT id::text FROM outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// tally is what arrived on the outbox topics for a set of expected ids.
+type tally struct {
+	records, distinct, missing, unexpected, duplicates, orderViolations int
+}
+
+func (c tally) String() string {
+	return fmt.Sprintf("records=%d distinct=%d missing=%d unexpected=%d duplicates=%d order_violations=%d",
+		c.records, c.distinct, c.missing, c.unexpected, c.duplicates, c.orderViolations)
+}
+
+// count tallies records against want. Order: per key, the first delivery of
+// each event must come in sequence order (replays after a crash may repeat
+// earlier events, which are duplicates, not violations).
+func count(recs []*kgo.Record, want []string) tally {
+	wantSet := make(map[string]bool, len(want))
+	for _, id := range want {
+		wantSet[id] = true
+	}
+	sorted := make([]*kgo.Record, 0, len(recs))
+	for _, r := range recs {
+		if strings.HasPrefix(r.Topic, "outbox.event.") {
+			sorted = append(sorted, r)
+		}
+	}
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		if a.Partition != b.Partition {
+			return a.Partition < b.Partition
+		}
+		return a.Offset < b.Offset
+	})
+	c := tally{records: len(sorted)}
+	seen := map[string]bool{}
+	last := map[string]int{}
+	for _, r := range sorted {
+		id := string(kafkatest.Header(r, "id"))
+		if seen[id] {
+			c.duplicates++
+			continue
+		}
+		seen[id] = true
+		if !wantSet[id] {
+			c.unexpected++
+			continue
+		}
+		c.distinct++
+		if s, ok := seqOf(r.Value); ok {
+			key := string(r.Key)
+			if prev, ok := last[key]; ok && s != prev+1 {
+				c.orderViolations++
+			}
+			last[key] = s
+		}
+	}
+	c.missing = len(wantSet) - c.distinct
+	return c
+}
+
+// seqOf reads "seq" from a writer payload (jsonb normalizes the spacing).
+func seqOf(v []byte) (int, bool) {
+	i := bytes.Index(v, []byte(`"seq": `))
+	if i < 0 {
+		return 0, false
+	}
+	j := i + len(`"seq": `)
+	k := j
+	for k < len(v) && v[k] >= '0' && v[k] <= '9' {
+		k++
+	}
+	n, err := strconv.Atoi(string(v[j:k]))
+	return n, err == nil
+}
+
+// waitAll waits until every id in want arrived.
+func waitAll(t *testing.T, col *kafkatest.Collector, want []string, timeout time.Duration) tally {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	recs, err := col.Wait(ctx, func(recs []*kgo.Record) bool { return count(recs, want).missing == 0 })
+	c := count(recs, want)
+	if err != nil {
+		t.Fatalf("not every event arrived: %s: %v", c, err)
+	}
+	return c
+}
+
+// slotConfirmed reads the slot's confirmed_flush_lsn.
+func slotConfirmed(t *testing.T, conn *pgx.Conn, slot string) string {
+	t.Helper()
+	var lsn string
+	if err := conn.QueryRow(t.Context(), "SELECT coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
