@@ -35,7 +35,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(cfg, stderr)
 	log.Info("starting walrelay", append([]any{"version", version}, cs.effective()...)...)
-	return relay(ctx, cfg, log)
+	return scrubError(relay(ctx, cfg, log), cfg.Postgres.DSN)
 }
 
 // relay runs the pipeline until ctx is cancelled (nil) or a fatal error.

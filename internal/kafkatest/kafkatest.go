@@ -105,13 +105,16 @@ type gate struct {
 
 func (g *gate) setDown(down bool) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.down = down
+	var cut []net.Conn
 	if down {
 		for c := range g.conns {
-			c.Close()
+			cut = append(cut, c)
 		}
-		clear(g.conns)
+	}
+	g.mu.Unlock()
+	for _, c := range cut {
+		c.Close() // takes g.mu to forget itself
 	}
 }
 

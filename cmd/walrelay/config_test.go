@@ -1,0 +1,78 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigPrecedence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "walrelay.yaml")
+	if err := os.WriteFile(path, []byte(`
+postgres:
+  dsn: postgres://file@localhost/db
+  slot: from_file
+kafka:
+  brokers: [a:9092, b:9092]
+  linger: 7ms
+outbox:
+  header_columns: [tenant, trace]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WALRELAY_POSTGRES_SLOT", "from_env")
+	t.Setenv("WALRELAY_KAFKA_TOPIC", "t.{type}")
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	cs := newConfigSet(fs)
+	if err := fs.Parse([]string{"--config", path, "--kafka.topic", "from.flag"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cs.load(fs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Postgres.DSN != "postgres://file@localhost/db" || cfg.Postgres.Slot != "from_env" || cfg.Kafka.Topic != "from.flag" {
+		t.Fatalf("file < env < flag broken: dsn %q slot %q topic %q", cfg.Postgres.DSN, cfg.Postgres.Slot, cfg.Kafka.Topic)
+	}
+	if strings.Join(cfg.Kafka.Brokers, ",") != "a:9092,b:9092" || cfg.Kafka.Linger != 7*time.Millisecond {
+		t.Fatalf("brokers %v linger %s", cfg.Kafka.Brokers, cfg.Kafka.Linger)
+	}
+	if strings.Join(cfg.Outbox.HeaderColumns, ",") != "tenant,trace" {
+		t.Fatalf("header columns %v", cfg.Outbox.HeaderColumns)
+	}
+	if cfg.Postgres.Publication != "walrelay_outbox" || cfg.Kafka.DLQTopic != "walrelay.dlq" || cfg.Postgres.Table != "public.outbox" {
+		t.Fatalf("defaults lost: %+v", cfg.Postgres)
+	}
+}
+
+func TestEveryKeyHasItsVariable(t *testing.T) {
+	t.Parallel()
+	var c Config
+	for _, k := range c.keys() {
+		want := "WALRELAY_" + strings.ToUpper(strings.ReplaceAll(k.name, ".", "_"))
+		if EnvName(k.name) != want {
+			t.Errorf("%s: variable %s", k.name, EnvName(k.name))
+		}
+	}
+	if EnvName("postgres.dsn") != "WALRELAY_POSTGRES_DSN" || EnvName("kafka.brokers") != "WALRELAY_KAFKA_BROKERS" {
+		t.Fatal("the two documented variables changed")
+	}
+}
+
+func TestRedactDSN(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://u:secret@h:5432/db":          "postgres://u:redacted@h:5432/db",
+		"postgres://u@h/db":                      "postgres://u@h/db",
+		"host=h user=u password=secret dbname=d": "host=h user=u password=redacted dbname=d",
+		"host=h password='se cret' dbname=d":     "host=h password=redacted dbname=d",
+		"postgres://u:secret@[::1":               "postgres://u:redacted@[::1",
+	} {
+		if got := redactDSN(in); got != want {
+			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
