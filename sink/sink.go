@@ -54,7 +54,6 @@ type Sink struct {
 	cfg    Config
 	cl     *kgo.Client
 	log    *slog.Logger
-	topic  func(*decoder.Event) string
 	static bool // the template has no placeholder
 }
 
