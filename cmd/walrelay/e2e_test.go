@@ -497,3 +497,41 @@ func TestBadInputsFailClearly(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleOutboxDoesNotHoldWAL: with the outbox idle and another table busy,
+// the keepalive advance keeps the slot's lag small, so the disk does not
+// fill with WAL the slot no longer needs.
+func TestIdleOutboxDoesNotHoldWAL(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	streaming(t, baseEnv(pg, kc))
+	ctx := t.Context()
+	if _, err := conn.Exec(ctx, "CREATE TABLE busy (id bigserial PRIMARY KEY, pad text)"); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if _, err := conn.Exec(ctx, "INSERT INTO busy (pad) SELECT repeat('z', 1000) FROM generate_series(1, 1000)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var written int64
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn() - '0/0'").Scan(&written); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var lag int64
+		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'`).Scan(&lag); err != nil {
+			t.Fatal(err)
+		}
+		if lag < 1<<20 {
+			t.Logf("after ~20 MB of WAL on another table, the slot lags %d bytes", lag)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot still lags %d bytes behind an idle outbox", lag)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

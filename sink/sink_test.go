@@ -1,0 +1,165 @@
+package sink
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/kafkatest"
+)
+
+func newSink(t *testing.T, kc *kafkatest.Cluster, cfg Config) *Sink {
+	t.Helper()
+	cfg.Brokers = kc.Addrs()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// publish publishes e and waits for its fate.
+func publish(t *testing.T, s *Sink, e *decoder.Event) error {
+	t.Helper()
+	done := make(chan error, 1)
+	s.Publish(t.Context(), e, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("no ack within 30s")
+		return nil
+	}
+}
+
+func event(id string) *decoder.Event {
+	return &decoder.Event{ID: id, AggregateType: "order", AggregateID: "o-1", Type: "Created", Payload: []byte(`{"a":1}`),
+		Headers: []decoder.Header{{Key: "tenant", Value: []byte("7")}}, Source: "public.outbox", Xid: 12, CommitLSN: 0x1234,
+		CommitTime: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC), Transactional: true}
+}
+
+func TestRecordLayout(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{Topic: "events.{aggregatetype}.{type}"})
+	if err := publish(t, s, event("e1")); err != nil {
+		t.Fatal(err)
+	}
+	col, err := kafkatest.Collect(kc.Addrs(), `events\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := recs[0]
+	if r.Topic != "events.order.Created" || string(r.Key) != "o-1" || string(r.Value) != `{"a":1}` {
+		t.Fatalf("record %s key %q value %q", r.Topic, r.Key, r.Value)
+	}
+	want := map[string]string{"id": "e1", "type": "Created", "walrelay.lsn": "0/1234", "walrelay.xid": "12",
+		"walrelay.commit_time": "2026-01-02T03:04:05.000006Z", "tenant": "7"}
+	for k, v := range want {
+		if got := string(kafkatest.Header(r, k)); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+}
+
+func TestTombstone(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{})
+	e := event("e2")
+	e.Payload = nil
+	if err := publish(t, s, e); err != nil {
+		t.Fatal(err)
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs[0].Value != nil {
+		t.Fatalf("tombstone has value %q", recs[0].Value)
+	}
+}
+
+func TestInvalidTopicIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{})
+	e := event("e3")
+	e.AggregateType = "has space"
+	if err := publish(t, s, e); err != nil {
+		t.Fatal(err)
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(kafkatest.Header(recs[0], HeaderReason)); got != "invalid_topic" {
+		t.Fatalf("reason %q", got)
+	}
+}
+
+// TestUnwritableDeadLetterTopicFails: when the dead-letter topic refuses the
+// record too, the event's callback gets an error (the pipeline stops) rather
+// than a silent drop.
+func TestUnwritableDeadLetterTopicFails(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		// The only record produced here is the dead-letter one: refuse every
+		// produce (newer requests name topics by id, not by name).
+		for _, tp := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = tp.Topic
+			rt.TopicID = tp.TopicID
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	s := newSink(t, kc, Config{})
+	e := event("e4")
+	e.Invalid = errors.New("column aggregateid is NULL")
+	err := publish(t, s, e)
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) || !strings.Contains(err.Error(), "dead-letter event e4") {
+		t.Fatalf("err = %v, want a dead-letter failure wrapping TOPIC_AUTHORIZATION_FAILED", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]Config{
+		"no brokers":  {},
+		"bad dlq":     {Brokers: []string{"x:1"}, DLQTopic: "a b"},
+		"bad tmpl":    {Brokers: []string{"x:1"}, Topic: "x.{unknown}"},
+		"compression": {Brokers: []string{"x:1"}, Compression: "brotli"},
+		"buffers":     {Brokers: []string{"x:1"}, MaxBufferedBytes: 10, BatchMaxBytes: 100},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
