@@ -535,3 +535,37 @@ func TestIdleOutboxDoesNotHoldWAL(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestLogicalMessageEvents: walrelay_emit (a transactional logical decoding
+// message) publishes an event without a table row once its transaction
+// commits, and never when it rolls back.
+func TestLogicalMessageEvents(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	streaming(t, baseEnv(pg, kc))
+	ctx := t.Context()
+	emit := `SELECT walrelay_emit($1, 'invoice', 'inv-9', 'InvoiceIssued', '{"amount": 12.5}')`
+	committed, rolledBack := newUUID(), newUUID()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, emit, rolledBack); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, emit, committed); err != nil {
+		t.Fatal(err)
+	}
+	recs := waitAll(t, col, []string{committed}, time.Minute)
+	if recs.records != 1 {
+		t.Fatalf("want exactly the committed message: %s", recs)
+	}
+	r := col.Records()[0]
+	if r.Topic != "outbox.event.invoice" || string(r.Key) != "inv-9" || string(r.Value) != `{"amount": 12.5}` || string(kafkatest.Header(r, "type")) != "InvoiceIssued" {
+		t.Fatalf("record %s key %q value %q", r.Topic, r.Key, r.Value)
+	}
+}
