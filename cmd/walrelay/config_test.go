@@ -76,3 +76,25 @@ func TestRedactDSN(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleConfigLoads keeps walrelay.example.yaml in step with the keys.
+func TestExampleConfigLoads(t *testing.T) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	cs := newConfigSet(fs)
+	if err := fs.Parse([]string{"--config", "../../walrelay.example.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.load(fs, true); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("../../walrelay.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range cs.keys {
+		leaf := k.name[strings.LastIndex(k.name, ".")+1:]
+		if !strings.Contains(string(b), leaf+":") {
+			t.Errorf("walrelay.example.yaml does not show %s", k.name)
+		}
+	}
+}

@@ -118,7 +118,7 @@ func TestSurvivesSIGKILL(t *testing.T) {
 	e := baseEnv(pg, kc)
 	for i := range 3 {
 		p := streaming(t, e)
-		time.Sleep(time.Duration(200+rng.IntN(1200)) * time.Millisecond)
+		time.Sleep(time.Duration(200+rng.IntN(2300)) * time.Millisecond)
 		p.kill()
 		t.Logf("kill %d: %d records so far, slot confirmed at %s", i+1, len(col.Records()), slotConfirmed(t, conn, "walrelay"))
 	}
