@@ -2,6 +2,8 @@ package decoder
 
 import (
 	"errors"
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,6 +26,13 @@ func FuzzDecode(f *testing.F) {
 		{},
 	} {
 		f.Add(seed)
+	}
+	// Real messages captured from PostgreSQL by TestGolden.
+	if b, err := os.ReadFile("testdata/stream.hex"); err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			_, data := parseHexLine(f, line)
+			f.Add(data)
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := New(Config{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}})
