@@ -16,6 +16,7 @@ type Txn struct {
 	endLSN    pglogrepl.LSN
 	pending   int
 	committed bool
+	failed    bool // an event could not be published: never confirmable
 	dropped   bool
 }
 
@@ -75,6 +76,19 @@ func (x *Txn) Ack() {
 	t.mu.Unlock()
 }
 
+// Fail records that one event of x will never be acknowledged (Kafka
+// refused it). It counts as no longer in flight, and x can no longer be
+// confirmed: only a Reset, after which the server resends x, moves the
+// confirmed LSN past it. Call it at most once per Add, instead of Ack.
+func (x *Txn) Fail() {
+	t := x.t
+	t.mu.Lock()
+	x.pending--
+	t.inFlight--
+	x.failed = true
+	t.mu.Unlock()
+}
+
 // Commit closes x with the end LSN of its commit record (Commit's
 // TransactionEndLSN), the position that may be confirmed once all of its
 // events are acknowledged.
@@ -95,16 +109,17 @@ func (x *Txn) Commit(endLSN pglogrepl.LSN) error {
 // CommitLSN returns the LSN of x's commit record, as given to Begin.
 func (x *Txn) CommitLSN() pglogrepl.LSN { return x.commitLSN }
 
-// Reset forgets the open transaction, if any, when the stream restarts: the
-// server resends that transaction whole, so its events are not needed for
-// the confirmed position. Acks of its events still in flight are harmless.
+// Reset forgets every transaction not yet confirmed, when the stream
+// restarts: the server resends everything after the slot's confirmed
+// position, which is at or before the tracker's, so those transactions come
+// again, whole, and are tracked anew. Acks of their events still in flight
+// are harmless, and count in InFlight until they arrive.
 func (t *Tracker) Reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.open == nil {
-		return
+	for _, x := range t.fifo[t.head:] {
+		x.dropped = true
 	}
-	t.open.dropped = true
 	t.open = nil
 	t.advance()
 }
@@ -145,7 +160,7 @@ func (t *Tracker) advance() {
 		// resends its transaction, and the resent copy queued behind it
 		// carries its own count.
 		if !x.dropped {
-			if !x.committed || x.pending > 0 {
+			if !x.committed || x.pending > 0 || x.failed {
 				return
 			}
 			if x.endLSN > t.confirmed {

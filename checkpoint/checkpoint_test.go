@@ -25,6 +25,7 @@ func TestConfirmedNeverPassesUnacked(t *testing.T) {
 		var (
 			ends    []pglogrepl.LSN // end LSN per transaction, in commit order
 			commits []pglogrepl.LSN // commit LSN per transaction
+			sizes   []int           // events per transaction
 			open    = -1            // index of the open transaction
 			pending []int           // unacked events per transaction
 			queue   []event         // events produced, not yet acked
@@ -72,6 +73,7 @@ func TestConfirmedNeverPassesUnacked(t *testing.T) {
 			ends = append(ends, 0)
 			commits = append(commits, lsn)
 			open = idx
+			sizes = append(sizes, size)
 			pending = append(pending, 0)
 			for range size {
 				x.Add()
@@ -82,19 +84,56 @@ func TestConfirmedNeverPassesUnacked(t *testing.T) {
 				}
 			}
 			if rng.IntN(25) == 0 {
-				// The connection drops mid-transaction: the open one is
-				// forgotten; its acks may still arrive. The server resends
-				// it, which the next iteration models as a new transaction.
+				// The connection drops mid-transaction. The tracker forgets
+				// every unconfirmed transaction; their late acks may still
+				// arrive. The server then resends each of them whole, from
+				// the confirmed position on, the open one included.
 				tr.Reset()
 				open = -1
-				for i := range queue {
-					if queue[i].idx == idx {
-						queue[i].idx = -1
-					}
-				}
-				pending[idx] = 0
-				ends[idx] = 0
 				check("reset")
+				c := tr.Confirmed()
+				n := len(ends)
+				for i := range n {
+					if ends[i] != 0 && ends[i] <= c && i != idx {
+						continue // confirmed: the server skips it
+					}
+					if pending[i] == 0 && ends[i] == 0 && i != idx {
+						continue // already replaced by a resent copy
+					}
+					for k := range queue {
+						if queue[k].idx == i {
+							queue[k].idx = -1
+						}
+					}
+					size := sizes[i]
+					end := ends[i]
+					pending[i], ends[i] = 0, 0
+					if i == idx {
+						lsn += pglogrepl.LSN(1 + rng.IntN(100))
+						end = lsn
+					}
+					rx, err := tr.Begin(commits[i])
+					if err != nil {
+						t.Fatal(err)
+					}
+					j := len(ends)
+					ends = append(ends, 0)
+					commits = append(commits, commits[i])
+					pending = append(pending, 0)
+					sizes = append(sizes, size)
+					open = j
+					for range size {
+						rx.Add()
+						pending[j]++
+						queue = append(queue, event{rx, j})
+					}
+					if err := rx.Commit(end); err != nil {
+						t.Fatal(err)
+					}
+					open = -1
+					ends[j] = end
+					check("resend")
+				}
 				continue
 			}
 			lsn += pglogrepl.LSN(1 + rng.IntN(100))
@@ -172,5 +211,31 @@ func TestBeginWhileOpenIsAnError(t *testing.T) {
 	tr.Reset()
 	if _, err := tr.Begin(20); err != nil {
 		t.Fatalf("Begin after Reset: %v", err)
+	}
+}
+
+func TestFailedEventBlocksUntilResent(t *testing.T) {
+	t.Parallel()
+	tr := New(100)
+	x, _ := tr.Begin(200)
+	x.Add()
+	x.Add()
+	if err := x.Commit(210); err != nil {
+		t.Fatal(err)
+	}
+	x.Ack()
+	x.Fail()
+	if got, n := tr.Confirmed(), tr.InFlight(); got != 100 || n != 0 {
+		t.Fatalf("after a failed event: confirmed %s in flight %d, want 100 and 0", got, n)
+	}
+	tr.Reset() // the stream restarts; the server resends the transaction
+	y, _ := tr.Begin(200)
+	y.Add()
+	if err := y.Commit(210); err != nil {
+		t.Fatal(err)
+	}
+	y.Ack()
+	if got := tr.Confirmed(); got != 210 {
+		t.Fatalf("after the resent copy was acknowledged: confirmed %s, want 210", got)
 	}
 }

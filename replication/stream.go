@@ -19,9 +19,16 @@ import (
 
 // Handler is called from the receive goroutine with each XLogData payload,
 // in WAL order. data is valid only until it returns: whatever it keeps must be
-// copied. It may block (backpressure); status updates go on meanwhile. A
-// non-nil error stops the stream for good and is returned by Run.
+// copied. It may block (backpressure); status updates go on meanwhile. An
+// error wrapping ErrRestart ends the session, and the stream reconnects and
+// resends from the slot's confirmed position; any other error stops the
+// stream for good and is returned by Run.
 type Handler func(ctx context.Context, walStart pglogrepl.LSN, data []byte) error
+
+// ErrRestart, wrapped in an error of a Handler or of Config.Err, asks for the
+// stream to start again from the slot's confirmed position: the way to retry
+// events that could not be delivered without giving up their order.
+var ErrRestart = errors.New("restart the replication stream")
 
 // Confirmed returns the LSN that may be confirmed to the server. It is called
 // from several goroutines.
@@ -70,6 +77,9 @@ type Config struct {
 	Boundary func() bool
 	// DrainTimeout bounds that wait and the Flush. Default 30s.
 	DrainTimeout time.Duration
+	// Err, if set, is polled by the receive loop at least every tenth of
+	// StatusInterval; a non-nil error ends the session as a Handler's would.
+	Err func() error
 }
 
 // Stream streams one slot. Create it with New and call Run once.
@@ -197,6 +207,7 @@ func (s *Stream) Run(ctx context.Context) error {
 	defer s.state.Store("stopped")
 	attempt := 0
 	for {
+		began := time.Now()
 		started, err := s.stream(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -205,7 +216,9 @@ func (s *Stream) Run(ctx context.Context) error {
 		if errors.As(err, &fatal) {
 			return err
 		}
-		if started {
+		// A session that streamed a while resets the backoff; one that
+		// failed at once (a restart that keeps failing) does not.
+		if started && time.Since(began) > 10*time.Second {
 			attempt = 0
 		}
 		wait := backoff(s.cfg.BackoffMin, s.cfg.BackoffMax, attempt)
@@ -392,6 +405,11 @@ func (ss *session) run(ctx context.Context) error {
 		if err := ss.sendStatus(false); err != nil {
 			return err
 		}
+		if cfg.Err != nil {
+			if err := handlerError(cfg.Err()); err != nil {
+				return err
+			}
+		}
 		base := ctx
 		if ctx.Err() != nil {
 			if drainUntil.IsZero() {
@@ -474,11 +492,19 @@ func (ss *session) message(ctx context.Context, raw pgproto3.BackendMessage) err
 		ss.mu.Unlock()
 		err = cfg.Handle(ctx, xld.WALStart, xld.WALData)
 		ss.mu.Lock()
-		if err != nil {
-			return &FatalError{err}
+		if err := handlerError(err); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// handlerError classifies an error of the Handler or of Config.Err.
+func handlerError(err error) error {
+	if err == nil || errors.Is(err, ErrRestart) {
+		return err
+	}
+	return &FatalError{err}
 }
 
 // shutdown waits for in-flight events, sends the last status update and ends

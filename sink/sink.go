@@ -168,10 +168,18 @@ func (s *Sink) Topic(e *decoder.Event) string {
 	return strings.NewReplacer("{aggregatetype}", e.AggregateType, "{type}", e.Type).Replace(s.cfg.Topic)
 }
 
+// Delivery says where Kafka acknowledged an event.
+type Delivery struct {
+	Topic string
+	// DeadLetter is empty when the event went to its topic, else the reason
+	// it went to the dead-letter topic (see HeaderReason).
+	DeadLetter string
+}
+
 // Done is called once per published event, from the client's callback
 // goroutine; it must not block. A nil error means Kafka acknowledged the
-// event on its topic or on the dead-letter topic.
-type Done func(error)
+// event on its topic or on the dead-letter topic, as d says.
+type Done func(d Delivery, err error)
 
 // Publish produces e and calls done with its fate. It blocks while the
 // client buffers MaxBufferedRecords or MaxBufferedBytes; ctx bounds that wait
@@ -190,15 +198,29 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
-			done(nil)
+			done(Delivery{Topic: topic}, nil)
 		case perEvent(err):
 			// The promise must not block on the client: dead-letter from a
 			// goroutine of its own. This is the rare path.
 			go s.deadLetter(ctx, e, reason(err), topic, err, done)
 		default:
-			done(fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
+			done(Delivery{Topic: topic}, fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
 		}
 	})
+}
+
+// Fatal reports whether a publish error is one that retrying cannot fix:
+// authorization refused, or a topic that does not exist and is not created.
+// Other errors are transient: the caller retries the event (walrelay does so
+// by restarting the stream from the slot's confirmed position).
+func Fatal(err error) bool {
+	for _, e := range []error{kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.SaslAuthenticationFailed,
+		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.InvalidRequiredAcks, kerr.UnsupportedVersion} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // perEvent reports whether err concerns this record only, so that the
@@ -265,13 +287,13 @@ func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic stri
 		s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
-				done(nil)
+				done(Delivery{Topic: s.cfg.DLQTopic, DeadLetter: why}, nil)
 			case try < deadLetterTries && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
 				r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
 				r.Value = nil
 				go produce(try + 1)
 			default:
-				done(fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err))
+				done(Delivery{Topic: s.cfg.DLQTopic, DeadLetter: why}, fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err))
 			}
 		})
 	}

@@ -29,7 +29,7 @@ func newSink(t *testing.T, kc *kafkatest.Cluster, cfg Config) *Sink {
 func publish(t *testing.T, s *Sink, e *decoder.Event) error {
 	t.Helper()
 	done := make(chan error, 1)
-	s.Publish(t.Context(), e, func(err error) { done <- err })
+	s.Publish(t.Context(), e, func(_ Delivery, err error) { done <- err })
 	select {
 	case err := <-done:
 		return err

@@ -50,6 +50,9 @@ type Config struct {
 	Admin struct {
 		Listen string
 	}
+	Heartbeat struct {
+		Interval time.Duration
+	}
 	Log struct {
 		Level  string
 		Format string
@@ -182,7 +185,9 @@ func (c *Config) keys() []*key {
 	add("kafka.auto_create_topics", "ask the broker to create missing topics", f, s)
 
 	f, s = str(&c.Admin.Listen, "127.0.0.1:8087")
-	add("admin.listen", "address of the admin HTTP listener (/healthz, /readyz); empty turns it off", f, s)
+	add("admin.listen", "address of the admin HTTP listener (/healthz, /readyz, /metrics, /status, /debug/pprof); empty turns it off", f, s)
+	f, s = duration(&c.Heartbeat.Interval, 0)
+	add("heartbeat.interval", "write a heartbeat message to the WAL this often, so the slot advances when only other databases write; 0 turns it off", f, s)
 	f, s = str(&c.Log.Level, "info")
 	add("log.level", "debug, info, warn or error", f, s)
 	f, s = str(&c.Log.Format, "text")

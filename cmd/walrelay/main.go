@@ -4,7 +4,8 @@
 // confirms a WAL position to the slot only after Kafka acknowledged every
 // event before it.
 //
-// Subcommands: run, migrate, demo, version. This package only wires the
+// Subcommands: run, migrate, demo, check, status, slot, lsn, publication,
+// version. This package only wires the
 // replication, decoder, sink and checkpoint packages together.
 package main
 
@@ -35,7 +36,14 @@ Usage:
   walrelay run     [--config FILE] [--key value ...]   stream the outbox to Kafka
   walrelay migrate [--config FILE] [--key value ...]   create the outbox table, publication and slot
   walrelay demo    [--count N]                         a throwaway PostgreSQL and Kafka, end to end
+  walrelay check                                       preflight: server settings, role, table, publication, brokers
+  walrelay status                                      one screen from a running instance (its admin listener)
+  walrelay slot list | status [NAME] | create [NAME] | drop NAME
+  walrelay lsn show [NAME] | advance NAME (--to LSN | --to-current) [--yes]
+  walrelay publication show [NAME] | create [NAME] | drop NAME
   walrelay version
+
+The operator commands take --json for one JSON document.
 
 Every configuration key is also an environment variable (postgres.dsn is
 WALRELAY_POSTGRES_DSN) and a flag (--postgres.dsn). Run 'walrelay run -h' for
@@ -60,6 +68,16 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = cmdMigrate(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "slot":
+		err = cmdSlot(ctx, args[1:], stdout, stderr)
+	case "lsn":
+		err = cmdLSN(ctx, args[1:], stdout, stderr)
+	case "publication":
+		err = cmdPublication(ctx, args[1:], stdout, stderr)
+	case "check":
+		err = cmdCheck(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = cmdStatus(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "walrelay", version)
 	case "help", "-h", "--help":

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
@@ -44,6 +45,7 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err := preflight(ctx, cfg, log, schema, table); err != nil {
 		return err
 	}
+	m := newMetrics()
 	dec, err := decoder.New(decoder.Config{
 		Schema: schema, Table: table,
 		Columns: decoder.Columns{
@@ -61,6 +63,7 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Compression: cfg.Kafka.Compression, Linger: cfg.Kafka.Linger, BatchMaxBytes: int32(min(cfg.Kafka.BatchMaxBytes, 1<<30)),
 		MaxBufferedRecords: cfg.Kafka.MaxBufferedRecords, MaxBufferedBytes: cfg.Kafka.MaxBufferedBytes,
 		DisableAutoCreateTopics: !cfg.Kafka.AutoCreateTopics, Logger: log,
+		Opts: []kgo.Opt{kgo.WithHooks(kafkaHook{m})},
 	})
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
@@ -96,25 +99,35 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		}
 	}()
 
-	p := &pipeline{dec: dec, sink: sk, tr: checkpoint.New(0), produceCtx: produceCtx, stop: stopRun, log: log}
+	p := &pipeline{dec: dec, sink: sk, tr: checkpoint.New(0), produceCtx: produceCtx, stop: stopRun, log: log, m: m}
 	stream, err := replication.New(replication.Config{
 		ConnString: cfg.Postgres.DSN, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval, Logger: log,
 		Handle: p.handle, Confirmed: p.tr.Confirmed, Keepalive: p.tr.Idle,
-		Started: p.started, Flush: p.flush, Boundary: func() bool { return p.txn == nil },
+		Started: p.started, Flush: p.flush, Boundary: func() bool { return p.txn == nil }, Err: p.status,
 		DrainTimeout: cfg.ShutdownTimeout,
 	})
 	if err != nil {
 		return err
 	}
+	m.register(stream, p)
 	if cfg.Admin.Listen != "" {
-		srv, err := startAdmin(cfg.Admin.Listen, stream, p, log)
+		srv, err := serveAdmin(cfg.Admin.Listen, adminMux(m, stream, p, cfg.Postgres.Slot, m.kafkaReachable), log)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
 	}
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	bg.Go(func() { m.pollSlot(runCtx, cfg.Postgres.DSN, cfg.Postgres.Slot, 5*time.Second, log) })
+	if cfg.Heartbeat.Interval > 0 {
+		bg.Go(func() {
+			heartbeat(runCtx, cfg.Postgres.DSN, cfg.Outbox.MessagePrefix+".heartbeat", cfg.Heartbeat.Interval, log)
+		})
+	}
 	runErr := stream.Run(runCtx)
+	stopRun()
 	if err := p.failure(); err != nil {
 		return err
 	}
@@ -231,9 +244,12 @@ type pipeline struct {
 	log        *slog.Logger
 
 	txn *checkpoint.Txn // the open transaction
+	m   *metrics
 
-	mu  sync.Mutex
-	err error // the first fatal error
+	mu         sync.Mutex
+	err        error  // the first fatal error
+	session    uint64 // counts stream starts
+	restartErr error  // a transient failure in this session: restart it
 }
 
 func (p *pipeline) fail(err error) {
@@ -251,8 +267,37 @@ func (p *pipeline) failure() error {
 	return p.err
 }
 
+// restart asks for the stream to start again: an event of session could
+// not be delivered, and the server resends it, and all after it, in order.
+// A failure from an earlier session is already being resent.
+func (p *pipeline) restart(session uint64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if session == p.session && p.restartErr == nil {
+		p.restartErr = err
+	}
+}
+
+// status is polled by the receive loop: a fatal error stops the stream, a
+// transient one restarts it.
+func (p *pipeline) status() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	if p.restartErr != nil {
+		return fmt.Errorf("%w: %w", replication.ErrRestart, p.restartErr)
+	}
+	return nil
+}
+
 // started resets per-stream state: the server resends from slotConfirmed.
 func (p *pipeline) started(slotConfirmed pglogrepl.LSN) {
+	p.mu.Lock()
+	p.session++
+	p.restartErr = nil
+	p.mu.Unlock()
 	p.dec.Reset()
 	p.tr.Reset()
 	p.txn = nil
@@ -260,7 +305,9 @@ func (p *pipeline) started(slotConfirmed pglogrepl.LSN) {
 }
 
 func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []byte) error {
-	if err := p.failure(); err != nil {
+	// Nothing more is produced once a failure is known, so that the resent
+	// events keep their order.
+	if err := p.status(); err != nil {
 		return err
 	}
 	msg, err := p.dec.Decode(walStart, data)
@@ -269,6 +316,7 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 	}
 	switch m := msg.(type) {
 	case decoder.Begin:
+		p.m.transactions.Inc()
 		p.txn, err = p.tr.Begin(m.FinalLSN)
 		return err
 	case decoder.Commit:
@@ -292,15 +340,31 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 		} else {
 			txn.Add()
 		}
-		p.sink.Publish(p.produceCtx, m, func(err error) {
-			if err != nil {
+		commit := m.CommitTime
+		p.mu.Lock()
+		session := p.session
+		p.mu.Unlock()
+		p.sink.Publish(p.produceCtx, m, func(d sink.Delivery, err error) {
+			switch {
+			case err != nil && sink.Fatal(err):
+				p.m.publishErrors.WithLabelValues("fatal").Inc()
+				txn.Fail()
 				p.fail(err)
 				return
+			case err != nil:
+				p.m.publishErrors.WithLabelValues("transient").Inc()
+				txn.Fail()
+				p.restart(session, err)
+				return
 			}
+			p.m.acked(d.Topic, d.DeadLetter, commit)
 			txn.Ack()
 		})
 		return nil
 	case decoder.Ignored:
+		if m.Kind != "relation" && m.Kind != "type" && m.Kind != "origin" {
+			p.m.ignored.WithLabelValues(m.Kind).Inc()
+		}
 		p.log.Debug("ignored change", "kind", m.Kind, "lsn", walStart.String())
 		return nil
 	}
@@ -327,20 +391,8 @@ func (p *pipeline) flush(ctx context.Context) error {
 	}
 }
 
-// startAdmin serves /healthz (the process is alive) and /readyz (the stream
-// is streaming) on addr.
-func startAdmin(addr string, stream *replication.Stream, p *pipeline, log *slog.Logger) (*http.Server, error) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		state := stream.State()
-		if state != "streaming" || p.failure() != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		fmt.Fprintf(w, "state=%s confirmed=%s received=%s in_flight=%d\n", state, p.tr.Confirmed(), stream.ReceivedLSN(), p.tr.InFlight())
-	})
+// serveAdmin serves mux on addr until Close.
+func serveAdmin(addr string, mux *http.ServeMux, log *slog.Logger) (*http.Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin.listen %s: %w", addr, err)
@@ -353,4 +405,41 @@ func startAdmin(addr string, stream *replication.Stream, p *pipeline, log *slog.
 	}()
 	log.Info("admin listener", "addr", l.Addr().String())
 	return srv, nil
+}
+
+// heartbeat writes a non-transactional logical decoding message every
+// interval, so that the slot has WAL of this database to move past even when
+// only other databases on the server write. The decoder ignores them.
+func heartbeat(ctx context.Context, dsn, prefix string, every time.Duration, log *slog.Logger) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var err error
+		if conn == nil || conn.IsClosed() {
+			conn, err = pgx.Connect(qctx, dsn)
+		}
+		if err == nil {
+			_, err = conn.Exec(qctx, "SELECT pg_logical_emit_message(false, $1, now()::text)", prefix)
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			log.Warn("heartbeat failed", "err", err)
+			if conn != nil {
+				conn.Close(context.Background())
+				conn = nil
+			}
+		}
+	}
 }

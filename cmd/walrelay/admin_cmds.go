@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/replication"
+)
+
+// adminCmd is the shared set-up of the operator commands: configuration,
+// --json, a connection.
+type adminCmd struct {
+	fs   *flag.FlagSet
+	cs   *configSet
+	json *bool
+	cfg  *Config
+	out  io.Writer
+}
+
+func newAdminCmd(name string, stderr, stdout io.Writer) *adminCmd {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return &adminCmd{fs: fs, cs: newConfigSet(fs), json: fs.Bool("json", false, "print one JSON document"), out: stdout}
+}
+
+// parse parses flags and positional arguments (at most maxArgs), which may
+// stand before or after the flags.
+func (a *adminCmd) parse(args []string, maxArgs int, needKafka bool) ([]string, error) {
+	var pos []string
+	for len(args) > 0 {
+		if err := a.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err.Error()}
+		}
+		args = a.fs.Args()
+		if len(args) > 0 {
+			pos = append(pos, args[0])
+			args = args[1:]
+		}
+	}
+	if len(pos) > maxArgs {
+		return nil, usageError{fmt.Sprintf("unexpected argument %q", pos[maxArgs])}
+	}
+	cfg, err := a.cs.load(a.fs, needKafka)
+	if err != nil {
+		return nil, err
+	}
+	a.cfg = cfg
+	return pos, nil
+}
+
+func (a *adminCmd) connect(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, a.cfg.Postgres.DSN)
+	if err != nil {
+		return nil, scrubError(fmt.Errorf("postgres.dsn: connect: %w", err), a.cfg.Postgres.DSN)
+	}
+	return conn, nil
+}
+
+func (a *adminCmd) printJSON(v any) error {
+	enc := json.NewEncoder(a.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// humanBytes renders n in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f := float64(n)
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		f /= unit
+		if f < unit && f > -unit {
+			return fmt.Sprintf("%.1f %s", f, u)
+		}
+	}
+	return fmt.Sprintf("%.1f PiB", f/unit)
+}
+
+func orDash[T any](p *T, f func(T) string) string {
+	if p == nil {
+		return "-"
+	}
+	return f(*p)
+}
+
+func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"slot: want list, status, create or drop"}
+	}
+	a := newAdminCmd("slot "+args[0], stderr, stdout)
+	pos, err := a.parse(args[1:], 1, false)
+	if err != nil {
+		return err
+	}
+	name := a.cfg.Postgres.Slot
+	if len(pos) == 1 {
+		name = pos[0]
+	}
+	conn, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	switch args[0] {
+	case "list", "status":
+		if args[0] == "list" {
+			name = ""
+		}
+		slots, err := replication.Slots(ctx, conn, name)
+		if err != nil {
+			return err
+		}
+		if *a.json {
+			return a.printJSON(slots)
+		}
+		tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SLOT\tPLUGIN\tACTIVE\tPID\tRESTART_LSN\tCONFIRMED_FLUSH_LSN\tRETAINED_WAL\tLAG\tWAL_STATUS\tSAFE_WAL_SIZE\tINACTIVE_SINCE")
+		str := func(s string) string { return s }
+		itoa := func(i int) string { return fmt.Sprint(i) }
+		for _, s := range slots {
+			fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.SlotName, s.Plugin, s.Active, orDash(s.ActivePID, itoa),
+				orDash(s.RestartLSN, str), orDash(s.ConfirmedFlushLSN, str), orDash(s.RetainedWALBytes, humanBytes), orDash(s.LagBytes, humanBytes),
+				orDash(s.WALStatus, str), orDash(s.SafeWALSize, humanBytes), orDash(s.InactiveSince, str))
+		}
+		return tw.Flush()
+	case "create":
+		if !replication.ValidSlotName(name) {
+			return fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", name)
+		}
+		created, err := replication.EnsureSlot(ctx, conn, name)
+		if err != nil {
+			return err
+		}
+		return a.say(map[string]any{"slot_name": name, "created": created}, "slot %s %s", name, createdWord(created))
+	case "drop":
+		if len(pos) != 1 {
+			return usageError{"slot drop: name the slot to drop"}
+		}
+		if err := replication.DropSlot(ctx, conn, name); err != nil {
+			return err
+		}
+		return a.say(map[string]any{"slot_name": name, "dropped": true}, "slot %s dropped", name)
+	}
+	return usageError{fmt.Sprintf("slot %s: want list, status, create or drop", args[0])}
+}
+
+func createdWord(created bool) string {
+	if created {
+		return "created"
+	}
+	return "already exists"
+}
+
+// say prints v as JSON with --json, else the sentence.
+func (a *adminCmd) say(v any, format string, args ...any) error {
+	if *a.json {
+		return a.printJSON(v)
+	}
+	_, err := fmt.Fprintf(a.out, format+"\n", args...)
+	return err
+}
+
+func cmdLSN(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"lsn: want show or advance"}
+	}
+	a := newAdminCmd("lsn "+args[0], stderr, stdout)
+	to := a.fs.String("to", "", "advance: the LSN to move the slot to")
+	toCurrent := a.fs.Bool("to-current", false, "advance: move the slot to the server's current WAL position")
+	yes := a.fs.Bool("yes", false, "advance: really do it (without it, only say what would be done)")
+	pos, err := a.parse(args[1:], 1, false)
+	if err != nil {
+		return err
+	}
+	name := a.cfg.Postgres.Slot
+	if len(pos) == 1 {
+		name = pos[0]
+	}
+	conn, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	slots, err := replication.Slots(ctx, conn, name)
+	if err != nil {
+		return err
+	}
+	s := slots[0]
+	confirmed := orDash(s.ConfirmedFlushLSN, func(x string) string { return x })
+	switch args[0] {
+	case "show":
+		var lag int64
+		if s.LagBytes != nil {
+			lag = *s.LagBytes
+		}
+		return a.say(map[string]any{"slot_name": name, "confirmed_flush_lsn": s.ConfirmedFlushLSN, "current_wal_lsn": s.CurrentWALLSN,
+			"lag_bytes": s.LagBytes}, "slot %s: confirmed %s, server at %s, %d bytes (%s) behind", name, confirmed, s.CurrentWALLSN, lag, humanBytes(lag))
+	case "advance":
+		if (*to == "") == !*toCurrent {
+			return usageError{"lsn advance: give --to LSN or --to-current"}
+		}
+		target := *to
+		if *toCurrent {
+			target = s.CurrentWALLSN
+		}
+		lsn, err := pglogrepl.ParseLSN(target)
+		if err != nil {
+			return fmt.Errorf("--to %q: %w", target, err)
+		}
+		was, now, err := replication.AdvanceSlot(ctx, conn, name, lsn, !*yes)
+		if err != nil {
+			return err
+		}
+		skipped := int64(now - was)
+		doc := map[string]any{"slot_name": name, "from": was.String(), "to": now.String(), "skipped_bytes": skipped, "done": *yes}
+		if !*yes {
+			return a.say(doc, "would move slot %s from %s to %s, skipping %d bytes (%s) of WAL and every event in it; add --yes to do it",
+				name, was, now, skipped, humanBytes(skipped))
+		}
+		return a.say(doc, "moved slot %s from %s to %s, skipping %d bytes (%s) of WAL", name, was, now, skipped, humanBytes(skipped))
+	}
+	return usageError{fmt.Sprintf("lsn %s: want show or advance", args[0])}
+}
+
+func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"publication: want show, create or drop"}
+	}
+	a := newAdminCmd("publication "+args[0], stderr, stdout)
+	pos, err := a.parse(args[1:], 1, false)
+	if err != nil {
+		return err
+	}
+	name := a.cfg.Postgres.Publication
+	if len(pos) == 1 {
+		name = pos[0]
+	}
+	conn, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	switch args[0] {
+	case "show":
+		p, err := replication.Publication(ctx, conn, name)
+		if err != nil {
+			return err
+		}
+		if *a.json {
+			return a.printJSON(p)
+		}
+		tables := strings.Join(p.Tables, ", ")
+		if p.AllTables {
+			tables = "all tables"
+		}
+		fmt.Fprintf(a.out, "publication %s\n  publish: %s\n  tables:  %s\n", p.Name, strings.Join(p.Publish, ", "), tables)
+		return nil
+	case "create":
+		schema, table, _ := a.cfg.table()
+		created, err := replication.EnsurePublication(ctx, conn, name, schema, table)
+		if err != nil {
+			return err
+		}
+		return a.say(map[string]any{"name": name, "created": created}, "publication %s for %s.%s %s", name, schema, table, createdWord(created))
+	case "drop":
+		if len(pos) != 1 {
+			return usageError{"publication drop: name the publication to drop"}
+		}
+		if err := replication.DropPublication(ctx, conn, name); err != nil {
+			return err
+		}
+		return a.say(map[string]any{"name": name, "dropped": true}, "publication %s dropped", name)
+	}
+	return usageError{fmt.Sprintf("publication %s: want show, create or drop", args[0])}
+}
+
+// cmdStatus asks a running instance for its state through its admin
+// listener.
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cs := newConfigSet(fs)
+	asJSON := fs.Bool("json", false, "print one JSON document")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// Only admin.listen matters here: take the configuration without
+	// requiring the DSN or brokers.
+	if *cs.file != "" {
+		if err := cs.loadFile(*cs.file); err != nil {
+			return err
+		}
+	}
+	addr := cs.cfg.Admin.Listen
+	if v, ok := os.LookupEnv(EnvName("admin.listen")); ok {
+		addr = v
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "admin.listen" {
+			addr = f.Value.String()
+		}
+	})
+	if addr == "" {
+		return errors.New("admin.listen is empty: the instance has no admin listener to ask")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/status", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("ask the instance at admin.listen %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	var st statusDoc
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return fmt.Errorf("read status from %s: %w", addr, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "state\t%s\n", st.State)
+	fmt.Fprintf(tw, "slot\t%s\n", st.Slot)
+	fmt.Fprintf(tw, "slot lag\t%s\n", orDash(st.SlotLagBytes, humanBytes))
+	fmt.Fprintf(tw, "retained WAL\t%s\n", orDash(st.RetainedWALBytes, humanBytes))
+	fmt.Fprintf(tw, "received / confirmed\t%s / %s\n", st.ReceivedLSN, st.ConfirmedLSN)
+	fmt.Fprintf(tw, "events/s (last minute)\t%.1f\n", st.EventsPerSecond)
+	fmt.Fprintf(tw, "in flight\t%d\n", st.InFlight)
+	fmt.Fprintf(tw, "published / dead-lettered\t%d / %d\n", st.Published, st.DeadLettered)
+	fmt.Fprintf(tw, "seconds behind source\t%.3f\n", st.SecondsBehindSource)
+	if st.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", st.Error)
+	}
+	return tw.Flush()
+}

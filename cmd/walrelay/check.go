@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// checkResult is one line of `walrelay check`.
+type checkResult struct {
+	Check  string `json:"check"`
+	Status string `json:"status"` // ok, warn, fail
+	Detail string `json:"detail"`
+}
+
+// cmdCheck is the preflight against the configured database and brokers:
+// every line says what it checked and, when it is not ok, what to fix.
+func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	a := newAdminCmd("check", stderr, stdout)
+	if _, err := a.parse(args, 0, false); err != nil {
+		return err
+	}
+	results := runChecks(ctx, a.cfg)
+	fails := 0
+	for _, r := range results {
+		if r.Status == "fail" {
+			fails++
+		}
+	}
+	if *a.json {
+		if err := a.printJSON(results); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range results {
+			fmt.Fprintf(stdout, "%-4s  %-26s %s\n", strings.ToUpper(r.Status), r.Check, r.Detail)
+		}
+	}
+	if fails > 0 {
+		return fmt.Errorf("check: %d of %d checks failed", fails, len(results))
+	}
+	return nil
+}
+
+// usableTypes are the column types walrelay reads for each required column.
+var usableTypes = map[string][]string{
+	"id":            {"uuid", "text", "character varying", "character", "bigint", "integer"},
+	"aggregatetype": {"text", "character varying", "character", "name"},
+	"aggregateid":   {"text", "character varying", "character", "uuid", "bigint", "integer", "smallint", "numeric", "name"},
+	"type":          {"text", "character varying", "character", "name"},
+	"payload":       {"jsonb", "json", "text", "character varying", "bytea"},
+}
+
+func runChecks(ctx context.Context, cfg *Config) []checkResult {
+	var out []checkResult
+	add := func(check, status, format string, args ...any) {
+		out = append(out, checkResult{Check: check, Status: status, Detail: fmt.Sprintf(format, args...)})
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
+	if err != nil {
+		add("postgres", "fail", "%v", scrubError(fmt.Errorf("connect: %w", err), cfg.Postgres.DSN))
+		return append(out, checkKafka(cctx, cfg))
+	}
+	defer conn.Close(context.Background())
+	add("postgres", "ok", "connected to %s", redactDSN(cfg.Postgres.DSN))
+
+	setting := func(name string) string {
+		var v string
+		if err := conn.QueryRow(cctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
+			return "?"
+		}
+		return v
+	}
+	if lvl := setting("wal_level"); lvl == "logical" {
+		add("wal_level", "ok", "logical")
+	} else {
+		add("wal_level", "fail", "%s: set wal_level = logical in postgresql.conf and restart the server", lvl)
+	}
+
+	var slots, senders, maxSlots, maxSenders int
+	var ourSlot bool
+	_ = conn.QueryRow(cctx, `SELECT (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_stat_replication),
+		current_setting('max_replication_slots')::int, current_setting('max_wal_senders')::int,
+		EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, cfg.Postgres.Slot).Scan(&slots, &senders, &maxSlots, &maxSenders, &ourSlot)
+	switch {
+	case ourSlot || slots < maxSlots:
+		add("max_replication_slots", "ok", "%d of %d in use", slots, maxSlots)
+	default:
+		add("max_replication_slots", "fail", "all %d in use and slot %s is not one of them: raise max_replication_slots or drop an unused slot", maxSlots, cfg.Postgres.Slot)
+	}
+	if senders < maxSenders {
+		add("max_wal_senders", "ok", "%d of %d in use", senders, maxSenders)
+	} else {
+		add("max_wal_senders", "fail", "all %d in use: raise max_wal_senders", maxSenders)
+	}
+
+	var role string
+	var repl, super bool
+	if err := conn.QueryRow(cctx, "SELECT rolname, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&role, &repl, &super); err != nil {
+		add("replication role", "fail", "read the role: %v", err)
+	} else if repl || super {
+		add("replication role", "ok", "role %s may replicate", role)
+	} else {
+		add("replication role", "fail", "role %s lacks the REPLICATION attribute: ALTER ROLE %s REPLICATION", role, pgx.Identifier{role}.Sanitize())
+	}
+
+	schema, table, _ := cfg.table()
+	qualified := schema + "." + table
+	cols := map[string]string{}
+	rows, err := conn.Query(cctx, `SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, pgx.Identifier{schema, table}.Sanitize())
+	if err == nil {
+		var n, t string
+		_, err = pgx.ForEachRow(rows, []any{&n, &t}, func() error { cols[n] = t; return nil })
+	}
+	if err != nil {
+		add("outbox table", "fail", "read the columns of %s: %v", qualified, err)
+	}
+	pub, pubErr := replication.Publication(cctx, conn, cfg.Postgres.Publication)
+	switch {
+	case err != nil: // reported above
+	case len(cols) == 0:
+		add("outbox table", "fail", "table %s does not exist: create it with walrelay migrate, or set postgres.table", qualified)
+	default:
+		add("outbox table", "ok", "%s exists", qualified)
+		o := cfg.Outbox
+		for _, c := range []struct{ key, role, col string }{
+			{"outbox.id_column", "id", o.IDColumn}, {"outbox.aggregate_type_column", "aggregatetype", o.AggregateTypeColumn},
+			{"outbox.aggregate_id_column", "aggregateid", o.AggregateIDColumn}, {"outbox.type_column", "type", o.TypeColumn},
+			{"outbox.payload_column", "payload", o.PayloadColumn},
+		} {
+			typ, ok := cols[c.col]
+			switch {
+			case !ok:
+				add("column "+c.col, "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.col, c.key, c.key)
+			case !contains(usableTypes[c.role], typ):
+				add("column "+c.col, "fail", "column %q is %s; as the %s column it must be one of %s", c.col, typ, c.role, strings.Join(usableTypes[c.role], ", "))
+			default:
+				add("column "+c.col, "ok", "%s", typ)
+			}
+		}
+		for _, h := range o.HeaderColumns {
+			if _, ok := cols[h]; !ok {
+				add("column "+h, "fail", "table %s has no column %q (outbox.header_columns)", qualified, h)
+			}
+		}
+		if err := replication.CheckTableOwner(cctx, conn, schema, table); err != nil {
+			status := "warn"
+			if pubErr != nil {
+				status = "fail" // the publication must still be created, which needs ownership
+			}
+			add("table ownership", status, "%v", err)
+		} else {
+			add("table ownership", "ok", "the role may create the publication")
+		}
+	}
+
+	switch {
+	case errors.Is(pubErr, replication.ErrPublicationMissing):
+		add("publication", "fail", "publication %s does not exist: run walrelay migrate or walrelay publication create", cfg.Postgres.Publication)
+	case pubErr != nil:
+		add("publication", "fail", "%v", pubErr)
+	case !contains(pub.Publish, "insert"):
+		add("publication", "fail", "publication %s does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", pub.Name, pub.Name)
+	case !pub.AllTables && !contains(pub.Tables, qualified):
+		add("publication", "fail", "publication %s does not cover %s: ALTER PUBLICATION %s ADD TABLE %s", pub.Name, qualified, pub.Name, pgx.Identifier{schema, table}.Sanitize())
+	default:
+		add("publication", "ok", "%s covers %s and publishes %s", pub.Name, qualified, strings.Join(pub.Publish, ", "))
+	}
+
+	if st, err := replication.Slots(cctx, conn, cfg.Postgres.Slot); err != nil {
+		if cfg.Postgres.CreateSlot {
+			add("slot", "warn", "slot %s does not exist; walrelay run will create it (events committed before that are not captured: run walrelay migrate before the application writes)", cfg.Postgres.Slot)
+		} else {
+			add("slot", "fail", "slot %s does not exist and postgres.create_slot is false: run walrelay migrate", cfg.Postgres.Slot)
+		}
+	} else if s := st[0]; s.Plugin != "pgoutput" {
+		add("slot", "fail", "slot %s uses plugin %s; walrelay needs pgoutput", s.SlotName, s.Plugin)
+	} else if s.WALStatus != nil && *s.WALStatus == "lost" {
+		add("slot", "fail", "slot %s was invalidated (wal_status lost): drop and recreate it, then replay the outbox from its last position", s.SlotName)
+	} else {
+		lag := int64(0)
+		if s.LagBytes != nil {
+			lag = *s.LagBytes
+		}
+		add("slot", "ok", "%s (pgoutput), %s behind the server", s.SlotName, humanBytes(lag))
+	}
+
+	if keep := setting("max_slot_wal_keep_size"); keep == "-1" {
+		add("max_slot_wal_keep_size", "warn", "unlimited: a stopped walrelay lets its slot keep WAL until the disk fills; bound it, e.g. ALTER SYSTEM SET max_slot_wal_keep_size = '10GB' and SELECT pg_reload_conf()")
+	} else {
+		add("max_slot_wal_keep_size", "ok", "%s", keep)
+	}
+	return append(out, checkKafka(cctx, cfg))
+}
+
+func checkKafka(ctx context.Context, cfg *Config) checkResult {
+	r := checkResult{Check: "kafka brokers"}
+	if len(cfg.Kafka.Brokers) == 0 {
+		r.Status, r.Detail = "fail", "kafka.brokers is not set"
+		return r
+	}
+	sk, err := sink.New(sink.Config{Brokers: cfg.Kafka.Brokers, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic})
+	if err != nil {
+		r.Status, r.Detail = "fail", err.Error()
+		return r
+	}
+	defer sk.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sk.Ping(pctx); err != nil {
+		r.Status, r.Detail = "fail", err.Error()
+		return r
+	}
+	r.Status, r.Detail = "ok", strings.Join(cfg.Kafka.Brokers, ",")+" answer"
+	return r
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/replication"
+)
+
+// States of the replication stream, as the state metric labels them.
+var streamStates = []string{"starting", "streaming", "waiting_for_slot", "reconnecting", "stopped"}
+
+// metrics are walrelay's Prometheus metrics, prefix walrelay_, on a registry
+// of their own.
+type metrics struct {
+	reg           *prometheus.Registry
+	published     *prometheus.CounterVec
+	deadLettered  *prometheus.CounterVec
+	publishErrors *prometheus.CounterVec
+	transactions  prometheus.Counter
+	ignored       *prometheus.CounterVec
+	slotLag       prometheus.Gauge
+	slotRetained  prometheus.Gauge
+	commitToAck   prometheus.Histogram
+
+	kafkaReconnects atomic.Uint64
+	kafkaOK         atomic.Int64 // unix nanoseconds of the last broker success
+	kafkaFail       atomic.Int64 // unix nanoseconds of the last broker connect failure
+
+	publishedN, deadLetteredN atomic.Int64
+	newestAcked               atomic.Int64 // unix nanoseconds of the newest acknowledged commit
+
+	mu      sync.Mutex
+	perSec  [60]int64 // events acknowledged per second, a ring
+	secOf   [60]int64 // the unix second each slot counts
+	lag     *int64
+	retain  *int64
+	slotErr string
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic."}, []string{"topic"})
+	m.deadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_dead_lettered_total", Help: "Events acknowledged on the dead-letter topic, by reason."}, []string{"reason"})
+	m.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_publish_errors_total", Help: "Errors publishing to Kafka, by kind (connect: a broker connection failed and is retried; fatal: the pipeline stopped)."}, []string{"kind"})
+	m.transactions = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_transactions_total", Help: "Transactions received from the slot."})
+	m.ignored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_changes_ignored_total", Help: "Changes that are not outbox events, by kind."}, []string{"kind"})
+	m.slotLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "walrelay_slot_lag_bytes", Help: "The server's WAL position minus the slot's confirmed_flush_lsn."})
+	m.slotRetained = prometheus.NewGauge(prometheus.GaugeOpts{Name: "walrelay_slot_retained_wal_bytes", Help: "The server's WAL position minus the slot's restart_lsn: WAL the slot keeps on disk."})
+	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_commit_to_ack_seconds", Help: "From an event's commit in PostgreSQL to Kafka's acknowledgement.",
+		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
+	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.commitToAck} {
+		f(c)
+	}
+	return m
+}
+
+// register adds the gauges read from the running pipeline at scrape time.
+func (m *metrics) register(stream *replication.Stream, p *pipeline) {
+	gauge := func(name, help string, fn func() float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn))
+	}
+	gauge("walrelay_in_flight_events", "Events handed to Kafka and not yet acknowledged.", func() float64 { return float64(p.tr.InFlight()) })
+	gauge("walrelay_received_lsn", "Highest WAL position received from the server.", func() float64 { return float64(stream.ReceivedLSN()) })
+	gauge("walrelay_confirmed_lsn", "WAL position confirmed to the slot (every event before it is acknowledged).", func() float64 { return float64(p.tr.Confirmed()) })
+	gauge("walrelay_seconds_behind_source", "Now minus the commit time of the newest acknowledged transaction; 0 when idle.", func() float64 { return m.behind(p) })
+	m.reg.MustRegister(&reconnectCollector{
+		desc:  prometheus.NewDesc("walrelay_reconnects_total", "Reconnections, by target: the replication stream started again (postgres), a broker connection failed and is retried (kafka).", []string{"target"}, nil),
+		pg:    stream.Reconnects,
+		kafka: &m.kafkaReconnects,
+	})
+	for _, s := range streamStates {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walrelay_state", Help: "1 for the replication stream's current state.", ConstLabels: prometheus.Labels{"state": s}},
+			func() float64 {
+				if stream.State() == s {
+					return 1
+				}
+				return 0
+			}))
+	}
+}
+
+func (m *metrics) behind(p *pipeline) float64 {
+	if p.tr.InFlight() == 0 {
+		return 0
+	}
+	n := m.newestAcked.Load()
+	if n == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, n)).Seconds()
+}
+
+// acked records one acknowledged event.
+func (m *metrics) acked(topic, deadLetter string, commit time.Time) {
+	if deadLetter != "" {
+		m.deadLettered.WithLabelValues(deadLetter).Inc()
+		m.deadLetteredN.Add(1)
+	} else {
+		m.published.WithLabelValues(topic).Inc()
+		m.publishedN.Add(1)
+	}
+	m.kafkaOK.Store(time.Now().UnixNano())
+	if !commit.IsZero() {
+		m.commitToAck.Observe(time.Since(commit).Seconds())
+		for n := commit.UnixNano(); ; {
+			old := m.newestAcked.Load()
+			if n <= old || m.newestAcked.CompareAndSwap(old, n) {
+				break
+			}
+		}
+	}
+	now := time.Now().Unix()
+	m.mu.Lock()
+	i := now % 60
+	if m.secOf[i] != now {
+		m.secOf[i], m.perSec[i] = now, 0
+	}
+	m.perSec[i]++
+	m.mu.Unlock()
+}
+
+// rate returns the events acknowledged per second over the last minute.
+func (m *metrics) rate() float64 {
+	now := time.Now().Unix()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for i := range m.perSec {
+		if now-m.secOf[i] < 60 {
+			n += m.perSec[i]
+		}
+	}
+	return float64(n) / 60
+}
+
+// pollSlot reads the slot's lag and retained WAL every interval until ctx
+// ends, on a connection of its own.
+func (m *metrics) pollSlot(ctx context.Context, dsn, slot string, every time.Duration, log *slog.Logger) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		err := func() error {
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if conn == nil || conn.IsClosed() {
+				c, err := pgx.Connect(qctx, dsn)
+				if err != nil {
+					return err
+				}
+				conn = c
+			}
+			st, err := replication.Slots(qctx, conn, slot)
+			if err != nil {
+				conn.Close(context.Background())
+				conn = nil
+				return err
+			}
+			m.mu.Lock()
+			m.lag, m.retain, m.slotErr = st[0].LagBytes, st[0].RetainedWALBytes, ""
+			m.mu.Unlock()
+			if st[0].LagBytes != nil {
+				m.slotLag.Set(float64(*st[0].LagBytes))
+			}
+			if st[0].RetainedWALBytes != nil {
+				m.slotRetained.Set(float64(*st[0].RetainedWALBytes))
+			}
+			return nil
+		}()
+		if err != nil && ctx.Err() == nil {
+			m.mu.Lock()
+			m.slotErr = err.Error()
+			m.mu.Unlock()
+			log.Debug("read slot status", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// statusDoc is what /status serves and `walrelay status` prints.
+type statusDoc struct {
+	State               string  `json:"state"`
+	Slot                string  `json:"slot"`
+	SlotLagBytes        *int64  `json:"slot_lag_bytes"`
+	RetainedWALBytes    *int64  `json:"retained_wal_bytes"`
+	ReceivedLSN         string  `json:"received_lsn"`
+	ConfirmedLSN        string  `json:"confirmed_lsn"`
+	EventsPerSecond     float64 `json:"events_per_second"`
+	InFlight            int     `json:"in_flight_events"`
+	Published           int64   `json:"events_published"`
+	DeadLettered        int64   `json:"events_dead_lettered"`
+	SecondsBehindSource float64 `json:"seconds_behind_source"`
+	Error               string  `json:"error,omitempty"`
+}
+
+// adminMux serves /healthz, /readyz, /metrics, /status and /debug/pprof.
+func adminMux(m *metrics, stream *replication.Stream, p *pipeline, slot string, kafkaOK func() bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		state := stream.State()
+		ok := state == "streaming" && p.failure() == nil && kafkaOK()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "state": state, "kafka_reachable": kafkaOK()})
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		m.mu.Lock()
+		doc := statusDoc{State: stream.State(), Slot: slot, SlotLagBytes: m.lag, RetainedWALBytes: m.retain, Error: m.slotErr}
+		m.mu.Unlock()
+		doc.ReceivedLSN = stream.ReceivedLSN().String()
+		doc.ConfirmedLSN = p.tr.Confirmed().String()
+		doc.EventsPerSecond = m.rate()
+		doc.InFlight = p.tr.InFlight()
+		doc.Published = m.publishedN.Load()
+		doc.DeadLettered = m.deadLetteredN.Load()
+		doc.SecondsBehindSource = m.behind(p)
+		if err := p.failure(); err != nil {
+			doc.Error = err.Error()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(doc)
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	return mux
+}
+
+// reconnectCollector reads the reconnect counts where they are kept.
+type reconnectCollector struct {
+	desc  *prometheus.Desc
+	pg    func() uint64
+	kafka *atomic.Uint64
+}
+
+func (c *reconnectCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *reconnectCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.pg()), "postgres")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.kafka.Load()), "kafka")
+}
+
+// kafkaHook counts broker connection failures and successes for the
+// metrics and the readiness check.
+type kafkaHook struct{ m *metrics }
+
+// OnBrokerConnect implements kgo.HookBrokerConnect.
+func (h kafkaHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	now := time.Now().UnixNano()
+	if err != nil {
+		h.m.kafkaFail.Store(now)
+		h.m.kafkaReconnects.Add(1)
+		h.m.publishErrors.WithLabelValues("connect").Inc()
+		return
+	}
+	h.m.kafkaOK.Store(now)
+}
+
+// kafkaReachable reports whether the last word from the brokers was good.
+func (m *metrics) kafkaReachable() bool { return m.kafkaOK.Load() >= m.kafkaFail.Load() }
