@@ -1,0 +1,218 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walrelay/walrelay/replication"
+)
+
+// run runs a walrelay command to its end and returns its exit code and
+// output.
+func runCmd(t *testing.T, e env, args ...string) (int, string) {
+	t.Helper()
+	p := start(t, e, args...)
+	code := p.exit(60 * time.Second)
+	return code, p.out.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// metricValue reads one sample of a Prometheus text exposition.
+func metricValue(body, name string) (float64, bool) {
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, name+" ") {
+			var v float64
+			_, err := fmt.Sscanf(l[len(name)+1:], "%g", &v)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// TestOperatorCommands runs every slot, lsn, publication and status command
+// against a live slot, and scrapes /metrics during a stream.
+func TestOperatorCommands(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	admin := freeAddr(t)
+	e := baseEnv(pg, kc).with("WALRELAY_ADMIN_LISTEN", admin)
+	relay := streaming(t, e)
+	ctx := t.Context()
+
+	// slot list --json agrees with pg_replication_slots.
+	code, out := runCmd(t, e, "slot", "list", "--json")
+	if code != 0 {
+		t.Fatalf("slot list: exit %d\n%s", code, out)
+	}
+	var slots []replication.SlotStatus
+	if err := json.Unmarshal([]byte(out), &slots); err != nil {
+		t.Fatalf("slot list --json: %v\n%s", err, out)
+	}
+	var pid int
+	var confirmed string
+	if err := conn.QueryRow(ctx, "SELECT active_pid, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&pid, &confirmed); err != nil {
+		t.Fatal(err)
+	}
+	if len(slots) != 1 || slots[0].SlotName != "walrelay" || !slots[0].Active || slots[0].ActivePID == nil || *slots[0].ActivePID != pid ||
+		slots[0].Plugin != "pgoutput" || slots[0].LagBytes == nil || slots[0].RetainedWALBytes == nil {
+		t.Fatalf("slot list: %s\nwant walrelay active in pid %d", out, pid)
+	}
+	code, out = runCmd(t, e, "slot", "status")
+	if code != 0 || !strings.Contains(out, "walrelay") || !strings.Contains(out, "RETAINED_WAL") {
+		t.Fatalf("slot status: exit %d\n%s", code, out)
+	}
+
+	// Refusals while the slot is active.
+	code, out = runCmd(t, e, "slot", "drop", "walrelay")
+	if code == 0 || !strings.Contains(out, fmt.Sprintf("is active in process %d", pid)) {
+		t.Fatalf("slot drop of an active slot: exit %d\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "lsn", "advance", "walrelay", "--to-current", "--yes")
+	if code == 0 || !strings.Contains(out, "is active in process") {
+		t.Fatalf("lsn advance of an active slot: exit %d\n%s", code, out)
+	}
+
+	// A stream moves the counters; the slot lag falls back after the burst.
+	w := newWriter(10, 8)
+	if err := w.write(ctx, conn, 2000, 20); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		body := httpGet(t, "http://"+admin+"/metrics")
+		published, _ := metricValue(body, `walrelay_events_published_total{topic="outbox.event.order"}`)
+		lag, lagOK := metricValue(body, "walrelay_slot_lag_bytes")
+		streamingState, _ := metricValue(body, `walrelay_state{state="streaming"}`)
+		if published == 2000 && lagOK && lag < 1<<20 && streamingState == 1 {
+			if !strings.Contains(body, "walrelay_commit_to_ack_seconds_bucket") || !strings.Contains(body, `walrelay_reconnects_total{target="postgres"}`) {
+				t.Fatalf("metrics lack the latency histogram or reconnects:\n%s", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics did not settle: published %v, lag %v (%v), streaming %v", published, lag, lagOK, streamingState)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	code, out = runCmd(t, e, "status", "--json")
+	var st statusDoc
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.State != "streaming" || st.Published != 2000 || st.EventsPerSecond <= 0 {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	if got := httpGet(t, "http://"+admin+"/readyz"); !strings.Contains(got, `"ready":true`) {
+		t.Fatalf("readyz: %s", got)
+	}
+
+	code, out = runCmd(t, e, "publication", "show", "--json")
+	var pub replication.PublicationInfo
+	if code != 0 || json.Unmarshal([]byte(out), &pub) != nil || strings.Join(pub.Tables, ",") != "public.outbox" || strings.Join(pub.Publish, ",") != "insert" {
+		t.Fatalf("publication show: exit %d\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "publication", "create")
+	if code != 0 || !strings.Contains(out, "already exists") {
+		t.Fatalf("publication create of an existing one: exit %d\n%s", code, out)
+	}
+
+	// Stopped: lsn advance says what it would do, then does it.
+	relay.kill()
+	time.Sleep(500 * time.Millisecond) // the walsender notices the closed connection
+	if _, err := conn.Exec(ctx, "CREATE TABLE filler AS SELECT g FROM generate_series(1, 10000) g"); err != nil {
+		t.Fatal(err)
+	}
+	before := slotConfirmed(t, conn, "walrelay")
+	code, out = runCmd(t, e, "lsn", "advance", "walrelay", "--to-current")
+	if code != 0 || !strings.Contains(out, "would move slot walrelay from "+before) || slotConfirmed(t, conn, "walrelay") != before {
+		t.Fatalf("lsn advance without --yes: exit %d\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "lsn", "advance", "walrelay", "--to-current", "--yes", "--json")
+	var adv map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &adv) != nil || adv["done"] != true || adv["skipped_bytes"].(float64) <= 0 {
+		t.Fatalf("lsn advance --yes: exit %d\n%s", code, out)
+	}
+	if after := slotConfirmed(t, conn, "walrelay"); after == before || after != adv["to"] {
+		t.Fatalf("slot at %s after advancing from %s to %v", after, before, adv["to"])
+	}
+	code, out = runCmd(t, e, "lsn", "advance", "walrelay", "--to", "0/1", "--yes")
+	if code == 0 || !strings.Contains(out, "cannot move back") {
+		t.Fatalf("lsn advance backwards: exit %d\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "lsn", "show")
+	if code != 0 || !strings.Contains(out, "bytes") {
+		t.Fatalf("lsn show: exit %d\n%s", code, out)
+	}
+
+	code, out = runCmd(t, e, "slot", "create", "spare")
+	if code != 0 || !strings.Contains(out, "slot spare created") {
+		t.Fatalf("slot create: exit %d\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "slot", "drop", "spare")
+	if code != 0 || !strings.Contains(out, "slot spare dropped") {
+		t.Fatalf("slot drop: exit %d\n%s", code, out)
+	}
+}
+
+// TestCheck: the preflight passes on a migrated database and names the fix
+// for a missing column, a missing publication and a role without REPLICATION.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	e := baseEnv(pg, kc)
+	code, out := runCmd(t, e, "check")
+	if code != 0 || !strings.Contains(out, "OK    wal_level") || !strings.Contains(out, "WARN  max_slot_wal_keep_size") || !strings.Contains(out, "OK    kafka brokers") {
+		t.Fatalf("check on a good setup: exit %d\n%s", code, out)
+	}
+	for _, sql := range []string{
+		"CREATE TABLE notype (id uuid, aggregatetype text, aggregateid text, payload jsonb)",
+		"CREATE ROLE app LOGIN",
+		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO app",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name string
+		env  env
+		want string
+	}{
+		{"missing column", e.with("WALRELAY_POSTGRES_TABLE", "public.notype", "WALRELAY_POSTGRES_PUBLICATION", "walrelay_outbox"), `FAIL  column type                table public.notype has no column "type"`},
+		{"missing publication", e.with("WALRELAY_POSTGRES_PUBLICATION", "nopub"), "FAIL  publication                publication nopub does not exist"},
+		{"no replication role", e.with("WALRELAY_POSTGRES_DSN", pg.DSNFor("postgres")+"&user=app"), `lacks the REPLICATION attribute: ALTER ROLE "app" REPLICATION`},
+	}
+	for _, tc := range cases {
+		code, out := runCmd(t, tc.env, "check")
+		if code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d, want a line with %q:\n%s", tc.name, code, tc.want, out)
+		}
+	}
+}
