@@ -498,8 +498,9 @@ func TestBadInputsFailClearly(t *testing.T) {
 	}
 }
 
-// TestIdleOutboxDoesNotHoldWAL: with the outbox idle and another table busy,
-// the keepalive advance keeps the slot's lag small, so the disk does not
+// TestIdleOutboxDoesNotHoldWAL: with the outbox idle and another table of
+// the same database busy (100 MB of WAL), the keepalive advance keeps the
+// slot's lag under 32 MB throughout and near 0 after, so the disk does not
 // fill with WAL the slot no longer needs.
 func TestIdleOutboxDoesNotHoldWAL(t *testing.T) {
 	t.Parallel()
@@ -510,13 +511,57 @@ func TestIdleOutboxDoesNotHoldWAL(t *testing.T) {
 	if _, err := conn.Exec(ctx, "CREATE TABLE busy (id bigserial PRIMARY KEY, pad text)"); err != nil {
 		t.Fatal(err)
 	}
-	for range 20 {
+	lagNow := func() int64 {
+		var lag int64
+		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'`).Scan(&lag); err != nil {
+			t.Fatal(err)
+		}
+		return lag
+	}
+	var start, end, worst int64
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn() - '0/0'").Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	for end-start < 100<<20 {
 		if _, err := conn.Exec(ctx, "INSERT INTO busy (pad) SELECT repeat('z', 1000) FROM generate_series(1, 1000)"); err != nil {
 			t.Fatal(err)
 		}
+		worst = max(worst, lagNow())
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn() - '0/0'").Scan(&end); err != nil {
+			t.Fatal(err)
+		}
 	}
-	var written int64
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn() - '0/0'").Scan(&written); err != nil {
+	if worst >= 32<<20 {
+		t.Fatalf("the slot lagged %d MiB while %d MiB of WAL went to another table", worst>>20, (end-start)>>20)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lag := lagNow()
+		if lag < 1<<20 {
+			t.Logf("%d MiB of WAL on another table: the slot lagged at most %.1f MiB, %d bytes after", (end-start)>>20, float64(worst)/(1<<20), lag)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot still lags %d bytes behind an idle outbox", lag)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestHeartbeatAdvancesTheSlot: when only another database on the server
+// writes, the slot's database has no WAL of its own to decode; the heartbeat
+// gives it some, and the slot follows.
+func TestHeartbeatAdvancesTheSlot(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE other"); err != nil {
+		t.Fatal(err)
+	}
+	other := connect(t, pg.DSNFor("other"))
+	streaming(t, baseEnv(pg, kc).with("WALRELAY_HEARTBEAT_INTERVAL", "200ms"))
+	if _, err := other.Exec(ctx, "CREATE TABLE busy AS SELECT repeat('z', 1000) AS pad FROM generate_series(1, 20000)"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -526,13 +571,47 @@ func TestIdleOutboxDoesNotHoldWAL(t *testing.T) {
 			t.Fatal(err)
 		}
 		if lag < 1<<20 {
-			t.Logf("after ~20 MB of WAL on another table, the slot lags %d bytes", lag)
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the slot still lags %d bytes behind an idle outbox", lag)
+			t.Fatalf("with heartbeats, the slot still lags %d bytes behind writes to another database", lag)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestLostSlotStopsWithAnExplanation: a slot the server invalidated
+// (wal_status lost) stops walrelay with what happened and how to recover.
+func TestLostSlotStopsWithAnExplanation(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	if pg.External() {
+		t.Skip("changes server settings: needs a throwaway server, not WALRELAY_TEST_POSTGRES_DSN")
+	}
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	for _, sql := range []string{
+		"ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "ALTER SYSTEM SET max_wal_size = '32MB'", "ALTER SYSTEM SET min_wal_size = '32MB'",
+		"SELECT pg_reload_conf()",
+		"CREATE TABLE busy AS SELECT repeat('z', 1000) AS pad FROM generate_series(1, 80000)",
+		"SELECT pg_switch_wal()", "CHECKPOINT",
+		"INSERT INTO busy SELECT repeat('y', 1000) FROM generate_series(1, 80000)",
+		"SELECT pg_switch_wal()", "CHECKPOINT",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	var status string
+	if err := conn.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "lost" {
+		t.Fatalf("could not invalidate the slot for the test: wal_status %s", status)
+	}
+	code, out := runCmd(t, baseEnv(pg, kc), "run")
+	if code == 0 || !strings.Contains(out, "was invalidated (wal_status lost)") || !strings.Contains(out, "recreate the slot") {
+		t.Fatalf("exit %d, want the invalidated-slot explanation:\n%s", code, tail(out, 2000))
 	}
 }
 
