@@ -63,6 +63,21 @@ func (a *adminCmd) parse(args []string, maxArgs int, needKafka bool) ([]string, 
 	return pos, nil
 }
 
+// open parses args (one optional name, defaulting to def), loads the
+// configuration and connects.
+func (a *adminCmd) open(ctx context.Context, args []string, def func(*Config) string) (name string, named bool, conn *pgx.Conn, err error) {
+	pos, err := a.parse(args, 1, false)
+	if err != nil {
+		return "", false, nil, err
+	}
+	name = def(a.cfg)
+	if len(pos) == 1 {
+		name, named = pos[0], true
+	}
+	conn, err = a.connect(ctx)
+	return name, named, conn, err
+}
+
 func (a *adminCmd) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -107,15 +122,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{"slot: want list, status, create or drop"}
 	}
 	a := newAdminCmd("slot "+args[0], stderr, stdout)
-	pos, err := a.parse(args[1:], 1, false)
-	if err != nil {
-		return err
-	}
-	name := a.cfg.Postgres.Slot
-	if len(pos) == 1 {
-		name = pos[0]
-	}
-	conn, err := a.connect(ctx)
+	name, named, conn, err := a.open(ctx, args[1:], func(c *Config) string { return c.Postgres.Slot })
 	if err != nil {
 		return err
 	}
@@ -152,7 +159,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return a.say(map[string]any{"slot_name": name, "created": created}, "slot %s %s", name, createdWord(created))
 	case "drop":
-		if len(pos) != 1 {
+		if !named {
 			return usageError{"slot drop: name the slot to drop"}
 		}
 		if err := replication.DropSlot(ctx, conn, name); err != nil {
@@ -187,15 +194,7 @@ func cmdLSN(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	to := a.fs.String("to", "", "advance: the LSN to move the slot to")
 	toCurrent := a.fs.Bool("to-current", false, "advance: move the slot to the server's current WAL position")
 	yes := a.fs.Bool("yes", false, "advance: really do it (without it, only say what would be done)")
-	pos, err := a.parse(args[1:], 1, false)
-	if err != nil {
-		return err
-	}
-	name := a.cfg.Postgres.Slot
-	if len(pos) == 1 {
-		name = pos[0]
-	}
-	conn, err := a.connect(ctx)
+	name, _, conn, err := a.open(ctx, args[1:], func(c *Config) string { return c.Postgres.Slot })
 	if err != nil {
 		return err
 	}
@@ -246,15 +245,7 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		return usageError{"publication: want show, create or drop"}
 	}
 	a := newAdminCmd("publication "+args[0], stderr, stdout)
-	pos, err := a.parse(args[1:], 1, false)
-	if err != nil {
-		return err
-	}
-	name := a.cfg.Postgres.Publication
-	if len(pos) == 1 {
-		name = pos[0]
-	}
-	conn, err := a.connect(ctx)
+	name, named, conn, err := a.open(ctx, args[1:], func(c *Config) string { return c.Postgres.Publication })
 	if err != nil {
 		return err
 	}
@@ -282,7 +273,7 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		return a.say(map[string]any{"name": name, "created": created}, "publication %s for %s.%s %s", name, schema, table, createdWord(created))
 	case "drop":
-		if len(pos) != 1 {
+		if !named {
 			return usageError{"publication drop: name the publication to drop"}
 		}
 		if err := replication.DropPublication(ctx, conn, name); err != nil {

@@ -150,54 +150,27 @@ func (m *metrics) rate() float64 {
 // pollSlot reads the slot's lag and retained WAL every interval until ctx
 // ends, on a connection of its own.
 func (m *metrics) pollSlot(ctx context.Context, dsn, slot string, every time.Duration, log *slog.Logger) {
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
+	periodically(ctx, dsn, every, func(ctx context.Context, conn *pgx.Conn) error {
+		st, err := replication.Slots(ctx, conn, slot)
+		if err != nil {
+			return err
 		}
-	}()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		err := func() error {
-			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if conn == nil || conn.IsClosed() {
-				c, err := pgx.Connect(qctx, dsn)
-				if err != nil {
-					return err
-				}
-				conn = c
-			}
-			st, err := replication.Slots(qctx, conn, slot)
-			if err != nil {
-				conn.Close(context.Background())
-				conn = nil
-				return err
-			}
-			m.mu.Lock()
-			m.lag, m.retain, m.slotErr = st[0].LagBytes, st[0].RetainedWALBytes, ""
-			m.mu.Unlock()
-			if st[0].LagBytes != nil {
-				m.slotLag.Set(float64(*st[0].LagBytes))
-			}
-			if st[0].RetainedWALBytes != nil {
-				m.slotRetained.Set(float64(*st[0].RetainedWALBytes))
-			}
-			return nil
-		}()
-		if err != nil && ctx.Err() == nil {
-			m.mu.Lock()
-			m.slotErr = err.Error()
-			m.mu.Unlock()
-			log.Debug("read slot status", "err", err)
+		m.mu.Lock()
+		m.lag, m.retain, m.slotErr = st[0].LagBytes, st[0].RetainedWALBytes, ""
+		m.mu.Unlock()
+		if st[0].LagBytes != nil {
+			m.slotLag.Set(float64(*st[0].LagBytes))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if st[0].RetainedWALBytes != nil {
+			m.slotRetained.Set(float64(*st[0].RetainedWALBytes))
 		}
-	}
+		return nil
+	}, func(err error) {
+		m.mu.Lock()
+		m.slotErr = err.Error()
+		m.mu.Unlock()
+		log.Debug("read slot status", "err", err)
+	})
 }
 
 // statusDoc is what /status serves and `walrelay status` prints.

@@ -411,6 +411,16 @@ func serveAdmin(addr string, mux *http.ServeMux, log *slog.Logger) (*http.Server
 // interval, so that the slot has WAL of this database to move past even when
 // only other databases on the server write. The decoder ignores them.
 func heartbeat(ctx context.Context, dsn, prefix string, every time.Duration, log *slog.Logger) {
+	periodically(ctx, dsn, every, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(false, $1, now()::text)", prefix)
+		return err
+	}, func(err error) { log.Warn("heartbeat failed", "err", err) })
+}
+
+// periodically runs fn on a connection of its own every interval until ctx
+// ends (first after one interval), connecting again after a failure, which
+// it reports to onErr.
+func periodically(ctx context.Context, dsn string, every time.Duration, fn func(context.Context, *pgx.Conn) error, onErr func(error)) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -431,11 +441,11 @@ func heartbeat(ctx context.Context, dsn, prefix string, every time.Duration, log
 			conn, err = pgx.Connect(qctx, dsn)
 		}
 		if err == nil {
-			_, err = conn.Exec(qctx, "SELECT pg_logical_emit_message(false, $1, now()::text)", prefix)
+			err = fn(qctx, conn)
 		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			log.Warn("heartbeat failed", "err", err)
+			onErr(err)
 			if conn != nil {
 				conn.Close(context.Background())
 				conn = nil
