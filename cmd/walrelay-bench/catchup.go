@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/replication"
+)
+
+// loadSQL writes total outbox rows in transactions of per rows, server-side,
+// committing after each.
+const loadSQL = `CREATE PROCEDURE bench_load(total int, per int, pad int) LANGUAGE plpgsql AS $$
+DECLARE i int := 0;
+BEGIN
+	WHILE i < total LOOP
+		INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), 'order', 'agg-' || ((i + g) % 1000), 'OrderCreated',
+			jsonb_build_object('seq', i + g, 'pad', repeat('x', pad))
+		FROM generate_series(0, least(per, total - i) - 1) AS g;
+		COMMIT;
+		i := i + per;
+	END LOOP;
+END $$`
+
+// result is one contender's run.
+type result struct {
+	elapsed time.Duration
+	rss     int64   // peak resident set, bytes (walrelay only)
+	cpu     float64 // CPU seconds (walrelay only)
+}
+
+type contender struct {
+	name string
+	run  func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, events int) (result, error)
+}
+
+func catchUp(ctx context.Context, o options, rows int) (string, error) {
+	fmt.Fprintf(os.Stderr, "data set: %d rows per transaction: loading %d rows …\n", rows, o.events)
+	pg, err := pgtest.New(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer pg.Close()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	if _, err := migrations.Apply(ctx, conn, "public", "outbox"); err != nil {
+		return "", err
+	}
+	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot('tpl', 'pgoutput')"); err != nil {
+		return "", fmt.Errorf("create the template slot: %w", err)
+	}
+	if _, err := conn.Exec(ctx, loadSQL); err != nil {
+		return "", fmt.Errorf("create the load procedure: %w", err)
+	}
+	began := time.Now()
+	if _, err := conn.Exec(ctx, "CALL bench_load($1, $2, $3)", o.events, rows, max(o.payload-30, 0)); err != nil {
+		return "", fmt.Errorf("load: %w", err)
+	}
+	loadRate := float64(o.events) / time.Since(began).Seconds()
+	var endText string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&endText); err != nil {
+		return "", err
+	}
+	end, _ := pglogrepl.ParseLSN(endText)
+	contenders := []contender{
+		{"decoding alone, server side (`pg_logical_slot_peek_binary_changes`)", serverSide},
+		{"`pg_recvlogical` (pgoutput, proto 1) to /dev/null", recvlogical},
+		{"raw Go receiver, `pglogrepl.Parse` only: **the decode limit**", rawReceiver},
+		{"**walrelay** into kfake, until `confirmed_flush_lsn` reaches the end", walrelay(o.bin)},
+	}
+	res := make([][]result, len(contenders))
+	for r := range o.runs {
+		for i, c := range contenders {
+			slot := fmt.Sprintf("c%d_%d", i, r)
+			if _, err := conn.Exec(ctx, "SELECT pg_copy_logical_replication_slot('tpl', $1)", slot); err != nil {
+				return "", fmt.Errorf("copy the template slot: %w", err)
+			}
+			x, err := c.run(ctx, pg, slot, end, o.events)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", c.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "  run %d: %-60.60s %8.0f events/s\n", r+1, c.name, float64(o.events)/x.elapsed.Seconds())
+			res[i] = append(res[i], x)
+			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+				return "", fmt.Errorf("drop slot %s: %w", slot, err)
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %d rows per transaction, %d events, %d-byte payloads\n\n", rows, o.events, o.payload)
+	fmt.Fprintf(&b, "| what | events/s: median (min to max) of %d | × the decode limit |\n| --- | --- | --- |\n", o.runs)
+	rates := make([]stats, len(contenders))
+	for i := range contenders {
+		var xs []float64
+		for _, x := range res[i] {
+			xs = append(xs, float64(o.events)/x.elapsed.Seconds())
+		}
+		rates[i] = summarize(xs)
+	}
+	limit := rates[2].med
+	for i, c := range contenders {
+		fmt.Fprintf(&b, "| %s | %s | %.2f |\n", c.name, rates[i], rates[i].med/limit)
+	}
+	fmt.Fprintf(&b, "| the load itself: one server-side procedure committing each transaction | %s | |\n", human(loadRate))
+	var rss, cpu []float64
+	for _, x := range res[3] {
+		rss = append(rss, float64(x.rss)/(1<<20))
+		cpu = append(cpu, x.cpu/float64(o.events)*100000)
+	}
+	r, c := summarize(rss), summarize(cpu)
+	fmt.Fprintf(&b, "\nwalrelay: peak RSS %.1f MiB (%.1f to %.1f), CPU %.2f s per 100k events (%.2f to %.2f).\n",
+		r.med, r.lo, r.hi, c.med, c.lo, c.hi)
+	return b.String(), nil
+}
+
+func serverSide(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		return result{}, err
+	}
+	defer conn.Close(context.Background())
+	began := time.Now()
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL,
+		'proto_version', '1', 'publication_names', 'walrelay_outbox')`, slot, end.String()).Scan(&n)
+	return result{elapsed: time.Since(began)}, err
+}
+
+func recvlogical(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
+	bin, err := pgtest.FindBinDir()
+	if err != nil {
+		return result{}, err
+	}
+	began := time.Now()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pg_recvlogical"),
+		"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", pg.Port()),
+		"-S", slot, "--start", "--no-loop", "-o", "proto_version=1", "-o", "publication_names=walrelay_outbox",
+		"-E", end.String(), "-f", "/dev/null")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return result{}, fmt.Errorf("%v: %s", err, out)
+	}
+	return result{elapsed: time.Since(began)}, nil
+}
+
+// rawReceiver streams the slot and only parses each message: what any Go
+// consumer of this slot pays at the least.
+func rawReceiver(ctx context.Context, pg *pgtest.Server, slot string, _ pglogrepl.LSN, events int) (result, error) {
+	cfg, err := replication.ReplicationConfig(pg.DSN)
+	if err != nil {
+		return result{}, err
+	}
+	began := time.Now()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
+	defer conn.Close(context.Background())
+	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names 'walrelay_outbox'", "messages 'true'"},
+	}); err != nil {
+		return result{}, err
+	}
+	inserts := 0
+	var last pglogrepl.LSN
+	next := time.Now().Add(time.Second)
+	for {
+		if time.Now().After(next) {
+			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: last}); err != nil {
+				return result{}, err
+			}
+			next = time.Now().Add(time.Second)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		raw, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			return result{}, fmt.Errorf("after %d inserts: %w", inserts, err)
+		}
+		cd, ok := raw.(*pgproto3.CopyData)
+		if !ok || len(cd.Data) == 0 || cd.Data[0] != pglogrepl.XLogDataByteID {
+			continue
+		}
+		xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
+		if err != nil {
+			return result{}, err
+		}
+		m, err := pglogrepl.Parse(xld.WALData)
+		if err != nil {
+			return result{}, err
+		}
+		switch m := m.(type) {
+		case *pglogrepl.InsertMessage:
+			inserts++
+		case *pglogrepl.CommitMessage:
+			last = m.TransactionEndLSN
+			if inserts >= events {
+				return result{elapsed: time.Since(began)}, nil
+			}
+		}
+	}
+}
+
+// walrelay runs the walrelay binary on the slot into a fresh kfake and
+// stops the clock when the slot confirmed the end LSN.
+func walrelay(bin string) func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
+	return func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
+		kc, err := kafkatest.New()
+		if err != nil {
+			return result{}, err
+		}
+		defer kc.Close()
+		conn, err := pgx.Connect(ctx, pg.DSN)
+		if err != nil {
+			return result{}, err
+		}
+		defer conn.Close(context.Background())
+		cmd := exec.Command(bin, "run")
+		cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(kc.Addrs(), ","),
+			"WALRELAY_POSTGRES_SLOT="+slot, "WALRELAY_ADMIN_LISTEN=", "WALRELAY_LOG_LEVEL=warn")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		began := time.Now()
+		if err := cmd.Start(); err != nil {
+			return result{}, err
+		}
+		defer func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		}()
+		for {
+			var text string
+			if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&text); err != nil {
+				return result{}, err
+			}
+			if lsn, _ := pglogrepl.ParseLSN(text); lsn >= end {
+				break
+			}
+			if cmd.ProcessState != nil || time.Since(began) > 10*time.Minute {
+				return result{}, fmt.Errorf("walrelay did not confirm %s:\n%s", end, out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		elapsed := time.Since(began)
+		rss, cpu := procStats(cmd.Process.Pid)
+		return result{elapsed: elapsed, rss: rss, cpu: cpu}, nil
+	}
+}
+
+// procStats reads a process's peak RSS (VmHWM) and CPU seconds.
+func procStats(pid int) (rss int64, cpu float64) {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmHWM:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				rss = kb * 1024
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command name in parentheses; utime and stime are
+		// the 14th and 15th fields overall, in clock ticks (100 a second).
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			f := strings.Fields(s[i+1:])
+			if len(f) > 13 {
+				ut, _ := strconv.ParseFloat(f[11], 64)
+				st, _ := strconv.ParseFloat(f[12], 64)
+				cpu = (ut + st) / 100
+			}
+		}
+	}
+	return rss, cpu
+}

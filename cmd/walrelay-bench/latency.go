@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/replication"
+)
+
+// point is one latency run.
+type point struct {
+	offered, achieved float64
+	p50, p99, p999    time.Duration
+	samples           int
+}
+
+// latency runs walrelay live and, for each offered rate, writes one-row
+// transactions at that rate and measures commit-to-consume latency: the
+// consumer's receive time against the commit time in the record's header.
+func latency(ctx context.Context, o options) (string, []point, error) {
+	fmt.Fprintln(os.Stderr, "latency: starting PostgreSQL, kfake and walrelay …")
+	pg, err := pgtest.New(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	defer pg.Close()
+	kc, err := kafkatest.New()
+	if err != nil {
+		return "", nil, err
+	}
+	defer kc.Close()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		return "", nil, err
+	}
+	defer conn.Close(context.Background())
+	if _, err := migrations.Apply(ctx, conn, "public", "outbox"); err != nil {
+		return "", nil, err
+	}
+	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
+		return "", nil, err
+	}
+	if _, err := replication.EnsureSlot(ctx, conn, "walrelay"); err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(o.bin, "run")
+	cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(kc.Addrs(), ","),
+		"WALRELAY_ADMIN_LISTEN=", "WALRELAY_LOG_LEVEL=warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...), kgo.ConsumeTopics("outbox.event.order"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		return "", nil, err
+	}
+	defer cl.Close()
+	var mu sync.Mutex
+	lat := map[string][]time.Duration{} // by run tag
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for cctx.Err() == nil {
+			fs := cl.PollFetches(cctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				ct, err := time.Parse(time.RFC3339Nano, string(kafkatest.Header(r, "walrelay.commit_time")))
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				lat[string(kafkatest.Header(r, "type"))] = append(lat[string(kafkatest.Header(r, "type"))], now.Sub(ct))
+				mu.Unlock()
+			})
+		}
+	}()
+
+	// Warm up: the topic exists and every connection is made.
+	if err := writeAt(ctx, pg.DSN, 200, time.Second, "warmup"); err != nil {
+		return "", nil, err
+	}
+	time.Sleep(time.Second)
+	var points []point
+	for _, rate := range o.rates {
+		tag := fmt.Sprintf("rate%d", rate)
+		began := time.Now()
+		if err := writeAt(ctx, pg.DSN, rate, o.duration, tag); err != nil {
+			return "", nil, err
+		}
+		wrote := time.Since(began)
+		time.Sleep(2 * time.Second) // let the tail arrive
+		mu.Lock()
+		xs := append([]time.Duration(nil), lat[tag]...)
+		mu.Unlock()
+		if len(xs) == 0 {
+			return "", nil, fmt.Errorf("no events arrived at %d/s", rate)
+		}
+		sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+		q := func(p float64) time.Duration { return xs[min(len(xs)-1, int(p*float64(len(xs))))] }
+		pt := point{offered: float64(rate), achieved: float64(len(xs)) / wrote.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999), samples: len(xs)}
+		fmt.Fprintf(os.Stderr, "  %d/s offered: %.0f/s achieved, p50 %s p99 %s p99.9 %s\n", rate, pt.achieved, pt.p50, pt.p99, pt.p999)
+		points = append(points, pt)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### Commit-to-consume latency, one-row transactions, %s per rate\n\n", o.duration)
+	b.WriteString("| offered events/s | achieved | p50 | p99 | p99.9 | samples |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, p := range points {
+		fmt.Fprintf(&b, "| %.0f | %.0f | %s | %s | %s | %d |\n", p.offered, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999), p.samples)
+	}
+	return b.String(), points, nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// writeAt commits one-row outbox transactions at rate per second for d,
+// from as many connections as the rate needs, typed tag.
+func writeAt(ctx context.Context, dsn string, rate int, d time.Duration, tag string) error {
+	writers := max(1, rate/500)
+	per := float64(rate) / float64(writers)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	deadline := time.Now().Add(d)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close(context.Background())
+			interval := time.Duration(float64(time.Second) / per)
+			next := time.Now().Add(time.Duration(w) * interval / time.Duration(writers))
+			for n := 0; time.Now().Before(deadline); n++ {
+				if wait := time.Until(next); wait > 0 {
+					time.Sleep(wait)
+				}
+				next = next.Add(interval)
+				if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+					VALUES (gen_random_uuid(), 'order', $1, $2, jsonb_build_object('pad', repeat('x', 270)))`, fmt.Sprintf("agg-%d-%d", w, n%100), tag); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}

@@ -1,0 +1,148 @@
+// Command walrelay-bench measures walrelay against the one-slot limit, side
+// by side in one run: it loads outbox rows into a throwaway PostgreSQL once
+// behind a template slot, copies that slot for each contender so that every
+// one streams exactly the same WAL range, and times
+//
+//   - server-side decoding alone (pg_logical_slot_peek_binary_changes),
+//   - pg_recvlogical (pgoutput, proto 1) to /dev/null,
+//   - a raw Go receiver that only runs pglogrepl.Parse: the decode limit,
+//   - walrelay (the binary, as a subprocess) into an in-process kfake,
+//     timed until the slot's confirmed_flush_lsn reaches the end LSN, which
+//     it confirms only after Kafka acknowledged every event,
+//
+// then commit-to-ack latency at fixed offered rates. It prints a Markdown
+// table whose ratios come from the same run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "walrelay-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	events   int
+	payload  int
+	shapes   []int // rows per transaction, one data set each
+	runs     int
+	rates    []int // offered one-row transactions per second
+	duration time.Duration
+	bin      string
+	svg      string
+}
+
+func run() error {
+	var o options
+	var shapes, rates string
+	flag.IntVar(&o.events, "events", 200000, "outbox rows per data set")
+	flag.IntVar(&o.payload, "payload", 300, "payload bytes per row")
+	flag.StringVar(&shapes, "rows-per-txn", "100,1", "data sets: rows per transaction, comma-separated")
+	flag.IntVar(&o.runs, "runs", 3, "runs of each contender; the median is quoted")
+	flag.StringVar(&rates, "rates", "1000,2000,5000", "offered rates for the latency runs, one-row transactions per second (empty: skip)")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each latency run")
+	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
+	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
+	flag.Parse()
+	var err error
+	if o.shapes, err = ints(shapes); err != nil {
+		return fmt.Errorf("-rows-per-txn: %w", err)
+	}
+	if o.rates, err = ints(rates); err != nil {
+		return fmt.Errorf("-rates: %w", err)
+	}
+	if o.bin == "" {
+		dir, err := os.MkdirTemp("", "walrelay-bench")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.bin = filepath.Join(dir, "walrelay")
+		if out, err := exec.Command("go", "build", "-o", o.bin, "./cmd/walrelay").CombinedOutput(); err != nil {
+			return fmt.Errorf("build walrelay (run from the repository root, or pass -walrelay): %v\n%s", err, out)
+		}
+	}
+	ctx := context.Background()
+	fmt.Printf("walrelay-bench: %d events of %d-byte payloads per data set, %d runs each, on %d cores\n\n", o.events, o.payload, o.runs, numCPU())
+	var tables []string
+	for _, rows := range o.shapes {
+		t, err := catchUp(ctx, o, rows)
+		if err != nil {
+			return fmt.Errorf("data set of %d rows per transaction: %w", rows, err)
+		}
+		tables = append(tables, t)
+	}
+	for _, t := range tables {
+		fmt.Println(t)
+	}
+	if len(o.rates) > 0 {
+		t, points, err := latency(ctx, o)
+		if err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+		fmt.Println(t)
+		if o.svg != "" {
+			if err := os.WriteFile(o.svg, []byte(plot(points)), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// stats are the median, min and max of a set of measurements.
+type stats struct{ med, lo, hi float64 }
+
+func summarize(xs []float64) stats {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return stats{med: s[len(s)/2], lo: s[0], hi: s[len(s)-1]}
+}
+
+func (s stats) String() string {
+	return fmt.Sprintf("%s (%s to %s)", human(s.med), human(s.lo), human(s.hi))
+}
+
+func human(x float64) string {
+	switch {
+	case x >= 1e6:
+		return fmt.Sprintf("%.2fM", x/1e6)
+	case x >= 1e3:
+		return fmt.Sprintf("%.1fk", x/1e3)
+	default:
+		return fmt.Sprintf("%.1f", x)
+	}
+}
+
+func numCPU() int {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(b), "processor\t:")
+}
