@@ -396,6 +396,9 @@ func (ss *session) run(ctx context.Context) error {
 		return err
 	}
 	var drainUntil time.Time // set once ctx is cancelled
+	var readDeadline time.Time
+	wake := cfg.StatusInterval / 10
+	defer ss.conn.Conn().SetReadDeadline(time.Time{}) //nolint:errcheck // best effort for the shutdown's own deadline
 	for {
 		select {
 		case err := <-statusErr:
@@ -410,7 +413,6 @@ func (ss *session) run(ctx context.Context) error {
 				return err
 			}
 		}
-		base := ctx
 		if ctx.Err() != nil {
 			if drainUntil.IsZero() {
 				drainUntil = time.Now().Add(cfg.DrainTimeout)
@@ -422,16 +424,24 @@ func (ss *session) run(ctx context.Context) error {
 				ss.s.log.Warn("stopping inside a transaction: its events will be sent again on the next start")
 				return ss.shutdown(drainUntil)
 			}
-			base = context.Background() // read on to the end of the transaction
+			// Otherwise read on to the end of the transaction.
 		}
 		// Wake at least every tenth of the interval to see whether a status
-		// update is due; a keepalive or data wakes it sooner.
-		rctx, cancel := context.WithTimeout(base, cfg.StatusInterval/10)
-		raw, err := ss.conn.ReceiveMessage(rctx)
-		cancel()
+		// update is due or ctx is done; data wakes it sooner. A read
+		// deadline on the socket does this without a context (and the
+		// goroutine pgconn starts to watch one) per message; it is moved
+		// only when it has grown stale.
+		if now := time.Now(); readDeadline.Sub(now) < wake/2 {
+			readDeadline = now.Add(wake)
+			if err := ss.conn.Conn().SetReadDeadline(readDeadline); err != nil {
+				return fmt.Errorf("set read deadline: %w", err)
+			}
+		}
+		raw, err := ss.conn.ReceiveMessage(context.Background())
 		if err != nil {
-			if pgconn.Timeout(err) || (ctx.Err() != nil && drainUntil.IsZero()) {
-				continue // the deadline, or the stop signal: the loop top decides
+			if pgconn.Timeout(err) {
+				readDeadline = time.Time{}
+				continue // the deadline: the loop top decides
 			}
 			if isFatalPgError(err) {
 				return &FatalError{fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)}

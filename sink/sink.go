@@ -8,7 +8,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -51,10 +54,22 @@ type Config struct {
 
 // Sink produces events. Its methods are safe for concurrent use.
 type Sink struct {
-	cfg    Config
-	cl     *kgo.Client
-	log    *slog.Logger
-	static bool // the template has no placeholder
+	cfg   Config
+	cl    *kgo.Client
+	log   *slog.Logger
+	parts []string // the template split at its placeholders: text, placeholder, text, …
+	valid sync.Map // topic name -> bool, names already checked
+
+	mu   sync.Mutex // guards the header cache
+	last txnHeaders
+}
+
+// txnHeaders are the header values shared by every event of a transaction,
+// formatted once.
+type txnHeaders struct {
+	lsn                        pglogrepl.LSN
+	xid                        uint32
+	lsnText, xidText, timeText []byte
 }
 
 var topicRe = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
@@ -128,8 +143,7 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
-	s := &Sink{cfg: cfg, cl: cl, log: log}
-	s.static = !strings.Contains(cfg.Topic, "{")
+	s := &Sink{cfg: cfg, cl: cl, log: log, parts: splitTemplate(cfg.Topic)}
 	return s, nil
 }
 
@@ -160,12 +174,57 @@ func (s *Sink) Ping(ctx context.Context) error {
 // Close closes the client; records not yet acknowledged are failed.
 func (s *Sink) Close() { s.cl.Close() }
 
+// splitTemplate splits a topic template into literal text at even indexes
+// and placeholders at odd ones.
+func splitTemplate(t string) []string {
+	var parts []string
+	for {
+		i := strings.IndexByte(t, '{')
+		j := strings.IndexByte(t, '}')
+		if i < 0 || j < i {
+			return append(parts, t)
+		}
+		parts = append(parts, t[:i], t[i:j+1])
+		t = t[j+1:]
+	}
+}
+
 // Topic returns the topic an event is routed to.
 func (s *Sink) Topic(e *decoder.Event) string {
-	if s.static {
-		return s.cfg.Topic
+	if len(s.parts) == 1 {
+		return s.parts[0]
 	}
-	return strings.NewReplacer("{aggregatetype}", e.AggregateType, "{type}", e.Type).Replace(s.cfg.Topic)
+	if len(s.parts) == 3 && s.parts[2] == "" {
+		// The common shape, prefix{placeholder}: one concatenation.
+		return s.parts[0] + s.field(s.parts[1], e)
+	}
+	var b strings.Builder
+	for i, p := range s.parts {
+		if i%2 == 0 {
+			b.WriteString(p)
+		} else {
+			b.WriteString(s.field(p, e))
+		}
+	}
+	return b.String()
+}
+
+func (s *Sink) field(placeholder string, e *decoder.Event) string {
+	if placeholder == "{type}" {
+		return e.Type
+	}
+	return e.AggregateType
+}
+
+// validTopic is ValidTopic with the answers remembered (a stream has few
+// topics).
+func (s *Sink) validTopic(topic string) bool {
+	if v, ok := s.valid.Load(topic); ok {
+		return v.(bool)
+	}
+	ok := ValidTopic(topic)
+	s.valid.Store(topic, ok)
+	return ok
 }
 
 // Delivery says where Kafka acknowledged an event.
@@ -190,11 +249,11 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 		return
 	}
 	topic := s.Topic(e)
-	if !ValidTopic(topic) {
+	if !s.validTopic(topic) {
 		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, s.cfg.Topic), done)
 		return
 	}
-	r := &kgo.Record{Topic: topic, Key: []byte(e.AggregateID), Value: e.Payload, Headers: headers(e, 0)}
+	r := &kgo.Record{Topic: topic, Key: []byte(e.AggregateID), Value: e.Payload, Headers: s.headers(e, 0)}
 	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
@@ -242,15 +301,25 @@ func reason(err error) string {
 	}
 }
 
-// headers builds the record headers; extra leaves room for more.
-func headers(e *decoder.Event, extra int) []kgo.RecordHeader {
+// headers builds the record headers; extra leaves room for more. The values
+// of the transaction's headers are formatted once per transaction and shared
+// by its records (the client does not modify them).
+func (s *Sink) headers(e *decoder.Event, extra int) []kgo.RecordHeader {
+	s.mu.Lock()
+	t := s.last
+	if t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid {
+		t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, lsnText: []byte(e.CommitLSN.String()),
+			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: e.CommitTime.AppendFormat(nil, time.RFC3339Nano)}
+		s.last = t
+	}
+	s.mu.Unlock()
 	h := make([]kgo.RecordHeader, 0, 5+len(e.Headers)+extra)
 	h = append(h,
 		kgo.RecordHeader{Key: "id", Value: []byte(e.ID)},
 		kgo.RecordHeader{Key: "type", Value: []byte(e.Type)},
-		kgo.RecordHeader{Key: "walrelay.lsn", Value: []byte(e.CommitLSN.String())},
-		kgo.RecordHeader{Key: "walrelay.xid", Value: strconv.AppendUint(nil, uint64(e.Xid), 10)},
-		kgo.RecordHeader{Key: "walrelay.commit_time", Value: e.CommitTime.AppendFormat(nil, time.RFC3339Nano)},
+		kgo.RecordHeader{Key: "walrelay.lsn", Value: t.lsnText},
+		kgo.RecordHeader{Key: "walrelay.xid", Value: t.xidText},
+		kgo.RecordHeader{Key: "walrelay.commit_time", Value: t.timeText},
 	)
 	for _, x := range e.Headers {
 		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
@@ -274,7 +343,7 @@ const (
 // the row itself is still in the table and in the WAL at its position.
 func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic string, cause error, done Done) {
 	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
-	h := append(headers(e, 6),
+	h := append(s.headers(e, 6),
 		kgo.RecordHeader{Key: HeaderError, Value: []byte(cause.Error())},
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(why)},
 		kgo.RecordHeader{Key: HeaderSource, Value: []byte(e.Source)},

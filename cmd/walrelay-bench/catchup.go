@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -238,8 +240,12 @@ func walrelay(bin string) func(ctx context.Context, pg *pgtest.Server, slot stri
 		}
 		defer conn.Close(context.Background())
 		cmd := exec.Command(bin, "run")
+		admin := ""
+		if profilePath != "" {
+			admin = "127.0.0.1:18088"
+		}
 		cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(kc.Addrs(), ","),
-			"WALRELAY_POSTGRES_SLOT="+slot, "WALRELAY_ADMIN_LISTEN=", "WALRELAY_LOG_LEVEL=warn")
+			"WALRELAY_POSTGRES_SLOT="+slot, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		began := time.Now()
@@ -250,6 +256,9 @@ func walrelay(bin string) func(ctx context.Context, pg *pgtest.Server, slot stri
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			_ = cmd.Wait()
 		}()
+		if profilePath != "" {
+			go profile(admin, profilePath)
+		}
 		for {
 			var text string
 			if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&text); err != nil {
@@ -294,4 +303,21 @@ func procStats(pid int) (rss int64, cpu float64) {
 		}
 	}
 	return rss, cpu
+}
+
+// profilePath, if set, receives a CPU profile of walrelay's first seconds of
+// catch-up (-profile).
+var profilePath string
+
+func profile(admin, path string) {
+	time.Sleep(300 * time.Millisecond)
+	resp, err := http.Get("http://" + admin + "/debug/pprof/profile?seconds=3")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	_ = os.WriteFile(path, b, 0o644)
+	profilePath = "" // one profile a run of the bench
 }

@@ -56,6 +56,7 @@ func run() error {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each latency run")
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
+	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
 	flag.Parse()
 	var err error
 	if o.shapes, err = ints(shapes); err != nil {
