@@ -22,6 +22,7 @@ import (
 
 // point is one latency run.
 type point struct {
+	rows              int
 	offered, achieved float64
 	p50, p99, p999    time.Duration
 	samples           int
@@ -96,13 +97,13 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 	}()
 
 	// Warm up: the topic exists and every connection is made.
-	if err := writeAt(ctx, pg.DSN, 200, time.Second, "warmup"); err != nil {
+	if err := writeAt(ctx, pg.DSN, rate{200, 1}, time.Second, "warmup"); err != nil {
 		return "", nil, err
 	}
 	time.Sleep(time.Second)
 	var points []point
 	for _, rate := range o.rates {
-		tag := fmt.Sprintf("rate%d", rate)
+		tag := fmt.Sprintf("rate%dx%d", rate.events, rate.rows)
 		began := time.Now()
 		if err := writeAt(ctx, pg.DSN, rate, o.duration, tag); err != nil {
 			return "", nil, err
@@ -113,30 +114,31 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		xs := append([]time.Duration(nil), lat[tag]...)
 		mu.Unlock()
 		if len(xs) == 0 {
-			return "", nil, fmt.Errorf("no events arrived at %d/s", rate)
+			return "", nil, fmt.Errorf("no events arrived at %d/s", rate.events)
 		}
 		sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
 		q := func(p float64) time.Duration { return xs[min(len(xs)-1, int(p*float64(len(xs))))] }
-		pt := point{offered: float64(rate), achieved: float64(len(xs)) / wrote.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999), samples: len(xs)}
-		fmt.Fprintf(os.Stderr, "  %d/s offered: %.0f/s achieved, p50 %s p99 %s p99.9 %s\n", rate, pt.achieved, pt.p50, pt.p99, pt.p999)
+		pt := point{rows: rate.rows, offered: float64(rate.events), achieved: float64(len(xs)) / wrote.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999), samples: len(xs)}
+		fmt.Fprintf(os.Stderr, "  %d/s offered in %d-row transactions: %.0f/s achieved, p50 %s p99 %s p99.9 %s\n", rate.events, rate.rows, pt.achieved, pt.p50, pt.p99, pt.p999)
 		points = append(points, pt)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "### Commit-to-consume latency, one-row transactions, %s per rate\n\n", o.duration)
-	b.WriteString("| offered events/s | achieved | p50 | p99 | p99.9 | samples |\n| --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(&b, "### Commit-to-consume latency, %s per load\n\n", o.duration)
+	b.WriteString("| offered events/s | rows per transaction | achieved | p50 | p99 | p99.9 | samples |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range points {
-		fmt.Fprintf(&b, "| %.0f | %.0f | %s | %s | %s | %d |\n", p.offered, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999), p.samples)
+		fmt.Fprintf(&b, "| %.0f | %d | %.0f | %s | %s | %s | %d |\n", p.offered, p.rows, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999), p.samples)
 	}
 	return b.String(), points, nil
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
-// writeAt commits one-row outbox transactions at rate per second for d,
-// from as many connections as the rate needs, typed tag.
-func writeAt(ctx context.Context, dsn string, rate int, d time.Duration, tag string) error {
-	writers := max(1, rate/500)
-	per := float64(rate) / float64(writers)
+// writeAt commits outbox transactions of r.rows rows at r.events rows per
+// second for d, from as many connections as the rate needs, typed tag.
+func writeAt(ctx context.Context, dsn string, r rate, d time.Duration, tag string) error {
+	txns := max(1, r.events/r.rows)
+	writers := max(1, min(txns/500, 16))
+	per := float64(txns) / float64(writers)
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	deadline := time.Now().Add(d)
@@ -158,7 +160,8 @@ func writeAt(ctx context.Context, dsn string, rate int, d time.Duration, tag str
 				}
 				next = next.Add(interval)
 				if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-					VALUES (gen_random_uuid(), 'order', $1, $2, jsonb_build_object('pad', repeat('x', 270)))`, fmt.Sprintf("agg-%d-%d", w, n%100), tag); err != nil {
+					SELECT gen_random_uuid(), 'order', $1 || '-' || g, $2, jsonb_build_object('pad', repeat('x', 270))
+					FROM generate_series(1, $3) AS g`, fmt.Sprintf("agg-%d-%d", w, n%100), tag, r.rows); err != nil {
 					errs <- err
 					return
 				}

@@ -39,7 +39,7 @@ type options struct {
 	payload  int
 	shapes   []int // rows per transaction, one data set each
 	runs     int
-	rates    []int // offered one-row transactions per second
+	rates    []rate // offered loads for the latency runs
 	duration time.Duration
 	bin      string
 	svg      string
@@ -52,7 +52,7 @@ func run() error {
 	flag.IntVar(&o.payload, "payload", 300, "payload bytes per row")
 	flag.StringVar(&shapes, "rows-per-txn", "100,1", "data sets: rows per transaction, comma-separated")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each contender; the median is quoted")
-	flag.StringVar(&rates, "rates", "1000,2000,5000", "offered rates for the latency runs, one-row transactions per second (empty: skip)")
+	flag.StringVar(&rates, "rates", "1000,2000,5000,10000x10,20000x10", "offered loads for the latency runs: events per second, xN for N-row transactions (empty: skip)")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each latency run")
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
@@ -62,7 +62,7 @@ func run() error {
 	if o.shapes, err = ints(shapes); err != nil {
 		return fmt.Errorf("-rows-per-txn: %w", err)
 	}
-	if o.rates, err = ints(rates); err != nil {
+	if o.rates, err = parseRates(rates); err != nil {
 		return fmt.Errorf("-rates: %w", err)
 	}
 	if o.bin == "" {
@@ -115,6 +115,28 @@ func ints(s string) ([]int, error) {
 			return nil, fmt.Errorf("%q is not a positive whole number", f)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+// rate is an offered load: events per second in transactions of rows rows.
+type rate struct{ events, rows int }
+
+func parseRates(s string) ([]rate, error) {
+	var out []rate
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		ev, rows, ok := strings.Cut(f, "x")
+		if !ok {
+			rows = "1"
+		}
+		n, err := ints(ev + "," + rows)
+		if err != nil || len(n) != 2 {
+			return nil, fmt.Errorf("%q: want events/s, or events/s x rows per transaction", f)
+		}
+		out = append(out, rate{n[0], n[1]})
 	}
 	return out, nil
 }

@@ -6,8 +6,18 @@ import (
 	"time"
 )
 
-// plot draws p50, p99 and p99.9 latency against offered load as an SVG.
-func plot(points []point) string {
+// plot draws p50, p99 and p99.9 latency against offered load as an SVG,
+// one line per transaction shape.
+func plot(all []point) string {
+	var points []point
+	for _, p := range all {
+		if p.rows == 1 {
+			points = append(points, p)
+		}
+	}
+	if len(points) == 0 {
+		points = all
+	}
 	const w, h, left, bottom, top, right = 640.0, 360.0, 60.0, 40.0, 20.0, 20.0
 	maxX, maxY := 0.0, 0.0
 	for _, p := range points {
