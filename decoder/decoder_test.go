@@ -340,3 +340,27 @@ func TestParseText(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeInsert decodes the hot path: one outbox insert of a
+// ~300-byte payload, with allocations reported.
+func BenchmarkDecodeInsert(b *testing.B) {
+	d, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.Decode(1, relationMsg(1, "public", "outbox", outboxCols[:5])); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.Decode(2, beginMsg(0x10, time.Now(), 1)); err != nil {
+		b.Fatal(err)
+	}
+	payload := `{"seq": 12345, "pad": "` + strings.Repeat("x", 270) + `"}`
+	msg := insertMsg(1, s(testID), s("order"), s("agg-17"), s("OrderCreated"), s(payload))
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Decode(3, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -11,7 +11,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
@@ -26,6 +29,19 @@ type point struct {
 	offered, achieved float64
 	p50, p99, p999    time.Duration
 	samples           int
+	base              quantiles // the raw receiver's commit-to-receipt at the same load
+}
+
+// quantiles of a latency sample.
+type quantiles struct{ p50, p99, p999 time.Duration }
+
+func quantilesOf(xs []time.Duration) quantiles {
+	if len(xs) == 0 {
+		return quantiles{}
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+	q := func(p float64) time.Duration { return xs[min(len(xs)-1, int(p*float64(len(xs))))] }
+	return quantiles{q(0.5), q(0.99), q(0.999)}
 }
 
 // latency runs walrelay live and, for each offered rate, writes one-row
@@ -53,6 +69,13 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 	}
 	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
 		return "", nil, err
+	}
+	// Baseline: the same loads read by a raw receiver on a slot of its own,
+	// commit to receipt; what the database and one walsender cost before
+	// walrelay does anything.
+	base, err := baseline(ctx, o, pg.DSN, conn)
+	if err != nil {
+		return "", nil, fmt.Errorf("baseline: %w", err)
 	}
 	if _, err := replication.EnsureSlot(ctx, conn, "walrelay"); err != nil {
 		return "", nil, err
@@ -118,16 +141,19 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		}
 		sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
 		q := func(p float64) time.Duration { return xs[min(len(xs)-1, int(p*float64(len(xs))))] }
-		pt := point{rows: rate.rows, offered: float64(rate.events), achieved: float64(len(xs)) / wrote.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999), samples: len(xs)}
+		pt := point{rows: rate.rows, offered: float64(rate.events), achieved: float64(len(xs)) / wrote.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999), samples: len(xs),
+			base: base[tag]}
 		fmt.Fprintf(os.Stderr, "  %d/s offered in %d-row transactions: %.0f/s achieved, p50 %s p99 %s p99.9 %s\n", rate.events, rate.rows, pt.achieved, pt.p50, pt.p99, pt.p999)
 		points = append(points, pt)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Commit-to-consume latency, %s per load\n\n", o.duration)
-	b.WriteString("| offered events/s | rows per transaction | achieved | p50 | p99 | p99.9 | samples |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| offered events/s | rows per transaction | achieved | walrelay p50 | p99 | p99.9 | baseline: raw receiver p50 | p99 | p99.9 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range points {
-		fmt.Fprintf(&b, "| %.0f | %d | %.0f | %s | %s | %s | %d |\n", p.offered, p.rows, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999), p.samples)
+		fmt.Fprintf(&b, "| %.0f | %d | %.0f | %s | %s | %s | %s | %s | %s |\n", p.offered, p.rows, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999),
+			ms(p.base.p50), ms(p.base.p99), ms(p.base.p999))
 	}
+	b.WriteString("\nwalrelay: commit time (header) to the consumer's receipt through kfake; baseline: commit time (Begin) to a raw receiver's receipt of each insert, the same loads, run first.\n")
 	return b.String(), points, nil
 }
 
@@ -171,4 +197,99 @@ func writeAt(ctx context.Context, dsn string, r rate, d time.Duration, tag strin
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// baseline runs every load of o against a raw receiver on a slot of its own
+// and returns commit-to-receipt quantiles by load tag.
+func baseline(ctx context.Context, o options, dsn string, conn *pgx.Conn) (map[string]quantiles, error) {
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot('rawlat', 'pgoutput')"); err != nil {
+		return nil, err
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_drop_replication_slot('rawlat')") //nolint:errcheck // the server is thrown away
+	cfg, err := replication.ReplicationConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close(context.Background())
+	if err := pglogrepl.StartReplication(ctx, rc, "rawlat", 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names 'walrelay_outbox'"},
+	}); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	lat := map[string][]time.Duration{}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var commit time.Time
+		var last pglogrepl.LSN
+		next := time.Now()
+		for rctx.Err() == nil {
+			if time.Now().After(next) {
+				_ = pglogrepl.SendStandbyStatusUpdate(rctx, rc, pglogrepl.StandbyStatusUpdate{WALWritePosition: last})
+				next = time.Now().Add(time.Second)
+			}
+			mctx, cancel := context.WithTimeout(rctx, 200*time.Millisecond)
+			raw, err := rc.ReceiveMessage(mctx)
+			cancel()
+			if err != nil {
+				if pgconn.Timeout(err) {
+					continue
+				}
+				return
+			}
+			now := time.Now()
+			cd, ok := raw.(*pgproto3.CopyData)
+			if !ok || len(cd.Data) == 0 || cd.Data[0] != pglogrepl.XLogDataByteID {
+				continue
+			}
+			xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
+			if err != nil {
+				return
+			}
+			m, err := pglogrepl.Parse(xld.WALData)
+			if err != nil {
+				continue
+			}
+			switch m := m.(type) {
+			case *pglogrepl.BeginMessage:
+				commit = m.CommitTime
+			case *pglogrepl.CommitMessage:
+				last = m.TransactionEndLSN
+			case *pglogrepl.InsertMessage:
+				if len(m.Tuple.Columns) > 3 {
+					tag := string(m.Tuple.Columns[3].Data)
+					mu.Lock()
+					lat[tag] = append(lat[tag], now.Sub(commit))
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	for _, r := range o.rates {
+		tag := fmt.Sprintf("rate%dx%d", r.events, r.rows)
+		if err := writeAt(ctx, dsn, r, o.duration, tag); err != nil {
+			stop()
+			return nil, err
+		}
+		time.Sleep(time.Second)
+		mu.Lock()
+		q := quantilesOf(lat[tag])
+		mu.Unlock()
+		fmt.Fprintf(os.Stderr, "  baseline %d/s in %d-row transactions: p50 %s p99 %s p99.9 %s\n", r.events, r.rows, q.p50, q.p99, q.p999)
+	}
+	stop()
+	<-done
+	out := map[string]quantiles{}
+	mu.Lock()
+	defer mu.Unlock()
+	for tag, xs := range lat {
+		out[tag] = quantilesOf(xs)
+	}
+	return out, nil
 }
