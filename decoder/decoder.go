@@ -399,6 +399,18 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
 		return v, true
 	}
 	text := func(i int, required bool) string {
+		// The usual key and type columns are text or uuid: read them
+		// without boxing a value in an interface.
+		if vals[i].kind == 't' {
+			switch oid := r.cols[i].DataType; oid {
+			case oidText, oidVarchar, oidBpchar, oidName:
+				return string(vals[i].data)
+			case oidUUID:
+				if isUUID(vals[i].data) {
+					return string(vals[i].data)
+				}
+			}
+		}
 		if v, ok := value(i, required); ok {
 			if s, ok := v.(string); ok {
 				return s
