@@ -258,6 +258,7 @@ func walrelay(bin string) func(ctx context.Context, pg *pgtest.Server, slot stri
 		}()
 		if profilePath != "" {
 			go profile(admin, profilePath)
+			profilePath = "" // one profile a run of the bench
 		}
 		for {
 			var text string
@@ -319,5 +320,47 @@ func profile(admin, path string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	_ = os.WriteFile(path, b, 0o644)
-	profilePath = "" // one profile a run of the bench
+}
+
+// bigTransaction measures walrelay's peak memory on one transaction of
+// o.bigTxn rows: events stream through, so it should not grow with the
+// transaction.
+func bigTransaction(ctx context.Context, o options) (string, error) {
+	fmt.Fprintf(os.Stderr, "large transaction: loading one transaction of %d rows …\n", o.bigTxn)
+	pg, err := pgtest.New(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer pg.Close()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	if _, err := migrations.Apply(ctx, conn, "public", "outbox"); err != nil {
+		return "", err
+	}
+	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot('big', 'pgoutput')"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), 'order', 'agg-' || (i % 1000), 'Bulk', jsonb_build_object('seq', i, 'pad', repeat('x', $2::int))
+		FROM generate_series(1, $1::int) AS i`, o.bigTxn, max(o.payload-30, 0)); err != nil {
+		return "", err
+	}
+	var endText string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&endText); err != nil {
+		return "", err
+	}
+	end, _ := pglogrepl.ParseLSN(endText)
+	x, err := walrelay(o.bin)(ctx, pg, "big", end, o.bigTxn)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "  one transaction of %d rows: %.0f events/s, peak RSS %.1f MiB\n", o.bigTxn, float64(o.bigTxn)/x.elapsed.Seconds(), float64(x.rss)/(1<<20))
+	return fmt.Sprintf("### One transaction of %d rows\n\nwalrelay streamed it in %.1f s (%s events/s, including the server's decoding of the whole transaction before its first row is sent) with a peak RSS of %.1f MiB.\n",
+		o.bigTxn, x.elapsed.Seconds(), human(float64(o.bigTxn)/x.elapsed.Seconds()), float64(x.rss)/(1<<20)), nil
 }

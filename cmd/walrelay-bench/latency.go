@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +31,26 @@ type point struct {
 	p50, p99, p999    time.Duration
 	samples           int
 	base              quantiles // the raw receiver's commit-to-receipt at the same load
+	relayCores        float64   // walrelay's CPU during the load, in cores
+	machineBusy       float64   // the share of the machine's CPU that was busy
+}
+
+// machineCPU returns the busy and total CPU ticks of the machine (/proc/stat).
+func machineCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i, x := range f[1:] {
+		v, _ := strconv.ParseFloat(x, 64)
+		total += v
+		if i != 3 && i != 4 { // idle and iowait
+			busy += v
+		}
+	}
+	return busy, total
 }
 
 // quantiles of a latency sample.
@@ -81,8 +102,12 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		return "", nil, err
 	}
 	cmd := exec.Command(o.bin, "run")
+	admin := ""
+	if o.latencyProfile != "" {
+		admin = "127.0.0.1:18089"
+	}
 	cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(kc.Addrs(), ","),
-		"WALRELAY_ADMIN_LISTEN=", "WALRELAY_LOG_LEVEL=warn")
+		"WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
@@ -128,10 +153,17 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 	for _, rate := range o.rates {
 		tag := fmt.Sprintf("rate%dx%d", rate.events, rate.rows)
 		began := time.Now()
+		if o.latencyProfile != "" && len(points) == 0 {
+			go profile(admin, o.latencyProfile)
+		}
+		_, cpu0 := procStats(cmd.Process.Pid)
+		busy0, total0 := machineCPU()
 		if err := writeAt(ctx, pg.DSN, rate, o.duration, tag); err != nil {
 			return "", nil, err
 		}
 		wrote := time.Since(began)
+		_, cpu1 := procStats(cmd.Process.Pid)
+		busy1, total1 := machineCPU()
 		time.Sleep(2 * time.Second) // let the tail arrive
 		mu.Lock()
 		xs := append([]time.Duration(nil), lat[tag]...)
@@ -142,16 +174,20 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
 		q := func(p float64) time.Duration { return xs[min(len(xs)-1, int(p*float64(len(xs))))] }
 		pt := point{rows: rate.rows, offered: float64(rate.events), achieved: float64(len(xs)) / wrote.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999), samples: len(xs),
-			base: base[tag]}
+			base: base[tag], relayCores: (cpu1 - cpu0) / wrote.Seconds(), machineBusy: (busy1 - busy0) / max(total1-total0, 1e-9)}
 		fmt.Fprintf(os.Stderr, "  %d/s offered in %d-row transactions: %.0f/s achieved, p50 %s p99 %s p99.9 %s\n", rate.events, rate.rows, pt.achieved, pt.p50, pt.p99, pt.p999)
 		points = append(points, pt)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Commit-to-consume latency, %s per load\n\n", o.duration)
-	b.WriteString("| offered events/s | rows per transaction | achieved | walrelay p50 | p99 | p99.9 | baseline: raw receiver p50 | p99 | p99.9 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| offered events/s | rows per transaction | achieved | walrelay p50 | p99 | p99.9 | baseline: raw receiver p50 | p99 | p99.9 | walrelay CPU | machine busy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range points {
-		fmt.Fprintf(&b, "| %.0f | %d | %.0f | %s | %s | %s | %s | %s | %s |\n", p.offered, p.rows, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999),
-			ms(p.base.p50), ms(p.base.p99), ms(p.base.p999))
+		offered := fmt.Sprintf("%.0f", p.offered)
+		if p.offered == 0 {
+			offered = "unpaced (16 writers)"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %.2f cores | %.0f%% |\n", offered, p.rows, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999),
+			ms(p.base.p50), ms(p.base.p99), ms(p.base.p999), p.relayCores, 100*p.machineBusy)
 	}
 	b.WriteString("\nwalrelay: commit time (header) to the consumer's receipt through kfake; baseline: commit time (Begin) to a raw receiver's receipt of each insert, the same loads, run first.\n")
 	return b.String(), points, nil
@@ -165,6 +201,9 @@ func writeAt(ctx context.Context, dsn string, r rate, d time.Duration, tag strin
 	txns := max(1, r.events/r.rows)
 	writers := max(1, min(txns/500, 16))
 	per := float64(txns) / float64(writers)
+	if r.events == 0 { // unpaced: what the database sustains
+		writers, per = 16, 1e9
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	deadline := time.Now().Add(d)

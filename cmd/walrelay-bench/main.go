@@ -43,6 +43,9 @@ type options struct {
 	duration time.Duration
 	bin      string
 	svg      string
+	bigTxn   int
+
+	latencyProfile string
 }
 
 func run() error {
@@ -52,7 +55,9 @@ func run() error {
 	flag.IntVar(&o.payload, "payload", 300, "payload bytes per row")
 	flag.StringVar(&shapes, "rows-per-txn", "100,1", "data sets: rows per transaction, comma-separated")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each contender; the median is quoted")
-	flag.StringVar(&rates, "rates", "1000,2000,5000,10000x10,20000x10", "offered loads for the latency runs: events per second, xN for N-row transactions (empty: skip)")
+	flag.StringVar(&rates, "rates", "1000,2000,5000,10000x10,20000x10,0", "offered loads for the latency runs: events per second, xN for N-row transactions, 0 for unpaced writers (empty: skip)")
+	flag.StringVar(&o.latencyProfile, "latency-profile", "", "write a CPU profile of walrelay during the first latency load to this file")
+	flag.IntVar(&o.bigTxn, "big-txn", 1000000, "rows of the one large transaction whose catch-up memory is measured (0: skip)")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each latency run")
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
@@ -83,6 +88,13 @@ func run() error {
 		t, err := catchUp(ctx, o, rows)
 		if err != nil {
 			return fmt.Errorf("data set of %d rows per transaction: %w", rows, err)
+		}
+		tables = append(tables, t)
+	}
+	if o.bigTxn > 0 {
+		t, err := bigTransaction(ctx, o)
+		if err != nil {
+			return fmt.Errorf("large transaction: %w", err)
 		}
 		tables = append(tables, t)
 	}
@@ -131,6 +143,10 @@ func parseRates(s string) ([]rate, error) {
 		ev, rows, ok := strings.Cut(f, "x")
 		if !ok {
 			rows = "1"
+		}
+		if ev == "0" {
+			out = append(out, rate{0, 1})
+			continue
 		}
 		n, err := ints(ev + "," + rows)
 		if err != nil || len(n) != 2 {
