@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -31,6 +34,7 @@ type point struct {
 	p50, p99, p999    time.Duration
 	samples           int
 	base              quantiles // the raw receiver's commit-to-receipt at the same load
+	ackP99            float64   // walrelay's own commit-to-ack p99, seconds: the upper bound of its histogram bucket
 	relayCores        float64   // walrelay's CPU during the load, in cores
 	machineBusy       float64   // the share of the machine's CPU that was busy
 }
@@ -102,10 +106,9 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		return "", nil, err
 	}
 	cmd := exec.Command(o.bin, "run")
-	admin := ""
-	if o.latencyProfile != "" {
-		admin = "127.0.0.1:18089"
-	}
+	// The admin listener serves walrelay's own commit-to-ack histogram, read
+	// before and after each load, and the profile of -latency-profile.
+	admin := "127.0.0.1:18089"
 	cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(kc.Addrs(), ","),
 		"WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
 	cmd.Stderr = os.Stderr
@@ -156,6 +159,7 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		if o.latencyProfile != "" && len(points) == 0 {
 			go profile(admin, o.latencyProfile)
 		}
+		h0, _ := ackHistogram(admin)
 		_, cpu0 := procStats(cmd.Process.Pid)
 		busy0, total0 := machineCPU()
 		if err := writeAt(ctx, pg.DSN, rate, o.duration, tag); err != nil {
@@ -165,6 +169,10 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		_, cpu1 := procStats(cmd.Process.Pid)
 		busy1, total1 := machineCPU()
 		time.Sleep(2 * time.Second) // let the tail arrive
+		h1, err := ackHistogram(admin)
+		if err != nil {
+			return "", nil, err
+		}
 		mu.Lock()
 		xs := append([]time.Duration(nil), lat[tag]...)
 		mu.Unlock()
@@ -174,22 +182,23 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
 		q := func(p float64) time.Duration { return xs[min(len(xs)-1, int(p*float64(len(xs))))] }
 		pt := point{rows: rate.rows, offered: float64(rate.events), achieved: float64(len(xs)) / wrote.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999), samples: len(xs),
-			base: base[tag], relayCores: (cpu1 - cpu0) / wrote.Seconds(), machineBusy: (busy1 - busy0) / max(total1-total0, 1e-9)}
+			ackP99: h1.minus(h0).quantile(0.99),
+			base:   base[tag], relayCores: (cpu1 - cpu0) / wrote.Seconds(), machineBusy: (busy1 - busy0) / max(total1-total0, 1e-9)}
 		fmt.Fprintf(os.Stderr, "  %d/s offered in %d-row transactions: %.0f/s achieved, p50 %s p99 %s p99.9 %s\n", rate.events, rate.rows, pt.achieved, pt.p50, pt.p99, pt.p999)
 		points = append(points, pt)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Commit-to-consume latency, %s per load\n\n", o.duration)
-	b.WriteString("| offered events/s | rows per transaction | achieved | walrelay p50 | p99 | p99.9 | baseline: raw receiver p50 | p99 | p99.9 | walrelay CPU | machine busy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| offered events/s | rows per transaction | achieved | walrelay p50 | p99 | p99.9 | commit-to-ack p99 (walrelay's histogram) | baseline: raw receiver p50 | p99 | p99.9 | walrelay CPU | machine busy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range points {
 		offered := fmt.Sprintf("%.0f", p.offered)
 		if p.offered == 0 {
 			offered = "unpaced (16 writers)"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %.2f cores | %.0f%% |\n", offered, p.rows, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999),
-			ms(p.base.p50), ms(p.base.p99), ms(p.base.p999), p.relayCores, 100*p.machineBusy)
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | ≤ %s | %s | %s | %s | %.2f cores | %.0f%% |\n", offered, p.rows, p.achieved, ms(p.p50), ms(p.p99), ms(p.p999),
+			ms(time.Duration(p.ackP99*float64(time.Second))), ms(p.base.p50), ms(p.base.p99), ms(p.base.p999), p.relayCores, 100*p.machineBusy)
 	}
-	b.WriteString("\nwalrelay: commit time (header) to the consumer's receipt through kfake; baseline: commit time (Begin) to a raw receiver's receipt of each insert, the same loads, run first.\n")
+	b.WriteString("\nwalrelay: commit time (header) to the consumer's receipt through kfake; commit-to-ack: walrelay's own histogram (commit time to Kafka's acknowledgement, no consumer), the upper bound of the bucket that holds the 99th percentile; baseline: commit time (Begin) to a raw receiver's receipt of each insert, the same loads, run first.\n")
 	return b.String(), points, nil
 }
 
@@ -331,4 +340,69 @@ func baseline(ctx context.Context, o options, dsn string, conn *pgx.Conn) (map[s
 		out[tag] = quantilesOf(xs)
 	}
 	return out, nil
+}
+
+// histogram is a cumulative Prometheus histogram: upper bounds and counts.
+type histogram struct {
+	le     []float64
+	counts []float64
+}
+
+// ackHistogram scrapes walrelay_commit_to_ack_seconds from walrelay's admin
+// listener.
+func ackHistogram(admin string) (histogram, error) {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return histogram{}, fmt.Errorf("scrape walrelay's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return histogram{}, err
+	}
+	var h histogram
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, `walrelay_commit_to_ack_seconds_bucket{le="`)
+		if !ok {
+			continue
+		}
+		bound, count, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		le, err1 := strconv.ParseFloat(bound, 64)
+		if bound == "+Inf" {
+			le, err1 = math.Inf(1), nil
+		}
+		n, err2 := strconv.ParseFloat(count, 64)
+		if err1 == nil && err2 == nil {
+			h.le = append(h.le, le)
+			h.counts = append(h.counts, n)
+		}
+	}
+	return h, nil
+}
+
+func (h histogram) minus(o histogram) histogram {
+	d := histogram{le: h.le, counts: append([]float64(nil), h.counts...)}
+	for i := range d.counts {
+		if i < len(o.counts) {
+			d.counts[i] -= o.counts[i]
+		}
+	}
+	return d
+}
+
+// quantile returns the upper bound of the bucket that holds quantile q.
+func (h histogram) quantile(q float64) float64 {
+	if len(h.counts) == 0 || h.counts[len(h.counts)-1] == 0 {
+		return 0
+	}
+	want := q * h.counts[len(h.counts)-1]
+	for i, c := range h.counts {
+		if c >= want {
+			return h.le[i]
+		}
+	}
+	return h.le[len(h.le)-1]
 }
