@@ -58,6 +58,7 @@ type Config struct {
 		Format string
 	}
 	ShutdownTimeout time.Duration
+	MemoryLimit     int
 }
 
 // key is one configuration key: its name, its help text and how to set and
@@ -194,6 +195,8 @@ func (c *Config) keys() []*key {
 	add("log.format", "text or json", f, s)
 	f, s = duration(&c.ShutdownTimeout, 30*time.Second)
 	add("shutdown_timeout", "how long a stop waits for in-flight events", f, s)
+	f, s = integer(&c.MemoryLimit, 48<<20)
+	add("memory_limit", "soft memory limit of the Go runtime in bytes (GOMEMLIMIT wins if set); 0 turns it off", f, s)
 	return ks
 }
 

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +38,12 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(cfg, stderr)
 	log.Info("starting walrelay", append([]any{"version", version}, cs.effective()...)...)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && cfg.MemoryLimit > 0 {
+		// A soft limit: the collector works harder near it instead of
+		// letting the heap double; what is in flight is bounded by the
+		// producer's buffers, so the live heap stays well below it.
+		debug.SetMemoryLimit(int64(cfg.MemoryLimit))
+	}
 	return scrubError(relay(ctx, cfg, log), cfg.Postgres.DSN)
 }
 
