@@ -62,7 +62,18 @@ func run() error {
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
+	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
 	flag.Parse()
+	if *replotFrom != "" {
+		points, err := replot(*replotFrom)
+		if err != nil {
+			return err
+		}
+		if o.svg == "" {
+			return fmt.Errorf("-replot needs -svg")
+		}
+		return os.WriteFile(o.svg, []byte(plot(points)), 0o644)
+	}
 	var err error
 	if o.shapes, err = ints(shapes); err != nil {
 		return fmt.Errorf("-rows-per-txn: %w", err)
