@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
 )
 
 // TestStreamsEveryEventInOrder writes 10,000 events over 100 aggregates in
@@ -642,5 +643,43 @@ func TestLogicalMessageEvents(t *testing.T) {
 	r := col.Records()[0]
 	if r.Topic != "outbox.event.invoice" || string(r.Key) != "inv-9" || string(r.Value) != `{"amount": 12.5}` || string(kafkatest.Header(r, "type")) != "InvoiceIssued" {
 		t.Fatalf("record %s key %q value %q", r.Topic, r.Key, r.Value)
+	}
+}
+
+// TestRealBrokerSmoke streams events into a real Apache Kafka broker
+// (WALRELAY_TEST_KAFKA=real; the first run fetches the broker from Maven
+// Central): every id arrives, keyed and partitioned as the Java client does.
+// The fault suite against the real broker is still to come.
+func TestRealBrokerSmoke(t *testing.T) {
+	if os.Getenv(kafkatest.EnvKafka) != "real" {
+		t.Skip("set " + kafkatest.EnvKafka + "=real to run against Apache Kafka " + kafkatest.KafkaVersion)
+	}
+	t.Parallel()
+	pg := pgtest.Start(t)
+	kr := kafkatest.StartReal(t)
+	p := start(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
+	if code := p.exit(60 * time.Second); code != 0 {
+		t.Fatalf("migrate exited %d:\n%s", code, p.out.String())
+	}
+	col, err := kafkatest.Collect(kr.Addrs(), `outbox\.event\..*|walrelay\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	conn := connect(t, pg.DSN)
+	streaming(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_KAFKA_BROKERS": strings.Join(kr.Addrs(), ","), "WALRELAY_ADMIN_LISTEN": ""})
+	w := newWriter(20, 9)
+	if err := w.write(t.Context(), conn, 2000, 20); err != nil {
+		t.Fatal(err)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("Apache Kafka %s: %s", kafkatest.KafkaVersion, c)
+	if c.duplicates != 0 || c.orderViolations != 0 {
+		t.Fatalf("want no duplicates or order violations: %s", c)
+	}
+	for _, r := range col.Records() {
+		if want := javaPartition(r.Key, kafkatest.Partitions); r.Partition != want {
+			t.Fatalf("key %q on partition %d, the Java client's is %d", r.Key, r.Partition, want)
+		}
 	}
 }

@@ -1,0 +1,218 @@
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// KafkaVersion is the Apache Kafka release that StartReal runs.
+const KafkaVersion = "4.4.0"
+
+// EnvKafka selects the broker of the end-to-end tests: "real" runs Apache
+// Kafka (StartReal), anything else kfake.
+const EnvKafka = "WALRELAY_TEST_KAFKA"
+
+// Real is a single-node Apache Kafka broker in KRaft mode, run with the
+// machine's Java from jars fetched from Maven Central.
+type Real struct {
+	addr string
+	cmd  *exec.Cmd
+	dir  string
+	done chan struct{}
+}
+
+// pom lists the broker and a logging binding; Maven resolves the rest.
+const pom = `<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>walrelay</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>` + KafkaVersion + `</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId><version>1.7.36</version></dependency>
+  </dependencies>
+</project>
+`
+
+// FetchKafka makes sure the broker's jars are in the cache directory
+// (WALRELAY_KAFKA_CACHE, default ~/.cache/walrelay/kafka-<version>) and
+// returns the directory that holds them. The first call runs Maven.
+func FetchKafka(ctx context.Context) (string, error) {
+	cache := os.Getenv("WALRELAY_KAFKA_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("find a cache directory for Kafka: %w", err)
+		}
+		cache = filepath.Join(home, ".cache", "walrelay", "kafka-"+KafkaVersion)
+	}
+	lib := filepath.Join(cache, "lib")
+	if jars, _ := filepath.Glob(filepath.Join(lib, "kafka_2.13-*.jar")); len(jars) > 0 {
+		return lib, nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", fmt.Errorf("make the Kafka cache: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(cache, "pom.xml"), []byte(pom), 0o644); err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "mvn", "-q", "-B", "dependency:copy-dependencies", "-DoutputDirectory=lib.tmp", "-DincludeScope=runtime")
+	cmd.Dir = cache
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("fetch Apache Kafka %s with Maven (needs mvn and Maven Central): %v\n%s", KafkaVersion, err, out)
+	}
+	if err := os.Rename(filepath.Join(cache, "lib.tmp"), lib); err != nil {
+		return "", err
+	}
+	return lib, nil
+}
+
+// StartReal starts a broker that is stopped when the test ends.
+func StartReal(t TB) *Real {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r, err := NewReal(ctx)
+	if err != nil {
+		t.Fatalf("start Apache Kafka: %v", err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// NewReal fetches (once) and starts a broker on free loopback ports, with a
+// small heap, and waits until it answers.
+func NewReal(ctx context.Context) (*Real, error) {
+	lib, err := FetchKafka(ctx)
+	if err != nil {
+		return nil, err
+	}
+	java, err := exec.LookPath("java")
+	if err != nil {
+		return nil, errors.New("no java on PATH: Apache Kafka needs Java 17 or later")
+	}
+	dir, err := os.MkdirTemp("", "walrelay-kafka")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	r := &Real{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir, done: make(chan struct{})}
+	props := strings.Join([]string{
+		"process.roles=broker,controller",
+		"node.id=1",
+		fmt.Sprintf("controller.quorum.voters=1@127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("listeners=PLAINTEXT://%s,CONTROLLER://127.0.0.1:%d", r.addr, ports[1]),
+		"advertised.listeners=PLAINTEXT://" + r.addr,
+		"controller.listener.names=CONTROLLER",
+		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"log.dirs=" + filepath.Join(dir, "data"),
+		fmt.Sprintf("num.partitions=%d", Partitions),
+		"offsets.topic.replication.factor=1",
+		"transaction.state.log.replication.factor=1",
+		"transaction.state.log.min.isr=1",
+		"auto.create.topics.enable=true",
+		"group.initial.rebalance.delay.ms=0",
+	}, "\n") + "\n"
+	conf := filepath.Join(dir, "server.properties")
+	log4j := filepath.Join(dir, "log4j.properties")
+	if err := os.WriteFile(conf, []byte(props), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(log4j, []byte("log4j.rootLogger=WARN, f\nlog4j.appender.f=org.apache.log4j.FileAppender\nlog4j.appender.f.File="+
+		filepath.Join(dir, "broker.log")+"\nlog4j.appender.f.layout=org.apache.log4j.PatternLayout\nlog4j.appender.f.layout.ConversionPattern=[%d] %p %m (%c)%n\n"), 0o644); err != nil {
+		return nil, err
+	}
+	cp := filepath.Join(lib, "*")
+	jvm := []string{"-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dlog4j.configuration=file:" + log4j, "-cp", cp}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	clusterID := base64.RawURLEncoding.EncodeToString(id[:])
+	format := exec.CommandContext(ctx, java, append(jvm, "kafka.tools.StorageTool", "format", "-t", clusterID, "-c", conf)...)
+	if out, err := format.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("format KRaft storage: %v\n%s", err, out)
+	}
+	out, err := os.Create(filepath.Join(dir, "stdout.log"))
+	if err != nil {
+		return nil, err
+	}
+	r.cmd = exec.Command(java, append(jvm, "kafka.Kafka", conf)...)
+	r.cmd.Stdout, r.cmd.Stderr = out, out
+	if err := r.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start the broker: %w", err)
+	}
+	go func() {
+		_ = r.cmd.Wait()
+		out.Close()
+		close(r.done)
+	}()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.addr))
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	defer cl.Close()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := cl.Ping(pctx)
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		select {
+		case <-r.done:
+			b, _ := os.ReadFile(filepath.Join(dir, "stdout.log"))
+			r.Close()
+			return nil, fmt.Errorf("the broker exited: %s", b)
+		case <-ctx.Done():
+			r.Close()
+			return nil, fmt.Errorf("the broker did not answer: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Addrs returns the broker's address.
+func (r *Real) Addrs() []string { return []string{r.addr} }
+
+// Close stops the broker and removes its files.
+func (r *Real) Close() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+	os.RemoveAll(r.dir)
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
