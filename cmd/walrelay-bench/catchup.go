@@ -53,24 +53,40 @@ type contender struct {
 	run  func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, events int) (result, error)
 }
 
-func catchUp(ctx context.Context, o options, rows int) (string, error) {
-	fmt.Fprintf(os.Stderr, "data set: %d rows per transaction: loading %d rows …\n", rows, o.events)
+// freshServer starts a throwaway PostgreSQL with the outbox migrated and
+// published, and a connection to it; close both with the returned func.
+func freshServer(ctx context.Context) (*pgtest.Server, *pgx.Conn, func(), error) {
 	pg, err := pgtest.New(ctx)
 	if err != nil {
-		return "", err
+		return nil, nil, nil, err
 	}
-	defer pg.Close()
 	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		pg.Close()
+		return nil, nil, nil, err
+	}
+	closeAll := func() {
+		conn.Close(context.Background())
+		pg.Close()
+	}
+	if _, err := migrations.Apply(ctx, conn, "public", "outbox"); err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	return pg, conn, closeAll, nil
+}
+
+func catchUp(ctx context.Context, o options, rows int) (string, error) {
+	fmt.Fprintf(os.Stderr, "data set: %d rows per transaction: loading %d rows …\n", rows, o.events)
+	pg, conn, closeAll, err := freshServer(ctx)
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close(context.Background())
-	if _, err := migrations.Apply(ctx, conn, "public", "outbox"); err != nil {
-		return "", err
-	}
-	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
-		return "", err
-	}
+	defer closeAll()
 	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot('tpl', 'pgoutput')"); err != nil {
 		return "", fmt.Errorf("create the template slot: %w", err)
 	}
@@ -327,22 +343,11 @@ func profile(admin, path string) {
 // transaction.
 func bigTransaction(ctx context.Context, o options) (string, error) {
 	fmt.Fprintf(os.Stderr, "large transaction: loading one transaction of %d rows …\n", o.bigTxn)
-	pg, err := pgtest.New(ctx)
+	pg, conn, closeAll, err := freshServer(ctx)
 	if err != nil {
 		return "", err
 	}
-	defer pg.Close()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(context.Background())
-	if _, err := migrations.Apply(ctx, conn, "public", "outbox"); err != nil {
-		return "", err
-	}
-	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
-		return "", err
-	}
+	defer closeAll()
 	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot('big', 'pgoutput')"); err != nil {
 		return "", err
 	}

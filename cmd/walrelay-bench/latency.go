@@ -22,8 +22,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/pgtest"
-	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -74,27 +72,16 @@ func quantilesOf(xs []time.Duration) quantiles {
 // consumer's receive time against the commit time in the record's header.
 func latency(ctx context.Context, o options) (string, []point, error) {
 	fmt.Fprintln(os.Stderr, "latency: starting PostgreSQL, kfake and walrelay …")
-	pg, err := pgtest.New(ctx)
+	pg, conn, closeAll, err := freshServer(ctx)
 	if err != nil {
 		return "", nil, err
 	}
-	defer pg.Close()
+	defer closeAll()
 	kc, err := kafkatest.New()
 	if err != nil {
 		return "", nil, err
 	}
 	defer kc.Close()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		return "", nil, err
-	}
-	defer conn.Close(context.Background())
-	if _, err := migrations.Apply(ctx, conn, "public", "outbox"); err != nil {
-		return "", nil, err
-	}
-	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
-		return "", nil, err
-	}
 	// Baseline: the same loads read by a raw receiver on a slot of its own,
 	// commit to receipt; what the database and one walsender cost before
 	// walrelay does anything.

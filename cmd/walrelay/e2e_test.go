@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/pgtest"
 )
 
 // TestStreamsEveryEventInOrder writes 10,000 events over 100 aggregates in
@@ -655,17 +654,8 @@ func TestRealBrokerSmoke(t *testing.T) {
 		t.Skip("set " + kafkatest.EnvKafka + "=real to run against Apache Kafka " + kafkatest.KafkaVersion)
 	}
 	t.Parallel()
-	pg := pgtest.Start(t)
 	kr := kafkatest.StartReal(t)
-	p := start(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
-	if code := p.exit(60 * time.Second); code != 0 {
-		t.Fatalf("migrate exited %d:\n%s", code, p.out.String())
-	}
-	col, err := kafkatest.Collect(kr.Addrs(), `outbox\.event\..*|walrelay\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(col.Close)
+	pg, col := setupWith(t, kr.Addrs())
 	conn := connect(t, pg.DSN)
 	streaming(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_KAFKA_BROKERS": strings.Join(kr.Addrs(), ","), "WALRELAY_ADMIN_LISTEN": ""})
 	w := newWriter(20, 9)

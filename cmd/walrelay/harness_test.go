@@ -208,18 +208,25 @@ func (p *proc) peakRSS() int64 {
 // and a collector of every outbox and dead-letter record.
 func setup(t *testing.T) (*pgtest.Server, *kafkatest.Cluster, *kafkatest.Collector) {
 	t.Helper()
-	pg := pgtest.Start(t)
 	kc := kafkatest.Start(t)
+	pg, col := setupWith(t, kc.Addrs())
+	return pg, kc, col
+}
+
+// setupWith is setup for the brokers at addrs.
+func setupWith(t *testing.T, addrs []string) (*pgtest.Server, *kafkatest.Collector) {
+	t.Helper()
+	pg := pgtest.Start(t)
 	p := start(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	if code := p.exit(60 * time.Second); code != 0 {
 		t.Fatalf("migrate exited %d:\n%s", code, p.out.String())
 	}
-	col, err := kafkatest.Collect(kc.Addrs(), `outbox\.event\..*|walrelay\.dlq`)
+	col, err := kafkatest.Collect(addrs, `outbox\.event\..*|walrelay\.dlq`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	return pg, kc, col
+	return pg, col
 }
 
 func connect(t *testing.T, dsn string) *pgx.Conn {
