@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/proxy"
 )
 
 // TestStreamsEveryEventInOrder writes 10,000 events over 100 aggregates in
@@ -671,5 +672,82 @@ func TestRealBrokerSmoke(t *testing.T) {
 		if want := javaPartition(r.Key, kafkatest.Partitions); r.Partition != want {
 			t.Fatalf("key %q on partition %d, the Java client's is %d", r.Key, r.Partition, want)
 		}
+	}
+}
+
+// TestReplicationConnectionCut cuts walrelay's connections to PostgreSQL
+// (through a TCP proxy) twice mid-stream: it reconnects and nothing is lost.
+func TestReplicationConnectionCut(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	if pg.External() {
+		t.Skip("needs the throwaway server's port, not WALRELAY_TEST_POSTGRES_DSN")
+	}
+	conn := connect(t, pg.DSN)
+	px, err := proxy.New(fmt.Sprintf("127.0.0.1:%d", pg.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	p := streaming(t, baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr())))
+	w := newWriter(30, 10)
+	writeErr := make(chan error, 1)
+	go func() { writeErr <- w.write(context.Background(), conn, 20000, 20) }()
+	for range 2 {
+		time.Sleep(700 * time.Millisecond)
+		px.Cut()
+	}
+	if err := <-writeErr; err != nil {
+		t.Fatal(err)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("after two cuts of the replication connection: %s", c)
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+	if !strings.Contains(p.out.String(), "reconnecting") {
+		t.Fatal("walrelay did not log a reconnect")
+	}
+}
+
+// TestPausedPastSenderTimeout stops walrelay with SIGSTOP for longer than
+// wal_sender_timeout: the server ends the session; after SIGCONT walrelay
+// reconnects and nothing is lost.
+func TestPausedPastSenderTimeout(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	if pg.External() {
+		t.Skip("changes server settings: needs a throwaway server, not WALRELAY_TEST_POSTGRES_DSN")
+	}
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	for _, sql := range []string{"ALTER SYSTEM SET wal_sender_timeout = '2s'", "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := streaming(t, baseEnv(pg, kc))
+	w := newWriter(30, 11)
+	if err := w.write(ctx, conn, 2000, 20); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	p.signal(syscall.SIGSTOP)
+	if err := w.write(ctx, conn, 2000, 20); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // past wal_sender_timeout: the server gives up on the session
+	var senders int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication").Scan(&senders); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGCONT)
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("after a pause past wal_sender_timeout (walsenders left during it: %d): %s", senders, c)
+	if senders != 0 {
+		t.Fatalf("the server kept the paused session (%d walsenders): the pause did not pass wal_sender_timeout", senders)
+	}
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
 	}
 }
