@@ -53,6 +53,9 @@ type Config struct {
 	// BackoffMin and BackoffMax bound the wait before reconnecting; the wait
 	// doubles per failed attempt, with jitter. Defaults 100ms and 10s.
 	BackoffMin, BackoffMax time.Duration
+	// StandbyRetry caps the wait between two tries while another process
+	// holds the slot. Default 1s.
+	StandbyRetry time.Duration
 	// Logger receives lifecycle logs. Nil discards them.
 	Logger *slog.Logger
 
@@ -141,6 +144,9 @@ func New(cfg Config) (*Stream, error) {
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = 10 * time.Second
 	}
+	if cfg.StandbyRetry == 0 {
+		cfg.StandbyRetry = time.Second
+	}
 	if cfg.BackoffMin > cfg.BackoffMax {
 		return nil, fmt.Errorf("backoff min %s is above backoff max %s", cfg.BackoffMin, cfg.BackoffMax)
 	}
@@ -225,6 +231,9 @@ func (s *Stream) Run(ctx context.Context) error {
 		attempt++
 		var active *SlotActiveError
 		if errors.As(err, &active) {
+			// A standby asks often, so that it takes over soon after the
+			// holder dies: asking is one cheap query.
+			wait = min(wait, s.cfg.StandbyRetry)
 			s.state.Store("waiting_for_slot")
 			s.log.Info("slot is active in another process; waiting", "pid", active.PID, "retry_in", wait)
 		} else {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/proxy"
@@ -437,7 +439,13 @@ func TestSecondInstanceWaitsForTheSlot(t *testing.T) {
 	second := start(t, e, "run")
 	second.waitLog("slot is active in another process", 30*time.Second)
 	first.kill()
+	killed := time.Now()
 	second.waitLog("msg=streaming", 30*time.Second)
+	takeover := time.Since(killed)
+	t.Logf("the standby streamed %s after the first instance was killed", takeover.Round(10*time.Millisecond))
+	if takeover > 5*time.Second {
+		t.Fatalf("takeover took %s, want under 5s", takeover)
+	}
 	w := newWriter(5, 7)
 	if err := w.write(t.Context(), conn, 100, 10); err != nil {
 		t.Fatal(err)
@@ -749,5 +757,53 @@ func TestPausedPastSenderTimeout(t *testing.T) {
 	}
 	if c.orderViolations != 0 {
 		t.Fatalf("order violations: %s", c)
+	}
+}
+
+// TestUnwritableDeadLetterTopicStops: when the dead-letter topic refuses the
+// record too, walrelay stops with an error naming the event, and the slot
+// does not move past it.
+func TestUnwritableDeadLetterTopicStops(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	if _, err := conn.Exec(ctx, `CREATE TABLE app_outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_TABLE", "public.app_outbox", "WALRELAY_POSTGRES_SLOT", "app", "WALRELAY_POSTGRES_PUBLICATION", "app_pub")
+	p := streaming(t, e)
+	before := slotConfirmed(t, conn, "app")
+	// From now on the broker refuses every produce: the only one is the
+	// dead-letter record of the row below.
+	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
+			for _, part := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = part.Partition
+				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	bad := newUUID()
+	if _, err := conn.Exec(ctx, `INSERT INTO app_outbox VALUES ($1, 'order', NULL, 'T', '{}')`, bad); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.exit(60 * time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if out := p.out.String(); !strings.Contains(out, "dead-letter event "+bad) || !strings.Contains(out, "TOPIC_AUTHORIZATION_FAILED") {
+		t.Fatalf("the error does not name the event and the refusal:\n%s", tail(out, 2000))
+	}
+	if after := slotConfirmed(t, conn, "app"); after != before {
+		t.Fatalf("the slot moved from %s to %s past an event that reached no topic", before, after)
 	}
 }
