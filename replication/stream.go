@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/walrelay/walrelay/internal/backoff"
 )
 
 // Handler is called from the receive goroutine with each XLogData payload,
@@ -227,7 +228,7 @@ func (s *Stream) Run(ctx context.Context) error {
 		if started && time.Since(began) > 10*time.Second {
 			attempt = 0
 		}
-		wait := backoff(s.cfg.BackoffMin, s.cfg.BackoffMax, attempt)
+		wait := backoff.Wait(s.cfg.BackoffMin, s.cfg.BackoffMax, attempt)
 		attempt++
 		var active *SlotActiveError
 		if errors.As(err, &active) {
@@ -247,16 +248,6 @@ func (s *Stream) Run(ctx context.Context) error {
 		}
 		s.reconnects.Add(1)
 	}
-}
-
-// backoff returns the wait before attempt n (from 0): min·2ⁿ capped at max,
-// drawn uniformly from its upper half so that instances do not retry in step.
-func backoff(lo, hi time.Duration, n int) time.Duration {
-	d := hi
-	if n < 30 && lo<<n < hi {
-		d = lo << n
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // fatalCodes are SQLSTATEs that retrying does not fix.

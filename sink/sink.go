@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/backoff"
 )
 
 // Config configures a Sink. Zero values mean the defaults.
@@ -133,6 +134,9 @@ func New(cfg Config) (*Sink, error) {
 		kgo.ProducerBatchMaxBytes(cfg.BatchMaxBytes),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
+		// Retry sooner than the client's default (250ms doubling to 5s):
+		// every retry holds the slot's position back.
+		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),
 		kgo.WithLogger(slogAdapter{log}),
 	}
 	if !cfg.DisableAutoCreateTopics {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -805,5 +806,54 @@ func TestUnwritableDeadLetterTopicStops(t *testing.T) {
 	}
 	if after := slotConfirmed(t, conn, "app"); after != before {
 		t.Fatalf("the slot moved from %s to %s past an event that reached no topic", before, after)
+	}
+}
+
+// TestRetriableBrokerErrors: the broker answers produce requests with
+// NOT_LEADER_FOR_PARTITION and REQUEST_TIMED_OUT for a while; the events are
+// retried, none is dropped, and the order per key holds.
+func TestRetriableBrokerErrors(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	streaming(t, baseEnv(pg, kc))
+	w := newWriter(20, 12)
+	if err := w.write(t.Context(), conn, 500, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	var injected atomic.Int64
+	codes := []int16{kerr.NotLeaderForPartition.Code, kerr.RequestTimedOut.Code}
+	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		n := injected.Add(1)
+		if n > 6 {
+			return nil, nil, false // from now on the broker answers normally
+		}
+		kc.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
+			for _, part := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = part.Partition
+				rp.ErrorCode = codes[n%2]
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	if err := w.write(t.Context(), conn, 3000, 10); err != nil {
+		t.Fatal(err)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("after %d produce requests answered with retriable errors: %s", min(injected.Load(), 6), c)
+	if injected.Load() < 6 {
+		t.Fatalf("only %d produce requests were refused; the test injected too little", injected.Load())
+	}
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
 	}
 }
