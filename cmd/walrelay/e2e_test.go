@@ -857,3 +857,38 @@ func TestRetriableBrokerErrors(t *testing.T) {
 		t.Fatalf("order violations: %s", c)
 	}
 }
+
+// TestKilledBetweenAckAndConfirm kills walrelay (a build with the
+// faultinject hook) right after Kafka acknowledged an event and before the
+// checkpoint heard of it, three times: the events Kafka has but PostgreSQL
+// was never told of come again, and nothing is lost.
+func TestKilledBetweenAckAndConfirm(t *testing.T) {
+	t.Parallel()
+	bin, err := faultBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	w := newWriter(20, 13)
+	if err := w.write(t.Context(), conn, 6000, 20); err != nil {
+		t.Fatal(err)
+	}
+	for i, after := range []string{"500", "1700", "2900"} {
+		p := startBin(t, bin, baseEnv(pg, kc).with("WALRELAY_FAULT_KILL_AFTER_ACKS", after), "run")
+		code := p.exit(60 * time.Second)
+		if code != -1 { // killed by a signal
+			t.Fatalf("run %d: exit %d, want killed by SIGKILL:\n%s", i+1, code, tail(p.out.String(), 2000))
+		}
+		t.Logf("killed after ack %s; slot at %s", after, slotConfirmed(t, conn, "walrelay"))
+	}
+	streaming(t, baseEnv(pg, kc))
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("after three kills between ack and confirm: %s", c)
+	if c.duplicates == 0 {
+		t.Fatalf("no duplicates: the kills did not land between an ack and its confirmation")
+	}
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+}

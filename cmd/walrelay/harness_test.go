@@ -46,6 +46,19 @@ func TestMain(m *testing.M) {
 	m.Run() // returning lets the deferred cleanup run; the exit code is kept
 }
 
+// faultBin builds, once, the binary with the faultinject hooks compiled in.
+var faultBin = sync.OnceValues(func() (string, error) {
+	bin := walrelayBin + "-faultinject"
+	args := []string{"build", "-tags", "faultinject", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build walrelay with faultinject: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
 // syncBuffer collects a process's output for waiting on and for failure
 // reports.
 type syncBuffer struct {
@@ -102,8 +115,14 @@ func (e env) with(kv ...string) env {
 // start runs walrelay with args and e as its only WALRELAY_ variables.
 func start(t *testing.T, e env, args ...string) *proc {
 	t.Helper()
+	return startBin(t, walrelayBin, e, args...)
+}
+
+// startBin is start for another build of walrelay.
+func startBin(t *testing.T, bin string, e env, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(walrelayBin, args...)
+	p.cmd = exec.Command(bin, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "WALRELAY_") {
 			p.cmd.Env = append(p.cmd.Env, kv)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/faultinject"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -366,6 +367,7 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 				return
 			}
 			p.m.acked(d.Topic, d.DeadLetter, commit)
+			faultinject.Acked()
 			txn.Ack()
 		})
 		return nil

@@ -1,0 +1,7 @@
+//go:build !faultinject
+
+package faultinject
+
+// Acked is called after Kafka acknowledged an event and before the
+// checkpoint learns of it. Without the faultinject tag it does nothing.
+func Acked() {}
