@@ -43,7 +43,7 @@ func TestStreamsEveryEventInOrder(t *testing.T) {
 	}
 	var xidOK, lsnOK int
 	for _, r := range col.Records() {
-		if r.Topic != "outbox.event.order" {
+		if r.Topic != kc.topic("order") {
 			t.Fatalf("record on topic %s", r.Topic)
 		}
 		if !strings.HasPrefix(string(r.Key), "agg-") || !strings.Contains(string(r.Value), `"agg": "`+string(r.Key)+`"`) {
@@ -184,7 +184,8 @@ func TestKafkaOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAll(t, col, w.written(), time.Minute)
-	kc.Down()
+	fk := kc.fake(t)
+	fk.Down()
 	if err := w.write(t.Context(), conn, 3000, 20); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestKafkaOutage(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
 		t.Fatal(err)
 	}
-	kc.Up()
+	fk.Up()
 	c := waitAll(t, col, w.written(), 2*time.Minute)
 	t.Logf("after a 10 s Kafka outage: %s (slot held at %s during it)", c, before)
 	if c.orderViolations != 0 {
@@ -375,10 +376,10 @@ func TestNullAggregateIDIsDeadLettered(t *testing.T) {
 			ok = r
 		}
 	}
-	if dlq == nil || dlq.Topic != "walrelay.dlq" {
+	if dlq == nil || dlq.Topic != kc.dlq() {
 		t.Fatalf("the NULL-key row is not on walrelay.dlq: %v", dlq)
 	}
-	if ok == nil || ok.Topic != "outbox.event.order" {
+	if ok == nil || ok.Topic != kc.topic("order") {
 		t.Fatalf("the row after it did not arrive on its topic")
 	}
 	if got := string(kafkatest.Header(dlq, "walrelay.error")); !strings.Contains(got, "aggregateid is NULL") {
@@ -418,11 +419,11 @@ func TestOversizedPayloadIsDeadLettered(t *testing.T) {
 	}
 	for _, r := range recs {
 		switch id := string(kafkatest.Header(r, "id")); {
-		case id == big && r.Topic == "walrelay.dlq":
+		case id == big && r.Topic == kc.dlq():
 			if string(kafkatest.Header(r, "walrelay.reason")) != "too_large" || kafkatest.Header(r, "walrelay.payload_omitted_bytes") == nil {
 				t.Fatalf("dead-letter headers %v", r.Headers)
 			}
-		case id == next && r.Topic == "outbox.event.order":
+		case id == next && r.Topic == kc.topic("order"):
 		default:
 			t.Fatalf("unexpected record %s on %s", id, r.Topic)
 		}
@@ -650,7 +651,7 @@ func TestLogicalMessageEvents(t *testing.T) {
 		t.Fatalf("want exactly the committed message: %s", recs)
 	}
 	r := col.Records()[0]
-	if r.Topic != "outbox.event.invoice" || string(r.Key) != "inv-9" || string(r.Value) != `{"amount": 12.5}` || string(kafkatest.Header(r, "type")) != "InvoiceIssued" {
+	if r.Topic != kc.topic("invoice") || string(r.Key) != "inv-9" || string(r.Value) != `{"amount": 12.5}` || string(kafkatest.Header(r, "type")) != "InvoiceIssued" {
 		t.Fatalf("record %s key %q value %q", r.Topic, r.Key, r.Value)
 	}
 }
@@ -665,7 +666,7 @@ func TestRealBrokerSmoke(t *testing.T) {
 	}
 	t.Parallel()
 	kr := kafkatest.StartReal(t)
-	pg, col := setupWith(t, kr.Addrs())
+	pg, col := setupWith(t, kr.Addrs(), "")
 	conn := connect(t, pg.DSN)
 	streaming(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_KAFKA_BROKERS": strings.Join(kr.Addrs(), ","), "WALRELAY_ADMIN_LISTEN": ""})
 	w := newWriter(20, 9)
@@ -777,8 +778,9 @@ func TestUnwritableDeadLetterTopicStops(t *testing.T) {
 	before := slotConfirmed(t, conn, "app")
 	// From now on the broker refuses every produce: the only one is the
 	// dead-letter record of the row below.
-	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
+	fk := kc.fake(t)
+	fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		fk.KeepControl()
 		pr := req.(*kmsg.ProduceRequest)
 		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
 		for _, tp := range pr.Topics {
@@ -824,12 +826,13 @@ func TestRetriableBrokerErrors(t *testing.T) {
 	waitAll(t, col, w.written(), time.Minute)
 	var injected atomic.Int64
 	codes := []int16{kerr.NotLeaderForPartition.Code, kerr.RequestTimedOut.Code}
-	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	fk := kc.fake(t)
+	fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		n := injected.Add(1)
 		if n > 6 {
 			return nil, nil, false // from now on the broker answers normally
 		}
-		kc.KeepControl()
+		fk.KeepControl()
 		pr := req.(*kmsg.ProduceRequest)
 		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
 		for _, tp := range pr.Topics {

@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +46,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	m.Run() // returning lets the deferred cleanup run; the exit code is kept
+	if r, err := realBroker(); os.Getenv(kafkatest.EnvKafka) == "real" && err == nil {
+		r.Close()
+	}
 }
 
 // faultBin builds, once, the binary with the faultinject hooks compiled in.
@@ -90,8 +95,10 @@ type proc struct {
 // env is the configuration of a walrelay under test.
 type env map[string]string
 
-func baseEnv(pg *pgtest.Server, kc *kafkatest.Cluster) env {
+func baseEnv(pg *pgtest.Server, kc *broker) env {
 	return env{
+		"WALRELAY_KAFKA_TOPIC":      kc.topic("{aggregatetype}"),
+		"WALRELAY_KAFKA_DLQ_TOPIC":  kc.dlq(),
 		"WALRELAY_POSTGRES_DSN":     pg.DSN,
 		"WALRELAY_KAFKA_BROKERS":    strings.Join(kc.Addrs(), ","),
 		"WALRELAY_ADMIN_LISTEN":     "",
@@ -225,22 +232,77 @@ func (p *proc) peakRSS() int64 {
 
 // setup gives a test a PostgreSQL with the outbox migrated, a kfake cluster
 // and a collector of every outbox and dead-letter record.
-func setup(t *testing.T) (*pgtest.Server, *kafkatest.Cluster, *kafkatest.Collector) {
+//
+// With WALRELAY_TEST_KAFKA=real the tests share one Apache Kafka broker
+// instead, each with topics of its own (a prefix before the default names);
+// the tests that need kfake's controls skip there (broker.fake).
+func setup(t *testing.T) (*pgtest.Server, *broker, *kafkatest.Collector) {
 	t.Helper()
-	kc := kafkatest.Start(t)
-	pg, col := setupWith(t, kc.Addrs())
-	return pg, kc, col
+	b := newBroker(t)
+	pg, col := setupWith(t, b.Addrs(), b.prefix)
+	return pg, b, col
 }
 
-// setupWith is setup for the brokers at addrs.
-func setupWith(t *testing.T, addrs []string) (*pgtest.Server, *kafkatest.Collector) {
+// broker is the Kafka of one test: its own kfake cluster, or the shared real
+// broker with topics under a prefix of the test's own.
+type broker struct {
+	*kafkatest.Cluster // nil against the real broker
+	addrs              []string
+	prefix             string
+}
+
+var (
+	realBroker = sync.OnceValues(func() (*kafkatest.Real, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		return kafkatest.NewReal(ctx)
+	})
+	topicPrefixes atomic.Int64
+)
+
+func newBroker(t *testing.T) *broker {
+	t.Helper()
+	if os.Getenv(kafkatest.EnvKafka) != "real" {
+		kc := kafkatest.Start(t)
+		return &broker{Cluster: kc, addrs: kc.Addrs()}
+	}
+	r, err := realBroker()
+	if err != nil {
+		t.Fatalf("start the shared Apache Kafka broker: %v", err)
+	}
+	return &broker{addrs: r.Addrs(), prefix: fmt.Sprintf("t%d.", topicPrefixes.Add(1))}
+}
+
+// Addrs returns the brokers' addresses.
+func (b *broker) Addrs() []string { return b.addrs }
+
+// topic is the test's topic for an aggregate type; dlq its dead-letter topic.
+func (b *broker) topic(aggregateType string) string {
+	return b.prefix + "outbox.event." + aggregateType
+}
+func (b *broker) dlq() string { return b.prefix + "walrelay.dlq" }
+
+// fake returns the test's kfake cluster, or skips the test against the real
+// broker: it needs kfake's controls (cutting the network, injecting errors).
+func (b *broker) fake(t *testing.T) *kafkatest.Cluster {
+	t.Helper()
+	if b.Cluster == nil {
+		t.Skip("needs kfake's controls; not run against the real broker")
+	}
+	return b.Cluster
+}
+
+// setupWith is setup for the brokers at addrs, collecting the topics under
+// prefix.
+func setupWith(t *testing.T, addrs []string, prefix string) (*pgtest.Server, *kafkatest.Collector) {
 	t.Helper()
 	pg := pgtest.Start(t)
 	p := start(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	if code := p.exit(60 * time.Second); code != 0 {
 		t.Fatalf("migrate exited %d:\n%s", code, p.out.String())
 	}
-	col, err := kafkatest.Collect(addrs, `outbox\.event\..*|walrelay\.dlq`)
+	q := regexp.QuoteMeta(prefix)
+	col, err := kafkatest.Collect(addrs, q+`outbox\.event\..*|`+q+`walrelay\.dlq`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +424,7 @@ func count(recs []*kgo.Record, want []string) tally {
 	}
 	sorted := make([]*kgo.Record, 0, len(recs))
 	for _, r := range recs {
-		if strings.HasPrefix(r.Topic, "outbox.event.") {
+		if strings.Contains(r.Topic, "outbox.event.") {
 			sorted = append(sorted, r)
 		}
 	}
