@@ -895,3 +895,53 @@ func TestKilledBetweenAckAndConfirm(t *testing.T) {
 		t.Fatalf("order violations: %s", c)
 	}
 }
+
+// TestLongKafkaPartition holds the broker behind a network partition for
+// 65 s, longer than the server's wal_sender_timeout (60 s), while rows are
+// written: the status updates that walrelay sends while it waits on Kafka
+// keep the replication session alive (same walsender before and after),
+// nothing is confirmed past what Kafka has, and everything arrives after.
+func TestLongKafkaPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("65 s of partition")
+	}
+	t.Parallel()
+	pg, kc, col := setup(t)
+	fk := kc.fake(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	streaming(t, baseEnv(pg, kc))
+	w := newWriter(30, 14)
+	if err := w.write(ctx, conn, 1000, 20); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	walsender := func() int {
+		var pid int
+		if err := conn.QueryRow(ctx, "SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	before := walsender()
+	fk.Partition()
+	if err := w.write(ctx, conn, 3000, 20); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	held := slotConfirmed(t, conn, "walrelay")
+	time.Sleep(62 * time.Second)
+	if got := slotConfirmed(t, conn, "walrelay"); got != held {
+		t.Fatalf("confirmed_flush_lsn moved from %s to %s during the partition", held, got)
+	}
+	during := walsender()
+	fk.Up()
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("after a 65 s partition of the broker: %s; walsender %d before, %d at its end", c, before, during)
+	if during != before {
+		t.Fatalf("the replication session did not survive the wait on Kafka: walsender %d, then %d", before, during)
+	}
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+}

@@ -1,8 +1,9 @@
 // Package kafkatest runs franz-go's in-process kfake Kafka cluster on
-// loopback TCP ports for walrelay's tests and demo, with a switch that takes
-// the brokers off the network and back (every connection cut, new ones
-// refused) while the cluster keeps its data, and a collector that reads every
-// record of the outbox and dead-letter topics.
+// loopback TCP ports for walrelay's tests and demo, with switches that take
+// the brokers off the network and back while the cluster keeps its data
+// (Down: connections cut and refused; Partition: cut and then held without an
+// answer), a collector that reads every record of the outbox and dead-letter
+// topics, and (real.go) a real Apache Kafka broker.
 package kafkatest
 
 import (
@@ -85,11 +86,33 @@ func (c *Cluster) Down() {
 	}
 }
 
+// Partition cuts every connection and holds new ones open without an answer
+// until Up, as a network partition does: clients time out rather than being
+// refused.
+func (c *Cluster) Partition() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range c.listeners {
+		g.setDown(true)
+		g.mu.Lock()
+		g.hole = true
+		g.mu.Unlock()
+	}
+}
+
 // Up lets connections in again.
 func (c *Cluster) Up() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, g := range c.listeners {
+		g.mu.Lock()
+		g.hole = false
+		held := g.held
+		g.held = nil
+		g.mu.Unlock()
+		for _, h := range held {
+			h.Close()
+		}
 		g.setDown(false)
 	}
 }
@@ -100,6 +123,8 @@ type gate struct {
 	net.Listener
 	mu    sync.Mutex
 	down  bool
+	hole  bool       // while down: hold new connections instead of closing them
+	held  []net.Conn // connections held in the hole
 	conns map[net.Conn]bool
 }
 
@@ -126,8 +151,12 @@ func (g *gate) Accept() (net.Conn, error) {
 		}
 		g.mu.Lock()
 		if g.down {
+			if g.hole {
+				g.held = append(g.held, c)
+			} else {
+				c.Close()
+			}
 			g.mu.Unlock()
-			c.Close()
 			continue
 		}
 		tc := &trackedConn{Conn: c, g: g}
