@@ -122,23 +122,9 @@ func TestUnwritableDeadLetterTopicFails(t *testing.T) {
 	kc := kafkatest.Start(t)
 	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
 		// The only record produced here is the dead-letter one: refuse every
-		// produce (newer requests name topics by id, not by name).
-		for _, tp := range pr.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = tp.Topic
-			rt.TopicID = tp.TopicID
-			for _, p := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = p.Partition
-				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
+		// produce.
+		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	s := newSink(t, kc, Config{})
 	e := event("e4")

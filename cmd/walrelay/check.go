@@ -116,13 +116,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 
 	schema, table, _ := cfg.table()
 	qualified := schema + "." + table
-	cols := map[string]string{}
-	rows, err := conn.Query(cctx, `SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a
-		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, pgx.Identifier{schema, table}.Sanitize())
-	if err == nil {
-		var n, t string
-		_, err = pgx.ForEachRow(rows, []any{&n, &t}, func() error { cols[n] = t; return nil })
-	}
+	_, cols, err := tableColumns(cctx, conn, schema, table)
 	if err != nil {
 		add("outbox table", "fail", "read the columns of %s: %v", qualified, err)
 	}
@@ -134,11 +128,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 	default:
 		add("outbox table", "ok", "%s exists", qualified)
 		o := cfg.Outbox
-		for _, c := range []struct{ key, role, col string }{
-			{"outbox.id_column", "id", o.IDColumn}, {"outbox.aggregate_type_column", "aggregatetype", o.AggregateTypeColumn},
-			{"outbox.aggregate_id_column", "aggregateid", o.AggregateIDColumn}, {"outbox.type_column", "type", o.TypeColumn},
-			{"outbox.payload_column", "payload", o.PayloadColumn},
-		} {
+		for _, c := range cfg.requiredColumns() {
 			typ, ok := cols[c.col]
 			switch {
 			case !ok:

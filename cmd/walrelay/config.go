@@ -384,6 +384,19 @@ func (c *Config) validate(needKafka bool) error {
 	return nil
 }
 
+// requiredColumn is an outbox column walrelay needs: its key, the role it
+// plays (the Debezium column name) and the configured name.
+type requiredColumn struct{ key, role, col string }
+
+func (c *Config) requiredColumns() []requiredColumn {
+	o := c.Outbox
+	return []requiredColumn{
+		{"outbox.id_column", "id", o.IDColumn}, {"outbox.aggregate_type_column", "aggregatetype", o.AggregateTypeColumn},
+		{"outbox.aggregate_id_column", "aggregateid", o.AggregateIDColumn}, {"outbox.type_column", "type", o.TypeColumn},
+		{"outbox.payload_column", "payload", o.PayloadColumn},
+	}
+}
+
 // table splits postgres.table into schema and name; a bare name is in public.
 func (c *Config) table() (schema, name string, err error) {
 	parts := strings.Split(c.Postgres.Table, ".")

@@ -781,20 +781,7 @@ func TestUnwritableDeadLetterTopicStops(t *testing.T) {
 	fk := kc.fake(t)
 	fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		fk.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, tp := range pr.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
-			for _, part := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = part.Partition
-				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
+		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	bad := newUUID()
 	if _, err := conn.Exec(ctx, `INSERT INTO app_outbox VALUES ($1, 'order', NULL, 'T', '{}')`, bad); err != nil {
@@ -833,20 +820,7 @@ func TestRetriableBrokerErrors(t *testing.T) {
 			return nil, nil, false // from now on the broker answers normally
 		}
 		fk.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, tp := range pr.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
-			for _, part := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = part.Partition
-				rp.ErrorCode = codes[n%2]
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
+		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), codes[n%2]), nil, true
 	})
 	if err := w.write(t.Context(), conn, 3000, 10); err != nil {
 		t.Fatal(err)

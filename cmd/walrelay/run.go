@@ -207,38 +207,43 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger, schema, table
 // checkTable checks that the outbox table exists with every configured
 // column.
 func checkTable(ctx context.Context, conn *pgx.Conn, cfg *Config, schema, table string) error {
-	rows, err := conn.Query(ctx, `SELECT a.attname FROM pg_attribute a
-		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, pgx.Identifier{schema, table}.Sanitize())
+	names, cols, err := tableColumns(ctx, conn, schema, table)
 	if err != nil {
 		return fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 	}
-	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
-	}
-	if len(have) == 0 {
+	if len(names) == 0 {
 		return fmt.Errorf("postgres.table: table %s.%s does not exist (create it with walrelay migrate)", schema, table)
 	}
-	cols := map[string]bool{}
-	for _, c := range have {
-		cols[c] = true
-	}
-	o := cfg.Outbox
-	for _, need := range []struct{ key, col string }{
-		{"outbox.id_column", o.IDColumn}, {"outbox.aggregate_type_column", o.AggregateTypeColumn},
-		{"outbox.aggregate_id_column", o.AggregateIDColumn}, {"outbox.type_column", o.TypeColumn},
-		{"outbox.payload_column", o.PayloadColumn},
-	} {
-		if !cols[need.col] {
-			return fmt.Errorf("table %s.%s has no column %q (%s); its columns are %s", schema, table, need.col, need.key, strings.Join(have, ", "))
+	for _, need := range cfg.requiredColumns() {
+		if _, ok := cols[need.col]; !ok {
+			return fmt.Errorf("table %s.%s has no column %q (%s); its columns are %s", schema, table, need.col, need.key, strings.Join(names, ", "))
 		}
 	}
-	for _, h := range o.HeaderColumns {
-		if !cols[h] {
+	for _, h := range cfg.Outbox.HeaderColumns {
+		if _, ok := cols[h]; !ok {
 			return fmt.Errorf("table %s.%s has no column %q (outbox.header_columns)", schema, table, h)
 		}
 	}
 	return nil
+}
+
+// tableColumns returns the columns of schema.table in order and their types
+// (format_type); none when the table does not exist.
+func tableColumns(ctx context.Context, conn *pgx.Conn, schema, table string) ([]string, map[string]string, error) {
+	rows, err := conn.Query(ctx, `SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, pgx.Identifier{schema, table}.Sanitize())
+	if err != nil {
+		return nil, nil, err
+	}
+	var names []string
+	types := map[string]string{}
+	var n, t string
+	_, err = pgx.ForEachRow(rows, []any{&n, &t}, func() error {
+		names = append(names, n)
+		types[n] = t
+		return nil
+	})
+	return names, types, err
 }
 
 // pipeline is the Handler behind the replication stream: it decodes each

@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Partitions is the partition count of auto-created topics.
@@ -272,4 +273,23 @@ func Header(r *kgo.Record, key string) []byte {
 		}
 	}
 	return nil
+}
+
+// RefuseProduce answers a produce request with code for every partition it
+// names, for tests that make the broker refuse records (newer requests name
+// topics by id, so both name and id are echoed).
+func RefuseProduce(pr *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
+	resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+	for _, tp := range pr.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
+		for _, part := range tp.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = part.Partition
+			rp.ErrorCode = code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
 }

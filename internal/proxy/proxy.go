@@ -1,6 +1,6 @@
 // Package proxy is a TCP proxy for fault-injection tests: it forwards a
-// loopback port to a target and can cut every connection through it, refuse
-// new ones, or hold them in a black hole, while the target keeps running.
+// loopback port to a target and can cut every connection through it while
+// the target keeps running.
 package proxy
 
 import (
@@ -10,27 +10,12 @@ import (
 	"sync"
 )
 
-// Mode is what the proxy does with connections.
-type Mode int
-
-const (
-	// Forward passes bytes both ways (the default).
-	Forward Mode = iota
-	// Refuse closes every connection at once, new ones on accept.
-	Refuse
-	// BlackHole cuts the connections there are and holds new ones open
-	// without passing a byte, as a network partition does to a client that
-	// reconnects; they are closed when the mode changes.
-	BlackHole
-)
-
 // Proxy forwards connections from Addr to a target.
 type Proxy struct {
 	l      net.Listener
 	target string
 
 	mu    sync.Mutex
-	mode  Mode
 	conns map[net.Conn]bool
 	wg    sync.WaitGroup
 }
@@ -49,28 +34,6 @@ func New(target string) (*Proxy, error) {
 
 // Addr is the address to connect to instead of the target.
 func (p *Proxy) Addr() string { return p.l.Addr().String() }
-
-// Port is Addr's port.
-func (p *Proxy) Port() int { return p.l.Addr().(*net.TCPAddr).Port }
-
-// SetMode changes what happens to connections. Leaving Forward, or leaving
-// BlackHole, closes every connection there is.
-func (p *Proxy) SetMode(m Mode) {
-	p.mu.Lock()
-	old := p.mode
-	p.mode = m
-	var cut []net.Conn
-	if old != m && (old == BlackHole || m != Forward) {
-		for c := range p.conns {
-			cut = append(cut, c)
-		}
-		clear(p.conns)
-	}
-	p.mu.Unlock()
-	for _, c := range cut {
-		c.Close()
-	}
-}
 
 // Cut closes every connection through the proxy now; new ones are accepted
 // as before.
@@ -95,18 +58,6 @@ func (p *Proxy) Close() error {
 	return err
 }
 
-func (p *Proxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.mode == Refuse {
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = true
-	}
-	return true
-}
-
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
@@ -114,39 +65,25 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		p.mu.Lock()
-		mode := p.mode
-		p.mu.Unlock()
-		switch mode {
-		case Refuse:
-			in.Close()
-			continue
-		case BlackHole:
-			if !p.track(in) {
-				in.Close()
-			}
-			continue
-		}
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
 			in.Close()
 			continue
 		}
-		if !p.track(in, out) {
-			in.Close()
-			out.Close()
-			continue
-		}
+		p.mu.Lock()
+		p.conns[in], p.conns[out] = true, true
+		p.mu.Unlock()
 		p.wg.Add(2)
 		go p.pipe(in, out)
 		go p.pipe(out, in)
 	}
 }
 
-// pipe copies src to dst until either side closes, then closes both.
+// pipe copies src to dst until either side is closed or cut, then closes
+// both.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src) // ends when either side is closed or cut
+	_, _ = io.Copy(dst, src)
 	dst.Close()
 	src.Close()
 }
