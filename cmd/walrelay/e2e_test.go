@@ -178,13 +178,13 @@ func TestKafkaOutage(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
+	fk := kc.net(t)
 	streaming(t, baseEnv(pg, kc))
 	w := newWriter(30, 5)
 	if err := w.write(t.Context(), conn, 2000, 20); err != nil {
 		t.Fatal(err)
 	}
 	waitAll(t, col, w.written(), time.Minute)
-	fk := kc.fake(t)
 	fk.Down()
 	if err := w.write(t.Context(), conn, 3000, 20); err != nil {
 		t.Fatal(err)
@@ -881,7 +881,7 @@ func TestLongKafkaPartition(t *testing.T) {
 	}
 	t.Parallel()
 	pg, kc, col := setup(t)
-	fk := kc.fake(t)
+	fk := kc.net(t)
 	conn := connect(t, pg.DSN)
 	ctx := t.Context()
 	streaming(t, baseEnv(pg, kc))
@@ -917,5 +917,44 @@ func TestLongKafkaPartition(t *testing.T) {
 	}
 	if c.orderViolations != 0 {
 		t.Fatalf("order violations: %s", c)
+	}
+}
+
+// TestSlowBroker delays every answer of the broker by 200 ms for 30 s while
+// rows are written: events keep arriving and the slot keeps moving during
+// the slowness (a slow broker is not an outage), and afterwards every id is
+// there in order.
+func TestSlowBroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30 s of slowness")
+	}
+	t.Parallel()
+	pg, kc, col := setup(t)
+	fk := kc.net(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	streaming(t, baseEnv(pg, kc))
+	w := newWriter(30, 15)
+	if err := w.write(ctx, conn, 500, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	fk.Slow(200 * time.Millisecond)
+	slowFrom, recsFrom, lsnFrom := time.Now(), len(col.Records()), slotConfirmed(t, conn, "walrelay")
+	for time.Since(slowFrom) < 30*time.Second {
+		if err := w.write(ctx, conn, 10, 10); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	recsDuring, lsnDuring := len(col.Records())-recsFrom, slotConfirmed(t, conn, "walrelay")
+	fk.Up()
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("30 s of a broker answering 200 ms late: %d records arrived during it, slot %s -> %s; after: %s", recsDuring, lsnFrom, lsnDuring, c)
+	if recsDuring == 0 || lsnDuring == lsnFrom {
+		t.Fatalf("nothing moved while the broker was slow: %d records, slot %s -> %s", recsDuring, lsnFrom, lsnDuring)
+	}
+	if c.orderViolations != 0 || c.duplicates != 0 {
+		t.Fatalf("a slow broker is no failure, want no duplicates and no order violations: %s", c)
 	}
 }

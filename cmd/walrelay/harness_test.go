@@ -96,6 +96,7 @@ type proc struct {
 type env map[string]string
 
 func baseEnv(pg *pgtest.Server, kc *broker) env {
+	kc.used = true
 	return env{
 		"WALRELAY_KAFKA_TOPIC":      kc.topic("{aggregatetype}"),
 		"WALRELAY_KAFKA_DLQ_TOPIC":  kc.dlq(),
@@ -247,8 +248,11 @@ func setup(t *testing.T) (*pgtest.Server, *broker, *kafkatest.Collector) {
 // broker with topics under a prefix of the test's own.
 type broker struct {
 	*kafkatest.Cluster // nil against the real broker
-	addrs              []string
+	addrs              []string // walrelay's brokers
 	prefix             string
+	real               *kafkatest.Real
+	network            kafkatest.Network
+	used               bool // baseEnv read addrs
 }
 
 var (
@@ -270,7 +274,25 @@ func newBroker(t *testing.T) *broker {
 	if err != nil {
 		t.Fatalf("start the shared Apache Kafka broker: %v", err)
 	}
-	return &broker{addrs: r.Addrs(), prefix: fmt.Sprintf("t%d.", topicPrefixes.Add(1))}
+	return &broker{addrs: r.Addrs(), prefix: fmt.Sprintf("t%d.", topicPrefixes.Add(1)), real: r}
+}
+
+// net returns the switches between walrelay and its broker: kfake's
+// listeners, or against the real broker a listener of the test's own behind
+// a proxy (walrelay bootstraps through it; the test's collector does not).
+// Call it before baseEnv.
+func (b *broker) net(t *testing.T) kafkatest.Network {
+	t.Helper()
+	if b.Cluster != nil {
+		return b.Cluster
+	}
+	if b.network == nil {
+		if b.used {
+			t.Fatal("broker.net must come before baseEnv: walrelay has the direct address already")
+		}
+		b.addrs, b.network = b.real.Faulty(t)
+	}
+	return b.network
 }
 
 // Addrs returns the brokers' addresses.
@@ -283,7 +305,7 @@ func (b *broker) topic(aggregateType string) string {
 func (b *broker) dlq() string { return b.prefix + "walrelay.dlq" }
 
 // fake returns the test's kfake cluster, or skips the test against the real
-// broker: it needs kfake's controls (cutting the network, injecting errors).
+// broker: it needs kfake's controls (injecting errors into answers).
 func (b *broker) fake(t *testing.T) *kafkatest.Cluster {
 	t.Helper()
 	if b.Cluster == nil {

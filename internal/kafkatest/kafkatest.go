@@ -2,8 +2,9 @@
 // loopback TCP ports for walrelay's tests and demo, with switches that take
 // the brokers off the network and back while the cluster keeps its data
 // (Down: connections cut and refused; Partition: cut and then held without an
-// answer), a collector that reads every record of the outbox and dead-letter
-// topics, and (real.go) a real Apache Kafka broker.
+// answer; Slow: every answer delayed), a collector that reads every record of
+// the outbox and dead-letter topics, and (real.go) a real Apache Kafka broker
+// with listeners behind proxies that take the same switches.
 package kafkatest
 
 import (
@@ -17,16 +18,19 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walrelay/walrelay/internal/proxy"
 )
 
 // Partitions is the partition count of auto-created topics.
 const Partitions = 4
 
-// Cluster is a kfake cluster whose listeners can be cut.
+// Cluster is a kfake cluster whose listeners can be cut, partitioned and
+// slowed (each listener is a proxy.Gate).
 type Cluster struct {
 	*kfake.Cluster
-	mu        sync.Mutex
-	listeners []*gate
+	mu    sync.Mutex
+	gates []*proxy.Gate
 }
 
 // TB is the part of testing.TB that Start uses.
@@ -60,9 +64,9 @@ func New(opts ...kfake.Opt) (*Cluster, error) {
 			if err != nil {
 				return nil, err
 			}
-			g := &gate{Listener: l, conns: map[net.Conn]bool{}}
+			g := proxy.NewGate(l)
 			c.mu.Lock()
-			c.listeners = append(c.listeners, g)
+			c.gates = append(c.gates, g)
 			c.mu.Unlock()
 			return g, nil
 		}),
@@ -78,108 +82,36 @@ func New(opts ...kfake.Opt) (*Cluster, error) {
 // Addrs returns the brokers' host:port addresses.
 func (c *Cluster) Addrs() []string { return c.ListenAddrs() }
 
-// Down cuts every connection to the brokers and refuses new ones until Up.
-func (c *Cluster) Down() {
+func (c *Cluster) each(fn func(*proxy.Gate)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, g := range c.listeners {
-		g.setDown(true)
+	for _, g := range c.gates {
+		fn(g)
 	}
 }
+
+// Down cuts every connection to the brokers and refuses new ones until Up.
+func (c *Cluster) Down() { c.each((*proxy.Gate).Down) }
 
 // Partition cuts every connection and holds new ones open without an answer
 // until Up, as a network partition does: clients time out rather than being
 // refused.
-func (c *Cluster) Partition() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, g := range c.listeners {
-		g.setDown(true)
-		g.mu.Lock()
-		g.hole = true
-		g.mu.Unlock()
-	}
-}
+func (c *Cluster) Partition() { c.each((*proxy.Gate).Partition) }
 
-// Up lets connections in again.
-func (c *Cluster) Up() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, g := range c.listeners {
-		g.mu.Lock()
-		g.hole = false
-		held := g.held
-		g.held = nil
-		g.mu.Unlock()
-		for _, h := range held {
-			h.Close()
-		}
-		g.setDown(false)
-	}
-}
+// Slow delays every answer of the brokers by d until Up.
+func (c *Cluster) Slow(d time.Duration) { c.each(func(g *proxy.Gate) { g.Slow(d) }) }
 
-// gate is a listener that, while down, closes what it accepts and has
-// closed what it had accepted.
-type gate struct {
-	net.Listener
-	mu    sync.Mutex
-	down  bool
-	hole  bool       // while down: hold new connections instead of closing them
-	held  []net.Conn // connections held in the hole
-	conns map[net.Conn]bool
-}
+// Up ends Down, Partition and Slow.
+func (c *Cluster) Up() { c.each((*proxy.Gate).Up) }
 
-func (g *gate) setDown(down bool) {
-	g.mu.Lock()
-	g.down = down
-	var cut []net.Conn
-	if down {
-		for c := range g.conns {
-			cut = append(cut, c)
-		}
-	}
-	g.mu.Unlock()
-	for _, c := range cut {
-		c.Close() // takes g.mu to forget itself
-	}
-}
-
-func (g *gate) Accept() (net.Conn, error) {
-	for {
-		c, err := g.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		g.mu.Lock()
-		if g.down {
-			if g.hole {
-				g.held = append(g.held, c)
-			} else {
-				c.Close()
-			}
-			g.mu.Unlock()
-			continue
-		}
-		tc := &trackedConn{Conn: c, g: g}
-		g.conns[tc] = true
-		g.mu.Unlock()
-		return tc, nil
-	}
-}
-
-type trackedConn struct {
-	net.Conn
-	g    *gate
-	once sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.g.mu.Lock()
-		delete(c.g.conns, c)
-		c.g.mu.Unlock()
-	})
-	return c.Conn.Close()
+// Network is what a fault test controls between walrelay and its broker:
+// a kfake Cluster's listeners, or the proxy in front of a real broker's
+// listener (Real.Faulty).
+type Network interface {
+	Down()
+	Partition()
+	Slow(d time.Duration)
+	Up()
 }
 
 // Collector consumes topics matching a pattern from their start and keeps

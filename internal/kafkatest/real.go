@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/proxy"
 )
 
 // KafkaVersion is the Apache Kafka release that StartReal runs.
@@ -30,7 +32,16 @@ type Real struct {
 	cmd  *exec.Cmd
 	dir  string
 	done chan struct{}
+	// faulty holds the proxies of the listeners that fault tests take, one
+	// test at a time each (Faulty).
+	faulty chan *proxy.Proxy
+	all    []*proxy.Proxy
 }
+
+// FaultyListeners is how many listeners of a Real broker sit behind a proxy
+// of their own, so that that many tests at once can cut, partition or slow
+// their own connections to the shared broker.
+const FaultyListeners = 6
 
 // pom lists the broker and a logging binding; Maven resolves the rest.
 const pom = `<project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -104,20 +115,40 @@ func NewReal(ctx context.Context) (*Real, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := freePorts(2 + FaultyListeners)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	r := &Real{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir, done: make(chan struct{})}
+	r := &Real{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir, done: make(chan struct{}), faulty: make(chan *proxy.Proxy, FaultyListeners)}
+	// Each faulty listener advertises its proxy's address, so a client that
+	// bootstraps through the proxy keeps talking through it.
+	listeners := []string{"PLAINTEXT://" + r.addr, fmt.Sprintf("CONTROLLER://127.0.0.1:%d", ports[1])}
+	advertised := []string{"PLAINTEXT://" + r.addr}
+	protocols := []string{"PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"}
+	for i, port := range ports[2:] {
+		target := fmt.Sprintf("127.0.0.1:%d", port)
+		px, err := proxy.New(target)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.all = append(r.all, px)
+		r.faulty <- px
+		name := fmt.Sprintf("FAULTY%d", i+1)
+		listeners = append(listeners, name+"://"+target)
+		advertised = append(advertised, name+"://"+px.Addr())
+		protocols = append(protocols, name+":PLAINTEXT")
+	}
 	props := strings.Join([]string{
 		"process.roles=broker,controller",
 		"node.id=1",
 		fmt.Sprintf("controller.quorum.voters=1@127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("listeners=PLAINTEXT://%s,CONTROLLER://127.0.0.1:%d", r.addr, ports[1]),
-		"advertised.listeners=PLAINTEXT://" + r.addr,
+		"listeners=" + strings.Join(listeners, ","),
+		"advertised.listeners=" + strings.Join(advertised, ","),
+		"inter.broker.listener.name=PLAINTEXT",
 		"controller.listener.names=CONTROLLER",
-		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"listener.security.protocol.map=" + strings.Join(protocols, ","),
 		"log.dirs=" + filepath.Join(dir, "data"),
 		fmt.Sprintf("num.partitions=%d", Partitions),
 		"offsets.topic.replication.factor=1",
@@ -142,7 +173,7 @@ func NewReal(ctx context.Context) (*Real, error) {
 	clusterID := base64.RawURLEncoding.EncodeToString(id[:])
 	format := exec.CommandContext(ctx, java, append(jvm, "kafka.tools.StorageTool", "format", "-t", clusterID, "-c", conf)...)
 	if out, err := format.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
+		r.Close()
 		return nil, fmt.Errorf("format KRaft storage: %v\n%s", err, out)
 	}
 	out, err := os.Create(filepath.Join(dir, "stdout.log"))
@@ -152,7 +183,7 @@ func NewReal(ctx context.Context) (*Real, error) {
 	r.cmd = exec.Command(java, append(jvm, "kafka.Kafka", conf)...)
 	r.cmd.Stdout, r.cmd.Stderr = out, out
 	if err := r.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
+		r.Close()
 		return nil, fmt.Errorf("start the broker: %w", err)
 	}
 	go func() {
@@ -189,11 +220,29 @@ func NewReal(ctx context.Context) (*Real, error) {
 // Addrs returns the broker's address.
 func (r *Real) Addrs() []string { return []string{r.addr} }
 
+// Faulty gives a test, until it ends, a listener of its own behind a proxy:
+// the address to bootstrap from and the switches of that proxy. Other
+// clients of the broker (a test's collector) are not affected by them. It
+// waits while every faulty listener is taken.
+func (r *Real) Faulty(t TB) ([]string, Network) {
+	t.Helper()
+	px := <-r.faulty
+	t.Cleanup(func() {
+		px.Up()
+		px.Cut()
+		r.faulty <- px
+	})
+	return []string{px.Addr()}, px
+}
+
 // Close stops the broker and removes its files.
 func (r *Real) Close() {
 	if r.cmd != nil && r.cmd.Process != nil {
 		_ = r.cmd.Process.Kill()
 		<-r.done
+	}
+	for _, px := range r.all {
+		px.Close()
 	}
 	os.RemoveAll(r.dir)
 }

@@ -1,6 +1,9 @@
-// Package proxy is a TCP proxy for fault-injection tests: it forwards a
-// loopback port to a target and can cut every connection through it while
-// the target keeps running.
+// Package proxy injects network faults for walrelay's tests. A Gate wraps a
+// listener and can cut its connections, refuse new ones (Down), hold them
+// without an answer as a network partition does (Partition) or delay every
+// write (Slow), while the server behind it keeps running. A Proxy is a Gate
+// on a loopback port that forwards to a target, for servers whose listener
+// the test does not own (PostgreSQL, a real Kafka broker).
 package proxy
 
 import (
@@ -8,16 +11,141 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
-// Proxy forwards connections from Addr to a target.
-type Proxy struct {
-	l      net.Listener
-	target string
+// Gate is a listener whose connections can be cut, refused, held or slowed.
+// Its methods are safe for concurrent use.
+type Gate struct {
+	net.Listener
 
 	mu    sync.Mutex
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	down  bool          // refuse (or, with hole, hold) new connections
+	hole  bool          // while down: hold new connections instead of closing them
+	held  []net.Conn    // connections held in the hole
+	delay time.Duration // added before every write to an accepted connection
+	conns map[*conn]bool
+}
+
+// NewGate wraps l.
+func NewGate(l net.Listener) *Gate { return &Gate{Listener: l, conns: map[*conn]bool{}} }
+
+// Cut closes every accepted connection now; new ones are accepted as before.
+func (g *Gate) Cut() {
+	g.mu.Lock()
+	cut := make([]*conn, 0, len(g.conns))
+	for c := range g.conns {
+		cut = append(cut, c)
+	}
+	g.mu.Unlock()
+	for _, c := range cut {
+		c.Close() // takes g.mu to forget itself
+	}
+}
+
+// Down cuts every connection and refuses new ones until Up: the peer sees a
+// connection refused at once.
+func (g *Gate) Down() { g.setDown(false) }
+
+// Partition cuts every connection and holds new ones open without an answer
+// until Up, as a network partition does: the peer times out rather than
+// being refused.
+func (g *Gate) Partition() { g.setDown(true) }
+
+func (g *Gate) setDown(hole bool) {
+	g.mu.Lock()
+	g.down, g.hole = true, hole
+	g.mu.Unlock()
+	g.Cut()
+}
+
+// Slow delays every write to an accepted connection by d (0 ends it), so
+// each answer of the server behind the gate arrives d late.
+func (g *Gate) Slow(d time.Duration) {
+	g.mu.Lock()
+	g.delay = d
+	g.mu.Unlock()
+}
+
+// Up ends Down, Partition and Slow: held connections are closed and new ones
+// accepted.
+func (g *Gate) Up() {
+	g.mu.Lock()
+	g.down, g.hole, g.delay = false, false, 0
+	held := g.held
+	g.held = nil
+	g.mu.Unlock()
+	for _, h := range held {
+		h.Close()
+	}
+}
+
+// Accept returns the next connection the gate lets through.
+func (g *Gate) Accept() (net.Conn, error) {
+	for {
+		c, err := g.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		g.mu.Lock()
+		if g.down {
+			if g.hole {
+				g.held = append(g.held, c)
+			} else {
+				c.Close()
+			}
+			g.mu.Unlock()
+			continue
+		}
+		tc := &conn{Conn: c, g: g}
+		g.conns[tc] = true
+		g.mu.Unlock()
+		return tc, nil
+	}
+}
+
+// Close closes the listener, every connection and every held one.
+func (g *Gate) Close() error {
+	err := g.Listener.Close()
+	g.Up()
+	g.Cut()
+	return err
+}
+
+func (g *Gate) writeDelay() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.delay
+}
+
+// conn is an accepted connection that the gate tracks and may slow.
+type conn struct {
+	net.Conn
+	g    *Gate
+	once sync.Once
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	if d := c.g.writeDelay(); d > 0 {
+		time.Sleep(d)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		c.g.mu.Lock()
+		delete(c.g.conns, c)
+		c.g.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// Proxy forwards connections from Addr to a target through a Gate.
+type Proxy struct {
+	*Gate
+	target string
+	wg     sync.WaitGroup
 }
 
 // New listens on a free loopback port and forwards to target (host:port).
@@ -26,34 +154,18 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
-	p := &Proxy{l: l, target: target, conns: map[net.Conn]bool{}}
+	p := &Proxy{Gate: NewGate(l), target: target}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
 }
 
 // Addr is the address to connect to instead of the target.
-func (p *Proxy) Addr() string { return p.l.Addr().String() }
+func (p *Proxy) Addr() string { return p.Listener.Addr().String() }
 
-// Cut closes every connection through the proxy now; new ones are accepted
-// as before.
-func (p *Proxy) Cut() {
-	p.mu.Lock()
-	var cut []net.Conn
-	for c := range p.conns {
-		cut = append(cut, c)
-	}
-	clear(p.conns)
-	p.mu.Unlock()
-	for _, c := range cut {
-		c.Close()
-	}
-}
-
-// Close stops the proxy and closes every connection.
+// Close stops the proxy and closes every connection through it.
 func (p *Proxy) Close() error {
-	err := p.l.Close()
-	p.Cut()
+	err := p.Gate.Close()
 	p.wg.Wait()
 	return err
 }
@@ -61,7 +173,7 @@ func (p *Proxy) Close() error {
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
-		in, err := p.l.Accept()
+		in, err := p.Gate.Accept()
 		if err != nil {
 			return
 		}
@@ -70,9 +182,6 @@ func (p *Proxy) accept() {
 			in.Close()
 			continue
 		}
-		p.mu.Lock()
-		p.conns[in], p.conns[out] = true, true
-		p.mu.Unlock()
 		p.wg.Add(2)
 		go p.pipe(in, out)
 		go p.pipe(out, in)
@@ -80,7 +189,7 @@ func (p *Proxy) accept() {
 }
 
 // pipe copies src to dst until either side is closed or cut, then closes
-// both.
+// both. Cutting the accepted side ends both pipes.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
 	_, _ = io.Copy(dst, src)
