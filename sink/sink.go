@@ -9,12 +9,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/backoff"
@@ -38,7 +40,10 @@ type Config struct {
 	// request is sent. Default 5ms.
 	Linger time.Duration
 	// BatchMaxBytes caps one record batch; a record larger than this is
-	// dead-lettered. Default 1000012, Kafka's default max.message.bytes.
+	// dead-lettered. Default 1000012, Kafka's default max.message.bytes. A
+	// topic whose max.message.bytes (or the broker's message.max.bytes) is
+	// lower gets that lower cap: the broker would refuse a whole batch over
+	// it, small records and all.
 	BatchMaxBytes int32
 	// MaxBufferedRecords and MaxBufferedBytes bound what is produced and not
 	// yet acknowledged; Publish blocks beyond them. Defaults 10000 and 16 MiB.
@@ -60,6 +65,9 @@ type Sink struct {
 	log   *slog.Logger
 	parts []string // the template split at its placeholders: text, placeholder, text, …
 	valid sync.Map // topic name -> bool, names already checked
+
+	brokerMax atomic.Int32 // the broker's message.max.bytes; 0 until Ping read it
+	caps      sync.Map     // topic -> int32: its batch cap, looked up before its first record
 
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
@@ -124,6 +132,7 @@ func New(cfg Config) (*Sink, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "sink")
+	s := &Sink{cfg: cfg, log: log, parts: splitTemplate(cfg.Topic)}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -131,7 +140,14 @@ func New(cfg Config) (*Sink, error) {
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2, as the Java client
 		kgo.ProducerBatchCompression(codec),
 		kgo.ProducerLinger(cfg.Linger),
-		kgo.ProducerBatchMaxBytes(cfg.BatchMaxBytes),
+		// Asked once per partition, after Publish looked the topic's
+		// limit up (batchCap).
+		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if c, ok := s.caps.Load(topic); ok {
+				return c.(int32)
+			}
+			return cfg.BatchMaxBytes
+		}),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		// Retry sooner than the client's default (250ms doubling to 5s):
@@ -147,7 +163,7 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
-	s := &Sink{cfg: cfg, cl: cl, log: log, parts: splitTemplate(cfg.Topic)}
+	s.cl = cl
 	return s, nil
 }
 
@@ -167,12 +183,85 @@ func compression(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("compression %q: want none, gzip, snappy, lz4 or zstd", name)
 }
 
-// Ping checks that a broker answers within ctx.
+// Ping checks that a broker answers within ctx, and reads the broker's
+// message.max.bytes and the dead-letter topic's limit.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.cl.Ping(ctx); err != nil {
 		return fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
 	}
+	if n, err := s.brokerLimit(ctx); err != nil {
+		// Not fatal: a role may lack DescribeConfigs. The broker then
+		// refuses what is too large, and that is dead-lettered.
+		s.log.Warn("cannot read the broker's message.max.bytes; batches are capped by kafka.batch_max_bytes alone", "err", err)
+	} else {
+		s.brokerMax.Store(n)
+	}
+	s.batchCap(ctx, s.cfg.DLQTopic)
 	return nil
+}
+
+// brokerLimit reads message.max.bytes of a broker the client knows.
+func (s *Sink) brokerLimit(ctx context.Context) (int32, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	meta.Topics = []kmsg.MetadataRequestTopic{}
+	mresp, err := meta.RequestWith(ctx, s.cl)
+	if err != nil {
+		return 0, fmt.Errorf("read metadata: %w", err)
+	}
+	if len(mresp.Brokers) == 0 {
+		return 0, errors.New("the metadata names no broker")
+	}
+	return s.describeLimit(ctx, kmsg.ConfigResourceTypeBroker, strconv.Itoa(int(mresp.Brokers[0].NodeID)), "message.max.bytes")
+}
+
+// describeLimit reads one size setting of a broker or topic.
+func (s *Sink) describeLimit(ctx context.Context, typ kmsg.ConfigResourceType, name, key string) (int32, error) {
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType, res.ResourceName, res.ConfigNames = typ, name, []string{key}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return 0, fmt.Errorf("describe %s of %s: %w", key, name, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			return 0, fmt.Errorf("describe %s of %s: %w", key, name, err)
+		}
+		for _, c := range r.Configs {
+			if c.Name == key && c.Value != nil {
+				n, err := strconv.ParseInt(*c.Value, 10, 32)
+				if err != nil {
+					return 0, fmt.Errorf("%s of %s: %q is not a size: %w", key, name, *c.Value, err)
+				}
+				return int32(n), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("describe %s of %s: not in the answer", key, name)
+}
+
+// batchCap looks up, once per topic and before its first record, the
+// topic's max.message.bytes (or, for a topic not created yet, the broker's
+// message.max.bytes), and caps the topic's batches at it if it is below
+// BatchMaxBytes. It blocks the caller for one request per new topic.
+func (s *Sink) batchCap(ctx context.Context, topic string) {
+	if _, ok := s.caps.Load(topic); ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	limit, err := s.describeLimit(ctx, kmsg.ConfigResourceTypeTopic, topic, "max.message.bytes")
+	if err != nil {
+		limit = s.brokerMax.Load() // a topic about to be auto-created gets the broker's default
+		s.log.Debug("topic limit not read; using the broker's", "topic", topic, "limit", limit, "err", err)
+	}
+	c := s.cfg.BatchMaxBytes
+	if limit >= 512 && limit < c {
+		c = limit
+		s.log.Info("batches capped at the topic's max.message.bytes, below kafka.batch_max_bytes", "topic", topic, "max_message_bytes", limit, "batch_max_bytes", s.cfg.BatchMaxBytes)
+	}
+	s.caps.LoadOrStore(topic, c)
 }
 
 // Close closes the client; records not yet acknowledged are failed.
@@ -257,6 +346,7 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, s.cfg.Topic), done)
 		return
 	}
+	s.batchCap(ctx, topic)
 	r := &kgo.Record{Topic: topic, Key: []byte(e.AggregateID), Value: e.Payload, Headers: s.headers(e, 0)}
 	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 		switch {

@@ -958,3 +958,58 @@ func TestSlowBroker(t *testing.T) {
 		t.Fatalf("a slow broker is no failure, want no duplicates and no order violations: %s", c)
 	}
 }
+
+// TestBrokerMessageSizeLimit: the topic's max.message.bytes on the broker
+// is 30,000 bytes, far below kafka.batch_max_bytes (1,000,012). A row larger
+// than the topic allows is dead-lettered with its id and the error; the 200
+// rows of ~2 KB written in one transaction with it, which would overflow the
+// topic's limit only together in one batch, all arrive on their topic; and
+// the row after them arrives too.
+func TestBrokerMessageSizeLimit(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	createTopic(t, kc.Addrs(), kc.topic("order"), map[string]string{"max.message.bytes": "30000"})
+	conn := connect(t, pg.DSN)
+	p := streaming(t, baseEnv(pg, kc))
+	ctx := t.Context()
+	// md5 hex is close to incompressible for lz4, so batches stay large on
+	// the wire.
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), 'order', 'agg-' || (i % 20), 'Small', jsonb_build_object('pad', (SELECT string_agg(md5(i::text || '-' || j), '') FROM generate_series(1, 64) AS j))
+		FROM generate_series(1, 200) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	big, next := newUUID(), newUUID()
+	insert := `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		VALUES ($1, 'order', 'big', 'Big', jsonb_build_object('pad', (SELECT string_agg(md5(j::text), '') FROM generate_series(1, $2::int) AS j)))`
+	if _, err := conn.Exec(ctx, insert, big, 1400); err != nil { // ~45 KB
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, insert, next, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := committedIDs(t, conn)
+	recs, err := col.Wait(ctx, func(recs []*kgo.Record) bool { return len(recs) >= len(want) })
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(p.out.String(), 2000))
+	}
+	var onTopic, onDLQ int
+	for _, r := range recs {
+		id := string(kafkatest.Header(r, "id"))
+		switch {
+		case r.Topic == kc.dlq() && id == big:
+			onDLQ++
+			if got := string(kafkatest.Header(r, "walrelay.error")); !strings.Contains(got, "MESSAGE_TOO_LARGE") {
+				t.Fatalf("dead-letter error %q, want MESSAGE_TOO_LARGE", got)
+			}
+		case r.Topic == kc.topic("order") && id != big:
+			onTopic++
+		default:
+			t.Fatalf("record %s (type %s) on %s", id, kafkatest.Header(r, "type"), r.Topic)
+		}
+	}
+	t.Logf("topic max.message.bytes 30000: %d records on the topic, %d dead-lettered", onTopic, onDLQ)
+	if onTopic != len(want)-1 || onDLQ != 1 {
+		t.Fatalf("%d on the topic and %d dead-lettered, want %d and 1", onTopic, onDLQ, len(want)-1)
+	}
+}

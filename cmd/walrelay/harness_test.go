@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
@@ -523,4 +525,33 @@ func slotConfirmed(t *testing.T, conn *pgx.Conn, slot string) string {
 		t.Fatal(err)
 	}
 	return lsn
+}
+
+// createTopic creates a topic with Partitions partitions and the given
+// topic configs.
+func createTopic(t *testing.T, addrs []string, name string, configs map[string]string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, kafkatest.Partitions, 1
+	for k, v := range configs {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(t.Context(), cl)
+	if err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+	for _, r := range resp.Topics {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			t.Fatalf("create topic %s: %v", name, err)
+		}
+	}
 }
