@@ -352,7 +352,8 @@ type writer struct {
 	seq   map[string]int
 	ids   []string
 	mu    sync.Mutex
-	bytes int // payload padding
+	bytes int    // payload padding
+	dsn   string // if set, a failed commit is looked up: the server may have committed it
 }
 
 func newWriter(aggs int, seed uint64) *writer {
@@ -382,6 +383,16 @@ func (w *writer) txn(ctx context.Context, conn *pgx.Conn, n int) error {
 		batch.Queue("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', $2, 'OrderUpdated', $3)", r.id, r.agg, r.payload)
 	}
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+	if err != nil && w.dsn != "" {
+		// The connection may have died after the server committed: ask.
+		committed, rerr := resolveCommit(ctx, w.dsn, rows[0].id)
+		if rerr != nil {
+			return fmt.Errorf("%w (and whether it committed is unknown: %w)", err, rerr)
+		}
+		if committed {
+			err = nil
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -406,6 +417,29 @@ func (w *writer) write(ctx context.Context, conn *pgx.Conn, total, maxTxn int) e
 		done += n
 	}
 	return nil
+}
+
+// resolveCommit reports whether the row id exists, connecting afresh (the
+// server may be restarting) for up to a minute.
+func resolveCommit(ctx context.Context, dsn, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			var n int
+			err = conn.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE id = $1", id).Scan(&n)
+			conn.Close(context.Background())
+			if err == nil {
+				return n > 0, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func (w *writer) written() []string {

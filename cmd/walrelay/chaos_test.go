@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/proxy"
+)
+
+// EnvSoak sets how long TestChaos runs (a Go duration); `make soak` sets it
+// to 10m. Default 40s.
+const EnvSoak = "WALRELAY_SOAK"
+
+// TestChaos writes outbox rows without pause while a chaos loop injects,
+// one after another at random, faults 1 to 4 of the fault suite: SIGKILL of
+// walrelay at a random moment or right after an ack (the faultinject build),
+// the broker down, partitioned or slow, retriable produce errors (kfake
+// only), PostgreSQL restarted, the replication connection cut, walrelay
+// paused past wal_sender_timeout. A supervisor restarts walrelay whenever it
+// dies, as systemd or Kubernetes would. Afterwards every committed id must
+// be on the topic, in order per aggregate.
+func TestChaos(t *testing.T) {
+	dur := 40 * time.Second
+	if v := os.Getenv(EnvSoak); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", EnvSoak, v, err)
+		}
+		dur = d
+	}
+	bin, err := faultBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Parallel()
+	pg, kc, col := setup(t)
+	if pg.External() {
+		t.Skip("restarts the server: needs a throwaway one, not " + "WALRELAY_TEST_POSTGRES_DSN")
+	}
+	network := kc.net(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	for _, sql := range []string{"ALTER SYSTEM SET wal_sender_timeout = '3s'", "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	px, err := proxy.New(fmt.Sprintf("127.0.0.1:%d", pg.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr()))
+
+	sup := &supervisor{t: t, bin: bin, env: e}
+	sup.start()
+	sup.current().waitLog("msg=streaming", time.Minute)
+
+	w := newWriter(40, 16)
+	w.dsn = pg.DSN
+	writing, stopWriting := context.WithCancel(ctx)
+	var writeErrs atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var wc *pgx.Conn
+		for writing.Err() == nil {
+			if wc == nil || wc.IsClosed() {
+				if wc, err = pgx.Connect(writing, pg.DSN); err != nil {
+					wc = nil
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+			}
+			if err := w.txn(writing, wc, 1+w.rng.IntN(10)); err != nil && writing.Err() == nil {
+				writeErrs.Add(1)
+				wc.Close(context.Background())
+				wc = nil
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if wc != nil {
+			wc.Close(context.Background())
+		}
+	})
+
+	rng := rand.New(rand.NewPCG(17, uint64(time.Now().UnixNano())))
+	faults := chaosFaults(t, sup, network, kc.Cluster, pg, px)
+	injected := map[string]int{}
+	for deadline := time.Now().Add(dur); time.Now().Before(deadline); {
+		f := faults[rng.IntN(len(faults))]
+		if f.run == nil {
+			continue
+		}
+		f.run(ctx, rng)
+		injected[f.name]++
+		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
+	}
+	stopWriting()
+	wg.Wait()
+	network.Up()
+
+	want := committedIDs(t, connect(t, pg.DSN)) // the first connection did not survive a restart
+	if got := len(w.written()); got != len(want) {
+		t.Fatalf("the writer counts %d committed rows, the table holds %d", got, len(want))
+	}
+	c := waitAll(t, col, want, 3*time.Minute)
+	names := make([]string, 0, len(injected))
+	for n, k := range injected {
+		names = append(names, n+"="+strconv.Itoa(k))
+	}
+	sort.Strings(names)
+	t.Logf("chaos for %s (%s; walrelay started %d times; %d writes failed and were not committed): rows committed %d, %s",
+		dur, strings.Join(names, " "), sup.starts.Load(), writeErrs.Load(), len(want), c)
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+	sup.stop()
+}
+
+// supervisor keeps one walrelay running, starting it again whenever it
+// exits, until stop.
+type supervisor struct {
+	t       *testing.T
+	bin     string
+	env     env
+	starts  atomic.Int64
+	mu      sync.Mutex
+	p       *proc
+	next    env // the environment of the next start only, if set
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+func (s *supervisor) start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.env
+	if s.next != nil {
+		e, s.next = s.next, nil
+	}
+	s.starts.Add(1)
+	p := startBin(s.t, s.bin, e, "run")
+	s.p = p
+	s.wg.Go(func() {
+		<-p.done
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if !stopped {
+			time.Sleep(100 * time.Millisecond)
+			s.start()
+		}
+	})
+}
+
+func (s *supervisor) current() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p
+}
+
+// killAfterAck makes the next start a run that kills itself right after
+// Kafka acknowledged its nth event, and kills the current one.
+func (s *supervisor) killAfterAck(n int) {
+	s.mu.Lock()
+	s.next = s.env.with("WALRELAY_FAULT_KILL_AFTER_ACKS", strconv.Itoa(n))
+	s.mu.Unlock()
+	s.current().kill()
+}
+
+func (s *supervisor) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	p := s.p
+	s.mu.Unlock()
+	p.signal(syscall.SIGTERM)
+	<-p.done
+	s.wg.Wait()
+}
+
+type chaosFault struct {
+	name string
+	run  func(ctx context.Context, rng *rand.Rand) // nil: not available here
+}
+
+// chaosFaults lists faults 1 to 4 of the fault suite; fake is nil against
+// the real broker, which cannot be made to answer with errors.
+func chaosFaults(t *testing.T, sup *supervisor, network kafkatest.Network, fake *kafkatest.Cluster, pg interface {
+	Restart(context.Context) error
+}, px *proxy.Proxy) []chaosFault {
+	outage := func(down func()) func(context.Context, *rand.Rand) {
+		return func(_ context.Context, rng *rand.Rand) {
+			down()
+			time.Sleep(time.Duration(1000+rng.IntN(4000)) * time.Millisecond)
+			network.Up()
+		}
+	}
+	faults := []chaosFault{
+		{"sigkill", func(context.Context, *rand.Rand) { sup.current().kill() }},
+		{"kill_after_ack", func(_ context.Context, rng *rand.Rand) { sup.killAfterAck(1 + rng.IntN(3000)) }},
+		{"broker_down", outage(network.Down)},
+		{"broker_partition", outage(network.Partition)},
+		{"broker_slow", outage(func() { network.Slow(100 * time.Millisecond) })},
+		{"retriable_errors", nil},
+		{"postgres_restart", func(ctx context.Context, _ *rand.Rand) {
+			if err := pg.Restart(ctx); err != nil {
+				t.Errorf("restart postgres: %v", err)
+			}
+		}},
+		{"connection_cut", func(context.Context, *rand.Rand) { px.Cut() }},
+		{"sigstop_past_sender_timeout", func(context.Context, *rand.Rand) {
+			p := sup.current()
+			p.signal(syscall.SIGSTOP)
+			time.Sleep(5 * time.Second)
+			p.signal(syscall.SIGCONT)
+		}},
+	}
+	if fake != nil {
+		faults[5].run = func(_ context.Context, rng *rand.Rand) {
+			left := int64(2 + rng.IntN(4))
+			codes := []int16{kerr.NotLeaderForPartition.Code, kerr.RequestTimedOut.Code}
+			fake.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				if left--; left < 0 {
+					return nil, nil, false
+				}
+				fake.KeepControl()
+				return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), codes[left%2]), nil, true
+			})
+		}
+	}
+	return faults
+}
