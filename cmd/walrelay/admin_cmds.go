@@ -83,7 +83,7 @@ func (a *adminCmd) connect(ctx context.Context) (*pgx.Conn, error) {
 	defer cancel()
 	conn, err := pgx.Connect(cctx, a.cfg.Postgres.DSN)
 	if err != nil {
-		return nil, scrubError(fmt.Errorf("postgres.dsn: connect: %w", err), a.cfg.Postgres.DSN)
+		return nil, scrubError(fmt.Errorf("postgres.dsn: connect: %w", err), a.cfg.secrets())
 	}
 	return conn, nil
 }

@@ -86,11 +86,15 @@ func TestChaos(t *testing.T) {
 					continue
 				}
 			}
-			if err := w.txn(writing, wc, 1+w.rng.IntN(10)); err != nil && writing.Err() == nil {
+			// Not on writing: a commit cut short by the end of the run
+			// would leave its outcome unknown to the writer.
+			tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := w.txn(tctx, wc, 1+w.rng.IntN(10)); err != nil {
 				writeErrs.Add(1)
 				wc.Close(context.Background())
 				wc = nil
 			}
+			cancel()
 			time.Sleep(2 * time.Millisecond)
 		}
 		if wc != nil {

@@ -68,7 +68,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 	defer cancel()
 	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
 	if err != nil {
-		add("postgres", "fail", "%v", scrubError(fmt.Errorf("connect: %w", err), cfg.Postgres.DSN))
+		add("postgres", "fail", "%v", scrubError(fmt.Errorf("connect: %w", err), cfg.secrets()))
 		return append(out, checkKafka(cctx, cfg))
 	}
 	defer conn.Close(context.Background())
@@ -200,7 +200,11 @@ func checkKafka(ctx context.Context, cfg *Config) checkResult {
 		r.Status, r.Detail = "fail", "kafka.brokers is not set"
 		return r
 	}
-	sk, err := sink.New(sink.Config{Brokers: cfg.Kafka.Brokers, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic})
+	scfg, err := sinkConfig(cfg, nil) // no logger: check reports, the client's warnings would clutter it
+	var sk *sink.Sink
+	if err == nil {
+		sk, err = sink.New(scfg)
+	}
 	if err != nil {
 		r.Status, r.Detail = "fail", err.Error()
 		return r
@@ -209,7 +213,7 @@ func checkKafka(ctx context.Context, cfg *Config) checkResult {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := sk.Ping(pctx); err != nil {
-		r.Status, r.Detail = "fail", err.Error()
+		r.Status, r.Detail = "fail", authHint(err).Error()
 		return r
 	}
 	r.Status, r.Detail = "ok", strings.Join(cfg.Kafka.Brokers, ",")+" answer"

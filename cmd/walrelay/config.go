@@ -25,6 +25,7 @@ type Config struct {
 		Table          string
 		CreateSlot     bool
 		StatusInterval time.Duration
+		PasswordFile   string
 	}
 	Outbox struct {
 		IDColumn            string
@@ -46,6 +47,13 @@ type Config struct {
 		MaxBufferedRecords int
 		MaxBufferedBytes   int
 		AutoCreateTopics   bool
+		TLS                struct {
+			Enabled                               bool
+			CAFile, CertFile, KeyFile, ServerName string
+		}
+		SASL struct {
+			Mechanism, Username, Password, PasswordFile string
+		}
 	}
 	Admin struct {
 		Listen string
@@ -59,6 +67,8 @@ type Config struct {
 	}
 	ShutdownTimeout time.Duration
 	MemoryLimit     int
+
+	pgPassword string // read from postgres.password_file
 }
 
 // key is one configuration key: its name, its help text and how to set and
@@ -66,7 +76,7 @@ type Config struct {
 type key struct {
 	name    string
 	help    string
-	secret  bool
+	redact  func(string) string // for the start-up log: hides a secret
 	set     func(string) error
 	show    func() string
 	setFrom string // where the value came from: default, file, env, flag
@@ -137,7 +147,7 @@ func (c *Config) keys() []*key {
 		return k
 	}
 	dsn, dsnShow := str(&c.Postgres.DSN, "")
-	add("postgres.dsn", "PostgreSQL connection string of the database with the outbox (required)", dsn, dsnShow).secret = true
+	add("postgres.dsn", "PostgreSQL connection string of the database with the outbox (required)", dsn, dsnShow).redact = redactDSN
 	f, s := str(&c.Postgres.Slot, "walrelay")
 	add("postgres.slot", "logical replication slot", f, s)
 	f, s = str(&c.Postgres.Publication, "walrelay_outbox")
@@ -148,6 +158,8 @@ func (c *Config) keys() []*key {
 	add("postgres.create_slot", "create the publication and the slot at start if they are missing", f, s)
 	f, s = duration(&c.Postgres.StatusInterval, time.Second)
 	add("postgres.status_interval", "longest time between standby status updates", f, s)
+	f, s = str(&c.Postgres.PasswordFile, "")
+	add("postgres.password_file", "file holding the PostgreSQL password, used where the DSN has none", f, s)
 
 	f, s = str(&c.Outbox.IDColumn, "id")
 	add("outbox.id_column", "column of the event id (Kafka header id)", f, s)
@@ -184,6 +196,24 @@ func (c *Config) keys() []*key {
 	add("kafka.max_buffered_bytes", "bytes produced and not yet acknowledged, at most", f, s)
 	f, s = boolean(&c.Kafka.AutoCreateTopics, true)
 	add("kafka.auto_create_topics", "ask the broker to create missing topics", f, s)
+	f, s = boolean(&c.Kafka.TLS.Enabled, false)
+	add("kafka.tls.enabled", "connect to the brokers over TLS (on by itself when a kafka.tls file is set)", f, s)
+	f, s = str(&c.Kafka.TLS.CAFile, "")
+	add("kafka.tls.ca_file", "PEM file of the CAs that sign the brokers' certificates; default the system's", f, s)
+	f, s = str(&c.Kafka.TLS.CertFile, "")
+	add("kafka.tls.cert_file", "PEM client certificate, for brokers that require one (with kafka.tls.key_file)", f, s)
+	f, s = str(&c.Kafka.TLS.KeyFile, "")
+	add("kafka.tls.key_file", "PEM key of kafka.tls.cert_file", f, s)
+	f, s = str(&c.Kafka.TLS.ServerName, "")
+	add("kafka.tls.server_name", "name to verify the brokers' certificates against; default each broker's host", f, s)
+	f, s = str(&c.Kafka.SASL.Mechanism, "")
+	add("kafka.sasl.mechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty for no SASL", f, s)
+	f, s = str(&c.Kafka.SASL.Username, "")
+	add("kafka.sasl.username", "SASL user", f, s)
+	f, s = str(&c.Kafka.SASL.Password, "")
+	add("kafka.sasl.password", "SASL password (prefer kafka.sasl.password_file or the environment)", f, s).redact = redactSecret
+	f, s = str(&c.Kafka.SASL.PasswordFile, "")
+	add("kafka.sasl.password_file", "file holding the SASL password", f, s)
 
 	f, s = str(&c.Admin.Listen, "127.0.0.1:8087")
 	add("admin.listen", "address of the admin HTTP listener (/healthz, /readyz, /metrics, /status, /debug/pprof); empty turns it off", f, s)
@@ -256,7 +286,10 @@ func (cs *configSet) load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cs.cfg, cs.cfg.validate(needKafka)
+	if err := cs.cfg.validate(needKafka); err != nil {
+		return nil, err
+	}
+	return &cs.cfg, cs.cfg.readSecrets()
 }
 
 func (cs *configSet) loadFile(path string) error {
@@ -415,8 +448,8 @@ func (cs *configSet) effective() []any {
 	var attrs []any
 	for _, k := range cs.keys {
 		v := k.show()
-		if k.secret {
-			v = redactDSN(v)
+		if k.redact != nil {
+			v = k.redact(v)
 		}
 		attrs = append(attrs, k.name, v)
 	}

@@ -249,7 +249,7 @@ func setup(t *testing.T) (*pgtest.Server, *broker, *kafkatest.Collector) {
 // broker is the Kafka of one test: its own kfake cluster, or the shared real
 // broker with topics under a prefix of the test's own.
 type broker struct {
-	*kafkatest.Cluster // nil against the real broker
+	*kafkatest.Cluster          // nil against the real broker
 	addrs              []string // walrelay's brokers
 	prefix             string
 	real               *kafkatest.Real

@@ -52,14 +52,14 @@ func dsnPasswords(dsn string) []string {
 	return out
 }
 
-// scrubError is err with every password of dsn replaced: the drivers quote
-// a connection string that does not parse.
-func scrubError(err error, dsn string) error {
+// scrubError is err with every secret replaced (Config.secrets): the
+// drivers quote a connection string that does not parse.
+func scrubError(err error, secrets []string) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
-	for _, p := range dsnPasswords(dsn) {
+	for _, p := range secrets {
 		if len(p) >= 3 {
 			msg = strings.ReplaceAll(msg, p, "redacted")
 		}

@@ -24,7 +24,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	return scrubError(migrate(ctx, cfg, stdout), cfg.Postgres.DSN)
+	return scrubError(migrate(ctx, cfg, stdout), cfg.secrets())
 }
 
 // migrate creates the outbox table, its publication and the slot, in that

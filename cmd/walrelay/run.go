@@ -45,7 +45,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		// producer's buffers, so the live heap stays well below it.
 		debug.SetMemoryLimit(int64(cfg.MemoryLimit))
 	}
-	return scrubError(relay(ctx, cfg, log), cfg.Postgres.DSN)
+	return scrubError(relay(ctx, cfg, log), cfg.secrets())
 }
 
 // relay runs the pipeline until ctx is cancelled (nil) or a fatal error.
@@ -67,13 +67,11 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("outbox.header_columns: %w", err)
 	}
-	sk, err := sink.New(sink.Config{
-		Brokers: cfg.Kafka.Brokers, ClientID: cfg.Kafka.ClientID, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
-		Compression: cfg.Kafka.Compression, Linger: cfg.Kafka.Linger, BatchMaxBytes: int32(min(cfg.Kafka.BatchMaxBytes, 1<<30)),
-		MaxBufferedRecords: cfg.Kafka.MaxBufferedRecords, MaxBufferedBytes: cfg.Kafka.MaxBufferedBytes,
-		DisableAutoCreateTopics: !cfg.Kafka.AutoCreateTopics, Logger: log,
-		Opts: []kgo.Opt{kgo.WithHooks(kafkaHook{m})},
-	})
+	scfg, err := sinkConfig(cfg, log, kgo.WithHooks(kafkaHook{m}))
+	if err != nil {
+		return err
+	}
+	sk, err := sink.New(scfg)
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}
@@ -85,7 +83,7 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("kafka.brokers: %w", err)
+		return fmt.Errorf("kafka.brokers: %w", authHint(err))
 	}
 
 	runCtx, stopRun := context.WithCancel(ctx)

@@ -125,20 +125,21 @@ type Collector struct {
 	err     error
 }
 
-// Collect starts consuming every topic whose name matches pattern.
-func Collect(brokers []string, pattern string) (*Collector, error) {
+// Collect starts consuming every topic whose name matches pattern; opts
+// (TLS, SASL) come last.
+func Collect(brokers []string, pattern string, opts ...kgo.Opt) (*Collector, error) {
 	if _, err := regexp.Compile(pattern); err != nil {
 		return nil, fmt.Errorf("topic pattern %q: %w", pattern, err)
 	}
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeRegex(),
 		kgo.ConsumeTopics(pattern),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.MetadataMinAge(50*time.Millisecond),
-		kgo.MetadataMaxAge(200*time.Millisecond),
-		kgo.FetchMaxWait(100*time.Millisecond),
-	)
+		kgo.MetadataMinAge(50 * time.Millisecond),
+		kgo.MetadataMaxAge(200 * time.Millisecond),
+		kgo.FetchMaxWait(100 * time.Millisecond),
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("create consumer: %w", err)
 	}

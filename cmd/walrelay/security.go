@@ -1,0 +1,164 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/walrelay/walrelay/sink"
+)
+
+// readSecrets reads the secret files of the configuration. The PostgreSQL
+// password goes to PGPASSWORD of this process, which every connection that
+// walrelay opens reads when its DSN has no password.
+func (c *Config) readSecrets() error {
+	if f := c.Postgres.PasswordFile; f != "" {
+		if len(dsnPasswords(c.Postgres.DSN)) > 0 {
+			return errors.New("postgres.password_file is set and postgres.dsn has a password too: keep one")
+		}
+		pw, err := readSecret("postgres.password_file", f)
+		if err != nil {
+			return err
+		}
+		if err := os.Setenv("PGPASSWORD", pw); err != nil {
+			return fmt.Errorf("postgres.password_file: %w", err)
+		}
+		c.pgPassword = pw
+	}
+	if f := c.Kafka.SASL.PasswordFile; f != "" {
+		if c.Kafka.SASL.Password != "" {
+			return errors.New("kafka.sasl.password_file and kafka.sasl.password are both set: keep one")
+		}
+		pw, err := readSecret("kafka.sasl.password_file", f)
+		if err != nil {
+			return err
+		}
+		c.Kafka.SASL.Password = pw
+	}
+	return nil
+}
+
+// readSecret reads a one-line secret file; a final newline is not part of
+// the secret.
+func readSecret(key, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", key, err)
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s: %s is empty", key, path)
+	}
+	return s, nil
+}
+
+// secrets lists the configuration's passwords, to scrub from errors that
+// quote them.
+func (c *Config) secrets() []string {
+	out := dsnPasswords(c.Postgres.DSN)
+	for _, s := range []string{c.pgPassword, c.Kafka.SASL.Password} {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func redactSecret(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "redacted"
+}
+
+// kafkaSecurity returns the client options for the brokers' TLS and SASL.
+func kafkaSecurity(cfg *Config) ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	t := cfg.Kafka.TLS
+	if t.Enabled || t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+		if t.CAFile != "" {
+			pem, err := os.ReadFile(t.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kafka.tls.ca_file: no PEM certificate in %s", t.CAFile)
+			}
+		}
+		switch {
+		case t.CertFile != "" && t.KeyFile != "":
+			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls.cert_file and kafka.tls.key_file: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		case t.CertFile != "":
+			return nil, errors.New("kafka.tls.cert_file is set without kafka.tls.key_file")
+		case t.KeyFile != "":
+			return nil, errors.New("kafka.tls.key_file is set without kafka.tls.cert_file")
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	s := cfg.Kafka.SASL
+	if s.Mechanism == "" {
+		if s.Username != "" || s.Password != "" {
+			return nil, errors.New("kafka.sasl.username or password is set without kafka.sasl.mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+		}
+		return opts, nil
+	}
+	if s.Username == "" || s.Password == "" {
+		return nil, fmt.Errorf("kafka.sasl.mechanism %s needs kafka.sasl.username and a password (kafka.sasl.password_file, %s or kafka.sasl.password)",
+			s.Mechanism, EnvName("kafka.sasl.password"))
+	}
+	switch strings.ToUpper(s.Mechanism) {
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()))
+	default:
+		return nil, fmt.Errorf("kafka.sasl.mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+	}
+	return opts, nil
+}
+
+// authHint explains a connection that the broker closed at once: a TLS
+// listener reached without TLS, or a SASL handshake it refused (Apache Kafka
+// answers SASL_AUTHENTICATION_FAILED, which says so itself; some brokers,
+// kfake among them, just close the connection, which the client reports as
+// EOF).
+func authHint(err error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	return fmt.Errorf("%w (the broker closed the connection: check whether its listener wants TLS (kafka.tls.enabled) and SASL (kafka.sasl.mechanism), and the SASL credentials)", err)
+}
+
+// sinkConfig maps the configuration onto the sink's, security included;
+// extra options come last.
+func sinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, error) {
+	sec, err := kafkaSecurity(cfg)
+	if err != nil {
+		return sink.Config{}, err
+	}
+	k := cfg.Kafka
+	return sink.Config{
+		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
+		Compression: k.Compression, Linger: k.Linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),
+		MaxBufferedRecords: k.MaxBufferedRecords, MaxBufferedBytes: k.MaxBufferedBytes,
+		DisableAutoCreateTopics: !k.AutoCreateTopics, Logger: log,
+		Opts: append(sec, extra...),
+	}, nil
+}
