@@ -1,5 +1,5 @@
 # Convenience targets; the README's commands work without make.
-.PHONY: test bench demo check
+.PHONY: test bench demo check soak
 
 test:
 	go test -race -count=1 ./...
@@ -12,3 +12,9 @@ demo:
 
 check:
 	gofmt -l . && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+# The chaos test for 10 minutes against kfake, then against a real Apache
+# Kafka broker (WALRELAY_SOAK sets the length).
+soak:
+	WALRELAY_SOAK=10m go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
+	WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
