@@ -27,7 +27,8 @@ import (
 const EnvSoak = "WALRELAY_SOAK"
 
 // TestChaos writes outbox rows without pause while a chaos loop injects,
-// one after another at random, faults 1 to 4 of the fault suite: SIGKILL of
+// one after another in rounds of random order, faults 1 to 4 of the fault
+// suite: SIGKILL of
 // walrelay at a random moment or right after an ack (the faultinject build),
 // the broker down, partitioned or slow, retriable produce errors (kfake
 // only), PostgreSQL restarted, the replication connection cut, walrelay
@@ -105,8 +106,15 @@ func TestChaos(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, uint64(time.Now().UnixNano())))
 	faults := chaosFaults(t, sup, network, kc.Cluster, pg, px)
 	injected := map[string]int{}
+	// Each round injects every fault once, in a random order, so that even
+	// the short run sees them all.
+	var round []int
 	for deadline := time.Now().Add(dur); time.Now().Before(deadline); {
-		f := faults[rng.IntN(len(faults))]
+		if len(round) == 0 {
+			round = rng.Perm(len(faults))
+		}
+		f := faults[round[0]]
+		round = round[1:]
 		if f.run == nil {
 			continue
 		}
