@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
 	"github.com/walrelay/walrelay/internal/proxy"
 )
 
@@ -31,8 +32,8 @@ const EnvSoak = "WALRELAY_SOAK"
 // suite: SIGKILL of
 // walrelay at a random moment or right after an ack (the faultinject build),
 // the broker down, partitioned or slow, retriable produce errors (kfake
-// only), PostgreSQL restarted, the replication connection cut, walrelay
-// paused past wal_sender_timeout. A supervisor restarts walrelay whenever it
+// only), PostgreSQL restarted or crashed (immediate stop, then start), the
+// replication connection cut, walrelay paused past wal_sender_timeout. A supervisor restarts walrelay whenever it
 // dies, as systemd or Kubernetes would. Afterwards every committed id must
 // be on the topic, in order per aggregate.
 func TestChaos(t *testing.T) {
@@ -212,9 +213,7 @@ type chaosFault struct {
 
 // chaosFaults lists faults 1 to 4 of the fault suite; fake is nil against
 // the real broker, which cannot be made to answer with errors.
-func chaosFaults(t *testing.T, sup *supervisor, network kafkatest.Network, fake *kafkatest.Cluster, pg interface {
-	Restart(context.Context) error
-}, px *proxy.Proxy) []chaosFault {
+func chaosFaults(t *testing.T, sup *supervisor, network kafkatest.Network, fake *kafkatest.Cluster, pg *pgtest.Server, px *proxy.Proxy) []chaosFault {
 	outage := func(down func()) func(context.Context, *rand.Rand) {
 		return func(_ context.Context, rng *rand.Rand) {
 			down()
@@ -222,28 +221,9 @@ func chaosFaults(t *testing.T, sup *supervisor, network kafkatest.Network, fake 
 			network.Up()
 		}
 	}
-	faults := []chaosFault{
-		{"sigkill", func(context.Context, *rand.Rand) { sup.current().kill() }},
-		{"kill_after_ack", func(_ context.Context, rng *rand.Rand) { sup.killAfterAck(1 + rng.IntN(3000)) }},
-		{"broker_down", outage(network.Down)},
-		{"broker_partition", outage(network.Partition)},
-		{"broker_slow", outage(func() { network.Slow(100 * time.Millisecond) })},
-		{"retriable_errors", nil},
-		{"postgres_restart", func(ctx context.Context, _ *rand.Rand) {
-			if err := pg.Restart(ctx); err != nil {
-				t.Errorf("restart postgres: %v", err)
-			}
-		}},
-		{"connection_cut", func(context.Context, *rand.Rand) { px.Cut() }},
-		{"sigstop_past_sender_timeout", func(context.Context, *rand.Rand) {
-			p := sup.current()
-			p.signal(syscall.SIGSTOP)
-			time.Sleep(5 * time.Second)
-			p.signal(syscall.SIGCONT)
-		}},
-	}
+	var retriable func(context.Context, *rand.Rand) // nil against the real broker
 	if fake != nil {
-		faults[5].run = func(_ context.Context, rng *rand.Rand) {
+		retriable = func(_ context.Context, rng *rand.Rand) {
 			left := int64(2 + rng.IntN(4))
 			codes := []int16{kerr.NotLeaderForPartition.Code, kerr.RequestTimedOut.Code}
 			fake.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -254,6 +234,37 @@ func chaosFaults(t *testing.T, sup *supervisor, network kafkatest.Network, fake 
 				return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), codes[left%2]), nil, true
 			})
 		}
+	}
+	faults := []chaosFault{
+		{"sigkill", func(context.Context, *rand.Rand) { sup.current().kill() }},
+		{"kill_after_ack", func(_ context.Context, rng *rand.Rand) { sup.killAfterAck(1 + rng.IntN(3000)) }},
+		{"broker_down", outage(network.Down)},
+		{"broker_partition", outage(network.Partition)},
+		{"broker_slow", outage(func() { network.Slow(100 * time.Millisecond) })},
+		{"retriable_errors", retriable},
+		{"postgres_restart", func(ctx context.Context, _ *rand.Rand) {
+			if err := pg.Restart(ctx); err != nil {
+				t.Errorf("restart postgres: %v", err)
+			}
+		}},
+		{"postgres_crash", func(ctx context.Context, rng *rand.Rand) {
+			// Immediate stop: no shutdown checkpoint, crash recovery at start.
+			if err := pg.Kill(ctx); err != nil {
+				t.Errorf("kill postgres: %v", err)
+				return
+			}
+			time.Sleep(time.Duration(rng.IntN(2000)) * time.Millisecond)
+			if err := pg.StartServer(ctx); err != nil {
+				t.Errorf("start postgres after the crash: %v", err)
+			}
+		}},
+		{"connection_cut", func(context.Context, *rand.Rand) { px.Cut() }},
+		{"sigstop_past_sender_timeout", func(context.Context, *rand.Rand) {
+			p := sup.current()
+			p.signal(syscall.SIGSTOP)
+			time.Sleep(5 * time.Second)
+			p.signal(syscall.SIGCONT)
+		}},
 	}
 	return faults
 }
