@@ -127,6 +127,7 @@ type Decoder struct {
 	txn       Begin
 	inTxn     bool
 	vals      []tupleValue // reused by each insert
+	scratch   []byte       // reused by each insert
 }
 
 type relation struct {
@@ -398,35 +399,37 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
 		}
 		return v, true
 	}
-	text := func(i int, required bool) string {
-		// The usual key and type columns are text or uuid: read them
-		// without boxing a value in an interface.
-		if vals[i].kind == 't' {
-			switch oid := r.cols[i].DataType; oid {
-			case oidText, oidVarchar, oidBpchar, oidName:
-				return string(vals[i].data)
-			case oidUUID:
-				if isUUID(vals[i].data) {
-					return string(vals[i].data)
-				}
-			}
+	// The usual id, key, routing and type columns are text or uuid: their
+	// bytes are taken as they are, without boxing a value in an interface,
+	// and the four strings share one allocation (substrings of one string
+	// made from the concatenation). Other types go through ParseText.
+	fields := [4]*string{&e.ID, &e.AggregateType, &e.AggregateID, &e.Type}
+	cols := [4]int{r.id, r.aggType, r.aggID, r.typ}
+	var plain [4]bool
+	d.scratch = d.scratch[:0]
+	for k, i := range cols {
+		if plain[k] = plainText(r.cols[i].DataType, vals[i]); plain[k] {
+			d.scratch = append(d.scratch, vals[i].data...)
 		}
-		if v, ok := value(i, required); ok {
-			if s, ok := v.(string); ok {
-				return s
-			}
-			return string(Format(v))
-		}
-		return ""
 	}
-	e.ID = text(r.id, true)
-	e.AggregateType = text(r.aggType, true)
-	e.AggregateID = text(r.aggID, true)
-	e.Type = text(r.typ, false)
+	all := string(d.scratch)
+	for k, i := range cols {
+		if plain[k] {
+			*fields[k], all = all[:len(vals[i].data)], all[len(vals[i].data):]
+		} else if v, ok := value(i, k != 3); ok { // the type column may be NULL
+			if s, ok := v.(string); ok {
+				*fields[k] = s
+			} else {
+				*fields[k] = string(Format(v))
+			}
+		}
+	}
 	// The payload is passed on as bytes: json, jsonb and text as stored,
 	// bytea decoded from its hex form. The message buffer is reused by the
 	// connection, so what the event keeps is copied.
-	if v, ok := value(r.payload, false); ok {
+	if p := vals[r.payload]; p.kind == 't' && passThrough(r.cols[r.payload].DataType) {
+		e.Payload = bytes.Clone(p.data)
+	} else if v, ok := value(r.payload, false); ok {
 		switch v := v.(type) {
 		case []byte:
 			if r.cols[r.payload].DataType == oidBytea {
@@ -449,6 +452,31 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
 		e.Invalid = errors.Join(problems...)
 	}
 	return e, nil
+}
+
+// plainText reports whether a column value is text that ParseText would
+// return unchanged as a string: a text type, or a well-formed uuid.
+func plainText(oid uint32, v tupleValue) bool {
+	if v.kind != 't' {
+		return false
+	}
+	switch oid {
+	case oidText, oidVarchar, oidBpchar, oidName:
+		return true
+	case oidUUID:
+		return isUUID(v.data)
+	}
+	return false
+}
+
+// passThrough reports whether a payload of this type is published as its
+// text bytes exactly (ParseText returns them as they are).
+func passThrough(oid uint32) bool {
+	switch oid {
+	case oidJSON, oidJSONB, oidText, oidVarchar:
+		return true
+	}
+	return false
 }
 
 // messageBody is the JSON content of a logical decoding message event.

@@ -342,8 +342,11 @@ type session struct {
 // sendStatus sends a standby status update when one is due: forced, after
 // StatusInterval, or after a tenth of it when the confirmed LSN moved (so a
 // crash during a fast catch-up replays less). mu must be held.
-func (ss *session) sendStatus(force bool) error {
-	since := time.Since(ss.lastSent)
+func (ss *session) sendStatus(now time.Time, force bool) error {
+	since := now.Sub(ss.lastSent)
+	if !force && since < ss.s.cfg.StatusInterval/10 {
+		return nil // not due whatever the position: skip reading it
+	}
 	pos := max(ss.s.cfg.Confirmed(), ss.sent)
 	if !force && since < ss.s.cfg.StatusInterval && (pos == ss.sent || since < ss.s.cfg.StatusInterval/10) {
 		return nil
@@ -355,7 +358,7 @@ func (ss *session) sendStatus(force bool) error {
 		return fmt.Errorf("send standby status update at %s: %w", pos, err)
 	}
 	ss.sent = pos
-	ss.lastSent = time.Now()
+	ss.lastSent = now
 	return nil
 }
 
@@ -376,7 +379,7 @@ func (ss *session) run(ctx context.Context) error {
 				return
 			case <-t.C:
 				ss.mu.Lock()
-				err := ss.sendStatus(false)
+				err := ss.sendStatus(time.Now(), false)
 				ss.mu.Unlock()
 				if err != nil {
 					statusErr <- err
@@ -392,7 +395,7 @@ func (ss *session) run(ctx context.Context) error {
 
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if err := ss.sendStatus(true); err != nil {
+	if err := ss.sendStatus(time.Now(), true); err != nil {
 		return err
 	}
 	var drainUntil time.Time // set once ctx is cancelled
@@ -405,7 +408,8 @@ func (ss *session) run(ctx context.Context) error {
 			return err
 		default:
 		}
-		if err := ss.sendStatus(false); err != nil {
+		now := time.Now() // one clock read per message
+		if err := ss.sendStatus(now, false); err != nil {
 			return err
 		}
 		if cfg.Err != nil {
@@ -431,7 +435,7 @@ func (ss *session) run(ctx context.Context) error {
 		// deadline on the socket does this without a context (and the
 		// goroutine pgconn starts to watch one) per message; it is moved
 		// only when it has grown stale.
-		if now := time.Now(); readDeadline.Sub(now) < wake/2 {
+		if readDeadline.Sub(now) < wake/2 {
 			readDeadline = now.Add(wake)
 			if err := ss.conn.Conn().SetReadDeadline(readDeadline); err != nil {
 				return fmt.Errorf("set read deadline: %w", err)
@@ -489,7 +493,7 @@ func (ss *session) message(ctx context.Context, raw pgproto3.BackendMessage) err
 			cfg.Keepalive(ka.ServerWALEnd)
 		}
 		if ka.ReplyRequested {
-			return ss.sendStatus(true)
+			return ss.sendStatus(time.Now(), true)
 		}
 	case pglogrepl.XLogDataByteID:
 		xld, err := pglogrepl.ParseXLogData(data[1:])
@@ -532,7 +536,7 @@ func (ss *session) shutdown(until time.Time) error {
 		ss.mu.Lock()
 	}
 	_ = ss.conn.Conn().SetDeadline(time.Now().Add(5 * time.Second))
-	if err := ss.sendStatus(true); err != nil {
+	if err := ss.sendStatus(time.Now(), true); err != nil {
 		ss.s.log.Warn("last status update failed; the tail of the stream will be sent again on the next start", "err", err)
 	} else {
 		ss.s.log.Info("stopped", "confirmed", ss.sent.String())

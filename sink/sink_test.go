@@ -1,11 +1,14 @@
 package sink
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pierrec/lz4/v4"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -146,6 +149,24 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// TestLz4CompressorRoundTrip: batches larger than one 64 KiB block come
+// back whole through a standard lz4 frame reader.
+func TestLz4CompressorRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := newLz4Compressor()
+	src := bytes.Repeat([]byte(`{"pad": "xyz", "n": 12345}`), 20000) // 520 KB
+	for range 2 {                                                    // the second time from the pool
+		out, codec := c.Compress(new(bytes.Buffer), src)
+		if codec != kgo.CodecLz4 || len(out) == 0 || len(out) >= len(src) {
+			t.Fatalf("codec %d, %d bytes from %d", codec, len(out), len(src))
+		}
+		back, err := io.ReadAll(lz4.NewReader(bytes.NewReader(out)))
+		if err != nil || !bytes.Equal(back, src) {
+			t.Fatalf("round trip: %v, %d bytes back of %d", err, len(back), len(src))
 		}
 	}
 }

@@ -190,7 +190,7 @@ func (c *Config) keys() []*key {
 	add("kafka.linger", "how long a partition waits for more records", f, s)
 	f, s = integer(&c.Kafka.BatchMaxBytes, 1000012)
 	add("kafka.batch_max_bytes", "largest record batch; larger records are dead-lettered", f, s)
-	f, s = integer(&c.Kafka.MaxBufferedRecords, 10000)
+	f, s = integer(&c.Kafka.MaxBufferedRecords, 5000)
 	add("kafka.max_buffered_records", "records produced and not yet acknowledged, at most", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedBytes, 16<<20)
 	add("kafka.max_buffered_bytes", "bytes produced and not yet acknowledged, at most", f, s)

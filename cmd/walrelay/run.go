@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -259,9 +260,12 @@ type pipeline struct {
 	m   *metrics
 
 	mu         sync.Mutex
-	err        error  // the first fatal error
-	session    uint64 // counts stream starts
-	restartErr error  // a transient failure in this session: restart it
+	err        error // the first fatal error
+	restartErr error // a transient failure in this session: restart it
+	// troubled is set while err or restartErr is, so that the receive
+	// goroutine checks one atomic per message instead of taking mu.
+	troubled atomic.Bool
+	session  atomic.Uint64 // counts stream starts; written under mu
 }
 
 func (p *pipeline) fail(err error) {
@@ -269,6 +273,7 @@ func (p *pipeline) fail(err error) {
 	if p.err == nil {
 		p.err = err
 	}
+	p.troubled.Store(true)
 	p.mu.Unlock()
 	p.stop()
 }
@@ -285,14 +290,18 @@ func (p *pipeline) failure() error {
 func (p *pipeline) restart(session uint64, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if session == p.session && p.restartErr == nil {
+	if session == p.session.Load() && p.restartErr == nil {
 		p.restartErr = err
+		p.troubled.Store(true)
 	}
 }
 
 // status is polled by the receive loop: a fatal error stops the stream, a
 // transient one restarts it.
 func (p *pipeline) status() error {
+	if !p.troubled.Load() {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
@@ -307,8 +316,9 @@ func (p *pipeline) status() error {
 // started resets per-stream state: the server resends from slotConfirmed.
 func (p *pipeline) started(slotConfirmed pglogrepl.LSN) {
 	p.mu.Lock()
-	p.session++
+	p.session.Add(1)
 	p.restartErr = nil
+	p.troubled.Store(p.err != nil)
 	p.mu.Unlock()
 	p.dec.Reset()
 	p.tr.Reset()
@@ -353,9 +363,7 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 			txn.Add()
 		}
 		commit := m.CommitTime
-		p.mu.Lock()
-		session := p.session
-		p.mu.Unlock()
+		session := p.session.Load()
 		p.sink.Publish(p.produceCtx, m, func(d sink.Delivery, err error) {
 			switch {
 			case err != nil && sink.Fatal(err):
