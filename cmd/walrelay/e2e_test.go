@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
 	"github.com/walrelay/walrelay/internal/proxy"
 )
 
@@ -176,15 +177,7 @@ func TestCleanStopPublishesNothingTwice(t *testing.T) {
 // itself, and nothing is lost.
 func TestKafkaOutage(t *testing.T) {
 	t.Parallel()
-	pg, kc, col := setup(t)
-	conn := connect(t, pg.DSN)
-	fk := kc.net(t)
-	streaming(t, baseEnv(pg, kc))
-	w := newWriter(30, 5)
-	if err := w.write(t.Context(), conn, 2000, 20); err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, col, w.written(), time.Minute)
+	_, col, fk, conn, w := warmStream(t, 5, 2000)
 	fk.Down()
 	if err := w.write(t.Context(), conn, 3000, 20); err != nil {
 		t.Fatal(err)
@@ -207,6 +200,23 @@ func TestKafkaOutage(t *testing.T) {
 		t.Fatalf("order violations: %s", c)
 	}
 	waitConfirmedPast(t, conn, end)
+}
+
+// warmStream is the start of a broker fault test: walrelay streaming, the
+// switches of its network to the broker, and rows written (30 aggregates,
+// transactions of up to 20 rows) until all of them arrived.
+func warmStream(t *testing.T, seed uint64, rows int) (*pgtest.Server, *kafkatest.Collector, kafkatest.Network, *pgx.Conn, *writer) {
+	t.Helper()
+	pg, kc, col := setup(t)
+	fk := kc.net(t)
+	conn := connect(t, pg.DSN)
+	streaming(t, baseEnv(pg, kc))
+	w := newWriter(30, seed)
+	if err := w.write(t.Context(), conn, rows, 20); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	return pg, col, fk, conn, w
 }
 
 // waitConfirmedPast waits until the slot confirmed at least lsn: every
@@ -880,16 +890,8 @@ func TestLongKafkaPartition(t *testing.T) {
 		t.Skip("65 s of partition")
 	}
 	t.Parallel()
-	pg, kc, col := setup(t)
-	fk := kc.net(t)
-	conn := connect(t, pg.DSN)
+	_, col, fk, conn, w := warmStream(t, 14, 1000)
 	ctx := t.Context()
-	streaming(t, baseEnv(pg, kc))
-	w := newWriter(30, 14)
-	if err := w.write(ctx, conn, 1000, 20); err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, col, w.written(), time.Minute)
 	walsender := func() int {
 		var pid int
 		if err := conn.QueryRow(ctx, "SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&pid); err != nil {
@@ -929,16 +931,8 @@ func TestSlowBroker(t *testing.T) {
 		t.Skip("30 s of slowness")
 	}
 	t.Parallel()
-	pg, kc, col := setup(t)
-	fk := kc.net(t)
-	conn := connect(t, pg.DSN)
+	_, col, fk, conn, w := warmStream(t, 15, 500)
 	ctx := t.Context()
-	streaming(t, baseEnv(pg, kc))
-	w := newWriter(30, 15)
-	if err := w.write(ctx, conn, 500, 10); err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, col, w.written(), time.Minute)
 	fk.Slow(200 * time.Millisecond)
 	slowFrom, recsFrom, lsnFrom := time.Now(), len(col.Records()), slotConfirmed(t, conn, "walrelay")
 	for time.Since(slowFrom) < 30*time.Second {
