@@ -364,3 +364,22 @@ func BenchmarkDecodeInsert(b *testing.B) {
 		}
 	}
 }
+
+func TestIsUUID(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{
+		"bcb8f1cc-6285-4220-b19b-b0cf11830ae7":  true,
+		"BCB8F1CC-6285-4220-B19B-B0CF11830AE7":  true,
+		"bcb8f1cc-6285-4220-b19b-b0cf11830ae":   false, // short
+		"bcb8f1cc-6285-4220-b19b-b0cf11830ae77": false,
+		"bcb8f1cc06285-4220-b19b-b0cf11830ae7":  false, // a dash missing
+		"bcb8f1cc-6285-4220-b19b-b0cf11830aeg":  false, // not hex
+		"gcb8f1cc-6285-4220-b19b-b0cf11830ae7":  false,
+		"bcb8f1cc-6285-4220-b19b-b0cf1183-ae7":  false, // a dash too many
+		"":                                      false,
+	} {
+		if got := isUUID([]byte(in)); got != want {
+			t.Errorf("isUUID(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

@@ -151,20 +151,23 @@ func parseBytea(b []byte) ([]byte, error) {
 }
 
 func isUUID(b []byte) bool {
-	if len(b) != 36 {
+	if len(b) != 36 || b[8] != '-' || b[13] != '-' || b[18] != '-' || b[23] != '-' {
 		return false
 	}
-	for i, c := range b {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+	for _, part := range [5][]byte{b[:8], b[9:13], b[14:18], b[19:23], b[24:]} {
+		for _, c := range part {
+			if !isHex[c] {
 				return false
 			}
 		}
 	}
 	return true
 }
+
+// isHex tells the hexadecimal digits, either case.
+var isHex = func() (t [256]bool) {
+	for _, c := range []byte("0123456789abcdefABCDEF") {
+		t[c] = true
+	}
+	return t
+}()

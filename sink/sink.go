@@ -75,12 +75,20 @@ type Sink struct {
 }
 
 // txnHeaders are the header values shared by every event of a transaction,
-// formatted once.
+// formatted once, and the Kafka timestamp of its records.
 type txnHeaders struct {
 	lsn                        pglogrepl.LSN
 	xid                        uint32
 	lsnText, xidText, timeText []byte
+	// stamp is the records' timestamp: the clock read once per transaction
+	// and again every stampEvery records of a large one, rather than once
+	// per record as the client would (a clock read is 8% of walrelay's CPU
+	// while it catches up). Kafka timestamps are milliseconds.
+	stamp time.Time
+	uses  int
 }
+
+const stampEvery = 256
 
 var topicRe = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 
@@ -349,7 +357,8 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 		return
 	}
 	s.batchCap(ctx, topic)
-	r := &kgo.Record{Topic: topic, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: s.headers(e, 0)}
+	h, stamp := s.headers(e, 0)
+	r := &kgo.Record{Topic: topic, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
 	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
@@ -400,14 +409,15 @@ func reason(err error) string {
 // headers builds the record headers; extra leaves room for more. The values
 // of the transaction's headers are formatted once per transaction and shared
 // by its records (the client does not modify them).
-func (s *Sink) headers(e *decoder.Event, extra int) []kgo.RecordHeader {
+func (s *Sink) headers(e *decoder.Event, extra int) ([]kgo.RecordHeader, time.Time) {
 	s.mu.Lock()
-	t := s.last
-	if t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid {
-		t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, lsnText: []byte(e.CommitLSN.String()),
-			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: e.CommitTime.AppendFormat(nil, time.RFC3339Nano)}
-		s.last = t
+	if t := &s.last; t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid {
+		*t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, lsnText: []byte(e.CommitLSN.String()),
+			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: e.CommitTime.AppendFormat(nil, time.RFC3339Nano), stamp: time.Now()}
+	} else if t.uses++; t.uses == stampEvery {
+		t.stamp, t.uses = time.Now(), 0
 	}
+	t := s.last
 	s.mu.Unlock()
 	h := make([]kgo.RecordHeader, 0, 5+len(e.Headers)+extra)
 	h = append(h,
@@ -420,7 +430,7 @@ func (s *Sink) headers(e *decoder.Event, extra int) []kgo.RecordHeader {
 	for _, x := range e.Headers {
 		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
 	}
-	return h
+	return h, t.stamp
 }
 
 // readOnly returns the bytes of s without copying them. The client only
@@ -450,7 +460,8 @@ const (
 // the row itself is still in the table and in the WAL at its position.
 func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic string, cause error, done Done) {
 	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
-	h := append(s.headers(e, 6),
+	h, _ := s.headers(e, 6) // the dead-letter record gets the clock's time
+	h = append(h,
 		kgo.RecordHeader{Key: HeaderError, Value: []byte(cause.Error())},
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(why)},
 		kgo.RecordHeader{Key: HeaderSource, Value: []byte(e.Source)},

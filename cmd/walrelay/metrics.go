@@ -27,6 +27,7 @@ var streamStates = []string{"starting", "streaming", "waiting_for_slot", "reconn
 type metrics struct {
 	reg           *prometheus.Registry
 	published     *prometheus.CounterVec
+	publishedBy   sync.Map // topic -> prometheus.Counter of published
 	deadLettered  *prometheus.CounterVec
 	publishErrors *prometheus.CounterVec
 	transactions  prometheus.Counter
@@ -104,18 +105,30 @@ func (m *metrics) behind(p *pipeline) float64 {
 	return time.Since(time.Unix(0, n)).Seconds()
 }
 
+// publishedOn returns the published counter of a topic, remembered: a
+// label lookup per event costs more than the rest of acked.
+func (m *metrics) publishedOn(topic string) prometheus.Counter {
+	if c, ok := m.publishedBy.Load(topic); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.published.WithLabelValues(topic)
+	m.publishedBy.Store(topic, c)
+	return c
+}
+
 // acked records one acknowledged event.
 func (m *metrics) acked(topic, deadLetter string, commit time.Time) {
 	if deadLetter != "" {
 		m.deadLettered.WithLabelValues(deadLetter).Inc()
 		m.deadLetteredN.Add(1)
 	} else {
-		m.published.WithLabelValues(topic).Inc()
+		m.publishedOn(topic).Inc()
 		m.publishedN.Add(1)
 	}
-	m.kafkaOK.Store(time.Now().UnixNano())
+	now := time.Now()
+	m.kafkaOK.Store(now.UnixNano())
 	if !commit.IsZero() {
-		m.commitToAck.Observe(time.Since(commit).Seconds())
+		m.commitToAck.Observe(now.Sub(commit).Seconds())
 		for n := commit.UnixNano(); ; {
 			old := m.newestAcked.Load()
 			if n <= old || m.newestAcked.CompareAndSwap(old, n) {
@@ -123,11 +136,11 @@ func (m *metrics) acked(topic, deadLetter string, commit time.Time) {
 			}
 		}
 	}
-	now := time.Now().Unix()
+	sec := now.Unix()
 	m.mu.Lock()
-	i := now % 60
-	if m.secOf[i] != now {
-		m.secOf[i], m.perSec[i] = now, 0
+	i := sec % 60
+	if m.secOf[i] != sec {
+		m.secOf[i], m.perSec[i] = sec, 0
 	}
 	m.perSec[i]++
 	m.mu.Unlock()

@@ -182,6 +182,7 @@ func NewReal(ctx context.Context) (*Real, error) {
 	}
 	r.cmd = exec.Command(java, append(jvm, "kafka.Kafka", conf)...)
 	r.cmd.Stdout, r.cmd.Stderr = out, out
+	dieWithParent(r.cmd)
 	if err := r.cmd.Start(); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("start the broker: %w", err)
