@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -107,7 +109,10 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 		{"decoding alone, server side (`pg_logical_slot_peek_binary_changes`)", serverSide},
 		{"`pg_recvlogical` (pgoutput, proto 1) to /dev/null", recvlogical},
 		{"raw Go receiver, `pglogrepl.Parse` only: **the decode limit**", rawReceiver},
-		{"**walrelay** into kfake, until `confirmed_flush_lsn` reaches the end", walrelay(o.bin)},
+		{"**walrelay** into kfake, until `confirmed_flush_lsn` reaches the end", walrelay(o.bin, kfakeBrokers)},
+	}
+	if o.realKafka {
+		contenders = append(contenders, contender{"walrelay into Apache Kafka " + kafkatest.KafkaVersion + " (one broker on the same 2 cores), the same finish line", walrelay(o.bin, realBrokers)})
 	}
 	res := make([][]result, len(contenders))
 	for r := range o.runs {
@@ -143,14 +148,17 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 		fmt.Fprintf(&b, "| %s | %s | %.2f |\n", c.name, rates[i], rates[i].med/limit)
 	}
 	fmt.Fprintf(&b, "| the load itself: one server-side procedure committing each transaction | %s | |\n", human(loadRate))
-	var rss, cpu []float64
-	for _, x := range res[3] {
-		rss = append(rss, float64(x.rss)/(1<<20))
-		cpu = append(cpu, x.cpu/float64(o.events)*100000)
+	b.WriteString("\n")
+	for i, into := range []string{"kfake", "Apache Kafka"}[:len(contenders)-3] {
+		var rss, cpu []float64
+		for _, x := range res[3+i] {
+			rss = append(rss, float64(x.rss)/(1<<20))
+			cpu = append(cpu, x.cpu/float64(o.events)*100000)
+		}
+		r, c := summarize(rss), summarize(cpu)
+		fmt.Fprintf(&b, "walrelay into %s: peak RSS %.1f MiB (%.1f to %.1f), CPU %.2f s per 100k events (%.2f to %.2f).\n",
+			into, r.med, r.lo, r.hi, c.med, c.lo, c.hi)
 	}
-	r, c := summarize(rss), summarize(cpu)
-	fmt.Fprintf(&b, "\nwalrelay: peak RSS %.1f MiB (%.1f to %.1f), CPU %.2f s per 100k events (%.2f to %.2f).\n",
-		r.med, r.lo, r.hi, c.med, c.lo, c.hi)
 	return b.String(), nil
 }
 
@@ -241,15 +249,48 @@ func rawReceiver(ctx context.Context, pg *pgtest.Server, slot string, _ pglogrep
 	}
 }
 
-// walrelay runs the walrelay binary on the slot into a fresh kfake and
+// brokers gives one walrelay run its Kafka: the brokers' addresses, a
+// topic prefix of the run's own, and what to close afterwards.
+type brokers func() (addrs []string, prefix string, closeFn func(), err error)
+
+// kfakeBrokers is a fresh kfake cluster per run.
+func kfakeBrokers() ([]string, string, func(), error) {
+	kc, err := kafkatest.New()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return kc.Addrs(), "", kc.Close, nil
+}
+
+// realKafka is one Apache Kafka broker for the whole benchmark (-real-kafka),
+// started on first use; each run writes topics under a prefix of its own.
+var (
+	realKafka = sync.OnceValues(func() (*kafkatest.Real, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		fmt.Fprintln(os.Stderr, "starting Apache Kafka "+kafkatest.KafkaVersion+" …")
+		return kafkatest.NewReal(ctx)
+	})
+	realRuns atomic.Int64
+)
+
+func realBrokers() ([]string, string, func(), error) {
+	r, err := realKafka()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return r.Addrs(), fmt.Sprintf("bench%d.", realRuns.Add(1)), func() {}, nil
+}
+
+// walrelay runs the walrelay binary on the slot into the Kafka of kafka and
 // stops the clock when the slot confirmed the end LSN.
-func walrelay(bin string) func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
+func walrelay(bin string, kafka brokers) func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
 	return func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
-		kc, err := kafkatest.New()
+		addrs, prefix, closeKafka, err := kafka()
 		if err != nil {
 			return result{}, err
 		}
-		defer kc.Close()
+		defer closeKafka()
 		conn, err := pgx.Connect(ctx, pg.DSN)
 		if err != nil {
 			return result{}, err
@@ -260,7 +301,8 @@ func walrelay(bin string) func(ctx context.Context, pg *pgtest.Server, slot stri
 		if profilePath != "" {
 			admin = "127.0.0.1:18088"
 		}
-		cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(kc.Addrs(), ","),
+		cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(addrs, ","),
+			"WALRELAY_KAFKA_TOPIC="+prefix+"outbox.event.{aggregatetype}", "WALRELAY_KAFKA_DLQ_TOPIC="+prefix+"walrelay.dlq",
 			"WALRELAY_POSTGRES_SLOT="+slot, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -361,7 +403,7 @@ func bigTransaction(ctx context.Context, o options) (string, error) {
 		return "", err
 	}
 	end, _ := pglogrepl.ParseLSN(endText)
-	x, err := walrelay(o.bin)(ctx, pg, "big", end, o.bigTxn)
+	x, err := walrelay(o.bin, kfakeBrokers)(ctx, pg, "big", end, o.bigTxn)
 	if err != nil {
 		return "", err
 	}

@@ -43,7 +43,10 @@ type options struct {
 	duration time.Duration
 	bin      string
 	svg      string
-	bigTxn   int
+	// realKafka adds walrelay into a real Apache Kafka broker to the
+	// catch-up tables.
+	realKafka bool
+	bigTxn    int
 
 	latencyProfile string
 }
@@ -60,6 +63,7 @@ func run() error {
 	flag.IntVar(&o.bigTxn, "big-txn", 1000000, "rows of the one large transaction whose catch-up memory is measured (0: skip)")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each latency run")
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
+	flag.BoolVar(&o.realKafka, "real-kafka", false, "also time walrelay into a real Apache Kafka broker (fetched from Maven Central on first use; needs Java 17)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
 	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
@@ -93,6 +97,13 @@ func run() error {
 		}
 	}
 	ctx := context.Background()
+	defer func() {
+		if realRuns.Load() > 0 { // started: realKafka would start one otherwise
+			if r, err := realKafka(); err == nil {
+				r.Close()
+			}
+		}
+	}()
 	fmt.Printf("walrelay-bench: %d events of %d-byte payloads per data set, %d runs each, on %d cores\n\n", o.events, o.payload, o.runs, numCPU())
 	var tables []string
 	for _, rows := range o.shapes {
