@@ -114,6 +114,9 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 	if o.realKafka {
 		contenders = append(contenders, contender{"walrelay into Apache Kafka " + kafkatest.KafkaVersion + " (one broker on the same 2 cores), the same finish line", walrelay(o.bin, realBrokers)})
 	}
+	if o.debezium {
+		contenders = append(contenders, contender{"Debezium " + DebeziumVersion + " (PostgreSQL connector, outbox event router, Kafka Connect standalone) into the same broker, from taking the slot to the same finish line", debezium})
+	}
 	res := make([][]result, len(contenders))
 	for r := range o.runs {
 		for i, c := range contenders {
@@ -149,14 +152,14 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 	}
 	fmt.Fprintf(&b, "| the load itself: one server-side procedure committing each transaction | %s | |\n", human(loadRate))
 	b.WriteString("\n")
-	for i, into := range []string{"kfake", "Apache Kafka"}[:len(contenders)-3] {
+	for i, into := range []string{"walrelay into kfake", "walrelay into Apache Kafka", "Debezium (its JVM)"}[:len(contenders)-3] {
 		var rss, cpu []float64
 		for _, x := range res[3+i] {
 			rss = append(rss, float64(x.rss)/(1<<20))
 			cpu = append(cpu, x.cpu/float64(o.events)*100000)
 		}
 		r, c := summarize(rss), summarize(cpu)
-		fmt.Fprintf(&b, "walrelay into %s: peak RSS %.1f MiB (%.1f to %.1f), CPU %.2f s per 100k events (%.2f to %.2f).\n",
+		fmt.Fprintf(&b, "%s: peak RSS %.1f MiB (%.1f to %.1f), CPU %.2f s per 100k events (%.2f to %.2f).\n",
 			into, r.med, r.lo, r.hi, c.med, c.lo, c.hi)
 	}
 	return b.String(), nil

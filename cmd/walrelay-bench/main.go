@@ -46,7 +46,9 @@ type options struct {
 	// realKafka adds walrelay into a real Apache Kafka broker to the
 	// catch-up tables.
 	realKafka bool
-	bigTxn    int
+	// debezium adds Debezium into that broker (it implies realKafka).
+	debezium bool
+	bigTxn   int
 
 	latencyProfile string
 }
@@ -64,6 +66,7 @@ func run() error {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each latency run")
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
 	flag.BoolVar(&o.realKafka, "real-kafka", false, "also time walrelay into a real Apache Kafka broker (fetched from Maven Central on first use; needs Java 17)")
+	flag.BoolVar(&o.debezium, "debezium", false, "also time Debezium's PostgreSQL connector with the outbox event router into the real broker (implies -real-kafka)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
 	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
@@ -78,6 +81,7 @@ func run() error {
 		}
 		return os.WriteFile(o.svg, []byte(plot(points)), 0o644)
 	}
+	o.realKafka = o.realKafka || o.debezium
 	var err error
 	if o.shapes, err = ints(shapes); err != nil {
 		return fmt.Errorf("-rows-per-txn: %w", err)

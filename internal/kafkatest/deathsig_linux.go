@@ -5,8 +5,8 @@ import (
 	"syscall"
 )
 
-// dieWithParent has the broker killed when the test process dies, even by
+// DieWithParent has the broker killed when the test process dies, even by
 // SIGKILL or a test timeout, so that no JVM outlives its test run.
-func dieWithParent(cmd *exec.Cmd) {
+func DieWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

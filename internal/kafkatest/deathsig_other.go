@@ -4,5 +4,5 @@ package kafkatest
 
 import "os/exec"
 
-// dieWithParent is a no-op where the kernel has no parent-death signal.
-func dieWithParent(*exec.Cmd) {}
+// DieWithParent is a no-op where the kernel has no parent-death signal.
+func DieWithParent(*exec.Cmd) {}

@@ -43,45 +43,58 @@ type Real struct {
 // their own connections to the shared broker.
 const FaultyListeners = 6
 
-// pom lists the broker and a logging binding; Maven resolves the rest.
-const pom = `<project xmlns="http://maven.apache.org/POM/4.0.0">
+// Pom is a Maven project whose runtime dependencies FetchJars copies: the
+// given dependencies, "group:artifact:version" each, and a logging binding.
+func Pom(deps ...string) string {
+	var b strings.Builder
+	b.WriteString(`<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
-  <groupId>walrelay</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <groupId>walrelay</groupId><artifactId>fetch</artifactId><version>1</version>
   <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>` + KafkaVersion + `</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId><version>1.7.36</version></dependency>
-  </dependencies>
-</project>
-`
+`)
+	for _, d := range append(deps, "org.slf4j:slf4j-reload4j:1.7.36") {
+		p := strings.SplitN(d, ":", 3)
+		fmt.Fprintf(&b, "    <dependency><groupId>%s</groupId><artifactId>%s</artifactId><version>%s</version></dependency>\n", p[0], p[1], p[2])
+	}
+	b.WriteString("  </dependencies>\n</project>\n")
+	return b.String()
+}
 
 // FetchKafka makes sure the broker's jars are in the cache directory
 // (WALRELAY_KAFKA_CACHE, default ~/.cache/walrelay/kafka-<version>) and
 // returns the directory that holds them. The first call runs Maven.
 func FetchKafka(ctx context.Context) (string, error) {
-	cache := os.Getenv("WALRELAY_KAFKA_CACHE")
-	if cache == "" {
+	return FetchJars(ctx, os.Getenv("WALRELAY_KAFKA_CACHE"), "kafka-"+KafkaVersion, Pom("org.apache.kafka:kafka_2.13:"+KafkaVersion))
+}
+
+// FetchJars makes sure that the runtime dependencies of pom are in
+// dir/lib (dir default ~/.cache/walrelay/<name>), running Maven the first
+// time, and returns that lib directory.
+func FetchJars(ctx context.Context, dir, name, pom string) (string, error) {
+	if dir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			return "", fmt.Errorf("find a cache directory for Kafka: %w", err)
+			return "", fmt.Errorf("find a cache directory for %s: %w", name, err)
 		}
-		cache = filepath.Join(home, ".cache", "walrelay", "kafka-"+KafkaVersion)
+		dir = filepath.Join(home, ".cache", "walrelay", name)
 	}
-	lib := filepath.Join(cache, "lib")
-	if jars, _ := filepath.Glob(filepath.Join(lib, "kafka_2.13-*.jar")); len(jars) > 0 {
-		return lib, nil
+	lib := filepath.Join(dir, "lib")
+	if _, err := os.Stat(lib); err == nil {
+		return lib, nil // renamed into place only once complete
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", fmt.Errorf("make the Kafka cache: %w", err)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("make the cache for %s: %w", name, err)
 	}
-	if err := os.WriteFile(filepath.Join(cache, "pom.xml"), []byte(pom), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "pom.xml"), []byte(pom), 0o644); err != nil {
 		return "", err
 	}
+	os.RemoveAll(filepath.Join(dir, "lib.tmp"))
 	cmd := exec.CommandContext(ctx, "mvn", "-q", "-B", "dependency:copy-dependencies", "-DoutputDirectory=lib.tmp", "-DincludeScope=runtime")
-	cmd.Dir = cache
+	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("fetch Apache Kafka %s with Maven (needs mvn and Maven Central): %v\n%s", KafkaVersion, err, out)
+		return "", fmt.Errorf("fetch %s with Maven (needs mvn and Maven Central): %v\n%s", name, err, out)
 	}
-	if err := os.Rename(filepath.Join(cache, "lib.tmp"), lib); err != nil {
+	if err := os.Rename(filepath.Join(dir, "lib.tmp"), lib); err != nil {
 		return "", err
 	}
 	return lib, nil
@@ -170,8 +183,9 @@ func NewReal(ctx context.Context) (*Real, error) {
 	jvm := []string{"-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dlog4j.configuration=file:" + log4j, "-cp", cp}
 	var id [16]byte
 	_, _ = rand.Read(id[:])
+	// With "=": an id may start with "-", which would read as a flag.
 	clusterID := base64.RawURLEncoding.EncodeToString(id[:])
-	format := exec.CommandContext(ctx, java, append(jvm, "kafka.tools.StorageTool", "format", "-t", clusterID, "-c", conf)...)
+	format := exec.CommandContext(ctx, java, append(jvm, "kafka.tools.StorageTool", "format", "--cluster-id="+clusterID, "-c", conf)...)
 	if out, err := format.CombinedOutput(); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("format KRaft storage: %v\n%s", err, out)
@@ -182,7 +196,7 @@ func NewReal(ctx context.Context) (*Real, error) {
 	}
 	r.cmd = exec.Command(java, append(jvm, "kafka.Kafka", conf)...)
 	r.cmd.Stdout, r.cmd.Stderr = out, out
-	dieWithParent(r.cmd)
+	DieWithParent(r.cmd)
 	if err := r.cmd.Start(); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("start the broker: %w", err)
