@@ -348,7 +348,7 @@ func (ss *session) sendStatus(now time.Time, force bool) error {
 		return nil // not due whatever the position: skip reading it
 	}
 	pos := max(ss.s.cfg.Confirmed(), ss.sent)
-	if !force && since < ss.s.cfg.StatusInterval && (pos == ss.sent || since < ss.s.cfg.StatusInterval/10) {
+	if !force && since < ss.s.cfg.StatusInterval && pos == ss.sent {
 		return nil
 	}
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), ss.conn, pglogrepl.StandbyStatusUpdate{

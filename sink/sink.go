@@ -61,14 +61,12 @@ type Config struct {
 
 // Sink produces events. Its methods are safe for concurrent use.
 type Sink struct {
-	cfg   Config
-	cl    *kgo.Client
-	log   *slog.Logger
-	parts []string // the template split at its placeholders: text, placeholder, text, …
-	valid sync.Map // topic name -> bool, names already checked
-
+	cfg       Config
+	cl        *kgo.Client
+	log       *slog.Logger
+	parts     []string     // the template split at its placeholders: text, placeholder, text, …
+	topics    sync.Map     // topic name -> topicInfo, learnt at its first event
 	brokerMax atomic.Int32 // the broker's message.max.bytes; 0 until Ping read it
-	caps      sync.Map     // topic -> int32: its batch cap, looked up before its first record
 
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
@@ -149,11 +147,10 @@ func New(cfg Config) (*Sink, error) {
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2, as the Java client
 		codecOpt,
 		kgo.ProducerLinger(cfg.Linger),
-		// Asked once per partition, after Publish looked the topic's
-		// limit up (batchCap).
+		// Asked once per partition, after Publish learnt the topic.
 		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
-			if c, ok := s.caps.Load(topic); ok {
-				return c.(int32)
+			if ti, ok := s.topics.Load(topic); ok {
+				return ti.(topicInfo).batchCap
 			}
 			return cfg.BatchMaxBytes
 		}),
@@ -206,7 +203,7 @@ func (s *Sink) Ping(ctx context.Context) error {
 	} else {
 		s.brokerMax.Store(n)
 	}
-	s.batchCap(ctx, s.cfg.DLQTopic)
+	s.learn(ctx, s.cfg.DLQTopic)
 	return nil
 }
 
@@ -251,14 +248,31 @@ func (s *Sink) describeLimit(ctx context.Context, typ kmsg.ConfigResourceType, n
 	return 0, fmt.Errorf("describe %s of %s: not in the answer", key, name)
 }
 
-// batchCap looks up, once per topic and before its first record, the
-// topic's max.message.bytes (or, for a topic not created yet, the broker's
-// message.max.bytes), and caps the topic's batches at it if it is below
-// BatchMaxBytes. It blocks the caller for one request per new topic.
-func (s *Sink) batchCap(ctx context.Context, topic string) {
-	if _, ok := s.caps.Load(topic); ok {
-		return
+// topicInfo is what the sink learns of a topic at its first event.
+type topicInfo struct {
+	valid    bool  // a legal Kafka topic name
+	batchCap int32 // the cap of its batches (batchCap)
+}
+
+// learn returns what the sink knows of a topic, learning it at the topic's
+// first event (a stream has few topics).
+func (s *Sink) learn(ctx context.Context, topic string) topicInfo {
+	if ti, ok := s.topics.Load(topic); ok {
+		return ti.(topicInfo)
 	}
+	ti := topicInfo{valid: ValidTopic(topic), batchCap: s.cfg.BatchMaxBytes}
+	if ti.valid {
+		ti.batchCap = s.batchCap(ctx, topic)
+	}
+	v, _ := s.topics.LoadOrStore(topic, ti)
+	return v.(topicInfo)
+}
+
+// batchCap reads the topic's max.message.bytes (or, for a topic not created
+// yet, the broker's message.max.bytes) and returns it if it is below
+// BatchMaxBytes, else BatchMaxBytes. It costs one request, made once per
+// topic before its first record.
+func (s *Sink) batchCap(ctx context.Context, topic string) int32 {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	limit, err := s.describeLimit(ctx, kmsg.ConfigResourceTypeTopic, topic, "max.message.bytes")
@@ -271,7 +285,7 @@ func (s *Sink) batchCap(ctx context.Context, topic string) {
 		c = limit
 		s.log.Info("batches capped at the topic's max.message.bytes, below kafka.batch_max_bytes", "topic", topic, "max_message_bytes", limit, "batch_max_bytes", s.cfg.BatchMaxBytes)
 	}
-	s.caps.LoadOrStore(topic, c)
+	return c
 }
 
 // Close closes the client; records not yet acknowledged are failed.
@@ -319,17 +333,6 @@ func (s *Sink) field(placeholder string, e *decoder.Event) string {
 	return e.AggregateType
 }
 
-// validTopic is ValidTopic with the answers remembered (a stream has few
-// topics).
-func (s *Sink) validTopic(topic string) bool {
-	if v, ok := s.valid.Load(topic); ok {
-		return v.(bool)
-	}
-	ok := ValidTopic(topic)
-	s.valid.Store(topic, ok)
-	return ok
-}
-
 // Delivery says where Kafka acknowledged an event.
 type Delivery struct {
 	Topic string
@@ -352,11 +355,10 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 		return
 	}
 	topic := s.Topic(e)
-	if !s.validTopic(topic) {
+	if !s.learn(ctx, topic).valid {
 		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, s.cfg.Topic), done)
 		return
 	}
-	s.batchCap(ctx, topic)
 	h, stamp := s.headers(e, 0)
 	r := &kgo.Record{Topic: topic, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
 	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {

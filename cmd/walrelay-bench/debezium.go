@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -94,25 +93,19 @@ func debezium(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl
 			"transforms.outbox.route.topic.replacement=" + prefix + "outbox.event.${routedByValue}",
 			"transforms.outbox.table.fields.additional.placement=type:header:type",
 		}, "\n"),
-		"log4j.properties": "log4j.rootLogger=WARN, f\nlog4j.appender.f=org.apache.log4j.FileAppender\nlog4j.appender.f.File=" +
-			filepath.Join(dir, "connect.log") + "\nlog4j.appender.f.layout=org.apache.log4j.PatternLayout\nlog4j.appender.f.layout.ConversionPattern=[%d] %p %m (%c)%n\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content+"\n"), 0o644); err != nil {
 			return result{}, err
 		}
 	}
-	cmd := exec.Command("java", "-Xms128m", "-Xmx1g", "-Dlog4j.configuration=file:"+filepath.Join(dir, "log4j.properties"),
-		"-cp", filepath.Join(lib, "*"), "org.apache.kafka.connect.cli.ConnectStandalone",
-		filepath.Join(dir, "worker.properties"), filepath.Join(dir, "connector.properties"))
-	out, err := os.Create(filepath.Join(dir, "stdout.log"))
+	java, jvm, err := kafkatest.JVM(dir, lib)
 	if err != nil {
 		return result{}, err
 	}
-	defer out.Close()
-	cmd.Stdout, cmd.Stderr = out, out
-	kafkatest.DieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
+	cmd, err := kafkatest.StartJava(dir, java, append(append([]string{"-Xms128m", "-Xmx1g"}, jvm...),
+		"org.apache.kafka.connect.cli.ConnectStandalone", filepath.Join(dir, "worker.properties"), filepath.Join(dir, "connector.properties"))...)
+	if err != nil {
 		return result{}, fmt.Errorf("start Kafka Connect: %w", err)
 	}
 	done := make(chan struct{})
@@ -132,7 +125,7 @@ func debezium(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl
 	}
 	defer conn.Close(context.Background())
 	failed := func(what string) error {
-		b, _ := os.ReadFile(filepath.Join(dir, "connect.log"))
+		b, _ := os.ReadFile(filepath.Join(dir, "java.log"))
 		o, _ := os.ReadFile(filepath.Join(dir, "stdout.log"))
 		return fmt.Errorf("debezium %s:\n%s\n%s", what, tail(string(o), 3000), tail(string(b), 3000))
 	}

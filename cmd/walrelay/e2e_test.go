@@ -505,10 +505,7 @@ func TestBadInputsFailClearly(t *testing.T) {
 			if code == 0 {
 				t.Fatalf("exit 0, want non-zero; output:\n%s", out)
 			}
-			var last string
-			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-				last = l
-			}
+			last := lastLine(out)
 			if !strings.HasPrefix(last, "walrelay: ") || !strings.Contains(last, tc.want) {
 				t.Fatalf("last line %q, want a walrelay: line containing %q", last, tc.want)
 			}

@@ -178,6 +178,12 @@ func (p *proc) signal(sig syscall.Signal) {
 	}
 }
 
+// lastLine is the last line of a process's output: walrelay's error.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}
+
 // waitLog waits until the output contains s.
 func (p *proc) waitLog(s string, timeout time.Duration) {
 	p.t.Helper()

@@ -17,12 +17,6 @@ import (
 	"github.com/walrelay/walrelay/internal/tlstest"
 )
 
-// lastLine is the last line of a process's output: walrelay's error.
-func lastLine(out string) string {
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	return lines[len(lines)-1]
-}
-
 // TestKafkaTLSAndSASL streams to a broker that speaks only TLS (its
 // certificate signed by a CA the test makes) and authenticates with each
 // SASL mechanism, the password from a file or from the environment; one

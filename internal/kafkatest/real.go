@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -120,12 +119,13 @@ func NewReal(ctx context.Context) (*Real, error) {
 	if err != nil {
 		return nil, err
 	}
-	java, err := exec.LookPath("java")
-	if err != nil {
-		return nil, errors.New("no java on PATH: Apache Kafka needs Java 17 or later")
-	}
 	dir, err := os.MkdirTemp("", "walrelay-kafka")
 	if err != nil {
+		return nil, err
+	}
+	java, jvm, err := JVM(dir, lib)
+	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	ports, err := freePorts(2 + FaultyListeners)
@@ -171,16 +171,11 @@ func NewReal(ctx context.Context) (*Real, error) {
 		"group.initial.rebalance.delay.ms=0",
 	}, "\n") + "\n"
 	conf := filepath.Join(dir, "server.properties")
-	log4j := filepath.Join(dir, "log4j.properties")
 	if err := os.WriteFile(conf, []byte(props), 0o644); err != nil {
+		r.Close()
 		return nil, err
 	}
-	if err := os.WriteFile(log4j, []byte("log4j.rootLogger=WARN, f\nlog4j.appender.f=org.apache.log4j.FileAppender\nlog4j.appender.f.File="+
-		filepath.Join(dir, "broker.log")+"\nlog4j.appender.f.layout=org.apache.log4j.PatternLayout\nlog4j.appender.f.layout.ConversionPattern=[%d] %p %m (%c)%n\n"), 0o644); err != nil {
-		return nil, err
-	}
-	cp := filepath.Join(lib, "*")
-	jvm := []string{"-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dlog4j.configuration=file:" + log4j, "-cp", cp}
+	jvm = append([]string{"-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}, jvm...)
 	var id [16]byte
 	_, _ = rand.Read(id[:])
 	// With "=": an id may start with "-", which would read as a flag.
@@ -190,20 +185,12 @@ func NewReal(ctx context.Context) (*Real, error) {
 		r.Close()
 		return nil, fmt.Errorf("format KRaft storage: %v\n%s", err, out)
 	}
-	out, err := os.Create(filepath.Join(dir, "stdout.log"))
-	if err != nil {
-		return nil, err
-	}
-	r.cmd = exec.Command(java, append(jvm, "kafka.Kafka", conf)...)
-	r.cmd.Stdout, r.cmd.Stderr = out, out
-	DieWithParent(r.cmd)
-	if err := r.cmd.Start(); err != nil {
+	if r.cmd, err = StartJava(dir, java, append(jvm, "kafka.Kafka", conf)...); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("start the broker: %w", err)
 	}
 	go func() {
 		_ = r.cmd.Wait()
-		out.Close()
 		close(r.done)
 	}()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.addr))
