@@ -110,11 +110,14 @@ func (x *Txn) Commit(endLSN pglogrepl.LSN) error {
 func (x *Txn) CommitLSN() pglogrepl.LSN { return x.commitLSN }
 
 // Reset forgets every transaction not yet confirmed, when the stream
-// restarts: the server resends everything after the slot's confirmed
-// position, which is at or before the tracker's, so those transactions come
-// again, whole, and are tracked anew. Acks of their events still in flight
-// are harmless, and count in InFlight until they arrive.
-func (t *Tracker) Reset() {
+// restarts, and sets the confirmed LSN to from, where the new session
+// starts. The server resends everything after from, so those transactions
+// come again, whole, and are tracked anew; acks of their events still in
+// flight are harmless, and count in InFlight until they arrive. from is at
+// or after the confirmed LSN on the same server; it is lower only when the
+// server's WAL history changed (a restored or promoted server), whose slot,
+// not this process, knows what was consumed there.
+func (t *Tracker) Reset(from pglogrepl.LSN) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, x := range t.fifo[t.head:] {
@@ -122,6 +125,7 @@ func (t *Tracker) Reset() {
 	}
 	t.open = nil
 	t.advance()
+	t.confirmed = from
 }
 
 // Idle reports that the server's WAL end is walEnd (from a keepalive read

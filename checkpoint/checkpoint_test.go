@@ -88,7 +88,7 @@ func TestConfirmedNeverPassesUnacked(t *testing.T) {
 				// every unconfirmed transaction; their late acks may still
 				// arrive. The server then resends each of them whole, from
 				// the confirmed position on, the open one included.
-				tr.Reset()
+				tr.Reset(tr.Confirmed())
 				open = -1
 				check("reset")
 				c := tr.Confirmed()
@@ -208,7 +208,7 @@ func TestBeginWhileOpenIsAnError(t *testing.T) {
 	if _, err := tr.Begin(20); err == nil {
 		t.Fatal("second Begin without Commit or Reset: no error")
 	}
-	tr.Reset()
+	tr.Reset(0)
 	if _, err := tr.Begin(20); err != nil {
 		t.Fatalf("Begin after Reset: %v", err)
 	}
@@ -228,7 +228,7 @@ func TestFailedEventBlocksUntilResent(t *testing.T) {
 	if got, n := tr.Confirmed(), tr.InFlight(); got != 100 || n != 0 {
 		t.Fatalf("after a failed event: confirmed %s in flight %d, want 100 and 0", got, n)
 	}
-	tr.Reset() // the stream restarts; the server resends the transaction
+	tr.Reset(100) // the stream restarts; the server resends the transaction
 	y, _ := tr.Begin(200)
 	y.Add()
 	if err := y.Commit(210); err != nil {

@@ -14,7 +14,8 @@
 // Invariant: PostgreSQL is never told a flush LSN whose events Kafka has not
 // acknowledged. Confirming late only replays events (consumers deduplicate on
 // the event id); confirming early loses them, so every doubt resolves towards
-// the lower LSN. The confirmed LSN never moves backwards.
+// the lower LSN. The confirmed LSN never moves backwards on one server's WAL
+// history (Reset may set it back only for a restored or promoted server).
 //
 // The package does no I/O and never blocks the data path: every method takes
 // one short mutex and returns.

@@ -13,6 +13,10 @@
 //     from what was received, and never goes below the slot's
 //     confirmed_flush_lsn at stream start: the server does not guard against
 //     a confirmed position moving backwards.
+//   - A session starts at the slot's confirmed_flush_lsn, or at Confirmed
+//     when that is further and the server's system identifier, timeline and
+//     flushed WAL show it is the same WAL (a server restart loses the
+//     slot's unsaved position; the process still knows it).
 //   - A status update goes out at least every StatusInterval, also while the
 //     Handler blocks (Kafka down), and at once when a keepalive asks for one,
 //     so wal_sender_timeout does not end the session.

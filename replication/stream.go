@@ -67,10 +67,12 @@ type Config struct {
 	// Keepalive, if set, receives each keepalive's WAL end.
 	Keepalive Keepalive
 	// Started, if set, is called before each stream starts (the first and
-	// every reconnect) with the slot's confirmed_flush_lsn: the server
-	// resends everything after it, so state of an earlier stream (the
-	// decoder's relation cache, an open transaction) must be reset.
-	Started func(slotConfirmed pglogrepl.LSN)
+	// every reconnect) with the position it starts from: the slot's
+	// confirmed_flush_lsn, or what Confirmed returns if that is further on
+	// the same WAL history (see Stream.resumeFrom). The server resends
+	// everything after it, so state of an earlier stream (the decoder's
+	// relation cache, an open transaction, the checkpoint) must be reset.
+	Started func(from pglogrepl.LSN)
 	// Flush, if set, is called once when Run stops, before the last status
 	// update, to wait (within ctx) for events still in flight.
 	Flush func(ctx context.Context) error
@@ -95,6 +97,10 @@ type Stream struct {
 	received   atomic.Uint64 // highest WAL position received
 	reconnects atomic.Uint64
 	state      atomic.Value // string
+
+	// history is the server's system identifier and timeline at the first
+	// session; only the stream goroutine touches it.
+	history string
 }
 
 // SlotActiveError says that another process is streaming the slot.
@@ -285,6 +291,10 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 	}
 	defer conn.Close(context.Background())
 
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return false, fmt.Errorf("identify system: %w", err)
+	}
 	slot, err := inspectSlot(ctx, conn, s.cfg.Slot)
 	if err != nil {
 		return false, err
@@ -296,10 +306,11 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 	if slot.Active {
 		return false, &SlotActiveError{Slot: s.cfg.Slot, PID: slot.ActivePID}
 	}
+	from := s.resumeFrom(sys, slot.ConfirmedFlush)
 	if s.cfg.Started != nil {
-		s.cfg.Started(slot.ConfirmedFlush)
+		s.cfg.Started(from)
 	}
-	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
 			"proto_version '1'",
@@ -322,10 +333,40 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 		return false, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
 	}
 	s.state.Store("streaming")
-	s.log.Info("streaming", "from", slot.ConfirmedFlush.String(), "publication", s.cfg.Publication)
-	sess := &session{s: s, conn: conn, sent: slot.ConfirmedFlush}
-	s.received.Store(max(s.received.Load(), uint64(slot.ConfirmedFlush)))
+	s.log.Info("streaming", "from", from.String(), "publication", s.cfg.Publication)
+	sess := &session{s: s, conn: conn, sent: from}
+	s.received.Store(max(s.received.Load(), uint64(from)))
 	return true, sess.run(ctx)
+}
+
+// resumeFrom returns where a session starts: the slot's confirmed position,
+// or the position this process confirmed if that is further on the same
+// server and timeline. PostgreSQL before 17 writes a logical slot's confirmed
+// position to disk only when its restart point moves, not at shutdown, so
+// after a server restart the slot can be seconds of events behind what
+// walrelay confirmed; asking for the later position makes the server skip
+// the transactions that committed before it instead of resending them. The
+// process's position is trusted only where it is the same WAL: the same
+// system identifier and timeline as at the first session, and not past the
+// WAL the server has flushed. A restored or promoted server resumes from its
+// slot.
+func (s *Stream) resumeFrom(sys pglogrepl.IdentifySystemResult, slotConfirmed pglogrepl.LSN) pglogrepl.LSN {
+	history := fmt.Sprintf("system %s timeline %d", sys.SystemID, sys.Timeline)
+	if s.history == "" {
+		s.history = history
+	}
+	mine := s.cfg.Confirmed()
+	switch {
+	case mine <= slotConfirmed:
+		return slotConfirmed
+	case history != s.history || mine > sys.XLogPos:
+		s.log.Warn("the server's WAL history is not the one walrelay confirmed positions on; resuming from the slot's position, which resends what it confirmed since",
+			"was", s.history, "now", history, "confirmed", mine.String(), "server_flushed", sys.XLogPos.String(), "slot_confirmed", slotConfirmed.String())
+		s.history = history
+		return slotConfirmed
+	}
+	s.log.Info("resuming after the slot's saved position, from the one confirmed before the reconnect", "slot_confirmed", slotConfirmed.String(), "from", mine.String())
+	return mine
 }
 
 // session is one START_REPLICATION stream on one connection. mu is held by

@@ -314,16 +314,15 @@ func (p *pipeline) status() error {
 }
 
 // started resets per-stream state: the server resends from slotConfirmed.
-func (p *pipeline) started(slotConfirmed pglogrepl.LSN) {
+func (p *pipeline) started(from pglogrepl.LSN) {
 	p.mu.Lock()
 	p.session.Add(1)
 	p.restartErr = nil
 	p.troubled.Store(p.err != nil)
 	p.mu.Unlock()
 	p.dec.Reset()
-	p.tr.Reset()
+	p.tr.Reset(from)
 	p.txn = nil
-	p.tr.Idle(slotConfirmed) // nothing in flight: the server has consumed up to here
 }
 
 func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []byte) error {

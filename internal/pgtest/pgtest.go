@@ -332,6 +332,30 @@ func (s *Server) Restart(ctx context.Context) error {
 	return s.StartServer(ctx)
 }
 
+// Snapshot copies the data directory of the stopped server, as a disk
+// snapshot or a file-level backup would, and returns a function that puts
+// the copy back (with the server stopped again). The restored server has
+// the same system identifier and timeline and none of the WAL written
+// after the copy.
+func (s *Server) Snapshot(ctx context.Context) (restore func(context.Context) error, err error) {
+	if s.external {
+		return nil, errors.New("cannot snapshot the external server of " + EnvDSN)
+	}
+	saved := s.data + ".snapshot"
+	if out, err := exec.CommandContext(ctx, "cp", "-a", s.data, saved).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("copy the data directory: %w: %s", err, out)
+	}
+	return func(ctx context.Context) error {
+		if err := os.RemoveAll(s.data); err != nil {
+			return fmt.Errorf("remove the data directory: %w", err)
+		}
+		if out, err := exec.CommandContext(ctx, "cp", "-a", saved, s.data).CombinedOutput(); err != nil {
+			return fmt.Errorf("restore the data directory: %w: %s", err, out)
+		}
+		return nil
+	}, nil
+}
+
 // Close stops the server and removes its files, or drops the test database
 // of an external server (and its slots).
 func (s *Server) Close() error {
