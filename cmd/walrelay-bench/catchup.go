@@ -53,6 +53,9 @@ type result struct {
 type contender struct {
 	name string
 	run  func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, events int) (result, error)
+	// resources names the contender in the line of peak RSS and CPU; empty
+	// for those whose process is not measured.
+	resources string
 }
 
 // freshServer starts a throwaway PostgreSQL with the outbox migrated and
@@ -95,6 +98,13 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 	if _, err := conn.Exec(ctx, loadSQL); err != nil {
 		return "", fmt.Errorf("create the load procedure: %w", err)
 	}
+	if o.shards > 1 {
+		for k := range o.shards {
+			if _, err := conn.Exec(ctx, shardPublicationSQL(o.shards, k)); err != nil {
+				return "", fmt.Errorf("create the publication of shard %d: %w", k, err)
+			}
+		}
+	}
 	began := time.Now()
 	if _, err := conn.Exec(ctx, "CALL bench_load($1, $2, $3)", o.events, rows, max(o.payload-30, 0)); err != nil {
 		return "", fmt.Errorf("load: %w", err)
@@ -106,16 +116,20 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 	}
 	end, _ := pglogrepl.ParseLSN(endText)
 	contenders := []contender{
-		{"decoding alone, server side (`pg_logical_slot_peek_binary_changes`)", serverSide},
-		{"`pg_recvlogical` (pgoutput, proto 1) to /dev/null", recvlogical},
-		{"raw Go receiver, `pglogrepl.Parse` only: **the decode limit**", rawReceiver},
-		{"**walrelay** into kfake, until `confirmed_flush_lsn` reaches the end", walrelay(o.bin, kfakeBrokers)},
+		{"decoding alone, server side (`pg_logical_slot_peek_binary_changes`)", serverSide, ""},
+		{"`pg_recvlogical` (pgoutput, proto 1) to /dev/null", recvlogical, ""},
+		{"raw Go receiver, `pglogrepl.Parse` only: **the decode limit**", rawReceiver, ""},
+		{"**walrelay** into kfake, until `confirmed_flush_lsn` reaches the end", walrelay(o.bin, kfakeBrokers, 1), "walrelay into kfake"},
+	}
+	if o.shards > 1 {
+		contenders = append(contenders, contender{fmt.Sprintf("walrelay sharded: %d processes, each on its own slot and a publication of the aggregates that hash to it (row filter), into kfake, until every slot reaches the end", o.shards),
+			walrelay(o.bin, kfakeBrokers, o.shards), fmt.Sprintf("walrelay in %d shards (sums)", o.shards)})
 	}
 	if o.realKafka {
-		contenders = append(contenders, contender{"walrelay into Apache Kafka " + kafkatest.KafkaVersion + " (one broker on the same 2 cores), the same finish line", walrelay(o.bin, realBrokers)})
+		contenders = append(contenders, contender{"walrelay into Apache Kafka " + kafkatest.KafkaVersion + " (one broker on the same 2 cores), the same finish line", walrelay(o.bin, realBrokers, 1), "walrelay into Apache Kafka"})
 	}
 	if o.debezium {
-		contenders = append(contenders, contender{"Debezium " + DebeziumVersion + " (PostgreSQL connector, outbox event router, Kafka Connect standalone) into the same broker, from taking the slot to the same finish line", debezium})
+		contenders = append(contenders, contender{"Debezium " + DebeziumVersion + " (PostgreSQL connector, outbox event router, Kafka Connect standalone) into the same broker, from taking the slot to the same finish line", debezium, "Debezium (its JVM)"})
 	}
 	res := make([][]result, len(contenders))
 	for r := range o.runs {
@@ -152,15 +166,18 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 	}
 	fmt.Fprintf(&b, "| the load itself: one server-side procedure committing each transaction | %s | |\n", human(loadRate))
 	b.WriteString("\n")
-	for i, into := range []string{"walrelay into kfake", "walrelay into Apache Kafka", "Debezium (its JVM)"}[:len(contenders)-3] {
+	for i, con := range contenders {
+		if con.resources == "" {
+			continue
+		}
 		var rss, cpu []float64
-		for _, x := range res[3+i] {
+		for _, x := range res[i] {
 			rss = append(rss, float64(x.rss)/(1<<20))
 			cpu = append(cpu, x.cpu/float64(o.events)*100000)
 		}
 		r, c := summarize(rss), summarize(cpu)
 		fmt.Fprintf(&b, "%s: peak RSS %.1f MiB (%.1f to %.1f), CPU %.2f s per 100k events (%.2f to %.2f).\n",
-			into, r.med, r.lo, r.hi, c.med, c.lo, c.hi)
+			con.resources, r.med, r.lo, r.hi, c.med, c.lo, c.hi)
 	}
 	return b.String(), nil
 }
@@ -287,7 +304,7 @@ func realBrokers() ([]string, string, func(), error) {
 
 // walrelay runs the walrelay binary on the slot into the Kafka of kafka and
 // stops the clock when the slot confirmed the end LSN.
-func walrelay(bin string, kafka brokers) func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
+func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
 	return func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
 		addrs, prefix, closeKafka, err := kafka()
 		if err != nil {
@@ -299,45 +316,99 @@ func walrelay(bin string, kafka brokers) func(ctx context.Context, pg *pgtest.Se
 			return result{}, err
 		}
 		defer conn.Close(context.Background())
-		cmd := exec.Command(bin, "run")
-		admin := ""
-		if profilePath != "" {
-			admin = "127.0.0.1:18088"
+		// Shard k streams a copy of the slot through the publication of
+		// the rows whose aggregate hashes to k.
+		slots := []string{slot}
+		for k := 1; k < shards; k++ {
+			copied := fmt.Sprintf("%s_shard%d", slot, k)
+			if _, err := conn.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2)", slot, copied); err != nil {
+				return result{}, fmt.Errorf("copy the slot for shard %d: %w", k, err)
+			}
+			defer conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", copied) //nolint:errcheck // best effort: the server is thrown away
+			slots = append(slots, copied)
 		}
-		cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(addrs, ","),
-			"WALRELAY_KAFKA_TOPIC="+prefix+"outbox.event.{aggregatetype}", "WALRELAY_KAFKA_DLQ_TOPIC="+prefix+"walrelay.dlq",
-			"WALRELAY_POSTGRES_SLOT="+slot, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
 		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		began := time.Now()
-		if err := cmd.Start(); err != nil {
-			return result{}, err
-		}
+		var mu sync.Mutex
+		var cmds []*exec.Cmd
 		defer func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
+			for _, cmd := range cmds {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_ = cmd.Wait()
+			}
 		}()
+		began := time.Now()
+		for k, sl := range slots {
+			cmd := exec.Command(bin, "run")
+			admin := ""
+			if profilePath != "" && k == 0 {
+				admin = "127.0.0.1:18088"
+			}
+			cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(addrs, ","),
+				"WALRELAY_KAFKA_TOPIC="+prefix+"outbox.event.{aggregatetype}", "WALRELAY_KAFKA_DLQ_TOPIC="+prefix+"walrelay.dlq",
+				"WALRELAY_POSTGRES_SLOT="+sl, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
+			if shards > 1 {
+				cmd.Env = append(cmd.Env, "WALRELAY_POSTGRES_PUBLICATION="+shardPublication(shards, k))
+			}
+			w := lockedWriter{&mu, &out}
+			cmd.Stdout, cmd.Stderr = w, w
+			if err := cmd.Start(); err != nil {
+				return result{}, err
+			}
+			cmds = append(cmds, cmd)
+		}
 		if profilePath != "" {
-			go profile(admin, profilePath)
+			go profile("127.0.0.1:18088", profilePath)
 			profilePath = "" // one profile a run of the bench
 		}
 		for {
 			var text string
-			if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&text); err != nil {
+			if err := conn.QueryRow(ctx, "SELECT min(confirmed_flush_lsn)::text FROM pg_replication_slots WHERE slot_name = ANY($1)", slots).Scan(&text); err != nil {
 				return result{}, err
 			}
 			if lsn, _ := pglogrepl.ParseLSN(text); lsn >= end {
 				break
 			}
-			if cmd.ProcessState != nil || time.Since(began) > 10*time.Minute {
-				return result{}, fmt.Errorf("walrelay did not confirm %s:\n%s", end, out.String())
+			for _, cmd := range cmds {
+				if cmd.ProcessState != nil || time.Since(began) > 10*time.Minute {
+					mu.Lock()
+					defer mu.Unlock()
+					return result{}, fmt.Errorf("walrelay did not confirm %s:\n%s", end, out.String())
+				}
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		elapsed := time.Since(began)
-		rss, cpu := procStats(cmd.Process.Pid)
-		return result{elapsed: elapsed, rss: rss, cpu: cpu}, nil
+		x := result{elapsed: time.Since(began)}
+		for _, cmd := range cmds {
+			rss, cpu := procStats(cmd.Process.Pid)
+			x.rss += rss
+			x.cpu += cpu
+		}
+		return x, nil
 	}
+}
+
+// shardPublication names the publication of shard k of n, and
+// shardPublicationSQL creates it: the outbox rows whose aggregate id hashes
+// to k (PostgreSQL 15 row filter; the same aggregate always goes to the
+// same shard, so its order holds). It must exist before the WAL it decodes
+// was written: pgoutput reads publications as of each change.
+func shardPublication(n, k int) string { return fmt.Sprintf("walrelay_shard_%d_of_%d", k, n) }
+
+func shardPublicationSQL(n, k int) string {
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE outbox WHERE ((hashtext(aggregateid) & 2147483647) %% %d = %d) WITH (publish = 'insert')",
+		shardPublication(n, k), n, k)
+}
+
+// lockedWriter lets several processes write one buffer.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // procStats reads a process's peak RSS (VmHWM) and CPU seconds.
@@ -406,7 +477,7 @@ func bigTransaction(ctx context.Context, o options) (string, error) {
 		return "", err
 	}
 	end, _ := pglogrepl.ParseLSN(endText)
-	x, err := walrelay(o.bin, kfakeBrokers)(ctx, pg, "big", end, o.bigTxn)
+	x, err := walrelay(o.bin, kfakeBrokers, 1)(ctx, pg, "big", end, o.bigTxn)
 	if err != nil {
 		return "", err
 	}

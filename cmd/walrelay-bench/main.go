@@ -9,6 +9,9 @@
 //   - walrelay (the binary, as a subprocess) into an in-process kfake,
 //     timed until the slot's confirmed_flush_lsn reaches the end LSN, which
 //     it confirms only after Kafka acknowledged every event,
+//   - with -shards N, walrelay as N processes, each on its own slot and a
+//     publication whose row filter takes the aggregates that hash to it,
+//     until every slot reaches the end,
 //
 // then commit-to-ack latency at fixed offered rates. It prints a Markdown
 // table whose ratios come from the same run.
@@ -48,7 +51,9 @@ type options struct {
 	realKafka bool
 	// debezium adds Debezium into that broker (it implies realKafka).
 	debezium bool
-	bigTxn   int
+	// shards, above 1, adds walrelay sharded across that many slots.
+	shards int
+	bigTxn int
 
 	latencyProfile string
 }
@@ -67,6 +72,7 @@ func run() error {
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
 	flag.BoolVar(&o.realKafka, "real-kafka", false, "also time walrelay into a real Apache Kafka broker (fetched from Maven Central on first use; needs Java 17)")
 	flag.BoolVar(&o.debezium, "debezium", false, "also time Debezium's PostgreSQL connector with the outbox event router into the real broker (implies -real-kafka)")
+	flag.IntVar(&o.shards, "shards", 0, "also time walrelay sharded across this many slots and row-filtered publications, one process each (0 or 1: not)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
 	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
