@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -144,8 +145,8 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 			}
 			fmt.Fprintf(os.Stderr, "  run %d: %-60.60s %8.0f events/s\n", r+1, c.name, float64(o.events)/x.elapsed.Seconds())
 			res[i] = append(res[i], x)
-			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
-				return "", fmt.Errorf("drop slot %s: %w", slot, err)
+			if err := dropSlot(ctx, conn, slot); err != nil {
+				return "", err
 			}
 		}
 	}
@@ -324,7 +325,7 @@ func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, p
 			if _, err := conn.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2)", slot, copied); err != nil {
 				return result{}, fmt.Errorf("copy the slot for shard %d: %w", k, err)
 			}
-			defer conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", copied) //nolint:errcheck // best effort: the server is thrown away
+			defer dropSlot(context.Background(), conn, copied) //nolint:errcheck // best effort: the server is thrown away
 			slots = append(slots, copied)
 		}
 		var out bytes.Buffer
@@ -384,6 +385,22 @@ func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, p
 			x.cpu += cpu
 		}
 		return x, nil
+	}
+}
+
+// dropSlot drops a slot once its walsender is gone: a contender that
+// closed its connection leaves it active for a moment.
+func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("drop slot %s: %w", slot, err)
+			}
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
