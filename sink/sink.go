@@ -378,7 +378,7 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 // Fatal reports whether a publish error is one that retrying cannot fix:
 // authorization refused, or a topic that does not exist and is not created.
 // Other errors are transient: the caller retries the event (walrelay does so
-// by restarting the stream from the slot's confirmed position).
+// by restarting the stream from the last confirmed position).
 func Fatal(err error) bool {
 	for _, e := range []error{kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.SaslAuthenticationFailed,
 		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.InvalidRequiredAcks, kerr.UnsupportedVersion} {

@@ -313,7 +313,7 @@ func (p *pipeline) status() error {
 	return nil
 }
 
-// started resets per-stream state: the server resends from slotConfirmed.
+// started resets per-stream state: the server resends everything after from.
 func (p *pipeline) started(from pglogrepl.LSN) {
 	p.mu.Lock()
 	p.session.Add(1)
