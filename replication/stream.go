@@ -98,7 +98,7 @@ type Stream struct {
 	reconnects atomic.Uint64
 	state      atomic.Value // string
 
-	// history is the server's system identifier and timeline at the first
+	// history is the server's system identifier and timeline at the last
 	// session; only the stream goroutine touches it.
 	history string
 }
@@ -291,10 +291,6 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 	}
 	defer conn.Close(context.Background())
 
-	sys, err := pglogrepl.IdentifySystem(ctx, conn)
-	if err != nil {
-		return false, fmt.Errorf("identify system: %w", err)
-	}
 	slot, err := inspectSlot(ctx, conn, s.cfg.Slot)
 	if err != nil {
 		return false, err
@@ -305,6 +301,10 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 	}
 	if slot.Active {
 		return false, &SlotActiveError{Slot: s.cfg.Slot, PID: slot.ActivePID}
+	}
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return false, fmt.Errorf("identify system: %w", err)
 	}
 	from := s.resumeFrom(sys, slot.ConfirmedFlush)
 	if s.cfg.Started != nil {
@@ -347,22 +347,22 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 // walrelay confirmed; asking for the later position makes the server skip
 // the transactions that committed before it instead of resending them. The
 // process's position is trusted only where it is the same WAL: the same
-// system identifier and timeline as at the first session, and not past the
+// system identifier and timeline as at the previous session, and not past the
 // WAL the server has flushed. A restored or promoted server resumes from its
 // slot.
 func (s *Stream) resumeFrom(sys pglogrepl.IdentifySystemResult, slotConfirmed pglogrepl.LSN) pglogrepl.LSN {
 	history := fmt.Sprintf("system %s timeline %d", sys.SystemID, sys.Timeline)
-	if s.history == "" {
-		s.history = history
-	}
+	was := s.history
+	// From here on the tracker confirms positions of this history: the
+	// session starts at the slot's position whenever the history changed.
+	s.history = history
 	mine := s.cfg.Confirmed()
 	switch {
 	case mine <= slotConfirmed:
 		return slotConfirmed
-	case history != s.history || mine > sys.XLogPos:
+	case was != history || mine > sys.XLogPos:
 		s.log.Warn("the server's WAL history is not the one walrelay confirmed positions on; resuming from the slot's position, which resends what it confirmed since",
-			"was", s.history, "now", history, "confirmed", mine.String(), "server_flushed", sys.XLogPos.String(), "slot_confirmed", slotConfirmed.String())
-		s.history = history
+			"was", was, "now", history, "confirmed", mine.String(), "server_flushed", sys.XLogPos.String(), "slot_confirmed", slotConfirmed.String())
 		return slotConfirmed
 	}
 	s.log.Info("resuming after the slot's saved position, from the one confirmed before the reconnect", "slot_confirmed", slotConfirmed.String(), "from", mine.String())

@@ -328,34 +328,39 @@ func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, p
 			defer dropSlot(context.Background(), conn, copied) //nolint:errcheck // best effort: the server is thrown away
 			slots = append(slots, copied)
 		}
-		var out bytes.Buffer
-		var mu sync.Mutex
-		var cmds []*exec.Cmd
-		defer func() {
-			for _, cmd := range cmds {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				_ = cmd.Wait()
+		// Each process writes its own buffer, read only once it has exited.
+		type child struct {
+			cmd  *exec.Cmd
+			out  bytes.Buffer
+			done chan struct{} // closed when Wait returned
+		}
+		var children []*child
+		stop := func() {
+			for _, c := range children {
+				_ = c.cmd.Process.Signal(syscall.SIGTERM)
+				<-c.done
 			}
-		}()
+		}
+		defer stop()
 		began := time.Now()
 		for k, sl := range slots {
-			cmd := exec.Command(bin, "run")
+			c := &child{cmd: exec.Command(bin, "run"), done: make(chan struct{})}
 			admin := ""
 			if profilePath != "" && k == 0 {
 				admin = "127.0.0.1:18088"
 			}
-			cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(addrs, ","),
+			c.cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(addrs, ","),
 				"WALRELAY_KAFKA_TOPIC="+prefix+"outbox.event.{aggregatetype}", "WALRELAY_KAFKA_DLQ_TOPIC="+prefix+"walrelay.dlq",
 				"WALRELAY_POSTGRES_SLOT="+sl, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
 			if shards > 1 {
-				cmd.Env = append(cmd.Env, "WALRELAY_POSTGRES_PUBLICATION="+shardPublication(shards, k))
+				c.cmd.Env = append(c.cmd.Env, "WALRELAY_POSTGRES_PUBLICATION="+shardPublication(shards, k))
 			}
-			w := lockedWriter{&mu, &out}
-			cmd.Stdout, cmd.Stderr = w, w
-			if err := cmd.Start(); err != nil {
+			c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
+			if err := c.cmd.Start(); err != nil {
 				return result{}, err
 			}
-			cmds = append(cmds, cmd)
+			go func() { _ = c.cmd.Wait(); close(c.done) }()
+			children = append(children, c)
 		}
 		if profilePath != "" {
 			go profile("127.0.0.1:18088", profilePath)
@@ -369,18 +374,22 @@ func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, p
 			if lsn, _ := pglogrepl.ParseLSN(text); lsn >= end {
 				break
 			}
-			for _, cmd := range cmds {
-				if cmd.ProcessState != nil || time.Since(began) > 10*time.Minute {
-					mu.Lock()
-					defer mu.Unlock()
-					return result{}, fmt.Errorf("walrelay did not confirm %s:\n%s", end, out.String())
+			for _, c := range children {
+				select {
+				case <-c.done:
+					return result{}, fmt.Errorf("walrelay exited before confirming %s:\n%s", end, c.out.String())
+				default:
 				}
+			}
+			if time.Since(began) > 10*time.Minute {
+				stop()
+				return result{}, fmt.Errorf("walrelay did not confirm %s in 10 minutes:\n%s", end, children[0].out.String())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		x := result{elapsed: time.Since(began)}
-		for _, cmd := range cmds {
-			rss, cpu := procStats(cmd.Process.Pid)
+		for _, c := range children {
+			rss, cpu := procStats(c.cmd.Process.Pid)
 			x.rss += rss
 			x.cpu += cpu
 		}
@@ -394,13 +403,14 @@ func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot)
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
-			if err != nil {
-				return fmt.Errorf("drop slot %s: %w", slot, err)
-			}
-			return nil
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			continue
 		}
-		time.Sleep(50 * time.Millisecond)
+		if err != nil {
+			return fmt.Errorf("drop slot %s: %w", slot, err)
+		}
+		return nil
 	}
 }
 
@@ -414,18 +424,6 @@ func shardPublication(n, k int) string { return fmt.Sprintf("walrelay_shard_%d_o
 func shardPublicationSQL(n, k int) string {
 	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE outbox WHERE ((hashtext(aggregateid) & 2147483647) %% %d = %d) WITH (publish = 'insert')",
 		shardPublication(n, k), n, k)
-}
-
-// lockedWriter lets several processes write one buffer.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // procStats reads a process's peak RSS (VmHWM) and CPU seconds.

@@ -51,9 +51,7 @@ func TestChaos(t *testing.T) {
 	}
 	t.Parallel()
 	pg, kc, col := setup(t)
-	if pg.External() {
-		t.Skip("restarts the server: needs a throwaway one, not " + "WALRELAY_TEST_POSTGRES_DSN")
-	}
+	needThrowaway(t, pg, "restarts the server")
 	network := kc.net(t)
 	conn := connect(t, pg.DSN)
 	ctx := t.Context()

@@ -256,9 +256,7 @@ func writeFile(t *testing.T, path, content string) {
 func TestPostgresRestart(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
-	if pg.External() {
-		t.Skip("restarts the server: needs a throwaway one, not " + "WALRELAY_TEST_POSTGRES_DSN")
-	}
+	needThrowaway(t, pg, "restarts the server")
 	conn := connect(t, pg.DSN)
 	p := streaming(t, baseEnv(pg, kc))
 	w := newWriter(30, 6)
@@ -299,9 +297,7 @@ func TestPostgresRestart(t *testing.T) {
 func TestRestoredServerResumesFromItsSlot(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
-	if pg.External() {
-		t.Skip("restores the server's files: needs a throwaway one, not " + "WALRELAY_TEST_POSTGRES_DSN")
-	}
+	needThrowaway(t, pg, "restores the server's files")
 	ctx := t.Context()
 	p := streaming(t, baseEnv(pg, kc))
 	w := newWriter(30, 7)
@@ -684,9 +680,7 @@ func TestHeartbeatIsWrittenAndNotPublished(t *testing.T) {
 func TestLostSlotStopsWithAnExplanation(t *testing.T) {
 	t.Parallel()
 	pg, kc, _ := setup(t)
-	if pg.External() {
-		t.Skip("changes server settings: needs a throwaway server, not WALRELAY_TEST_POSTGRES_DSN")
-	}
+	needThrowaway(t, pg, "changes server settings")
 	conn := connect(t, pg.DSN)
 	ctx := t.Context()
 	for _, sql := range []string{
@@ -782,9 +776,7 @@ func TestRealBrokerSmoke(t *testing.T) {
 func TestReplicationConnectionCut(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
-	if pg.External() {
-		t.Skip("needs the throwaway server's port, not WALRELAY_TEST_POSTGRES_DSN")
-	}
+	needThrowaway(t, pg, "uses the server's port")
 	conn := connect(t, pg.DSN)
 	px, err := proxy.New(fmt.Sprintf("127.0.0.1:%d", pg.Port()))
 	if err != nil {
@@ -818,9 +810,7 @@ func TestReplicationConnectionCut(t *testing.T) {
 func TestPausedPastSenderTimeout(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
-	if pg.External() {
-		t.Skip("changes server settings: needs a throwaway server, not WALRELAY_TEST_POSTGRES_DSN")
-	}
+	needThrowaway(t, pg, "changes server settings")
 	conn := connect(t, pg.DSN)
 	ctx := t.Context()
 	for _, sql := range []string{"ALTER SYSTEM SET wal_sender_timeout = '2s'", "SELECT pg_reload_conf()"} {

@@ -255,6 +255,16 @@ func setup(t *testing.T) (*pgtest.Server, *broker, *kafkatest.Collector) {
 	return pg, b, col
 }
 
+// needThrowaway skips a test that does something to the server itself
+// (what) when the tests run against the existing server of
+// WALRELAY_TEST_POSTGRES_DSN.
+func needThrowaway(t *testing.T, pg *pgtest.Server, what string) {
+	t.Helper()
+	if pg.External() {
+		t.Skip(what + ": needs a throwaway server, not the one of " + pgtest.EnvDSN)
+	}
+}
+
 // broker is the Kafka of one test: its own kfake cluster, or the shared real
 // broker with topics under a prefix of the test's own.
 type broker struct {

@@ -140,9 +140,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 func TestPostgresTLSVerifyFull(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
-	if pg.External() {
-		t.Skip("reconfigures the server: needs a throwaway one, not WALRELAY_TEST_POSTGRES_DSN")
-	}
+	needThrowaway(t, pg, "reconfigures the server")
 	dir := t.TempDir()
 	certs, err := tlstest.New(dir, "localhost")
 	if err != nil {
