@@ -72,35 +72,7 @@ func TestChaos(t *testing.T) {
 	sup.current().waitLog("msg=streaming", time.Minute)
 
 	w := newWriter(40, 16)
-	w.dsn = pg.DSN
-	writing, stopWriting := context.WithCancel(ctx)
-	var writeErrs atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var wc *pgx.Conn
-		for writing.Err() == nil {
-			if wc == nil || wc.IsClosed() {
-				if wc, err = pgx.Connect(writing, pg.DSN); err != nil {
-					wc = nil
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-			}
-			// Not on writing: a commit cut short by the end of the run
-			// would leave its outcome unknown to the writer.
-			tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := w.txn(tctx, wc, 1+w.rng.IntN(10)); err != nil {
-				writeErrs.Add(1)
-				wc.Close(context.Background())
-				wc = nil
-			}
-			cancel()
-			time.Sleep(2 * time.Millisecond)
-		}
-		if wc != nil {
-			wc.Close(context.Background())
-		}
-	})
+	stopWriting := w.keepWriting(ctx, pg.DSN)
 
 	rng := rand.New(rand.NewPCG(17, uint64(time.Now().UnixNano())))
 	faults := chaosFaults(t, sup, network, kc.Cluster, pg, px)
@@ -121,8 +93,7 @@ func TestChaos(t *testing.T) {
 		injected[f.name]++
 		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
 	}
-	stopWriting()
-	wg.Wait()
+	writeErrs := stopWriting()
 	network.Up()
 
 	want := committedIDs(t, connect(t, pg.DSN)) // the first connection did not survive a restart
@@ -136,7 +107,7 @@ func TestChaos(t *testing.T) {
 	}
 	sort.Strings(names)
 	t.Logf("chaos for %s (%s; walrelay started %d times; %d writes failed and were not committed): rows committed %d, %s",
-		dur, strings.Join(names, " "), sup.starts.Load(), writeErrs.Load(), len(want), c)
+		dur, strings.Join(names, " "), sup.starts.Load(), writeErrs, len(want), c)
 	if c.orderViolations != 0 {
 		t.Fatalf("order violations: %s", c)
 	}
@@ -265,4 +236,46 @@ func chaosFaults(t *testing.T, sup *supervisor, network kafkatest.Network, fake 
 		}},
 	}
 	return faults
+}
+
+// keepWriting writes transactions of 1 to 10 rows, about one every 2 ms,
+// through faults (a failed connection is opened again), until the returned
+// function is called; that returns how many writes failed and were not
+// committed.
+func (w *writer) keepWriting(ctx context.Context, dsn string) (stop func() int64) {
+	w.dsn = dsn
+	writing, cancel := context.WithCancel(ctx)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var wc *pgx.Conn
+		for writing.Err() == nil {
+			if wc == nil || wc.IsClosed() {
+				var err error
+				if wc, err = pgx.Connect(writing, dsn); err != nil {
+					wc = nil
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+			}
+			// Not on writing: a commit cut short by the end of the run
+			// would leave its outcome unknown to the writer.
+			tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := w.txn(tctx, wc, 1+w.rng.IntN(10)); err != nil {
+				failed.Add(1)
+				wc.Close(context.Background())
+				wc = nil
+			}
+			cancel()
+			time.Sleep(2 * time.Millisecond)
+		}
+		if wc != nil {
+			wc.Close(context.Background())
+		}
+	})
+	return func() int64 {
+		cancel()
+		wg.Wait()
+		return failed.Load()
+	}
 }

@@ -202,6 +202,32 @@ func TestKafkaOutage(t *testing.T) {
 	waitConfirmedPast(t, conn, end)
 }
 
+// TestBrokerDownWhileWriting takes the broker down, briefly and again and
+// again, while rows are written without pause: the client fails records of a
+// partition it cannot reach while walrelay is still producing to it, and
+// none of what walrelay produced after the failure may reach the topic before
+// the failed record is sent again.
+func TestBrokerDownWhileWriting(t *testing.T) {
+	t.Parallel()
+	pg, col, fk, _, w := warmStream(t, 6, 500)
+	stop := w.keepWriting(t.Context(), pg.DSN)
+	for range 5 {
+		time.Sleep(time.Second)
+		fk.Down()
+		time.Sleep(2 * time.Second)
+		fk.Up()
+	}
+	time.Sleep(time.Second)
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("five 2 s outages while writing: %s", c)
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+}
+
 // warmStream is the start of a broker fault test: walrelay streaming, the
 // switches of its network to the broker, and rows written (30 aggregates,
 // transactions of up to 20 rows) until all of them arrived.
