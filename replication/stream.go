@@ -72,7 +72,9 @@ type Config struct {
 	// the same WAL history (see Stream.resumeFrom). The server resends
 	// everything after it, so state of an earlier stream (the decoder's
 	// relation cache, an open transaction, the checkpoint) must be reset.
-	Started func(from pglogrepl.LSN)
+	// It may wait, within ctx, for the earlier stream's events to settle; an
+	// error ends this session and it is tried again.
+	Started func(ctx context.Context, from pglogrepl.LSN) error
 	// Flush, if set, is called once when Run stops, before the last status
 	// update, to wait (within ctx) for events still in flight.
 	Flush func(ctx context.Context) error
@@ -308,7 +310,9 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 	}
 	from := s.resumeFrom(sys, slot.ConfirmedFlush)
 	if s.cfg.Started != nil {
-		s.cfg.Started(from)
+		if err := s.cfg.Started(ctx, from); err != nil {
+			return false, err
+		}
 	}
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,

@@ -288,6 +288,18 @@ func (s *Sink) batchCap(ctx context.Context, topic string) int32 {
 	return c
 }
 
+// Abort fails every record not yet sent and waits, within ctx, for those in
+// flight to be answered; every callback has run when it returns nil. After a
+// publish failure the failed record is sent again, and nothing produced
+// before the failure was noticed may be written after it: the client would
+// otherwise send those later records first.
+func (s *Sink) Abort(ctx context.Context) error {
+	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
+		return fmt.Errorf("abort records not yet sent: %w", err)
+	}
+	return nil
+}
+
 // Close closes the client; records not yet acknowledged are failed.
 func (s *Sink) Close() { s.cl.Close() }
 
@@ -336,6 +348,9 @@ func (s *Sink) field(placeholder string, e *decoder.Event) string {
 // Delivery says where Kafka acknowledged an event.
 type Delivery struct {
 	Topic string
+	// Partition is the record's partition, or -1 if it was never assigned
+	// one (it failed before the client buffered it).
+	Partition int32
 	// DeadLetter is empty when the event went to its topic, else the reason
 	// it went to the dead-letter topic (see HeaderReason).
 	DeadLetter string
@@ -348,7 +363,8 @@ type Done func(d Delivery, err error)
 
 // Publish produces e and calls done with its fate. It blocks while the
 // client buffers MaxBufferedRecords or MaxBufferedBytes; ctx bounds that wait
-// and cancels records not yet sent, which then fail.
+// and, once cancelled, fails the records of its partition not yet sent when
+// the client next goes to send them (records it already sent are answered).
 func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 	if e.Invalid != nil {
 		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, done)
@@ -360,17 +376,19 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 		return
 	}
 	h, stamp := s.headers(e, 0)
-	r := &kgo.Record{Topic: topic, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
+	// Partition -1 until the client assigns one: a record failed before that
+	// was never buffered.
+	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
 	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
-			done(Delivery{Topic: topic}, nil)
+			done(Delivery{Topic: topic, Partition: r.Partition}, nil)
 		case perEvent(err):
 			// The promise must not block on the client: dead-letter from a
 			// goroutine of its own. This is the rare path.
 			go s.deadLetter(ctx, e, reason(err), topic, err, done)
 		default:
-			done(Delivery{Topic: topic}, fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
+			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
 		}
 	})
 }
@@ -470,19 +488,19 @@ func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic stri
 		kgo.RecordHeader{Key: HeaderWALStart, Value: []byte(e.WALStart.String())},
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(topic)},
 	)
-	r := &kgo.Record{Topic: s.cfg.DLQTopic, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
+	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
 	var produce func(try int)
 	produce = func(try int) {
 		s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
-				done(Delivery{Topic: s.cfg.DLQTopic, DeadLetter: why}, nil)
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, nil)
 			case try < deadLetterTries && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
 				r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
 				r.Value = nil
 				go produce(try + 1)
 			default:
-				done(Delivery{Topic: s.cfg.DLQTopic, DeadLetter: why}, fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err))
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err))
 			}
 		})
 	}

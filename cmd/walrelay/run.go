@@ -258,6 +258,7 @@ type pipeline struct {
 
 	txn *checkpoint.Txn // the open transaction
 	m   *metrics
+	cur *session // the session being streamed; set under mu by started
 
 	mu         sync.Mutex
 	err        error // the first fatal error
@@ -265,7 +266,48 @@ type pipeline struct {
 	// troubled is set while err or restartErr is, so that the receive
 	// goroutine checks one atomic per message instead of taking mu.
 	troubled atomic.Bool
-	session  atomic.Uint64 // counts stream starts; written under mu
+}
+
+// session is what the records of one replication session share with their
+// callbacks.
+type session struct {
+	// ctx is what the session's records are produced on. The first failed
+	// publish cancels it, and the client then sends none of the session's
+	// records it has not sent yet.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	failing atomic.Bool // a publish of this session failed
+	mu      sync.Mutex
+	failed  map[partitionOf]bool // the partitions of the failed records
+}
+
+type partitionOf struct {
+	topic     string
+	partition int32
+}
+
+// failedOn records a failed publish on d's partition and stops the session.
+func (s *session) failedOn(d sink.Delivery) {
+	s.cancel()
+	s.mu.Lock()
+	s.failed[partitionOf{d.Topic, d.Partition}] = true
+	s.mu.Unlock()
+	s.failing.Store(true)
+}
+
+// overtook reports whether an acknowledged record of d's partition came
+// after one that failed in this session. The client answers a partition's
+// records in order, and fails those it holds when one fails, so this is a
+// record produced between that failure and the session noticing it: it is
+// written ahead of the failed record, which is sent again.
+func (s *session) overtook(d sink.Delivery) bool {
+	if !s.failing.Load() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed[partitionOf{d.Topic, d.Partition}]
 }
 
 func (p *pipeline) fail(err error) {
@@ -284,13 +326,13 @@ func (p *pipeline) failure() error {
 	return p.err
 }
 
-// restart asks for the stream to start again: an event of session could
-// not be delivered, and the server resends it, and all after it, in order.
-// A failure from an earlier session is already being resent.
-func (p *pipeline) restart(session uint64, err error) {
+// restart asks for the stream to start again: an event of s could not be
+// delivered, and the server resends it, and all after it, in order. A
+// failure from an earlier session is already being resent.
+func (p *pipeline) restart(s *session, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if session == p.session.Load() && p.restartErr == nil {
+	if s == p.cur && p.restartErr == nil {
 		p.restartErr = err
 		p.troubled.Store(true)
 	}
@@ -314,15 +356,32 @@ func (p *pipeline) status() error {
 }
 
 // started resets per-stream state: the server resends everything after from.
-func (p *pipeline) started(from pglogrepl.LSN) {
+// If the last session failed to publish, its records that the client holds
+// are failed first (and those in flight answered): the client keeps one
+// queue per partition, and a record the session produced after the failure
+// must not be written ahead of the resent failed one.
+func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
 	p.mu.Lock()
-	p.session.Add(1)
+	failed := p.restartErr != nil
+	p.mu.Unlock()
+	if failed {
+		if err := p.sink.Abort(ctx); err != nil {
+			return fmt.Errorf("settle the failed session's records: %w", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(p.produceCtx)
+	p.mu.Lock()
+	if p.cur != nil {
+		p.cur.cancel()
+	}
+	p.cur = &session{ctx: ctx, cancel: cancel, failed: map[partitionOf]bool{}}
 	p.restartErr = nil
 	p.troubled.Store(p.err != nil)
 	p.mu.Unlock()
 	p.dec.Reset()
 	p.tr.Reset(from)
 	p.txn = nil
+	return nil
 }
 
 func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []byte) error {
@@ -362,19 +421,28 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 			txn.Add()
 		}
 		commit := m.CommitTime
-		session := p.session.Load()
-		p.sink.Publish(p.produceCtx, m, func(d sink.Delivery, err error) {
-			switch {
-			case err != nil && sink.Fatal(err):
-				p.m.publishErrors.WithLabelValues("fatal").Inc()
+		sess := p.cur
+		p.sink.Publish(sess.ctx, m, func(d sink.Delivery, err error) {
+			if err != nil {
+				sess.failedOn(d) // first: the client is to send no more of sess
 				txn.Fail()
-				p.fail(err)
+				switch {
+				case sink.Fatal(err):
+					p.m.publishErrors.WithLabelValues("fatal").Inc()
+					p.fail(err)
+				case errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrAborting):
+					// Failed because an earlier record failed (or at shutdown).
+					p.restart(sess, err)
+				default:
+					p.m.publishErrors.WithLabelValues("transient").Inc()
+					p.restart(sess, err)
+				}
 				return
-			case err != nil:
-				p.m.publishErrors.WithLabelValues("transient").Inc()
-				txn.Fail()
-				p.restart(session, err)
-				return
+			}
+			if sess.overtook(d) {
+				p.m.orderBreaks.Inc()
+				p.log.Error("an event was written ahead of an earlier event of its partition that failed and is sent again: consumers may see this aggregate's events out of order",
+					"id", m.ID, "aggregate_id", m.AggregateID, "topic", d.Topic, "partition", d.Partition)
 			}
 			p.m.acked(d.Topic, d.DeadLetter, commit)
 			faultinject.Acked()
