@@ -66,6 +66,7 @@ type Sink struct {
 	log       *slog.Logger
 	parts     []string     // the template split at its placeholders: text, placeholder, text, …
 	topics    sync.Map     // topic name -> topicInfo, learnt at its first event
+	refused   sync.Map     // topic name -> the batch cap (int32) at which the broker refused a batch
 	brokerMax atomic.Int32 // the broker's message.max.bytes; 0 until Ping read it
 
 	mu   sync.Mutex // guards the header cache
@@ -263,6 +264,12 @@ func (s *Sink) learn(ctx context.Context, topic string) topicInfo {
 	ti := topicInfo{valid: ValidTopic(topic), batchCap: s.cfg.BatchMaxBytes}
 	if ti.valid {
 		ti.batchCap = s.batchCap(ctx, topic)
+		if v, ok := s.refused.LoadAndDelete(topic); ok && ti.batchCap >= v.(int32) {
+			// The limit the broker enforces is lower than what could be
+			// read: halve the cap, again at each refusal, until batches fit.
+			ti.batchCap = max(v.(int32)/2, minBatchCap)
+			s.log.Warn("the broker refused a batch for a topic whose lower limit could not be read; halving its batch cap", "topic", topic, "batch_cap", ti.batchCap)
+		}
 	}
 	v, _ := s.topics.LoadOrStore(topic, ti)
 	return v.(topicInfo)
@@ -292,12 +299,45 @@ func (s *Sink) batchCap(ctx context.Context, topic string) int32 {
 // flight to be answered; every callback has run when it returns nil. After a
 // publish failure the failed record is sent again, and nothing produced
 // before the failure was noticed may be written after it: the client would
-// otherwise send those later records first.
+// otherwise send those later records first. A topic whose batch the broker
+// refused as too large is then forgotten, so that its limit is read again
+// before its next record.
 func (s *Sink) Abort(ctx context.Context) error {
 	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
 		return fmt.Errorf("abort records not yet sent: %w", err)
 	}
+	var stale []string
+	s.refused.Range(func(k, _ any) bool {
+		if _, ok := s.topics.LoadAndDelete(k); ok {
+			stale = append(stale, k.(string))
+		}
+		return true
+	})
+	if len(stale) > 0 {
+		// The client asks ProducerBatchMaxBytesFn once per partition:
+		// purging the topics makes it ask again.
+		s.cl.PurgeTopicsFromClient(stale...)
+	}
 	return nil
+}
+
+// minBatchCap is the least cap halving gives a topic's batches.
+const minBatchCap = 1024
+
+// refusedBatch reports whether a too-large error for r is the broker
+// refusing the batch r was in, not r itself: r fits in a batch of its own
+// under the topic's cap (with room to spare for the batch's framing), so the
+// client did not refuse it, and the limit the broker enforces is below the
+// cap walrelay learnt.
+func (s *Sink) refusedBatch(ctx context.Context, r *kgo.Record, err error) bool {
+	if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge) {
+		return false
+	}
+	size := 256 + len(r.Topic) + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		size += 10 + len(h.Key) + len(h.Value)
+	}
+	return int64(size) <= int64(s.learn(ctx, r.Topic).batchCap)
 }
 
 // Close closes the client; records not yet acknowledged are failed.
@@ -383,6 +423,13 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 		switch {
 		case err == nil:
 			done(Delivery{Topic: topic, Partition: r.Partition}, nil)
+		case s.refusedBatch(ctx, r, err):
+			// Transient: the stream restarts, Abort forgets the topic, and
+			// the resent records go in batches under the limit read again.
+			if _, loaded := s.refused.LoadOrStore(topic, s.learn(ctx, topic).batchCap); !loaded {
+				s.log.Warn("the broker refused a batch as too large: the topic's max.message.bytes must be below the cap walrelay read; reading it again", "topic", topic, "err", err)
+			}
+			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: the broker refused its batch: %w", e.ID, topic, err))
 		case perEvent(err):
 			// The promise must not block on the client: dead-letter from a
 			// goroutine of its own. This is the rare path.

@@ -1063,6 +1063,33 @@ func TestBrokerMessageSizeLimit(t *testing.T) {
 	createTopic(t, kc.Addrs(), kc.topic("order"), map[string]string{"max.message.bytes": "30000"})
 	conn := connect(t, pg.DSN)
 	p := streaming(t, baseEnv(pg, kc))
+	sizeLimitCase(t, conn, kc, col, p)
+}
+
+// TestTopicLimitLoweredWhileRunning lowers the topic's max.message.bytes
+// after walrelay learnt it: the broker refuses whole batches, small records
+// and all. The refusal restarts the stream and walrelay reads the limit
+// again; only the record over the new limit is dead-lettered.
+func TestTopicLimitLoweredWhileRunning(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	createTopic(t, kc.Addrs(), kc.topic("order"), nil)
+	conn := connect(t, pg.DSN)
+	p := streaming(t, baseEnv(pg, kc))
+	w := newWriter(5, 7)
+	if err := w.write(t.Context(), conn, 10, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	alterTopic(t, kc.Addrs(), kc.topic("order"), "max.message.bytes", "30000")
+	sizeLimitCase(t, conn, kc, col, p)
+}
+
+// sizeLimitCase writes 200 rows of about 2 KB, one of about 45 KB over the
+// topic's 30,000-byte limit, and one more, and checks that only the large
+// one is dead-lettered.
+func sizeLimitCase(t *testing.T, conn *pgx.Conn, kc *broker, col *kafkatest.Collector, p *proc) {
+	t.Helper()
 	ctx := t.Context()
 	// md5 hex is close to incompressible for lz4, so batches stay large on
 	// the wire.
@@ -1081,27 +1108,35 @@ func TestBrokerMessageSizeLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := committedIDs(t, conn)
-	recs, err := col.Wait(ctx, func(recs []*kgo.Record) bool { return len(recs) >= len(want) })
+	// Distinct ids: a refused batch restarts the stream, which resends.
+	place := func(recs []*kgo.Record) (onTopic, onDLQ map[string]bool) {
+		onTopic, onDLQ = map[string]bool{}, map[string]bool{}
+		for _, r := range recs {
+			id := string(kafkatest.Header(r, "id"))
+			switch r.Topic {
+			case kc.dlq():
+				onDLQ[id] = true
+				if got := string(kafkatest.Header(r, "walrelay.error")); id == big && !strings.Contains(got, "MESSAGE_TOO_LARGE") {
+					t.Fatalf("dead-letter error %q, want MESSAGE_TOO_LARGE", got)
+				}
+			case kc.topic("order"):
+				onTopic[id] = true
+			default:
+				t.Fatalf("record %s (type %s) on %s", id, kafkatest.Header(r, "type"), r.Topic)
+			}
+		}
+		return onTopic, onDLQ
+	}
+	recs, err := col.Wait(ctx, func(recs []*kgo.Record) bool {
+		onTopic, onDLQ := place(recs)
+		return len(onTopic)+len(onDLQ) >= len(want) && onDLQ[big]
+	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, tail(p.out.String(), 2000))
 	}
-	var onTopic, onDLQ int
-	for _, r := range recs {
-		id := string(kafkatest.Header(r, "id"))
-		switch {
-		case r.Topic == kc.dlq() && id == big:
-			onDLQ++
-			if got := string(kafkatest.Header(r, "walrelay.error")); !strings.Contains(got, "MESSAGE_TOO_LARGE") {
-				t.Fatalf("dead-letter error %q, want MESSAGE_TOO_LARGE", got)
-			}
-		case r.Topic == kc.topic("order") && id != big:
-			onTopic++
-		default:
-			t.Fatalf("record %s (type %s) on %s", id, kafkatest.Header(r, "type"), r.Topic)
-		}
-	}
-	t.Logf("topic max.message.bytes 30000: %d records on the topic, %d dead-lettered", onTopic, onDLQ)
-	if onTopic != len(want)-1 || onDLQ != 1 {
-		t.Fatalf("%d on the topic and %d dead-lettered, want %d and 1", onTopic, onDLQ, len(want)-1)
+	onTopic, onDLQ := place(recs)
+	t.Logf("topic max.message.bytes 30000: %d records, %d distinct on the topic, %d dead-lettered", len(recs), len(onTopic), len(onDLQ))
+	if len(onTopic) != len(want)-1 || len(onDLQ) != 1 || onTopic[big] {
+		t.Fatalf("%d on the topic and %d dead-lettered, want %d and only the large one", len(onTopic), len(onDLQ), len(want)-1)
 	}
 }

@@ -608,3 +608,29 @@ func createTopic(t *testing.T, addrs []string, name string, configs map[string]s
 		}
 	}
 }
+
+// alterTopic sets one config of a topic.
+func alterTopic(t *testing.T, addrs []string, name, key, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, name
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value, c.Op = key, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(t.Context(), cl)
+	if err != nil {
+		t.Fatalf("alter topic %s: %v", name, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			t.Fatalf("alter topic %s: %v", name, err)
+		}
+	}
+}
