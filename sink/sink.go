@@ -149,12 +149,7 @@ func New(cfg Config) (*Sink, error) {
 		codecOpt,
 		kgo.ProducerLinger(cfg.Linger),
 		// Asked once per partition, after Publish learnt the topic.
-		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
-			if ti, ok := s.topics.Load(topic); ok {
-				return ti.(topicInfo).batchCap
-			}
-			return cfg.BatchMaxBytes
-		}),
+		kgo.ProducerBatchMaxBytesFn(s.capOf),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		// Retry sooner than the client's default (250ms doubling to 5s):
@@ -275,6 +270,15 @@ func (s *Sink) learn(ctx context.Context, topic string) topicInfo {
 	return v.(topicInfo)
 }
 
+// capOf returns the batch cap learnt for a topic, or BatchMaxBytes if none
+// was. It makes no request.
+func (s *Sink) capOf(topic string) int32 {
+	if ti, ok := s.topics.Load(topic); ok {
+		return ti.(topicInfo).batchCap
+	}
+	return s.cfg.BatchMaxBytes
+}
+
 // batchCap reads the topic's max.message.bytes (or, for a topic not created
 // yet, the broker's message.max.bytes) and returns it if it is below
 // BatchMaxBytes, else BatchMaxBytes. It costs one request, made once per
@@ -329,7 +333,7 @@ const minBatchCap = 1024
 // under the topic's cap (with room to spare for the batch's framing), so the
 // client did not refuse it, and the limit the broker enforces is below the
 // cap walrelay learnt.
-func (s *Sink) refusedBatch(ctx context.Context, r *kgo.Record, err error) bool {
+func (s *Sink) refusedBatch(r *kgo.Record, err error) bool {
 	if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge) {
 		return false
 	}
@@ -337,7 +341,7 @@ func (s *Sink) refusedBatch(ctx context.Context, r *kgo.Record, err error) bool 
 	for _, h := range r.Headers {
 		size += 10 + len(h.Key) + len(h.Value)
 	}
-	return int64(size) <= int64(s.learn(ctx, r.Topic).batchCap)
+	return int64(size) <= int64(s.capOf(r.Topic))
 }
 
 // Close closes the client; records not yet acknowledged are failed.
@@ -423,10 +427,10 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 		switch {
 		case err == nil:
 			done(Delivery{Topic: topic, Partition: r.Partition}, nil)
-		case s.refusedBatch(ctx, r, err):
+		case s.refusedBatch(r, err):
 			// Transient: the stream restarts, Abort forgets the topic, and
 			// the resent records go in batches under the limit read again.
-			if _, loaded := s.refused.LoadOrStore(topic, s.learn(ctx, topic).batchCap); !loaded {
+			if _, loaded := s.refused.LoadOrStore(topic, s.capOf(topic)); !loaded {
 				s.log.Warn("the broker refused a batch as too large: the topic's max.message.bytes must be below the cap walrelay read; reading it again", "topic", topic, "err", err)
 			}
 			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: the broker refused its batch: %w", e.ID, topic, err))

@@ -170,3 +170,52 @@ func TestLz4CompressorRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedBatchIsTransient: the broker refusing a small record's batch as
+// too large is a failure to retry, not a reason to dead-letter the record;
+// after Abort the topic's cap is learnt again, and halved when the broker's
+// limit cannot be read any lower.
+func TestRefusedBatchIsTransient(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{})
+	if err := publish(t, s, event("warm")); err != nil {
+		t.Fatal(err)
+	}
+	before := s.capOf("outbox.event.order")
+	refusals := 1
+	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if refusals == 0 {
+			return nil, nil, false
+		}
+		refusals--
+		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.MessageTooLarge.Code), nil, true
+	})
+	err := publish(t, s, event("small"))
+	if !errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "refused its batch") {
+		t.Fatalf("err = %v, want the broker's refusal of the batch", err)
+	}
+	if err := s.Abort(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, s, event("again")); err != nil {
+		t.Fatalf("after Abort: %v", err)
+	}
+	if got := s.capOf("outbox.event.order"); got != before/2 {
+		t.Fatalf("batch cap %d after the refusal, want %d (half of %d: kfake's limit is not lower)", got, before/2, before)
+	}
+	big := event("big")
+	big.Payload = bytes.Repeat([]byte("x"), int(before/2))
+	if err := publish(t, s, big); err != nil {
+		t.Fatalf("a record over the new cap: %v, want it dead-lettered", err)
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := string(kafkatest.Header(recs[0], "id")); id != "big" {
+		t.Fatalf("dead-lettered %q, want only big", id)
+	}
+}
