@@ -109,27 +109,26 @@ func javaPartition(key []byte, partitions int32) int32 {
 }
 
 // TestSurvivesSIGKILL kills walrelay at random moments mid-stream, three
-// times, and then lets it finish: every committed id arrives.
+// times, while rows are written without pause, and then lets it finish:
+// every committed id arrives.
 func TestSurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
 	w := newWriter(50, 2)
 	w.bytes = 200
-	writeErr := make(chan error, 1)
-	wconn := connect(t, pg.DSN)
-	go func() { writeErr <- w.write(context.Background(), wconn, 30000, 20) }()
+	stop := w.keepWriting(t.Context(), pg.DSN)
 	rng := rand.New(rand.NewPCG(3, 3))
 	e := baseEnv(pg, kc)
 	for i := range 3 {
 		p := streaming(t, e)
 		time.Sleep(time.Duration(200+rng.IntN(2300)) * time.Millisecond)
 		p.kill()
-		t.Logf("kill %d: %d records so far, slot confirmed at %s", i+1, len(col.Records()), slotConfirmed(t, conn, "walrelay"))
+		t.Logf("kill %d: %d rows written, %d records so far, slot confirmed at %s", i+1, len(w.written()), len(col.Records()), slotConfirmed(t, conn, "walrelay"))
 	}
 	streaming(t, e)
-	if err := <-writeErr; err != nil {
-		t.Fatal(err)
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
 	}
 	want := committedIDs(t, conn)
 	c := waitAll(t, col, want, 2*time.Minute)
