@@ -277,9 +277,29 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	failing atomic.Bool // a publish of this session failed
-	mu      sync.Mutex
-	failed  map[partitionOf]bool // the partitions of the failed records
+	failing  atomic.Bool  // a publish of this session failed
+	inFlight atomic.Int64 // records handed to the sink and not answered yet
+	retired  atomic.Bool  // a later session started
+	mu       sync.Mutex
+	failed   map[partitionOf]bool // the partitions of the failed records
+}
+
+// answered counts one record of s answered. The context of a retired session
+// is released once its last record is answered: cancelling it earlier would
+// fail records that the client is still to send, and with them the records
+// of the next session batched behind them.
+func (s *session) answered() {
+	if s.inFlight.Add(-1) == 0 && s.retired.Load() {
+		s.cancel()
+	}
+}
+
+// retire marks s as no longer streamed.
+func (s *session) retire() {
+	s.retired.Store(true)
+	if s.inFlight.Load() == 0 {
+		s.cancel()
+	}
 }
 
 type partitionOf struct {
@@ -372,7 +392,7 @@ func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
 	ctx, cancel := context.WithCancel(p.produceCtx)
 	p.mu.Lock()
 	if p.cur != nil {
-		p.cur.cancel()
+		p.cur.retire()
 	}
 	p.cur = &session{ctx: ctx, cancel: cancel, failed: map[partitionOf]bool{}}
 	p.restartErr = nil
@@ -422,7 +442,9 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 		}
 		commit := m.CommitTime
 		sess := p.cur
+		sess.inFlight.Add(1)
 		p.sink.Publish(sess.ctx, m, func(d sink.Delivery, err error) {
+			defer sess.answered()
 			if err != nil {
 				sess.failedOn(d) // first: the client is to send no more of sess
 				txn.Fail()
