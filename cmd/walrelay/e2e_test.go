@@ -905,6 +905,41 @@ func TestUnwritableDeadLetterTopicStops(t *testing.T) {
 	}
 }
 
+// TestRefusedProduceWhileWriting has a healthy broker refuse one produce
+// request with a non-retriable error, eight times, while rows are written
+// without pause: the client fails that partition's records while walrelay
+// is still producing, and what walrelay produced meanwhile must not reach
+// the topic ahead of the failed records' resend (kfake only: it needs the
+// broker to answer with an error).
+func TestRefusedProduceWhileWriting(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	p := streaming(t, baseEnv(pg, kc))
+	fk := kc.fake(t)
+	w := newWriter(30, 21)
+	stop := w.keepWriting(t.Context(), pg.DSN)
+	for range 8 {
+		time.Sleep(700 * time.Millisecond)
+		fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.UnknownServerError.Code), nil, true
+		})
+	}
+	time.Sleep(700 * time.Millisecond)
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	out := p.out.String()
+	restarts, breaks := strings.Count(out, "replication stream failed"), strings.Count(out, "written ahead of an earlier event")
+	t.Logf("8 produce requests refused with UNKNOWN_SERVER_ERROR while writing: %d restarts, %d order breaks logged, %s", restarts, breaks, c)
+	if restarts < 4 {
+		t.Fatalf("only %d restarts: the refusals did not fail records mid-stream", restarts)
+	}
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+}
+
 // TestRetriableBrokerErrors: the broker answers produce requests with
 // NOT_LEADER_FOR_PARTITION and REQUEST_TIMED_OUT for a while; the events are
 // retried, none is dropped, and the order per key holds.
