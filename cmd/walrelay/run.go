@@ -448,17 +448,17 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 			if err != nil {
 				sess.failedOn(d) // first: the client is to send no more of sess
 				txn.Fail()
-				switch {
-				case sink.Fatal(err):
+				if sink.Fatal(err) {
 					p.m.publishErrors.WithLabelValues("fatal").Inc()
 					p.fail(err)
-				case errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrAborting):
-					// Failed because an earlier record failed (or at shutdown).
-					p.restart(sess, err)
-				default:
-					p.m.publishErrors.WithLabelValues("transient").Inc()
-					p.restart(sess, err)
+					return
 				}
+				// Not counted: failed because an earlier record failed (or
+				// at shutdown).
+				if !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrAborting) {
+					p.m.publishErrors.WithLabelValues("transient").Inc()
+				}
+				p.restart(sess, err)
 				return
 			}
 			if sess.overtook(d) {
