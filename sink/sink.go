@@ -37,8 +37,8 @@ type Config struct {
 	DLQTopic string
 	// Compression is none, gzip, snappy, lz4 or zstd. Default lz4.
 	Compression string
-	// Linger is how long a partition waits for more records before a
-	// request is sent. Default 5ms.
+	// Linger is how long the sink, with nothing in flight, waits for more
+	// records before it sends what it has. Default 5ms.
 	Linger time.Duration
 	// BatchMaxBytes caps one record batch; a record larger than this is
 	// dead-lettered. Default 1000012, Kafka's default max.message.bytes. A
@@ -46,8 +46,10 @@ type Config struct {
 	// lower gets that lower cap: the broker would refuse a whole batch over
 	// it, small records and all.
 	BatchMaxBytes int32
-	// MaxBufferedRecords and MaxBufferedBytes bound what is produced and not
-	// yet acknowledged; Publish blocks beyond them. Defaults 5000 and 16 MiB.
+	// MaxBufferedRecords and MaxBufferedBytes bound what is published and
+	// not yet acknowledged: half for the records in flight, half for those
+	// queued behind them; Publish blocks beyond them. Defaults 5000 and
+	// 16 MiB. A single record larger than half is let in alone.
 	MaxBufferedRecords int
 	MaxBufferedBytes   int
 	// DisableAutoCreateTopics stops the client from asking the broker to
@@ -63,6 +65,9 @@ type Config struct {
 type Sink struct {
 	cfg       Config
 	cl        *kgo.Client
+	q         *queue        // the next round (rounds.go)
+	stop      func()        // ends the flusher's wait for a round
+	flushed   chan struct{} // closed when the flusher returns
 	log       *slog.Logger
 	parts     []string     // the template split at its placeholders: text, placeholder, text, …
 	topics    sync.Map     // topic name -> topicInfo, learnt at its first event
@@ -147,7 +152,9 @@ func New(cfg Config) (*Sink, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2, as the Java client
 		codecOpt,
-		kgo.ProducerLinger(cfg.Linger),
+		// The flusher sends rounds (rounds.go); the client sends nothing
+		// on its own.
+		kgo.ManualFlushing(),
 		// Asked once per partition, after Publish learnt the topic.
 		kgo.ProducerBatchMaxBytesFn(s.capOf),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
@@ -166,6 +173,11 @@ func New(cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
 	s.cl = cl
+	s.q = newQueue(cfg)
+	s.flushed = make(chan struct{})
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	go s.flush(ctx)
 	return s, nil
 }
 
@@ -300,15 +312,14 @@ func (s *Sink) batchCap(ctx context.Context, topic string) int32 {
 }
 
 // Abort fails every record not yet sent and waits, within ctx, for those in
-// flight to be answered; every callback has run when it returns nil. After a
-// publish failure the failed record is sent again, and nothing produced
-// before the failure was noticed may be written after it: the client would
-// otherwise send those later records first. A topic whose batch the broker
+// flight to be answered; every callback has run when it returns nil, and
+// the sink sends again. After a publish failure the caller calls it before
+// it publishes the failed record again. A topic whose batch the broker
 // refused as too large is then forgotten, so that its limit is read again
 // before its next record.
 func (s *Sink) Abort(ctx context.Context) error {
-	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
-		return fmt.Errorf("abort records not yet sent: %w", err)
+	if err := s.q.abort(ctx, s.cl); err != nil {
+		return err
 	}
 	var stale []string
 	s.refused.Range(func(k, _ any) bool {
@@ -345,7 +356,12 @@ func (s *Sink) refusedBatch(r *kgo.Record, err error) bool {
 }
 
 // Close closes the client; records not yet acknowledged are failed.
-func (s *Sink) Close() { s.cl.Close() }
+func (s *Sink) Close() {
+	s.q.close()
+	s.stop()
+	<-s.flushed
+	s.cl.Close()
+}
 
 // splitTemplate splits a topic template into literal text at even indexes
 // and placeholders at odd ones.
@@ -401,14 +417,17 @@ type Delivery struct {
 }
 
 // Done is called once per published event, from the client's callback
-// goroutine; it must not block. A nil error means Kafka acknowledged the
+// goroutine or the sink's (or, if Publish gives up waiting, from Publish); it
+// must not block. A nil error means Kafka acknowledged the
 // event on its topic or on the dead-letter topic, as d says.
 type Done func(d Delivery, err error)
 
-// Publish produces e and calls done with its fate. It blocks while the
-// client buffers MaxBufferedRecords or MaxBufferedBytes; ctx bounds that wait
-// and, once cancelled, fails the records of its partition not yet sent when
-// the client next goes to send them (records it already sent are answered).
+// Publish produces e and calls done with its fate. It blocks while the sink
+// holds MaxBufferedRecords or MaxBufferedBytes; ctx bounds that wait and,
+// once cancelled, fails the record if it is not yet sent when its round
+// goes (a record already sent is answered). After a failure that fails the
+// records behind it (anything but a dead-lettered event), every record
+// published until Abort fails with ErrNotSent, unsent.
 func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 	if e.Invalid != nil {
 		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, done)
@@ -423,11 +442,12 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 	// Partition -1 until the client assigns one: a record failed before that
 	// was never buffered.
 	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
-	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+	s.q.push(ctx, r, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
 			done(Delivery{Topic: topic, Partition: r.Partition}, nil)
 		case s.refusedBatch(r, err):
+			s.q.breakOn(err)
 			// Transient: the stream restarts, Abort forgets the topic, and
 			// the resent records go in batches under the limit read again.
 			if _, loaded := s.refused.LoadOrStore(topic, s.capOf(topic)); !loaded {
@@ -439,6 +459,7 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 			// goroutine of its own. This is the rare path.
 			go s.deadLetter(ctx, e, reason(err), topic, err, done)
 		default:
+			s.q.breakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
 		}
 	})
@@ -542,7 +563,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic stri
 	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
 	var produce func(try int)
 	produce = func(try int) {
-		s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		s.q.push(ctx, r, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, nil)
@@ -551,6 +572,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic stri
 				r.Value = nil
 				go produce(try + 1)
 			default:
+				s.q.breakOn(err)
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err))
 			}
 		})

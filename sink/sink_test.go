@@ -3,8 +3,11 @@ package sink
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,5 +220,78 @@ func TestRefusedBatchIsTransient(t *testing.T) {
 	}
 	if id := string(kafkatest.Header(recs[0], "id")); id != "big" {
 		t.Fatalf("dead-lettered %q, want only big", id)
+	}
+}
+
+// TestNothingOvertakesAFailedRecord: once a record fails, nothing published
+// after it is sent until Abort, however late the failed record's callback
+// runs. The client fails a partition's records at once but reports it on its
+// callback goroutine, which may be busy: a record produced meanwhile must not
+// be written ahead of the failed one, which the caller publishes again.
+func TestNothingOvertakesAFailedRecord(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{Linger: time.Millisecond, Opts: []kgo.Opt{kgo.WithHooks(slowFailure{})}})
+	if err := publish(t, s, event("warm")); err != nil {
+		t.Fatal(err)
+	}
+	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.UnknownServerError.Code), nil, true
+	})
+	failed := make(chan error, 1)
+	s.Publish(t.Context(), event("first"), func(_ Delivery, err error) { failed <- err })
+	var written atomic.Int32
+	var answered sync.WaitGroup
+	for i := range 20 {
+		time.Sleep(10 * time.Millisecond)
+		answered.Add(1)
+		s.Publish(t.Context(), event(fmt.Sprint("later-", i)), func(_ Delivery, err error) {
+			defer answered.Done()
+			switch {
+			case err == nil:
+				written.Add(1)
+			case !errors.Is(err, ErrNotSent) && !errors.Is(err, kerr.UnknownServerError):
+				t.Errorf("later-%d: %v, want ErrNotSent", i, err)
+			}
+		})
+	}
+	if err := <-failed; !errors.Is(err, kerr.UnknownServerError) {
+		t.Fatalf("first: %v, want UNKNOWN_SERVER_ERROR", err)
+	}
+	answered.Wait()
+	if n := written.Load(); n != 0 {
+		t.Fatalf("%d of 20 records published after a failed one were written ahead of it", n)
+	}
+	if err := s.Abort(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"first", "later-0"} {
+		if err := publish(t, s, event(id)); err != nil {
+			t.Fatalf("%s after Abort: %v", id, err)
+		}
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, string(kafkatest.Header(r, "id")))
+	}
+	if got := strings.Join(ids, ","); got != "warm,first,later-0" {
+		t.Fatalf("topic holds %s, want warm,first,later-0", got)
+	}
+}
+
+// slowFailure holds the client's callback goroutine for 300 ms before a
+// failed record's callback runs, as a goroutine busy with many callbacks
+// would.
+type slowFailure struct{}
+
+func (slowFailure) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
+	if err != nil {
+		time.Sleep(300 * time.Millisecond)
 	}
 }

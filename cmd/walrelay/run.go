@@ -269,37 +269,11 @@ type pipeline struct {
 }
 
 // session is what the records of one replication session share with their
-// callbacks.
+// callbacks: which session a failure belongs to, and where it failed.
 type session struct {
-	// ctx is what the session's records are produced on. The first failed
-	// publish cancels it, and the client then sends none of the session's
-	// records it has not sent yet.
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	failing  atomic.Bool  // a publish of this session failed
-	inFlight atomic.Int64 // records handed to the sink and not answered yet
-	retired  atomic.Bool  // a later session started
-	mu       sync.Mutex
-	failed   map[partitionOf]bool // the partitions of the failed records
-}
-
-// answered counts one record of s answered. The context of a retired session
-// is released once its last record is answered: cancelling it earlier would
-// fail records that the client is still to send, and with them the records
-// of the next session batched behind them.
-func (s *session) answered() {
-	if s.inFlight.Add(-1) == 0 && s.retired.Load() {
-		s.cancel()
-	}
-}
-
-// retire marks s as no longer streamed.
-func (s *session) retire() {
-	s.retired.Store(true)
-	if s.inFlight.Load() == 0 {
-		s.cancel()
-	}
+	failing atomic.Bool // a publish of this session failed
+	mu      sync.Mutex
+	failed  map[partitionOf]bool // the partitions of the failed records
 }
 
 type partitionOf struct {
@@ -307,9 +281,8 @@ type partitionOf struct {
 	partition int32
 }
 
-// failedOn records a failed publish on d's partition and stops the session.
+// failedOn records a failed publish on d's partition.
 func (s *session) failedOn(d sink.Delivery) {
-	s.cancel()
 	s.mu.Lock()
 	s.failed[partitionOf{d.Topic, d.Partition}] = true
 	s.mu.Unlock()
@@ -318,9 +291,10 @@ func (s *session) failedOn(d sink.Delivery) {
 
 // overtook reports whether an acknowledged record of d's partition came
 // after one that failed in this session. The client answers a partition's
-// records in order, and fails those it holds when one fails, so this is a
-// record produced between that failure and the session noticing it: it is
-// written ahead of the failed record, which is sent again.
+// records in order, and the sink sends nothing after a failure until the
+// failed record is resent (sink.Abort), so this must not happen: it would be
+// a record written ahead of the failed one. It is checked, and counted, so
+// that a break of that guarantee is seen rather than assumed away.
 func (s *session) overtook(d sink.Delivery) bool {
 	if !s.failing.Load() {
 		return false
@@ -376,10 +350,8 @@ func (p *pipeline) status() error {
 }
 
 // started resets per-stream state: the server resends everything after from.
-// If the last session failed to publish, its records that the client holds
-// are failed first (and those in flight answered): the client keeps one
-// queue per partition, and a record the session produced after the failure
-// must not be written ahead of the resent failed one.
+// If the last session failed to publish, the sink sends nothing more of it
+// and answers what it sent (sink.Abort) before the failed record is resent.
 func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
 	p.mu.Lock()
 	failed := p.restartErr != nil
@@ -389,12 +361,8 @@ func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
 			return fmt.Errorf("settle the failed session's records: %w", err)
 		}
 	}
-	ctx, cancel := context.WithCancel(p.produceCtx)
 	p.mu.Lock()
-	if p.cur != nil {
-		p.cur.retire()
-	}
-	p.cur = &session{ctx: ctx, cancel: cancel, failed: map[partitionOf]bool{}}
+	p.cur = &session{failed: map[partitionOf]bool{}}
 	p.restartErr = nil
 	p.troubled.Store(p.err != nil)
 	p.mu.Unlock()
@@ -442,11 +410,9 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 		}
 		commit := m.CommitTime
 		sess := p.cur
-		sess.inFlight.Add(1)
-		p.sink.Publish(sess.ctx, m, func(d sink.Delivery, err error) {
-			defer sess.answered()
+		p.sink.Publish(p.produceCtx, m, func(d sink.Delivery, err error) {
 			if err != nil {
-				sess.failedOn(d) // first: the client is to send no more of sess
+				sess.failedOn(d)
 				txn.Fail()
 				if sink.Fatal(err) {
 					p.m.publishErrors.WithLabelValues("fatal").Inc()
@@ -455,7 +421,7 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 				}
 				// Not counted: failed because an earlier record failed (or
 				// at shutdown).
-				if !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrAborting) {
+				if !errors.Is(err, sink.ErrNotSent) && !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrAborting) {
 					p.m.publishErrors.WithLabelValues("transient").Inc()
 				}
 				p.restart(sess, err)

@@ -1,0 +1,251 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The sink hands records to the client in rounds, so that no record can be
+// written ahead of an earlier one of its partition that failed.
+//
+// When a produce request fails for good, the client fails every record it
+// holds for that partition, but walrelay learns of it only when the failed
+// record's callback runs, later, on another goroutine. A record produced in
+// between would start a new batch and could be written before the failed
+// record is sent again. So the client flushes manually and never sends on its
+// own: the flusher takes every record queued so far (a round), hands all of
+// them to the client, and flushes; Flush returns once every record of the
+// round has been answered and its callback has run. Records published
+// meanwhile wait in the queue. If a record of the round failed in a way that
+// fails later ones (anything but a failure of that record alone, which is
+// dead-lettered), the sink is broken: every queued record is failed with
+// ErrNotSent, unsent, until Abort. The caller restarts from the failed record.
+//
+// Rounds cost no throughput that a single broker connection would give: the
+// client keeps one produce request in flight per broker anyway, and while it
+// is in flight the next round gathers in the queue, as it would have in the
+// client's buffer.
+
+// ErrNotSent fails a record that was not sent because an earlier record
+// failed, or because the sink was aborted or closed.
+var ErrNotSent = errors.New("not sent")
+
+// queued is a record waiting for its round, or an Abort barrier (r nil).
+type queued struct {
+	ctx     context.Context
+	r       *kgo.Record
+	done    func(*kgo.Record, error)
+	size    int
+	barrier chan struct{}
+}
+
+// queue holds the records of the next round.
+type queue struct {
+	mu       sync.Mutex
+	items    []queued
+	bytes    int
+	firstAt  time.Time     // when the first queued record arrived
+	space    chan struct{} // closed, and replaced, when a round leaves the queue
+	work     chan struct{} // the queue needs the flusher's attention
+	broken   error         // set by a failure that fails later records; cleared by Abort
+	closed   bool
+	maxRecs  int
+	maxBytes int
+	flushAt  int // bytes at which the flusher stops lingering
+}
+
+func newQueue(cfg Config) *queue {
+	return &queue{
+		space: make(chan struct{}), work: make(chan struct{}, 1),
+		// The round in flight and the queue behind it share the buffer
+		// limits: half each.
+		maxRecs: max(cfg.MaxBufferedRecords/2, 1), maxBytes: max(cfg.MaxBufferedBytes/2, 1),
+		flushAt: int(cfg.BatchMaxBytes),
+	}
+}
+
+func (q *queue) wake() {
+	select {
+	case q.work <- struct{}{}:
+	default:
+	}
+}
+
+// push queues a record, waiting within ctx for room. It fails the record if
+// the wait ends or the sink is closed. A record larger than the whole queue
+// is taken when the queue is empty.
+func (q *queue) push(ctx context.Context, r *kgo.Record, done func(*kgo.Record, error)) {
+	size := recordSize(r)
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			done(r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
+			return
+		}
+		if n := len(q.items); n == 0 || n < q.maxRecs && q.bytes+size <= q.maxBytes {
+			if n == 0 {
+				q.firstAt = time.Now()
+			}
+			q.items = append(q.items, queued{ctx: ctx, r: r, done: done, size: size})
+			q.bytes += size
+			full := len(q.items) >= q.maxRecs || q.bytes >= q.flushAt
+			q.mu.Unlock()
+			if n == 0 || full {
+				q.wake()
+			}
+			return
+		}
+		space := q.space
+		q.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			done(r, fmt.Errorf("wait for room in the producer's buffer: %w", ctx.Err()))
+			return
+		}
+	}
+}
+
+// breakOn marks the sink broken by err unless it already is.
+func (q *queue) breakOn(err error) {
+	q.mu.Lock()
+	if q.broken == nil {
+		q.broken = fmt.Errorf("%w: an earlier record failed: %w", ErrNotSent, err)
+	}
+	q.mu.Unlock()
+}
+
+// take waits for records and returns the next round (nil once the queue is
+// closed and empty), with the error that breaks it, if any. It lingers for
+// up to linger after the round's first record, unless the round is full.
+func (q *queue) take(linger time.Duration, spare []queued) ([]queued, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		q.mu.Lock()
+		n := len(q.items)
+		wait := time.Duration(0)
+		if n > 0 && !q.closed && linger > 0 && n < q.maxRecs && q.bytes < q.flushAt && q.items[0].barrier == nil {
+			wait = linger - time.Since(q.firstAt)
+		}
+		if n == 0 && q.closed {
+			q.mu.Unlock()
+			return nil, nil
+		}
+		if n > 0 && wait <= 0 {
+			round := q.items
+			q.items, q.bytes = spare[:0], 0
+			close(q.space)
+			q.space = make(chan struct{})
+			broken := q.broken
+			q.mu.Unlock()
+			return round, broken
+		}
+		q.mu.Unlock()
+		var tick <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tick = timer.C
+		}
+		select {
+		case <-q.work:
+		case <-tick:
+		}
+	}
+}
+
+// flush runs rounds until the queue is closed and empty.
+func (s *Sink) flush(ctx context.Context) {
+	defer close(s.flushed)
+	var spare []queued
+	for {
+		round, broken := s.q.take(s.cfg.Linger, spare)
+		if round == nil {
+			return
+		}
+		produced := false
+		for _, it := range round {
+			switch {
+			case it.barrier != nil:
+				// Everything queued before Abort is answered: produce
+				// again.
+				s.q.mu.Lock()
+				s.q.broken, broken = nil, nil
+				s.q.mu.Unlock()
+				close(it.barrier)
+			case broken != nil:
+				it.done(it.r, broken)
+			default:
+				s.cl.Produce(it.ctx, it.r, it.done)
+				produced = true
+			}
+		}
+		if produced {
+			// Returns once every record of the round is answered, or
+			// when Close cancels ctx (the client then fails the rest).
+			_ = s.cl.Flush(ctx)
+		}
+		clear(round)
+		spare = round[:0]
+	}
+}
+
+// abort fails what is queued and what the client holds and has not sent,
+// and returns once everything queued before it has been answered.
+func (q *queue) abort(ctx context.Context, cl *kgo.Client) error {
+	q.breakOn(errors.New("aborted"))
+	if err := cl.AbortBufferedRecords(ctx); err != nil {
+		return fmt.Errorf("abort records not yet sent: %w", err)
+	}
+	b := make(chan struct{})
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return fmt.Errorf("abort: %w: the sink is closed", ErrNotSent)
+	}
+	q.items = append(q.items, queued{barrier: b})
+	q.mu.Unlock()
+	q.wake()
+	select {
+	case <-b:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the aborted records to be answered: %w", ctx.Err())
+	}
+}
+
+// close stops the queue: records queued later are failed, and the flusher
+// returns once it has run the queued ones.
+func (q *queue) close() {
+	q.mu.Lock()
+	if q.broken == nil {
+		q.broken = fmt.Errorf("%w: the sink is closed", ErrNotSent)
+	}
+	q.closed = true
+	q.mu.Unlock()
+	q.wake()
+}
+
+// recordSize is what a record counts against the buffer limits: its key,
+// value and headers, as the client counts it.
+func recordSize(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
