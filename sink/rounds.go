@@ -116,7 +116,10 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, done func(*kgo.Record, 
 func (q *queue) breakOn(err error) {
 	q.mu.Lock()
 	if q.broken == nil {
-		q.broken = fmt.Errorf("%w: an earlier record failed: %w", ErrNotSent, err)
+		// The cause as text only: a record failed for another's sake
+		// must not be taken for one that failed itself (dead-lettered
+		// as too large, say).
+		q.broken = fmt.Errorf("%w: an earlier record failed: %v", ErrNotSent, err)
 	}
 	q.mu.Unlock()
 }
