@@ -15,4 +15,9 @@
 // are retried by the client forever. Anything else (unknown topic, not
 // authorized, the dead-letter topic refusing too) reaches the callback as an
 // error: the pipeline must stop without confirming the event.
+//
+// Records go to the client in rounds behind a manual flush (rounds.go), so
+// that after a failure nothing published later is sent until the caller has
+// called Abort and publishes the failed event again: per-key order holds
+// across failures.
 package sink
