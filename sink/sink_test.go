@@ -297,3 +297,48 @@ func (slowFailure) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
 		time.Sleep(300 * time.Millisecond)
 	}
 }
+
+// TestCloseAnswersEveryRecord: records in flight and records queued behind
+// them when the sink closes are all failed, none dropped without an answer.
+func TestCloseAnswersEveryRecord(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s, err := New(Config{Brokers: kc.Addrs(), MaxBufferedRecords: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, s, event("warm")); err != nil {
+		t.Fatal(err)
+	}
+	kc.Partition() // requests go out and are never answered
+	const n = 30   // more than the queue holds: Publish blocks for the last ones
+	var answered, failed atomic.Int32
+	go func() {
+		for i := range n {
+			s.Publish(t.Context(), event(fmt.Sprint("e", i)), func(_ Delivery, err error) {
+				if err != nil {
+					failed.Add(1)
+				}
+				answered.Add(1)
+			})
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.queued() < 10 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Close()
+	for answered.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a, f := answered.Load(), failed.Load(); a != n || f != n {
+		t.Fatalf("%d of %d records answered, %d failed, after Close; want all answered and failed", a, n, f)
+	}
+}
+
+// queued returns how many records wait for a round.
+func (s *Sink) queued() int {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	return len(s.q.items)
+}
