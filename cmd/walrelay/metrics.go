@@ -64,7 +64,7 @@ func newMetrics() *metrics {
 	m.slotRetained = prometheus.NewGauge(prometheus.GaugeOpts{Name: "walrelay_slot_retained_wal_bytes", Help: "The server's WAL position minus the slot's restart_lsn: WAL the slot keeps on disk."})
 	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_commit_to_ack_seconds", Help: "From an event's commit in PostgreSQL to Kafka's acknowledgement.",
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
-	m.orderBreaks = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_order_breaks_total", Help: "Events written ahead of an earlier event of their partition that failed to publish and was sent again after them (expected 0; see Limits in the README)."})
+	m.orderBreaks = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_order_breaks_total", Help: "Events written ahead of an earlier event of their partition that failed to publish and was sent again after them (must stay 0; see Reconnects in the README)."})
 	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.commitToAck} {
 		f(c)
 	}
