@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
@@ -274,9 +275,17 @@ func rawReceiver(ctx context.Context, pg *pgtest.Server, slot string, _ pglogrep
 // topic prefix of the run's own, and what to close afterwards.
 type brokers func() (addrs []string, prefix string, closeFn func(), err error)
 
+// kfakeBrokerCount is the brokers of each kfake cluster (-kfake-brokers).
+var kfakeBrokerCount = 1
+
+// newKfake starts a kfake cluster of kfakeBrokerCount brokers.
+func newKfake() (*kafkatest.Cluster, error) {
+	return kafkatest.New(kfake.NumBrokers(kfakeBrokerCount))
+}
+
 // kfakeBrokers is a fresh kfake cluster per run.
 func kfakeBrokers() ([]string, string, func(), error) {
-	kc, err := kafkatest.New()
+	kc, err := newKfake()
 	if err != nil {
 		return nil, "", nil, err
 	}

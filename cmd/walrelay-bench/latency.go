@@ -77,7 +77,7 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		return "", nil, err
 	}
 	defer closeAll()
-	kc, err := kafkatest.New()
+	kc, err := newKfake()
 	if err != nil {
 		return "", nil, err
 	}

@@ -73,6 +73,7 @@ func run() error {
 	flag.BoolVar(&o.realKafka, "real-kafka", false, "also time walrelay into a real Apache Kafka broker (fetched from Maven Central on first use; needs Java 17)")
 	flag.BoolVar(&o.debezium, "debezium", false, "also time Debezium's PostgreSQL connector with the outbox event router into the real broker (implies -real-kafka)")
 	flag.IntVar(&o.shards, "shards", 0, "also time walrelay sharded across this many slots and row-filtered publications, one process each (0 or 1: not)")
+	flag.IntVar(&kfakeBrokerCount, "kfake-brokers", 1, "brokers of each kfake cluster (its partitions are spread over them)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
 	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
