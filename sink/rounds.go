@@ -26,10 +26,11 @@ import (
 // dead-lettered), the sink is broken: every queued record is failed with
 // ErrNotSent, unsent, until Abort. The caller restarts from the failed record.
 //
-// Rounds cost no throughput that a single broker connection would give: the
-// client keeps one produce request in flight per broker anyway, and while it
-// is in flight the next round gathers in the queue, as it would have in the
-// client's buffer.
+// Rounds cost little against one broker: the client keeps one produce
+// request in flight per broker anyway, and while it is in flight the next
+// round gathers in the queue, as it would have in the client's buffer. What
+// they add is the time the round's callbacks take before the next round
+// goes and, with several brokers, a wait for the slowest of them.
 
 // ErrNotSent fails a record that was not sent because an earlier record
 // failed, or because the sink was aborted or closed.
@@ -40,7 +41,6 @@ type queued struct {
 	ctx     context.Context
 	r       *kgo.Record
 	done    func(*kgo.Record, error)
-	size    int
 	barrier chan struct{}
 }
 
@@ -92,7 +92,7 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, done func(*kgo.Record, 
 			if n == 0 {
 				q.firstAt = time.Now()
 			}
-			q.items = append(q.items, queued{ctx: ctx, r: r, done: done, size: size})
+			q.items = append(q.items, queued{ctx: ctx, r: r, done: done})
 			q.bytes += size
 			full := len(q.items) >= q.maxRecs || q.bytes >= q.flushAt
 			q.mu.Unlock()
