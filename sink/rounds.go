@@ -185,9 +185,12 @@ func (s *Sink) flush(ctx context.Context) {
 			switch {
 			case it.barrier != nil:
 				// Everything queued before Abort is answered: produce
-				// again.
+				// again, unless the sink closed meanwhile.
 				s.q.mu.Lock()
-				s.q.broken, broken = nil, nil
+				if !s.q.closed {
+					s.q.broken = nil
+				}
+				broken = s.q.broken
 				s.q.mu.Unlock()
 				close(it.barrier)
 			case broken != nil:

@@ -348,10 +348,7 @@ func (s *Sink) refusedBatch(r *kgo.Record, err error) bool {
 	if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge) {
 		return false
 	}
-	size := 256 + len(r.Topic) + len(r.Key) + len(r.Value)
-	for _, h := range r.Headers {
-		size += 10 + len(h.Key) + len(h.Value)
-	}
+	size := 256 + len(r.Topic) + recordSize(r) + 10*len(r.Headers)
 	return int64(size) <= int64(s.capOf(r.Topic))
 }
 
