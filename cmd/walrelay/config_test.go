@@ -65,11 +65,14 @@ func TestEveryKeyHasItsVariable(t *testing.T) {
 func TestRedactDSN(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"postgres://u:secret@h:5432/db":          "postgres://u:redacted@h:5432/db",
-		"postgres://u@h/db":                      "postgres://u@h/db",
-		"host=h user=u password=secret dbname=d": "host=h user=u password=redacted dbname=d",
-		"host=h password='se cret' dbname=d":     "host=h password=redacted dbname=d",
-		"postgres://u:secret@[::1":               "postgres://u:redacted@[::1",
+		"postgres://u:secret@h:5432/db":                           "postgres://u:redacted@h:5432/db",
+		"postgres://u@h/db":                                       "postgres://u@h/db",
+		"host=h user=u password=secret dbname=d":                  "host=h user=u password=redacted dbname=d",
+		"host=h password='se cret' dbname=d":                      "host=h password=redacted dbname=d",
+		"postgres://u:secret@[::1":                                "postgres://u:redacted@[::1",
+		"postgres://u@h/db?password=secret&sslmode=disable":       "postgres://u@h/db?password=redacted&sslmode=disable",
+		"postgres://u@h/db?sslpassword=k3y&PassWord=secret":       "postgres://u@h/db?sslpassword=redacted&PassWord=redacted",
+		"host=h sslpassword='k 3y' sslkey=/k password=x dbname=d": "host=h sslpassword=redacted sslkey=/k password=redacted dbname=d",
 	} {
 		if got := redactDSN(in); got != want {
 			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)

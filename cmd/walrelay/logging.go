@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func newLogger(cfg *Config, w io.Writer) *slog.Logger {
@@ -20,34 +22,60 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 }
 
 var (
-	kvPassword  = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+	// secretParam matches a connection parameter that carries a secret
+	// (libpq's password and sslpassword), in key=value form or in a URL's
+	// query, quoted or not.
+	secretParam = regexp.MustCompile(`(?i)\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
 	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)([^@\s]*)@`)
 )
 
-// redactDSN hides the password of a URL or key=value connection string,
+// redactDSN hides every secret of a URL or key=value connection string (the
+// password in the URL's user part, password= and sslpassword= anywhere),
 // also of one that does not parse.
 func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "redacted")
-		}
-		return u.String()
-	}
 	dsn = urlPassword.ReplaceAllString(dsn, "${1}redacted@")
-	return kvPassword.ReplaceAllString(dsn, "${1}redacted")
+	return secretParam.ReplaceAllString(dsn, "${1}redacted")
 }
 
-// dsnPasswords returns the passwords written in dsn, to scrub from errors
-// that quote it.
-func dsnPasswords(dsn string) []string {
-	var out []string
-	for _, m := range urlPassword.FindAllStringSubmatch(dsn, -1) {
-		if m[2] != "" {
-			out = append(out, m[2], url.QueryEscape(m[2]))
+// dsnHasPassword reports whether dsn itself carries a password (not
+// sslpassword, and not one from the environment).
+func dsnHasPassword(dsn string) bool {
+	if urlPassword.MatchString(dsn) {
+		return true
+	}
+	for _, m := range secretParam.FindAllStringSubmatch(dsn, -1) {
+		if strings.HasPrefix(strings.ToLower(m[1]), "password") {
+			return true
 		}
 	}
-	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
-		out = append(out, strings.Trim(m[2], "'"))
+	return false
+}
+
+// dsnPasswords returns the secrets written in dsn, as written and decoded,
+// to scrub from errors that quote it; and the password pgconn's parser
+// finds (which also reads PGPASSWORD).
+func dsnPasswords(dsn string) []string {
+	var out []string
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		out = append(out, s)
+		if d, err := url.QueryUnescape(s); err == nil && d != s {
+			out = append(out, d)
+		}
+		if e := url.QueryEscape(s); e != s {
+			out = append(out, e)
+		}
+	}
+	for _, m := range urlPassword.FindAllStringSubmatch(dsn, -1) {
+		add(m[2])
+	}
+	for _, m := range secretParam.FindAllStringSubmatch(dsn, -1) {
+		add(strings.Trim(m[2], "'"))
+	}
+	if c, err := pgconn.ParseConfig(dsn); err == nil {
+		add(c.Password)
 	}
 	return out
 }

@@ -22,7 +22,7 @@ import (
 // walrelay opens reads when its DSN has no password.
 func (c *Config) readSecrets() error {
 	if f := c.Postgres.PasswordFile; f != "" {
-		if len(dsnPasswords(c.Postgres.DSN)) > 0 {
+		if dsnHasPassword(c.Postgres.DSN) {
 			return errors.New("postgres.password_file is set and postgres.dsn has a password too: keep one")
 		}
 		pw, err := readSecret("postgres.password_file", f)
