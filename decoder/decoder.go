@@ -15,6 +15,17 @@ import (
 // Relation message lacks a required column.
 var ErrMissingColumn = errors.New("required column missing")
 
+// ErrUnexpectedRelation is wrapped by the *Error returned for a row of a
+// table that is not the outbox: the publication publishes a table walrelay
+// does not read, which may be a partition of the outbox whose rows would
+// otherwise pass unpublished.
+var ErrUnexpectedRelation = errors.New("the publication publishes a table that is not the outbox")
+
+// ErrUnexpectedPrefix is wrapped by the *Error returned for a logical
+// decoding message under a prefix that is neither read nor listed as
+// ignored: it may be an outbox event emitted under another prefix.
+var ErrUnexpectedPrefix = errors.New("logical decoding message under an unexpected prefix")
+
 // Error is a message the decoder cannot turn into events without risking a
 // lost event; the pipeline must stop.
 type Error struct {
@@ -46,6 +57,12 @@ type Columns struct {
 type Config struct {
 	// Schema and Table name the outbox table. Default public.outbox.
 	Schema, Table string
+	// RelationID is the outbox table's OID, if known. A Relation message is
+	// the outbox's when its id is RelationID or its name is Schema.Table
+	// (the id follows a rename; the name, a table dropped and created
+	// again). A partitioned outbox must be published via its root
+	// (publish_via_partition_root), whose id and name its rows then carry.
+	RelationID uint32
 	// Columns names the required columns.
 	Columns Columns
 	// HeaderColumns are extra columns copied into Kafka headers named after
@@ -55,6 +72,9 @@ type Config struct {
 	// become events. Default "walrelay". Messages with the prefix
 	// MessagePrefix+".heartbeat" are ignored as heartbeats.
 	MessagePrefix string
+	// IgnoredPrefixes are prefixes of other programs' logical decoding
+	// messages, ignored. A message under any other prefix is an error.
+	IgnoredPrefixes []string
 }
 
 // Message is what one pgoutput message decodes to: Begin, Commit, *Event or
@@ -79,8 +99,8 @@ type Commit struct {
 }
 
 // Ignored is a message that yields no event. Kind names it for counting:
-// "relation", "type", "origin", "update", "delete", "truncate", "insert_other_table",
-// "heartbeat", "message_other_prefix".
+// "relation", "type", "origin", "update", "delete", "truncate",
+// "heartbeat", "message_ignored_prefix".
 type Ignored struct{ Kind string }
 
 // Header is one Kafka header taken from a configured extra column.
@@ -123,6 +143,7 @@ type Decoder struct {
 	cfg       Config
 	source    string
 	heartbeat string
+	ignored   map[string]bool // IgnoredPrefixes
 	rels      map[uint32]*relation
 	txn       Begin
 	inTxn     bool
@@ -131,6 +152,7 @@ type Decoder struct {
 }
 
 type relation struct {
+	name    string // schema.table as the Relation message gave it
 	outbox  bool
 	cols    []*pglogrepl.RelationMessageColumn
 	id      int // column indexes of the required columns
@@ -161,6 +183,13 @@ func New(cfg Config) (*Decoder, error) {
 	if cfg.MessagePrefix == "" {
 		cfg.MessagePrefix = "walrelay"
 	}
+	ignored := map[string]bool{}
+	for _, p := range cfg.IgnoredPrefixes {
+		if p == cfg.MessagePrefix {
+			return nil, fmt.Errorf("message prefix %q is both read and ignored", p)
+		}
+		ignored[p] = true
+	}
 	seen := map[string]bool{}
 	for _, h := range cfg.HeaderColumns {
 		if h == "" || seen[h] {
@@ -172,6 +201,7 @@ func New(cfg Config) (*Decoder, error) {
 		cfg:       cfg,
 		source:    cfg.Schema + "." + cfg.Table,
 		heartbeat: cfg.MessagePrefix + ".heartbeat",
+		ignored:   ignored,
 		rels:      map[uint32]*relation{},
 	}, nil
 }
@@ -186,20 +216,10 @@ func (d *Decoder) Reset() {
 // Decode decodes one pgoutput message that arrived in XLogData at walStart.
 // Errors are *Error.
 func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (msg Message, err error) {
-	var typ byte
-	if len(data) > 0 {
-		typ = data[0]
-	}
-	defer func() {
-		// pglogrepl.Parse indexes without bounds checks; this is the one
-		// place that turns its panic into an error.
-		if r := recover(); r != nil {
-			msg, err = nil, &Error{WALStart: walStart, MsgType: typ, Err: fmt.Errorf("malformed message: %v", r)}
-		}
-	}()
 	if len(data) == 0 {
 		return nil, &Error{WALStart: walStart, Err: errors.New("empty message")}
 	}
+	typ := data[0]
 	switch typ {
 	case 'I':
 		// Inserts, the hot path, are read here: pglogrepl copies each value
@@ -221,7 +241,7 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (msg Message, err 
 			return nil, &Error{WALStart: walStart, MsgType: typ, Err: fmt.Errorf("truncate of %d relations in %d bytes", n, len(data))}
 		}
 	}
-	m, err := pglogrepl.Parse(data)
+	m, err := parse(data)
 	if err != nil {
 		return nil, &Error{WALStart: walStart, MsgType: typ, Err: err}
 	}
@@ -230,6 +250,17 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (msg Message, err 
 		return nil, &Error{WALStart: walStart, MsgType: typ, Err: err}
 	}
 	return msg, nil
+}
+
+// parse is pglogrepl.Parse, which indexes without bounds checks: this is the
+// one place that turns its panic into an error.
+func parse(data []byte) (m pglogrepl.Message, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			m, err = nil, fmt.Errorf("malformed message: %v", r)
+		}
+	}()
+	return pglogrepl.Parse(data)
 }
 
 func (d *Decoder) decode(walStart pglogrepl.LSN, m pglogrepl.Message) (Message, error) {
@@ -263,8 +294,11 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, m pglogrepl.Message) (Message, 
 }
 
 func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
-	r := &relation{cols: m.Columns}
-	if m.Namespace != d.cfg.Schema || m.RelationName != d.cfg.Table {
+	r := &relation{name: m.Namespace + "." + m.RelationName, cols: m.Columns}
+	if m.RelationID != d.cfg.RelationID && (m.Namespace != d.cfg.Schema || m.RelationName != d.cfg.Table) {
+		// Not an error yet: publishing via the root, pgoutput describes
+		// the partition too before a row of it, which it then sends as
+		// the root's. A row of this relation is the error (insert).
 		d.rels[m.RelationID] = r
 		return nil
 	}
@@ -367,7 +401,9 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
 		return nil, fmt.Errorf("insert into relation %d before its Relation message", rel)
 	}
 	if !r.outbox {
-		return Ignored{Kind: "insert_other_table"}, nil
+		return nil, fmt.Errorf("%w: a row of %s (oid %d), which is not %s: if it is a partition of the outbox, publish via the root "+
+			"(ALTER PUBLICATION … SET (publish_via_partition_root = true)); otherwise drop it from the publication",
+			ErrUnexpectedRelation, r.name, rel, d.source)
 	}
 	if !d.inTxn {
 		return nil, errors.New("insert outside a transaction")
@@ -489,12 +525,15 @@ type messageBody struct {
 }
 
 func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMessage) (Message, error) {
-	switch m.Prefix {
-	case d.heartbeat:
+	switch {
+	case m.Prefix == d.cfg.MessagePrefix:
+	case m.Prefix == d.heartbeat:
 		return Ignored{Kind: "heartbeat"}, nil
-	case d.cfg.MessagePrefix:
+	case d.ignored[m.Prefix]:
+		return Ignored{Kind: "message_ignored_prefix"}, nil
 	default:
-		return Ignored{Kind: "message_other_prefix"}, nil
+		return nil, fmt.Errorf("%w: %q; walrelay reads %q (outbox.message_prefix): if another program emits it, list it in outbox.ignore_message_prefixes",
+			ErrUnexpectedPrefix, m.Prefix, d.cfg.MessagePrefix)
 	}
 	if m.Transactional && !d.inTxn {
 		return nil, errors.New("transactional message outside a transaction")

@@ -224,21 +224,75 @@ func TestMissingColumnStopsTheStream(t *testing.T) {
 
 func TestOtherChangesAreIgnored(t *testing.T) {
 	t.Parallel()
-	d := newDecoder(t)
+	d, err := New(Config{IgnoredPrefixes: []string{"debezium"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mustDecode(t, d, relationMsg(1, "public", "outbox", outboxCols))
-	mustDecode(t, d, relationMsg(2, "public", "orders", []col{{"id", oidInt8}}))
 	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
 	upd := []byte{'U', 0, 0, 0, 1, 'N', 0, 1, 'n'}
 	del := []byte{'D', 0, 0, 0, 1, 'K', 0, 1, 'n'}
 	trunc := []byte{'T', 0, 0, 0, 1, 0, 0, 0, 0, 1}
 	for data, kind := range map[string]string{
-		string(insertMsg(2, s("1"))): "insert_other_table", string(upd): "update", string(del): "delete", string(trunc): "truncate",
+		string(upd): "update", string(del): "delete", string(trunc): "truncate",
 		string(logicalMsg(false, 0x11, "walrelay.heartbeat", "{}")): "heartbeat",
-		string(logicalMsg(true, 0x11, "other", "{}")):               "message_other_prefix",
+		string(logicalMsg(true, 0x11, "debezium", "{}")):            "message_ignored_prefix",
 	} {
 		if got := mustDecode(t, d, []byte(data)); got != (Ignored{Kind: kind}) {
 			t.Errorf("%q decoded to %#v, want Ignored %s", data[0], got, kind)
 		}
+	}
+}
+
+// TestWhatCouldHideAnEventStops: a table in the publication that is not the
+// outbox (a partition published under its own name, a table added by hand)
+// and a message under a prefix walrelay neither reads nor ignores stop the
+// stream, rather than letting their transactions be confirmed unpublished.
+func TestWhatCouldHideAnEventStops(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		data []byte
+		want error
+	}{
+		"partition under its own name": {insertMsg(7, s(testID), s("order"), s("a"), s("T"), s("{}"), nil, nil, nil, nil), ErrUnexpectedRelation},
+		"another table":                {insertMsg(8, s("1")), ErrUnexpectedRelation},
+		"another prefix":               {logicalMsg(true, 0x11, "walrelay", "{}"), ErrUnexpectedPrefix},
+		"another prefix, not in a txn": {logicalMsg(false, 0x11, "other", "{}"), ErrUnexpectedPrefix},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d, err := New(Config{RelationID: 1, MessagePrefix: "orders"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Described, they are no error: pgoutput describes a partition
+			// too when it sends its rows as the root's.
+			mustDecode(t, d, relationMsg(7, "public", "outbox_2026_12", outboxCols))
+			mustDecode(t, d, relationMsg(8, "public", "orders", []col{{"id", oidInt8}}))
+			mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
+			_, err = d.Decode(0x42, c.data)
+			var de *Error
+			if !errors.As(err, &de) || !errors.Is(err, c.want) || de.WALStart != 0x42 {
+				t.Fatalf("err = %v, want *Error wrapping %v", err, c.want)
+			}
+		})
+	}
+}
+
+// TestOutboxKnownByItsID: with the table's OID configured, a Relation
+// message under another name (the table renamed, or the root of a
+// partitioned outbox seen through a view of another name) is the outbox.
+func TestOutboxKnownByItsID(t *testing.T) {
+	t.Parallel()
+	d, err := New(Config{RelationID: 4242})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustDecode(t, d, relationMsg(4242, "app", "outbox_renamed", outboxCols))
+	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
+	e, ok := mustDecode(t, d, insertMsg(4242, s(testID), s("order"), s("a"), s("T"), s("{}"), nil, nil, nil, nil)).(*Event)
+	if !ok || e.ID != testID {
+		t.Fatalf("insert decoded to %#v", e)
 	}
 }
 

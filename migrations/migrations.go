@@ -1,5 +1,6 @@
 // Package migrations holds walrelay's SQL: the outbox table in Debezium's
-// layout and the walrelay_emit helper function, embedded in the binary and
+// layout (or the configured column names) and the walrelay_emit helper
+// function (emitting under the configured message prefix), embedded in the binary and
 // applied by Apply, which `walrelay migrate` calls. The publication and the
 // slot are created by the replication package, after these.
 //
@@ -26,14 +27,49 @@ var files embed.FS
 // ("walrelay" in ASCII).
 const lockKey = 0x77616c72656c6179
 
+// Layout is the outbox table and message prefix that Apply creates. Empty
+// fields take the defaults: public.outbox, Debezium's column names, prefix
+// "walrelay".
+type Layout struct {
+	Schema, Table                                 string
+	ID, AggregateType, AggregateID, Type, Payload string
+	// HeaderColumns become text columns of a table Apply creates.
+	HeaderColumns []string
+	MessagePrefix string
+}
+
+func (l *Layout) defaults() {
+	for _, f := range []struct {
+		p   *string
+		def string
+	}{{&l.Schema, "public"}, {&l.Table, "outbox"}, {&l.ID, "id"}, {&l.AggregateType, "aggregatetype"}, {&l.AggregateID, "aggregateid"},
+		{&l.Type, "type"}, {&l.Payload, "payload"}, {&l.MessagePrefix, "walrelay"}} {
+		if *f.p == "" {
+			*f.p = f.def
+		}
+	}
+}
+
+// EmitFunctionSQL is the SQL of walrelay_emit's call to
+// pg_logical_emit_message for a prefix: a function whose source lacks it
+// emits under another prefix.
+func EmitFunctionSQL(prefix string) string {
+	return "pg_logical_emit_message(true, " + quoteLiteral(prefix) + ","
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
 // Result says what Apply found and did.
 type Result struct {
 	TableCreated bool // false: the table existed
 }
 
-// Apply creates the outbox table schema.table (if missing) and the helper
-// function in schema, in one transaction.
-func Apply(ctx context.Context, conn *pgx.Conn, schema, table string) (Result, error) {
+// Apply creates the outbox table of the layout (if missing; an existing
+// table is left as it is) and the helper function in its schema, in one
+// transaction.
+func Apply(ctx context.Context, conn *pgx.Conn, l Layout) (Result, error) {
+	l.defaults()
+	schema, table := l.Schema, l.Table
 	var res Result
 	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
@@ -52,7 +88,14 @@ func Apply(ctx context.Context, conn *pgx.Conn, schema, table string) (Result, e
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, table}.Sanitize()).Scan(&exists); err != nil {
 		return res, fmt.Errorf("look up table %s.%s: %w", schema, table, err)
 	}
-	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(), "{{schema}}", pgx.Identifier{schema}.Sanitize())
+	var headers strings.Builder
+	for _, h := range l.HeaderColumns {
+		headers.WriteString(",\n    " + pgx.Identifier{h}.Sanitize() + " text")
+	}
+	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(), "{{schema}}", pgx.Identifier{schema}.Sanitize(),
+		"{{id}}", pgx.Identifier{l.ID}.Sanitize(), "{{aggregatetype}}", pgx.Identifier{l.AggregateType}.Sanitize(),
+		"{{aggregateid}}", pgx.Identifier{l.AggregateID}.Sanitize(), "{{type}}", pgx.Identifier{l.Type}.Sanitize(),
+		"{{payload}}", pgx.Identifier{l.Payload}.Sanitize(), "{{header_columns}}", headers.String(), "{{prefix}}", quoteLiteral(l.MessagePrefix))
 	for _, name := range names {
 		b, err := files.ReadFile(name)
 		if err != nil {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -36,7 +39,9 @@ func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInf
 		return SlotInfo{}, fmt.Errorf("inspect slot %s: %w", slot, err)
 	}
 	if len(res) != 1 || len(res[0].Rows) == 0 {
-		return SlotInfo{}, &FatalError{fmt.Errorf("slot %s: %w (create it with walrelay migrate, or let walrelay run create it)", slot, ErrSlotMissing)}
+		return SlotInfo{}, &FatalError{fmt.Errorf("slot %s: %w: it was dropped while walrelay ran; rows committed after its last confirmed position "+
+			"are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then republish from the outbox table the rows "+
+			"committed since the last event on the topic", slot, ErrSlotMissing, slot)}
 	}
 	row := res[0].Rows[0]
 	if string(row[5]) != "t" {
@@ -53,10 +58,25 @@ func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInf
 	return info, nil
 }
 
+// ErrSlotDropped is wrapped when a slot that walrelay created (and recorded
+// on its publication) is gone: creating it again would start after the gap.
+var ErrSlotDropped = errors.New("the replication slot was dropped")
+
+// slotMarker starts the line of a publication's comment that lists the
+// slots walrelay created for it. The comment is how walrelay knows, with no
+// table of its own, that a missing slot existed before: a dropped slot is a
+// gap in the stream, a slot never created is a first start.
+const slotMarker = "walrelay slots: "
+
 // EnsureSlot creates the logical slot with the pgoutput plugin unless it
-// exists. created is false when it existed (also when another process
+// exists, and records it in the comment of publication pub (if pub is not
+// empty). created is false when it existed (also when another process
 // created it at the same moment). A slot with another plugin is an error.
-func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot string) (created bool, err error) {
+// A slot that pub's comment records and that is gone wraps ErrSlotDropped,
+// unless recreate: the operator's explicit word (walrelay slot create).
+// Recording needs the publication's owner; without it the slot is still
+// created, and SlotRecorded says so.
+func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot, pub string, recreate bool) (created bool, err error) {
 	if !ValidSlotName(slot) {
 		return false, fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", slot)
 	}
@@ -71,9 +91,23 @@ func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot string) (created bool,
 		if plugin != "pgoutput" || db != cur {
 			return false, fmt.Errorf("slot %s exists with plugin %q in database %q; walrelay needs pgoutput in %q", slot, plugin, db, cur)
 		}
+		recordSlot(ctx, conn, pub, slot) // a slot of an earlier version, or created by hand
 		return false, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return false, fmt.Errorf("look up slot %s: %w", slot, err)
+	}
+	if !recreate {
+		recorded, err := SlotRecorded(ctx, conn, pub, slot)
+		if err != nil {
+			return false, err
+		}
+		if recorded {
+			return false, fmt.Errorf("slot %s: %w: walrelay created it (publication %s records it) and it is gone: dropped by hand, "+
+				"invalidated and removed, or lost in a failover or a restore. Rows committed after its last confirmed position are no longer in the WAL stream, "+
+				"and a new slot starts at the current end of the WAL. To go on: walrelay slot create %s (it starts now), "+
+				"then republish from the outbox table the rows committed since the last event on the topic",
+				slot, ErrSlotDropped, pub, slot)
+		}
 	}
 	_, err = conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot)
 	var pgErr *pgconn.PgError
@@ -83,48 +117,237 @@ func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot string) (created bool,
 	if err != nil {
 		return false, fmt.Errorf("create slot %s: %w", slot, err)
 	}
+	recordSlot(ctx, conn, pub, slot)
 	return true, nil
 }
 
-// EnsurePublication creates the publication for table (schema, name) with
-// publish = 'insert' unless it exists. An existing publication must cover
-// the table and publish inserts; otherwise the error says what to change.
-func EnsurePublication(ctx context.Context, conn *pgx.Conn, pub, schema, table string) (created bool, err error) {
-	if !ValidSlotName(pub) {
-		return false, fmt.Errorf("publication name %q: use 1 to 63 lower-case letters, digits and underscores", pub)
-	}
-	var inserts bool
-	err = conn.QueryRow(ctx, "SELECT pubinsert FROM pg_publication WHERE pubname = $1", pub).Scan(&inserts)
+// publicationComment reads pub's comment; exists is false when there is no
+// such publication.
+func publicationComment(ctx context.Context, conn *pgx.Conn, pub string) (comment string, exists bool, err error) {
+	err = conn.QueryRow(ctx, "SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1", pub).Scan(&comment)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if err := CheckTableOwner(ctx, conn, schema, table); err != nil {
-			return false, fmt.Errorf("create publication %s: %w", pub, err)
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the comment of publication %s: %w", pub, err)
+	}
+	return comment, true, nil
+}
+
+// recordedSlots splits a publication comment into the slots its marker line
+// lists and the rest of the comment.
+func recordedSlots(comment string) (slots []string, rest []string) {
+	for _, line := range strings.Split(comment, "\n") {
+		if list, ok := strings.CutPrefix(line, slotMarker); ok {
+			for _, s := range strings.Split(list, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					slots = append(slots, s)
+				}
+			}
+		} else if line != "" {
+			rest = append(rest, line)
 		}
-		sql := "CREATE PUBLICATION " + pgx.Identifier{pub}.Sanitize() + " FOR TABLE " + pgx.Identifier{schema, table}.Sanitize() + " WITH (publish = 'insert')"
+	}
+	return slots, rest
+}
+
+// SlotRecorded reports whether publication pub's comment records slot as
+// created by walrelay.
+func SlotRecorded(ctx context.Context, conn *pgx.Conn, pub, slot string) (bool, error) {
+	if pub == "" {
+		return false, nil
+	}
+	comment, _, err := publicationComment(ctx, conn, pub)
+	if err != nil {
+		return false, err
+	}
+	slots, _ := recordedSlots(comment)
+	return slices.Contains(slots, slot), nil
+}
+
+// recordSlot adds slot to pub's comment. It is best effort: the role may
+// not own the publication (SlotRecorded then tells).
+func recordSlot(ctx context.Context, conn *pgx.Conn, pub, slot string) {
+	comment, exists, err := publicationComment(ctx, conn, pub)
+	if pub == "" || err != nil || !exists {
+		return
+	}
+	slots, rest := recordedSlots(comment)
+	if slices.Contains(slots, slot) {
+		return
+	}
+	slots = append(slots, slot)
+	text := strings.Join(append(rest, slotMarker+strings.Join(slots, ", ")), "\n")
+	_, _ = conn.Exec(ctx, "COMMENT ON PUBLICATION "+pgx.Identifier{pub}.Sanitize()+" IS "+quoteLiteral(text))
+}
+
+var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// ident renders a possibly qualified name for an SQL statement that an
+// error suggests: each part quoted only where it must be.
+func ident(parts ...string) string {
+	for i, p := range parts {
+		if !plainIdent.MatchString(p) {
+			parts[i] = pgx.Identifier{p}.Sanitize()
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings
+// is on from PostgreSQL 9.1).
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// ValidPublicationName reports whether s is usable as a publication name:
+// any identifier of 1 to 63 bytes without a NUL (it is quoted wherever it
+// is used, so case and punctuation are kept).
+func ValidPublicationName(s string) bool {
+	return len(s) >= 1 && len(s) <= 63 && !strings.ContainsRune(s, 0)
+}
+
+// Outbox is what walrelay's publication must publish: the outbox table
+// alone, its inserts, every column walrelay reads.
+type Outbox struct {
+	Publication   string
+	Schema, Table string
+	// Columns are the columns walrelay reads: a column list of the
+	// publication must keep each.
+	Columns []string
+	// AllowRowFilter accepts a row filter on the table: a shard of a
+	// sharded outbox (every row must then match another shard's filter).
+	// A row filter drops the rows it does not match, unpublished.
+	AllowRowFilter bool
+}
+
+// EnsurePublication creates the publication for the outbox table with
+// publish = 'insert' and publish_via_partition_root = true unless it
+// exists. An existing publication must pass CheckPublication.
+func EnsurePublication(ctx context.Context, conn *pgx.Conn, o Outbox) (created bool, err error) {
+	if !ValidPublicationName(o.Publication) {
+		return false, fmt.Errorf("publication name %q: want 1 to 63 bytes", o.Publication)
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", o.Publication).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up publication %s: %w", o.Publication, err)
+	}
+	if !exists {
+		if err := CheckTableOwner(ctx, conn, o.Schema, o.Table); err != nil {
+			return false, fmt.Errorf("create publication %s: %w", o.Publication, err)
+		}
+		// Via the root: a partitioned outbox's rows then come as the
+		// root's, whatever partition they went to, attached later too.
+		sql := "CREATE PUBLICATION " + pgx.Identifier{o.Publication}.Sanitize() + " FOR TABLE " + pgx.Identifier{o.Schema, o.Table}.Sanitize() +
+			" WITH (publish = 'insert', publish_via_partition_root = true)"
 		_, err = conn.Exec(ctx, sql)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
-			return EnsurePublication(ctx, conn, pub, schema, table)
+			return EnsurePublication(ctx, conn, o)
 		}
 		if err != nil {
-			return false, fmt.Errorf("create publication %s for %s.%s: %w", pub, schema, table, err)
+			return false, fmt.Errorf("create publication %s for %s.%s: %w", o.Publication, o.Schema, o.Table, err)
 		}
 		return true, nil
 	}
+	problems, err := CheckPublication(ctx, conn, o)
 	if err != nil {
-		return false, fmt.Errorf("look up publication %s: %w", pub, err)
+		return false, err
 	}
-	if !inserts {
-		return false, fmt.Errorf("publication %s does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", pub, pub)
-	}
-	var covered bool
-	err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)", pub, schema, table).Scan(&covered)
-	if err != nil {
-		return false, fmt.Errorf("read tables of publication %s: %w", pub, err)
-	}
-	if !covered {
-		return false, fmt.Errorf("publication %s does not cover table %s.%s: ALTER PUBLICATION %s ADD TABLE %s", pub, schema, table, pub, pgx.Identifier{schema, table}.Sanitize())
+	if len(problems) > 0 {
+		return false, fmt.Errorf("publication %s: %s", o.Publication, strings.Join(problems, "; "))
 	}
 	return false, nil
+}
+
+// CheckPublication lists what in an existing publication could let a row of
+// the outbox pass unpublished, each with the statement that fixes it: it
+// does not publish inserts, publishes other tables (FOR ALL TABLES, a
+// schema, a table added by hand: their Relation messages would stop the
+// stream), does not cover the outbox, publishes a partitioned outbox under
+// its partitions' names, filters rows (unless AllowRowFilter), or leaves out
+// a column walrelay reads.
+func CheckPublication(ctx context.Context, conn *pgx.Conn, o Outbox) ([]string, error) {
+	p, err := Publication(ctx, conn, o.Publication)
+	if err != nil {
+		return nil, err
+	}
+	name := ident(o.Publication)
+	qualified := ident(o.Schema, o.Table)
+	var problems []string
+	if !slices.Contains(p.Publish, "insert") {
+		ops := strings.Join(append(slices.Clone(p.Publish), "insert"), ", ")
+		problems = append(problems, fmt.Sprintf("it does not publish inserts: ALTER PUBLICATION %s SET (publish = '%s')", name, ops))
+	}
+	if p.AllTables {
+		problems = append(problems, "it publishes every table (FOR ALL TABLES): give walrelay a publication of the outbox alone (walrelay publication create NAME, then postgres.publication)")
+	}
+	var schemas []string
+	rows, err := conn.Query(ctx, "SELECT n.nspname::text FROM pg_publication_namespace pn JOIN pg_namespace n ON n.oid = pn.pnnspid JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $1 ORDER BY 1", o.Publication)
+	if err == nil {
+		schemas, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read schemas of publication %s: %w", o.Publication, err)
+	}
+	if len(schemas) > 0 {
+		problems = append(problems, fmt.Sprintf("it publishes every table of schema %s: give walrelay a publication of the outbox alone (walrelay publication create NAME, then postgres.publication)", strings.Join(schemas, ", ")))
+	}
+	type member struct {
+		rel      string
+		outbox   bool
+		filter   bool
+		colsKept []string // nil: every column
+	}
+	rows, err = conn.Query(ctx, `SELECT r.prrelid::regclass::text, r.prrelid = to_regclass($2), r.prqual IS NOT NULL,
+		CASE WHEN r.prattrs IS NULL THEN NULL ELSE (SELECT array_agg(a.attname::text) FROM pg_attribute a WHERE a.attrelid = r.prrelid AND a.attnum = ANY (r.prattrs)) END
+		FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid WHERE p.pubname = $1 ORDER BY 1`, o.Publication, pgx.Identifier{o.Schema, o.Table}.Sanitize())
+	if err != nil {
+		return nil, fmt.Errorf("read tables of publication %s: %w", o.Publication, err)
+	}
+	var members []member
+	var m member
+	if _, err := pgx.ForEachRow(rows, []any{&m.rel, &m.outbox, &m.filter, &m.colsKept}, func() error {
+		members = append(members, m)
+		m.colsKept = nil
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read tables of publication %s: %w", o.Publication, err)
+	}
+	covered := false
+	for _, m := range members {
+		if !m.outbox {
+			problems = append(problems, fmt.Sprintf("it publishes %s, which is not the outbox: ALTER PUBLICATION %s DROP TABLE %s", m.rel, name, m.rel))
+			continue
+		}
+		covered = true
+		if m.filter && !o.AllowRowFilter {
+			problems = append(problems, fmt.Sprintf("it filters the rows of %s (a row filter): the rows it leaves out are never published. "+
+				"For a shard of a sharded outbox set postgres.allow_row_filter=true; otherwise ALTER PUBLICATION %s SET TABLE %s", qualified, name, qualified))
+		}
+		if m.colsKept != nil {
+			var missing []string
+			for _, c := range o.Columns {
+				if !slices.Contains(m.colsKept, c) {
+					missing = append(missing, c)
+				}
+			}
+			if len(missing) > 0 {
+				problems = append(problems, fmt.Sprintf("its column list leaves out %s, which walrelay reads: ALTER PUBLICATION %s SET TABLE %s", strings.Join(missing, ", "), name, qualified))
+			}
+		}
+	}
+	if !covered && !p.AllTables && len(schemas) == 0 {
+		problems = append(problems, fmt.Sprintf("it does not publish the outbox %s.%s: ALTER PUBLICATION %s ADD TABLE %s", o.Schema, o.Table, name, qualified))
+	}
+	var partitioned bool
+	if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)", pgx.Identifier{o.Schema, o.Table}.Sanitize()).Scan(&partitioned); err != nil {
+		return nil, fmt.Errorf("read the kind of %s: %w", qualified, err)
+	}
+	if partitioned && !p.ViaRoot {
+		problems = append(problems, fmt.Sprintf("the outbox is partitioned and the publication sends its rows under each partition's name: ALTER PUBLICATION %s SET (publish_via_partition_root = true)", name))
+	}
+	return problems, nil
 }
 
 // SlotStatus is one logical slot as an operator sees it: pg_replication_slots
@@ -237,6 +460,7 @@ func deref(p *int) int {
 type PublicationInfo struct {
 	Name      string   `json:"name"`
 	AllTables bool     `json:"all_tables"`
+	ViaRoot   bool     `json:"publish_via_partition_root"`
 	Publish   []string `json:"publish"` // insert, update, delete, truncate
 	Tables    []string `json:"tables"`  // schema.table
 }
@@ -248,8 +472,8 @@ var ErrPublicationMissing = errors.New("publication does not exist")
 func Publication(ctx context.Context, conn *pgx.Conn, name string) (PublicationInfo, error) {
 	p := PublicationInfo{Name: name, Tables: []string{}}
 	var ins, upd, del, trunc bool
-	err := conn.QueryRow(ctx, "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", name).
-		Scan(&p.AllTables, &ins, &upd, &del, &trunc)
+	err := conn.QueryRow(ctx, "SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", name).
+		Scan(&p.AllTables, &p.ViaRoot, &ins, &upd, &del, &trunc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, fmt.Errorf("publication %s: %w", name, ErrPublicationMissing)
 	}

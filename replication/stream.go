@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -138,8 +139,8 @@ func New(cfg Config) (*Stream, error) {
 	if !ValidSlotName(cfg.Slot) {
 		return nil, fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", cfg.Slot)
 	}
-	if !ValidSlotName(cfg.Publication) {
-		return nil, fmt.Errorf("publication name %q: use 1 to 63 lower-case letters, digits and underscores", cfg.Publication)
+	if !ValidPublicationName(cfg.Publication) {
+		return nil, fmt.Errorf("publication name %q: want 1 to 63 bytes", cfg.Publication)
 	}
 	if cfg.StatusInterval == 0 {
 		cfg.StatusInterval = time.Second
@@ -318,7 +319,9 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
 			"proto_version '1'",
-			"publication_names '" + s.cfg.Publication + "'",
+			// pgoutput splits the list as identifiers: quoted, a name
+			// keeps its case and punctuation.
+			"publication_names " + quoteLiteral(pgx.Identifier{s.cfg.Publication}.Sanitize()),
 			"messages 'true'",
 		},
 	})

@@ -231,7 +231,8 @@ func TestRefusedBatchIsTransient(t *testing.T) {
 func TestNothingOvertakesAFailedRecord(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
-	s := newSink(t, kc, Config{Linger: time.Millisecond, Opts: []kgo.Opt{kgo.WithHooks(slowFailure{})}})
+	hold := &slowFailure{failing: make(chan struct{})}
+	s := newSink(t, kc, Config{Linger: time.Millisecond, Opts: []kgo.Opt{kgo.WithHooks(hold)}})
 	if err := publish(t, s, event("warm")); err != nil {
 		t.Fatal(err)
 	}
@@ -240,10 +241,13 @@ func TestNothingOvertakesAFailedRecord(t *testing.T) {
 	})
 	failed := make(chan error, 1)
 	s.Publish(t.Context(), event("first"), func(_ Delivery, err error) { failed <- err })
+	// The later records are published in the window: the client has failed
+	// first, and its callback is held. (Published earlier, they could share
+	// first's batch, and fail with it, if the flusher took them together.)
+	<-hold.failing
 	var written atomic.Int32
 	var answered sync.WaitGroup
 	for i := range 20 {
-		time.Sleep(10 * time.Millisecond)
 		answered.Add(1)
 		s.Publish(t.Context(), event(fmt.Sprint("later-", i)), func(_ Delivery, err error) {
 			defer answered.Done()
@@ -289,11 +293,15 @@ func TestNothingOvertakesAFailedRecord(t *testing.T) {
 
 // slowFailure holds the client's callback goroutine for 300 ms before a
 // failed record's callback runs, as a goroutine busy with many callbacks
-// would.
-type slowFailure struct{}
+// would; failing is closed when that hold begins.
+type slowFailure struct {
+	once    sync.Once
+	failing chan struct{}
+}
 
-func (slowFailure) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
+func (h *slowFailure) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
 	if err != nil {
+		h.once.Do(func() { close(h.failing) })
 		time.Sleep(300 * time.Millisecond)
 	}
 }
@@ -323,16 +331,23 @@ func TestCloseAnswersEveryRecord(t *testing.T) {
 			})
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.queued() < 10 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "10 records queued behind the round in flight", func() bool { return s.queued() >= 10 })
 	s.Close()
-	for answered.Load() < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "every record answered after Close", func() bool { return answered.Load() == n })
 	if a, f := answered.Load(), failed.Load(); a != n || f != n {
 		t.Fatalf("%d of %d records answered, %d failed, after Close; want all answered and failed", a, n, f)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -76,11 +76,11 @@ func freshServer(ctx context.Context) (*pgtest.Server, *pgx.Conn, func(), error)
 		conn.Close(context.Background())
 		pg.Close()
 	}
-	if _, err := migrations.Apply(ctx, conn, "public", "outbox"); err != nil {
+	if _, err := migrations.Apply(ctx, conn, migrations.Layout{}); err != nil {
 		closeAll()
 		return nil, nil, nil, err
 	}
-	if _, err := replication.EnsurePublication(ctx, conn, "walrelay_outbox", "public", "outbox"); err != nil {
+	if _, err := replication.EnsurePublication(ctx, conn, replication.Outbox{Publication: "walrelay_outbox", Schema: "public", Table: "outbox"}); err != nil {
 		closeAll()
 		return nil, nil, nil, err
 	}
@@ -362,7 +362,7 @@ func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, p
 				"WALRELAY_KAFKA_TOPIC="+prefix+"outbox.event.{aggregatetype}", "WALRELAY_KAFKA_DLQ_TOPIC="+prefix+"walrelay.dlq",
 				"WALRELAY_POSTGRES_SLOT="+sl, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
 			if shards > 1 {
-				c.cmd.Env = append(c.cmd.Env, "WALRELAY_POSTGRES_PUBLICATION="+shardPublication(shards, k))
+				c.cmd.Env = append(c.cmd.Env, "WALRELAY_POSTGRES_PUBLICATION="+shardPublication(shards, k), "WALRELAY_POSTGRES_ALLOW_ROW_FILTER=true")
 			}
 			c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 			if err := c.cmd.Start(); err != nil {

@@ -89,7 +89,7 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("baseline: %w", err)
 	}
-	if _, err := replication.EnsureSlot(ctx, conn, "walrelay"); err != nil {
+	if _, err := replication.EnsureSlot(ctx, conn, "walrelay", "", false); err != nil {
 		return "", nil, err
 	}
 	cmd := exec.Command(o.bin, "run")

@@ -153,7 +153,9 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if !replication.ValidSlotName(name) {
 			return fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", name)
 		}
-		created, err := replication.EnsureSlot(ctx, conn, name)
+		// The operator's explicit word: also a slot that walrelay created
+		// and that is gone (which run and migrate refuse to recreate).
+		created, err := replication.EnsureSlot(ctx, conn, name, a.cfg.Postgres.Publication, true)
 		if err != nil {
 			return err
 		}
@@ -267,7 +269,7 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		return nil
 	case "create":
 		schema, table, _ := a.cfg.table()
-		created, err := replication.EnsurePublication(ctx, conn, name, schema, table)
+		created, err := replication.EnsurePublication(ctx, conn, a.cfg.outbox(name))
 		if err != nil {
 			return err
 		}

@@ -160,16 +160,27 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 		add("publication", "fail", "publication %s does not exist: run walrelay migrate or walrelay publication create", cfg.Postgres.Publication)
 	case pubErr != nil:
 		add("publication", "fail", "%v", pubErr)
-	case !contains(pub.Publish, "insert"):
-		add("publication", "fail", "publication %s does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", pub.Name, pub.Name)
-	case !pub.AllTables && !contains(pub.Tables, qualified):
-		add("publication", "fail", "publication %s does not cover %s: ALTER PUBLICATION %s ADD TABLE %s", pub.Name, qualified, pub.Name, pgx.Identifier{schema, table}.Sanitize())
 	default:
-		add("publication", "ok", "%s covers %s and publishes %s", pub.Name, qualified, strings.Join(pub.Publish, ", "))
+		problems, err := replication.CheckPublication(cctx, conn, cfg.outbox(cfg.Postgres.Publication))
+		switch {
+		case err != nil:
+			add("publication", "fail", "%v", err)
+		case len(problems) > 0:
+			for _, p := range problems {
+				add("publication", "fail", "%s: %s", pub.Name, p)
+			}
+		default:
+			add("publication", "ok", "%s publishes %s alone (%s)", pub.Name, qualified, strings.Join(pub.Publish, ", "))
+		}
+	}
+	if err := checkEmitFunction(cctx, conn, schema, cfg.Outbox.MessagePrefix); err != nil {
+		add("walrelay_emit", "fail", "%v", err)
 	}
 
 	if st, err := replication.Slots(cctx, conn, cfg.Postgres.Slot); err != nil {
-		if cfg.Postgres.CreateSlot {
+		if recorded, _ := replication.SlotRecorded(cctx, conn, cfg.Postgres.Publication, cfg.Postgres.Slot); recorded {
+			add("slot", "fail", "slot %s was created by walrelay and is gone: rows committed since its last position are no longer in the WAL stream; walrelay slot create %s, then republish those rows from the outbox table", cfg.Postgres.Slot, cfg.Postgres.Slot)
+		} else if cfg.Postgres.CreateSlot {
 			add("slot", "warn", "slot %s does not exist; walrelay run will create it (events committed before that are not captured: run walrelay migrate before the application writes)", cfg.Postgres.Slot)
 		} else {
 			add("slot", "fail", "slot %s does not exist and postgres.create_slot is false: run walrelay migrate", cfg.Postgres.Slot)

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/replication"
 )
 
 // Config is walrelay's whole configuration. Each field has one key; the key
@@ -24,6 +27,7 @@ type Config struct {
 		Publication    string
 		Table          string
 		CreateSlot     bool
+		AllowRowFilter bool
 		StatusInterval time.Duration
 		PasswordFile   string
 	}
@@ -35,6 +39,7 @@ type Config struct {
 		PayloadColumn       string
 		HeaderColumns       []string
 		MessagePrefix       string
+		IgnorePrefixes      []string
 	}
 	Kafka struct {
 		Brokers            []string
@@ -155,7 +160,9 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Postgres.Table, "public.outbox")
 	add("postgres.table", "outbox table, schema.table", f, s)
 	f, s = boolean(&c.Postgres.CreateSlot, true)
-	add("postgres.create_slot", "create the publication and the slot at start if they are missing", f, s)
+	add("postgres.create_slot", "create the publication and the slot at start if they are missing (a slot walrelay created that is gone is never created again: walrelay slot create)", f, s)
+	f, s = boolean(&c.Postgres.AllowRowFilter, false)
+	add("postgres.allow_row_filter", "accept a row filter on the outbox in the publication: for a shard of a sharded outbox, whose other rows other shards publish", f, s)
 	f, s = duration(&c.Postgres.StatusInterval, time.Second)
 	add("postgres.status_interval", "longest time between standby status updates", f, s)
 	f, s = str(&c.Postgres.PasswordFile, "")
@@ -175,6 +182,8 @@ func (c *Config) keys() []*key {
 	add("outbox.header_columns", "extra columns copied into Kafka headers of the same name, comma-separated", f, s)
 	f, s = str(&c.Outbox.MessagePrefix, "walrelay")
 	add("outbox.message_prefix", "prefix of logical decoding messages published as events", f, s)
+	f, s = list(&c.Outbox.IgnorePrefixes, nil)
+	add("outbox.ignore_message_prefixes", "prefixes of other programs' logical decoding messages, ignored; a message under any other prefix stops walrelay", f, s)
 
 	f, s = list(&c.Kafka.Brokers, nil)
 	add("kafka.brokers", "seed brokers, host:port, comma-separated (required)", f, s)
@@ -428,6 +437,30 @@ func (c *Config) requiredColumns() []requiredColumn {
 		{"outbox.aggregate_id_column", "aggregateid", o.AggregateIDColumn}, {"outbox.type_column", "type", o.TypeColumn},
 		{"outbox.payload_column", "payload", o.PayloadColumn},
 	}
+}
+
+// readColumns lists every column walrelay reads: the required ones and the
+// header columns.
+func (c *Config) readColumns() []string {
+	var cols []string
+	for _, r := range c.requiredColumns() {
+		cols = append(cols, r.col)
+	}
+	return append(cols, c.Outbox.HeaderColumns...)
+}
+
+// outbox is what the publication pub must publish.
+func (c *Config) outbox(pub string) replication.Outbox {
+	schema, table, _ := c.table()
+	return replication.Outbox{Publication: pub, Schema: schema, Table: table, Columns: c.readColumns(), AllowRowFilter: c.Postgres.AllowRowFilter}
+}
+
+// layout is the outbox table and prefix that migrate creates.
+func (c *Config) layout() migrations.Layout {
+	schema, table, _ := c.table()
+	o := c.Outbox
+	return migrations.Layout{Schema: schema, Table: table, ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn,
+		Type: o.TypeColumn, Payload: o.PayloadColumn, HeaderColumns: o.HeaderColumns, MessagePrefix: o.MessagePrefix}
 }
 
 // table splits postgres.table into schema and name; a bare name is in public.

@@ -46,17 +46,22 @@ func migrate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%-40s %s\n", what, state)
 	}
-	res, err := migrations.Apply(cctx, conn, schema, table)
+	res, err := migrations.Apply(cctx, conn, cfg.layout())
 	if err != nil {
 		return err
 	}
 	say("table "+schema+"."+table, res.TableCreated)
-	created, err := replication.EnsurePublication(cctx, conn, cfg.Postgres.Publication, schema, table)
+	// A table that existed is left as it is: it must have the configured
+	// layout.
+	if err := checkTable(cctx, conn, cfg, schema, table); err != nil {
+		return err
+	}
+	created, err := replication.EnsurePublication(cctx, conn, cfg.outbox(cfg.Postgres.Publication))
 	if err != nil {
 		return err
 	}
 	say("publication "+cfg.Postgres.Publication, created)
-	created, err = replication.EnsureSlot(cctx, conn, cfg.Postgres.Slot)
+	created, err = replication.EnsureSlot(cctx, conn, cfg.Postgres.Slot, cfg.Postgres.Publication, false)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/faultinject"
+	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -52,21 +53,23 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 // relay runs the pipeline until ctx is cancelled (nil) or a fatal error.
 func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	schema, table, _ := cfg.table()
-	if err := preflight(ctx, cfg, log, schema, table); err != nil {
+	oid, err := preflight(ctx, cfg, log, schema, table)
+	if err != nil {
 		return err
 	}
 	m := newMetrics()
 	dec, err := decoder.New(decoder.Config{
-		Schema: schema, Table: table,
+		Schema: schema, Table: table, RelationID: oid,
 		Columns: decoder.Columns{
 			ID: cfg.Outbox.IDColumn, AggregateType: cfg.Outbox.AggregateTypeColumn, AggregateID: cfg.Outbox.AggregateIDColumn,
 			Type: cfg.Outbox.TypeColumn, Payload: cfg.Outbox.PayloadColumn,
 		},
-		HeaderColumns: cfg.Outbox.HeaderColumns,
-		MessagePrefix: cfg.Outbox.MessagePrefix,
+		HeaderColumns:   cfg.Outbox.HeaderColumns,
+		MessagePrefix:   cfg.Outbox.MessagePrefix,
+		IgnoredPrefixes: cfg.Outbox.IgnorePrefixes,
 	})
 	if err != nil {
-		return fmt.Errorf("outbox.header_columns: %w", err)
+		return fmt.Errorf("outbox: %w", err)
 	}
 	scfg, err := sinkConfig(cfg, log, kgo.WithHooks(kafkaHook{m}))
 	if err != nil {
@@ -147,58 +150,96 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 }
 
 // preflight checks the database before streaming, so that a mistake in the
-// configuration is one clear line at start rather than a retry loop.
-func preflight(ctx context.Context, cfg *Config, log *slog.Logger, schema, table string) error {
+// configuration is one clear line at start rather than a retry loop, and
+// returns the outbox table's oid.
+func preflight(ctx context.Context, cfg *Config, log *slog.Logger, schema, table string) (uint32, error) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	pgcfg, err := pgx.ParseConfig(cfg.Postgres.DSN)
 	if err != nil {
-		return fmt.Errorf("postgres.dsn: %w", err)
+		return 0, fmt.Errorf("postgres.dsn: %w", err)
 	}
 	conn, err := pgx.ConnectConfig(cctx, pgcfg)
 	if err != nil {
-		return fmt.Errorf("postgres.dsn: connect: %w", err)
+		return 0, fmt.Errorf("postgres.dsn: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
 	var walLevel string
 	if err := conn.QueryRow(cctx, "SHOW wal_level").Scan(&walLevel); err != nil {
-		return fmt.Errorf("read wal_level: %w", err)
+		return 0, fmt.Errorf("read wal_level: %w", err)
 	}
 	if walLevel != "logical" {
-		return fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it", walLevel)
+		return 0, fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it", walLevel)
 	}
 	if err := checkTable(cctx, conn, cfg, schema, table); err != nil {
-		return err
+		return 0, err
 	}
+	if err := checkEmitFunction(cctx, conn, schema, cfg.Outbox.MessagePrefix); err != nil {
+		return 0, err
+	}
+	var oid uint32
+	if err := conn.QueryRow(cctx, "SELECT to_regclass($1)::oid", pgx.Identifier{schema, table}.Sanitize()).Scan(&oid); err != nil {
+		return 0, fmt.Errorf("read the oid of %s.%s: %w", schema, table, err)
+	}
+	o := cfg.outbox(cfg.Postgres.Publication)
 	if cfg.Postgres.CreateSlot {
 		// The publication first: a slot only sees a publication created
 		// before the changes it decodes.
-		created, err := replication.EnsurePublication(cctx, conn, cfg.Postgres.Publication, schema, table)
+		created, err := replication.EnsurePublication(cctx, conn, o)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if created {
 			log.Info("created publication", "publication", cfg.Postgres.Publication, "table", schema+"."+table)
 		}
-		created, err = replication.EnsureSlot(cctx, conn, cfg.Postgres.Slot)
+		created, err = replication.EnsureSlot(cctx, conn, cfg.Postgres.Slot, cfg.Postgres.Publication, false)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if created {
 			log.Info("created replication slot", "slot", cfg.Postgres.Slot)
 		}
-		return nil
+		if ok, err := replication.SlotRecorded(cctx, conn, cfg.Postgres.Publication, cfg.Postgres.Slot); err == nil && !ok {
+			log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
+				"slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication)
+		}
+		return oid, nil
 	}
-	var pubOK, slotOK bool
-	if err := conn.QueryRow(cctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1), EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $2)",
-		cfg.Postgres.Publication, cfg.Postgres.Slot).Scan(&pubOK, &slotOK); err != nil {
-		return fmt.Errorf("look up publication and slot: %w", err)
+	problems, err := replication.CheckPublication(cctx, conn, o)
+	if errors.Is(err, replication.ErrPublicationMissing) {
+		return 0, fmt.Errorf("publication %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Postgres.Publication)
 	}
-	if !pubOK {
-		return fmt.Errorf("publication %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Postgres.Publication)
+	if err != nil {
+		return 0, err
+	}
+	if len(problems) > 0 {
+		return 0, fmt.Errorf("publication %s: %s", cfg.Postgres.Publication, strings.Join(problems, "; "))
+	}
+	var slotOK bool
+	if err := conn.QueryRow(cctx, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", cfg.Postgres.Slot).Scan(&slotOK); err != nil {
+		return 0, fmt.Errorf("look up slot %s: %w", cfg.Postgres.Slot, err)
 	}
 	if !slotOK {
-		return fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Postgres.Slot)
+		return 0, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Postgres.Slot)
+	}
+	return oid, nil
+}
+
+// checkEmitFunction refuses a walrelay_emit function in schema that emits
+// under another prefix than the configured one: its events would not be
+// read.
+func checkEmitFunction(ctx context.Context, conn *pgx.Conn, schema, prefix string) error {
+	var src string
+	err := conn.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'walrelay_emit' AND pronamespace = to_regnamespace($1)", pgx.Identifier{schema}.Sanitize()).Scan(&src)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read function %s.walrelay_emit: %w", schema, err)
+	}
+	if !strings.Contains(src, migrations.EmitFunctionSQL(prefix)) {
+		return fmt.Errorf("function %s.walrelay_emit emits under another prefix than outbox.message_prefix %q, so its events would not be published: "+
+			"run walrelay migrate with this configuration to replace it", schema, prefix)
 	}
 	return nil
 }

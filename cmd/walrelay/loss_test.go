@@ -1,0 +1,302 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
+)
+
+// The tests of this file each show a configuration in which walrelay once
+// confirmed WAL past events it never published: they must be published, or
+// walrelay must stop and say why.
+
+// bareSetup gives a test a PostgreSQL without the outbox, the test's broker
+// and a collector of its outbox and dead-letter topics.
+func bareSetup(t *testing.T) (*pgtest.Server, *broker, *kafkatest.Collector, *pgx.Conn) {
+	t.Helper()
+	kc := newBroker(t)
+	pg := pgtest.Start(t)
+	q := regexp.QuoteMeta(kc.prefix)
+	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*|`+q+`walrelay\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	return pg, kc, col, connect(t, pg.DSN)
+}
+
+func execSQL(t *testing.T, conn *pgx.Conn, sqls ...string) {
+	t.Helper()
+	for _, sql := range sqls {
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
+// insertMonthly writes n outbox rows dated in month (2026-MM) and returns
+// their ids.
+func insertMonthly(t *testing.T, conn *pgx.Conn, table string, month, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	batch := &pgx.Batch{}
+	for i := range ids {
+		ids[i] = newUUID()
+		batch.Queue("INSERT INTO "+table+" (id, aggregatetype, aggregateid, type, payload, created_at) VALUES ($1, 'order', $2, 'Created', '{}', $3)",
+			ids[i], fmt.Sprintf("o-%d", i%7), fmt.Sprintf("2026-%02d-15T12:00:00Z", month))
+	}
+	if err := pgx.BeginFunc(t.Context(), conn, func(tx pgx.Tx) error { return tx.SendBatch(t.Context(), batch).Close() }); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// TestPartitionedOutbox: an outbox partitioned by month, as teams keep it
+// small. Its rows are published whichever partition they go to, also a
+// partition attached while walrelay runs; rows written to a partition after
+// it was detached are no longer outbox rows and are not. (Before walrelay
+// published via the partition root, none of the 200 first rows arrived and
+// their transactions were confirmed.)
+func TestPartitionedOutbox(t *testing.T) {
+	t.Parallel()
+	pg, kc, col, conn := bareSetup(t)
+	execSQL(t, conn,
+		`CREATE TABLE outbox (id uuid, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL,
+			payload jsonb, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)`,
+		`CREATE TABLE outbox_2026_01 PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')`,
+		`CREATE TABLE outbox_2026_02 PARTITION OF outbox FOR VALUES FROM ('2026-02-01') TO ('2026-03-01')`,
+		`CREATE TABLE outbox_2026_03 PARTITION OF outbox FOR VALUES FROM ('2026-03-01') TO ('2026-04-01')`)
+	p := streaming(t, baseEnv(pg, kc))
+	var want []string
+	for month := 1; month <= 3; month++ {
+		want = append(want, insertMonthly(t, conn, "outbox", month, 67)...)
+	}
+	execSQL(t, conn, `CREATE TABLE outbox_2026_04 (LIKE outbox INCLUDING ALL)`,
+		`ALTER TABLE outbox ATTACH PARTITION outbox_2026_04 FOR VALUES FROM ('2026-04-01') TO ('2026-05-01')`)
+	want = append(want, insertMonthly(t, conn, "outbox", 4, 50)...)
+	execSQL(t, conn, `ALTER TABLE outbox DETACH PARTITION outbox_2026_01`)
+	want = append(want, insertMonthly(t, conn, "outbox", 2, 20)...)
+	notOutbox := insertMonthly(t, conn, "outbox_2026_01", 1, 5) // a table of its own now
+	want = append(want, insertMonthly(t, conn, "outbox", 3, 1)...)
+
+	c := waitAll(t, col, want, time.Minute)
+	if c.records != len(want) || c.unexpected != 0 {
+		t.Fatalf("want each of %d rows once: %s", len(want), c)
+	}
+	for _, r := range col.Records() {
+		for _, id := range notOutbox {
+			if string(kafkatest.Header(r, "id")) == id {
+				t.Fatalf("a row of the detached partition was published: %s", id)
+			}
+		}
+	}
+	t.Logf("partitioned outbox: %s", c)
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	// A publication made by hand without publish_via_partition_root would
+	// send the rows under the partitions' names: refused at start.
+	execSQL(t, conn, `CREATE PUBLICATION byhand FOR TABLE outbox WITH (publish = 'insert')`)
+	code, out := runCmd(t, baseEnv(pg, kc).with("WALRELAY_POSTGRES_PUBLICATION", "byhand", "WALRELAY_POSTGRES_SLOT", "byhand"), "run")
+	if code != 1 || !strings.Contains(lastLine(out), `ALTER PUBLICATION byhand SET (publish_via_partition_root = true)`) {
+		t.Fatalf("exit %d, want the partition-root refusal:\n%s", code, tail(out, 2000))
+	}
+}
+
+// TestPublicationOfMoreThanTheOutbox: a publication that publishes other
+// tables, filters rows or leaves out a column walrelay reads is refused at
+// start with the statement that fixes it, by run and by check; a table
+// added to the publication while walrelay runs stops it (its rows could be
+// a partition's) without confirming the transaction. (Before, each started
+// and the other table's rows were ignored.)
+func TestPublicationOfMoreThanTheOutbox(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	execSQL(t, conn, `CREATE TABLE orders (id int PRIMARY KEY)`, `CREATE TABLE notes (id int PRIMARY KEY)`)
+	for name, c := range map[string]struct{ sql, want string }{
+		"all tables":  {`CREATE PUBLICATION p_all FOR ALL TABLES`, "FOR ALL TABLES"},
+		"schema":      {`CREATE PUBLICATION p_schema FOR TABLES IN SCHEMA public`, "every table of schema public"},
+		"other table": {`CREATE PUBLICATION p_other FOR TABLE outbox, orders`, "ALTER PUBLICATION p_other DROP TABLE orders"},
+		"row filter":  {`CREATE PUBLICATION p_filter FOR TABLE outbox WHERE (aggregatetype <> 'secret')`, "postgres.allow_row_filter=true"},
+		"column list": {`CREATE PUBLICATION p_cols FOR TABLE outbox (id, aggregatetype, aggregateid, type)`, "leaves out payload"},
+		"no inserts":  {`CREATE PUBLICATION p_upd FOR TABLE outbox WITH (publish = 'update, delete')`, "SET (publish = 'update, delete, insert')"},
+	} {
+		pub := strings.Fields(c.sql)[2]
+		execSQL(t, conn, c.sql)
+		e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_PUBLICATION", pub, "WALRELAY_POSTGRES_SLOT", pub)
+		if code, out := runCmd(t, e, "run"); code != 1 || !strings.Contains(lastLine(out), c.want) {
+			t.Errorf("%s: run exit %d, want a refusal naming %q:\n%s", name, code, c.want, tail(out, 1500))
+		}
+		if code, out := runCmd(t, e, "check"); code != 1 || !strings.Contains(out, c.want) {
+			t.Errorf("%s: check exit %d, want a failure naming %q:\n%s", name, code, c.want, tail(out, 1500))
+		}
+	}
+	// A shard's row filter is accepted when the operator says so.
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_PUBLICATION", "p_filter", "WALRELAY_POSTGRES_SLOT", "p_filter", "WALRELAY_POSTGRES_ALLOW_ROW_FILTER", "true")
+	p := streaming(t, e)
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+
+	// A table added to walrelay's publication while it runs.
+	p = streaming(t, baseEnv(pg, kc))
+	w := newWriter(5, 3)
+	if err := w.write(t.Context(), conn, 20, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+	p = streaming(t, baseEnv(pg, kc))
+	execSQL(t, conn, `ALTER PUBLICATION walrelay_outbox ADD TABLE notes`, `INSERT INTO notes VALUES (1)`)
+	if code := p.exit(time.Minute); code != 1 || !strings.Contains(lastLine(p.out.String()), "public.notes") {
+		t.Fatalf("exit %d, want a stop naming public.notes:\n%s", code, tail(p.out.String(), 2000))
+	}
+	var pending bool
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) > 0 FROM pg_logical_slot_peek_binary_changes('walrelay', NULL, NULL, 'proto_version', '1', 'publication_names', 'walrelay_outbox')").Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if !pending {
+		t.Fatal("the slot was confirmed past the transaction that stopped walrelay")
+	}
+}
+
+// TestDroppedSlotIsNotRecreated: a slot that walrelay created and that is
+// gone stops walrelay with the recovery steps instead of being created again
+// at the end of the WAL (which would skip every row written meanwhile); the
+// operator's walrelay slot create is the explicit way on. The first start on
+// a new database, with the DSN and the brokers alone, still creates the
+// publication and the slot. (Before, the restart recreated the slot and the
+// 50 rows written while it was gone never arrived.)
+func TestDroppedSlotIsNotRecreated(t *testing.T) {
+	t.Parallel()
+	pg, kc, col, conn := bareSetup(t)
+	execSQL(t, conn, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+		type varchar(255) NOT NULL, payload jsonb)`)
+	e := baseEnv(pg, kc)
+	p := streaming(t, e)
+	if !strings.Contains(p.out.String(), "created replication slot") {
+		t.Fatalf("the first start did not create the slot:\n%s", p.out.String())
+	}
+	w := newWriter(5, 4)
+	if err := w.write(t.Context(), conn, 100, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if code, out := runCmd(t, e, "slot", "drop", "walrelay"); code != 0 {
+		t.Fatalf("slot drop: exit %d\n%s", code, out)
+	}
+	gap := newWriter(5, 5)
+	if err := gap.write(t.Context(), conn, 50, 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"run"}, {"migrate"}} {
+		code, out := runCmd(t, e, args...)
+		if code != 1 || !strings.Contains(lastLine(out), "replication slot was dropped") || !strings.Contains(lastLine(out), "walrelay slot create walrelay") {
+			t.Fatalf("%s: exit %d, want the dropped-slot refusal:\n%s", args[0], code, tail(out, 2000))
+		}
+	}
+	if code, out := runCmd(t, e, "check"); code != 1 || !strings.Contains(out, "was created by walrelay and is gone") {
+		t.Fatalf("check: exit %d, want the dropped slot named:\n%s", code, out)
+	}
+	if code, out := runCmd(t, e, "slot", "create"); code != 0 || !strings.Contains(out, "slot walrelay created") {
+		t.Fatalf("slot create: exit %d\n%s", code, out)
+	}
+	p = streaming(t, e)
+	after := newWriter(5, 6)
+	if err := after.write(t.Context(), conn, 10, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, after.written(), time.Minute)
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+}
+
+// TestMessagePrefixFollowsTheConfiguration: walrelay_emit emits under the
+// configured outbox.message_prefix; a function left emitting under another
+// prefix is refused at start, and a message under a prefix walrelay neither
+// reads nor ignores stops it at that message, unconfirmed. (Before, migrate
+// always wrote the prefix walrelay, and with another prefix configured its
+// events were ignored and confirmed.)
+func TestMessagePrefixFollowsTheConfiguration(t *testing.T) {
+	t.Parallel()
+	pg, kc, col, conn := bareSetup(t)
+	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGE_PREFIX", "orders", "WALRELAY_OUTBOX_IGNORE_MESSAGE_PREFIXES", "audit")
+
+	// The database migrated with the default prefix: refused.
+	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	code, out := runCmd(t, e, "run")
+	if code != 1 || !strings.Contains(lastLine(out), "walrelay_emit emits under another prefix") {
+		t.Fatalf("exit %d, want the prefix mismatch refused:\n%s", code, tail(out, 2000))
+	}
+	if code, out := runCmd(t, e, "migrate"); code != 0 {
+		t.Fatalf("migrate with the prefix: exit %d\n%s", code, out)
+	}
+	p := streaming(t, e)
+	id := newUUID()
+	execSQL(t, conn, "SELECT pg_logical_emit_message(true, 'audit', 'not an event')",
+		fmt.Sprintf(`SELECT walrelay_emit('%s', 'invoice', 'inv-1', 'Issued', '{}')`, id))
+	waitAll(t, col, []string{id}, time.Minute)
+
+	execSQL(t, conn, `SELECT pg_logical_emit_message(true, 'walrelay', '{"id": "x", "aggregatetype": "invoice", "aggregateid": "inv-2"}')`)
+	if code := p.exit(time.Minute); code != 1 || !strings.Contains(lastLine(p.out.String()), `unexpected prefix: "walrelay"`) {
+		t.Fatalf("exit %d, want a stop at the message under prefix walrelay:\n%s", code, tail(p.out.String(), 2000))
+	}
+	var pending bool
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) > 0 FROM pg_logical_slot_peek_binary_changes('walrelay', NULL, NULL,
+		'proto_version', '1', 'publication_names', 'walrelay_outbox', 'messages', 'true')`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if !pending {
+		t.Fatal("the slot was confirmed past the message that stopped walrelay")
+	}
+}
+
+// TestSecretsNeverPrinted: a DSN that carries its password and sslpassword
+// as parameters; no command prints either, in its output or its errors.
+// (Before, both were printed verbatim in the start-up line and by check.)
+func TestSecretsNeverPrinted(t *testing.T) {
+	t.Parallel()
+	pg, kc, _, _ := bareSetup(t)
+	const pw, sslpw = "Pw0rdInQuery", "SslKeyPhrase"
+	dsn := pg.DSN + "&password=" + pw + "&sslpassword=" + sslpw
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", dsn, "WALRELAY_ADMIN_LISTEN", freeAddr(t))
+	noSecret := func(what, out string) {
+		t.Helper()
+		if strings.Contains(out, pw) || strings.Contains(out, sslpw) {
+			t.Errorf("%s printed a secret:\n%s", what, out)
+		}
+	}
+	for _, args := range [][]string{
+		{"migrate"}, {"check"}, {"slot", "list"}, {"slot", "status"}, {"lsn", "show"}, {"publication", "show"},
+		{"lsn", "advance", "walrelay", "--to", "0/1"}, {"slot", "drop", "nosuch"}, {"run", "--postgres.table", "a.b.c"},
+		{"check", "--postgres.dsn", strings.Replace(dsn, "127.0.0.1", "127.0.0.1:1:2", 1)},
+	} {
+		_, out := runCmd(t, e, args...)
+		noSecret(strings.Join(args, " "), out)
+	}
+	p := streaming(t, e)
+	noSecret("status", func() string { _, out := runCmd(t, e, "status"); return out }())
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+	noSecret("run", p.out.String())
+	if !strings.Contains(p.out.String(), "password=redacted") {
+		t.Errorf("the start-up line does not show the DSN redacted:\n%s", p.out.String())
+	}
+}
