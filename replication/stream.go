@@ -86,6 +86,13 @@ type Config struct {
 	Boundary func() bool
 	// DrainTimeout bounds that wait and the Flush. Default 30s.
 	DrainTimeout time.Duration
+	// ReceiveTimeout ends a session from which nothing, not even a
+	// keepalive, arrived for this long, as PostgreSQL's own
+	// wal_receiver_timeout does: a server cut off without a FIN or RST
+	// would otherwise leave the stream "streaming" until TCP gives up,
+	// minutes later. Halfway through it, the status update asks the server
+	// for a reply. Default 30s; at least 4 times StatusInterval.
+	ReceiveTimeout time.Duration
 	// Err, if set, is polled by the receive loop at least every tenth of
 	// StatusInterval; a non-nil error ends the session as a Handler's would.
 	Err func() error
@@ -163,6 +170,12 @@ func New(cfg Config) (*Stream, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 30 * time.Second
 	}
+	if cfg.ReceiveTimeout == 0 {
+		cfg.ReceiveTimeout = max(30*time.Second, 4*cfg.StatusInterval)
+	}
+	if cfg.ReceiveTimeout < 4*cfg.StatusInterval {
+		return nil, fmt.Errorf("receive timeout %s is under 4 times the status interval %s: the server answers a reply request with the next message, so allow it a few status intervals", cfg.ReceiveTimeout, cfg.StatusInterval)
+	}
 	if cfg.Handle == nil || cfg.Confirmed == nil {
 		return nil, errors.New("replication config: Handle and Confirmed are required")
 	}
@@ -225,12 +238,14 @@ func (s *Stream) Run(ctx context.Context) error {
 	for {
 		began := time.Now()
 		started, err := s.stream(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
 		var fatal *FatalError
 		if errors.As(err, &fatal) {
+			// Also during the drain after ctx was cancelled: a stop that
+			// did not finish cleanly must not report success.
 			return err
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 		// A session that streamed a while resets the backoff; one that
 		// failed at once (a restart that keeps failing) does not.
@@ -385,12 +400,21 @@ type session struct {
 	mu       sync.Mutex
 	sent     pglogrepl.LSN // highest flush LSN sent; starts at the slot's
 	lastSent time.Time
+	lastRecv time.Time // since when the session waits for a message; zero: one just arrived
+	pinged   bool      // a status update since lastRecv asked for a reply
 }
 
 // sendStatus sends a standby status update when one is due: forced, after
 // StatusInterval, or after a tenth of it when the confirmed LSN moved (so a
 // crash during a fast catch-up replays less). mu must be held.
 func (ss *session) sendStatus(now time.Time, force bool) error {
+	return ss.sendStatusReply(now, force, false)
+}
+
+// sendStatusReply is sendStatus, asking the server for an answer at once if
+// reply (which forces the update).
+func (ss *session) sendStatusReply(now time.Time, force, reply bool) error {
+	force = force || reply
 	since := now.Sub(ss.lastSent)
 	if !force && since < ss.s.cfg.StatusInterval/10 {
 		return nil // not due whatever the position: skip reading it
@@ -400,7 +424,7 @@ func (ss *session) sendStatus(now time.Time, force bool) error {
 		return nil
 	}
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), ss.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos,
+		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos, ReplyRequested: reply,
 	})
 	if err != nil {
 		return fmt.Errorf("send standby status update at %s: %w", pos, err)
@@ -448,6 +472,7 @@ func (ss *session) run(ctx context.Context) error {
 	}
 	var drainUntil time.Time // set once ctx is cancelled
 	var readDeadline time.Time
+	ss.lastRecv = time.Now()
 	wake := cfg.StatusInterval / 10
 	defer ss.conn.Conn().SetReadDeadline(time.Time{}) //nolint:errcheck // best effort for the shutdown's own deadline
 	for {
@@ -459,6 +484,17 @@ func (ss *session) run(ctx context.Context) error {
 		now := time.Now() // one clock read per message
 		if err := ss.sendStatus(now, false); err != nil {
 			return err
+		}
+		if ss.lastRecv.IsZero() {
+			ss.lastRecv = now
+		}
+		if silent := now.Sub(ss.lastRecv); silent > cfg.ReceiveTimeout {
+			return fmt.Errorf("receive from slot %s: nothing arrived for %s, not even a keepalive (postgres.receive_timeout): the server or the network is gone", cfg.Slot, silent.Round(time.Millisecond))
+		} else if silent > cfg.ReceiveTimeout/2 && !ss.pinged {
+			if err := ss.sendStatusReply(now, true, true); err != nil {
+				return err
+			}
+			ss.pinged = true
 		}
 		if cfg.Err != nil {
 			if err := handlerError(cfg.Err()); err != nil {
@@ -500,6 +536,9 @@ func (ss *session) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)
 		}
+		// The silence starts at the next loop top, after the Handler: time
+		// it spends waiting for Kafka is not the server's.
+		ss.lastRecv, ss.pinged = time.Time{}, false
 		if err := ss.message(ctx, raw); err != nil {
 			return err
 		}

@@ -41,6 +41,7 @@ type queued struct {
 	ctx     context.Context
 	r       *kgo.Record
 	done    func(*kgo.Record, error)
+	alone   bool // sent in a request of its own
 	barrier chan struct{}
 }
 
@@ -78,8 +79,9 @@ func (q *queue) wake() {
 
 // push queues a record, waiting within ctx for room. It fails the record if
 // the wait ends or the sink is closed. A record larger than the whole queue
-// is taken when the queue is empty.
-func (q *queue) push(ctx context.Context, r *kgo.Record, done func(*kgo.Record, error)) {
+// is taken when the queue is empty. A record alone goes in a produce request
+// of its own.
+func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, done func(*kgo.Record, error)) {
 	size := recordSize(r)
 	for {
 		q.mu.Lock()
@@ -92,7 +94,7 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, done func(*kgo.Record, 
 			if n == 0 {
 				q.firstAt = time.Now()
 			}
-			q.items = append(q.items, queued{ctx: ctx, r: r, done: done})
+			q.items = append(q.items, queued{ctx: ctx, r: r, done: done, alone: alone})
 			q.bytes += size
 			full := len(q.items) >= q.maxRecs || q.bytes >= q.flushAt
 			q.mu.Unlock()
@@ -110,6 +112,13 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, done func(*kgo.Record, 
 			return
 		}
 	}
+}
+
+// brokenNow returns the error that breaks the sink, if any.
+func (q *queue) brokenNow() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.broken
 }
 
 // breakOn marks the sink broken by err unless it already is.
@@ -195,6 +204,21 @@ func (s *Sink) flush(ctx context.Context) {
 				close(it.barrier)
 			case broken != nil:
 				it.done(it.r, broken)
+			case it.alone:
+				// What the round produced so far goes first, then this
+				// record in a request of its own; a failure of either
+				// breaks the rest of the round.
+				if produced {
+					_ = s.cl.Flush(ctx)
+					produced = false
+					if broken = s.q.brokenNow(); broken != nil {
+						it.done(it.r, broken)
+						continue
+					}
+				}
+				s.cl.Produce(it.ctx, it.r, it.done)
+				_ = s.cl.Flush(ctx)
+				broken = s.q.brokenNow()
 			default:
 				s.cl.Produce(it.ctx, it.r, it.done)
 				produced = true

@@ -72,6 +72,7 @@ type Sink struct {
 	parts     []string     // the template split at its placeholders: text, placeholder, text, …
 	topics    sync.Map     // topic name -> topicInfo, learnt at its first event
 	refused   sync.Map     // topic name -> the batch cap (int32) at which the broker refused a batch
+	suspects  sync.Map     // WAL position of an event failed by a refusal of its whole batch -> struct{}: send it alone
 	brokerMax atomic.Int32 // the broker's message.max.bytes; 0 until Ping read it
 
 	mu   sync.Mutex // guards the header cache
@@ -439,9 +440,15 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 	// Partition -1 until the client assigns one: a record failed before that
 	// was never buffered.
 	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
-	s.q.push(ctx, r, func(r *kgo.Record, err error) {
+	// An event whose batch the broker refused goes in a request of its own,
+	// so that the broker's answer is about it alone.
+	_, alone := s.suspects.Load(e.WALStart)
+	s.q.push(ctx, r, alone, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
+			if alone {
+				s.suspects.Delete(e.WALStart)
+			}
 			done(Delivery{Topic: topic, Partition: r.Partition}, nil)
 		case s.refusedBatch(r, err):
 			s.q.breakOn(err)
@@ -451,7 +458,16 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 				s.log.Warn("the broker refused a batch as too large: the topic's max.message.bytes must be below the cap walrelay read; reading it again", "topic", topic, "err", err)
 			}
 			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: the broker refused its batch: %w", e.ID, topic, err))
+		case refusesBatch(err) && !alone:
+			// The broker refused the batch for one record of it, or the
+			// client failed the partition's records behind it: which one is
+			// unknown. Transient: once the stream restarts, this event goes
+			// alone, and only a record refused alone is dead-lettered.
+			s.q.breakOn(err)
+			s.suspects.Store(e.WALStart, struct{}{})
+			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: the broker refused its batch (sent again alone): %w", e.ID, topic, err))
 		case perEvent(err):
+			s.suspects.Delete(e.WALStart)
 			// The promise must not block on the client: dead-letter from a
 			// goroutine of its own. This is the rare path.
 			go s.deadLetter(ctx, e, reason(err), topic, err, done)
@@ -460,6 +476,14 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
 		}
 	})
+}
+
+// refusesBatch reports whether err is a broker's refusal that fails a whole
+// batch, and the client's other records of the partition with it, for what
+// may be one record of it: an invalid record (a compacted topic's null key,
+// a broker-side validation), a corrupt batch, an invalid topic.
+func refusesBatch(err error) bool {
+	return errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.InvalidTopicException)
 }
 
 // Fatal reports whether a publish error is one that retrying cannot fix:
@@ -560,7 +584,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic stri
 	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
 	var produce func(try int)
 	produce = func(try int) {
-		s.q.push(ctx, r, func(r *kgo.Record, err error) {
+		s.q.push(ctx, r, false, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, nil)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/pierrec/lz4/v4"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -356,4 +357,96 @@ func (s *Sink) queued() int {
 	s.q.mu.Lock()
 	defer s.q.mu.Unlock()
 	return len(s.q.items)
+}
+
+// TestRefusedBatchFindsItsRecord: the broker refuses a whole batch for one
+// record in it (INVALID_RECORD, CORRUPT_MESSAGE, INVALID_TOPIC_EXCEPTION),
+// and the client fails every record of the partition with that error. None
+// of them is dead-lettered for it: they fail as transient, and once sent
+// again, each alone, only the record the broker refuses alone is
+// dead-lettered; the others reach their topic in order.
+func TestRefusedBatchFindsItsRecord(t *testing.T) {
+	t.Parallel()
+	for _, code := range []*kerr.Error{kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTopicException} {
+		t.Run(code.Message, func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.Start(t)
+			s := newSink(t, kc, Config{Compression: "none", Linger: 50 * time.Millisecond})
+			if err := publish(t, s, event("warm")); err != nil {
+				t.Fatal(err)
+			}
+			kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				kc.KeepControl()
+				pr := req.(*kmsg.ProduceRequest)
+				for _, tp := range pr.Topics {
+					for _, p := range tp.Partitions {
+						// (The dead-letter record, with its error header,
+						// passes: the topic may be named by id alone.)
+						if bytes.Contains(p.Records, []byte("POISON")) && !bytes.Contains(p.Records, []byte(HeaderError)) {
+							return kafkatest.RefuseProduce(pr, code.Code), nil, true
+						}
+					}
+				}
+				return nil, nil, false
+			})
+			events := func() []*decoder.Event {
+				var es []*decoder.Event
+				for i, id := range []string{"a", "bad", "c"} {
+					e := event(id)
+					e.WALStart = pglogrepl.LSN(0x100 + i)
+					if id == "bad" {
+						e.Payload = []byte(`"POISON"`)
+					}
+					es = append(es, e)
+				}
+				return es
+			}
+			// One round: the three share a batch, and all fail.
+			errs := make(chan error, 3)
+			for _, e := range events() {
+				s.Publish(t.Context(), e, func(_ Delivery, err error) { errs <- err })
+			}
+			for range 3 {
+				if err := <-errs; !errors.Is(err, code) || !strings.Contains(err.Error(), "sent again alone") {
+					t.Fatalf("err = %v, want the batch's refusal, to be sent again", err)
+				}
+			}
+			if err := s.Abort(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			// Sent again, as the stream would: each alone.
+			dead := map[string]string{}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for _, e := range events() {
+				wg.Add(1)
+				s.Publish(t.Context(), e, func(d Delivery, err error) {
+					defer wg.Done()
+					if err != nil {
+						t.Errorf("%s sent again: %v", e.ID, err)
+					}
+					mu.Lock()
+					dead[e.ID] = d.DeadLetter
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if dead["a"] != "" || dead["c"] != "" || dead["bad"] != "invalid_record" && dead["bad"] != "invalid_topic" {
+				t.Fatalf("dead-letter reasons %v, want only bad's", dead)
+			}
+			col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
+			defer col.Close()
+			recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 3 })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, r := range recs {
+				ids = append(ids, string(kafkatest.Header(r, "id")))
+			}
+			if got := strings.Join(ids, ","); got != "warm,a,c" {
+				t.Fatalf("topic holds %s, want warm,a,c", got)
+			}
+		})
+	}
 }

@@ -29,6 +29,7 @@ type Config struct {
 		CreateSlot     bool
 		AllowRowFilter bool
 		StatusInterval time.Duration
+		ReceiveTimeout time.Duration
 		PasswordFile   string
 	}
 	Outbox struct {
@@ -165,6 +166,8 @@ func (c *Config) keys() []*key {
 	add("postgres.allow_row_filter", "accept a row filter on the outbox in the publication: for a shard of a sharded outbox, whose other rows other shards publish", f, s)
 	f, s = duration(&c.Postgres.StatusInterval, time.Second)
 	add("postgres.status_interval", "longest time between standby status updates", f, s)
+	f, s = duration(&c.Postgres.ReceiveTimeout, 30*time.Second)
+	add("postgres.receive_timeout", "reconnect when nothing, not even a keepalive, arrived from the server for this long (at least 4 status intervals)", f, s)
 	f, s = str(&c.Postgres.PasswordFile, "")
 	add("postgres.password_file", "file holding the PostgreSQL password, used where the DSN has none", f, s)
 

@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/internal/proxy"
 )
 
 // The tests of this file each show a configuration in which walrelay once
@@ -298,5 +301,78 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	noSecret("run", p.out.String())
 	if !strings.Contains(p.out.String(), "password=redacted") {
 		t.Errorf("the start-up line does not show the DSN redacted:\n%s", p.out.String())
+	}
+}
+
+// TestBatchRefusalDeadLettersNothing: kfake refuses one produce request with
+// each of INVALID_RECORD, CORRUPT_MESSAGE and INVALID_TOPIC_EXCEPTION while
+// rows are written; the client fails every record it holds for the
+// partition with the error. Nothing is dead-lettered (no record is invalid
+// alone), every row reaches its topic in order. (Before, every failed record
+// was dead-lettered, acknowledged and confirmed: missing from its topic.)
+func TestBatchRefusalDeadLettersNothing(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	p := streaming(t, baseEnv(pg, kc))
+	fk := kc.fake(t)
+	w := newWriter(30, 22)
+	stop := w.keepWriting(t.Context(), pg.DSN)
+	for _, code := range []int16{kerr.InvalidRecord.Code, kerr.CorruptMessage.Code, kerr.InvalidTopicException.Code} {
+		time.Sleep(700 * time.Millisecond)
+		fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), code), nil, true
+		})
+	}
+	time.Sleep(700 * time.Millisecond)
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	dead := 0
+	for _, r := range col.Records() {
+		if r.Topic == kc.dlq() {
+			dead++
+		}
+	}
+	restarts := strings.Count(p.out.String(), "replication stream failed")
+	t.Logf("3 produce requests refused as a batch while writing: %d restarts, %d dead-lettered, %s", restarts, dead, c)
+	if dead != 0 || c.orderViolations != 0 || restarts < 3 {
+		t.Fatalf("want 3 restarts, nothing dead-lettered and no order violation: %d restarts, %d dead-lettered, %s", restarts, dead, c)
+	}
+}
+
+// TestBlackHoledServer: the replication connection goes silent without a
+// FIN or a reset (a dead host); walrelay notices within
+// postgres.receive_timeout, reconnects once the server is back, and loses
+// nothing. (Before, it kept "streaming" until TCP gave up, minutes later.)
+func TestBlackHoledServer(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	needThrowaway(t, pg, "uses the server's port")
+	conn := connect(t, pg.DSN)
+	px, err := proxy.New(fmt.Sprintf("127.0.0.1:%d", pg.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	p := streaming(t, baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr()),
+		"WALRELAY_POSTGRES_RECEIVE_TIMEOUT", "4s"))
+	w := newWriter(10, 31)
+	if err := w.write(t.Context(), conn, 500, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	px.BlackHole()
+	silenced := time.Now()
+	if err := w.write(t.Context(), conn, 500, 10); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog("nothing arrived for", time.Minute)
+	noticed := time.Since(silenced)
+	px.Up()
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("replication connection black-holed: noticed after %s; %s", noticed.Round(100*time.Millisecond), c)
+	if noticed > 15*time.Second {
+		t.Fatalf("noticed after %s with a receive timeout of 4s", noticed)
 	}
 }

@@ -116,7 +116,7 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		StatusInterval: cfg.Postgres.StatusInterval, Logger: log,
 		Handle: p.handle, Confirmed: p.tr.Confirmed, Keepalive: p.tr.Idle,
 		Started: p.started, Flush: p.flush, Boundary: func() bool { return p.txn == nil }, Err: p.status,
-		DrainTimeout: cfg.ShutdownTimeout,
+		DrainTimeout: cfg.ShutdownTimeout, ReceiveTimeout: cfg.Postgres.ReceiveTimeout,
 	})
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Package proxy injects network faults for walrelay's tests. A Gate wraps a
 // listener and can cut its connections, refuse new ones (Down), hold them
-// without an answer as a network partition does (Partition) or delay every
-// write (Slow), while the server behind it keeps running. A Proxy is a Gate
+// without an answer as a network partition does (Partition), keep them open
+// and silent (BlackHole) or delay every write (Slow), while the server behind it keeps running. A Proxy is a Gate
 // on a loopback port that forwards to a target, for servers whose listener
 // the test does not own (PostgreSQL, a real Kafka broker).
 package proxy
@@ -24,6 +24,7 @@ type Gate struct {
 	hole  bool          // while down: hold new connections instead of closing them
 	held  []net.Conn    // connections held in the hole
 	delay time.Duration // added before every write to an accepted connection
+	quiet chan struct{} // while set: nothing passes either way (BlackHole); closed by Up
 	conns map[*conn]bool
 }
 
@@ -67,13 +68,36 @@ func (g *Gate) Slow(d time.Duration) {
 	g.mu.Unlock()
 }
 
-// Up ends Down, Partition and Slow: held connections are closed and new ones
-// accepted.
+// BlackHole keeps every connection open and lets nothing through it, either
+// way, and holds new ones without an answer, until Up: a peer gone without
+// a FIN or a reset (a dead host, a dropped route), which only a timeout of
+// the client's own notices.
+func (g *Gate) BlackHole() {
+	g.mu.Lock()
+	g.down, g.hole = true, true
+	if g.quiet == nil {
+		g.quiet = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+func (g *Gate) quietCh() chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.quiet
+}
+
+// Up ends Down, Partition, BlackHole and Slow: held connections are closed,
+// silenced ones pass again, and new ones are accepted.
 func (g *Gate) Up() {
 	g.mu.Lock()
 	g.down, g.hole, g.delay = false, false, 0
 	held := g.held
 	g.held = nil
+	if g.quiet != nil {
+		close(g.quiet)
+		g.quiet = nil
+	}
 	g.mu.Unlock()
 	for _, h := range held {
 		h.Close()
@@ -126,10 +150,21 @@ type conn struct {
 }
 
 func (c *conn) Write(p []byte) (int, error) {
+	if q := c.g.quietCh(); q != nil {
+		<-q
+	}
 	if d := c.g.writeDelay(); d > 0 {
 		time.Sleep(d)
 	}
 	return c.Conn.Write(p)
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if q := c.g.quietCh(); q != nil {
+		<-q // what arrived in the black hole is passed on only after it
+	}
+	return n, err
 }
 
 func (c *conn) Close() error {
