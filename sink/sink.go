@@ -74,6 +74,7 @@ type Sink struct {
 	refused   sync.Map     // topic name -> the batch cap (int32) at which the broker refused a batch
 	suspects  sync.Map     // WAL position of an event failed by a refusal of its whole batch -> struct{}: send it alone
 	brokerMax atomic.Int32 // the broker's message.max.bytes; 0 until Ping read it
+	dataLoss  atomic.Uint64
 
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
@@ -164,6 +165,12 @@ func New(cfg Config) (*Sink, error) {
 		// every retry holds the slot's position back.
 		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),
 		kgo.WithLogger(slogAdapter{log}),
+		// The broker answered OUT_OF_ORDER_SEQUENCE_NUMBER or
+		// UNKNOWN_PRODUCER_ID: records it had acknowledged may be gone.
+		// The client goes on with a new producer id; the sink fails what
+		// is queued, so that the stream restarts from its confirmed
+		// position.
+		kgo.ProducerOnDataLossDetected(s.lostData),
 	}
 	if !cfg.DisableAutoCreateTopics {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
@@ -181,6 +188,20 @@ func New(cfg Config) (*Sink, error) {
 	go s.flush(ctx)
 	return s, nil
 }
+
+// ErrDataLoss breaks the sink when the client detects that the broker may
+// have lost records it had acknowledged.
+var ErrDataLoss = errors.New("the broker may have lost acknowledged records (out of order sequence or unknown producer id)")
+
+func (s *Sink) lostData(topic string, partition int32) {
+	s.q.breakOn(fmt.Errorf("%w: topic %s partition %d", ErrDataLoss, topic, partition))
+	s.dataLoss.Add(1)
+	s.log.Error("the producer detected data loss: the broker may have lost records it had acknowledged; restarting from the confirmed position",
+		"topic", topic, "partition", partition)
+}
+
+// DataLosses returns how many times the client detected data loss.
+func (s *Sink) DataLosses() uint64 { return s.dataLoss.Load() }
 
 // compression returns the client option for a codec name.
 func compression(name string) (kgo.Opt, error) {
@@ -498,6 +519,20 @@ func Fatal(err error) bool {
 		}
 	}
 	return false
+}
+
+// Persistent reports whether a publish error is a broker's refusal that
+// Kafka does not call retriable and that the sink does not answer by sending
+// differently (a batch refused as too large, or for one record of it): a
+// refusal that may well come again, every time (POLICY_VIOLATION,
+// UNSUPPORTED_COMPRESSION_TYPE). The caller restarts, and gives up after a
+// few in a row without progress.
+func Persistent(err error) bool {
+	var ke *kerr.Error
+	if !errors.As(err, &ke) || ke.Retriable || errors.Is(err, ErrNotSent) {
+		return false
+	}
+	return !refusesBatch(err) && !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge)
 }
 
 // perEvent reports whether err concerns this record only, so that the

@@ -450,3 +450,33 @@ func TestRefusedBatchFindsItsRecord(t *testing.T) {
 		})
 	}
 }
+
+// TestDataLossRestarts: the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER (it
+// may have lost records it had acknowledged). The client goes on with a new
+// producer id; the sink counts it and fails what comes next unsent, so that
+// the caller restarts from its confirmed position, and sends again after
+// Abort.
+func TestDataLossRestarts(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{})
+	if err := publish(t, s, event("warm")); err != nil {
+		t.Fatal(err)
+	}
+	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.OutOfOrderSequenceNumber.Code), nil, true
+	})
+	if err := publish(t, s, event("retried")); err != nil {
+		t.Fatalf("the record of the refused request: %v (the client retries it under a new producer id)", err)
+	}
+	waitFor(t, "the data loss to be counted", func() bool { return s.DataLosses() == 1 })
+	if err := publish(t, s, event("next")); !errors.Is(err, ErrNotSent) || !strings.Contains(err.Error(), "may have lost") {
+		t.Fatalf("after the data loss: %v, want it failed unsent for a restart", err)
+	}
+	if err := s.Abort(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, s, event("next")); err != nil {
+		t.Fatalf("after Abort: %v", err)
+	}
+}

@@ -376,3 +376,40 @@ func TestBlackHoledServer(t *testing.T) {
 		t.Fatalf("noticed after %s with a receive timeout of 4s", noticed)
 	}
 }
+
+// TestPersistentRefusalStops: a broker that refuses every produce with an
+// error Kafka does not call retriable (POLICY_VIOLATION,
+// UNSUPPORTED_COMPRESSION_TYPE) stops walrelay after a few identical
+// refusals in a row with a line naming the error; the slot does not move
+// past the refused event. (Before, walrelay restarted the stream forever.)
+func TestPersistentRefusalStops(t *testing.T) {
+	t.Parallel()
+	for _, code := range []*kerr.Error{kerr.PolicyViolation, kerr.UnsupportedCompressionType} {
+		t.Run(code.Message, func(t *testing.T) {
+			t.Parallel()
+			pg, kc, _ := setup(t)
+			conn := connect(t, pg.DSN)
+			fk := kc.fake(t)
+			fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				fk.KeepControl()
+				return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), code.Code), nil, true
+			})
+			p := streaming(t, baseEnv(pg, kc))
+			before := slotConfirmed(t, conn, "walrelay")
+			w := newWriter(3, 41)
+			if err := w.write(t.Context(), conn, 5, 5); err != nil {
+				t.Fatal(err)
+			}
+			if c := p.exit(2 * time.Minute); c != 1 || !strings.Contains(lastLine(p.out.String()), code.Message) {
+				t.Fatalf("exit %d, want a stop naming %s:\n%s", c, code.Message, tail(p.out.String(), 2000))
+			}
+			var pending bool
+			if err := conn.QueryRow(t.Context(), "SELECT count(*) > 0 FROM pg_logical_slot_peek_binary_changes('walrelay', NULL, NULL, 'proto_version', '1', 'publication_names', 'walrelay_outbox')").Scan(&pending); err != nil {
+				t.Fatal(err)
+			}
+			if !pending {
+				t.Fatalf("the slot moved from %s past the refused events", before)
+			}
+		})
+	}
+}

@@ -80,6 +80,9 @@ func (m *metrics) register(stream *replication.Stream, p *pipeline) {
 	gauge("walrelay_received_lsn", "Highest WAL position received from the server.", func() float64 { return float64(stream.ReceivedLSN()) })
 	gauge("walrelay_confirmed_lsn", "WAL position confirmed to the slot (every event before it is acknowledged).", func() float64 { return float64(p.tr.Confirmed()) })
 	gauge("walrelay_seconds_behind_source", "Now minus the commit time of the newest acknowledged transaction; 0 when idle.", func() float64 { return m.behind(p) })
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "walrelay_producer_data_loss_total",
+		Help: "Times the producer detected that the broker may have lost records it had acknowledged (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID); each restarts the stream from the confirmed position."},
+		func() float64 { return float64(p.sink.DataLosses()) }))
 	m.reg.MustRegister(&reconnectCollector{
 		desc:  prometheus.NewDesc("walrelay_reconnects_total", "Reconnections, by target: the replication stream started again (postgres), a broker connection failed and is retried (kafka).", []string{"target"}, nil),
 		pg:    stream.Reconnects,

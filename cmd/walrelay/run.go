@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/checkpoint"
@@ -304,6 +305,12 @@ type pipeline struct {
 	mu         sync.Mutex
 	err        error // the first fatal error
 	restartErr error // a transient failure in this session: restart it
+	// Persistent refusals in a row (sink.Persistent) with no event at or
+	// after the last one's position acknowledged in between: after
+	// maxPersistent of the same code, walrelay stops.
+	persistentCode  int16
+	persistentCount int
+	persistentAt    atomic.Uint64 // WAL position of the last one; 0: none pending
 	// troubled is set while err or restartErr is, so that the receive
 	// goroutine checks one atomic per message instead of taking mu.
 	troubled atomic.Bool
@@ -361,15 +368,47 @@ func (p *pipeline) failure() error {
 	return p.err
 }
 
-// restart asks for the stream to start again: an event of s could not be
-// delivered, and the server resends it, and all after it, in order. A
-// failure from an earlier session is already being resent.
-func (p *pipeline) restart(s *session, err error) {
+// maxPersistent is how many identical persistent refusals in a row, with no
+// progress in between, stop walrelay.
+const maxPersistent = 5
+
+// restart asks for the stream to start again: an event of s (at WAL
+// position at) could not be delivered, and the server resends it, and all
+// after it, in order. A failure from an earlier session is already being
+// resent. The same persistent refusal maxPersistent times in a row is fatal.
+func (p *pipeline) restart(s *session, err error, at pglogrepl.LSN) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if s == p.cur && p.restartErr == nil {
-		p.restartErr = err
-		p.troubled.Store(true)
+	if s != p.cur || p.restartErr != nil {
+		return
+	}
+	p.restartErr = err
+	p.troubled.Store(true)
+	var ke *kerr.Error
+	if !sink.Persistent(err) || !errors.As(err, &ke) {
+		return
+	}
+	if p.persistentAt.Load() != 0 && p.persistentCode == ke.Code {
+		p.persistentCount++
+	} else {
+		p.persistentCode, p.persistentCount = ke.Code, 1
+	}
+	p.persistentAt.Store(max(uint64(at), 1))
+	if p.persistentCount >= maxPersistent && p.err == nil {
+		p.err = fmt.Errorf("kafka refused %d times in a row, with nothing published in between, with an error it does not call retriable: %w "+
+			"(fix what the broker refuses: topic configuration, ACLs, quotas, the compression codec)", p.persistentCount, err)
+		p.stop()
+	}
+}
+
+// progressed notes that an event at WAL position at was acknowledged: a
+// persistent refusal at or before it is not repeating.
+func (p *pipeline) progressed(at pglogrepl.LSN) {
+	if pending := p.persistentAt.Load(); pending != 0 && uint64(at) >= pending {
+		p.mu.Lock()
+		p.persistentAt.Store(0)
+		p.persistentCount = 0
+		p.mu.Unlock()
 	}
 }
 
@@ -465,9 +504,10 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 				if !errors.Is(err, sink.ErrNotSent) && !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrAborting) {
 					p.m.publishErrors.WithLabelValues("transient").Inc()
 				}
-				p.restart(sess, err)
+				p.restart(sess, err, m.WALStart)
 				return
 			}
+			p.progressed(m.WALStart)
 			if sess.overtook(d) {
 				p.m.orderBreaks.Inc()
 				p.log.Error("an event was written ahead of an earlier event of its partition that failed and is sent again: consumers may see this aggregate's events out of order",
