@@ -38,7 +38,8 @@ type Config struct {
 	// Compression is none, gzip, snappy, lz4 or zstd. Default lz4.
 	Compression string
 	// Linger is how long the sink, with nothing in flight, waits for more
-	// records before it sends what it has. Default 5ms.
+	// records before it sends what it has. Default 5ms; negative sends at
+	// once.
 	Linger time.Duration
 	// BatchMaxBytes caps one record batch; a record larger than this is
 	// dead-lettered. Default 1000012, Kafka's default max.message.bytes. A

@@ -360,7 +360,7 @@ func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, p
 			}
 			c.cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(addrs, ","),
 				"WALRELAY_KAFKA_TOPIC="+prefix+"outbox.event.{aggregatetype}", "WALRELAY_KAFKA_DLQ_TOPIC="+prefix+"walrelay.dlq",
-				"WALRELAY_POSTGRES_SLOT="+sl, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
+				"WALRELAY_POSTGRES_SLOT="+sl, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_ADMIN_PPROF=true", "WALRELAY_LOG_LEVEL=warn")
 			if shards > 1 {
 				c.cmd.Env = append(c.cmd.Env, "WALRELAY_POSTGRES_PUBLICATION="+shardPublication(shards, k), "WALRELAY_POSTGRES_ALLOW_ROW_FILTER=true")
 			}

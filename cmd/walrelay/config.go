@@ -63,6 +63,7 @@ type Config struct {
 	}
 	Admin struct {
 		Listen string
+		Pprof  bool
 	}
 	Heartbeat struct {
 		Interval time.Duration
@@ -199,13 +200,13 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.Compression, "lz4")
 	add("kafka.compression", "none, gzip, snappy, lz4 or zstd", f, s)
 	f, s = duration(&c.Kafka.Linger, 5*time.Millisecond)
-	add("kafka.linger", "how long a partition waits for more records", f, s)
+	add("kafka.linger", "how long walrelay, with nothing in flight, waits for more records before it sends; 0 sends at once", f, s)
 	f, s = integer(&c.Kafka.BatchMaxBytes, 1000012)
-	add("kafka.batch_max_bytes", "largest record batch; larger records are dead-lettered", f, s)
+	add("kafka.batch_max_bytes", "largest record batch (at least 1024); larger records are dead-lettered", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedRecords, 5000)
-	add("kafka.max_buffered_records", "records produced and not yet acknowledged, at most", f, s)
+	add("kafka.max_buffered_records", "records produced and not yet acknowledged, at most (at least 2: half in flight, half queued)", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedBytes, 16<<20)
-	add("kafka.max_buffered_bytes", "bytes produced and not yet acknowledged, at most", f, s)
+	add("kafka.max_buffered_bytes", "bytes produced and not yet acknowledged, at most (at least kafka.batch_max_bytes)", f, s)
 	f, s = boolean(&c.Kafka.AutoCreateTopics, true)
 	add("kafka.auto_create_topics", "ask the broker to create missing topics", f, s)
 	f, s = boolean(&c.Kafka.TLS.Enabled, false)
@@ -228,17 +229,19 @@ func (c *Config) keys() []*key {
 	add("kafka.sasl.password_file", "file holding the SASL password", f, s)
 
 	f, s = str(&c.Admin.Listen, "127.0.0.1:8087")
-	add("admin.listen", "address of the admin HTTP listener (/healthz, /readyz, /metrics, /status, /debug/pprof); empty turns it off", f, s)
+	add("admin.listen", "address of the admin HTTP listener (/healthz, /readyz, /metrics, /status); empty turns it off", f, s)
+	f, s = boolean(&c.Admin.Pprof, false)
+	add("admin.pprof", "also serve Go's profiles under /debug/pprof on the admin listener", f, s)
 	f, s = duration(&c.Heartbeat.Interval, 0)
 	add("heartbeat.interval", "write a heartbeat message to the WAL this often, so the slot advances when only other databases write; 0 turns it off", f, s)
 	f, s = str(&c.Log.Level, "info")
 	add("log.level", "debug, info, warn or error", f, s)
 	f, s = str(&c.Log.Format, "text")
 	add("log.format", "text or json", f, s)
-	f, s = duration(&c.ShutdownTimeout, 30*time.Second)
-	add("shutdown_timeout", "how long a stop waits for in-flight events", f, s)
-	f, s = integer(&c.MemoryLimit, 48<<20)
-	add("memory_limit", "soft memory limit of the Go runtime in bytes (GOMEMLIMIT wins if set); 0 turns it off", f, s)
+	f, s = duration(&c.ShutdownTimeout, 20*time.Second)
+	add("shutdown_timeout", "how long a stop waits for the open transaction and in-flight events; keep it some seconds under the grace period before SIGKILL (Kubernetes: 30s by default)", f, s)
+	f, s = integer(&c.MemoryLimit, 0)
+	add("memory_limit", "soft memory limit of the Go runtime in bytes; 0: 2 x kafka.max_buffered_bytes + 16 MiB (48 MiB with the default buffers); GOMEMLIMIT wins if set (GOMEMLIMIT=off turns it off)", f, s)
 	return ks
 }
 
@@ -275,6 +278,9 @@ func (cs *configSet) load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 		if err := cs.loadFile(*cs.file); err != nil {
 			return nil, err
 		}
+	}
+	if err := cs.checkEnv(); err != nil {
+		return nil, err
 	}
 	for _, k := range cs.keys {
 		if v, ok := os.LookupEnv(EnvName(k.name)); ok {
@@ -333,6 +339,39 @@ func (cs *configSet) loadFile(path string) error {
 		k.setFrom = "file"
 	}
 	return nil
+}
+
+// checkEnv refuses a WALRELAY_ variable that names no key, as the file
+// refuses an unknown key: a misspelt variable would otherwise leave its
+// setting at the default unnoticed. WALRELAY_TEST_* and WALRELAY_SOAK belong
+// to the test suite.
+func (cs *configSet) checkEnv() error {
+	known := map[string]bool{}
+	for _, k := range cs.keys {
+		known[EnvName(k.name)] = true
+	}
+	var unknown []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "WALRELAY_") && !known[name] && !strings.HasPrefix(name, "WALRELAY_TEST_") && name != "WALRELAY_SOAK" {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	best, bestD := "", 4
+	for n := range known {
+		if d := editDistance(unknown[0], n); d < bestD || d == bestD && n < best {
+			best, bestD = n, d
+		}
+	}
+	hint := ""
+	if best != "" {
+		hint = " (did you mean " + best + "?)"
+	}
+	return fmt.Errorf("environment variable %s names no configuration key%s", unknown[0], hint)
 }
 
 // suggest names a known key that n is probably a misspelling of.
@@ -416,6 +455,15 @@ func (c *Config) validate(needKafka bool) error {
 	if _, _, err := c.table(); err != nil {
 		return err
 	}
+	k := c.Kafka
+	switch {
+	case k.BatchMaxBytes < 1024:
+		return fmt.Errorf("kafka.batch_max_bytes %d: want at least 1024", k.BatchMaxBytes)
+	case k.MaxBufferedRecords < 2:
+		return fmt.Errorf("kafka.max_buffered_records %d: want at least 2 (half in flight, half queued)", k.MaxBufferedRecords)
+	case k.MaxBufferedBytes < k.BatchMaxBytes:
+		return fmt.Errorf("kafka.max_buffered_bytes %d is below kafka.batch_max_bytes %d: a large record could never be buffered", k.MaxBufferedBytes, k.BatchMaxBytes)
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -427,6 +475,15 @@ func (c *Config) validate(needKafka bool) error {
 		return fmt.Errorf("log.format %q: want text or json", c.Log.Format)
 	}
 	return nil
+}
+
+// memoryLimit is the soft memory limit memory_limit gives: as set, or
+// derived from the buffers, which hold most of what walrelay keeps.
+func (c *Config) memoryLimit() int64 {
+	if c.MemoryLimit > 0 {
+		return int64(c.MemoryLimit)
+	}
+	return 2*int64(c.Kafka.MaxBufferedBytes) + 16<<20
 }
 
 // requiredColumn is an outbox column walrelay needs: its key, the role it

@@ -48,17 +48,42 @@ outbox:
 	}
 }
 
+// TestEveryKeyHasItsVariable: the variables the README documents, spelt
+// out, name their keys.
 func TestEveryKeyHasItsVariable(t *testing.T) {
 	t.Parallel()
-	var c Config
-	for _, k := range c.keys() {
-		want := "WALRELAY_" + strings.ToUpper(strings.ReplaceAll(k.name, ".", "_"))
-		if EnvName(k.name) != want {
-			t.Errorf("%s: variable %s", k.name, EnvName(k.name))
+	for key, want := range map[string]string{
+		"postgres.dsn":                   "WALRELAY_POSTGRES_DSN",
+		"kafka.brokers":                  "WALRELAY_KAFKA_BROKERS",
+		"kafka.sasl.password":            "WALRELAY_KAFKA_SASL_PASSWORD",
+		"kafka.tls.ca_file":              "WALRELAY_KAFKA_TLS_CA_FILE",
+		"outbox.ignore_message_prefixes": "WALRELAY_OUTBOX_IGNORE_MESSAGE_PREFIXES",
+		"shutdown_timeout":               "WALRELAY_SHUTDOWN_TIMEOUT",
+	} {
+		if got := EnvName(key); got != want {
+			t.Errorf("%s: variable %s, want %s", key, got, want)
 		}
 	}
-	if EnvName("postgres.dsn") != "WALRELAY_POSTGRES_DSN" || EnvName("kafka.brokers") != "WALRELAY_KAFKA_BROKERS" {
-		t.Fatal("the two documented variables changed")
+	var c Config
+	seen := map[string]string{}
+	for _, k := range c.keys() {
+		if other, ok := seen[EnvName(k.name)]; ok {
+			t.Errorf("%s and %s share the variable %s", k.name, other, EnvName(k.name))
+		}
+		seen[EnvName(k.name)] = k.name
+	}
+}
+
+// TestMisspeltVariableIsRefused: a WALRELAY_ variable that names no key is
+// an error with the likely key, as an unknown key of the file is.
+func TestMisspeltVariableIsRefused(t *testing.T) {
+	t.Setenv("WALRELAY_POSTGRES_DSN", "postgres://u@h/db")
+	t.Setenv("WALRELAY_KAFKA_BROKER", "a:9092")
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	cs := newConfigSet(fs)
+	_, err := cs.load(fs, false)
+	if err == nil || !strings.Contains(err.Error(), "WALRELAY_KAFKA_BROKER names no configuration key (did you mean WALRELAY_KAFKA_BROKERS?)") {
+		t.Fatalf("err = %v, want the misspelt variable named with its suggestion", err)
 	}
 }
 

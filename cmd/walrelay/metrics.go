@@ -207,8 +207,9 @@ type statusDoc struct {
 	Error               string  `json:"error,omitempty"`
 }
 
-// adminMux serves /healthz, /readyz, /metrics, /status and /debug/pprof.
-func adminMux(m *metrics, stream *replication.Stream, p *pipeline, slot string, kafkaOK func() bool) *http.ServeMux {
+// adminMux serves /healthz, /readyz, /metrics, /status and, if withPprof,
+// /debug/pprof.
+func adminMux(m *metrics, stream *replication.Stream, p *pipeline, slot string, kafkaOK func() bool, withPprof bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -239,10 +240,12 @@ func adminMux(m *metrics, stream *replication.Stream, p *pipeline, slot string, 
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(doc)
 	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	}
 	return mux
 }
 

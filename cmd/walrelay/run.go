@@ -42,11 +42,13 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(cfg, stderr)
 	log.Info("starting walrelay", append([]any{"version", version}, cs.effective()...)...)
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && cfg.MemoryLimit > 0 {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		// A soft limit: the collector works harder near it instead of
 		// letting the heap double; what is in flight is bounded by the
-		// producer's buffers, so the live heap stays well below it.
-		debug.SetMemoryLimit(int64(cfg.MemoryLimit))
+		// producer's buffers (half of max_buffered_bytes queued, half in
+		// flight, and the client's copy of the round), so the live heap
+		// stays below it.
+		debug.SetMemoryLimit(cfg.memoryLimit())
 	}
 	return scrubError(relay(ctx, cfg, log), cfg.secrets())
 }
@@ -124,7 +126,7 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	m.register(stream, p)
 	if cfg.Admin.Listen != "" {
-		srv, err := serveAdmin(cfg.Admin.Listen, adminMux(m, stream, p, cfg.Postgres.Slot, m.kafkaReachable), log)
+		srv, err := serveAdmin(cfg.Admin.Listen, adminMux(m, stream, p, cfg.Postgres.Slot, m.kafkaReachable, cfg.Admin.Pprof), log)
 		if err != nil {
 			return err
 		}

@@ -154,9 +154,13 @@ func sinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 		return sink.Config{}, err
 	}
 	k := cfg.Kafka
+	linger := k.Linger
+	if linger == 0 {
+		linger = -1 // the sink's zero is its default; walrelay's 0 is none
+	}
 	return sink.Config{
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
-		Compression: k.Compression, Linger: k.Linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),
+		Compression: k.Compression, Linger: linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),
 		MaxBufferedRecords: k.MaxBufferedRecords, MaxBufferedBytes: k.MaxBufferedBytes,
 		DisableAutoCreateTopics: !k.AutoCreateTopics, Logger: log,
 		Opts: append(sec, extra...),
