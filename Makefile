@@ -8,10 +8,10 @@ bench:
 	go run ./cmd/walrelay-bench -events 200000 -runs 3 -debezium -shards 2 -svg docs/latency.svg
 
 demo:
-	go run ./cmd/walrelay demo --count 10
+	go run -tags demo ./cmd/walrelay demo --count 10
 
 check:
-	gofmt -l . && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	gofmt -l . && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags demo ./cmd/walrelay
 
 # The chaos test for 10 minutes against kfake, then against a real Apache
 # Kafka broker (WALRELAY_SOAK sets the length).

@@ -1,8 +1,9 @@
+//go:build demo
+
 package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,10 @@ import (
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
 )
+
+// The demo links the test harness (kfake, initdb and pg_ctl, the broker
+// launcher) and so is built only with the demo tag: go run -tags demo
+// ./cmd/walrelay demo. The connector's binary leaves it out (demo_off.go).
 
 // cmdDemo shows walrelay end to end on a fresh machine: a throwaway
 // PostgreSQL from the local binaries, an in-process Kafka (kfake), migrate,
@@ -153,13 +158,4 @@ func consume(ctx context.Context, brokers []string, n int, stdout io.Writer) err
 			return nil
 		}
 	}
-}
-
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }

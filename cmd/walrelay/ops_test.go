@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	osexec "os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +215,22 @@ func TestCheck(t *testing.T) {
 		if code == 0 || !strings.Contains(out, tc.want) {
 			t.Errorf("%s: exit %d, want a line with %q:\n%s", tc.name, code, tc.want, out)
 		}
+	}
+}
+
+// TestDemo builds the demo (the demo tag: the connector's binary leaves the
+// test harness out, and says how to get it) and runs it to three events.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	if code, out := runCmd(t, env{}, "demo"); code != 1 || !strings.Contains(out, "-tags demo") {
+		t.Fatalf("demo in the connector's binary: exit %d, want how to build it:\n%s", code, out)
+	}
+	bin := walrelayBin + "-demo"
+	if out, err := osexec.Command("go", "build", "-tags", "demo", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build the demo: %v\n%s", err, out)
+	}
+	p := startBin(t, bin, env{}, "demo", "--count", "3", "--every", "50ms")
+	if code := p.exit(2 * time.Minute); code != 0 || !strings.Contains(p.out.String(), "consumed 3 events") {
+		t.Fatalf("demo: exit %d\n%s", code, p.out.String())
 	}
 }
