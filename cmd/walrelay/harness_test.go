@@ -580,6 +580,45 @@ func slotConfirmed(t *testing.T, conn *pgx.Conn, slot string) string {
 	return lsn
 }
 
+// waitSlotInactive waits until no process streams the slot.
+func waitSlotInactive(t *testing.T, conn *pgx.Conn, slot string) {
+	t.Helper()
+	waitUntil(t, "slot "+slot+" to be inactive", func() bool {
+		var active bool
+		err := conn.QueryRow(t.Context(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
+		return err == nil && !active
+	})
+}
+
+// waitSent waits until the walsender of walrelay's slot has sent the WAL up
+// to the server's current position: walrelay has read (or holds in its
+// socket) everything written so far.
+func waitSent(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	var end string
+	if err := conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the walsender to send up to "+end, func() bool {
+		var sent bool
+		err := conn.QueryRow(t.Context(), `SELECT coalesce(bool_or(r.sent_lsn >= $1::pg_lsn), false) FROM pg_stat_replication r
+			JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = 'walrelay'`, end).Scan(&sent)
+		return err == nil && sent
+	})
+}
+
+// waitUntil polls cond until it holds, failing the test after a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // createTopic creates a topic with Partitions partitions and the given
 // topic configs.
 func createTopic(t *testing.T, addrs []string, name string, configs map[string]string) {

@@ -144,7 +144,7 @@ func TestOperatorCommands(t *testing.T) {
 
 	// Stopped: lsn advance says what it would do, then does it.
 	relay.kill()
-	time.Sleep(500 * time.Millisecond) // the walsender notices the closed connection
+	waitSlotInactive(t, conn, "walrelay") // the walsender notices the closed connection
 	if _, err := conn.Exec(ctx, "CREATE TABLE filler AS SELECT g FROM generate_series(1, 10000) g"); err != nil {
 		t.Fatal(err)
 	}
