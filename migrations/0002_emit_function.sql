@@ -1,6 +1,6 @@
 -- walrelay_emit writes an outbox event into the WAL without a table row: a
 -- transactional logical decoding message with the configured prefix
--- ({{prefix}}, outbox.message_prefix), which walrelay publishes like an
+-- (outbox.message_prefix), which walrelay publishes like an
 -- outbox insert, once the transaction commits. walrelay run refuses to start
 -- when the function emits under another prefix.
 CREATE OR REPLACE FUNCTION {{schema}}.walrelay_emit(

@@ -413,3 +413,57 @@ func TestPersistentRefusalStops(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrateCreatesTheConfiguredLayout: migrate with renamed columns and a
+// header column creates that table, and walrelay streams it; a table that
+// exists without a configured column is refused by migrate, naming it.
+// (Before, migrate created Debezium's column names whatever was
+// configured.)
+func TestMigrateCreatesTheConfiguredLayout(t *testing.T) {
+	t.Parallel()
+	pg, kc, col, conn := bareSetup(t)
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_TABLE", "app.events", "WALRELAY_OUTBOX_ID_COLUMN", "event_id",
+		"WALRELAY_OUTBOX_AGGREGATE_TYPE_COLUMN", "Kind", "WALRELAY_OUTBOX_AGGREGATE_ID_COLUMN", "entity", "WALRELAY_OUTBOX_TYPE_COLUMN", "event_type",
+		"WALRELAY_OUTBOX_PAYLOAD_COLUMN", "body", "WALRELAY_OUTBOX_HEADER_COLUMNS", "tenant")
+	execSQL(t, conn, "CREATE SCHEMA app")
+	if code, out := runCmd(t, e, "migrate"); code != 0 || !strings.Contains(out, "table app.events") {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	p := streaming(t, e)
+	id := newUUID()
+	execSQL(t, conn, fmt.Sprintf(`INSERT INTO app.events (event_id, "Kind", entity, event_type, body, tenant) VALUES ('%s', 'order', 'o-1', 'Created', '{"n": 1}', 't-7')`, id))
+	waitAll(t, col, []string{id}, time.Minute)
+	r := col.Records()[0]
+	if r.Topic != kc.topic("order") || string(r.Key) != "o-1" || string(kafkatest.Header(r, "tenant")) != "t-7" || string(kafkatest.Header(r, "type")) != "Created" {
+		t.Fatalf("record %s key %q headers %v", r.Topic, r.Key, r.Headers)
+	}
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+
+	execSQL(t, conn, "CREATE TABLE app.legacy (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)")
+	code, out := runCmd(t, e.with("WALRELAY_POSTGRES_TABLE", "app.legacy", "WALRELAY_POSTGRES_PUBLICATION", "legacy", "WALRELAY_POSTGRES_SLOT", "legacy"), "migrate")
+	if code != 1 || !strings.Contains(lastLine(out), `has no column "event_id"`) {
+		t.Fatalf("migrate over a table of another layout: exit %d\n%s", code, out)
+	}
+}
+
+// TestPublicationNameKeepsItsCase: a publication named with capitals (any
+// identifier PostgreSQL takes) is created, checked and streamed under its
+// exact name. (Before, the slot-name rule refused it.)
+func TestPublicationNameKeepsItsCase(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_PUBLICATION", "OutboxPub", "WALRELAY_POSTGRES_SLOT", "cased")
+	p := streaming(t, e)
+	w := newWriter(3, 51)
+	if err := w.write(t.Context(), conn, 20, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "OutboxPub publishes public.outbox alone") {
+		t.Fatalf("check: exit %d\n%s", code, out)
+	}
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+}

@@ -131,6 +131,9 @@ func TestOperatorCommands(t *testing.T) {
 	if got := httpGet(t, "http://"+admin+"/readyz"); !strings.Contains(got, `"ready":true`) {
 		t.Fatalf("readyz: %s", got)
 	}
+	if got := httpGet(t, "http://"+admin+"/debug/pprof/"); !strings.Contains(got, "404 page not found") {
+		t.Fatalf("/debug/pprof/ is served without admin.pprof: %.200s", got)
+	}
 
 	code, out = runCmd(t, e, "publication", "show", "--json")
 	var pub replication.PublicationInfo
