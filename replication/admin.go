@@ -347,6 +347,33 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, o Outbox) ([]string, 
 	if partitioned && !p.ViaRoot {
 		problems = append(problems, fmt.Sprintf("the outbox is partitioned and the publication sends its rows under each partition's name: ALTER PUBLICATION %s SET (publish_via_partition_root = true)", name))
 	}
+	unlogged, err := UnloggedPartitions(ctx, conn, o.Schema, o.Table)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, unlogged...)
+	return problems, nil
+}
+
+// UnloggedPartitions lists, each with the statement that fixes it, the
+// partitions of the outbox that are UNLOGGED: their rows are never written
+// to the WAL, so never published. PostgreSQL refuses an unlogged table in a
+// publication, but not an unlogged partition of a published partitioned
+// table (created so, attached, or set so later).
+func UnloggedPartitions(ctx context.Context, conn *pgx.Conn, schema, table string) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT t.relid::regclass::text FROM pg_partition_tree(to_regclass($1)) t
+		JOIN pg_class c ON c.oid = t.relid WHERE c.relpersistence = 'u' ORDER BY 1`, pgx.Identifier{schema, table}.Sanitize())
+	if err != nil {
+		return nil, fmt.Errorf("read the partitions of %s.%s: %w", schema, table, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the partitions of %s.%s: %w", schema, table, err)
+	}
+	var problems []string
+	for _, n := range names {
+		problems = append(problems, fmt.Sprintf("partition %s of the outbox is UNLOGGED: its rows are not written to the WAL, so never published: ALTER TABLE %s SET LOGGED", n, n))
+	}
 	return problems, nil
 }
 

@@ -467,3 +467,29 @@ func TestPublicationNameKeepsItsCase(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	p.exit(time.Minute)
 }
+
+// TestUnloggedPartitionIsRefused: a partition of the outbox that is UNLOGGED
+// never writes its rows to the WAL (PostgreSQL refuses an unlogged table in
+// a publication, but not an unlogged partition of a published one): refused
+// at start, and a stop while walrelay runs when one is attached. (Before,
+// its rows were silently never published.)
+func TestUnloggedPartitionIsRefused(t *testing.T) {
+	t.Parallel()
+	pg, kc, _, conn := bareSetup(t)
+	execSQL(t, conn,
+		`CREATE TABLE outbox (id uuid, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL, payload jsonb,
+			created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)`,
+		`CREATE TABLE outbox_2026_01 PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')`,
+		`CREATE UNLOGGED TABLE outbox_2026_02 PARTITION OF outbox FOR VALUES FROM ('2026-02-01') TO ('2026-03-01')`)
+	code, out := runCmd(t, baseEnv(pg, kc), "run")
+	if code != 1 || !strings.Contains(lastLine(out), "ALTER TABLE outbox_2026_02 SET LOGGED") {
+		t.Fatalf("exit %d, want the unlogged partition refused:\n%s", code, tail(out, 2000))
+	}
+	execSQL(t, conn, `ALTER TABLE outbox_2026_02 SET LOGGED`)
+	p := streaming(t, baseEnv(pg, kc))
+	execSQL(t, conn, `CREATE UNLOGGED TABLE outbox_2026_03 (LIKE outbox)`,
+		`ALTER TABLE outbox ATTACH PARTITION outbox_2026_03 FOR VALUES FROM ('2026-03-01') TO ('2026-04-01')`)
+	if code := p.exit(time.Minute); code != 1 || !strings.Contains(lastLine(p.out.String()), "outbox_2026_03") {
+		t.Fatalf("exit %d, want a stop naming the attached unlogged partition:\n%s", code, tail(p.out.String(), 2000))
+	}
+}

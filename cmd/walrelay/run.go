@@ -135,6 +135,18 @@ func relay(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	bg.Go(func() { m.pollSlot(runCtx, cfg.Postgres.DSN, cfg.Postgres.Slot, 5*time.Second, log) })
+	// An unlogged partition attached while walrelay runs: its rows never
+	// reach the WAL. Checked every 5 s; it stops walrelay, which can do
+	// nothing else for them.
+	bg.Go(func() {
+		periodically(runCtx, cfg.Postgres.DSN, 5*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
+			problems, err := replication.UnloggedPartitions(ctx, conn, schema, table)
+			if err == nil && len(problems) > 0 {
+				p.fail(fmt.Errorf("%s (rows written to it since it was attached or set unlogged are in the table only)", strings.Join(problems, "; ")))
+			}
+			return err
+		}, func(err error) { log.Warn("check the outbox's partitions", "err", err) })
+	})
 	if cfg.Heartbeat.Interval > 0 {
 		bg.Go(func() {
 			heartbeat(runCtx, cfg.Postgres.DSN, cfg.Outbox.MessagePrefix+".heartbeat", cfg.Heartbeat.Interval, log)
