@@ -144,6 +144,11 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 				add("column "+h, "fail", "table %s has no column %q (outbox.header_columns)", qualified, h)
 			}
 		}
+		if generated, err := generatedColumns(cctx, conn, cfg, schema, table); err != nil {
+			add("generated columns", "fail", "%v", err)
+		} else if len(generated) > 0 {
+			add("generated columns", "fail", "%s GENERATED: logical replication does not send generated columns; store the value in a plain column", strings.Join(generated, ", "))
+		}
 		if err := replication.CheckTableOwner(cctx, conn, schema, table); err != nil {
 			status := "warn"
 			if pubErr != nil {

@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/walrelay/walrelay/internal/faultinject"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -344,11 +345,14 @@ func (cs *configSet) loadFile(path string) error {
 // checkEnv refuses a WALRELAY_ variable that names no key, as the file
 // refuses an unknown key: a misspelt variable would otherwise leave its
 // setting at the default unnoticed. WALRELAY_TEST_* and WALRELAY_SOAK belong
-// to the test suite.
+// to the test suite, faultinject.Vars to a build with crash points.
 func (cs *configSet) checkEnv() error {
 	known := map[string]bool{}
 	for _, k := range cs.keys {
 		known[EnvName(k.name)] = true
+	}
+	for _, v := range faultinject.Vars {
+		known[v] = true
 	}
 	var unknown []string
 	for _, kv := range os.Environ() {

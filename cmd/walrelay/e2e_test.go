@@ -899,8 +899,10 @@ func TestUnwritableDeadLetterTopicStops(t *testing.T) {
 	if out := p.out.String(); !strings.Contains(out, "dead-letter event "+bad) || !strings.Contains(out, "TOPIC_AUTHORIZATION_FAILED") {
 		t.Fatalf("the error does not name the event and the refusal:\n%s", tail(out, 2000))
 	}
-	if after := slotConfirmed(t, conn, "app"); after != before {
-		t.Fatalf("the slot moved from %s to %s past an event that reached no topic", before, after)
+	// The slot may have moved over WAL before the row (a keepalive while
+	// nothing was in flight), never past the row's transaction.
+	if !pendingChanges(t, conn, "app", "app_pub") {
+		t.Fatalf("the slot moved from %s to %s, past an event that reached no topic", before, slotConfirmed(t, conn, "app"))
 	}
 }
 

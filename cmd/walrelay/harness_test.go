@@ -580,6 +580,18 @@ func slotConfirmed(t *testing.T, conn *pgx.Conn, slot string) string {
 	return lsn
 }
 
+// pendingChanges reports whether the slot, read through pub, still has a
+// change to send: it was not confirmed past the last transaction.
+func pendingChanges(t *testing.T, conn *pgx.Conn, slot, pub string) bool {
+	t.Helper()
+	var pending bool
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) > 0 FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+		'proto_version', '1', 'publication_names', $2, 'messages', 'true')`, slot, pub).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	return pending
+}
+
 // waitSlotInactive waits until no process streams the slot.
 func waitSlotInactive(t *testing.T, conn *pgx.Conn, slot string) {
 	t.Helper()

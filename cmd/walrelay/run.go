@@ -279,7 +279,27 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg *Config, schema, table 
 			return fmt.Errorf("table %s.%s has no column %q (outbox.header_columns)", schema, table, h)
 		}
 	}
+	generated, err := generatedColumns(ctx, conn, cfg, schema, table)
+	if err != nil {
+		return err
+	}
+	if len(generated) > 0 {
+		return fmt.Errorf("column %s of %s.%s is GENERATED: logical replication does not send generated columns; store the value in a plain column", strings.Join(generated, ", "), schema, table)
+	}
 	return nil
+}
+
+// generatedColumns lists the columns walrelay reads that are GENERATED:
+// pgoutput leaves them out of what it sends (before PostgreSQL 18, and there
+// unless asked), so their rows would stop the stream.
+func generatedColumns(ctx context.Context, conn *pgx.Conn, cfg *Config, schema, table string) ([]string, error) {
+	var generated []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attgenerated <> '' AND attname = ANY ($2)`, pgx.Identifier{schema, table}.Sanitize(), cfg.readColumns()).Scan(&generated)
+	if err != nil {
+		return nil, fmt.Errorf("read the generated columns of %s.%s: %w", schema, table, err)
+	}
+	return generated, nil
 }
 
 // tableColumns returns the columns of schema.table in order and their types

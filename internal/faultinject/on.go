@@ -9,10 +9,13 @@ import (
 	"syscall"
 )
 
+// Vars are the environment variables of this build's crash points.
+var Vars = []string{"WALRELAY_FAULT_KILL_AFTER_ACKS"}
+
 var (
 	acked      atomic.Int64
 	crashAfter = func() int64 {
-		n, _ := strconv.ParseInt(os.Getenv("WALRELAY_FAULT_KILL_AFTER_ACKS"), 10, 64)
+		n, _ := strconv.ParseInt(os.Getenv(Vars[0]), 10, 64)
 		return n
 	}()
 )
