@@ -277,17 +277,7 @@ func TestNothingOvertakesAFailedRecord(t *testing.T) {
 			t.Fatalf("%s after Abort: %v", id, err)
 		}
 	}
-	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
-	defer col.Close()
-	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 3 })
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, r := range recs {
-		ids = append(ids, string(kafkatest.Header(r, "id")))
-	}
-	if got := strings.Join(ids, ","); got != "warm,first,later-0" {
+	if got := topicIDs(t, kc, 3); got != "warm,first,later-0" {
 		t.Fatalf("topic holds %s, want warm,first,later-0", got)
 	}
 }
@@ -338,6 +328,26 @@ func TestCloseAnswersEveryRecord(t *testing.T) {
 	if a, f := answered.Load(), failed.Load(); a != n || f != n {
 		t.Fatalf("%d of %d records answered, %d failed, after Close; want all answered and failed", a, n, f)
 	}
+}
+
+// topicIDs waits for n records on outbox.event.order and returns their ids
+// in order, comma-separated.
+func topicIDs(t *testing.T, kc *kafkatest.Cluster, n int) string {
+	t.Helper()
+	col, err := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= n })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, string(kafkatest.Header(r, "id")))
+	}
+	return strings.Join(ids, ",")
 }
 
 // waitFor polls cond until it holds, failing the test after 30 s.
@@ -434,17 +444,7 @@ func TestRefusedBatchFindsItsRecord(t *testing.T) {
 			if dead["a"] != "" || dead["c"] != "" || dead["bad"] != "invalid_record" && dead["bad"] != "invalid_topic" {
 				t.Fatalf("dead-letter reasons %v, want only bad's", dead)
 			}
-			col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
-			defer col.Close()
-			recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 3 })
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ids []string
-			for _, r := range recs {
-				ids = append(ids, string(kafkatest.Header(r, "id")))
-			}
-			if got := strings.Join(ids, ","); got != "warm,a,c" {
+			if got := topicIDs(t, kc, 3); got != "warm,a,c" {
 				t.Fatalf("topic holds %s, want warm,a,c", got)
 			}
 		})

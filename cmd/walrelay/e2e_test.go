@@ -19,7 +19,6 @@ import (
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
-	"github.com/walrelay/walrelay/internal/proxy"
 )
 
 // TestStreamsEveryEventInOrder writes 10,000 events over 100 aggregates in
@@ -800,14 +799,9 @@ func TestRealBrokerSmoke(t *testing.T) {
 func TestReplicationConnectionCut(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
-	needThrowaway(t, pg, "uses the server's port")
+	px, dsn := pgProxy(t, pg)
 	conn := connect(t, pg.DSN)
-	px, err := proxy.New(fmt.Sprintf("127.0.0.1:%d", pg.Port()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	p := streaming(t, baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr())))
+	p := streaming(t, baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", dsn))
 	w := newWriter(30, 10)
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- w.write(context.Background(), conn, 20000, 20) }()

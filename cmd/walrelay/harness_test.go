@@ -26,6 +26,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/internal/proxy"
 )
 
 // walrelayBin is the binary under test, built once by TestMain.
@@ -578,6 +579,19 @@ func slotConfirmed(t *testing.T, conn *pgx.Conn, slot string) string {
 		t.Fatal(err)
 	}
 	return lsn
+}
+
+// pgProxy puts a TCP proxy in front of the test's server and returns it
+// with a DSN through it.
+func pgProxy(t *testing.T, pg *pgtest.Server) (*proxy.Proxy, string) {
+	t.Helper()
+	needThrowaway(t, pg, "uses the server's port")
+	px, err := proxy.New(fmt.Sprintf("127.0.0.1:%d", pg.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	return px, fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr())
 }
 
 // pendingChanges reports whether the slot, read through pub, still has a

@@ -14,7 +14,6 @@ import (
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
-	"github.com/walrelay/walrelay/internal/proxy"
 )
 
 // The tests of this file each show a configuration in which walrelay once
@@ -339,15 +338,9 @@ func TestBatchRefusalDeadLettersNothing(t *testing.T) {
 func TestBlackHoledServer(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
-	needThrowaway(t, pg, "uses the server's port")
+	px, dsn := pgProxy(t, pg)
 	conn := connect(t, pg.DSN)
-	px, err := proxy.New(fmt.Sprintf("127.0.0.1:%d", pg.Port()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	p := streaming(t, baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr()),
-		"WALRELAY_POSTGRES_RECEIVE_TIMEOUT", "4s"))
+	p := streaming(t, baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", dsn, "WALRELAY_POSTGRES_RECEIVE_TIMEOUT", "4s"))
 	w := newWriter(10, 31)
 	if err := w.write(t.Context(), conn, 500, 10); err != nil {
 		t.Fatal(err)
