@@ -8,17 +8,21 @@
 // streams through without being held in memory.
 //
 // Inserts into the configured outbox table become Events, columns found by
-// their configured names. Logical decoding messages with the prefix
-// "walrelay" (pg_logical_emit_message(true, 'walrelay', '{…}')) become Events
-// too: an outbox without a table. Updates, deletes, truncates, inserts into
-// other tables and other messages are Ignored and named, so they can be
-// counted.
+// their configured names. The outbox is known by its OID (Config.RelationID:
+// it follows a rename, and a partitioned outbox published via its root) or
+// by its name. Logical decoding messages with the configured prefix
+// (pg_logical_emit_message(true, 'walrelay', '{…}')) become Events too: an
+// outbox without a table. Updates, deletes, truncates, heartbeats and
+// messages under a prefix listed as ignored are Ignored and named, so they
+// can be counted.
 //
 // A row that breaks a rule of its own (a required column NULL, a value that
 // does not parse) still yields an Event, with Invalid set: the sink sends it
 // to the dead-letter topic, and the stream goes on. A message that breaks the
 // stream (malformed bytes, an insert for an unknown relation, an outbox table
-// without a required column) is returned as an *Error, and the pipeline stops:
+// without a required column, a row of a table that is not the outbox, which
+// may be a partition published under its own name, a message under a prefix
+// neither read nor ignored) is returned as an *Error, and the pipeline stops:
 // skipping it could lose events.
 //
 // pglogrepl.Parse panics on some malformed input; Decode recovers at exactly

@@ -23,6 +23,15 @@
 //   - A keepalive is passed to Keepalive only after every XLogData received
 //     before it went through the Handler, so its WAL end is safe to confirm
 //     when nothing is in flight.
+//   - A session from which nothing arrives for ReceiveTimeout (time in the
+//     Handler not counted) ends and is started again: a server cut off
+//     without a FIN must not look like an idle one.
+//   - A slot is created only by EnsureSlot, never by the stream; EnsureSlot
+//     records each slot it creates in the publication's comment and does
+//     not create a recorded slot again unless told to (a gone slot is a gap
+//     in the stream: a new one starts at the end of the WAL).
+//   - The publication must publish the outbox alone (CheckPublication),
+//     via the partition root.
 //
 // The session pins DateStyle=ISO, TimeZone=UTC, extra_float_digits=3,
 // bytea_output=hex and IntervalStyle=postgres, so text values parse the same

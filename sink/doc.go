@@ -11,7 +11,15 @@
 // An event that Kafka refuses for a reason of its own (too large, an invalid
 // record or topic name) or that the decoder marked Invalid goes to the
 // dead-letter topic, with the error and its source position in headers; its
-// callback then reports success, and the stream goes on. Transient failures
+// callback then reports success, and the stream goes on. A refusal that may
+// be of the batch rather than the record (a batch too large for a limit
+// lowered meanwhile; INVALID_RECORD, CORRUPT_MESSAGE or INVALID_TOPIC for a
+// batch, which the client fails with every record of the partition behind
+// it) is transient: the caller restarts, and the record goes again (alone,
+// for the latter, so that only a record refused alone is dead-lettered).
+// Data loss detected by the client (OUT_OF_ORDER_SEQUENCE_NUMBER,
+// UNKNOWN_PRODUCER_ID) fails what is queued with ErrDataLoss, so that the
+// caller restarts from its confirmed position. Transient failures
 // are retried by the client forever. Anything else (unknown topic, not
 // authorized, the dead-letter topic refusing too) reaches the callback as an
 // error: the pipeline must stop without confirming the event.
