@@ -73,7 +73,7 @@ type Sink struct {
 	parts     []string     // the template split at its placeholders: text, placeholder, text, …
 	topics    sync.Map     // topic name -> topicInfo, learnt at its first event
 	refused   sync.Map     // topic name -> the batch cap (int32) at which the broker refused a batch
-	suspects  sync.Map     // WAL position of an event failed by a refusal of its whole batch -> struct{}: send it alone
+	suspects  suspects     // events failed by a refusal of their whole batch: send them alone
 	brokerMax atomic.Int32 // the broker's message.max.bytes; 0 until Ping read it
 	dataLoss  atomic.Uint64
 
@@ -464,12 +464,12 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
 	// An event whose batch the broker refused goes in a request of its own,
 	// so that the broker's answer is about it alone.
-	_, alone := s.suspects.Load(e.WALStart)
+	alone := s.suspects.has(e.WALStart)
 	s.q.push(ctx, r, alone, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
 			if alone {
-				s.suspects.Delete(e.WALStart)
+				s.suspects.clear(e.WALStart)
 			}
 			done(Delivery{Topic: topic, Partition: r.Partition}, nil)
 		case s.refusedBatch(r, err):
@@ -486,10 +486,10 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 			// unknown. Transient: once the stream restarts, this event goes
 			// alone, and only a record refused alone is dead-lettered.
 			s.q.breakOn(err)
-			s.suspects.Store(e.WALStart, struct{}{})
+			s.suspects.add(e.WALStart)
 			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: the broker refused its batch (sent again alone): %w", e.ID, topic, err))
 		case perEvent(err):
-			s.suspects.Delete(e.WALStart)
+			s.suspects.clear(e.WALStart)
 			// The promise must not block on the client: dead-letter from a
 			// goroutine of its own. This is the rare path.
 			go s.deadLetter(ctx, e, reason(err), topic, err, done)
@@ -498,6 +498,45 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
 		}
 	})
+}
+
+// suspects are the WAL positions of events whose batch the broker refused
+// for what may be one record of it. It is empty but for the rare restart
+// after such a refusal: has costs one atomic load then.
+type suspects struct {
+	n   atomic.Int64
+	mu  sync.Mutex
+	set map[pglogrepl.LSN]struct{}
+}
+
+func (x *suspects) has(at pglogrepl.LSN) bool {
+	if x.n.Load() == 0 {
+		return false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	_, ok := x.set[at]
+	return ok
+}
+
+func (x *suspects) add(at pglogrepl.LSN) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.set == nil {
+		x.set = map[pglogrepl.LSN]struct{}{}
+	}
+	x.set[at] = struct{}{}
+	x.n.Store(int64(len(x.set)))
+}
+
+func (x *suspects) clear(at pglogrepl.LSN) {
+	if x.n.Load() == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.set, at)
+	x.n.Store(int64(len(x.set)))
 }
 
 // refusesBatch reports whether err is a broker's refusal that fails a whole
