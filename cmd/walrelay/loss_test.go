@@ -356,7 +356,7 @@ func TestBlackHoledServer(t *testing.T) {
 	px.Up()
 	c := waitAll(t, col, w.written(), 2*time.Minute)
 	t.Logf("replication connection black-holed: noticed after %s; %s", noticed.Round(100*time.Millisecond), c)
-	if noticed > 15*time.Second {
+	if noticed > 30*time.Second { // a bound for a dead connection, not a speed: 4 s plus a loaded machine
 		t.Fatalf("noticed after %s with a receive timeout of 4s", noticed)
 	}
 }
