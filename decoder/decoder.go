@@ -163,8 +163,8 @@ type relation struct {
 	headers []int
 }
 
-// New returns a Decoder for cfg, with defaults filled in.
-func New(cfg Config) (*Decoder, error) {
+// WithDefaults returns cfg with its empty fields set to the defaults.
+func (cfg Config) WithDefaults() Config {
 	if cfg.Schema == "" {
 		cfg.Schema = "public"
 	}
@@ -183,6 +183,12 @@ func New(cfg Config) (*Decoder, error) {
 	if cfg.MessagePrefix == "" {
 		cfg.MessagePrefix = "walrelay"
 	}
+	return cfg
+}
+
+// New returns a Decoder for cfg, with defaults filled in.
+func New(cfg Config) (*Decoder, error) {
+	cfg = cfg.WithDefaults()
 	ignored := map[string]bool{}
 	for _, p := range cfg.IgnoredPrefixes {
 		if p == cfg.MessagePrefix {

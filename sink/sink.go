@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"regexp"
 	"strconv"
@@ -225,7 +226,15 @@ func compression(name string) (kgo.Opt, error) {
 // message.max.bytes and the dead-letter topic's limit.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.cl.Ping(ctx); err != nil {
-		return fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
+		err = fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
+		if errors.Is(err, io.EOF) {
+			// A broker that closes the connection at once: a TLS listener
+			// reached without TLS, or a SASL handshake it refused (Apache
+			// Kafka answers SASL_AUTHENTICATION_FAILED, which says so
+			// itself; some brokers, kfake among them, just close).
+			err = fmt.Errorf("%w (the broker closed the connection: check whether its listener wants TLS (kafka.tls.enabled) and SASL (kafka.sasl.mechanism), and the SASL credentials)", err)
+		}
+		return err
 	}
 	if n, err := s.brokerLimit(ctx); err != nil {
 		// Not fatal: a role may lack DescribeConfigs. The broker then

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -116,7 +117,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 
 	schema, table, _ := cfg.table()
 	qualified := schema + "." + table
-	_, cols, err := tableColumns(cctx, conn, schema, table)
+	_, cols, err := relay.TableColumns(cctx, conn, schema, table)
 	if err != nil {
 		add("outbox table", "fail", "read the columns of %s: %v", qualified, err)
 	}
@@ -127,24 +128,21 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 		add("outbox table", "fail", "table %s does not exist: create it with walrelay migrate, or set postgres.table", qualified)
 	default:
 		add("outbox table", "ok", "%s exists", qualified)
-		o := cfg.Outbox
-		for _, c := range cfg.requiredColumns() {
-			typ, ok := cols[c.col]
+		for _, c := range relay.Columns(cfg.outboxConfig()) {
+			typ, ok := cols[c.Name]
 			switch {
+			case !ok && c.Role == "header":
+				add("column "+c.Name, "fail", "table %s has no column %q (outbox.header_columns)", qualified, c.Name)
 			case !ok:
-				add("column "+c.col, "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.col, c.key, c.key)
-			case !contains(usableTypes[c.role], typ):
-				add("column "+c.col, "fail", "column %q is %s; as the %s column it must be one of %s", c.col, typ, c.role, strings.Join(usableTypes[c.role], ", "))
+				add("column "+c.Name, "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.Name, c.Key, c.Key)
+			case c.Role == "header":
+			case !contains(usableTypes[c.Role], typ):
+				add("column "+c.Name, "fail", "column %q is %s; as the %s column it must be one of %s", c.Name, typ, c.Role, strings.Join(usableTypes[c.Role], ", "))
 			default:
-				add("column "+c.col, "ok", "%s", typ)
+				add("column "+c.Name, "ok", "%s", typ)
 			}
 		}
-		for _, h := range o.HeaderColumns {
-			if _, ok := cols[h]; !ok {
-				add("column "+h, "fail", "table %s has no column %q (outbox.header_columns)", qualified, h)
-			}
-		}
-		if generated, err := generatedColumns(cctx, conn, cfg, schema, table); err != nil {
+		if generated, err := relay.GeneratedColumns(cctx, conn, cfg.outboxConfig()); err != nil {
 			add("generated columns", "fail", "%v", err)
 		} else if len(generated) > 0 {
 			add("generated columns", "fail", "%s GENERATED: logical replication does not send generated columns; store the value in a plain column", strings.Join(generated, ", "))
@@ -178,7 +176,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 			add("publication", "ok", "%s publishes %s alone (%s)", pub.Name, qualified, strings.Join(pub.Publish, ", "))
 		}
 	}
-	if err := checkEmitFunction(cctx, conn, schema, cfg.Outbox.MessagePrefix); err != nil {
+	if err := relay.CheckEmitFunction(cctx, conn, schema, cfg.Outbox.MessagePrefix); err != nil {
 		add("walrelay_emit", "fail", "%v", err)
 	}
 
@@ -229,7 +227,7 @@ func checkKafka(ctx context.Context, cfg *Config) checkResult {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := sk.Ping(pctx); err != nil {
-		r.Status, r.Detail = "fail", authHint(err).Error()
+		r.Status, r.Detail = "fail", err.Error()
 		return r
 	}
 	r.Status, r.Detail = "ok", strings.Join(cfg.Kafka.Brokers, ",")+" answer"

@@ -4,16 +4,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/faultinject"
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -490,41 +494,44 @@ func (c *Config) memoryLimit() int64 {
 	return 2*int64(c.Kafka.MaxBufferedBytes) + 16<<20
 }
 
-// requiredColumn is an outbox column walrelay needs: its key, the role it
-// plays (the Debezium column name) and the configured name.
-type requiredColumn struct{ key, role, col string }
-
-func (c *Config) requiredColumns() []requiredColumn {
+// outboxConfig is the outbox table, its columns and message prefixes.
+func (c *Config) outboxConfig() decoder.Config {
+	schema, table, _ := c.table()
 	o := c.Outbox
-	return []requiredColumn{
-		{"outbox.id_column", "id", o.IDColumn}, {"outbox.aggregate_type_column", "aggregatetype", o.AggregateTypeColumn},
-		{"outbox.aggregate_id_column", "aggregateid", o.AggregateIDColumn}, {"outbox.type_column", "type", o.TypeColumn},
-		{"outbox.payload_column", "payload", o.PayloadColumn},
-	}
-}
-
-// readColumns lists every column walrelay reads: the required ones and the
-// header columns.
-func (c *Config) readColumns() []string {
-	var cols []string
-	for _, r := range c.requiredColumns() {
-		cols = append(cols, r.col)
-	}
-	return append(cols, c.Outbox.HeaderColumns...)
+	return decoder.Config{
+		Schema: schema, Table: table,
+		Columns: decoder.Columns{
+			ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn, Type: o.TypeColumn, Payload: o.PayloadColumn,
+		},
+		HeaderColumns: o.HeaderColumns, MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes,
+	}.WithDefaults()
 }
 
 // outbox is what the publication pub must publish.
 func (c *Config) outbox(pub string) replication.Outbox {
-	schema, table, _ := c.table()
-	return replication.Outbox{Publication: pub, Schema: schema, Table: table, Columns: c.readColumns(), AllowRowFilter: c.Postgres.AllowRowFilter}
+	return relay.PublicationSpec(c.outboxConfig(), pub, c.Postgres.AllowRowFilter)
 }
 
 // layout is the outbox table and prefix that migrate creates.
 func (c *Config) layout() migrations.Layout {
-	schema, table, _ := c.table()
-	o := c.Outbox
-	return migrations.Layout{Schema: schema, Table: table, ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn,
-		Type: o.TypeColumn, Payload: o.PayloadColumn, HeaderColumns: o.HeaderColumns, MessagePrefix: o.MessagePrefix}
+	o := c.outboxConfig()
+	return migrations.Layout{Schema: o.Schema, Table: o.Table, ID: o.Columns.ID, AggregateType: o.Columns.AggregateType, AggregateID: o.Columns.AggregateID,
+		Type: o.Columns.Type, Payload: o.Columns.Payload, HeaderColumns: o.HeaderColumns, MessagePrefix: o.MessagePrefix}
+}
+
+// relayConfig maps the configuration onto the relay's; extra options go to
+// the Kafka client last.
+func (c *Config) relayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, error) {
+	scfg, err := sinkConfig(c, log, extra...)
+	if err != nil {
+		return relay.Config{}, err
+	}
+	p := c.Postgres
+	return relay.Config{
+		ConnString: p.DSN, Slot: p.Slot, Publication: p.Publication, CreateSlot: p.CreateSlot, AllowRowFilter: p.AllowRowFilter,
+		StatusInterval: p.StatusInterval, ReceiveTimeout: p.ReceiveTimeout,
+		Outbox: c.outboxConfig(), Sink: scfg, HeartbeatInterval: c.Heartbeat.Interval, ShutdownTimeout: c.ShutdownTimeout, Logger: log,
+	}, nil
 }
 
 // table splits postgres.table into schema and name; a bare name is in public.

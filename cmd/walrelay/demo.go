@@ -73,7 +73,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	relayErr := make(chan error, 1)
-	go func() { relayErr <- relay(ctx, &cfg, log) }()
+	go func() { relayErr <- run(ctx, &cfg, log) }()
 
 	consumed := make(chan error, 1)
 	go func() { consumed <- consume(ctx, kc.Addrs(), *count, stdout) }()

@@ -5,8 +5,9 @@
 // event before it.
 //
 // Subcommands: run, migrate, demo, check, status, slot, lsn, publication,
-// version. This package only wires the
-// replication, decoder, sink and checkpoint packages together.
+// version. This package parses the configuration, runs the relay (package
+// relay) with its metrics and admin listener, and runs the operator
+// commands; the pipeline itself is package relay's.
 package main
 
 import (

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -71,27 +72,42 @@ func newMetrics() *metrics {
 	return m
 }
 
-// register adds the gauges read from the running pipeline at scrape time.
-func (m *metrics) register(stream *replication.Stream, p *pipeline) {
+// hooks are the relay's hooks that count.
+func (m *metrics) hooks() relay.Hooks {
+	return relay.Hooks{
+		Transaction:  m.transactions.Inc,
+		Acked:        m.acked,
+		PublishError: func(kind string) { m.publishErrors.WithLabelValues(kind).Inc() },
+		OrderBreak:   m.orderBreaks.Inc,
+		Ignored: func(kind string) {
+			if kind != "relation" && kind != "type" && kind != "origin" {
+				m.ignored.WithLabelValues(kind).Inc()
+			}
+		},
+	}
+}
+
+// register adds the gauges read from the running relay at scrape time.
+func (m *metrics) register(r *relay.Relay) {
 	gauge := func(name, help string, fn func() float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn))
 	}
-	gauge("walrelay_in_flight_events", "Events handed to Kafka and not yet acknowledged.", func() float64 { return float64(p.tr.InFlight()) })
-	gauge("walrelay_received_lsn", "Highest WAL position received from the server.", func() float64 { return float64(stream.ReceivedLSN()) })
-	gauge("walrelay_confirmed_lsn", "WAL position confirmed to the slot (every event before it is acknowledged).", func() float64 { return float64(p.tr.Confirmed()) })
-	gauge("walrelay_seconds_behind_source", "Now minus the commit time of the newest acknowledged transaction; 0 when idle.", func() float64 { return m.behind(p) })
+	gauge("walrelay_in_flight_events", "Events handed to Kafka and not yet acknowledged.", func() float64 { return float64(r.InFlight()) })
+	gauge("walrelay_received_lsn", "Highest WAL position received from the server.", func() float64 { return float64(r.ReceivedLSN()) })
+	gauge("walrelay_confirmed_lsn", "WAL position confirmed to the slot (every event before it is acknowledged).", func() float64 { return float64(r.ConfirmedLSN()) })
+	gauge("walrelay_seconds_behind_source", "Now minus the commit time of the newest acknowledged transaction; 0 when idle.", func() float64 { return m.behind(r) })
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "walrelay_producer_data_loss_total",
 		Help: "Times the producer detected that the broker may have lost records it had acknowledged (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID); each restarts the stream from the confirmed position."},
-		func() float64 { return float64(p.sink.DataLosses()) }))
+		func() float64 { return float64(r.DataLosses()) }))
 	m.reg.MustRegister(&reconnectCollector{
 		desc:  prometheus.NewDesc("walrelay_reconnects_total", "Reconnections, by target: the replication stream started again (postgres), a broker connection failed and is retried (kafka).", []string{"target"}, nil),
-		pg:    stream.Reconnects,
+		pg:    r.Reconnects,
 		kafka: &m.kafkaReconnects,
 	})
 	for _, s := range streamStates {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walrelay_state", Help: "1 for the replication stream's current state.", ConstLabels: prometheus.Labels{"state": s}},
 			func() float64 {
-				if stream.State() == s {
+				if r.State() == s {
 					return 1
 				}
 				return 0
@@ -99,8 +115,8 @@ func (m *metrics) register(stream *replication.Stream, p *pipeline) {
 	}
 }
 
-func (m *metrics) behind(p *pipeline) float64 {
-	if p.tr.InFlight() == 0 {
+func (m *metrics) behind(r *relay.Relay) float64 {
+	if r.InFlight() == 0 {
 		return 0
 	}
 	n := m.newestAcked.Load()
@@ -168,7 +184,7 @@ func (m *metrics) rate() float64 {
 // pollSlot reads the slot's lag and retained WAL every interval until ctx
 // ends, on a connection of its own.
 func (m *metrics) pollSlot(ctx context.Context, dsn, slot string, every time.Duration, log *slog.Logger) {
-	periodically(ctx, dsn, every, func(ctx context.Context, conn *pgx.Conn) error {
+	relay.Periodically(ctx, dsn, every, func(ctx context.Context, conn *pgx.Conn) error {
 		st, err := replication.Slots(ctx, conn, slot)
 		if err != nil {
 			return err
@@ -209,14 +225,14 @@ type statusDoc struct {
 
 // adminMux serves /healthz, /readyz, /metrics, /status and, if withPprof,
 // /debug/pprof.
-func adminMux(m *metrics, stream *replication.Stream, p *pipeline, slot string, kafkaOK func() bool, withPprof bool) *http.ServeMux {
+func adminMux(m *metrics, r *relay.Relay, slot string, kafkaOK func() bool, withPprof bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		state := stream.State()
-		ok := state == "streaming" && p.failure() == nil && kafkaOK()
+		state := r.State()
+		ok := state == "streaming" && r.Err() == nil && kafkaOK()
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
@@ -225,16 +241,16 @@ func adminMux(m *metrics, stream *replication.Stream, p *pipeline, slot string, 
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		m.mu.Lock()
-		doc := statusDoc{State: stream.State(), Slot: slot, SlotLagBytes: m.lag, RetainedWALBytes: m.retain, Error: m.slotErr}
+		doc := statusDoc{State: r.State(), Slot: slot, SlotLagBytes: m.lag, RetainedWALBytes: m.retain, Error: m.slotErr}
 		m.mu.Unlock()
-		doc.ReceivedLSN = stream.ReceivedLSN().String()
-		doc.ConfirmedLSN = p.tr.Confirmed().String()
+		doc.ReceivedLSN = r.ReceivedLSN().String()
+		doc.ConfirmedLSN = r.ConfirmedLSN().String()
 		doc.EventsPerSecond = m.rate()
-		doc.InFlight = p.tr.InFlight()
+		doc.InFlight = r.InFlight()
 		doc.Published = m.publishedN.Load()
 		doc.DeadLettered = m.deadLetteredN.Load()
-		doc.SecondsBehindSource = m.behind(p)
-		if err := p.failure(); err != nil {
+		doc.SecondsBehindSource = m.behind(r)
+		if err := r.Err(); err != nil {
 			doc.Error = err.Error()
 		}
 		w.Header().Set("Content-Type", "application/json")

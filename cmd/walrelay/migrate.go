@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -53,7 +54,7 @@ func migrate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 	say("table "+schema+"."+table, res.TableCreated)
 	// A table that existed is left as it is: it must have the configured
 	// layout.
-	if err := checkTable(cctx, conn, cfg, schema, table); err != nil {
+	if err := relay.CheckTable(cctx, conn, cfg.outboxConfig()); err != nil {
 		return err
 	}
 	created, err := replication.EnsurePublication(cctx, conn, cfg.outbox(cfg.Postgres.Publication))

@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -132,18 +131,6 @@ func kafkaSecurity(cfg *Config) ([]kgo.Opt, error) {
 		return nil, fmt.Errorf("kafka.sasl.mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
 	}
 	return opts, nil
-}
-
-// authHint explains a connection that the broker closed at once: a TLS
-// listener reached without TLS, or a SASL handshake it refused (Apache Kafka
-// answers SASL_AUTHENTICATION_FAILED, which says so itself; some brokers,
-// kfake among them, just close the connection, which the client reports as
-// EOF).
-func authHint(err error) error {
-	if !errors.Is(err, io.EOF) {
-		return err
-	}
-	return fmt.Errorf("%w (the broker closed the connection: check whether its listener wants TLS (kafka.tls.enabled) and SASL (kafka.sasl.mechanism), and the SASL credentials)", err)
 }
 
 // sinkConfig maps the configuration onto the sink's, security included;

@@ -1,0 +1,43 @@
+// Package relay is walrelay's pipeline: it reads outbox changes from a
+// logical replication slot (replication), turns them into events (decoder),
+// tracks each transaction (checkpoint), publishes the events to Kafka (sink),
+// and confirms to the slot only what Kafka acknowledged. relay.Run runs it,
+// in the walrelay binary or embedded in a program of your own; it is the
+// only package that knows all four.
+//
+// Flow, on the replication stream's receive goroutine: a message is decoded;
+// a Begin opens a transaction in the checkpoint, an event is counted in it
+// and handed to the sink, a Commit closes it with its end LSN. The sink's
+// callback acknowledges the event in the checkpoint; the checkpoint's
+// confirmed LSN (the end of the longest fully acknowledged prefix of
+// transactions) is what the stream confirms.
+//
+// Invariants:
+//   - PostgreSQL is never told a position whose events Kafka has not
+//     acknowledged (or dead-lettered): the stream confirms only the
+//     checkpoint's position (see package checkpoint).
+//   - Restart: a publish that fails in a way that retrying may fix stops the
+//     session (nothing more is produced once a failure is known); before the
+//     next session streams, sink.Abort fails what the producer holds and
+//     waits for what is in flight, and the server resends from the confirmed
+//     position, so the failed event is sent again in order. A failure of an
+//     earlier session does not restart the current one.
+//   - The same refusal that Kafka does not call retriable, 5 times in a row
+//     with no event at or after it acknowledged in between, stops the relay.
+//   - Drain: when ctx is cancelled the stream reads on to the end of the open
+//     transaction (for up to ShutdownTimeout), waits for the events in flight
+//     and sends a last status update; records are produced on a context that
+//     outlives ctx by ShutdownTimeout. An error during the drain is returned.
+//   - Order: a record acknowledged after an earlier record of its partition
+//     failed in the same session would be written ahead of the resend; the
+//     sink's rounds prevent it, and the relay checks it (Hooks.OrderBreak)
+//     and logs it as an error.
+//   - Start (preflight): the table has every column walrelay reads, none
+//     generated; walrelay_emit emits under the configured prefix; the
+//     publication publishes the outbox alone, via the partition root; a slot
+//     walrelay created and that is gone is not created again. An UNLOGGED
+//     partition, at start or attached later, stops the relay.
+//
+// Observability attaches through Hooks and the Relay's accessors; the
+// package serves no HTTP and imports no metrics library.
+package relay

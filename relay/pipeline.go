@@ -1,0 +1,282 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/checkpoint"
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/faultinject"
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// pipeline is the Handler behind the replication stream: it decodes each
+// message, tracks transactions in the checkpoint and hands events to the
+// sink. It runs on the receive goroutine; acks arrive on the sink's.
+type pipeline struct {
+	dec        *decoder.Decoder
+	sink       *sink.Sink
+	tr         *checkpoint.Tracker
+	produceCtx context.Context
+	stop       context.CancelFunc
+	log        *slog.Logger
+
+	txn   *checkpoint.Txn // the open transaction
+	hooks Hooks
+	cur   *session // the session being streamed; set under mu by started
+
+	mu         sync.Mutex
+	err        error // the first fatal error
+	restartErr error // a transient failure in this session: restart it
+	// Persistent refusals in a row (sink.Persistent) with no event at or
+	// after the last one's position acknowledged in between: after
+	// maxPersistent of the same code, walrelay stops.
+	persistentCode  int16
+	persistentCount int
+	persistentAt    atomic.Uint64 // WAL position of the last one; 0: none pending
+	// troubled is set while err or restartErr is, so that the receive
+	// goroutine checks one atomic per message instead of taking mu.
+	troubled atomic.Bool
+}
+
+// session is what the records of one replication session share with their
+// callbacks: which session a failure belongs to, and where it failed.
+type session struct {
+	failing atomic.Bool // a publish of this session failed
+	mu      sync.Mutex
+	failed  map[partitionOf]bool // the partitions of the failed records
+}
+
+type partitionOf struct {
+	topic     string
+	partition int32
+}
+
+// failedOn records a failed publish on d's partition.
+func (s *session) failedOn(d sink.Delivery) {
+	s.mu.Lock()
+	s.failed[partitionOf{d.Topic, d.Partition}] = true
+	s.mu.Unlock()
+	s.failing.Store(true)
+}
+
+// overtook reports whether an acknowledged record of d's partition came
+// after one that failed in this session. The client answers a partition's
+// records in order, and the sink sends nothing after a failure until the
+// failed record is resent (sink.Abort), so this must not happen: it would be
+// a record written ahead of the failed one. It is checked, and counted, so
+// that a break of that guarantee is seen rather than assumed away.
+func (s *session) overtook(d sink.Delivery) bool {
+	if !s.failing.Load() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed[partitionOf{d.Topic, d.Partition}]
+}
+
+func (p *pipeline) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.troubled.Store(true)
+	p.mu.Unlock()
+	p.stop()
+}
+
+func (p *pipeline) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// maxPersistent is how many identical persistent refusals in a row, with no
+// progress in between, stop walrelay.
+const maxPersistent = 5
+
+// restart asks for the stream to start again: an event of s (at WAL
+// position at) could not be delivered, and the server resends it, and all
+// after it, in order. A failure from an earlier session is already being
+// resent. The same persistent refusal maxPersistent times in a row is fatal.
+func (p *pipeline) restart(s *session, err error, at pglogrepl.LSN) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s != p.cur || p.restartErr != nil {
+		return
+	}
+	p.restartErr = err
+	p.troubled.Store(true)
+	var ke *kerr.Error
+	if !sink.Persistent(err) || !errors.As(err, &ke) {
+		return
+	}
+	if p.persistentAt.Load() != 0 && p.persistentCode == ke.Code {
+		p.persistentCount++
+	} else {
+		p.persistentCode, p.persistentCount = ke.Code, 1
+	}
+	p.persistentAt.Store(max(uint64(at), 1))
+	if p.persistentCount >= maxPersistent && p.err == nil {
+		p.err = fmt.Errorf("kafka refused %d times in a row, with nothing published in between, with an error it does not call retriable: %w "+
+			"(fix what the broker refuses: topic configuration, ACLs, quotas, the compression codec)", p.persistentCount, err)
+		p.stop()
+	}
+}
+
+// progressed notes that an event at WAL position at was acknowledged: a
+// persistent refusal at or before it is not repeating.
+func (p *pipeline) progressed(at pglogrepl.LSN) {
+	if pending := p.persistentAt.Load(); pending != 0 && uint64(at) >= pending {
+		p.mu.Lock()
+		p.persistentAt.Store(0)
+		p.persistentCount = 0
+		p.mu.Unlock()
+	}
+}
+
+// status is polled by the receive loop: a fatal error stops the stream, a
+// transient one restarts it.
+func (p *pipeline) status() error {
+	if !p.troubled.Load() {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	if p.restartErr != nil {
+		return fmt.Errorf("%w: %w", replication.ErrRestart, p.restartErr)
+	}
+	return nil
+}
+
+// started resets per-stream state: the server resends everything after from.
+// If the last session failed to publish, the sink sends nothing more of it
+// and answers what it sent (sink.Abort) before the failed record is resent.
+func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
+	p.mu.Lock()
+	failed := p.restartErr != nil
+	p.mu.Unlock()
+	if failed {
+		if err := p.sink.Abort(ctx); err != nil {
+			return fmt.Errorf("settle the failed session's records: %w", err)
+		}
+	}
+	p.mu.Lock()
+	p.cur = &session{failed: map[partitionOf]bool{}}
+	p.restartErr = nil
+	p.troubled.Store(p.err != nil)
+	p.mu.Unlock()
+	p.dec.Reset()
+	p.tr.Reset(from)
+	p.txn = nil
+	return nil
+}
+
+func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []byte) error {
+	// Nothing more is produced once a failure is known, so that the resent
+	// events keep their order.
+	if err := p.status(); err != nil {
+		return err
+	}
+	msg, err := p.dec.Decode(walStart, data)
+	if err != nil {
+		return err
+	}
+	switch m := msg.(type) {
+	case decoder.Begin:
+		p.hooks.Transaction()
+		p.txn, err = p.tr.Begin(m.FinalLSN)
+		return err
+	case decoder.Commit:
+		if p.txn == nil {
+			return fmt.Errorf("commit at %s without an open transaction", m.CommitLSN)
+		}
+		err = p.txn.Commit(m.EndLSN)
+		p.txn = nil
+		return err
+	case *decoder.Event:
+		txn := p.txn
+		if !m.Transactional {
+			// A message outside any transaction is tracked as one of its own.
+			if txn, err = p.tr.Begin(m.CommitLSN); err != nil {
+				return err
+			}
+			txn.Add()
+			if err := txn.Commit(m.CommitLSN); err != nil {
+				return err
+			}
+		} else {
+			txn.Add()
+		}
+		commit := m.CommitTime
+		sess := p.cur
+		p.sink.Publish(p.produceCtx, m, func(d sink.Delivery, err error) {
+			if err != nil {
+				sess.failedOn(d)
+				txn.Fail()
+				if sink.Fatal(err) {
+					p.hooks.PublishError("fatal")
+					p.fail(err)
+					return
+				}
+				// Not counted: failed because an earlier record failed (or
+				// at shutdown).
+				if !errors.Is(err, sink.ErrNotSent) && !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrAborting) {
+					p.hooks.PublishError("transient")
+				}
+				p.restart(sess, err, m.WALStart)
+				return
+			}
+			p.progressed(m.WALStart)
+			if sess.overtook(d) {
+				p.hooks.OrderBreak()
+				p.log.Error("an event was written ahead of an earlier event of its partition that failed and is sent again: consumers may see this aggregate's events out of order",
+					"id", m.ID, "aggregate_id", m.AggregateID, "topic", d.Topic, "partition", d.Partition)
+			}
+			p.hooks.Acked(d.Topic, d.DeadLetter, commit)
+			faultinject.Acked()
+			txn.Ack()
+		})
+		return nil
+	case decoder.Ignored:
+		if m.Kind != "relation" && m.Kind != "type" && m.Kind != "origin" {
+			p.hooks.Ignored(m.Kind)
+		}
+		p.log.Debug("ignored change", "kind", m.Kind, "lsn", walStart.String())
+		return nil
+	}
+	return fmt.Errorf("decoder returned %T", msg)
+}
+
+// flush waits until every event handed to the sink is acknowledged, a fatal
+// error happened, or ctx ends.
+func (p *pipeline) flush(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if p.tr.InFlight() == 0 {
+			return nil
+		}
+		if err := p.failure(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d events in flight: %w", p.tr.InFlight(), ctx.Err())
+		case <-t.C:
+		}
+	}
+}

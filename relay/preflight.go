@@ -1,0 +1,212 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/replication"
+)
+
+// Column is an outbox column walrelay reads: the configuration key that
+// names it, the role it plays (the Debezium column name, or "header") and
+// its name in the table.
+type Column struct{ Key, Role, Name string }
+
+// Columns lists the columns walrelay reads from the outbox of o (defaults
+// filled in): the required ones, then the header columns.
+func Columns(o decoder.Config) []Column {
+	o = o.WithDefaults()
+	c := o.Columns
+	cols := []Column{
+		{"outbox.id_column", "id", c.ID}, {"outbox.aggregate_type_column", "aggregatetype", c.AggregateType},
+		{"outbox.aggregate_id_column", "aggregateid", c.AggregateID}, {"outbox.type_column", "type", c.Type},
+		{"outbox.payload_column", "payload", c.Payload},
+	}
+	for _, h := range o.HeaderColumns {
+		cols = append(cols, Column{"outbox.header_columns", "header", h})
+	}
+	return cols
+}
+
+// columnNames is Columns' names.
+func columnNames(o decoder.Config) []string {
+	var names []string
+	for _, c := range Columns(o) {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// PublicationSpec is what the publication pub must publish for the outbox
+// of o (see replication.CheckPublication).
+func PublicationSpec(o decoder.Config, pub string, allowRowFilter bool) replication.Outbox {
+	o = o.WithDefaults()
+	return replication.Outbox{Publication: pub, Schema: o.Schema, Table: o.Table, Columns: columnNames(o), AllowRowFilter: allowRowFilter}
+}
+
+// preflight checks the database before streaming, so that a mistake in the
+// configuration is one clear line at start rather than a retry loop, creates
+// what a first start needs, and returns the outbox table's oid.
+func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (uint32, error) {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	pgcfg, err := pgx.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return 0, fmt.Errorf("postgres.dsn: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(cctx, pgcfg)
+	if err != nil {
+		return 0, fmt.Errorf("postgres.dsn: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var walLevel string
+	if err := conn.QueryRow(cctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return 0, fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return 0, fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it", walLevel)
+	}
+	o := cfg.Outbox
+	if err := CheckTable(cctx, conn, o); err != nil {
+		return 0, err
+	}
+	if err := CheckEmitFunction(cctx, conn, o.Schema, o.MessagePrefix); err != nil {
+		return 0, err
+	}
+	var oid uint32
+	if err := conn.QueryRow(cctx, "SELECT to_regclass($1)::oid", pgx.Identifier{o.Schema, o.Table}.Sanitize()).Scan(&oid); err != nil {
+		return 0, fmt.Errorf("read the oid of %s.%s: %w", o.Schema, o.Table, err)
+	}
+	spec := PublicationSpec(o, cfg.Publication, cfg.AllowRowFilter)
+	if cfg.CreateSlot {
+		// The publication first: a slot only sees a publication created
+		// before the changes it decodes.
+		created, err := replication.EnsurePublication(cctx, conn, spec)
+		if err != nil {
+			return 0, err
+		}
+		if created {
+			log.Info("created publication", "publication", cfg.Publication, "table", o.Schema+"."+o.Table)
+		}
+		created, err = replication.EnsureSlot(cctx, conn, cfg.Slot, cfg.Publication, false)
+		if err != nil {
+			return 0, err
+		}
+		if created {
+			log.Info("created replication slot", "slot", cfg.Slot)
+		}
+		if ok, err := replication.SlotRecorded(cctx, conn, cfg.Publication, cfg.Slot); err == nil && !ok {
+			log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
+				"slot", cfg.Slot, "publication", cfg.Publication)
+		}
+		return oid, nil
+	}
+	problems, err := replication.CheckPublication(cctx, conn, spec)
+	if errors.Is(err, replication.ErrPublicationMissing) {
+		return 0, fmt.Errorf("publication %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Publication)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(problems) > 0 {
+		return 0, fmt.Errorf("publication %s: %s", cfg.Publication, strings.Join(problems, "; "))
+	}
+	var slotOK bool
+	if err := conn.QueryRow(cctx, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", cfg.Slot).Scan(&slotOK); err != nil {
+		return 0, fmt.Errorf("look up slot %s: %w", cfg.Slot, err)
+	}
+	if !slotOK {
+		return 0, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Slot)
+	}
+	return oid, nil
+}
+
+// CheckEmitFunction refuses a walrelay_emit function in schema that emits
+// under another prefix than the configured one: its events would not be
+// read.
+func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, schema, prefix string) error {
+	var src string
+	err := conn.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'walrelay_emit' AND pronamespace = to_regnamespace($1)", pgx.Identifier{schema}.Sanitize()).Scan(&src)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read function %s.walrelay_emit: %w", schema, err)
+	}
+	if !strings.Contains(src, migrations.EmitFunctionSQL(prefix)) {
+		return fmt.Errorf("function %s.walrelay_emit emits under another prefix than outbox.message_prefix %q, so its events would not be published: "+
+			"run walrelay migrate with this configuration to replace it", schema, prefix)
+	}
+	return nil
+}
+
+// CheckTable checks that the outbox table of o exists with every column
+// walrelay reads, none of them generated.
+func CheckTable(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
+	o = o.WithDefaults()
+	schema, table := o.Schema, o.Table
+	names, cols, err := TableColumns(ctx, conn, schema, table)
+	if err != nil {
+		return fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("postgres.table: table %s.%s does not exist (create it with walrelay migrate)", schema, table)
+	}
+	for _, need := range Columns(o) {
+		if _, ok := cols[need.Name]; !ok {
+			if need.Role == "header" {
+				return fmt.Errorf("table %s.%s has no column %q (outbox.header_columns)", schema, table, need.Name)
+			}
+			return fmt.Errorf("table %s.%s has no column %q (%s); its columns are %s", schema, table, need.Name, need.Key, strings.Join(names, ", "))
+		}
+	}
+	generated, err := GeneratedColumns(ctx, conn, o)
+	if err != nil {
+		return err
+	}
+	if len(generated) > 0 {
+		return fmt.Errorf("column %s of %s.%s is GENERATED: logical replication does not send generated columns; store the value in a plain column", strings.Join(generated, ", "), schema, table)
+	}
+	return nil
+}
+
+// GeneratedColumns lists the columns walrelay reads that are GENERATED:
+// pgoutput leaves them out of what it sends (before PostgreSQL 18, and there
+// unless asked), so their rows would stop the stream.
+func GeneratedColumns(ctx context.Context, conn *pgx.Conn, o decoder.Config) ([]string, error) {
+	o = o.WithDefaults()
+	var generated []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attgenerated <> '' AND attname = ANY ($2)`, pgx.Identifier{o.Schema, o.Table}.Sanitize(), columnNames(o)).Scan(&generated)
+	if err != nil {
+		return nil, fmt.Errorf("read the generated columns of %s.%s: %w", o.Schema, o.Table, err)
+	}
+	return generated, nil
+}
+
+// TableColumns returns the columns of schema.table in order and their types
+// (format_type); none when the table does not exist.
+func TableColumns(ctx context.Context, conn *pgx.Conn, schema, table string) ([]string, map[string]string, error) {
+	rows, err := conn.Query(ctx, `SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, pgx.Identifier{schema, table}.Sanitize())
+	if err != nil {
+		return nil, nil, err
+	}
+	var names []string
+	types := map[string]string{}
+	var n, t string
+	_, err = pgx.ForEachRow(rows, []any{&n, &t}, func() error {
+		names = append(names, n)
+		types[n] = t
+		return nil
+	})
+	return names, types, err
+}

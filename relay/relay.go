@@ -1,0 +1,265 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/checkpoint"
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// Config configures a Relay. Zero values mean the defaults.
+type Config struct {
+	// ConnString is the PostgreSQL connection string (URL or key=value) of
+	// the database with the outbox. Required.
+	ConnString string
+	// Slot is the logical replication slot. Default "walrelay".
+	Slot string
+	// Publication is the publication of the outbox. Default
+	// "walrelay_outbox".
+	Publication string
+	// CreateSlot creates the publication and the slot at start if they are
+	// missing, on a database where walrelay never created the slot (see
+	// replication.EnsureSlot). Off, both must exist.
+	CreateSlot bool
+	// AllowRowFilter accepts a row filter on the outbox in the publication:
+	// a shard of a sharded outbox.
+	AllowRowFilter bool
+	// StatusInterval and ReceiveTimeout are replication.Config's. Defaults
+	// 1s and 30s.
+	StatusInterval, ReceiveTimeout time.Duration
+	// Outbox is the outbox table, its columns and the message prefixes;
+	// its RelationID is read at start.
+	Outbox decoder.Config
+	// Sink configures the Kafka producer.
+	Sink sink.Config
+	// HeartbeatInterval, if set, writes a heartbeat message to the WAL this
+	// often, so that the slot moves when only other databases write.
+	HeartbeatInterval time.Duration
+	// ShutdownTimeout bounds the drain when ctx is cancelled: reading to
+	// the end of the open transaction, and waiting for the events in
+	// flight. Default 20s.
+	ShutdownTimeout time.Duration
+	// Logger receives the relay's logs. Nil discards them.
+	Logger *slog.Logger
+	// Hooks observe the pipeline.
+	Hooks Hooks
+}
+
+// Hooks observe the pipeline, for metrics; each may be nil. They are called
+// from the pipeline's goroutines (the receive loop, the producer's
+// callbacks) and must not block.
+type Hooks struct {
+	// Transaction is called for each transaction received.
+	Transaction func()
+	// Acked is called for each event Kafka acknowledged: on its topic, or
+	// on the dead-letter topic for the reason deadLetter.
+	Acked func(topic, deadLetter string, commitTime time.Time)
+	// PublishError is called for a publish that failed, by kind: "transient"
+	// (the stream restarts) or "fatal" (the relay stops). A record failed
+	// only because an earlier one did is not counted.
+	PublishError func(kind string)
+	// OrderBreak is called for an event written ahead of an earlier event of
+	// its partition that failed: it must never be called.
+	OrderBreak func()
+	// Ignored is called for each change that is not an event, by kind
+	// (decoder.Ignored's), but for relation, type and origin messages.
+	Ignored func(kind string)
+}
+
+func (h *Hooks) defaults() {
+	if h.Transaction == nil {
+		h.Transaction = func() {}
+	}
+	if h.Acked == nil {
+		h.Acked = func(string, string, time.Time) {}
+	}
+	if h.PublishError == nil {
+		h.PublishError = func(string) {}
+	}
+	if h.OrderBreak == nil {
+		h.OrderBreak = func() {}
+	}
+	if h.Ignored == nil {
+		h.Ignored = func(string) {}
+	}
+}
+
+// Relay is the pipeline from a replication slot to Kafka. Create it with New
+// and call Run once; its accessors are safe for concurrent use.
+type Relay struct {
+	cfg    Config
+	log    *slog.Logger
+	sink   *sink.Sink
+	stream *replication.Stream
+	p      *pipeline
+}
+
+// New checks cfg, fills its defaults and creates the producer and the
+// stream; it does no I/O (Run does).
+func New(cfg Config) (*Relay, error) {
+	if cfg.ConnString == "" {
+		return nil, errors.New("relay: ConnString is required")
+	}
+	if _, err := pgx.ParseConfig(cfg.ConnString); err != nil {
+		return nil, fmt.Errorf("postgres.dsn: %w", err)
+	}
+	if cfg.Slot == "" {
+		cfg.Slot = "walrelay"
+	}
+	if cfg.Publication == "" {
+		cfg.Publication = "walrelay_outbox"
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 20 * time.Second
+	}
+	cfg.Outbox = cfg.Outbox.WithDefaults()
+	cfg.Hooks.defaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Sink.Logger == nil {
+		cfg.Sink.Logger = log
+	}
+	sk, err := sink.New(cfg.Sink)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	r := &Relay{cfg: cfg, log: log, sink: sk}
+	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}}
+	r.stream, err = replication.New(replication.Config{
+		ConnString: cfg.ConnString, Slot: cfg.Slot, Publication: cfg.Publication,
+		StatusInterval: cfg.StatusInterval, Logger: log,
+		Handle: r.p.handle, Confirmed: r.p.tr.Confirmed, Keepalive: r.p.tr.Idle,
+		Started: r.p.started, Flush: r.p.flush, Boundary: func() bool { return r.p.txn == nil }, Err: r.p.status,
+		DrainTimeout: cfg.ShutdownTimeout, ReceiveTimeout: cfg.ReceiveTimeout,
+	})
+	if err != nil {
+		sk.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Run runs the pipeline until ctx is cancelled (it then drains and returns
+// nil) or a fatal error, which it returns. It checks the database first
+// (preflight) and creates what a first start needs.
+func (r *Relay) Run(ctx context.Context) error {
+	defer r.sink.Close()
+	cfg := &r.cfg
+	oid, err := preflight(ctx, cfg, r.log)
+	if err != nil {
+		return err
+	}
+	dcfg := cfg.Outbox
+	dcfg.RelationID = oid
+	if r.p.dec, err = decoder.New(dcfg); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = r.sink.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("kafka.brokers: %w", err)
+	}
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	// Records are produced on a context that outlives the stop signal by
+	// the shutdown timeout, so that a clean stop lets buffered records
+	// finish instead of failing them (which would replay their whole
+	// transaction).
+	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProduce()
+	go func() {
+		select {
+		case <-runCtx.Done():
+		case <-produceCtx.Done():
+			return
+		}
+		select {
+		case <-time.After(cfg.ShutdownTimeout):
+			cancelProduce()
+		case <-produceCtx.Done():
+		}
+	}()
+	r.p.produceCtx, r.p.stop = produceCtx, stopRun
+
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	schema, table := cfg.Outbox.Schema, cfg.Outbox.Table
+	// An unlogged partition attached while walrelay runs: its rows never
+	// reach the WAL. Checked every 5 s; it stops the relay, which can do
+	// nothing else for them.
+	bg.Go(func() {
+		Periodically(runCtx, cfg.ConnString, 5*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
+			problems, err := replication.UnloggedPartitions(ctx, conn, schema, table)
+			if err == nil && len(problems) > 0 {
+				r.p.fail(fmt.Errorf("%s (rows written to it since it was attached or set unlogged are in the table only)", strings.Join(problems, "; ")))
+			}
+			return err
+		}, func(err error) { r.log.Warn("check the outbox's partitions", "err", err) })
+	})
+	if cfg.HeartbeatInterval > 0 {
+		bg.Go(func() {
+			heartbeat(runCtx, cfg.ConnString, cfg.Outbox.MessagePrefix+".heartbeat", cfg.HeartbeatInterval, r.log)
+		})
+	}
+	runErr := r.stream.Run(runCtx)
+	stopRun()
+	if err := r.p.failure(); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return runErr
+	}
+	r.log.Info("walrelay stopped", "confirmed", r.p.tr.Confirmed().String(), "in_flight", r.p.tr.InFlight())
+	return nil
+}
+
+// Run runs a relay of cfg until ctx is cancelled or a fatal error: New, then
+// Relay.Run.
+func Run(ctx context.Context, cfg Config) error {
+	r, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+// State returns what the replication stream is doing: "starting",
+// "streaming", "waiting_for_slot", "reconnecting" or "stopped".
+func (r *Relay) State() string { return r.stream.State() }
+
+// ReceivedLSN returns the highest WAL position received.
+func (r *Relay) ReceivedLSN() pglogrepl.LSN { return r.stream.ReceivedLSN() }
+
+// ConfirmedLSN returns the position confirmed to the slot: every event
+// before it is acknowledged.
+func (r *Relay) ConfirmedLSN() pglogrepl.LSN { return r.p.tr.Confirmed() }
+
+// InFlight returns how many events are published and not yet acknowledged.
+func (r *Relay) InFlight() int { return r.p.tr.InFlight() }
+
+// Reconnects returns how many times the stream started again.
+func (r *Relay) Reconnects() uint64 { return r.stream.Reconnects() }
+
+// DataLosses returns how many times the producer detected data loss.
+func (r *Relay) DataLosses() uint64 { return r.sink.DataLosses() }
+
+// Err returns the fatal error that stops the relay, if any yet.
+func (r *Relay) Err() error { return r.p.failure() }
