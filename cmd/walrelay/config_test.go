@@ -126,3 +126,43 @@ func TestExampleConfigLoads(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeListsEveryKey keeps the README's configuration table in step
+// with the keys: every key has a row, and a row that shows one key with a
+// plain default shows the default the key has.
+func TestReadmeListsEveryKey(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{} // key -> default cell
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(line, " | ")
+		if !strings.HasPrefix(line, "| `") || len(cells) < 3 {
+			continue
+		}
+		keys := strings.Split(strings.TrimPrefix(cells[0], "| "), ", ")
+		for _, k := range keys {
+			k = strings.Trim(strings.Fields(k)[0], "`")
+			if len(keys) == 1 {
+				rows[k] = cells[1]
+			} else {
+				rows[k] = ""
+			}
+		}
+	}
+	var c Config
+	for _, k := range c.keys() {
+		cell, ok := rows[k.name]
+		if !ok {
+			t.Errorf("README: no row for %s", k.name)
+			continue
+		}
+		if v, plain := strings.CutPrefix(cell, "`"); plain && strings.HasSuffix(v, "`") && !strings.Contains(v, " ") {
+			if v = strings.TrimSuffix(v, "`"); v != k.show() {
+				t.Errorf("README: %s defaults to %q, the key to %q", k.name, v, k.show())
+			}
+		}
+	}
+}

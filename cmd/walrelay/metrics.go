@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -66,7 +67,10 @@ func newMetrics() *metrics {
 	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_commit_to_ack_seconds", Help: "From an event's commit in PostgreSQL to Kafka's acknowledgement.",
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
 	m.orderBreaks = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_order_breaks_total", Help: "Events written ahead of an earlier event of their partition that failed to publish and was sent again after them (must stay 0; see Reconnects in the README)."})
-	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.commitToAck} {
+	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.commitToAck,
+		// The Go runtime's and the process's own (go_*, process_*: heap, GC,
+		// goroutines, RSS, CPU, open files).
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
 	return m

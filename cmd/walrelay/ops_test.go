@@ -113,8 +113,9 @@ func TestOperatorCommands(t *testing.T) {
 		lag, lagOK := metricValue(body, "walrelay_slot_lag_bytes")
 		streamingState, _ := metricValue(body, `walrelay_state{state="streaming"}`)
 		if published == 2000 && lagOK && lag < 1<<20 && streamingState == 1 {
-			if !strings.Contains(body, "walrelay_commit_to_ack_seconds_bucket") || !strings.Contains(body, `walrelay_reconnects_total{target="postgres"}`) {
-				t.Fatalf("metrics lack the latency histogram or reconnects:\n%s", body)
+			if !strings.Contains(body, "walrelay_commit_to_ack_seconds_bucket") || !strings.Contains(body, `walrelay_reconnects_total{target="postgres"}`) ||
+				!strings.Contains(body, "go_goroutines") || !strings.Contains(body, "process_resident_memory_bytes") {
+				t.Fatalf("metrics lack the latency histogram, reconnects or the runtime's and process's own:\n%s", body)
 			}
 			break
 		}
