@@ -186,7 +186,7 @@ func TestRefusedBatchIsTransient(t *testing.T) {
 	if err := publish(t, s, event("warm")); err != nil {
 		t.Fatal(err)
 	}
-	before := s.capOf("outbox.event.order")
+	before := s.batchCapOf("outbox.event.order")
 	refusals := 1
 	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if refusals == 0 {
@@ -205,7 +205,7 @@ func TestRefusedBatchIsTransient(t *testing.T) {
 	if err := publish(t, s, event("again")); err != nil {
 		t.Fatalf("after Abort: %v", err)
 	}
-	if got := s.capOf("outbox.event.order"); got != before/2 {
+	if got := s.batchCapOf("outbox.event.order"); got != before/2 {
 		t.Fatalf("batch cap %d after the refusal, want %d (half of %d: kfake's limit is not lower)", got, before/2, before)
 	}
 	big := event("big")

@@ -1,0 +1,57 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/decoder"
+)
+
+// Dead-letter record headers, besides those of the event.
+const (
+	HeaderError     = "walrelay.error"     // the error text
+	HeaderReason    = "walrelay.reason"    // invalid_event, invalid_topic, too_large, invalid_record
+	HeaderSource    = "walrelay.table"     // schema.table, or "message"
+	HeaderWALStart  = "walrelay.wal_start" // LSN of the change itself
+	HeaderTopic     = "walrelay.topic"     // the topic it was meant for, if known
+	HeaderOmitted   = "walrelay.payload_omitted_bytes"
+	deadLetterTries = 2
+)
+
+// deadLetter produces e to the dead-letter topic. If that record is too large
+// too, it goes again without its value, with the value's size in a header:
+// the row itself is still in the table and in the WAL at its position.
+func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic string, cause error, done Done) {
+	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
+	h, _ := s.headers(e, 6) // the dead-letter record gets the clock's time
+	h = append(h,
+		kgo.RecordHeader{Key: HeaderError, Value: []byte(cause.Error())},
+		kgo.RecordHeader{Key: HeaderReason, Value: []byte(why)},
+		kgo.RecordHeader{Key: HeaderSource, Value: []byte(e.Source)},
+		kgo.RecordHeader{Key: HeaderWALStart, Value: []byte(e.WALStart.String())},
+		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(topic)},
+	)
+	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
+	var produce func(try int)
+	produce = func(try int) {
+		s.q.push(ctx, r, false, func(r *kgo.Record, err error) {
+			switch {
+			case err == nil:
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, nil)
+			case try < deadLetterTries && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
+				r.Value = nil
+				go produce(try + 1)
+			default:
+				s.q.breakOn(err)
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err))
+			}
+		})
+	}
+	produce(1)
+}

@@ -1,0 +1,152 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Ping checks that a broker answers within ctx, and reads the broker's
+// message.max.bytes and the dead-letter topic's limit.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.cl.Ping(ctx); err != nil {
+		err = fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
+		if errors.Is(err, io.EOF) {
+			// A broker that closes the connection at once: a TLS listener
+			// reached without TLS, or a SASL handshake it refused (Apache
+			// Kafka answers SASL_AUTHENTICATION_FAILED, which says so
+			// itself; some brokers, kfake among them, just close).
+			err = fmt.Errorf("%w (the broker closed the connection: check whether its listener wants TLS (kafka.tls.enabled) and SASL (kafka.sasl.mechanism), and the SASL credentials)", err)
+		}
+		return err
+	}
+	if n, err := s.brokerLimit(ctx); err != nil {
+		// Not fatal: a role may lack DescribeConfigs. The broker then
+		// refuses what is too large, and that is dead-lettered.
+		s.log.Warn("cannot read the broker's message.max.bytes; batches are capped by kafka.batch_max_bytes alone", "err", err)
+	} else {
+		s.brokerMax.Store(n)
+	}
+	s.topicInfoFor(ctx, s.cfg.DLQTopic)
+	return nil
+}
+
+// brokerLimit reads message.max.bytes of a broker the client knows.
+func (s *Sink) brokerLimit(ctx context.Context) (int32, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	meta.Topics = []kmsg.MetadataRequestTopic{}
+	mresp, err := meta.RequestWith(ctx, s.cl)
+	if err != nil {
+		return 0, fmt.Errorf("read metadata: %w", err)
+	}
+	if len(mresp.Brokers) == 0 {
+		return 0, errors.New("the metadata names no broker")
+	}
+	return s.describeLimit(ctx, kmsg.ConfigResourceTypeBroker, strconv.Itoa(int(mresp.Brokers[0].NodeID)), "message.max.bytes")
+}
+
+// describeLimit reads one size setting of a broker or topic.
+func (s *Sink) describeLimit(ctx context.Context, typ kmsg.ConfigResourceType, name, key string) (int32, error) {
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType, res.ResourceName, res.ConfigNames = typ, name, []string{key}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return 0, fmt.Errorf("describe %s of %s: %w", key, name, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			return 0, fmt.Errorf("describe %s of %s: %w", key, name, err)
+		}
+		for _, c := range r.Configs {
+			if c.Name == key && c.Value != nil {
+				n, err := strconv.ParseInt(*c.Value, 10, 32)
+				if err != nil {
+					return 0, fmt.Errorf("%s of %s: %q is not a size: %w", key, name, *c.Value, err)
+				}
+				return int32(n), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("describe %s of %s: not in the answer", key, name)
+}
+
+// topicInfo is what the sink learns of a topic at its first event.
+type topicInfo struct {
+	valid    bool  // a legal Kafka topic name
+	batchCap int32 // the cap of its batches (batchCap)
+}
+
+// topicInfoFor returns what the sink knows of a topic, learning it at the topic's
+// first event (a stream has few topics).
+func (s *Sink) topicInfoFor(ctx context.Context, topic string) topicInfo {
+	if ti, ok := s.topics.Load(topic); ok {
+		return ti.(topicInfo)
+	}
+	ti := topicInfo{valid: ValidTopic(topic), batchCap: s.cfg.BatchMaxBytes}
+	if ti.valid {
+		ti.batchCap = s.batchCap(ctx, topic)
+		if v, ok := s.refused.LoadAndDelete(topic); ok && ti.batchCap >= v.(int32) {
+			// The limit the broker enforces is lower than what could be
+			// read: halve the cap, again at each refusal, until batches fit.
+			ti.batchCap = max(v.(int32)/2, minBatchCap)
+			s.log.Warn("the broker refused a batch for a topic whose lower limit could not be read; halving its batch cap", "topic", topic, "batch_cap", ti.batchCap)
+		}
+	}
+	v, _ := s.topics.LoadOrStore(topic, ti)
+	return v.(topicInfo)
+}
+
+// batchCapOf returns the batch cap learnt for a topic, or BatchMaxBytes if none
+// was. It makes no request.
+func (s *Sink) batchCapOf(topic string) int32 {
+	if ti, ok := s.topics.Load(topic); ok {
+		return ti.(topicInfo).batchCap
+	}
+	return s.cfg.BatchMaxBytes
+}
+
+// batchCap reads the topic's max.message.bytes (or, for a topic not created
+// yet, the broker's message.max.bytes) and returns it if it is below
+// BatchMaxBytes, else BatchMaxBytes. It costs one request, made once per
+// topic before its first record.
+func (s *Sink) batchCap(ctx context.Context, topic string) int32 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	limit, err := s.describeLimit(ctx, kmsg.ConfigResourceTypeTopic, topic, "max.message.bytes")
+	if err != nil {
+		limit = s.brokerMax.Load() // a topic about to be auto-created gets the broker's default
+		s.log.Debug("topic limit not read; using the broker's", "topic", topic, "limit", limit, "err", err)
+	}
+	c := s.cfg.BatchMaxBytes
+	if limit >= 512 && limit < c {
+		c = limit
+		s.log.Info("batches capped at the topic's max.message.bytes, below kafka.batch_max_bytes", "topic", topic, "max_message_bytes", limit, "batch_max_bytes", s.cfg.BatchMaxBytes)
+	}
+	return c
+}
+
+// minBatchCap is the least cap halving gives a topic's batches.
+const minBatchCap = 1024
+
+// refusedBatch reports whether a too-large error for r is the broker
+// refusing the batch r was in, not r itself: r fits in a batch of its own
+// under the topic's cap (with room to spare for the batch's framing), so the
+// client did not refuse it, and the limit the broker enforces is below the
+// cap walrelay learnt.
+func (s *Sink) refusedBatch(r *kgo.Record, err error) bool {
+	if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge) {
+		return false
+	}
+	size := 256 + len(r.Topic) + recordSize(r) + 10*len(r.Headers)
+	return int64(size) <= int64(s.batchCapOf(r.Topic))
+}

@@ -1,0 +1,120 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// ErrDataLoss breaks the sink when the client detects that the broker may
+// have lost records it had acknowledged.
+var ErrDataLoss = errors.New("the broker may have lost acknowledged records (out of order sequence or unknown producer id)")
+
+func (s *Sink) lostData(topic string, partition int32) {
+	s.q.breakOn(fmt.Errorf("%w: topic %s partition %d", ErrDataLoss, topic, partition))
+	s.dataLoss.Add(1)
+	s.log.Error("the producer detected data loss: the broker may have lost records it had acknowledged; restarting from the confirmed position",
+		"topic", topic, "partition", partition)
+}
+
+// DataLosses returns how many times the client detected data loss.
+func (s *Sink) DataLosses() uint64 { return s.dataLoss.Load() }
+
+// suspects are the WAL positions of events whose batch the broker refused
+// for what may be one record of it. It is empty but for the rare restart
+// after such a refusal: has costs one atomic load then.
+type suspects struct {
+	n   atomic.Int64
+	mu  sync.Mutex
+	set map[pglogrepl.LSN]struct{}
+}
+
+func (x *suspects) has(at pglogrepl.LSN) bool {
+	if x.n.Load() == 0 {
+		return false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	_, ok := x.set[at]
+	return ok
+}
+
+func (x *suspects) add(at pglogrepl.LSN) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.set == nil {
+		x.set = map[pglogrepl.LSN]struct{}{}
+	}
+	x.set[at] = struct{}{}
+	x.n.Store(int64(len(x.set)))
+}
+
+func (x *suspects) clear(at pglogrepl.LSN) {
+	if x.n.Load() == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.set, at)
+	x.n.Store(int64(len(x.set)))
+}
+
+// refusesBatch reports whether err is a broker's refusal that fails a whole
+// batch, and the client's other records of the partition with it, for what
+// may be one record of it: an invalid record (a compacted topic's null key,
+// a broker-side validation), a corrupt batch, an invalid topic.
+func refusesBatch(err error) bool {
+	return errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.InvalidTopicException)
+}
+
+// Fatal reports whether a publish error is one that retrying cannot fix:
+// authorization refused, or a topic that does not exist and is not created.
+// Other errors are transient: the caller retries the event (walrelay does so
+// by restarting the stream from the last confirmed position).
+func Fatal(err error) bool {
+	for _, e := range []error{kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.SaslAuthenticationFailed,
+		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.InvalidRequiredAcks, kerr.UnsupportedVersion} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Persistent reports whether a publish error is a broker's refusal that
+// Kafka does not call retriable and that the sink does not answer by sending
+// differently (a batch refused as too large, or for one record of it): a
+// refusal that may well come again, every time (POLICY_VIOLATION,
+// UNSUPPORTED_COMPRESSION_TYPE). The caller restarts, and gives up after a
+// few in a row without progress.
+func Persistent(err error) bool {
+	var ke *kerr.Error
+	if !errors.As(err, &ke) || ke.Retriable || errors.Is(err, ErrNotSent) {
+		return false
+	}
+	return !refusesBatch(err) && !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge)
+}
+
+// perEvent reports whether err concerns this record only, so that the
+// record belongs on the dead-letter topic and the stream may go on.
+func perEvent(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.InvalidTopicException) ||
+		errors.Is(err, kerr.CorruptMessage)
+}
+
+func reason(err error) string {
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return "too_large"
+	case errors.Is(err, kerr.InvalidTopicException):
+		return "invalid_topic"
+	default:
+		return "invalid_record"
+	}
+}
