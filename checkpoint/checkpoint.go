@@ -128,12 +128,12 @@ func (t *Tracker) Reset(from pglogrepl.LSN) {
 	t.confirmed = from
 }
 
-// Idle reports that the server's WAL end is walEnd (from a keepalive read
+// AdvanceIfIdle reports that the server's WAL end is walEnd (from a keepalive read
 // after every earlier message was handed on). When nothing is in flight and
 // no transaction is open, everything up to walEnd is consumed, and the
 // confirmed LSN moves to it: without this an idle outbox on a busy database
 // would hold WAL forever.
-func (t *Tracker) Idle(walEnd pglogrepl.LSN) {
+func (t *Tracker) AdvanceIfIdle(walEnd pglogrepl.LSN) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.open == nil && t.inFlight == 0 && t.head == len(t.fifo) && walEnd > t.confirmed {

@@ -147,7 +147,7 @@ func TestConfirmedNeverPassesUnacked(t *testing.T) {
 				// A keepalive's WAL end: the server has read that far, so
 				// every later commit lies beyond it.
 				lsn += pglogrepl.LSN(rng.IntN(50))
-				tr.Idle(lsn)
+				tr.AdvanceIfIdle(lsn)
 				check("idle")
 			}
 			ackSome(rng.IntN(10))
@@ -172,12 +172,12 @@ func TestConfirmedNeverPassesUnacked(t *testing.T) {
 func TestIdleAdvancesOnlyWhenNothingInFlight(t *testing.T) {
 	t.Parallel()
 	tr := New(100)
-	tr.Idle(200)
+	tr.AdvanceIfIdle(200)
 	if got := tr.Confirmed(); got != 200 {
 		t.Fatalf("idle with nothing in flight: confirmed %s, want 200", got)
 	}
 	x, _ := tr.Begin(300)
-	tr.Idle(400)
+	tr.AdvanceIfIdle(400)
 	if got := tr.Confirmed(); got != 200 {
 		t.Fatalf("idle with an open transaction: confirmed %s, want 200", got)
 	}
@@ -185,7 +185,7 @@ func TestIdleAdvancesOnlyWhenNothingInFlight(t *testing.T) {
 	if err := x.Commit(310); err != nil {
 		t.Fatal(err)
 	}
-	tr.Idle(400)
+	tr.AdvanceIfIdle(400)
 	if got := tr.Confirmed(); got != 200 {
 		t.Fatalf("idle with an unacked event: confirmed %s, want 200", got)
 	}
@@ -193,7 +193,7 @@ func TestIdleAdvancesOnlyWhenNothingInFlight(t *testing.T) {
 	if got := tr.Confirmed(); got != 310 {
 		t.Fatalf("after the ack: confirmed %s, want 310", got)
 	}
-	tr.Idle(150)
+	tr.AdvanceIfIdle(150)
 	if got := tr.Confirmed(); got != 310 {
 		t.Fatalf("idle behind the confirmed LSN moved it back to %s", got)
 	}

@@ -44,9 +44,9 @@ type pipeline struct {
 	persistentCode  int16
 	persistentCount int
 	persistentAt    atomic.Uint64 // WAL position of the last one; 0: none pending
-	// troubled is set while err or restartErr is, so that the receive
+	// hasFailure is set while err or restartErr is, so that the receive
 	// goroutine checks one atomic per message instead of taking mu.
-	troubled atomic.Bool
+	hasFailure atomic.Bool
 }
 
 // session is what the records of one replication session share with their
@@ -90,7 +90,7 @@ func (p *pipeline) fail(err error) {
 	if p.err == nil {
 		p.err = err
 	}
-	p.troubled.Store(true)
+	p.hasFailure.Store(true)
 	p.mu.Unlock()
 	p.stop()
 }
@@ -116,7 +116,7 @@ func (p *pipeline) restart(s *session, err error, at pglogrepl.LSN) {
 		return
 	}
 	p.restartErr = err
-	p.troubled.Store(true)
+	p.hasFailure.Store(true)
 	var ke *kerr.Error
 	if !sink.Persistent(err) || !errors.As(err, &ke) {
 		return
@@ -148,7 +148,7 @@ func (p *pipeline) progressed(at pglogrepl.LSN) {
 // status is polled by the receive loop: a fatal error stops the stream, a
 // transient one restarts it.
 func (p *pipeline) status() error {
-	if !p.troubled.Load() {
+	if !p.hasFailure.Load() {
 		return nil
 	}
 	p.mu.Lock()
@@ -177,7 +177,7 @@ func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
 	p.mu.Lock()
 	p.cur = &session{failed: map[partitionOf]bool{}}
 	p.restartErr = nil
-	p.troubled.Store(p.err != nil)
+	p.hasFailure.Store(p.err != nil)
 	p.mu.Unlock()
 	p.dec.Reset()
 	p.tr.Reset(from)

@@ -141,8 +141,8 @@ func New(cfg Config) (*Relay, error) {
 	r.stream, err = replication.New(replication.Config{
 		ConnString: cfg.ConnString, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, Logger: log,
-		Handle: r.p.handle, Confirmed: r.p.tr.Confirmed, Keepalive: r.p.tr.Idle,
-		Started: r.p.started, Flush: r.p.flush, Boundary: func() bool { return r.p.txn == nil }, Err: r.p.status,
+		Handle: r.p.handle, SafePosition: r.p.tr.Confirmed, Keepalive: r.p.tr.AdvanceIfIdle,
+		Started: r.p.started, Flush: r.p.flush, BetweenTransactions: func() bool { return r.p.txn == nil }, Err: r.p.status,
 		DrainTimeout: cfg.ShutdownTimeout, ReceiveTimeout: cfg.ReceiveTimeout,
 	})
 	if err != nil {

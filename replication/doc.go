@@ -5,15 +5,15 @@
 //
 // It is the first stage of the data path. Each XLogData payload goes, in WAL
 // order, to a Handler (the decoder and sink behind it); each status update
-// carries the LSN that a Confirmed function returns (the checkpoint). It
+// carries the LSN that a SafePosition function returns (the checkpoint). It
 // never parses pgoutput and never talks to Kafka.
 //
 // Invariants:
-//   - The flush LSN sent to the server only ever comes from Confirmed, never
+//   - The flush LSN sent to the server only ever comes from SafePosition, never
 //     from what was received, and never goes below the slot's
 //     confirmed_flush_lsn at stream start: the server does not guard against
 //     a confirmed position moving backwards.
-//   - A session starts at the slot's confirmed_flush_lsn, or at Confirmed
+//   - A session starts at the slot's confirmed_flush_lsn, or at SafePosition
 //     when that is further and the server's system identifier, timeline and
 //     flushed WAL show it is the same WAL (a server restart loses the
 //     slot's unsaved position; the process still knows it).

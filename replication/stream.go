@@ -7,14 +7,12 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/walrelay/walrelay/internal/backoff"
 )
@@ -32,9 +30,9 @@ type Handler func(ctx context.Context, walStart pglogrepl.LSN, data []byte) erro
 // events that could not be delivered without giving up their order.
 var ErrRestart = errors.New("restart the replication stream")
 
-// Confirmed returns the LSN that may be confirmed to the server. It is called
-// from several goroutines.
-type Confirmed func() pglogrepl.LSN
+// SafePosition returns the LSN that may be confirmed to the server: every
+// event before it is acknowledged. It is called from several goroutines.
+type SafePosition func() pglogrepl.LSN
 
 // Keepalive is called from the receive goroutine with a keepalive's WAL end,
 // after every XLogData received before it went through the Handler.
@@ -63,13 +61,13 @@ type Config struct {
 
 	// Handle receives each XLogData payload. Required.
 	Handle Handler
-	// Confirmed gives the LSN for status updates. Required.
-	Confirmed Confirmed
+	// SafePosition gives the LSN for status updates. Required.
+	SafePosition SafePosition
 	// Keepalive, if set, receives each keepalive's WAL end.
 	Keepalive Keepalive
 	// Started, if set, is called before each stream starts (the first and
 	// every reconnect) with the position it starts from: the slot's
-	// confirmed_flush_lsn, or what Confirmed returns if that is further on
+	// confirmed_flush_lsn, or what SafePosition returns if that is further on
 	// the same WAL history (see Stream.resumeFrom). The server resends
 	// everything after it, so state of an earlier stream (the decoder's
 	// relation cache, an open transaction, the checkpoint) must be reset.
@@ -79,11 +77,11 @@ type Config struct {
 	// Flush, if set, is called once when Run stops, before the last status
 	// update, to wait (within ctx) for events still in flight.
 	Flush func(ctx context.Context) error
-	// Boundary, if set, reports whether the stream is between transactions.
+	// BetweenTransactions, if set, reports whether the stream is between transactions.
 	// When ctx is cancelled the stream goes on reading, for up to
 	// DrainTimeout, until it is: a clean stop that split a transaction would
 	// confirm none of it and publish its first part again on the next start.
-	Boundary func() bool
+	BetweenTransactions func() bool
 	// DrainTimeout bounds that wait and the Flush. Default 30s.
 	DrainTimeout time.Duration
 	// ReceiveTimeout ends a session from which nothing, not even a
@@ -127,6 +125,7 @@ func (e *SlotActiveError) Error() string {
 type FatalError struct{ Err error }
 
 func (e *FatalError) Error() string { return e.Err.Error() }
+
 func (e *FatalError) Unwrap() error { return e.Err }
 
 var identRe = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
@@ -176,8 +175,8 @@ func New(cfg Config) (*Stream, error) {
 	if cfg.ReceiveTimeout < 4*cfg.StatusInterval {
 		return nil, fmt.Errorf("receive timeout %s is under 4 times the status interval %s: the server answers a reply request with the next message, so allow it a few status intervals", cfg.ReceiveTimeout, cfg.StatusInterval)
 	}
-	if cfg.Handle == nil || cfg.Confirmed == nil {
-		return nil, errors.New("replication config: Handle and Confirmed are required")
+	if cfg.Handle == nil || cfg.SafePosition == nil {
+		return nil, errors.New("replication config: Handle and SafePosition are required")
 	}
 	parsed, err := ReplicationConfig(cfg.ConnString)
 	if err != nil {
@@ -378,7 +377,7 @@ func (s *Stream) resumeFrom(sys pglogrepl.IdentifySystemResult, slotConfirmed pg
 	// From here on the tracker confirms positions of this history: the
 	// session starts at the slot's position whenever the history changed.
 	s.history = history
-	mine := s.cfg.Confirmed()
+	mine := s.cfg.SafePosition()
 	switch {
 	case mine <= slotConfirmed:
 		return slotConfirmed
@@ -389,247 +388,4 @@ func (s *Stream) resumeFrom(sys pglogrepl.IdentifySystemResult, slotConfirmed pg
 	}
 	s.log.Info("resuming after the slot's saved position, from the one confirmed before the reconnect", "slot_confirmed", slotConfirmed.String(), "from", mine.String())
 	return mine
-}
-
-// session is one START_REPLICATION stream on one connection. mu is held by
-// whoever does I/O on conn: the receive loop, except while it is inside the
-// Handler, and the status goroutine.
-type session struct {
-	s        *Stream
-	conn     *pgconn.PgConn
-	mu       sync.Mutex
-	sent     pglogrepl.LSN // highest flush LSN sent; starts at the slot's
-	lastSent time.Time
-	lastRecv time.Time // since when the session waits for a message; zero: one just arrived
-	pinged   bool      // a status update since lastRecv asked for a reply
-}
-
-// sendStatus sends a standby status update when one is due: forced, after
-// StatusInterval, or after a tenth of it when the confirmed LSN moved (so a
-// crash during a fast catch-up replays less). mu must be held.
-func (ss *session) sendStatus(now time.Time, force bool) error {
-	return ss.sendStatusReply(now, force, false)
-}
-
-// sendStatusReply is sendStatus, asking the server for an answer at once if
-// reply (which forces the update).
-func (ss *session) sendStatusReply(now time.Time, force, reply bool) error {
-	force = force || reply
-	since := now.Sub(ss.lastSent)
-	if !force && since < ss.s.cfg.StatusInterval/10 {
-		return nil // not due whatever the position: skip reading it
-	}
-	pos := max(ss.s.cfg.Confirmed(), ss.sent)
-	if !force && since < ss.s.cfg.StatusInterval && pos == ss.sent {
-		return nil
-	}
-	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), ss.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos, ReplyRequested: reply,
-	})
-	if err != nil {
-		return fmt.Errorf("send standby status update at %s: %w", pos, err)
-	}
-	ss.sent = pos
-	ss.lastSent = now
-	return nil
-}
-
-func (ss *session) run(ctx context.Context) error {
-	cfg := &ss.s.cfg
-	// The status goroutine keeps the session alive while the Handler blocks.
-	statusErr := make(chan error, 1)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(cfg.StatusInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				ss.mu.Lock()
-				err := ss.sendStatus(time.Now(), false)
-				ss.mu.Unlock()
-				if err != nil {
-					statusErr <- err
-					return
-				}
-			}
-		}
-	}()
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
-
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if err := ss.sendStatus(time.Now(), true); err != nil {
-		return err
-	}
-	var drainUntil time.Time // set once ctx is cancelled
-	var readDeadline time.Time
-	ss.lastRecv = time.Now()
-	wake := cfg.StatusInterval / 10
-	defer ss.conn.Conn().SetReadDeadline(time.Time{}) //nolint:errcheck // best effort for the shutdown's own deadline
-	for {
-		select {
-		case err := <-statusErr:
-			return err
-		default:
-		}
-		now := time.Now() // one clock read per message
-		if err := ss.sendStatus(now, false); err != nil {
-			return err
-		}
-		if ss.lastRecv.IsZero() {
-			ss.lastRecv = now
-		}
-		if silent := now.Sub(ss.lastRecv); silent > cfg.ReceiveTimeout {
-			return fmt.Errorf("receive from slot %s: nothing arrived for %s, not even a keepalive (postgres.receive_timeout): the server or the network is gone", cfg.Slot, silent.Round(time.Millisecond))
-		} else if silent > cfg.ReceiveTimeout/2 && !ss.pinged {
-			if err := ss.sendStatusReply(now, true, true); err != nil {
-				return err
-			}
-			ss.pinged = true
-		}
-		if cfg.Err != nil {
-			if err := handlerError(cfg.Err()); err != nil {
-				return err
-			}
-		}
-		if ctx.Err() != nil {
-			if drainUntil.IsZero() {
-				drainUntil = time.Now().Add(cfg.DrainTimeout)
-			}
-			if cfg.Boundary == nil || cfg.Boundary() {
-				return ss.shutdown(drainUntil)
-			}
-			if time.Now().After(drainUntil) {
-				ss.s.log.Warn("stopping inside a transaction: its events will be sent again on the next start")
-				return ss.shutdown(drainUntil)
-			}
-			// Otherwise read on to the end of the transaction.
-		}
-		// Wake at least every tenth of the interval to see whether a status
-		// update is due or ctx is done; data wakes it sooner. A read
-		// deadline on the socket does this without a context (and the
-		// goroutine pgconn starts to watch one) per message; it is moved
-		// only when it has grown stale.
-		if readDeadline.Sub(now) < wake/2 {
-			readDeadline = now.Add(wake)
-			if err := ss.conn.Conn().SetReadDeadline(readDeadline); err != nil {
-				return fmt.Errorf("set read deadline: %w", err)
-			}
-		}
-		raw, err := ss.conn.ReceiveMessage(context.Background())
-		if err != nil {
-			if pgconn.Timeout(err) {
-				readDeadline = time.Time{}
-				continue // the deadline: the loop top decides
-			}
-			if isFatalPgError(err) {
-				return &FatalError{fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)}
-			}
-			return fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)
-		}
-		// The silence starts at the next loop top, after the Handler: time
-		// it spends waiting for Kafka is not the server's.
-		ss.lastRecv, ss.pinged = time.Time{}, false
-		if err := ss.message(ctx, raw); err != nil {
-			return err
-		}
-	}
-}
-
-func (ss *session) message(ctx context.Context, raw pgproto3.BackendMessage) error {
-	cfg := &ss.s.cfg
-	var data []byte
-	switch msg := raw.(type) {
-	case *pgproto3.CopyData:
-		data = msg.Data
-	case *pgproto3.ErrorResponse:
-		err := pgconn.ErrorResponseToPgError(msg)
-		if isFatalPgError(err) {
-			return &FatalError{fmt.Errorf("stream from slot %s: %w", cfg.Slot, err)}
-		}
-		return fmt.Errorf("stream from slot %s: %w", cfg.Slot, err)
-	case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
-		return nil
-	case *pgproto3.CopyDone:
-		return fmt.Errorf("stream from slot %s: server ended the copy stream", cfg.Slot)
-	default:
-		return fmt.Errorf("stream from slot %s: unexpected message %T", cfg.Slot, raw)
-	}
-	if len(data) == 0 {
-		return errors.New("replication stream: empty CopyData")
-	}
-	switch data[0] {
-	case pglogrepl.PrimaryKeepaliveMessageByteID:
-		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
-		if err != nil {
-			return fmt.Errorf("parse keepalive: %w", err)
-		}
-		if ka.ServerWALEnd > ss.s.ReceivedLSN() {
-			ss.s.received.Store(uint64(ka.ServerWALEnd))
-		}
-		if cfg.Keepalive != nil {
-			cfg.Keepalive(ka.ServerWALEnd)
-		}
-		if ka.ReplyRequested {
-			return ss.sendStatus(time.Now(), true)
-		}
-	case pglogrepl.XLogDataByteID:
-		xld, err := pglogrepl.ParseXLogData(data[1:])
-		if err != nil {
-			return fmt.Errorf("parse xlogdata: %w", err)
-		}
-		if end := uint64(xld.WALStart) + uint64(len(xld.WALData)); end > ss.s.received.Load() {
-			ss.s.received.Store(end)
-		}
-		ss.mu.Unlock()
-		err = cfg.Handle(ctx, xld.WALStart, xld.WALData)
-		ss.mu.Lock()
-		if err := handlerError(err); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// handlerError classifies an error of the Handler or of Config.Err.
-func handlerError(err error) error {
-	if err == nil || errors.Is(err, ErrRestart) {
-		return err
-	}
-	return &FatalError{err}
-}
-
-// shutdown waits for in-flight events, sends the last status update and ends
-// the copy stream, all on a fresh context: ctx is already cancelled. Its
-// failures are logged, not returned: the next start resends the tail.
-func (ss *session) shutdown(until time.Time) error {
-	cfg := &ss.s.cfg
-	if cfg.Flush != nil {
-		ss.mu.Unlock() // the status goroutine keeps the session alive meanwhile
-		fctx, cancel := context.WithDeadline(context.Background(), until.Add(time.Second))
-		if err := cfg.Flush(fctx); err != nil {
-			ss.s.log.Warn("events still in flight at shutdown; they will be sent again on the next start", "err", err)
-		}
-		cancel()
-		ss.mu.Lock()
-	}
-	_ = ss.conn.Conn().SetDeadline(time.Now().Add(5 * time.Second))
-	if err := ss.sendStatus(time.Now(), true); err != nil {
-		ss.s.log.Warn("last status update failed; the tail of the stream will be sent again on the next start", "err", err)
-	} else {
-		ss.s.log.Info("stopped", "confirmed", ss.sent.String())
-	}
-	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), ss.conn); err != nil {
-		ss.s.log.Debug("end copy stream", "err", err)
-	}
-	return nil
 }

@@ -61,8 +61,8 @@ func TestFatalErrorDuringTheDrainIsReturned(t *testing.T) {
 			}
 			return nil
 		},
-		Confirmed: func() pglogrepl.LSN { return 0 },
-		Boundary:  func() bool { return false },
+		SafePosition:        func() pglogrepl.LSN { return 0 },
+		BetweenTransactions: func() bool { return false },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestFatalErrorDuringTheDrainIsReturned(t *testing.T) {
 func TestReceiveTimeoutMustAllowStatusIntervals(t *testing.T) {
 	t.Parallel()
 	_, err := New(Config{ConnString: "postgres://x@localhost/db", Handle: func(context.Context, pglogrepl.LSN, []byte) error { return nil },
-		Confirmed: func() pglogrepl.LSN { return 0 }, StatusInterval: time.Second, ReceiveTimeout: 2 * time.Second})
+		SafePosition: func() pglogrepl.LSN { return 0 }, StatusInterval: time.Second, ReceiveTimeout: 2 * time.Second})
 	if err == nil {
 		t.Fatal("a receive timeout of 2 status intervals was accepted")
 	}

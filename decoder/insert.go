@@ -1,0 +1,182 @@
+package decoder
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// tupleValue is one column of a tuple: its kind byte ('n' NULL, 'u'
+// unchanged TOAST, 't' text, 'b' binary) and, for text and binary, its bytes,
+// which alias the message.
+type tupleValue struct {
+	kind byte
+	data []byte
+}
+
+// parseInsert reads an Insert message: 'I', relation id, 'N', then TupleData.
+// Every length is checked against the message.
+func parseInsert(data []byte, vals []tupleValue) (uint32, []tupleValue, error) {
+	if len(data) < 8 || data[5] != 'N' {
+		return 0, nil, fmt.Errorf("insert of %d bytes without a new tuple", len(data))
+	}
+	rel := binary.BigEndian.Uint32(data[1:5])
+	n := int(binary.BigEndian.Uint16(data[6:8]))
+	p := 8
+	for i := range n {
+		if p >= len(data) {
+			return 0, nil, fmt.Errorf("insert into relation %d: tuple ends before column %d of %d", rel, i+1, n)
+		}
+		v := tupleValue{kind: data[p]}
+		p++
+		switch v.kind {
+		case 't', 'b':
+			if len(data)-p < 4 {
+				return 0, nil, fmt.Errorf("insert into relation %d: column %d has no length", rel, i+1)
+			}
+			l := binary.BigEndian.Uint32(data[p:])
+			p += 4
+			if uint64(len(data)-p) < uint64(l) {
+				return 0, nil, fmt.Errorf("insert into relation %d: column %d of %d bytes overruns the message", rel, i+1, l)
+			}
+			v.data = data[p : p+int(l)]
+			p += int(l)
+		case 'n', 'u':
+		default:
+			return 0, nil, fmt.Errorf("insert into relation %d: column %d has unknown kind %q", rel, i+1, v.kind)
+		}
+		vals = append(vals, v)
+	}
+	if p != len(data) {
+		return 0, nil, fmt.Errorf("insert into relation %d: %d bytes after the tuple", rel, len(data)-p)
+	}
+	return rel, vals, nil
+}
+
+func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
+	rel, vals, err := parseInsert(data, d.vals[:0])
+	if err != nil {
+		return nil, err
+	}
+	d.vals = vals
+	r, ok := d.rels[rel]
+	if !ok {
+		return nil, fmt.Errorf("insert into relation %d before its Relation message", rel)
+	}
+	if !r.outbox {
+		return nil, fmt.Errorf("%w: a row of %s (oid %d), which is not %s: if it is a partition of the outbox, publish via the root "+
+			"(ALTER PUBLICATION … SET (publish_via_partition_root = true)); otherwise drop it from the publication",
+			ErrUnexpectedRelation, r.name, rel, d.source)
+	}
+	if !d.inTxn {
+		return nil, errors.New("insert outside a transaction")
+	}
+	if len(vals) != len(r.cols) {
+		return nil, fmt.Errorf("insert into %s: tuple of %d columns, relation of %d", d.source, len(vals), len(r.cols))
+	}
+	e := d.newEvent(walStart, d.source)
+	var problems []error
+	// value parses column i; ok is false for NULL and for a problem, which
+	// it records (a NULL only when the column is required).
+	value := func(i int, required bool) (v any, ok bool) {
+		name := r.cols[i].Name
+		switch vals[i].kind {
+		case 't':
+		case 'n':
+			if required {
+				problems = append(problems, fmt.Errorf("column %s is NULL", name))
+			}
+			return nil, false
+		default:
+			problems = append(problems, fmt.Errorf("column %s: unsupported tuple value kind %q", name, vals[i].kind))
+			return nil, false
+		}
+		v, err := ParseText(r.cols[i].DataType, vals[i].data)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("column %s: %w", name, err))
+			return nil, false
+		}
+		return v, true
+	}
+	// The usual id, key, routing and type columns are text or uuid: their
+	// bytes are taken as they are, without boxing a value in an interface,
+	// and the four strings share one allocation (substrings of one string
+	// made from the concatenation). Other types go through ParseText.
+	fields := [4]*string{&e.ID, &e.AggregateType, &e.AggregateID, &e.Type}
+	cols := [4]int{r.id, r.aggType, r.aggID, r.typ}
+	var plain [4]bool
+	d.scratch = d.scratch[:0]
+	for k, i := range cols {
+		if plain[k] = plainText(r.cols[i].DataType, vals[i]); plain[k] {
+			d.scratch = append(d.scratch, vals[i].data...)
+		}
+	}
+	all := string(d.scratch)
+	for k, i := range cols {
+		if plain[k] {
+			*fields[k], all = all[:len(vals[i].data)], all[len(vals[i].data):]
+		} else if v, ok := value(i, k != 3); ok { // the type column may be NULL
+			if s, ok := v.(string); ok {
+				*fields[k] = s
+			} else {
+				*fields[k] = string(Format(v))
+			}
+		}
+	}
+	// The payload is passed on as bytes: json, jsonb and text as stored,
+	// bytea decoded from its hex form. The message buffer is reused by the
+	// connection, so what the event keeps is copied.
+	if p := vals[r.payload]; p.kind == 't' && passThrough(r.cols[r.payload].DataType) {
+		e.Payload = bytes.Clone(p.data)
+	} else if v, ok := value(r.payload, false); ok {
+		switch v := v.(type) {
+		case []byte:
+			if r.cols[r.payload].DataType == oidBytea {
+				e.Payload = v // freshly decoded
+			} else {
+				e.Payload = bytes.Clone(v)
+			}
+		default:
+			e.Payload = Format(v)
+		}
+	} else if vals[r.payload].kind != 'n' {
+		e.Payload = bytes.Clone(vals[r.payload].data) // keep what failed to parse for the dead-letter record
+	}
+	for _, i := range r.headers {
+		if v, ok := value(i, false); ok {
+			e.Headers = append(e.Headers, Header{Key: r.cols[i].Name, Value: bytes.Clone(Format(v))})
+		}
+	}
+	if len(problems) > 0 {
+		e.Invalid = errors.Join(problems...)
+	}
+	return e, nil
+}
+
+// plainText reports whether a column value is text that ParseText would
+// return unchanged as a string: a text type, or a well-formed uuid.
+func plainText(oid uint32, v tupleValue) bool {
+	if v.kind != 't' {
+		return false
+	}
+	switch oid {
+	case oidText, oidVarchar, oidBpchar, oidName:
+		return true
+	case oidUUID:
+		return isUUID(v.data)
+	}
+	return false
+}
+
+// passThrough reports whether a payload of this type is published as its
+// text bytes exactly (ParseText returns them as they are).
+func passThrough(oid uint32) bool {
+	switch oid {
+	case oidJSON, oidJSONB, oidText, oidVarchar:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,70 @@
+package decoder
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// messageBody is the JSON content of a logical decoding message event.
+type messageBody struct {
+	ID            *string         `json:"id"`
+	AggregateType *string         `json:"aggregatetype"`
+	AggregateID   *string         `json:"aggregateid"`
+	Type          *string         `json:"type"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMessage) (Message, error) {
+	switch {
+	case m.Prefix == d.cfg.MessagePrefix:
+	case m.Prefix == d.heartbeat:
+		return Ignored{Kind: "heartbeat"}, nil
+	case d.ignored[m.Prefix]:
+		return Ignored{Kind: "message_ignored_prefix"}, nil
+	default:
+		return nil, fmt.Errorf("%w: %q; walrelay reads %q (outbox.message_prefix): if another program emits it, list it in outbox.ignore_message_prefixes",
+			ErrUnexpectedPrefix, m.Prefix, d.cfg.MessagePrefix)
+	}
+	if m.Transactional && !d.inTxn {
+		return nil, errors.New("transactional message outside a transaction")
+	}
+	e := d.newEvent(walStart, "message")
+	if !m.Transactional {
+		// Emitted whether or not its transaction commits: publishing it
+		// would break the outbox promise, so it is dead-lettered.
+		*e = Event{Source: "message", WALStart: m.LSN, CommitLSN: m.LSN, Payload: bytes.Clone(m.Content),
+			Invalid: errors.New("non-transactional walrelay message: emit it with pg_logical_emit_message(true, …)")}
+		return e, nil
+	}
+	var b messageBody
+	if err := json.Unmarshal(m.Content, &b); err != nil {
+		e.Payload = bytes.Clone(m.Content)
+		e.Invalid = fmt.Errorf("message content is not a JSON object: %w", err)
+		return e, nil
+	}
+	var problems []error
+	req := func(p *string, name string) string {
+		if p == nil {
+			problems = append(problems, fmt.Errorf("message has no %q", name))
+			return ""
+		}
+		return *p
+	}
+	e.ID = req(b.ID, "id")
+	e.AggregateType = req(b.AggregateType, "aggregatetype")
+	e.AggregateID = req(b.AggregateID, "aggregateid")
+	if b.Type != nil {
+		e.Type = *b.Type
+	}
+	if len(b.Payload) > 0 && string(b.Payload) != "null" {
+		e.Payload = b.Payload
+	}
+	if len(problems) > 0 {
+		e.Invalid = errors.Join(problems...)
+	}
+	return e, nil
+}

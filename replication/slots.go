@@ -1,0 +1,287 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SlotInfo is a logical slot's row of pg_replication_slots.
+type SlotInfo struct {
+	Name           string
+	Active         bool
+	ActivePID      int
+	RestartLSN     pglogrepl.LSN
+	ConfirmedFlush pglogrepl.LSN
+	WALStatus      string
+}
+
+// ErrSlotMissing is wrapped when the slot does not exist.
+var ErrSlotMissing = errors.New("replication slot does not exist")
+
+// inspectSlot reads the slot's state on a replication connection, which
+// speaks only the simple query protocol; the name was validated by New.
+func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInfo, error) {
+	res, err := conn.Exec(ctx, "SELECT active, coalesce(active_pid, 0), coalesce(restart_lsn, '0/0'), coalesce(confirmed_flush_lsn, '0/0'), "+
+		"coalesce(wal_status, ''), database = current_database() FROM pg_replication_slots WHERE slot_name = '"+slot+"'").ReadAll()
+	if err != nil {
+		if isFatalPgError(err) {
+			return SlotInfo{}, &FatalError{fmt.Errorf("inspect slot %s: %w", slot, err)}
+		}
+		return SlotInfo{}, fmt.Errorf("inspect slot %s: %w", slot, err)
+	}
+	if len(res) != 1 || len(res[0].Rows) == 0 {
+		return SlotInfo{}, &FatalError{fmt.Errorf("slot %s: %w: it was dropped while walrelay ran; rows committed after its last confirmed position "+
+			"are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then republish from the outbox table the rows "+
+			"committed since the last event on the topic", slot, ErrSlotMissing, slot)}
+	}
+	row := res[0].Rows[0]
+	if string(row[5]) != "t" {
+		return SlotInfo{}, &FatalError{fmt.Errorf("slot %s belongs to another database", slot)}
+	}
+	info := SlotInfo{Name: slot, Active: string(row[0]) == "t", WALStatus: string(row[4])}
+	info.ActivePID, _ = strconv.Atoi(string(row[1]))
+	if info.RestartLSN, err = pglogrepl.ParseLSN(string(row[2])); err != nil {
+		return SlotInfo{}, fmt.Errorf("slot %s restart_lsn: %w", slot, err)
+	}
+	if info.ConfirmedFlush, err = pglogrepl.ParseLSN(string(row[3])); err != nil {
+		return SlotInfo{}, fmt.Errorf("slot %s confirmed_flush_lsn: %w", slot, err)
+	}
+	return info, nil
+}
+
+// ErrSlotDropped is wrapped when a slot that walrelay created (and recorded
+// on its publication) is gone: creating it again would start after the gap.
+var ErrSlotDropped = errors.New("the replication slot was dropped")
+
+// slotMarker starts the line of a publication's comment that lists the
+// slots walrelay created for it. The comment is how walrelay knows, with no
+// table of its own, that a missing slot existed before: a dropped slot is a
+// gap in the stream, a slot never created is a first start.
+const slotMarker = "walrelay slots: "
+
+// EnsureSlot creates the logical slot with the pgoutput plugin unless it
+// exists, and records it in the comment of publication pub (if pub is not
+// empty). created is false when it existed (also when another process
+// created it at the same moment). A slot with another plugin is an error.
+// A slot that pub's comment records and that is gone wraps ErrSlotDropped,
+// unless recreate: the operator's explicit word (walrelay slot create).
+// Recording needs the publication's owner; without it the slot is still
+// created, and SlotRecorded says so.
+func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot, pub string, recreate bool) (created bool, err error) {
+	if !ValidSlotName(slot) {
+		return false, fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", slot)
+	}
+	var plugin, db string
+	err = conn.QueryRow(ctx, "SELECT coalesce(plugin, ''), coalesce(database, '') FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&plugin, &db)
+	switch {
+	case err == nil:
+		var cur string
+		if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&cur); err != nil {
+			return false, fmt.Errorf("read current database: %w", err)
+		}
+		if plugin != "pgoutput" || db != cur {
+			return false, fmt.Errorf("slot %s exists with plugin %q in database %q; walrelay needs pgoutput in %q", slot, plugin, db, cur)
+		}
+		recordSlot(ctx, conn, pub, slot) // a slot of an earlier version, or created by hand
+		return false, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("look up slot %s: %w", slot, err)
+	}
+	if !recreate {
+		recorded, err := SlotRecorded(ctx, conn, pub, slot)
+		if err != nil {
+			return false, err
+		}
+		if recorded {
+			return false, fmt.Errorf("slot %s: %w: walrelay created it (publication %s records it) and it is gone: dropped by hand, "+
+				"invalidated and removed, or lost in a failover or a restore. Rows committed after its last confirmed position are no longer in the WAL stream, "+
+				"and a new slot starts at the current end of the WAL. To go on: walrelay slot create %s (it starts now), "+
+				"then republish from the outbox table the rows committed since the last event on the topic",
+				slot, ErrSlotDropped, pub, slot)
+		}
+	}
+	_, err = conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // duplicate object: created meanwhile
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("create slot %s: %w", slot, err)
+	}
+	recordSlot(ctx, conn, pub, slot)
+	return true, nil
+}
+
+// publicationComment reads pub's comment; exists is false when there is no
+// such publication.
+func publicationComment(ctx context.Context, conn *pgx.Conn, pub string) (comment string, exists bool, err error) {
+	err = conn.QueryRow(ctx, "SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1", pub).Scan(&comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the comment of publication %s: %w", pub, err)
+	}
+	return comment, true, nil
+}
+
+// recordedSlots splits a publication comment into the slots its marker line
+// lists and the rest of the comment.
+func recordedSlots(comment string) (slots []string, rest []string) {
+	for _, line := range strings.Split(comment, "\n") {
+		if list, ok := strings.CutPrefix(line, slotMarker); ok {
+			for _, s := range strings.Split(list, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					slots = append(slots, s)
+				}
+			}
+		} else if line != "" {
+			rest = append(rest, line)
+		}
+	}
+	return slots, rest
+}
+
+// SlotRecorded reports whether publication pub's comment records slot as
+// created by walrelay.
+func SlotRecorded(ctx context.Context, conn *pgx.Conn, pub, slot string) (bool, error) {
+	if pub == "" {
+		return false, nil
+	}
+	comment, _, err := publicationComment(ctx, conn, pub)
+	if err != nil {
+		return false, err
+	}
+	slots, _ := recordedSlots(comment)
+	return slices.Contains(slots, slot), nil
+}
+
+// recordSlot adds slot to pub's comment. It is best effort: the role may
+// not own the publication (SlotRecorded then tells).
+func recordSlot(ctx context.Context, conn *pgx.Conn, pub, slot string) {
+	comment, exists, err := publicationComment(ctx, conn, pub)
+	if pub == "" || err != nil || !exists {
+		return
+	}
+	slots, rest := recordedSlots(comment)
+	if slices.Contains(slots, slot) {
+		return
+	}
+	slots = append(slots, slot)
+	text := strings.Join(append(rest, slotMarker+strings.Join(slots, ", ")), "\n")
+	_, _ = conn.Exec(ctx, "COMMENT ON PUBLICATION "+pgx.Identifier{pub}.Sanitize()+" IS "+quoteLiteral(text))
+}
+
+// SlotStatus is one logical slot as an operator sees it: pg_replication_slots
+// and the server's current WAL position.
+type SlotStatus struct {
+	SlotName          string  `json:"slot_name"`
+	Plugin            string  `json:"plugin"`
+	Database          string  `json:"database"`
+	Active            bool    `json:"active"`
+	ActivePID         *int    `json:"active_pid"`
+	RestartLSN        *string `json:"restart_lsn"`
+	ConfirmedFlushLSN *string `json:"confirmed_flush_lsn"`
+	CurrentWALLSN     string  `json:"current_wal_lsn"`
+	RetainedWALBytes  *int64  `json:"retained_wal_bytes"` // current WAL LSN minus restart_lsn
+	LagBytes          *int64  `json:"lag_bytes"`          // current WAL LSN minus confirmed_flush_lsn
+	WALStatus         *string `json:"wal_status"`
+	SafeWALSize       *int64  `json:"safe_wal_size"`  // NULL: max_slot_wal_keep_size is unlimited
+	InactiveSince     *string `json:"inactive_since"` // PostgreSQL 17 and later
+}
+
+// Slots lists the logical slots, or only the one named if name is not empty.
+func Slots(ctx context.Context, conn *pgx.Conn, name string) ([]SlotStatus, error) {
+	var version int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return nil, fmt.Errorf("read server version: %w", err)
+	}
+	inactive := "NULL::text"
+	if version >= 170000 {
+		inactive = "inactive_since::text"
+	}
+	rows, err := conn.Query(ctx, `SELECT slot_name::text, coalesce(plugin::text, ''), coalesce(database::text, ''), active, active_pid,
+		restart_lsn::text, confirmed_flush_lsn::text, cur::text,
+		(cur - restart_lsn)::bigint, (cur - confirmed_flush_lsn)::bigint, wal_status, safe_wal_size, `+inactive+`
+		FROM pg_replication_slots, (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS cur) c
+		WHERE slot_type = 'logical' AND ($1 = '' OR slot_name = $1) ORDER BY slot_name`, name)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_replication_slots: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotStatus, error) {
+		var s SlotStatus
+		err := r.Scan(&s.SlotName, &s.Plugin, &s.Database, &s.Active, &s.ActivePID, &s.RestartLSN, &s.ConfirmedFlushLSN, &s.CurrentWALLSN,
+			&s.RetainedWALBytes, &s.LagBytes, &s.WALStatus, &s.SafeWALSize, &s.InactiveSince)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read pg_replication_slots: %w", err)
+	}
+	if name != "" && len(out) == 0 {
+		return nil, fmt.Errorf("slot %s: %w", name, ErrSlotMissing)
+	}
+	return out, nil
+}
+
+// DropSlot drops a slot that no process streams.
+func DropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+	st, err := Slots(ctx, conn, name)
+	if err != nil {
+		return err
+	}
+	if st[0].Active {
+		return fmt.Errorf("slot %s is active in process %d: stop that walrelay first", name, deref(st[0].ActivePID))
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", name); err != nil {
+		return fmt.Errorf("drop slot %s: %w", name, err)
+	}
+	return nil
+}
+
+// AdvanceSlot moves a stopped slot's confirmed position forward to to,
+// skipping every event before it, and returns where it was and where it is.
+// It refuses an active slot and a move backwards. With dryRun it checks and
+// reports without moving (now is then to).
+func AdvanceSlot(ctx context.Context, conn *pgx.Conn, name string, to pglogrepl.LSN, dryRun bool) (from, now pglogrepl.LSN, err error) {
+	st, err := Slots(ctx, conn, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	s := st[0]
+	if s.Active {
+		return 0, 0, fmt.Errorf("slot %s is active in process %d: stop that walrelay before moving its position", name, deref(s.ActivePID))
+	}
+	if s.ConfirmedFlushLSN == nil {
+		return 0, 0, fmt.Errorf("slot %s has no confirmed position", name)
+	}
+	if from, err = pglogrepl.ParseLSN(*s.ConfirmedFlushLSN); err != nil {
+		return 0, 0, err
+	}
+	if to < from {
+		return from, from, fmt.Errorf("slot %s is at %s: a slot cannot move back to %s", name, from, to)
+	}
+	if dryRun {
+		return from, to, nil
+	}
+	var end string
+	if err := conn.QueryRow(ctx, "SELECT end_lsn::text FROM pg_replication_slot_advance($1, $2::text::pg_lsn)", name, to.String()).Scan(&end); err != nil {
+		return from, from, fmt.Errorf("advance slot %s to %s: %w", name, to, err)
+	}
+	now, err = pglogrepl.ParseLSN(end)
+	return from, now, err
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
