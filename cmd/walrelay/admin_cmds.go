@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -323,7 +324,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("ask the instance at admin.listen %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
-	var st statusDoc
+	var st admin.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return fmt.Errorf("read status from %s: %w", addr, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walrelay/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -62,8 +63,8 @@ func TestOperatorCommands(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
-	admin := freeAddr(t)
-	e := baseEnv(pg, kc).with("WALRELAY_ADMIN_LISTEN", admin)
+	adminAddr := freeAddr(t)
+	e := baseEnv(pg, kc).with("WALRELAY_ADMIN_LISTEN", adminAddr)
 	relay := streaming(t, e)
 	ctx := t.Context()
 
@@ -108,7 +109,7 @@ func TestOperatorCommands(t *testing.T) {
 	waitAll(t, col, w.written(), time.Minute)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		body := httpGet(t, "http://"+admin+"/metrics")
+		body := httpGet(t, "http://"+adminAddr+"/metrics")
 		published, _ := metricValue(body, `walrelay_events_published_total{topic="`+kc.topic("order")+`"}`)
 		lag, lagOK := metricValue(body, "walrelay_slot_lag_bytes")
 		streamingState, _ := metricValue(body, `walrelay_state{state="streaming"}`)
@@ -125,14 +126,14 @@ func TestOperatorCommands(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	code, out = runCmd(t, e, "status", "--json")
-	var st statusDoc
+	var st admin.Status
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.State != "streaming" || st.Published != 2000 || st.EventsPerSecond <= 0 {
 		t.Fatalf("status: exit %d\n%s", code, out)
 	}
-	if got := httpGet(t, "http://"+admin+"/readyz"); !strings.Contains(got, `"ready":true`) {
+	if got := httpGet(t, "http://"+adminAddr+"/readyz"); !strings.Contains(got, `"ready":true`) {
 		t.Fatalf("readyz: %s", got)
 	}
-	if got := httpGet(t, "http://"+admin+"/debug/pprof/"); !strings.Contains(got, "404 page not found") {
+	if got := httpGet(t, "http://"+adminAddr+"/debug/pprof/"); !strings.Contains(got, "404 page not found") {
 		t.Fatalf("/debug/pprof/ is served without admin.pprof: %.200s", got)
 	}
 

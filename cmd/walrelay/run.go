@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -16,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/relay"
 )
 
@@ -46,19 +43,19 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 // run runs the relay of cfg, with its metrics and admin listener, until ctx
 // is cancelled (nil) or a fatal error.
 func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
-	m := newMetrics()
-	rcfg, err := cfg.relayConfig(log, kgo.WithHooks(kafkaHook{m}))
+	m := admin.New()
+	rcfg, err := cfg.relayConfig(log, kgo.WithHooks(m.KafkaHook()))
 	if err != nil {
 		return err
 	}
-	rcfg.Hooks = m.hooks()
+	rcfg.Hooks = m.Hooks()
 	r, err := relay.New(rcfg)
 	if err != nil {
 		return err
 	}
-	m.register(r)
+	m.Register(r)
 	if cfg.Admin.Listen != "" {
-		srv, err := serveAdmin(cfg.Admin.Listen, adminMux(m, r, cfg.Postgres.Slot, m.kafkaReachable, cfg.Admin.Pprof), log)
+		srv, err := admin.Serve(cfg.Admin.Listen, m.Mux(r, cfg.Postgres.Slot, cfg.Admin.Pprof), log)
 		if err != nil {
 			return err
 		}
@@ -66,25 +63,9 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	var bg sync.WaitGroup
-	bg.Go(func() { m.pollSlot(pollCtx, cfg.Postgres.DSN, cfg.Postgres.Slot, 5*time.Second, log) })
+	bg.Go(func() { m.PollSlot(pollCtx, cfg.Postgres.DSN, cfg.Postgres.Slot, 5*time.Second, log) })
 	err = r.Run(ctx)
 	stopPoll()
 	bg.Wait()
 	return err
-}
-
-// serveAdmin serves mux on addr until Close.
-func serveAdmin(addr string, mux *http.ServeMux, log *slog.Logger) (*http.Server, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("admin.listen %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin listener stopped", "err", err)
-		}
-	}()
-	log.Info("admin listener", "addr", l.Addr().String())
-	return srv, nil
 }

@@ -1,8 +1,15 @@
-package main
+// Package admin is walrelay's observability: the Prometheus metrics, fed by
+// the relay's hooks, the Kafka client's connection hook and a poll of the
+// slot, and the admin HTTP listener (/healthz, /readyz, /metrics, /status,
+// and /debug/pprof when asked). It reads the relay; the relay does not know
+// it.
+package admin
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,9 +31,9 @@ import (
 // States of the replication stream, as the state metric labels them.
 var streamStates = []string{"starting", "streaming", "waiting_for_slot", "reconnecting", "stopped"}
 
-// metrics are walrelay's Prometheus metrics, prefix walrelay_, on a registry
-// of their own.
-type metrics struct {
+// Metrics are walrelay's Prometheus metrics, prefix walrelay_, on a registry
+// of their own, with the Go runtime's and the process's.
+type Metrics struct {
 	reg           *prometheus.Registry
 	published     *prometheus.CounterVec
 	publishedBy   sync.Map // topic -> prometheus.Counter of published
@@ -54,8 +61,9 @@ type metrics struct {
 	slotErr string
 }
 
-func newMetrics() *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+// New returns the metrics, registered.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic."}, []string{"topic"})
 	m.deadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_dead_lettered_total", Help: "Events acknowledged on the dead-letter topic, by reason."}, []string{"reason"})
@@ -76,8 +84,8 @@ func newMetrics() *metrics {
 	return m
 }
 
-// hooks are the relay's hooks that count.
-func (m *metrics) hooks() relay.Hooks {
+// Hooks are the relay's hooks that count.
+func (m *Metrics) Hooks() relay.Hooks {
 	return relay.Hooks{
 		Transaction:  m.transactions.Inc,
 		Acked:        m.acked,
@@ -91,8 +99,8 @@ func (m *metrics) hooks() relay.Hooks {
 	}
 }
 
-// register adds the gauges read from the running relay at scrape time.
-func (m *metrics) register(r *relay.Relay) {
+// Register adds the gauges read from the running relay at scrape time.
+func (m *Metrics) Register(r *relay.Relay) {
 	gauge := func(name, help string, fn func() float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn))
 	}
@@ -119,7 +127,7 @@ func (m *metrics) register(r *relay.Relay) {
 	}
 }
 
-func (m *metrics) behind(r *relay.Relay) float64 {
+func (m *Metrics) behind(r *relay.Relay) float64 {
 	if r.InFlight() == 0 {
 		return 0
 	}
@@ -132,7 +140,7 @@ func (m *metrics) behind(r *relay.Relay) float64 {
 
 // publishedOn returns the published counter of a topic, remembered: a
 // label lookup per event costs more than the rest of acked.
-func (m *metrics) publishedOn(topic string) prometheus.Counter {
+func (m *Metrics) publishedOn(topic string) prometheus.Counter {
 	if c, ok := m.publishedBy.Load(topic); ok {
 		return c.(prometheus.Counter)
 	}
@@ -142,7 +150,7 @@ func (m *metrics) publishedOn(topic string) prometheus.Counter {
 }
 
 // acked records one acknowledged event.
-func (m *metrics) acked(topic, deadLetter string, commit time.Time) {
+func (m *Metrics) acked(topic, deadLetter string, commit time.Time) {
 	if deadLetter != "" {
 		m.deadLettered.WithLabelValues(deadLetter).Inc()
 		m.deadLetteredN.Add(1)
@@ -172,7 +180,7 @@ func (m *metrics) acked(topic, deadLetter string, commit time.Time) {
 }
 
 // rate returns the events acknowledged per second over the last minute.
-func (m *metrics) rate() float64 {
+func (m *Metrics) rate() float64 {
 	now := time.Now().Unix()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -185,9 +193,9 @@ func (m *metrics) rate() float64 {
 	return float64(n) / 60
 }
 
-// pollSlot reads the slot's lag and retained WAL every interval until ctx
+// PollSlot reads the slot's lag and retained WAL every interval until ctx
 // ends, on a connection of its own.
-func (m *metrics) pollSlot(ctx context.Context, dsn, slot string, every time.Duration, log *slog.Logger) {
+func (m *Metrics) PollSlot(ctx context.Context, dsn, slot string, every time.Duration, log *slog.Logger) {
 	relay.Periodically(ctx, dsn, every, func(ctx context.Context, conn *pgx.Conn) error {
 		st, err := replication.Slots(ctx, conn, slot)
 		if err != nil {
@@ -211,8 +219,8 @@ func (m *metrics) pollSlot(ctx context.Context, dsn, slot string, every time.Dur
 	})
 }
 
-// statusDoc is what /status serves and `walrelay status` prints.
-type statusDoc struct {
+// Status is what /status serves and `walrelay status` prints.
+type Status struct {
 	State               string  `json:"state"`
 	Slot                string  `json:"slot"`
 	SlotLagBytes        *int64  `json:"slot_lag_bytes"`
@@ -227,9 +235,10 @@ type statusDoc struct {
 	Error               string  `json:"error,omitempty"`
 }
 
-// adminMux serves /healthz, /readyz, /metrics, /status and, if withPprof,
-// /debug/pprof.
-func adminMux(m *metrics, r *relay.Relay, slot string, kafkaOK func() bool, withPprof bool) *http.ServeMux {
+// Mux serves /healthz, /readyz, /metrics, /status and, if withPprof,
+// /debug/pprof, for the relay r of slot.
+func (m *Metrics) Mux(r *relay.Relay, slot string, withPprof bool) *http.ServeMux {
+	kafkaOK := m.kafkaReachable
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -245,7 +254,7 @@ func adminMux(m *metrics, r *relay.Relay, slot string, kafkaOK func() bool, with
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		m.mu.Lock()
-		doc := statusDoc{State: r.State(), Slot: slot, SlotLagBytes: m.lag, RetainedWALBytes: m.retain, Error: m.slotErr}
+		doc := Status{State: r.State(), Slot: slot, SlotLagBytes: m.lag, RetainedWALBytes: m.retain, Error: m.slotErr}
 		m.mu.Unlock()
 		doc.ReceivedLSN = r.ReceivedLSN().String()
 		doc.ConfirmedLSN = r.ConfirmedLSN().String()
@@ -283,9 +292,12 @@ func (c *reconnectCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.kafka.Load()), "kafka")
 }
 
-// kafkaHook counts broker connection failures and successes for the
-// metrics and the readiness check.
-type kafkaHook struct{ m *metrics }
+// KafkaHook is the Kafka client hook (kgo.WithHooks) that counts broker
+// connection failures and successes for the metrics and the readiness
+// check.
+func (m *Metrics) KafkaHook() kgo.Hook { return kafkaHook{m} }
+
+type kafkaHook struct{ m *Metrics }
 
 // OnBrokerConnect implements kgo.HookBrokerConnect.
 func (h kafkaHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
@@ -300,4 +312,20 @@ func (h kafkaHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.
 }
 
 // kafkaReachable reports whether the last word from the brokers was good.
-func (m *metrics) kafkaReachable() bool { return m.kafkaOK.Load() >= m.kafkaFail.Load() }
+func (m *Metrics) kafkaReachable() bool { return m.kafkaOK.Load() >= m.kafkaFail.Load() }
+
+// Serve serves mux on addr until Close.
+func Serve(addr string, mux *http.ServeMux, log *slog.Logger) (*http.Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin.listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin listener stopped", "err", err)
+		}
+	}()
+	log.Info("admin listener", "addr", l.Addr().String())
+	return srv, nil
+}
