@@ -38,12 +38,12 @@ type pipeline struct {
 	mu         sync.Mutex
 	err        error // the first fatal error
 	restartErr error // a transient failure in this session: restart it
-	// Persistent refusals in a row (sink.Persistent) with no event at or
-	// after the last one's position acknowledged in between: after
-	// maxPersistent of the same code, walrelay stops.
+	// Sessions in a row that ended on the same persistent refusal
+	// (sink.Persistent) of the same event: after maxPersistent, the relay
+	// stops.
 	persistentCode  int16
 	persistentCount int
-	persistentAt    atomic.Uint64 // WAL position of the last one; 0: none pending
+	persistentAt    pglogrepl.LSN
 	// hasFailure is set while err or restartErr is, so that the receive
 	// goroutine checks one atomic per message instead of taking mu.
 	hasFailure atomic.Bool
@@ -55,6 +55,12 @@ type session struct {
 	failing atomic.Bool // a publish of this session failed
 	mu      sync.Mutex
 	failed  map[partitionOf]bool // the partitions of the failed records
+
+	// The earliest event of the session that the broker refused
+	// persistently, and how; guarded by the pipeline's mu.
+	persistentAt   pglogrepl.LSN
+	persistentCode int16
+	persistentErr  error
 }
 
 type partitionOf struct {
@@ -101,48 +107,51 @@ func (p *pipeline) failure() error {
 	return p.err
 }
 
-// maxPersistent is how many identical persistent refusals in a row, with no
-// progress in between, stop walrelay.
+// maxPersistent is how many sessions in a row may end on the same
+// persistent refusal of the same event before the relay stops.
 const maxPersistent = 5
 
 // restart asks for the stream to start again: an event of s (at WAL
 // position at) could not be delivered, and the server resends it, and all
 // after it, in order. A failure from an earlier session is already being
-// resent. The same persistent refusal maxPersistent times in a row is fatal.
+// resent. It also notes the session's earliest event refused persistently
+// (started judges whether the refusal repeats).
 func (p *pipeline) restart(s *session, err error, at pglogrepl.LSN) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if s != p.cur || p.restartErr != nil {
+	if s != p.cur {
 		return
 	}
-	p.restartErr = err
-	p.hasFailure.Store(true)
 	var ke *kerr.Error
-	if !sink.Persistent(err) || !errors.As(err, &ke) {
-		return
+	if sink.Persistent(err) && errors.As(err, &ke) && (s.persistentAt == 0 || at < s.persistentAt) {
+		s.persistentAt, s.persistentCode, s.persistentErr = at, ke.Code, err
 	}
-	if p.persistentAt.Load() != 0 && p.persistentCode == ke.Code {
-		p.persistentCount++
-	} else {
-		p.persistentCode, p.persistentCount = ke.Code, 1
-	}
-	p.persistentAt.Store(max(uint64(at), 1))
-	if p.persistentCount >= maxPersistent && p.err == nil {
-		p.err = fmt.Errorf("kafka refused %d times in a row, with nothing published in between, with an error it does not call retriable: %w "+
-			"(fix what the broker refuses: topic configuration, ACLs, quotas, the compression codec)", p.persistentCount, err)
-		p.stop()
+	if p.restartErr == nil {
+		p.restartErr = err
+		p.hasFailure.Store(true)
 	}
 }
 
-// progressed notes that an event at WAL position at was acknowledged: a
-// persistent refusal at or before it is not repeating.
-func (p *pipeline) progressed(at pglogrepl.LSN) {
-	if pending := p.persistentAt.Load(); pending != 0 && uint64(at) >= pending {
-		p.mu.Lock()
-		p.persistentAt.Store(0)
+// persistentRefusal judges the session that ended: its earliest event
+// refused persistently, with the same code, as in the sessions before it,
+// maxPersistent times in a row, is an error that retrying does not fix (a
+// session that got past that event refuses a later one, or none). p.mu must
+// be held.
+func (p *pipeline) persistentRefusal(s *session) error {
+	switch {
+	case s == nil || s.persistentAt == 0:
 		p.persistentCount = 0
-		p.mu.Unlock()
+		return nil
+	case s.persistentAt == p.persistentAt && s.persistentCode == p.persistentCode:
+		p.persistentCount++
+	default:
+		p.persistentAt, p.persistentCode, p.persistentCount = s.persistentAt, s.persistentCode, 1
 	}
+	if p.persistentCount < maxPersistent {
+		return nil
+	}
+	return fmt.Errorf("kafka refused the event at %s %d times in a row with an error it does not call retriable: %w "+
+		"(fix what the broker refuses: topic configuration, ACLs, quotas, the compression codec)", s.persistentAt, p.persistentCount, s.persistentErr)
 }
 
 // status is polled by the receive loop: a fatal error stops the stream, a
@@ -175,6 +184,14 @@ func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
 		}
 	}
 	p.mu.Lock()
+	if err := p.persistentRefusal(p.cur); err != nil {
+		if p.err == nil {
+			p.err = err
+		}
+		p.mu.Unlock()
+		p.stop()
+		return &replication.FatalError{Err: err}
+	}
 	p.cur = &session{failed: map[partitionOf]bool{}}
 	p.restartErr = nil
 	p.hasFailure.Store(p.err != nil)
@@ -240,7 +257,6 @@ func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []by
 				p.restart(sess, err, m.WALStart)
 				return
 			}
-			p.progressed(m.WALStart)
 			if sess.overtook(d) {
 				p.hooks.OrderBreak()
 				p.log.Error("an event was written ahead of an earlier event of its partition that failed and is sent again: consumers may see this aggregate's events out of order",

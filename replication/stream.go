@@ -236,7 +236,7 @@ func (s *Stream) Run(ctx context.Context) error {
 	attempt := 0
 	for {
 		began := time.Now()
-		started, err := s.stream(ctx)
+		progressed, err := s.stream(ctx)
 		var fatal *FatalError
 		if errors.As(err, &fatal) {
 			// Also during the drain after ctx was cancelled: a stop that
@@ -246,9 +246,10 @@ func (s *Stream) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		// A session that streamed a while resets the backoff; one that
-		// failed at once (a restart that keeps failing) does not.
-		if started && time.Since(began) > 10*time.Second {
+		// A session that confirmed something, or streamed a while, resets
+		// the backoff; one that failed at once (a restart that keeps
+		// failing) does not.
+		if progressed || time.Since(began) > 10*time.Second {
 			attempt = 0
 		}
 		wait := backoff.Wait(s.cfg.BackoffMin, s.cfg.BackoffMax, attempt)
@@ -294,9 +295,10 @@ func isFatalPgError(err error) bool {
 
 var activePIDRe = regexp.MustCompile(`active for PID (\d+)`)
 
-// stream runs one replication session. started reports whether streaming
-// began, which resets the backoff.
-func (s *Stream) stream(ctx context.Context) (started bool, err error) {
+// stream runs one replication session. progressed reports whether it
+// confirmed a position past the one it started from, which resets the
+// backoff.
+func (s *Stream) stream(ctx context.Context) (progressed bool, err error) {
 	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	conn, err := pgconn.ConnectConfig(connectCtx, s.parsed)
 	cancel()
@@ -356,8 +358,9 @@ func (s *Stream) stream(ctx context.Context) (started bool, err error) {
 	s.state.Store("streaming")
 	s.log.Info("streaming", "from", from.String(), "publication", s.cfg.Publication)
 	sess := &session{s: s, conn: conn, sent: from}
+	defer func() { progressed = sess.sent > from }()
 	s.received.Store(max(s.received.Load(), uint64(from)))
-	return true, sess.run(ctx)
+	return false, sess.run(ctx)
 }
 
 // resumeFrom returns where a session starts: the slot's confirmed position,
