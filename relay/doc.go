@@ -22,8 +22,9 @@
 //     waits for what is in flight, and the server resends from the confirmed
 //     position, so the failed event is sent again in order. A failure of an
 //     earlier session does not restart the current one.
-//   - The same refusal that Kafka does not call retriable, 5 times in a row
-//     with no event at or after it acknowledged in between, stops the relay.
+//   - A refusal that Kafka does not call retriable, of the same earliest
+//     event with the same code in 5 sessions in a row, stops the relay (an
+//     intermittent refusal fails at moving positions and does not add up).
 //   - Drain: when ctx is cancelled the stream reads on to the end of the open
 //     transaction (for up to ShutdownTimeout), waits for the events in flight
 //     and sends a last status update; records are produced on a context that

@@ -91,7 +91,7 @@ func Fatal(err error) bool {
 // differently (a batch refused as too large, or for one record of it): a
 // refusal that may well come again, every time (POLICY_VIOLATION,
 // UNSUPPORTED_COMPRESSION_TYPE). The caller restarts, and gives up after a
-// few in a row without progress.
+// few sessions in a row on the same event.
 func Persistent(err error) bool {
 	var ke *kerr.Error
 	if !errors.As(err, &ke) || ke.Retriable || errors.Is(err, ErrNotSent) {
