@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -24,16 +25,16 @@ import (
 // --json, a connection.
 type adminCmd struct {
 	fs   *flag.FlagSet
-	cs   *configSet
+	cs   *config.Set
 	json *bool
-	cfg  *Config
+	cfg  *config.Config
 	out  io.Writer
 }
 
 func newAdminCmd(name string, stderr, stdout io.Writer) *adminCmd {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	return &adminCmd{fs: fs, cs: newConfigSet(fs), json: fs.Bool("json", false, "print one JSON document"), out: stdout}
+	return &adminCmd{fs: fs, cs: config.NewSet(fs), json: fs.Bool("json", false, "print one JSON document"), out: stdout}
 }
 
 // parse parses flags and positional arguments (at most maxArgs), which may
@@ -56,7 +57,7 @@ func (a *adminCmd) parse(args []string, maxArgs int, needKafka bool) ([]string, 
 	if len(pos) > maxArgs {
 		return nil, usageError{fmt.Sprintf("unexpected argument %q", pos[maxArgs])}
 	}
-	cfg, err := a.cs.load(a.fs, needKafka)
+	cfg, err := a.cs.Load(a.fs, needKafka)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +67,7 @@ func (a *adminCmd) parse(args []string, maxArgs int, needKafka bool) ([]string, 
 
 // open parses args (one optional name, defaulting to def), loads the
 // configuration and connects.
-func (a *adminCmd) open(ctx context.Context, args []string, def func(*Config) string) (name string, named bool, conn *pgx.Conn, err error) {
+func (a *adminCmd) open(ctx context.Context, args []string, def func(*config.Config) string) (name string, named bool, conn *pgx.Conn, err error) {
 	pos, err := a.parse(args, 1, false)
 	if err != nil {
 		return "", false, nil, err
@@ -84,7 +85,7 @@ func (a *adminCmd) connect(ctx context.Context) (*pgx.Conn, error) {
 	defer cancel()
 	conn, err := pgx.Connect(cctx, a.cfg.Postgres.DSN)
 	if err != nil {
-		return nil, scrubError(fmt.Errorf("postgres.dsn: connect: %w", err), a.cfg.secrets())
+		return nil, config.ScrubError(fmt.Errorf("postgres.dsn: connect: %w", err), a.cfg.Secrets())
 	}
 	return conn, nil
 }
@@ -123,7 +124,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{"slot: want list, status, create or drop"}
 	}
 	a := newAdminCmd("slot "+args[0], stderr, stdout)
-	name, named, conn, err := a.open(ctx, args[1:], func(c *Config) string { return c.Postgres.Slot })
+	name, named, conn, err := a.open(ctx, args[1:], func(c *config.Config) string { return c.Postgres.Slot })
 	if err != nil {
 		return err
 	}
@@ -197,7 +198,7 @@ func cmdLSN(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	to := a.fs.String("to", "", "advance: the LSN to move the slot to")
 	toCurrent := a.fs.Bool("to-current", false, "advance: move the slot to the server's current WAL position")
 	yes := a.fs.Bool("yes", false, "advance: really do it (without it, only say what would be done)")
-	name, _, conn, err := a.open(ctx, args[1:], func(c *Config) string { return c.Postgres.Slot })
+	name, _, conn, err := a.open(ctx, args[1:], func(c *config.Config) string { return c.Postgres.Slot })
 	if err != nil {
 		return err
 	}
@@ -248,7 +249,7 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		return usageError{"publication: want show, create or drop"}
 	}
 	a := newAdminCmd("publication "+args[0], stderr, stdout)
-	name, named, conn, err := a.open(ctx, args[1:], func(c *Config) string { return c.Postgres.Publication })
+	name, named, conn, err := a.open(ctx, args[1:], func(c *config.Config) string { return c.Postgres.Publication })
 	if err != nil {
 		return err
 	}
@@ -269,8 +270,8 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(a.out, "publication %s\n  publish: %s\n  tables:  %s\n", p.Name, strings.Join(p.Publish, ", "), tables)
 		return nil
 	case "create":
-		schema, table, _ := a.cfg.table()
-		created, err := replication.EnsurePublication(ctx, conn, a.cfg.outbox(name))
+		schema, table, _ := a.cfg.Table()
+		created, err := replication.EnsurePublication(ctx, conn, a.cfg.PublicationSpec(name))
 		if err != nil {
 			return err
 		}
@@ -292,20 +293,20 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cs := newConfigSet(fs)
+	cs := config.NewSet(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	// Only admin.listen matters here: take the configuration without
 	// requiring the DSN or brokers.
-	if *cs.file != "" {
-		if err := cs.loadFile(*cs.file); err != nil {
+	if cs.File() != "" {
+		if err := cs.LoadFile(cs.File()); err != nil {
 			return err
 		}
 	}
-	addr := cs.cfg.Admin.Listen
-	if v, ok := os.LookupEnv(EnvName("admin.listen")); ok {
+	addr := cs.Config().Admin.Listen
+	if v, ok := os.LookupEnv(config.EnvName("admin.listen")); ok {
 		addr = v
 	}
 	fs.Visit(func(f *flag.Flag) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -60,7 +61,7 @@ var usableTypes = map[string][]string{
 	"payload":       {"jsonb", "json", "text", "character varying", "bytea"},
 }
 
-func runChecks(ctx context.Context, cfg *Config) []checkResult {
+func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	var out []checkResult
 	add := func(check, status, format string, args ...any) {
 		out = append(out, checkResult{Check: check, Status: status, Detail: fmt.Sprintf(format, args...)})
@@ -69,11 +70,11 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 	defer cancel()
 	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
 	if err != nil {
-		add("postgres", "fail", "%v", scrubError(fmt.Errorf("connect: %w", err), cfg.secrets()))
+		add("postgres", "fail", "%v", config.ScrubError(fmt.Errorf("connect: %w", err), cfg.Secrets()))
 		return append(out, checkKafka(cctx, cfg))
 	}
 	defer conn.Close(context.Background())
-	add("postgres", "ok", "connected to %s", redactDSN(cfg.Postgres.DSN))
+	add("postgres", "ok", "connected to %s", config.RedactDSN(cfg.Postgres.DSN))
 
 	setting := func(name string) string {
 		var v string
@@ -115,7 +116,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 		add("replication role", "fail", "role %s lacks the REPLICATION attribute: ALTER ROLE %s REPLICATION", role, pgx.Identifier{role}.Sanitize())
 	}
 
-	schema, table, _ := cfg.table()
+	schema, table, _ := cfg.Table()
 	qualified := schema + "." + table
 	_, cols, err := relay.TableColumns(cctx, conn, schema, table)
 	if err != nil {
@@ -128,7 +129,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 		add("outbox table", "fail", "table %s does not exist: create it with walrelay migrate, or set postgres.table", qualified)
 	default:
 		add("outbox table", "ok", "%s exists", qualified)
-		for _, c := range relay.Columns(cfg.outboxConfig()) {
+		for _, c := range relay.Columns(cfg.OutboxConfig()) {
 			typ, ok := cols[c.Name]
 			switch {
 			case !ok && c.Role == "header":
@@ -142,7 +143,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 				add("column "+c.Name, "ok", "%s", typ)
 			}
 		}
-		if generated, err := relay.GeneratedColumns(cctx, conn, cfg.outboxConfig()); err != nil {
+		if generated, err := relay.GeneratedColumns(cctx, conn, cfg.OutboxConfig()); err != nil {
 			add("generated columns", "fail", "%v", err)
 		} else if len(generated) > 0 {
 			add("generated columns", "fail", "%s GENERATED: logical replication does not send generated columns; store the value in a plain column", strings.Join(generated, ", "))
@@ -164,7 +165,7 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 	case pubErr != nil:
 		add("publication", "fail", "%v", pubErr)
 	default:
-		problems, err := replication.CheckPublication(cctx, conn, cfg.outbox(cfg.Postgres.Publication))
+		problems, err := replication.CheckPublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
 		switch {
 		case err != nil:
 			add("publication", "fail", "%v", err)
@@ -208,13 +209,13 @@ func runChecks(ctx context.Context, cfg *Config) []checkResult {
 	return append(out, checkKafka(cctx, cfg))
 }
 
-func checkKafka(ctx context.Context, cfg *Config) checkResult {
+func checkKafka(ctx context.Context, cfg *config.Config) checkResult {
 	r := checkResult{Check: "kafka brokers"}
 	if len(cfg.Kafka.Brokers) == 0 {
 		r.Status, r.Detail = "fail", "kafka.brokers is not set"
 		return r
 	}
-	scfg, err := sinkConfig(cfg, nil) // no logger: check reports, the client's warnings would clutter it
+	scfg, err := config.SinkConfig(cfg, nil) // no logger: check reports, the client's warnings would clutter it
 	var sk *sink.Sink
 	if err == nil {
 		sk, err = sink.New(scfg)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
 )
@@ -52,9 +53,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer kc.Close()
 
-	var cfg Config
-	cs := newConfigSet(flag.NewFlagSet("", flag.ContinueOnError))
-	cfg = cs.cfg
+	var cfg config.Config
+	cs := config.NewSet(flag.NewFlagSet("", flag.ContinueOnError))
+	cfg = *cs.Config()
 	cfg.Postgres.DSN = pg.DSN
 	cfg.Kafka.Brokers = kc.Addrs()
 	cfg.Admin.Listen = ""

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
@@ -17,22 +18,22 @@ import (
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cs := newConfigSet(fs)
+	cs := config.NewSet(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := cs.load(fs, false)
+	cfg, err := cs.Load(fs, false)
 	if err != nil {
 		return err
 	}
-	return scrubError(migrate(ctx, cfg, stdout), cfg.secrets())
+	return config.ScrubError(migrate(ctx, cfg, stdout), cfg.Secrets())
 }
 
 // migrate creates the outbox table, its publication and the slot, in that
 // order (a slot sees only a publication older than the changes it decodes),
 // and says for each whether it was created or already there.
-func migrate(ctx context.Context, cfg *Config, stdout io.Writer) error {
-	schema, table, _ := cfg.table()
+func migrate(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
+	schema, table, _ := cfg.Table()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
@@ -47,17 +48,17 @@ func migrate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%-40s %s\n", what, state)
 	}
-	res, err := migrations.Apply(cctx, conn, cfg.layout())
+	res, err := migrations.Apply(cctx, conn, cfg.Layout())
 	if err != nil {
 		return err
 	}
 	say("table "+schema+"."+table, res.TableCreated)
 	// A table that existed is left as it is: it must have the configured
 	// layout.
-	if err := relay.CheckTable(cctx, conn, cfg.outboxConfig()); err != nil {
+	if err := relay.CheckTable(cctx, conn, cfg.OutboxConfig()); err != nil {
 		return err
 	}
-	created, err := replication.EnsurePublication(cctx, conn, cfg.outbox(cfg.Postgres.Publication))
+	created, err := replication.EnsurePublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/relay"
 )
@@ -19,32 +20,32 @@ import (
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cs := newConfigSet(fs)
+	cs := config.NewSet(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := cs.load(fs, true)
+	cfg, err := cs.Load(fs, true)
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
-	log.Info("starting walrelay", append([]any{"version", version}, cs.effective()...)...)
+	log := config.NewLogger(cfg, stderr)
+	log.Info("starting walrelay", append([]any{"version", version}, cs.Effective()...)...)
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		// A soft limit: the collector works harder near it instead of
 		// letting the heap double; what is in flight is bounded by the
 		// producer's buffers (half of max_buffered_bytes queued, half in
 		// flight, and the client's copy of the round), so the live heap
 		// stays below it.
-		debug.SetMemoryLimit(cfg.memoryLimit())
+		debug.SetMemoryLimit(cfg.SoftMemoryLimit())
 	}
-	return scrubError(run(ctx, cfg, log), cfg.secrets())
+	return config.ScrubError(run(ctx, cfg, log), cfg.Secrets())
 }
 
 // run runs the relay of cfg, with its metrics and admin listener, until ctx
 // is cancelled (nil) or a fatal error.
-func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	m := admin.New()
-	rcfg, err := cfg.relayConfig(log, kgo.WithHooks(m.KafkaHook()))
+	rcfg, err := cfg.RelayConfig(log, kgo.WithHooks(m.KafkaHook()))
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-func newLogger(cfg *Config, w io.Writer) *slog.Logger {
+func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated
 	opts := &slog.HandlerOptions{Level: level}
@@ -29,10 +29,10 @@ var (
 	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)([^@\s]*)@`)
 )
 
-// redactDSN hides every secret of a URL or key=value connection string (the
+// RedactDSN hides every secret of a URL or key=value connection string (the
 // password in the URL's user part, password= and sslpassword= anywhere),
 // also of one that does not parse.
-func redactDSN(dsn string) string {
+func RedactDSN(dsn string) string {
 	dsn = urlPassword.ReplaceAllString(dsn, "${1}redacted@")
 	return secretParam.ReplaceAllString(dsn, "${1}redacted")
 }
@@ -80,9 +80,9 @@ func dsnPasswords(dsn string) []string {
 	return out
 }
 
-// scrubError is err with every secret replaced (Config.secrets): the
+// ScrubError is err with every secret replaced (Config.secrets): the
 // drivers quote a connection string that does not parse.
-func scrubError(err error, secrets []string) error {
+func ScrubError(err error, secrets []string) error {
 	if err == nil {
 		return nil
 	}

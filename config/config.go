@@ -1,4 +1,12 @@
-package main
+// Package config is walrelay's configuration: every key declared once, in
+// Config.keys, with its default and meaning, read from a YAML file, the
+// environment (WALRELAY_ + the key upper-cased, dots as underscores) and
+// flags, in that order of precedence; unknown keys and misspelt variables
+// are refused with the likely key. It maps the configuration onto the
+// relay's, the sink's (TLS, SASL) and the migrations' settings, reads the
+// secret files, and redacts secrets from what is logged or printed. Tests
+// keep walrelay.example.yaml and the README's table in step with the keys.
+package config
 
 import (
 	"errors"
@@ -159,7 +167,7 @@ func (c *Config) keys() []*key {
 		return k
 	}
 	dsn, dsnShow := str(&c.Postgres.DSN, "")
-	add("postgres.dsn", "PostgreSQL connection string of the database with the outbox (required)", dsn, dsnShow).redact = redactDSN
+	add("postgres.dsn", "PostgreSQL connection string of the database with the outbox (required)", dsn, dsnShow).redact = RedactDSN
 	f, s := str(&c.Postgres.Slot, "walrelay")
 	add("postgres.slot", "logical replication slot", f, s)
 	f, s = str(&c.Postgres.Publication, "walrelay_outbox")
@@ -255,8 +263,8 @@ func EnvName(key string) string {
 	return "WALRELAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
-// configSet is a Config with its keys, and the flags bound to them.
-type configSet struct {
+// Set is a Config with its keys, and the flags bound to them.
+type Set struct {
 	cfg   Config
 	keys  []*key
 	byKey map[string]*key
@@ -264,9 +272,9 @@ type configSet struct {
 	flags map[string]*string
 }
 
-// newConfigSet registers --config and a flag per key on fs.
-func newConfigSet(fs *flag.FlagSet) *configSet {
-	cs := &configSet{byKey: map[string]*key{}, flags: map[string]*string{}}
+// NewSet registers --config and a flag per key on fs.
+func NewSet(fs *flag.FlagSet) *Set {
+	cs := &Set{byKey: map[string]*key{}, flags: map[string]*string{}}
 	cs.keys = cs.cfg.keys()
 	cs.file = fs.String("config", "", "YAML configuration file")
 	for _, k := range cs.keys {
@@ -276,11 +284,17 @@ func newConfigSet(fs *flag.FlagSet) *configSet {
 	return cs
 }
 
-// load applies the file, the environment and the flags that fs saw, in that
+// Config returns the configuration the set fills.
+func (cs *Set) Config() *Config { return &cs.cfg }
+
+// File returns the --config file named on the command line, if any.
+func (cs *Set) File() string { return *cs.file }
+
+// Load applies the file, the environment and the flags that fs saw, in that
 // order, and validates the result; kafka.brokers is required if needKafka.
-func (cs *configSet) load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
+func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 	if *cs.file != "" {
-		if err := cs.loadFile(*cs.file); err != nil {
+		if err := cs.LoadFile(*cs.file); err != nil {
 			return nil, err
 		}
 	}
@@ -315,7 +329,7 @@ func (cs *configSet) load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 	return &cs.cfg, cs.cfg.readSecrets()
 }
 
-func (cs *configSet) loadFile(path string) error {
+func (cs *Set) LoadFile(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read config file: %w", err)
@@ -350,7 +364,7 @@ func (cs *configSet) loadFile(path string) error {
 // refuses an unknown key: a misspelt variable would otherwise leave its
 // setting at the default unnoticed. WALRELAY_TEST_* and WALRELAY_SOAK belong
 // to the test suite, faultinject.Vars to a build with crash points.
-func (cs *configSet) checkEnv() error {
+func (cs *Set) checkEnv() error {
 	known := map[string]bool{}
 	for _, k := range cs.keys {
 		known[EnvName(k.name)] = true
@@ -383,7 +397,7 @@ func (cs *configSet) checkEnv() error {
 }
 
 // suggest names a known key that n is probably a misspelling of.
-func (cs *configSet) suggest(n string) string {
+func (cs *Set) suggest(n string) string {
 	best, bestD := "", 4
 	for _, k := range cs.keys {
 		if d := editDistance(n, k.name); d < bestD {
@@ -460,7 +474,7 @@ func (c *Config) validate(needKafka bool) error {
 	if needKafka && len(c.Kafka.Brokers) == 0 {
 		return errors.New("kafka.brokers is not set (set " + EnvName("kafka.brokers") + ", --kafka.brokers or kafka.brokers in the config file)")
 	}
-	if _, _, err := c.table(); err != nil {
+	if _, _, err := c.Table(); err != nil {
 		return err
 	}
 	k := c.Kafka
@@ -487,7 +501,7 @@ func (c *Config) validate(needKafka bool) error {
 
 // memoryLimit is the soft memory limit memory_limit gives: as set, or
 // derived from the buffers, which hold most of what walrelay keeps.
-func (c *Config) memoryLimit() int64 {
+func (c *Config) SoftMemoryLimit() int64 {
 	if c.MemoryLimit > 0 {
 		return int64(c.MemoryLimit)
 	}
@@ -495,8 +509,8 @@ func (c *Config) memoryLimit() int64 {
 }
 
 // outboxConfig is the outbox table, its columns and message prefixes.
-func (c *Config) outboxConfig() decoder.Config {
-	schema, table, _ := c.table()
+func (c *Config) OutboxConfig() decoder.Config {
+	schema, table, _ := c.Table()
 	o := c.Outbox
 	return decoder.Config{
 		Schema: schema, Table: table,
@@ -508,21 +522,21 @@ func (c *Config) outboxConfig() decoder.Config {
 }
 
 // outbox is what the publication pub must publish.
-func (c *Config) outbox(pub string) replication.Outbox {
-	return relay.PublicationSpec(c.outboxConfig(), pub, c.Postgres.AllowRowFilter)
+func (c *Config) PublicationSpec(pub string) replication.Outbox {
+	return relay.PublicationSpec(c.OutboxConfig(), pub, c.Postgres.AllowRowFilter)
 }
 
 // layout is the outbox table and prefix that migrate creates.
-func (c *Config) layout() migrations.Layout {
-	o := c.outboxConfig()
+func (c *Config) Layout() migrations.Layout {
+	o := c.OutboxConfig()
 	return migrations.Layout{Schema: o.Schema, Table: o.Table, ID: o.Columns.ID, AggregateType: o.Columns.AggregateType, AggregateID: o.Columns.AggregateID,
 		Type: o.Columns.Type, Payload: o.Columns.Payload, HeaderColumns: o.HeaderColumns, MessagePrefix: o.MessagePrefix}
 }
 
 // relayConfig maps the configuration onto the relay's; extra options go to
 // the Kafka client last.
-func (c *Config) relayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, error) {
-	scfg, err := sinkConfig(c, log, extra...)
+func (c *Config) RelayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, error) {
+	scfg, err := SinkConfig(c, log, extra...)
 	if err != nil {
 		return relay.Config{}, err
 	}
@@ -530,12 +544,12 @@ func (c *Config) relayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, 
 	return relay.Config{
 		ConnString: p.DSN, Slot: p.Slot, Publication: p.Publication, CreateSlot: p.CreateSlot, AllowRowFilter: p.AllowRowFilter,
 		StatusInterval: p.StatusInterval, ReceiveTimeout: p.ReceiveTimeout,
-		Outbox: c.outboxConfig(), Sink: scfg, HeartbeatInterval: c.Heartbeat.Interval, ShutdownTimeout: c.ShutdownTimeout, Logger: log,
+		Outbox: c.OutboxConfig(), Sink: scfg, HeartbeatInterval: c.Heartbeat.Interval, ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 	}, nil
 }
 
 // table splits postgres.table into schema and name; a bare name is in public.
-func (c *Config) table() (schema, name string, err error) {
+func (c *Config) Table() (schema, name string, err error) {
 	parts := strings.Split(c.Postgres.Table, ".")
 	switch {
 	case len(parts) == 1 && parts[0] != "":
@@ -546,9 +560,9 @@ func (c *Config) table() (schema, name string, err error) {
 	return "", "", fmt.Errorf("postgres.table %q: want schema.table", c.Postgres.Table)
 }
 
-// effective renders the configuration for the start-up log, secrets
+// Effective renders the configuration for the start-up log, secrets
 // redacted.
-func (cs *configSet) effective() []any {
+func (cs *Set) Effective() []any {
 	var attrs []any
 	for _, k := range cs.keys {
 		v := k.show()

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"crypto/tls"
@@ -62,7 +62,7 @@ func readSecret(key, path string) (string, error) {
 
 // secrets lists the configuration's passwords, to scrub from errors that
 // quote them.
-func (c *Config) secrets() []string {
+func (c *Config) Secrets() []string {
 	out := dsnPasswords(c.Postgres.DSN)
 	for _, s := range []string{c.pgPassword, c.Kafka.SASL.Password} {
 		if s != "" {
@@ -133,9 +133,9 @@ func kafkaSecurity(cfg *Config) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
-// sinkConfig maps the configuration onto the sink's, security included;
+// SinkConfig maps the configuration onto the sink's, security included;
 // extra options come last.
-func sinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, error) {
+func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, error) {
 	sec, err := kafkaSecurity(cfg)
 	if err != nil {
 		return sink.Config{}, err

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"flag"
@@ -26,11 +26,11 @@ outbox:
 	t.Setenv("WALRELAY_POSTGRES_SLOT", "from_env")
 	t.Setenv("WALRELAY_KAFKA_TOPIC", "t.{type}")
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	cs := newConfigSet(fs)
+	cs := NewSet(fs)
 	if err := fs.Parse([]string{"--config", path, "--kafka.topic", "from.flag"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := cs.load(fs, true)
+	cfg, err := cs.Load(fs, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +80,8 @@ func TestMisspeltVariableIsRefused(t *testing.T) {
 	t.Setenv("WALRELAY_POSTGRES_DSN", "postgres://u@h/db")
 	t.Setenv("WALRELAY_KAFKA_BROKER", "a:9092")
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	cs := newConfigSet(fs)
-	_, err := cs.load(fs, false)
+	cs := NewSet(fs)
+	_, err := cs.Load(fs, false)
 	if err == nil || !strings.Contains(err.Error(), "WALRELAY_KAFKA_BROKER names no configuration key (did you mean WALRELAY_KAFKA_BROKERS?)") {
 		t.Fatalf("err = %v, want the misspelt variable named with its suggestion", err)
 	}
@@ -99,8 +99,8 @@ func TestRedactDSN(t *testing.T) {
 		"postgres://u@h/db?sslpassword=k3y&PassWord=secret":       "postgres://u@h/db?sslpassword=redacted&PassWord=redacted",
 		"host=h sslpassword='k 3y' sslkey=/k password=x dbname=d": "host=h sslpassword=redacted sslkey=/k password=redacted dbname=d",
 	} {
-		if got := redactDSN(in); got != want {
-			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
+		if got := RedactDSN(in); got != want {
+			t.Errorf("RedactDSN(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -108,14 +108,14 @@ func TestRedactDSN(t *testing.T) {
 // TestExampleConfigLoads keeps walrelay.example.yaml in step with the keys.
 func TestExampleConfigLoads(t *testing.T) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	cs := newConfigSet(fs)
-	if err := fs.Parse([]string{"--config", "../../walrelay.example.yaml"}); err != nil {
+	cs := NewSet(fs)
+	if err := fs.Parse([]string{"--config", "../walrelay.example.yaml"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.load(fs, true); err != nil {
+	if _, err := cs.Load(fs, true); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("../../walrelay.example.yaml")
+	b, err := os.ReadFile("../walrelay.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestExampleConfigLoads(t *testing.T) {
 // plain default shows the default the key has.
 func TestReadmeListsEveryKey(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
