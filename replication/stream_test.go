@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,5 +89,44 @@ func TestReceiveTimeoutMustAllowStatusIntervals(t *testing.T) {
 		SafePosition: func() pglogrepl.LSN { return 0 }, StatusInterval: time.Second, ReceiveTimeout: 2 * time.Second})
 	if err == nil {
 		t.Fatal("a receive timeout of 2 status intervals was accepted")
+	}
+}
+
+// TestResumeFrom: a session starts at the slot's confirmed position, or at
+// the position this process confirmed when that is further on the same
+// system, timeline and flushed WAL; a changed history (another system, a
+// new timeline) or a position past the server's flushed WAL falls back to
+// the slot, and so does the first session, whose history is not known yet.
+func TestResumeFrom(t *testing.T) {
+	t.Parallel()
+	sys := func(id string, tl int32, flushed pglogrepl.LSN) pglogrepl.IdentifySystemResult {
+		return pglogrepl.IdentifySystemResult{SystemID: id, Timeline: tl, XLogPos: flushed}
+	}
+	for _, c := range []struct {
+		name        string
+		first, then pglogrepl.IdentifySystemResult
+		mine, slot  pglogrepl.LSN
+		want        pglogrepl.LSN
+	}{
+		{"ahead on the same server", sys("1", 1, 1000), sys("1", 1, 1000), 500, 300, 500},
+		{"behind the slot", sys("1", 1, 1000), sys("1", 1, 1000), 200, 300, 300},
+		{"another system", sys("1", 1, 1000), sys("2", 1, 1000), 500, 300, 300},
+		{"a new timeline", sys("1", 1, 1000), sys("1", 2, 1000), 500, 300, 300},
+		{"past the flushed WAL", sys("1", 1, 1000), sys("1", 1, 400), 500, 300, 300},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var mine pglogrepl.LSN
+			s := &Stream{cfg: Config{SafePosition: func() pglogrepl.LSN { return mine }}, log: slog.New(slog.DiscardHandler)}
+			// The first session learns the history; the slot is where
+			// the process is.
+			if got := s.resumeFrom(c.first, 0); got != 0 {
+				t.Fatalf("first session from %s, want the slot's 0/0", got)
+			}
+			mine = c.mine
+			if got := s.resumeFrom(c.then, c.slot); got != c.want {
+				t.Fatalf("resumed from %s, want %s", got, c.want)
+			}
+		})
 	}
 }
