@@ -11,8 +11,8 @@ import (
 // heartbeat writes a non-transactional logical decoding message every
 // interval, so that the slot has WAL of this database to move past even when
 // only other databases on the server write. The decoder ignores them.
-func heartbeat(ctx context.Context, dsn, prefix string, every time.Duration, log *slog.Logger) {
-	Periodically(ctx, dsn, every, func(ctx context.Context, conn *pgx.Conn) error {
+func heartbeat(ctx context.Context, connCfg *pgx.ConnConfig, prefix string, every time.Duration, log *slog.Logger) {
+	Periodically(ctx, connCfg, every, func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(false, $1, now()::text)", prefix)
 		return err
 	}, func(err error) { log.Warn("heartbeat failed", "err", err) })
@@ -21,7 +21,7 @@ func heartbeat(ctx context.Context, dsn, prefix string, every time.Duration, log
 // Periodically runs fn on a connection of its own every interval until ctx
 // ends (first after one interval), connecting again after a failure, which
 // it reports to onErr.
-func Periodically(ctx context.Context, dsn string, every time.Duration, fn func(context.Context, *pgx.Conn) error, onErr func(error)) {
+func Periodically(ctx context.Context, connCfg *pgx.ConnConfig, every time.Duration, fn func(context.Context, *pgx.Conn) error, onErr func(error)) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -39,7 +39,7 @@ func Periodically(ctx context.Context, dsn string, every time.Duration, fn func(
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var err error
 		if conn == nil || conn.IsClosed() {
-			conn, err = pgx.Connect(qctx, dsn)
+			conn, err = pgx.ConnectConfig(qctx, connCfg.Copy())
 		}
 		if err == nil {
 			err = fn(qctx, conn)

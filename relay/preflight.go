@@ -58,11 +58,7 @@ func PublicationSpec(o decoder.Config, pub string, allowRowFilter bool) replicat
 func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (uint32, error) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	pgcfg, err := pgx.ParseConfig(cfg.ConnString)
-	if err != nil {
-		return 0, fmt.Errorf("postgres.dsn: %w", err)
-	}
-	conn, err := pgx.ConnectConfig(cctx, pgcfg)
+	conn, err := pgx.ConnectConfig(cctx, cfg.ConnConfig.Copy())
 	if err != nil {
 		return 0, fmt.Errorf("postgres.dsn: connect: %w", err)
 	}

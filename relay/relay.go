@@ -21,8 +21,11 @@ import (
 // Config configures a Relay. Zero values mean the defaults.
 type Config struct {
 	// ConnString is the PostgreSQL connection string (URL or key=value) of
-	// the database with the outbox. Required.
+	// the database with the outbox. ConnConfig, if set, is used instead: a
+	// configuration parsed by pgx.ParseConfig and changed (a custom dialer,
+	// a password fetched per connection); every connection uses a copy.
 	ConnString string
+	ConnConfig *pgx.ConnConfig
 	// Slot is the logical replication slot. Default "walrelay".
 	Slot string
 	// Publication is the publication of the outbox. Default
@@ -108,11 +111,15 @@ type Relay struct {
 // New checks cfg, fills its defaults and creates the producer and the
 // stream; it does no I/O (Run does).
 func New(cfg Config) (*Relay, error) {
-	if cfg.ConnString == "" {
-		return nil, errors.New("relay: ConnString is required")
-	}
-	if _, err := pgx.ParseConfig(cfg.ConnString); err != nil {
-		return nil, fmt.Errorf("postgres.dsn: %w", err)
+	if cfg.ConnConfig == nil {
+		if cfg.ConnString == "" {
+			return nil, errors.New("relay: ConnString or ConnConfig is required")
+		}
+		c, err := pgx.ParseConfig(cfg.ConnString)
+		if err != nil {
+			return nil, fmt.Errorf("postgres.dsn: %w", err)
+		}
+		cfg.ConnConfig = c
 	}
 	if cfg.Slot == "" {
 		cfg.Slot = "walrelay"
@@ -139,7 +146,7 @@ func New(cfg Config) (*Relay, error) {
 	r := &Relay{cfg: cfg, log: log, sink: sk}
 	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}}
 	r.stream, err = replication.New(replication.Config{
-		ConnString: cfg.ConnString, Slot: cfg.Slot, Publication: cfg.Publication,
+		ConnConfig: &cfg.ConnConfig.Config, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, Logger: log,
 		Handle: r.p.handle, SafePosition: r.p.tr.Confirmed, Keepalive: r.p.tr.AdvanceIfIdle,
 		Started: r.p.started, Flush: r.p.flush, BetweenTransactions: func() bool { return r.p.txn == nil }, Err: r.p.status,
@@ -206,7 +213,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	// reach the WAL. Checked every 5 s; it stops the relay, which can do
 	// nothing else for them.
 	bg.Go(func() {
-		Periodically(runCtx, cfg.ConnString, 5*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
+		Periodically(runCtx, cfg.ConnConfig, 5*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
 			problems, err := replication.UnloggedPartitions(ctx, conn, schema, table)
 			if err == nil && len(problems) > 0 {
 				r.p.fail(fmt.Errorf("%s (rows written to it since it was attached or set unlogged are in the table only)", strings.Join(problems, "; ")))
@@ -216,7 +223,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	})
 	if cfg.HeartbeatInterval > 0 {
 		bg.Go(func() {
-			heartbeat(runCtx, cfg.ConnString, cfg.Outbox.MessagePrefix+".heartbeat", cfg.HeartbeatInterval, r.log)
+			heartbeat(runCtx, cfg.ConnConfig, cfg.Outbox.MessagePrefix+".heartbeat", cfg.HeartbeatInterval, r.log)
 		})
 	}
 	runErr := r.stream.Run(runCtx)
@@ -260,6 +267,10 @@ func (r *Relay) Reconnects() uint64 { return r.stream.Reconnects() }
 
 // DataLosses returns how many times the producer detected data loss.
 func (r *Relay) DataLosses() uint64 { return r.sink.DataLosses() }
+
+// ConnConfig returns the configuration the relay connects with; callers
+// connect with a copy.
+func (r *Relay) ConnConfig() *pgx.ConnConfig { return r.cfg.ConnConfig }
 
 // Err returns the fatal error that stops the relay, if any yet.
 func (r *Relay) Err() error { return r.p.failure() }

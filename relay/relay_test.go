@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -42,8 +43,9 @@ func ExampleRun() {
 }
 
 // TestEmbedded runs the relay in-process through the package API against a
-// throwaway PostgreSQL and kfake: every row arrives, the hooks see each, and
-// cancelling the context stops it cleanly with everything confirmed.
+// throwaway PostgreSQL and kfake, connecting through a dialer of its own:
+// every row arrives, the hooks see each, and cancelling the context stops it
+// cleanly with everything confirmed.
 func TestEmbedded(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.Start(t)
@@ -57,9 +59,22 @@ func TestEmbedded(t *testing.T) {
 		type text NOT NULL, payload jsonb)`); err != nil {
 		t.Fatal(err)
 	}
+	// A parsed configuration with a dialer of the program's own: every
+	// connection the relay opens, the replication session's too, goes
+	// through it.
+	connCfg, err := pgx.ParseConfig(pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int64
+	dial := connCfg.DialFunc
+	connCfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dial(ctx, network, addr)
+	}
 	var acked, transactions atomic.Int64
 	r, err := relay.New(relay.Config{
-		ConnString: pg.DSN, CreateSlot: true,
+		ConnConfig: connCfg, CreateSlot: true,
 		Sink: sink.Config{Brokers: kc.Addrs()},
 		Hooks: relay.Hooks{
 			Acked:       func(string, string, time.Time) { acked.Add(1) },
@@ -96,5 +111,8 @@ func TestEmbedded(t *testing.T) {
 	}
 	if transactions.Load() != 10 || r.InFlight() != 0 || r.ConfirmedLSN().String() == "0/0" {
 		t.Fatalf("transactions %d, in flight %d, confirmed %s", transactions.Load(), r.InFlight(), r.ConfirmedLSN())
+	}
+	if dials.Load() < 2 { // the start-up checks, the replication session
+		t.Fatalf("%d connections through the program's dialer", dials.Load())
 	}
 }

@@ -42,7 +42,12 @@ type Keepalive func(serverWALEnd pglogrepl.LSN)
 type Config struct {
 	// ConnString is a PostgreSQL connection string (URL or key=value) for
 	// the database that holds the outbox; replication=database is added.
+	// ConnConfig, if set, is used instead: a parsed configuration (a custom
+	// dialer, a password fetched for each connection by a DialFunc or
+	// ValidateConnect of your own); a copy of it gets replication=database
+	// and the session settings.
 	ConnString string
+	ConnConfig *pgconn.Config
 	// Slot is the logical replication slot. Default "walrelay".
 	Slot string
 	// Publication is the pgoutput publication. Default "walrelay_outbox".
@@ -178,8 +183,11 @@ func New(cfg Config) (*Stream, error) {
 	if cfg.Handle == nil || cfg.SafePosition == nil {
 		return nil, errors.New("replication config: Handle and SafePosition are required")
 	}
-	parsed, err := ReplicationConfig(cfg.ConnString)
-	if err != nil {
+	var parsed *pgconn.Config
+	var err error
+	if cfg.ConnConfig != nil {
+		parsed = replicationSession(cfg.ConnConfig.Copy())
+	} else if parsed, err = ReplicationConfig(cfg.ConnString); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
@@ -198,6 +206,15 @@ func ReplicationConfig(connString string) (*pgconn.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse postgres dsn: %w", err)
 	}
+	return replicationSession(c), nil
+}
+
+// replicationSession sets c up for a replication=database session with the
+// pinned session settings, and returns it.
+func replicationSession(c *pgconn.Config) *pgconn.Config {
+	if c.RuntimeParams == nil {
+		c.RuntimeParams = map[string]string{}
+	}
 	c.RuntimeParams["replication"] = "database"
 	for k, v := range SessionParams {
 		c.RuntimeParams[k] = v
@@ -205,7 +222,7 @@ func ReplicationConfig(connString string) (*pgconn.Config, error) {
 	if c.RuntimeParams["application_name"] == "" {
 		c.RuntimeParams["application_name"] = "walrelay"
 	}
-	return c, nil
+	return c
 }
 
 // SessionParams are the settings pinned on every session, so that text

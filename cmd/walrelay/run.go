@@ -64,7 +64,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	var bg sync.WaitGroup
-	bg.Go(func() { m.PollSlot(pollCtx, cfg.Postgres.DSN, cfg.Postgres.Slot, 5*time.Second, log) })
+	bg.Go(func() { m.PollSlot(pollCtx, r.ConnConfig(), cfg.Postgres.Slot, 5*time.Second, log) })
 	err = r.Run(ctx)
 	stopPoll()
 	bg.Wait()

@@ -195,8 +195,8 @@ func (m *Metrics) rate() float64 {
 
 // PollSlot reads the slot's lag and retained WAL every interval until ctx
 // ends, on a connection of its own.
-func (m *Metrics) PollSlot(ctx context.Context, dsn, slot string, every time.Duration, log *slog.Logger) {
-	relay.Periodically(ctx, dsn, every, func(ctx context.Context, conn *pgx.Conn) error {
+func (m *Metrics) PollSlot(ctx context.Context, connCfg *pgx.ConnConfig, slot string, every time.Duration, log *slog.Logger) {
+	relay.Periodically(ctx, connCfg, every, func(ctx context.Context, conn *pgx.Conn) error {
 		st, err := replication.Slots(ctx, conn, slot)
 		if err != nil {
 			return err
