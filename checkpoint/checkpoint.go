@@ -29,6 +29,7 @@ type Tracker struct {
 	open      *Txn // the transaction whose Commit has not arrived yet
 	confirmed pglogrepl.LSN
 	inFlight  int
+	onAdvance func(pglogrepl.LSN) // told each new confirmed LSN; set by Reset
 }
 
 // New returns a Tracker whose confirmed LSN starts at start, usually the
@@ -111,21 +112,27 @@ func (x *Txn) CommitLSN() pglogrepl.LSN { return x.commitLSN }
 
 // Reset forgets every transaction not yet confirmed, when the stream
 // restarts, and sets the confirmed LSN to from, where the new session
-// starts. The server resends everything after from, so those transactions
+// starts; from then on onAdvance (if not nil) is told each LSN the confirmed
+// one moves to. It is called with the tracker's lock held, so it must be
+// quick and must not call the tracker: the session's Confirm. Setting it
+// here, with the transactions dropped, keeps an ack of the old session from
+// reaching the new one. The server resends everything after from, so those transactions
 // come again, whole, and are tracked anew; acks of their events still in
 // flight are harmless, and count in InFlight until they arrive. from is at
 // or after the confirmed LSN on the same server; it is lower only when the
 // server's WAL history changed (a restored or promoted server), whose slot,
 // not this process, knows what was consumed there.
-func (t *Tracker) Reset(from pglogrepl.LSN) {
+func (t *Tracker) Reset(from pglogrepl.LSN, onAdvance func(pglogrepl.LSN)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, x := range t.fifo[t.head:] {
 		x.dropped = true
 	}
 	t.open = nil
+	t.onAdvance = nil
 	t.advance()
 	t.confirmed = from
+	t.onAdvance = onAdvance
 }
 
 // AdvanceIfIdle reports that the server's WAL end is walEnd (from a keepalive read
@@ -138,6 +145,9 @@ func (t *Tracker) AdvanceIfIdle(walEnd pglogrepl.LSN) {
 	defer t.mu.Unlock()
 	if t.open == nil && t.inFlight == 0 && t.head == len(t.fifo) && walEnd > t.confirmed {
 		t.confirmed = walEnd
+		if t.onAdvance != nil {
+			t.onAdvance(walEnd)
+		}
 	}
 }
 
@@ -156,8 +166,15 @@ func (t *Tracker) InFlight() int {
 	return t.inFlight
 }
 
-// advance pops the fully acknowledged prefix. t.mu must be held.
+// advance pops the fully acknowledged prefix and tells onAdvance where the
+// confirmed LSN moved. t.mu must be held.
 func (t *Tracker) advance() {
+	was := t.confirmed
+	defer func() {
+		if t.confirmed > was && t.onAdvance != nil {
+			t.onAdvance(t.confirmed)
+		}
+	}()
 	for t.head < len(t.fifo) {
 		x := t.fifo[t.head]
 		// A dropped entry is skipped whatever its pending count: the server

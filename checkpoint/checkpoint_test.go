@@ -88,7 +88,7 @@ func TestConfirmedNeverPassesUnacked(t *testing.T) {
 				// every unconfirmed transaction; their late acks may still
 				// arrive. The server then resends each of them whole, from
 				// the confirmed position on, the open one included.
-				tr.Reset(tr.Confirmed())
+				tr.Reset(tr.Confirmed(), nil)
 				open = -1
 				check("reset")
 				c := tr.Confirmed()
@@ -208,7 +208,7 @@ func TestBeginWhileOpenIsAnError(t *testing.T) {
 	if _, err := tr.Begin(20); err == nil {
 		t.Fatal("second Begin without Commit or Reset: no error")
 	}
-	tr.Reset(0)
+	tr.Reset(0, nil)
 	if _, err := tr.Begin(20); err != nil {
 		t.Fatalf("Begin after Reset: %v", err)
 	}
@@ -228,7 +228,7 @@ func TestFailedEventBlocksUntilResent(t *testing.T) {
 	if got, n := tr.Confirmed(), tr.InFlight(); got != 100 || n != 0 {
 		t.Fatalf("after a failed event: confirmed %s in flight %d, want 100 and 0", got, n)
 	}
-	tr.Reset(100) // the stream restarts; the server resends the transaction
+	tr.Reset(100, nil) // the stream restarts; the server resends the transaction
 	y, _ := tr.Begin(200)
 	y.Add()
 	if err := y.Commit(210); err != nil {
@@ -237,5 +237,34 @@ func TestFailedEventBlocksUntilResent(t *testing.T) {
 	y.Ack()
 	if got := tr.Confirmed(); got != 210 {
 		t.Fatalf("after the resent copy was acknowledged: confirmed %s, want 210", got)
+	}
+}
+
+// TestResetHandsOnTheAdvances: after Reset(from, fn), fn hears each LSN the
+// confirmed one moves to (commits acknowledged, an idle keepalive), and an
+// acknowledgement of a transaction dropped by the Reset tells it nothing.
+func TestResetHandsOnTheAdvances(t *testing.T) {
+	t.Parallel()
+	tr := New(0)
+	old, err := tr.Begin(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Add()
+	var heard []pglogrepl.LSN
+	tr.Reset(10, func(lsn pglogrepl.LSN) { heard = append(heard, lsn) })
+	old.Ack() // of the earlier session: dropped
+	x, err := tr.Begin(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Add()
+	if err := x.Commit(120); err != nil {
+		t.Fatal(err)
+	}
+	x.Ack()
+	tr.AdvanceIfIdle(300)
+	if len(heard) != 2 || heard[0] != 120 || heard[1] != 300 {
+		t.Fatalf("heard %v, want [0/78 0/12C]", heard)
 	}
 }

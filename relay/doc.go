@@ -5,12 +5,16 @@
 // in the walrelay binary or embedded in a program of your own; it is the
 // only package that knows all four.
 //
-// Flow, on the replication stream's receive goroutine: a message is decoded;
-// a Begin opens a transaction in the checkpoint, an event is counted in it
-// and handed to the sink, a Commit closes it with its end LSN. The sink's
-// callback acknowledges the event in the checkpoint; the checkpoint's
-// confirmed LSN (the end of the longest fully acknowledged prefix of
-// transactions) is what the stream confirms.
+// The loop (loop.go), on one goroutine: open a replication session, take
+// its changes one by one (Next); a message is decoded; a Begin opens a
+// transaction in the checkpoint, an event is counted in it and handed to the
+// sink, a Commit closes it with its end LSN; a keepalive lets the checkpoint
+// confirm the server's WAL end when nothing is in flight. The sink's
+// callback acknowledges the event in the checkpoint; each time the
+// checkpoint's confirmed LSN (the end of the longest fully acknowledged
+// prefix of transactions) moves, it goes to the session (Confirm), whose
+// status updates carry it. A failure ends the session and the loop opens the
+// next.
 //
 // Invariants:
 //   - PostgreSQL is never told a position whose events Kafka has not

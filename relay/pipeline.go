@@ -20,9 +20,9 @@ import (
 	"github.com/walrelay/walrelay/sink"
 )
 
-// pipeline is the Handler behind the replication stream: it decodes each
-// message, tracks transactions in the checkpoint and hands events to the
-// sink. It runs on the receive goroutine; acks arrive on the sink's.
+// pipeline decodes each message, tracks transactions in the checkpoint and
+// hands events to the sink. It runs on the relay's goroutine; acks arrive
+// on the sink's.
 type pipeline struct {
 	dec        *decoder.Decoder
 	sink       *sink.Sink
@@ -33,11 +33,12 @@ type pipeline struct {
 
 	txn   *checkpoint.Txn // the open transaction
 	hooks Hooks
-	cur   *session // the session being streamed; set under mu by started
+	cur   *epoch // the publishing epoch of the session being read; set under mu by started
 
 	mu         sync.Mutex
-	err        error // the first fatal error
-	restartErr error // a transient failure in this session: restart it
+	err        error  // the first fatal error
+	restartErr error  // a transient failure in this epoch: restart the session
+	interrupt  func() // ends the wait for the session's next change; set by started
 	// Sessions in a row that ended on the same persistent refusal
 	// (sink.Persistent) of the same event: after maxPersistent, the relay
 	// stops.
@@ -49,9 +50,10 @@ type pipeline struct {
 	hasFailure atomic.Bool
 }
 
-// session is what the records of one replication session share with their
-// callbacks: which session a failure belongs to, and where it failed.
-type session struct {
+// epoch is what the records published during one replication session share
+// with their callbacks: which epoch a failure belongs to, and where it
+// failed.
+type epoch struct {
 	failing atomic.Bool // a publish of this session failed
 	mu      sync.Mutex
 	failed  map[partitionOf]bool // the partitions of the failed records
@@ -69,7 +71,7 @@ type partitionOf struct {
 }
 
 // failedOn records a failed publish on d's partition.
-func (s *session) failedOn(d sink.Delivery) {
+func (s *epoch) failedOn(d sink.Delivery) {
 	s.mu.Lock()
 	s.failed[partitionOf{d.Topic, d.Partition}] = true
 	s.mu.Unlock()
@@ -82,7 +84,7 @@ func (s *session) failedOn(d sink.Delivery) {
 // failed record is resent (sink.Abort), so this must not happen: it would be
 // a record written ahead of the failed one. It is checked, and counted, so
 // that a break of that guarantee is seen rather than assumed away.
-func (s *session) overtook(d sink.Delivery) bool {
+func (s *epoch) overtook(d sink.Delivery) bool {
 	if !s.failing.Load() {
 		return false
 	}
@@ -97,6 +99,9 @@ func (p *pipeline) fail(err error) {
 		p.err = err
 	}
 	p.hasFailure.Store(true)
+	if p.interrupt != nil {
+		p.interrupt()
+	}
 	p.mu.Unlock()
 	p.stop()
 }
@@ -116,7 +121,7 @@ const maxPersistent = 5
 // after it, in order. A failure from an earlier session is already being
 // resent. It also notes the session's earliest event refused persistently
 // (started judges whether the refusal repeats).
-func (p *pipeline) restart(s *session, err error, at pglogrepl.LSN) {
+func (p *pipeline) restart(s *epoch, err error, at pglogrepl.LSN) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s != p.cur {
@@ -129,6 +134,9 @@ func (p *pipeline) restart(s *session, err error, at pglogrepl.LSN) {
 	if p.restartErr == nil {
 		p.restartErr = err
 		p.hasFailure.Store(true)
+		if p.interrupt != nil {
+			p.interrupt()
+		}
 	}
 }
 
@@ -137,7 +145,7 @@ func (p *pipeline) restart(s *session, err error, at pglogrepl.LSN) {
 // maxPersistent times in a row, is an error that retrying does not fix (a
 // session that got past that event refuses a later one, or none). p.mu must
 // be held.
-func (p *pipeline) persistentRefusal(s *session) error {
+func (p *pipeline) persistentRefusal(s *epoch) error {
 	switch {
 	case s == nil || s.persistentAt == 0:
 		p.persistentCount = 0
@@ -154,27 +162,26 @@ func (p *pipeline) persistentRefusal(s *session) error {
 		"(fix what the broker refuses: topic configuration, ACLs, quotas, the compression codec)", s.persistentAt, p.persistentCount, s.persistentErr)
 }
 
-// status is polled by the receive loop: a fatal error stops the stream, a
-// transient one restarts it.
-func (p *pipeline) status() error {
+// failureNow returns the failure that ends the session, if any: a fatal one
+// stops the relay, another restarts the session.
+func (p *pipeline) failureNow() (err error, fatal bool) {
 	if !p.hasFailure.Load() {
-		return nil
+		return nil, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
-		return p.err
+		return p.err, true
 	}
-	if p.restartErr != nil {
-		return fmt.Errorf("%w: %w", replication.ErrRestart, p.restartErr)
-	}
-	return nil
+	return p.restartErr, false
 }
 
-// started resets per-stream state: the server resends everything after from.
-// If the last session failed to publish, the sink sends nothing more of it
-// and answers what it sent (sink.Abort) before the failed record is resent.
-func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
+// started resets per-session state for sess: the server resends
+// everything after sess.From(). If the last session failed to publish, the
+// sink sends nothing more of it and answers what it sent (sink.Abort) before
+// the failed record is resent; and a refusal that repeats session after
+// session is fatal. interrupt ends the wait for the session's next change.
+func (p *pipeline) started(ctx context.Context, sess *replication.Session, interrupt func()) error {
 	p.mu.Lock()
 	failed := p.restartErr != nil
 	p.mu.Unlock()
@@ -188,26 +195,26 @@ func (p *pipeline) started(ctx context.Context, from pglogrepl.LSN) error {
 		if p.err == nil {
 			p.err = err
 		}
+		p.hasFailure.Store(true)
 		p.mu.Unlock()
-		p.stop()
-		return &replication.FatalError{Err: err}
+		return err
 	}
-	p.cur = &session{failed: map[partitionOf]bool{}}
+	p.cur = &epoch{failed: map[partitionOf]bool{}}
 	p.restartErr = nil
+	p.interrupt = interrupt
 	p.hasFailure.Store(p.err != nil)
 	p.mu.Unlock()
 	p.dec.Reset()
-	p.tr.Reset(from)
+	p.tr.Reset(sess.From(), sess.Confirm)
 	p.txn = nil
 	return nil
 }
 
-func (p *pipeline) handle(ctx context.Context, walStart pglogrepl.LSN, data []byte) error {
-	// Nothing more is produced once a failure is known, so that the resent
-	// events keep their order.
-	if err := p.status(); err != nil {
-		return err
-	}
+// handle decodes, tracks and publishes one pgoutput message. An error is
+// fatal (a message that does not decode, a transaction out of order);
+// nothing is published once a failure is known (the caller checks
+// failureNow), so that the resent events keep their order.
+func (p *pipeline) handle(walStart pglogrepl.LSN, data []byte) error {
 	msg, err := p.dec.Decode(walStart, data)
 	if err != nil {
 		return err

@@ -13,20 +13,20 @@ import (
 // count again.
 func TestPersistentRefusalIsJudgedPerSession(t *testing.T) {
 	t.Parallel()
-	refused := func(at uint64, code *kerr.Error) *session {
-		return &session{persistentAt: pglogrepl.LSN(at), persistentCode: code.Code, persistentErr: code}
+	refused := func(at uint64, code *kerr.Error) *epoch {
+		return &epoch{persistentAt: pglogrepl.LSN(at), persistentCode: code.Code, persistentErr: code}
 	}
 	for _, c := range []struct {
 		name     string
-		sessions []*session
+		sessions []*epoch
 		fatal    bool
 	}{
-		{"the same event five times", []*session{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, true},
-		{"four times", []*session{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
-		{"moving positions", []*session{refused(10, kerr.PolicyViolation), refused(20, kerr.PolicyViolation), refused(30, kerr.PolicyViolation), refused(40, kerr.PolicyViolation), refused(50, kerr.PolicyViolation)}, false},
-		{"an earlier position", []*session{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(5, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
-		{"another code between", []*session{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.UnknownServerError), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
-		{"a session without a refusal between", []*session{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), {}, refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
+		{"the same event five times", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, true},
+		{"four times", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
+		{"moving positions", []*epoch{refused(10, kerr.PolicyViolation), refused(20, kerr.PolicyViolation), refused(30, kerr.PolicyViolation), refused(40, kerr.PolicyViolation), refused(50, kerr.PolicyViolation)}, false},
+		{"an earlier position", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(5, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
+		{"another code between", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.UnknownServerError), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
+		{"a session without a refusal between", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), {}, refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

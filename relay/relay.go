@@ -101,11 +101,11 @@ func (h *Hooks) defaults() {
 // Relay is the pipeline from a replication slot to Kafka. Create it with New
 // and call Run once; its accessors are safe for concurrent use.
 type Relay struct {
-	cfg    Config
-	log    *slog.Logger
-	sink   *sink.Sink
-	stream *replication.Stream
-	p      *pipeline
+	cfg  Config
+	log  *slog.Logger
+	sink *sink.Sink
+	src  *replication.Stream
+	p    *pipeline
 }
 
 // New checks cfg, fills its defaults and creates the producer and the
@@ -145,12 +145,9 @@ func New(cfg Config) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, log: log, sink: sk}
 	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}}
-	r.stream, err = replication.New(replication.Config{
+	r.src, err = replication.New(replication.Config{
 		ConnConfig: &cfg.ConnConfig.Config, Slot: cfg.Slot, Publication: cfg.Publication,
-		StatusInterval: cfg.StatusInterval, Logger: log,
-		Handle: r.p.handle, SafePosition: r.p.tr.Confirmed, Keepalive: r.p.tr.AdvanceIfIdle,
-		Started: r.p.started, Flush: r.p.flush, BetweenTransactions: func() bool { return r.p.txn == nil }, Err: r.p.status,
-		DrainTimeout: cfg.ShutdownTimeout, ReceiveTimeout: cfg.ReceiveTimeout,
+		StatusInterval: cfg.StatusInterval, ReceiveTimeout: cfg.ReceiveTimeout, Logger: log,
 	})
 	if err != nil {
 		sk.Close()
@@ -226,7 +223,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			heartbeat(runCtx, cfg.ConnConfig, cfg.Outbox.MessagePrefix+".heartbeat", cfg.HeartbeatInterval, r.log)
 		})
 	}
-	runErr := r.stream.Run(runCtx)
+	runErr := r.stream(runCtx)
 	stopRun()
 	if err := r.p.failure(); err != nil {
 		return err
@@ -250,10 +247,10 @@ func Run(ctx context.Context, cfg Config) error {
 
 // State returns what the replication stream is doing: "starting",
 // "streaming", "waiting_for_slot", "reconnecting" or "stopped".
-func (r *Relay) State() string { return r.stream.State() }
+func (r *Relay) State() string { return r.src.State() }
 
 // ReceivedLSN returns the highest WAL position received.
-func (r *Relay) ReceivedLSN() pglogrepl.LSN { return r.stream.ReceivedLSN() }
+func (r *Relay) ReceivedLSN() pglogrepl.LSN { return r.src.ReceivedLSN() }
 
 // ConfirmedLSN returns the position confirmed to the slot: every event
 // before it is acknowledged.
@@ -263,7 +260,7 @@ func (r *Relay) ConfirmedLSN() pglogrepl.LSN { return r.p.tr.Confirmed() }
 func (r *Relay) InFlight() int { return r.p.tr.InFlight() }
 
 // Reconnects returns how many times the stream started again.
-func (r *Relay) Reconnects() uint64 { return r.stream.Reconnects() }
+func (r *Relay) Reconnects() uint64 { return r.src.Reconnects() }
 
 // DataLosses returns how many times the producer detected data loss.
 func (r *Relay) DataLosses() uint64 { return r.sink.DataLosses() }

@@ -3,29 +3,32 @@
 // START_REPLICATION stream with pgoutput, keepalives, standby status updates,
 // and reconnection with capped exponential backoff and jitter.
 //
-// It is the first stage of the data path. Each XLogData payload goes, in WAL
-// order, to a Handler (the decoder and sink behind it); each status update
-// carries the LSN that a SafePosition function returns (the checkpoint). It
-// never parses pgoutput and never talks to Kafka.
+// It is the first stage of the data path, a pull source: Stream.Open starts
+// a session (reconnecting with backoff while it cannot), Session.Next yields
+// each XLogData payload and keepalive in WAL order, and Session.Confirm
+// takes the positions that may be confirmed (the checkpoint's), which the
+// status updates carry. It never parses pgoutput and never talks to Kafka.
 //
 // Invariants:
-//   - The flush LSN sent to the server only ever comes from SafePosition, never
-//     from what was received, and never goes below the slot's
-//     confirmed_flush_lsn at stream start: the server does not guard against
-//     a confirmed position moving backwards.
-//   - A session starts at the slot's confirmed_flush_lsn, or at SafePosition
-//     when that is further and the server's system identifier, timeline and
-//     flushed WAL show it is the same WAL (a server restart loses the
-//     slot's unsaved position; the process still knows it).
-//   - A status update goes out at least every StatusInterval, also while the
-//     Handler blocks (Kafka down), and at once when a keepalive asks for one,
-//     so wal_sender_timeout does not end the session.
-//   - A keepalive is passed to Keepalive only after every XLogData received
-//     before it went through the Handler, so its WAL end is safe to confirm
-//     when nothing is in flight.
-//   - A session from which nothing arrives for ReceiveTimeout (time in the
-//     Handler not counted) ends and is started again: a server cut off
-//     without a FIN must not look like an idle one.
+//   - The flush LSN sent to the server only ever comes from Confirm, never
+//     from what was received, and never goes below the position the session
+//     started from: the server does not guard against a confirmed position
+//     moving backwards. A closed session ignores Confirm, so that an
+//     acknowledgement of an earlier session cannot reach a later one.
+//   - A session starts at the slot's confirmed_flush_lsn, or at the
+//     position this process confirmed when that is further and the server's
+//     system identifier, timeline and flushed WAL show it is the same WAL (a
+//     server restart loses the slot's unsaved position; the process still
+//     knows it).
+//   - A status update goes out at least every StatusInterval, also while
+//     the caller is busy between two Next calls (Kafka down), and with the
+//     next Next after a keepalive that asks for one, so wal_sender_timeout
+//     does not end the session.
+//   - A keepalive is yielded after every XLogData before it, so its WAL end
+//     is safe to confirm when nothing is in flight.
+//   - A session from which nothing arrives for ReceiveTimeout (time between
+//     Next calls not counted) ends: a server cut off without a FIN must not
+//     look like an idle one.
 //   - A slot is created only by EnsureSlot, never by the stream; EnsureSlot
 //     records each slot it creates in the publication's comment and does
 //     not create a recorded slot again unless told to (a gone slot is a gap

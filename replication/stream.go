@@ -17,26 +17,28 @@ import (
 	"github.com/walrelay/walrelay/internal/backoff"
 )
 
-// Handler is called from the receive goroutine with each XLogData payload,
-// in WAL order. data is valid only until it returns: whatever it keeps must be
-// copied. It may block (backpressure); status updates go on meanwhile. An
-// error wrapping ErrRestart ends the session, and the stream reconnects and
-// resends from the slot's confirmed position; any other error stops the
-// stream for good and is returned by Run.
-type Handler func(ctx context.Context, walStart pglogrepl.LSN, data []byte) error
+// Kind says what a Change is.
+type Kind int
 
-// ErrRestart, wrapped in an error of a Handler or of Config.Err, asks for the
-// stream to start again from the slot's confirmed position: the way to retry
-// events that could not be delivered without giving up their order.
-var ErrRestart = errors.New("restart the replication stream")
+const (
+	// Data is an XLogData payload: one pgoutput message.
+	Data Kind = iota + 1
+	// Keepalive is a primary keepalive: every Data before it has been
+	// yielded, so its WAL end is safe to confirm when nothing is in flight.
+	Keepalive
+)
 
-// SafePosition returns the LSN that may be confirmed to the server: every
-// event before it is acknowledged. It is called from several goroutines.
-type SafePosition func() pglogrepl.LSN
-
-// Keepalive is called from the receive goroutine with a keepalive's WAL end,
-// after every XLogData received before it went through the Handler.
-type Keepalive func(serverWALEnd pglogrepl.LSN)
+// Change is what Session.Next yields.
+type Change struct {
+	Kind Kind
+	// WALStart is the position of a Data message.
+	WALStart pglogrepl.LSN
+	// Data is the pgoutput message; valid only until the next call of
+	// Next: whatever the caller keeps must be copied.
+	Data []byte
+	// WALEnd is a Keepalive's server WAL end.
+	WALEnd pglogrepl.LSN
+}
 
 // Config configures a Stream. Zero values mean the defaults.
 type Config struct {
@@ -63,32 +65,6 @@ type Config struct {
 	StandbyRetry time.Duration
 	// Logger receives lifecycle logs. Nil discards them.
 	Logger *slog.Logger
-
-	// Handle receives each XLogData payload. Required.
-	Handle Handler
-	// SafePosition gives the LSN for status updates. Required.
-	SafePosition SafePosition
-	// Keepalive, if set, receives each keepalive's WAL end.
-	Keepalive Keepalive
-	// Started, if set, is called before each stream starts (the first and
-	// every reconnect) with the position it starts from: the slot's
-	// confirmed_flush_lsn, or what SafePosition returns if that is further on
-	// the same WAL history (see Stream.resumeFrom). The server resends
-	// everything after it, so state of an earlier stream (the decoder's
-	// relation cache, an open transaction, the checkpoint) must be reset.
-	// It may wait, within ctx, for the earlier stream's events to settle; an
-	// error ends this session and it is tried again.
-	Started func(ctx context.Context, from pglogrepl.LSN) error
-	// Flush, if set, is called once when Run stops, before the last status
-	// update, to wait (within ctx) for events still in flight.
-	Flush func(ctx context.Context) error
-	// BetweenTransactions, if set, reports whether the stream is between transactions.
-	// When ctx is cancelled the stream goes on reading, for up to
-	// DrainTimeout, until it is: a clean stop that split a transaction would
-	// confirm none of it and publish its first part again on the next start.
-	BetweenTransactions func() bool
-	// DrainTimeout bounds that wait and the Flush. Default 30s.
-	DrainTimeout time.Duration
 	// ReceiveTimeout ends a session from which nothing, not even a
 	// keepalive, arrived for this long, as PostgreSQL's own
 	// wal_receiver_timeout does: a server cut off without a FIN or RST
@@ -96,12 +72,12 @@ type Config struct {
 	// minutes later. Halfway through it, the status update asks the server
 	// for a reply. Default 30s; at least 4 times StatusInterval.
 	ReceiveTimeout time.Duration
-	// Err, if set, is polled by the receive loop at least every tenth of
-	// StatusInterval; a non-nil error ends the session as a Handler's would.
-	Err func() error
 }
 
-// Stream streams one slot. Create it with New and call Run once.
+// Stream is the source of one slot: Open starts a session (reconnecting
+// with backoff while it cannot), and the session yields changes (Next) and
+// takes the positions that may be confirmed (Confirm). One goroutine opens
+// and reads; Confirm and the accessors are safe from any.
 type Stream struct {
 	cfg    Config
 	log    *slog.Logger
@@ -109,11 +85,15 @@ type Stream struct {
 
 	received   atomic.Uint64 // highest WAL position received
 	reconnects atomic.Uint64
-	state      atomic.Value // string
+	state      atomic.Value  // string
+	confirmed  atomic.Uint64 // the last position a session of this process confirmed
 
-	// history is the server's system identifier and timeline at the last
-	// session; only the stream goroutine touches it.
-	history string
+	// Only the goroutine that opens sessions touches these.
+	history    string    // the server's system identifier and timeline at the last session
+	ended      error     // why the last session or attempt ended; nil before the first
+	began      time.Time // when the last session or attempt began
+	progressed bool      // the last session confirmed past where it started
+	attempt    int       // failed attempts in a row, for the backoff
 }
 
 // SlotActiveError says that another process is streaming the slot.
@@ -126,7 +106,8 @@ func (e *SlotActiveError) Error() string {
 	return fmt.Sprintf("replication slot %s is active in process %d", e.Slot, e.PID)
 }
 
-// FatalError wraps an error that retrying cannot fix: Run returns it.
+// FatalError wraps an error that retrying cannot fix: Open and Next return
+// it.
 type FatalError struct{ Err error }
 
 func (e *FatalError) Error() string { return e.Err.Error() }
@@ -171,17 +152,11 @@ func New(cfg Config) (*Stream, error) {
 	if cfg.BackoffMin > cfg.BackoffMax {
 		return nil, fmt.Errorf("backoff min %s is above backoff max %s", cfg.BackoffMin, cfg.BackoffMax)
 	}
-	if cfg.DrainTimeout == 0 {
-		cfg.DrainTimeout = 30 * time.Second
-	}
 	if cfg.ReceiveTimeout == 0 {
 		cfg.ReceiveTimeout = max(30*time.Second, 4*cfg.StatusInterval)
 	}
 	if cfg.ReceiveTimeout < 4*cfg.StatusInterval {
 		return nil, fmt.Errorf("receive timeout %s is under 4 times the status interval %s: the server answers a reply request with the next message, so allow it a few status intervals", cfg.ReceiveTimeout, cfg.StatusInterval)
-	}
-	if cfg.Handle == nil || cfg.SafePosition == nil {
-		return nil, errors.New("replication config: Handle and SafePosition are required")
 	}
 	var parsed *pgconn.Config
 	var err error
@@ -245,49 +220,67 @@ func (s *Stream) ReceivedLSN() pglogrepl.LSN { return pglogrepl.LSN(s.received.L
 // Reconnects returns how many times the stream was started again.
 func (s *Stream) Reconnects() uint64 { return s.reconnects.Load() }
 
-// Run streams until ctx is cancelled (it then returns nil) or a fatal error
-// occurs. Transient errors (connection lost, server restarting, the slot
-// active in another process) are retried forever with backoff.
-func (s *Stream) Run(ctx context.Context) error {
-	defer s.state.Store("stopped")
-	attempt := 0
+// Open starts a session from the slot's confirmed position (or the one this
+// process confirmed, see resumeFrom). After a session or an attempt ended
+// (Session.Close), it first waits, with capped exponential backoff and
+// jitter (at most StandbyRetry while another process holds the slot), and
+// logs why. Transient errors (connection lost, server restarting, the slot
+// active in another process) are retried until ctx ends, which returns
+// ctx's error; a *FatalError is returned at once.
+func (s *Stream) Open(ctx context.Context) (*Session, error) {
 	for {
-		began := time.Now()
-		progressed, err := s.stream(ctx)
+		if s.ended != nil {
+			if err := s.wait(ctx); err != nil {
+				return nil, err
+			}
+			s.reconnects.Add(1)
+		}
+		s.began = time.Now()
+		sess, err := s.open(ctx)
+		if err == nil {
+			return sess, nil
+		}
 		var fatal *FatalError
 		if errors.As(err, &fatal) {
-			// Also during the drain after ctx was cancelled: a stop that
-			// did not finish cleanly must not report success.
-			return err
+			s.state.Store("stopped")
+			return nil, err
 		}
 		if ctx.Err() != nil {
-			return nil
+			s.state.Store("stopped")
+			return nil, ctx.Err()
 		}
-		// A session that confirmed something, or streamed a while, resets
-		// the backoff; one that failed at once (a restart that keeps
-		// failing) does not.
-		if progressed || time.Since(began) > 10*time.Second {
-			attempt = 0
-		}
-		wait := backoff.Wait(s.cfg.BackoffMin, s.cfg.BackoffMax, attempt)
-		attempt++
-		var active *SlotActiveError
-		if errors.As(err, &active) {
-			// A standby asks often, so that it takes over soon after the
-			// holder dies: asking is one cheap query.
-			wait = min(wait, s.cfg.StandbyRetry)
-			s.state.Store("waiting_for_slot")
-			s.log.Info("slot is active in another process; waiting", "pid", active.PID, "retry_in", wait)
-		} else {
-			s.state.Store("reconnecting")
-			s.log.Warn("replication stream failed; reconnecting", "err", err, "retry_in", wait)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-		s.reconnects.Add(1)
+		s.ended, s.progressed = err, false
+	}
+}
+
+// wait sleeps before the next attempt, after logging why the last one
+// ended.
+func (s *Stream) wait(ctx context.Context) error {
+	// A session that confirmed something, or streamed a while, resets the
+	// backoff; one that failed at once (a restart that keeps failing) does
+	// not.
+	if s.progressed || time.Since(s.began) > 10*time.Second {
+		s.attempt = 0
+	}
+	wait := backoff.Wait(s.cfg.BackoffMin, s.cfg.BackoffMax, s.attempt)
+	s.attempt++
+	var active *SlotActiveError
+	if errors.As(s.ended, &active) {
+		// A standby asks often, so that it takes over soon after the
+		// holder dies: asking is one cheap query.
+		wait = min(wait, s.cfg.StandbyRetry)
+		s.state.Store("waiting_for_slot")
+		s.log.Info("slot is active in another process; waiting", "pid", active.PID, "retry_in", wait)
+	} else {
+		s.state.Store("reconnecting")
+		s.log.Warn("replication stream failed; reconnecting", "err", s.ended, "retry_in", wait)
+	}
+	select {
+	case <-ctx.Done():
+		s.state.Store("stopped")
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
 	}
 }
 
@@ -312,42 +305,40 @@ func isFatalPgError(err error) bool {
 
 var activePIDRe = regexp.MustCompile(`active for PID (\d+)`)
 
-// stream runs one replication session. progressed reports whether it
-// confirmed a position past the one it started from, which resets the
-// backoff.
-func (s *Stream) stream(ctx context.Context) (progressed bool, err error) {
+// open connects, checks the slot and starts replication.
+func (s *Stream) open(ctx context.Context) (*Session, error) {
 	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	conn, err := pgconn.ConnectConfig(connectCtx, s.parsed)
 	cancel()
 	if err != nil {
 		if isFatalPgError(err) {
-			return false, &FatalError{fmt.Errorf("connect for replication: %w", err)}
+			return nil, &FatalError{fmt.Errorf("connect for replication: %w", err)}
 		}
-		return false, fmt.Errorf("connect for replication: %w", err)
+		return nil, fmt.Errorf("connect for replication: %w", err)
 	}
-	defer conn.Close(context.Background())
+	started := false
+	defer func() {
+		if !started {
+			conn.Close(context.Background())
+		}
+	}()
 
 	slot, err := inspectSlot(ctx, conn, s.cfg.Slot)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if slot.WALStatus == "lost" {
-		return false, &FatalError{fmt.Errorf("replication slot %s was invalidated (wal_status lost): the server removed WAL it still needed, "+
+		return nil, &FatalError{fmt.Errorf("replication slot %s was invalidated (wal_status lost): the server removed WAL it still needed, "+
 			"so events after %s may be missing from Kafka; drop and recreate the slot, then replay the outbox table from that position", s.cfg.Slot, slot.ConfirmedFlush)}
 	}
 	if slot.Active {
-		return false, &SlotActiveError{Slot: s.cfg.Slot, PID: slot.ActivePID}
+		return nil, &SlotActiveError{Slot: s.cfg.Slot, PID: slot.ActivePID}
 	}
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
-		return false, fmt.Errorf("identify system: %w", err)
+		return nil, fmt.Errorf("identify system: %w", err)
 	}
 	from := s.resumeFrom(sys, slot.ConfirmedFlush)
-	if s.cfg.Started != nil {
-		if err := s.cfg.Started(ctx, from); err != nil {
-			return false, err
-		}
-	}
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
@@ -365,19 +356,25 @@ func (s *Stream) stream(ctx context.Context) (progressed bool, err error) {
 			if m := activePIDRe.FindStringSubmatch(pgErr.Message); m != nil {
 				pid, _ = strconv.Atoi(m[1])
 			}
-			return false, &SlotActiveError{Slot: s.cfg.Slot, PID: pid}
+			return nil, &SlotActiveError{Slot: s.cfg.Slot, PID: pid}
 		}
 		if isFatalPgError(err) {
-			return false, &FatalError{fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)}
+			return nil, &FatalError{fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)}
 		}
-		return false, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
+		return nil, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
 	}
 	s.state.Store("streaming")
 	s.log.Info("streaming", "from", from.String(), "publication", s.cfg.Publication)
-	sess := &session{s: s, conn: conn, sent: from}
-	defer func() { progressed = sess.sent > from }()
 	s.received.Store(max(s.received.Load(), uint64(from)))
-	return false, sess.run(ctx)
+	s.confirmed.Store(uint64(from))
+	sess := &Session{s: s, conn: conn, from: from, sent: from, statusErr: make(chan error, 1), stop: make(chan struct{})}
+	sess.confirmed.Store(uint64(from))
+	if err := sess.sendStatus(time.Now(), true); err != nil {
+		return nil, err
+	}
+	sess.startStatus()
+	started = true
+	return sess, nil
 }
 
 // resumeFrom returns where a session starts: the slot's confirmed position,
@@ -397,7 +394,7 @@ func (s *Stream) resumeFrom(sys pglogrepl.IdentifySystemResult, slotConfirmed pg
 	// From here on the tracker confirms positions of this history: the
 	// session starts at the slot's position whenever the history changed.
 	s.history = history
-	mine := s.cfg.SafePosition()
+	mine := pglogrepl.LSN(s.confirmed.Load())
 	switch {
 	case mine <= slotConfirmed:
 		return slotConfirmed

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,43 +39,66 @@ func streamed(t *testing.T, rows int) *pgtest.Server {
 	return pg
 }
 
-// TestFatalErrorDuringTheDrainIsReturned: a stop that arrives inside a
-// transaction reads on to its end; a Handler error then (a message that
-// does not decode) is the stream's error, not a clean stop.
-func TestFatalErrorDuringTheDrainIsReturned(t *testing.T) {
+// TestSessionYieldsAndConfirms: a session yields the transaction's messages
+// in WAL order, a clean Close confirms what Confirm was given (and nothing
+// more), and the next session resumes from there; a Confirm after Close is
+// ignored.
+func TestSessionYieldsAndConfirms(t *testing.T) {
 	t.Parallel()
 	pg := streamed(t, 10)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	broken := errors.New("message does not decode")
-	var handled atomic.Int32
-	s, err := New(Config{
-		ConnString: pg.DSN,
-		Handle: func(ctx context.Context, _ pglogrepl.LSN, _ []byte) error {
-			if handled.Add(1) == 1 {
-				cancel() // the stop arrives inside the transaction
-				return nil
-			}
-			if ctx.Err() != nil {
-				return broken
-			}
-			return nil
-		},
-		SafePosition:        func() pglogrepl.LSN { return 0 },
-		BetweenTransactions: func() bool { return false },
-	})
+	ctx := t.Context()
+	s, err := New(Config{ConnString: pg.DSN})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, broken) {
-			t.Fatalf("Run = %v, want the Handler's error from the drain", err)
+	sess, err := s.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []byte
+	var commitEnd pglogrepl.LSN
+	for commitEnd == 0 {
+		ch, err := sess.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("Run did not return")
+		if ch.Kind != Data {
+			continue
+		}
+		kinds = append(kinds, ch.Data[0])
+		if ch.Data[0] == 'C' {
+			m, err := pglogrepl.Parse(ch.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			commitEnd = m.(*pglogrepl.CommitMessage).TransactionEndLSN
+		}
+	}
+	if got := string(kinds); got != "BRIIIIIIIIIIC" {
+		t.Fatalf("messages %q, want begin, relation, ten inserts, commit", got)
+	}
+	sess.Confirm(commitEnd)
+	sess.Close(nil)
+	sess.Confirm(commitEnd + 100) // closed: ignored
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var confirmed string
+	if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&confirmed); err != nil {
+		t.Fatal(err)
+	}
+	if confirmed != commitEnd.String() {
+		t.Fatalf("slot confirmed %s, want the commit's end %s", confirmed, commitEnd)
+	}
+	again, err := s.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close(errors.New("test over"))
+	if again.From() != commitEnd {
+		t.Fatalf("the next session resumes from %s, want %s", again.From(), commitEnd)
 	}
 }
 
@@ -85,8 +107,7 @@ func TestFatalErrorDuringTheDrainIsReturned(t *testing.T) {
 // refused.
 func TestReceiveTimeoutMustAllowStatusIntervals(t *testing.T) {
 	t.Parallel()
-	_, err := New(Config{ConnString: "postgres://x@localhost/db", Handle: func(context.Context, pglogrepl.LSN, []byte) error { return nil },
-		SafePosition: func() pglogrepl.LSN { return 0 }, StatusInterval: time.Second, ReceiveTimeout: 2 * time.Second})
+	_, err := New(Config{ConnString: "postgres://x@localhost/db", StatusInterval: time.Second, ReceiveTimeout: 2 * time.Second})
 	if err == nil {
 		t.Fatal("a receive timeout of 2 status intervals was accepted")
 	}
@@ -116,14 +137,13 @@ func TestResumeFrom(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var mine pglogrepl.LSN
-			s := &Stream{cfg: Config{SafePosition: func() pglogrepl.LSN { return mine }}, log: slog.New(slog.DiscardHandler)}
+			s := &Stream{log: slog.New(slog.DiscardHandler)}
 			// The first session learns the history; the slot is where
 			// the process is.
 			if got := s.resumeFrom(c.first, 0); got != 0 {
 				t.Fatalf("first session from %s, want the slot's 0/0", got)
 			}
-			mine = c.mine
+			s.confirmed.Store(uint64(c.mine))
 			if got := s.resumeFrom(c.then, c.slot); got != c.want {
 				t.Fatalf("resumed from %s, want %s", got, c.want)
 			}

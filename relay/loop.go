@@ -1,0 +1,139 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/walrelay/walrelay/replication"
+)
+
+// stream is the relay's loop: open a session, read it, and open the next
+// one when it ends, until ctx ends (then it drains: nil) or a fatal error.
+func (r *Relay) stream(ctx context.Context) error {
+	for {
+		sess, err := r.src.Open(ctx)
+		if err != nil {
+			if ctx.Err() != nil && !isFatal(err) {
+				return nil
+			}
+			return err
+		}
+		stop, err := r.session(ctx, sess)
+		if err != nil || stop {
+			return err
+		}
+	}
+}
+
+// session reads one session: each change is decoded, tracked and published
+// (the checkpoint tells the session what it may confirm). It ends on a
+// failed publish (a restart: the next session resends from the confirmed
+// position), a lost connection, a fatal error (returned), or ctx (drain,
+// then stop).
+func (r *Relay) session(ctx context.Context, sess *replication.Session) (stop bool, err error) {
+	p := r.p
+	// A failure interrupts the wait for the next change; so does ctx.
+	read, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	if err := p.started(ctx, sess, interrupt); err != nil {
+		sess.Close(err)
+		if isFatal(err) || p.failure() != nil {
+			return true, err
+		}
+		return ctx.Err() != nil, nil
+	}
+	for {
+		ch, err := sess.Next(read)
+		if failure, fatal := p.failureNow(); failure != nil {
+			sess.Close(failure)
+			if fatal {
+				return true, failure
+			}
+			if ctx.Err() != nil {
+				return true, nil // the next start resends it
+			}
+			return false, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return true, r.drain(sess)
+			}
+			sess.Close(err)
+			if isFatal(err) {
+				return true, err
+			}
+			return ctx.Err() != nil, nil
+		}
+		if err := r.handle(ch); err != nil {
+			sess.Close(err)
+			return true, err
+		}
+	}
+}
+
+// handle passes one change on: a message to the pipeline, a keepalive's WAL
+// end to the checkpoint (safe to confirm when nothing is in flight: every
+// message before it was handled).
+func (r *Relay) handle(ch replication.Change) error {
+	if ch.Kind == replication.Keepalive {
+		r.p.tr.AdvanceIfIdle(ch.WALEnd)
+		return nil
+	}
+	return r.p.handle(ch.WALStart, ch.Data)
+}
+
+// drain ends a session on a stop: it reads on, for up to ShutdownTimeout,
+// to the end of the open transaction (a stop that split a transaction would
+// confirm none of it and publish its first part again on the next start),
+// waits for the events in flight, and closes the session with a last status
+// update. A fatal error meanwhile is returned: a stop that did not finish
+// cleanly must not report success.
+func (r *Relay) drain(sess *replication.Session) error {
+	p := r.p
+	until := time.Now().Add(r.cfg.ShutdownTimeout)
+	read, cancel := context.WithDeadline(context.Background(), until)
+	defer cancel()
+	p.mu.Lock()
+	p.interrupt = cancel
+	p.mu.Unlock()
+	for p.txn != nil {
+		ch, err := sess.Next(read)
+		if failure, fatal := p.failureNow(); failure != nil {
+			sess.Close(failure)
+			if fatal {
+				return failure
+			}
+			return nil // the next start resends it
+		}
+		if err != nil {
+			if read.Err() != nil {
+				r.log.Warn("stopping inside a transaction: its events will be sent again on the next start")
+				break
+			}
+			sess.Close(err)
+			if isFatal(err) {
+				return err
+			}
+			return nil
+		}
+		if err := r.handle(ch); err != nil {
+			sess.Close(err)
+			return err
+		}
+	}
+	fctx, fcancel := context.WithDeadline(context.Background(), until.Add(time.Second))
+	err := p.flush(fctx)
+	fcancel()
+	if err != nil {
+		r.log.Warn("events still in flight at shutdown; they will be sent again on the next start", "err", err)
+	}
+	sess.Close(nil)
+	return nil
+}
+
+// isFatal reports whether err is one that retrying does not fix.
+func isFatal(err error) bool {
+	var fatal *replication.FatalError
+	return errors.As(err, &fatal)
+}
