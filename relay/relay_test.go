@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -114,5 +115,74 @@ func TestEmbedded(t *testing.T) {
 	}
 	if dials.Load() < 2 { // the start-up checks, the replication session
 		t.Fatalf("%d connections through the program's dialer", dials.Load())
+	}
+}
+
+// TestErrorDuringTheDrainIsReturned: a stop that arrives inside a
+// transaction reads on to its end; a row there that stops the stream (one of
+// a table added to the publication meanwhile) is Run's error, not a clean
+// stop.
+func TestErrorDuringTheDrainIsReturned(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.Start(t)
+	kc := kafkatest.Start(t)
+	conn, err := pgx.Connect(t.Context(), pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, sql := range []string{
+		`CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL, payload jsonb)`,
+		`CREATE TABLE notes (id int PRIMARY KEY)`,
+	} {
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var once atomic.Bool
+	r, err := relay.New(relay.Config{
+		ConnString: pg.DSN, CreateSlot: true, ShutdownTimeout: time.Minute,
+		Sink: sink.Config{Brokers: kc.Addrs()},
+		// The stop arrives with the transaction's first acknowledged event.
+		Hooks: relay.Hooks{Acked: func(string, string, time.Time) {
+			if once.CompareAndSwap(false, true) {
+				cancel()
+			}
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for r.State() != "streaming" {
+		if time.Now().After(deadline) {
+			t.Fatalf("not streaming after a minute: %s", r.State())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := conn.Exec(t.Context(), `ALTER PUBLICATION walrelay_outbox ADD TABLE notes`); err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(t.Context(), conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), `INSERT INTO outbox SELECT gen_random_uuid(), 'order', 'o-' || g, 'Created', '{}' FROM generate_series(1, 20000) g`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), `INSERT INTO notes VALUES (1)`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !errors.Is(err, decoder.ErrUnexpectedRelation) {
+			t.Fatalf("Run = %v, want the row of notes met during the drain", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Run did not return")
 	}
 }
