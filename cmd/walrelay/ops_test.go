@@ -115,8 +115,9 @@ func TestOperatorCommands(t *testing.T) {
 		streamingState, _ := metricValue(body, `walrelay_state{state="streaming"}`)
 		if published == 2000 && lagOK && lag < 1<<20 && streamingState == 1 {
 			if !strings.Contains(body, "walrelay_commit_to_ack_seconds_bucket") || !strings.Contains(body, `walrelay_reconnects_total{target="postgres"}`) ||
-				!strings.Contains(body, "go_goroutines") || !strings.Contains(body, "process_resident_memory_bytes") {
-				t.Fatalf("metrics lack the latency histogram, reconnects or the runtime's and process's own:\n%s", body)
+				!strings.Contains(body, "go_goroutines") || !strings.Contains(body, "process_resident_memory_bytes") ||
+				!strings.Contains(body, "walrelay_kafka_connects_total") || !strings.Contains(body, "walrelay_kafka_produce_bytes_total") {
+				t.Fatalf("metrics lack the latency histogram, reconnects, the runtime's and process's own or the Kafka client's:\n%s", body)
 			}
 			break
 		}

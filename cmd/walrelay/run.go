@@ -45,7 +45,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 // is cancelled (nil) or a fatal error.
 func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	m := admin.New()
-	rcfg, err := cfg.RelayConfig(log, kgo.WithHooks(m.KafkaHook()))
+	rcfg, err := cfg.RelayConfig(log, kgo.WithHooks(m.KafkaHooks()...))
 	if err != nil {
 		return err
 	}

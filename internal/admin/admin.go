@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
@@ -46,6 +47,7 @@ type Metrics struct {
 	slotRetained  prometheus.Gauge
 	commitToAck   prometheus.Histogram
 
+	kafka           *kprom.Metrics // the Kafka client's own metrics (walrelay_kafka_*)
 	kafkaReconnects atomic.Uint64
 	kafkaOK         atomic.Int64 // unix nanoseconds of the last broker success
 	kafkaFail       atomic.Int64 // unix nanoseconds of the last broker connect failure
@@ -75,6 +77,7 @@ func New() *Metrics {
 	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_commit_to_ack_seconds", Help: "From an event's commit in PostgreSQL to Kafka's acknowledgement.",
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
 	m.orderBreaks = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_order_breaks_total", Help: "Events written ahead of an earlier event of their partition that failed to publish and was sent again after them (must stay 0; see Reconnects in the README)."})
+	m.kafka = kprom.NewMetrics("walrelay_kafka", kprom.Registerer(m.reg), kprom.Gatherer(m.reg))
 	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.commitToAck,
 		// The Go runtime's and the process's own (go_*, process_*: heap, GC,
 		// goroutines, RSS, CPU, open files).
@@ -292,10 +295,11 @@ func (c *reconnectCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.kafka.Load()), "kafka")
 }
 
-// KafkaHook is the Kafka client hook (kgo.WithHooks) that counts broker
-// connection failures and successes for the metrics and the readiness
-// check.
-func (m *Metrics) KafkaHook() kgo.Hook { return kafkaHook{m} }
+// KafkaHooks are the Kafka client's hooks (kgo.WithHooks): the client's own
+// metrics (franz-go's kprom: requests, bytes, connections, by broker, as
+// walrelay_kafka_*), and a count of broker connection failures and
+// successes for walrelay's metrics and the readiness check.
+func (m *Metrics) KafkaHooks() []kgo.Hook { return []kgo.Hook{kafkaHook{m}, m.kafka} }
 
 type kafkaHook struct{ m *Metrics }
 
