@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/event"
 )
 
 // ErrMissingColumn is wrapped by the *Error returned when the outbox table's
@@ -75,8 +76,8 @@ type Config struct {
 	IgnoredPrefixes []string
 }
 
-// Message is what one pgoutput message decodes to: Begin, Commit, *Event or
-// Ignored.
+// Message is what one pgoutput message decodes to: Begin, Commit,
+// EventMessage or Ignored.
 type Message interface{ isMessage() }
 
 // Begin starts a transaction. Its FinalLSN is the LSN of the commit record,
@@ -101,41 +102,15 @@ type Commit struct {
 // "heartbeat", "message_ignored_prefix".
 type Ignored struct{ Kind string }
 
-// Header is one Kafka header taken from a configured extra column.
-type Header struct {
-	Key   string
-	Value []byte
-}
-
-// Event is one outbox row (or logical message) of a committed transaction.
-type Event struct {
-	ID            string
-	AggregateType string
-	AggregateID   string
-	Type          string
-	Payload       []byte   // nil: tombstone
-	Headers       []Header // configured extra columns, in configured order
-
-	Source     string        // "schema.table", or "message" for a logical message
-	WALStart   pglogrepl.LSN // position of the change itself
-	Xid        uint32
-	CommitLSN  pglogrepl.LSN // from Begin's FinalLSN: known before the rows arrive
-	CommitTime time.Time
-
-	// Transactional is false only for a logical message emitted with
-	// transactional=false: it arrives outside any Begin/Commit.
-	Transactional bool
-	// Invalid is non-nil when the row breaks a rule of its own (a required
-	// column NULL, a value that does not parse). The sink dead-letters such an
-	// event with this error instead of publishing it.
-	Invalid error
-}
+// EventMessage carries an outbox event: a row of the outbox, or a logical
+// message under the read prefix.
+type EventMessage struct{ *event.Event }
 
 func (Begin) isMessage() {}
 
 func (Commit) isMessage() {}
 
-func (*Event) isMessage() {}
+func (EventMessage) isMessage() {}
 
 func (Ignored) isMessage() {}
 
@@ -339,8 +314,8 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 	return nil
 }
 
-func (d *Decoder) newEvent(walStart pglogrepl.LSN, source string) *Event {
-	return &Event{
+func (d *Decoder) newEvent(walStart pglogrepl.LSN, source string) *event.Event {
+	return &event.Event{
 		Source:        source,
 		WALStart:      walStart,
 		Xid:           d.txn.Xid,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/apd/v3"
 	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/event"
 )
 
 // Encoders of pgoutput protocol version 1 messages, as the server sends them
@@ -124,7 +125,7 @@ func TestInsertBecomesEvent(t *testing.T) {
 	}
 	m := mustDecode(t, d, insertMsg(16384, s(testID), s("order"), s("o-17"), s("OrderCreated"), s(`{"total": 12.50}`),
 		s("42"), s("12345678901234567890.000000000000000001"), s("2026-12-02 10:00:00.5+00"), s("t")))
-	e, ok := m.(*Event)
+	e, ok := m.(EventMessage)
 	if !ok {
 		t.Fatalf("insert decoded to %#v", m)
 	}
@@ -135,11 +136,11 @@ func TestInsertBecomesEvent(t *testing.T) {
 		string(e.Payload) != `{"total": 12.50}` || e.Xid != 731 || e.CommitLSN != 0x5000 || e.Source != "public.outbox" || !e.Transactional {
 		t.Fatalf("event %+v", e)
 	}
-	want := []Header{
-		{"tenant", []byte("42")},
-		{"amount", []byte("12345678901234567890.000000000000000001")},
-		{"created_at", []byte("2026-12-02T10:00:00.5Z")},
-		{"urgent", []byte("true")},
+	want := []event.Header{
+		{Key: "tenant", Value: []byte("42")},
+		{Key: "amount", Value: []byte("12345678901234567890.000000000000000001")},
+		{Key: "created_at", Value: []byte("2026-12-02T10:00:00.5Z")},
+		{Key: "urgent", Value: []byte("true")},
 	}
 	if len(e.Headers) != len(want) {
 		t.Fatalf("headers %q, want %q", e.Headers, want)
@@ -173,7 +174,7 @@ func TestRowErrorsMarkTheEventInvalid(t *testing.T) {
 			d := newDecoder(t)
 			mustDecode(t, d, relationMsg(1, "public", "outbox", outboxCols))
 			mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
-			e := mustDecode(t, d, insertMsg(1, tc.vals...)).(*Event)
+			e := mustDecode(t, d, insertMsg(1, tc.vals...)).(EventMessage)
 			if e.Invalid == nil || !strings.Contains(e.Invalid.Error(), tc.want) {
 				t.Fatalf("Invalid = %v, want it to mention %q", e.Invalid, tc.want)
 			}
@@ -186,7 +187,7 @@ func TestNullPayloadIsATombstone(t *testing.T) {
 	d := newDecoder(t)
 	mustDecode(t, d, relationMsg(1, "public", "outbox", outboxCols))
 	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
-	e := mustDecode(t, d, insertMsg(1, s(testID), s("order"), s("a"), nil, nil, nil, nil, nil, nil)).(*Event)
+	e := mustDecode(t, d, insertMsg(1, s(testID), s("order"), s("a"), nil, nil, nil, nil, nil, nil)).(EventMessage)
 	if e.Invalid != nil || e.Payload != nil || len(e.Headers) != 0 {
 		t.Fatalf("event %+v", e)
 	}
@@ -201,7 +202,7 @@ func TestByteaPayloadIsDecoded(t *testing.T) {
 	for _, dd := range []*Decoder{d2} {
 		mustDecode(t, dd, relationMsg(1, "public", "outbox", cols))
 		mustDecode(t, dd, beginMsg(0x10, time.Now(), 1))
-		e := mustDecode(t, dd, insertMsg(1, s(testID), s("order"), s("a"), s("T"), s(`\x00ff41`))).(*Event)
+		e := mustDecode(t, dd, insertMsg(1, s(testID), s("order"), s("a"), s("T"), s(`\x00ff41`))).(EventMessage)
 		if e.Invalid != nil || string(e.Payload) != "\x00\xffA" {
 			t.Fatalf("event %+v", e)
 		}
@@ -290,7 +291,7 @@ func TestOutboxKnownByItsID(t *testing.T) {
 	}
 	mustDecode(t, d, relationMsg(4242, "app", "outbox_renamed", outboxCols))
 	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
-	e, ok := mustDecode(t, d, insertMsg(4242, s(testID), s("order"), s("a"), s("T"), s("{}"), nil, nil, nil, nil)).(*Event)
+	e, ok := mustDecode(t, d, insertMsg(4242, s(testID), s("order"), s("a"), s("T"), s("{}"), nil, nil, nil, nil)).(EventMessage)
 	if !ok || e.ID != testID {
 		t.Fatalf("insert decoded to %#v", e)
 	}
@@ -301,20 +302,20 @@ func TestLogicalMessageBecomesEvent(t *testing.T) {
 	d := newDecoder(t)
 	mustDecode(t, d, beginMsg(0x10, time.Now(), 9))
 	e := mustDecode(t, d, logicalMsg(true, 0x11, "walrelay",
-		`{"id":"`+testID+`","aggregatetype":"order","aggregateid":"a1","type":"Paid","payload":{"x":[1,2]}}`)).(*Event)
+		`{"id":"`+testID+`","aggregatetype":"order","aggregateid":"a1","type":"Paid","payload":{"x":[1,2]}}`)).(EventMessage)
 	if e.Invalid != nil || e.ID != testID || e.AggregateID != "a1" || e.Type != "Paid" || string(e.Payload) != `{"x":[1,2]}` || e.Source != "message" || e.Xid != 9 {
 		t.Fatalf("event %+v", e)
 	}
-	e = mustDecode(t, d, logicalMsg(true, 0x12, "walrelay", `{"id":"x","aggregatetype":"order"}`)).(*Event)
+	e = mustDecode(t, d, logicalMsg(true, 0x12, "walrelay", `{"id":"x","aggregatetype":"order"}`)).(EventMessage)
 	if e.Invalid == nil || !strings.Contains(e.Invalid.Error(), `"aggregateid"`) || e.Payload != nil {
 		t.Fatalf("message without aggregateid: %+v", e)
 	}
-	e = mustDecode(t, d, logicalMsg(true, 0x13, "walrelay", `not json`)).(*Event)
+	e = mustDecode(t, d, logicalMsg(true, 0x13, "walrelay", `not json`)).(EventMessage)
 	if e.Invalid == nil || string(e.Payload) != "not json" {
 		t.Fatalf("non-JSON message: %+v", e)
 	}
 	mustDecode(t, d, commitMsg(0x10, 0x20, time.Now()))
-	e = mustDecode(t, d, logicalMsg(false, 0x30, "walrelay", `{}`)).(*Event)
+	e = mustDecode(t, d, logicalMsg(false, 0x30, "walrelay", `{}`)).(EventMessage)
 	if e.Invalid == nil || e.Transactional {
 		t.Fatalf("non-transactional message: %+v", e)
 	}

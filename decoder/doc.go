@@ -4,8 +4,8 @@
 // WAL position, and the sink, which publishes the events it yields. It is a
 // pure function of the bytes and its relation cache: no I/O, no goroutines,
 // no clock. One call decodes one message and yields one Message (a Begin, an
-// Event, a Commit, or an Ignored change), so a transaction of any size
-// streams through without being held in memory.
+// EventMessage carrying an event.Event, a Commit, or an Ignored change), so a
+// transaction of any size streams through without being held in memory.
 //
 // Inserts into the configured outbox table become Events, columns found by
 // their configured names. The outbox is known by its OID (Config.RelationID:

@@ -114,7 +114,7 @@ func render(m Message) string {
 		return fmt.Sprintf("commit commit=%s end=%s", m.CommitLSN, m.EndLSN)
 	case Ignored:
 		return "ignored " + m.Kind
-	case *Event:
+	case EventMessage:
 		var hs []string
 		for _, h := range m.Headers {
 			hs = append(hs, h.Key+"="+string(h.Value))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/event"
 )
 
 // tupleValue is one column of a tuple: its kind byte ('n' NULL, 'u'
@@ -147,13 +148,13 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
 	}
 	for _, i := range r.headers {
 		if v, ok := value(i, false); ok {
-			e.Headers = append(e.Headers, Header{Key: r.cols[i].Name, Value: bytes.Clone(Format(v))})
+			e.Headers = append(e.Headers, event.Header{Key: r.cols[i].Name, Value: bytes.Clone(Format(v))})
 		}
 	}
 	if len(problems) > 0 {
 		e.Invalid = errors.Join(problems...)
 	}
-	return e, nil
+	return EventMessage{e}, nil
 }
 
 // plainText reports whether a column value is text that ParseText would

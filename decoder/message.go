@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/event"
 )
 
 // messageBody is the JSON content of a logical decoding message event.
@@ -36,15 +37,15 @@ func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMe
 	if !m.Transactional {
 		// Emitted whether or not its transaction commits: publishing it
 		// would break the outbox promise, so it is dead-lettered.
-		*e = Event{Source: "message", WALStart: m.LSN, CommitLSN: m.LSN, Payload: bytes.Clone(m.Content),
+		*e = event.Event{Source: "message", WALStart: m.LSN, CommitLSN: m.LSN, Payload: bytes.Clone(m.Content),
 			Invalid: errors.New("non-transactional walrelay message: emit it with pg_logical_emit_message(true, …)")}
-		return e, nil
+		return EventMessage{e}, nil
 	}
 	var b messageBody
 	if err := json.Unmarshal(m.Content, &b); err != nil {
 		e.Payload = bytes.Clone(m.Content)
 		e.Invalid = fmt.Errorf("message content is not a JSON object: %w", err)
-		return e, nil
+		return EventMessage{e}, nil
 	}
 	var problems []error
 	req := func(p *string, name string) string {
@@ -66,5 +67,5 @@ func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMe
 	if len(problems) > 0 {
 		e.Invalid = errors.Join(problems...)
 	}
-	return e, nil
+	return EventMessage{e}, nil
 }

@@ -231,7 +231,7 @@ func (p *pipeline) handle(walStart pglogrepl.LSN, data []byte) error {
 		err = p.txn.Commit(m.EndLSN)
 		p.txn = nil
 		return err
-	case *decoder.Event:
+	case decoder.EventMessage:
 		txn := p.txn
 		if !m.Transactional {
 			// A message outside any transaction is tracked as one of its own.
@@ -247,7 +247,7 @@ func (p *pipeline) handle(walStart pglogrepl.LSN, data []byte) error {
 		}
 		commit := m.CommitTime
 		sess := p.cur
-		p.sink.Publish(p.produceCtx, m, func(d sink.Delivery, err error) {
+		p.sink.Publish(p.produceCtx, m.Event, func(d sink.Delivery, err error) {
 			if err != nil {
 				sess.failedOn(d)
 				txn.Fail()

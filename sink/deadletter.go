@@ -8,8 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 )
 
 // Dead-letter record headers, besides those of the event.
@@ -26,7 +25,7 @@ const (
 // deadLetter produces e to the dead-letter topic. If that record is too large
 // too, it goes again without its value, with the value's size in a header:
 // the row itself is still in the table and in the WAL at its position.
-func (s *Sink) deadLetter(ctx context.Context, e *decoder.Event, why, topic string, cause error, done Done) {
+func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string, cause error, done Done) {
 	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
 	h, _ := s.headers(e, 6) // the dead-letter record gets the clock's time
 	h = append(h,

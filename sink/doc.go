@@ -1,6 +1,6 @@
 // Package sink publishes outbox events to Kafka with franz-go.
 //
-// It sits after the decoder: each Event becomes one *kgo.Record (topic from
+// It sits after the decoder: each event.Event becomes one *kgo.Record (topic from
 // the template, key the aggregate id, value the payload bytes, headers id,
 // type, walrelay.lsn, walrelay.xid, walrelay.commit_time and the configured
 // extra columns), produced by an idempotent producer with acks=all and

@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 )
 
 var topicRe = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
@@ -28,7 +28,7 @@ func splitTemplate(t string) []string {
 }
 
 // Topic returns the topic an event is routed to.
-func (s *Sink) Topic(e *decoder.Event) string {
+func (s *Sink) Topic(e *event.Event) string {
 	if len(s.parts) == 1 {
 		return s.parts[0]
 	}
@@ -47,7 +47,7 @@ func (s *Sink) Topic(e *decoder.Event) string {
 	return b.String()
 }
 
-func (s *Sink) field(placeholder string, e *decoder.Event) string {
+func (s *Sink) field(placeholder string, e *event.Event) string {
 	if placeholder == "{type}" {
 		return e.Type
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/internal/backoff"
 )
 
@@ -255,7 +255,7 @@ type Done func(d Delivery, err error)
 // goes (a record already sent is answered). After a failure that fails the
 // records behind it (anything but a dead-lettered event), every record
 // published until Abort fails with ErrNotSent, unsent.
-func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
+func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	if e.Invalid != nil {
 		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, done)
 		return
@@ -310,7 +310,7 @@ func (s *Sink) Publish(ctx context.Context, e *decoder.Event, done Done) {
 // headers builds the record headers; extra leaves room for more. The values
 // of the transaction's headers are formatted once per transaction and shared
 // by its records (the client does not modify them).
-func (s *Sink) headers(e *decoder.Event, extra int) ([]kgo.RecordHeader, time.Time) {
+func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time) {
 	s.mu.Lock()
 	if t := &s.last; t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid {
 		*t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, lsnText: []byte(e.CommitLSN.String()),

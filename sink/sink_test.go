@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/internal/kafkatest"
 )
 
@@ -33,7 +33,7 @@ func newSink(t *testing.T, kc *kafkatest.Cluster, cfg Config) *Sink {
 }
 
 // publish publishes e and waits for its fate.
-func publish(t *testing.T, s *Sink, e *decoder.Event) error {
+func publish(t *testing.T, s *Sink, e *event.Event) error {
 	t.Helper()
 	done := make(chan error, 1)
 	s.Publish(t.Context(), e, func(_ Delivery, err error) { done <- err })
@@ -46,9 +46,9 @@ func publish(t *testing.T, s *Sink, e *decoder.Event) error {
 	}
 }
 
-func event(id string) *decoder.Event {
-	return &decoder.Event{ID: id, AggregateType: "order", AggregateID: "o-1", Type: "Created", Payload: []byte(`{"a":1}`),
-		Headers: []decoder.Header{{Key: "tenant", Value: []byte("7")}}, Source: "public.outbox", Xid: 12, CommitLSN: 0x1234,
+func newEvent(id string) *event.Event {
+	return &event.Event{ID: id, AggregateType: "order", AggregateID: "o-1", Type: "Created", Payload: []byte(`{"a":1}`),
+		Headers: []event.Header{{Key: "tenant", Value: []byte("7")}}, Source: "public.outbox", Xid: 12, CommitLSN: 0x1234,
 		CommitTime: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC), Transactional: true}
 }
 
@@ -56,7 +56,7 @@ func TestRecordLayout(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := newSink(t, kc, Config{Topic: "events.{aggregatetype}.{type}"})
-	if err := publish(t, s, event("e1")); err != nil {
+	if err := publish(t, s, newEvent("e1")); err != nil {
 		t.Fatal(err)
 	}
 	col, err := kafkatest.Collect(kc.Addrs(), `events\..*`)
@@ -85,7 +85,7 @@ func TestTombstone(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := newSink(t, kc, Config{})
-	e := event("e2")
+	e := newEvent("e2")
 	e.Payload = nil
 	if err := publish(t, s, e); err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestInvalidTopicIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := newSink(t, kc, Config{})
-	e := event("e3")
+	e := newEvent("e3")
 	e.AggregateType = "has space"
 	if err := publish(t, s, e); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestUnwritableDeadLetterTopicFails(t *testing.T) {
 		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	s := newSink(t, kc, Config{})
-	e := event("e4")
+	e := newEvent("e4")
 	e.Invalid = errors.New("column aggregateid is NULL")
 	err := publish(t, s, e)
 	if !errors.Is(err, kerr.TopicAuthorizationFailed) || !strings.Contains(err.Error(), "dead-letter event e4") {
@@ -183,7 +183,7 @@ func TestRefusedBatchIsTransient(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := newSink(t, kc, Config{})
-	if err := publish(t, s, event("warm")); err != nil {
+	if err := publish(t, s, newEvent("warm")); err != nil {
 		t.Fatal(err)
 	}
 	before := s.batchCapOf("outbox.event.order")
@@ -195,20 +195,20 @@ func TestRefusedBatchIsTransient(t *testing.T) {
 		refusals--
 		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.MessageTooLarge.Code), nil, true
 	})
-	err := publish(t, s, event("small"))
+	err := publish(t, s, newEvent("small"))
 	if !errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "refused its batch") {
 		t.Fatalf("err = %v, want the broker's refusal of the batch", err)
 	}
 	if err := s.Abort(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := publish(t, s, event("again")); err != nil {
+	if err := publish(t, s, newEvent("again")); err != nil {
 		t.Fatalf("after Abort: %v", err)
 	}
 	if got := s.batchCapOf("outbox.event.order"); got != before/2 {
 		t.Fatalf("batch cap %d after the refusal, want %d (half of %d: kfake's limit is not lower)", got, before/2, before)
 	}
-	big := event("big")
+	big := newEvent("big")
 	big.Payload = bytes.Repeat([]byte("x"), int(before/2))
 	if err := publish(t, s, big); err != nil {
 		t.Fatalf("a record over the new cap: %v, want it dead-lettered", err)
@@ -234,14 +234,14 @@ func TestNothingOvertakesAFailedRecord(t *testing.T) {
 	kc := kafkatest.Start(t)
 	hold := &slowFailure{failing: make(chan struct{})}
 	s := newSink(t, kc, Config{Linger: time.Millisecond, Opts: []kgo.Opt{kgo.WithHooks(hold)}})
-	if err := publish(t, s, event("warm")); err != nil {
+	if err := publish(t, s, newEvent("warm")); err != nil {
 		t.Fatal(err)
 	}
 	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.UnknownServerError.Code), nil, true
 	})
 	failed := make(chan error, 1)
-	s.Publish(t.Context(), event("first"), func(_ Delivery, err error) { failed <- err })
+	s.Publish(t.Context(), newEvent("first"), func(_ Delivery, err error) { failed <- err })
 	// The later records are published in the window: the client has failed
 	// first, and its callback is held. (Published earlier, they could share
 	// first's batch, and fail with it, if the flusher took them together.)
@@ -250,7 +250,7 @@ func TestNothingOvertakesAFailedRecord(t *testing.T) {
 	var answered sync.WaitGroup
 	for i := range 20 {
 		answered.Add(1)
-		s.Publish(t.Context(), event(fmt.Sprint("later-", i)), func(_ Delivery, err error) {
+		s.Publish(t.Context(), newEvent(fmt.Sprint("later-", i)), func(_ Delivery, err error) {
 			defer answered.Done()
 			switch {
 			case err == nil:
@@ -273,7 +273,7 @@ func TestNothingOvertakesAFailedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"first", "later-0"} {
-		if err := publish(t, s, event(id)); err != nil {
+		if err := publish(t, s, newEvent(id)); err != nil {
 			t.Fatalf("%s after Abort: %v", id, err)
 		}
 	}
@@ -306,7 +306,7 @@ func TestCloseAnswersEveryRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := publish(t, s, event("warm")); err != nil {
+	if err := publish(t, s, newEvent("warm")); err != nil {
 		t.Fatal(err)
 	}
 	kc.Partition() // requests go out and are never answered
@@ -314,7 +314,7 @@ func TestCloseAnswersEveryRecord(t *testing.T) {
 	var answered, failed atomic.Int32
 	go func() {
 		for i := range n {
-			s.Publish(t.Context(), event(fmt.Sprint("e", i)), func(_ Delivery, err error) {
+			s.Publish(t.Context(), newEvent(fmt.Sprint("e", i)), func(_ Delivery, err error) {
 				if err != nil {
 					failed.Add(1)
 				}
@@ -382,7 +382,7 @@ func TestRefusedBatchFindsItsRecord(t *testing.T) {
 			t.Parallel()
 			kc := kafkatest.Start(t)
 			s := newSink(t, kc, Config{Compression: "none", Linger: 50 * time.Millisecond})
-			if err := publish(t, s, event("warm")); err != nil {
+			if err := publish(t, s, newEvent("warm")); err != nil {
 				t.Fatal(err)
 			}
 			kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -399,10 +399,10 @@ func TestRefusedBatchFindsItsRecord(t *testing.T) {
 				}
 				return nil, nil, false
 			})
-			events := func() []*decoder.Event {
-				var es []*decoder.Event
+			events := func() []*event.Event {
+				var es []*event.Event
 				for i, id := range []string{"a", "bad", "c"} {
-					e := event(id)
+					e := newEvent(id)
 					e.WALStart = pglogrepl.LSN(0x100 + i)
 					if id == "bad" {
 						e.Payload = []byte(`"POISON"`)
@@ -460,23 +460,23 @@ func TestDataLossRestarts(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := newSink(t, kc, Config{})
-	if err := publish(t, s, event("warm")); err != nil {
+	if err := publish(t, s, newEvent("warm")); err != nil {
 		t.Fatal(err)
 	}
 	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.OutOfOrderSequenceNumber.Code), nil, true
 	})
-	if err := publish(t, s, event("retried")); err != nil {
+	if err := publish(t, s, newEvent("retried")); err != nil {
 		t.Fatalf("the record of the refused request: %v (the client retries it under a new producer id)", err)
 	}
 	waitFor(t, "the data loss to be counted", func() bool { return s.DataLosses() == 1 })
-	if err := publish(t, s, event("next")); !errors.Is(err, ErrNotSent) || !strings.Contains(err.Error(), "may have lost") {
+	if err := publish(t, s, newEvent("next")); !errors.Is(err, ErrNotSent) || !strings.Contains(err.Error(), "may have lost") {
 		t.Fatalf("after the data loss: %v, want it failed unsent for a restart", err)
 	}
 	if err := s.Abort(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := publish(t, s, event("next")); err != nil {
+	if err := publish(t, s, newEvent("next")); err != nil {
 		t.Fatalf("after Abort: %v", err)
 	}
 }

@@ -1,0 +1,40 @@
+// Package event holds the outbox event: what the decoder makes of a row of
+// the outbox (or a logical message) and what the sink publishes, so that
+// neither imports the other.
+package event
+
+import (
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Header is one Kafka header taken from a configured extra column.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Event is one outbox row (or logical message) of a committed transaction.
+type Event struct {
+	ID            string
+	AggregateType string
+	AggregateID   string
+	Type          string
+	Payload       []byte   // nil: tombstone
+	Headers       []Header // configured extra columns, in configured order
+
+	Source     string        // "schema.table", or "message" for a logical message
+	WALStart   pglogrepl.LSN // position of the change itself
+	Xid        uint32
+	CommitLSN  pglogrepl.LSN // from Begin's FinalLSN: known before the rows arrive
+	CommitTime time.Time
+
+	// Transactional is false only for a logical message emitted with
+	// transactional=false: it arrives outside any Begin/Commit.
+	Transactional bool
+	// Invalid is non-nil when the row breaks a rule of its own (a required
+	// column NULL, a value that does not parse). The sink dead-letters such an
+	// event with this error instead of publishing it.
+	Invalid error
+}
