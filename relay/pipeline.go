@@ -25,7 +25,7 @@ import (
 // on the sink's.
 type pipeline struct {
 	dec        *decoder.Decoder
-	sink       *sink.Sink
+	sink       Publisher
 	tr         *checkpoint.Tracker
 	produceCtx context.Context
 	stop       context.CancelFunc

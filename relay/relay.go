@@ -14,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -44,8 +45,10 @@ type Config struct {
 	// Outbox is the outbox table, its columns and the message prefixes;
 	// its RelationID is read at start.
 	Outbox decoder.Config
-	// Sink configures the Kafka producer.
-	Sink sink.Config
+	// Sink configures the Kafka producer. Publisher, if set, is used
+	// instead (the relay closes it).
+	Sink      sink.Config
+	Publisher Publisher
 	// HeartbeatInterval, if set, writes a heartbeat message to the WAL this
 	// often, so that the slot moves when only other databases write.
 	HeartbeatInterval time.Duration
@@ -98,12 +101,27 @@ func (h *Hooks) defaults() {
 	}
 }
 
+// Publisher is what the relay needs of a sink: *sink.Sink is one. Publish
+// answers each event once through done, in order per partition; after a
+// failure that fails the records behind it, it sends nothing until Abort,
+// which returns once everything sent before it is answered.
+type Publisher interface {
+	Ping(ctx context.Context) error
+	Publish(ctx context.Context, e *event.Event, done sink.Done)
+	Abort(ctx context.Context) error
+	Close()
+	// DataLosses counts the producer's detections of data loss.
+	DataLosses() uint64
+}
+
+var _ Publisher = (*sink.Sink)(nil)
+
 // Relay is the pipeline from a replication slot to Kafka. Create it with New
 // and call Run once; its accessors are safe for concurrent use.
 type Relay struct {
 	cfg  Config
 	log  *slog.Logger
-	sink *sink.Sink
+	sink Publisher
 	src  *replication.Stream
 	p    *pipeline
 }
@@ -139,12 +157,17 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.Sink.Logger == nil {
 		cfg.Sink.Logger = log
 	}
-	sk, err := sink.New(cfg.Sink)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: %w", err)
+	sk := cfg.Publisher
+	if sk == nil {
+		k, err := sink.New(cfg.Sink)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: %w", err)
+		}
+		sk = k
 	}
 	r := &Relay{cfg: cfg, log: log, sink: sk}
 	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}}
+	var err error
 	r.src, err = replication.New(replication.Config{
 		ConnConfig: &cfg.ConnConfig.Config, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, ReceiveTimeout: cfg.ReceiveTimeout, Logger: log,
