@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
 	"github.com/walrelay/walrelay/relay"
@@ -184,5 +187,102 @@ func TestErrorDuringTheDrainIsReturned(t *testing.T) {
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("Run did not return")
+	}
+}
+
+// fakePublisher is a Publisher of the test's own: it acknowledges every
+// event at once, but fails the first publish of the event whose aggregate
+// id is failOn (transient), and logs what happened in order.
+type fakePublisher struct {
+	failOn string
+	mu     sync.Mutex
+	failed bool
+	broken bool // after the failure, until Abort: nothing is sent
+	log    []string
+}
+
+func (f *fakePublisher) Ping(context.Context) error { return nil }
+func (f *fakePublisher) Close()                     {}
+func (f *fakePublisher) DataLosses() uint64         { return 0 }
+
+func (f *fakePublisher) Abort(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.broken = false
+	f.log = append(f.log, "abort")
+	return nil
+}
+
+func (f *fakePublisher) Publish(_ context.Context, e *event.Event, done sink.Done) {
+	f.mu.Lock()
+	switch {
+	case f.broken:
+		f.mu.Unlock()
+		done(sink.Delivery{Topic: "t"}, sink.ErrNotSent)
+	case e.AggregateID == f.failOn && !f.failed:
+		f.failed, f.broken = true, true
+		f.log = append(f.log, "fail "+e.AggregateID)
+		f.mu.Unlock()
+		done(sink.Delivery{Topic: "t"}, errors.New("broker said no, this once"))
+	default:
+		f.log = append(f.log, e.AggregateID)
+		f.mu.Unlock()
+		done(sink.Delivery{Topic: "t"}, nil)
+	}
+}
+
+// TestRestartResendsInOrder: a publish that fails transiently ends the
+// session; the relay aborts the sink before the next session, which resends
+// from the confirmed position: the failed event and every one after it
+// reach the publisher again, in order, and nothing after the failure
+// reaches it before the abort.
+func TestRestartResendsInOrder(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(t.Context(), pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL,
+		type text NOT NULL, payload jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakePublisher{failOn: "a-3"}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r, err := relay.New(relay.Config{ConnString: pg.DSN, CreateSlot: true, Publisher: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for r.State() != "streaming" {
+		if time.Now().After(deadline) {
+			t.Fatalf("not streaming after a minute: %s", r.State())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// One transaction of six rows: a-3 fails the first time.
+	if _, err := conn.Exec(t.Context(), `INSERT INTO outbox SELECT gen_random_uuid(), 'order', 'a-' || g, 'Created', '{}' FROM generate_series(1, 6) g`); err != nil {
+		t.Fatal(err)
+	}
+	want := "a-1,a-2,fail a-3,abort,a-1,a-2,a-3,a-4,a-5,a-6"
+	for {
+		f.mu.Lock()
+		got := strings.Join(f.log, ",")
+		f.mu.Unlock()
+		if got == want {
+			break
+		}
+		if time.Now().After(deadline) || len(got) > len(want) {
+			t.Fatalf("the publisher saw %s, want %s", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
