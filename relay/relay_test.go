@@ -52,17 +52,8 @@ func ExampleRun() {
 // cleanly with everything confirmed.
 func TestEmbedded(t *testing.T) {
 	t.Parallel()
-	pg := pgtest.Start(t)
+	pg, conn := outboxDB(t)
 	kc := kafkatest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(t.Context(), `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL,
-		type text NOT NULL, payload jsonb)`); err != nil {
-		t.Fatal(err)
-	}
 	// A parsed configuration with a dialer of the program's own: every
 	// connection the relay opens, the replication session's too, goes
 	// through it.
@@ -89,15 +80,8 @@ func TestEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	done := runUntilStreaming(t, ctx, r)
 	deadline := time.Now().Add(time.Minute)
-	for r.State() != "streaming" {
-		if time.Now().After(deadline) {
-			t.Fatalf("not streaming after a minute: %s", r.State())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	for i := range 10 {
 		if _, err := conn.Exec(t.Context(), `INSERT INTO outbox VALUES (gen_random_uuid(), 'order', $1, 'Created', '{}')`, fmt.Sprint("o-", i)); err != nil {
 			t.Fatal(err)
@@ -127,21 +111,8 @@ func TestEmbedded(t *testing.T) {
 // stop.
 func TestErrorDuringTheDrainIsReturned(t *testing.T) {
 	t.Parallel()
-	pg := pgtest.Start(t)
+	pg, conn := outboxDB(t, `CREATE TABLE notes (id int PRIMARY KEY)`)
 	kc := kafkatest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	for _, sql := range []string{
-		`CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL, payload jsonb)`,
-		`CREATE TABLE notes (id int PRIMARY KEY)`,
-	} {
-		if _, err := conn.Exec(t.Context(), sql); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var once atomic.Bool
@@ -158,15 +129,7 @@ func TestErrorDuringTheDrainIsReturned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	deadline := time.Now().Add(time.Minute)
-	for r.State() != "streaming" {
-		if time.Now().After(deadline) {
-			t.Fatalf("not streaming after a minute: %s", r.State())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	done := runUntilStreaming(t, ctx, r)
 	if _, err := conn.Exec(t.Context(), `ALTER PUBLICATION walrelay_outbox ADD TABLE notes`); err != nil {
 		t.Fatal(err)
 	}
@@ -238,16 +201,7 @@ func (f *fakePublisher) Publish(_ context.Context, e *event.Event, done sink.Don
 // reaches it before the abort.
 func TestRestartResendsInOrder(t *testing.T) {
 	t.Parallel()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(t.Context(), `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL,
-		type text NOT NULL, payload jsonb)`); err != nil {
-		t.Fatal(err)
-	}
+	pg, conn := outboxDB(t)
 	f := &fakePublisher{failOn: "a-3"}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -255,15 +209,8 @@ func TestRestartResendsInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	done := runUntilStreaming(t, ctx, r)
 	deadline := time.Now().Add(time.Minute)
-	for r.State() != "streaming" {
-		if time.Now().After(deadline) {
-			t.Fatalf("not streaming after a minute: %s", r.State())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	// One transaction of six rows: a-3 fails the first time.
 	if _, err := conn.Exec(t.Context(), `INSERT INTO outbox SELECT gen_random_uuid(), 'order', 'a-' || g, 'Created', '{}' FROM generate_series(1, 6) g`); err != nil {
 		t.Fatal(err)
@@ -285,4 +232,39 @@ func TestRestartResendsInOrder(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// outboxDB starts a throwaway PostgreSQL with an outbox table (and the
+// other statements given) and returns it with a connection.
+func outboxDB(t *testing.T, more ...string) (*pgtest.Server, *pgx.Conn) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(t.Context(), pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	for _, sql := range append([]string{`CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL,
+		type text NOT NULL, payload jsonb)`}, more...) {
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pg, conn
+}
+
+// runUntilStreaming runs r until ctx ends, and returns once it streams
+// with the channel Run's error arrives on.
+func runUntilStreaming(t *testing.T, ctx context.Context, r *relay.Relay) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for r.State() != "streaming" {
+		if time.Now().After(deadline) {
+			t.Fatalf("not streaming after a minute: %s", r.State())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return done
 }
