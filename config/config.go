@@ -24,7 +24,6 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/faultinject"
-	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -329,6 +328,7 @@ func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 	return &cs.cfg, cs.cfg.readSecrets()
 }
 
+// LoadFile applies the YAML configuration file at path.
 func (cs *Set) LoadFile(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -499,7 +499,7 @@ func (c *Config) validate(needKafka bool) error {
 	return nil
 }
 
-// memoryLimit is the soft memory limit memory_limit gives: as set, or
+// SoftMemoryLimit is the soft memory limit memory_limit gives: as set, or
 // derived from the buffers, which hold most of what walrelay keeps.
 func (c *Config) SoftMemoryLimit() int64 {
 	if c.MemoryLimit > 0 {
@@ -508,7 +508,7 @@ func (c *Config) SoftMemoryLimit() int64 {
 	return 2*int64(c.Kafka.MaxBufferedBytes) + 16<<20
 }
 
-// outboxConfig is the outbox table, its columns and message prefixes.
+// OutboxConfig is the outbox table, its columns and message prefixes.
 func (c *Config) OutboxConfig() decoder.Config {
 	schema, table, _ := c.Table()
 	o := c.Outbox
@@ -521,19 +521,12 @@ func (c *Config) OutboxConfig() decoder.Config {
 	}.WithDefaults()
 }
 
-// outbox is what the publication pub must publish.
+// PublicationSpec is what the publication pub must publish.
 func (c *Config) PublicationSpec(pub string) replication.Outbox {
 	return relay.PublicationSpec(c.OutboxConfig(), pub, c.Postgres.AllowRowFilter)
 }
 
-// layout is the outbox table and prefix that migrate creates.
-func (c *Config) Layout() migrations.Layout {
-	o := c.OutboxConfig()
-	return migrations.Layout{Schema: o.Schema, Table: o.Table, ID: o.Columns.ID, AggregateType: o.Columns.AggregateType, AggregateID: o.Columns.AggregateID,
-		Type: o.Columns.Type, Payload: o.Columns.Payload, HeaderColumns: o.HeaderColumns, MessagePrefix: o.MessagePrefix}
-}
-
-// relayConfig maps the configuration onto the relay's; extra options go to
+// RelayConfig maps the configuration onto the relay's; extra options go to
 // the Kafka client last.
 func (c *Config) RelayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, error) {
 	scfg, err := SinkConfig(c, log, extra...)
@@ -548,7 +541,7 @@ func (c *Config) RelayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, 
 	}, nil
 }
 
-// table splits postgres.table into schema and name; a bare name is in public.
+// Table splits postgres.table into schema and name; a bare name is in public.
 func (c *Config) Table() (schema, name string, err error) {
 	parts := strings.Split(c.Postgres.Table, ".")
 	switch {

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// NewLogger returns the logger of cfg's log.level and log.format, writing
+// to w.
 func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated
@@ -80,7 +82,7 @@ func dsnPasswords(dsn string) []string {
 	return out
 }
 
-// ScrubError is err with every secret replaced (Config.secrets): the
+// ScrubError is err with every secret replaced (Config.Secrets): the
 // drivers quote a connection string that does not parse.
 func ScrubError(err error, secrets []string) error {
 	if err == nil {

@@ -60,7 +60,7 @@ func readSecret(key, path string) (string, error) {
 	return s, nil
 }
 
-// secrets lists the configuration's passwords, to scrub from errors that
+// Secrets lists the configuration's passwords, to scrub from errors that
 // quote them.
 func (c *Config) Secrets() []string {
 	out := dsnPasswords(c.Postgres.DSN)

@@ -1,7 +1,8 @@
 // Package migrations holds walrelay's SQL: the outbox table in Debezium's
-// layout (or the configured column names) and the walrelay_emit helper
-// function (emitting under the configured message prefix), embedded in the binary and
-// applied by Apply, which `walrelay migrate` calls. The publication and the
+// layout (or the configured column names: decoder.Config, the one
+// definition of the layout) and the walrelay_emit helper function (emitting
+// under the configured message prefix), embedded in the binary and applied
+// by Apply, which `walrelay migrate` calls. The publication and the
 // slot are created by the replication package, after these.
 //
 // Every file is idempotent (CREATE … IF NOT EXISTS, CREATE OR REPLACE) and
@@ -18,6 +19,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/decoder"
 )
 
 //go:embed *.sql
@@ -26,29 +29,6 @@ var files embed.FS
 // lockKey is the pg_advisory_xact_lock key that serializes migrations
 // ("walrelay" in ASCII).
 const lockKey = 0x77616c72656c6179
-
-// Layout is the outbox table and message prefix that Apply creates. Empty
-// fields take the defaults: public.outbox, Debezium's column names, prefix
-// "walrelay".
-type Layout struct {
-	Schema, Table                                 string
-	ID, AggregateType, AggregateID, Type, Payload string
-	// HeaderColumns become text columns of a table Apply creates.
-	HeaderColumns []string
-	MessagePrefix string
-}
-
-func (l *Layout) defaults() {
-	for _, f := range []struct {
-		p   *string
-		def string
-	}{{&l.Schema, "public"}, {&l.Table, "outbox"}, {&l.ID, "id"}, {&l.AggregateType, "aggregatetype"}, {&l.AggregateID, "aggregateid"},
-		{&l.Type, "type"}, {&l.Payload, "payload"}, {&l.MessagePrefix, "walrelay"}} {
-		if *f.p == "" {
-			*f.p = f.def
-		}
-	}
-}
 
 // EmitFunctionSQL is the SQL of walrelay_emit's call to
 // pg_logical_emit_message for a prefix: a function whose source lacks it
@@ -64,12 +44,13 @@ type Result struct {
 	TableCreated bool // false: the table existed
 }
 
-// Apply creates the outbox table of the layout (if missing; an existing
-// table is left as it is) and the helper function in its schema, in one
-// transaction.
-func Apply(ctx context.Context, conn *pgx.Conn, l Layout) (Result, error) {
-	l.defaults()
-	schema, table := l.Schema, l.Table
+// Apply creates the outbox table of o, the layout the decoder reads (if
+// missing; an existing table is left as it is), and the helper function in
+// its schema emitting under o's message prefix, in one transaction. Empty
+// fields of o take the decoder's defaults.
+func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error) {
+	o = o.WithDefaults()
+	schema, table, c := o.Schema, o.Table, o.Columns
 	var res Result
 	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
@@ -89,13 +70,13 @@ func Apply(ctx context.Context, conn *pgx.Conn, l Layout) (Result, error) {
 		return res, fmt.Errorf("look up table %s.%s: %w", schema, table, err)
 	}
 	var headers strings.Builder
-	for _, h := range l.HeaderColumns {
+	for _, h := range o.HeaderColumns {
 		headers.WriteString(",\n    " + pgx.Identifier{h}.Sanitize() + " text")
 	}
 	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(), "{{schema}}", pgx.Identifier{schema}.Sanitize(),
-		"{{id}}", pgx.Identifier{l.ID}.Sanitize(), "{{aggregatetype}}", pgx.Identifier{l.AggregateType}.Sanitize(),
-		"{{aggregateid}}", pgx.Identifier{l.AggregateID}.Sanitize(), "{{type}}", pgx.Identifier{l.Type}.Sanitize(),
-		"{{payload}}", pgx.Identifier{l.Payload}.Sanitize(), "{{header_columns}}", headers.String(), "{{prefix}}", quoteLiteral(l.MessagePrefix))
+		"{{id}}", pgx.Identifier{c.ID}.Sanitize(), "{{aggregatetype}}", pgx.Identifier{c.AggregateType}.Sanitize(),
+		"{{aggregateid}}", pgx.Identifier{c.AggregateID}.Sanitize(), "{{type}}", pgx.Identifier{c.Type}.Sanitize(),
+		"{{payload}}", pgx.Identifier{c.Payload}.Sanitize(), "{{header_columns}}", headers.String(), "{{prefix}}", quoteLiteral(o.MessagePrefix))
 	for _, name := range names {
 		b, err := files.ReadFile(name)
 		if err != nil {

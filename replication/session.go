@@ -54,15 +54,15 @@ func (ss *Session) Confirm(lsn pglogrepl.LSN) {
 	if ss.closed.Load() {
 		return
 	}
+	raise(&ss.confirmed, lsn)
+	raise(&ss.s.confirmed, lsn)
+}
+
+// raise sets p to lsn if that is higher.
+func raise(p *atomic.Uint64, lsn pglogrepl.LSN) {
 	for {
-		old := ss.confirmed.Load()
-		if uint64(lsn) <= old || ss.confirmed.CompareAndSwap(old, uint64(lsn)) {
-			break
-		}
-	}
-	for {
-		old := ss.s.confirmed.Load()
-		if uint64(lsn) <= old || ss.s.confirmed.CompareAndSwap(old, uint64(lsn)) {
+		old := p.Load()
+		if uint64(lsn) <= old || p.CompareAndSwap(old, uint64(lsn)) {
 			return
 		}
 	}

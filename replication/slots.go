@@ -167,8 +167,11 @@ func SlotRecorded(ctx context.Context, conn *pgx.Conn, pub, slot string) (bool, 
 // recordSlot adds slot to pub's comment. It is best effort: the role may
 // not own the publication (SlotRecorded then tells).
 func recordSlot(ctx context.Context, conn *pgx.Conn, pub, slot string) {
+	if pub == "" {
+		return
+	}
 	comment, exists, err := publicationComment(ctx, conn, pub)
-	if pub == "" || err != nil || !exists {
+	if err != nil || !exists {
 		return
 	}
 	slots, rest := recordedSlots(comment)

@@ -94,18 +94,13 @@ func Fatal(err error) bool {
 // few sessions in a row on the same event.
 func Persistent(err error) bool {
 	var ke *kerr.Error
-	if !errors.As(err, &ke) || ke.Retriable || errors.Is(err, ErrNotSent) {
-		return false
-	}
-	return !refusesBatch(err) && !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge)
+	return errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, ErrNotSent) && !perEvent(err)
 }
 
 // perEvent reports whether err concerns this record only, so that the
 // record belongs on the dead-letter topic and the stream may go on.
 func perEvent(err error) bool {
-	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
-		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.InvalidTopicException) ||
-		errors.Is(err, kerr.CorruptMessage)
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) || refusesBatch(err)
 }
 
 func reason(err error) string {

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
 	"github.com/walrelay/walrelay/migrations"
@@ -76,7 +77,7 @@ func freshServer(ctx context.Context) (*pgtest.Server, *pgx.Conn, func(), error)
 		conn.Close(context.Background())
 		pg.Close()
 	}
-	if _, err := migrations.Apply(ctx, conn, migrations.Layout{}); err != nil {
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
 		closeAll()
 		return nil, nil, nil, err
 	}

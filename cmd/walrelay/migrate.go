@@ -48,7 +48,7 @@ func migrate(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%-40s %s\n", what, state)
 	}
-	res, err := migrations.Apply(cctx, conn, cfg.Layout())
+	res, err := migrations.Apply(cctx, conn, cfg.OutboxConfig())
 	if err != nil {
 		return err
 	}
