@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
 )
 
 // ErrMissingColumn is wrapped by the *Error returned when the outbox table's
@@ -26,7 +27,7 @@ var ErrUnexpectedRelation = errors.New("the publication publishes a table that i
 var ErrUnexpectedPrefix = errors.New("logical decoding message under an unexpected prefix")
 
 // Error is a message the decoder cannot turn into events without risking a
-// lost event; the pipeline must stop.
+// lost event; the pipeline must stop (its kind is failure.Fatal).
 type Error struct {
 	WALStart pglogrepl.LSN // position of the XLogData that carried the message
 	MsgType  byte          // the pgoutput message type byte, 0 when empty
@@ -41,6 +42,9 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// FailureKind is failure.Fatal: skipping the message could lose events.
+func (e *Error) FailureKind() failure.Kind { return failure.Fatal }
 
 // Columns names the outbox table's columns. Empty fields take the Debezium
 // outbox layout: id, aggregatetype, aggregateid, type, payload.

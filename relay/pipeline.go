@@ -15,8 +15,8 @@ import (
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/faultinject"
-	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -93,7 +93,10 @@ func (s *epoch) overtook(d sink.Delivery) bool {
 	return s.failed[partitionOf{d.Topic, d.Partition}]
 }
 
+// fail stops the relay with err, which is marked fatal; the first error
+// wins.
 func (p *pipeline) fail(err error) {
+	err = failure.Mark(failure.Fatal, err)
 	p.mu.Lock()
 	if p.err == nil {
 		p.err = err
@@ -158,8 +161,8 @@ func (p *pipeline) persistentRefusal(s *epoch) error {
 	if p.persistentCount < maxPersistent {
 		return nil
 	}
-	return fmt.Errorf("kafka refused the event at %s %d times in a row with an error it does not call retriable: %w "+
-		"(fix what the broker refuses: topic configuration, ACLs, quotas, the compression codec)", s.persistentAt, p.persistentCount, s.persistentErr)
+	return failure.Mark(failure.Fatal, fmt.Errorf("kafka refused the event at %s %d times in a row with an error it does not call retriable: %w "+
+		"(fix what the broker refuses: topic configuration, ACLs, quotas, the compression codec)", s.persistentAt, p.persistentCount, s.persistentErr))
 }
 
 // failureNow returns the failure that ends the session, if any: a fatal one
@@ -181,7 +184,7 @@ func (p *pipeline) failureNow() (err error, fatal bool) {
 // sink sends nothing more of it and answers what it sent (sink.Abort) before
 // the failed record is resent; and a refusal that repeats session after
 // session is fatal. interrupt ends the wait for the session's next change.
-func (p *pipeline) started(ctx context.Context, sess *replication.Session, interrupt func()) error {
+func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) error {
 	p.mu.Lock()
 	failed := p.restartErr != nil
 	p.mu.Unlock()
@@ -251,7 +254,7 @@ func (p *pipeline) handle(walStart pglogrepl.LSN, data []byte) error {
 			if err != nil {
 				sess.failedOn(d)
 				txn.Fail()
-				if sink.Fatal(err) {
+				if failure.IsFatal(err) {
 					p.hooks.PublishError("fatal")
 					p.fail(err)
 					return

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/walrelay/walrelay/failure"
 )
 
 // Session is one START_REPLICATION stream on one connection, from Open to
@@ -128,8 +129,8 @@ func (ss *Session) sendStatusReply(now time.Time, force, reply bool) error {
 // error (the session stays open: Close it, or call Next again with another
 // context to read on, as a drain does). A session from which nothing arrived
 // for ReceiveTimeout (time between two Next calls not counted) ends with an
-// error. After any other error the session is over: Close it; a *FatalError
-// is one that retrying does not fix.
+// error. After any other error the session is over: Close it; a fatal one
+// (failure.IsFatal) is one that retrying does not fix.
 func (ss *Session) Next(ctx context.Context) (Change, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -181,7 +182,7 @@ func (ss *Session) Next(ctx context.Context) (Change, error) {
 				continue // the deadline: the loop top decides
 			}
 			if isFatalPgError(err) {
-				return Change{}, &FatalError{fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)}
+				return Change{}, failure.Mark(failure.Fatal, fmt.Errorf("receive from slot %s: %w", cfg.Slot, err))
 			}
 			return Change{}, fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)
 		}
@@ -206,7 +207,7 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 	case *pgproto3.ErrorResponse:
 		err := pgconn.ErrorResponseToPgError(msg)
 		if isFatalPgError(err) {
-			return Change{}, false, &FatalError{fmt.Errorf("stream from slot %s: %w", cfg.Slot, err)}
+			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, err))
 		}
 		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, err)
 	case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:

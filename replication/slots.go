@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walrelay/walrelay/failure"
 )
 
 // SlotInfo is a logical slot's row of pg_replication_slots.
@@ -33,18 +34,18 @@ func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInf
 		"coalesce(wal_status, ''), database = current_database() FROM pg_replication_slots WHERE slot_name = '"+slot+"'").ReadAll()
 	if err != nil {
 		if isFatalPgError(err) {
-			return SlotInfo{}, &FatalError{fmt.Errorf("inspect slot %s: %w", slot, err)}
+			return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("inspect slot %s: %w", slot, err))
 		}
 		return SlotInfo{}, fmt.Errorf("inspect slot %s: %w", slot, err)
 	}
 	if len(res) != 1 || len(res[0].Rows) == 0 {
-		return SlotInfo{}, &FatalError{fmt.Errorf("slot %s: %w: it was dropped while walrelay ran; rows committed after its last confirmed position "+
+		return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("slot %s: %w: it was dropped while walrelay ran; rows committed after its last confirmed position "+
 			"are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then republish from the outbox table the rows "+
-			"committed since the last event on the topic", slot, ErrSlotMissing, slot)}
+			"committed since the last event on the topic", slot, ErrSlotMissing, slot))
 	}
 	row := res[0].Rows[0]
 	if string(row[5]) != "t" {
-		return SlotInfo{}, &FatalError{fmt.Errorf("slot %s belongs to another database", slot)}
+		return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("slot %s belongs to another database", slot))
 	}
 	info := SlotInfo{Name: slot, Active: string(row[0]) == "t", WALStatus: string(row[4])}
 	info.ActivePID, _ = strconv.Atoi(string(row[1]))

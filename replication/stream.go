@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/backoff"
 )
 
@@ -106,13 +107,8 @@ func (e *SlotActiveError) Error() string {
 	return fmt.Sprintf("replication slot %s is active in process %d", e.Slot, e.PID)
 }
 
-// FatalError wraps an error that retrying cannot fix: Open and Next return
-// it.
-type FatalError struct{ Err error }
-
-func (e *FatalError) Error() string { return e.Err.Error() }
-
-func (e *FatalError) Unwrap() error { return e.Err }
+// FailureKind says that the slot's holder may go: Open waits for it.
+func (e *SlotActiveError) FailureKind() failure.Kind { return failure.Retriable }
 
 var identRe = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
@@ -226,7 +222,7 @@ func (s *Stream) Reconnects() uint64 { return s.reconnects.Load() }
 // jitter (at most StandbyRetry while another process holds the slot), and
 // logs why. Transient errors (connection lost, server restarting, the slot
 // active in another process) are retried until ctx ends, which returns
-// ctx's error; a *FatalError is returned at once.
+// ctx's error; a fatal error (failure.IsFatal) is returned at once.
 func (s *Stream) Open(ctx context.Context) (*Session, error) {
 	for {
 		if s.ended != nil {
@@ -240,8 +236,7 @@ func (s *Stream) Open(ctx context.Context) (*Session, error) {
 		if err == nil {
 			return sess, nil
 		}
-		var fatal *FatalError
-		if errors.As(err, &fatal) {
+		if failure.IsFatal(err) {
 			s.state.Store("stopped")
 			return nil, err
 		}
@@ -312,7 +307,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	cancel()
 	if err != nil {
 		if isFatalPgError(err) {
-			return nil, &FatalError{fmt.Errorf("connect for replication: %w", err)}
+			return nil, failure.Mark(failure.Fatal, fmt.Errorf("connect for replication: %w", err))
 		}
 		return nil, fmt.Errorf("connect for replication: %w", err)
 	}
@@ -328,8 +323,8 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 		return nil, err
 	}
 	if slot.WALStatus == "lost" {
-		return nil, &FatalError{fmt.Errorf("replication slot %s was invalidated (wal_status lost): the server removed WAL it still needed, "+
-			"so events after %s may be missing from Kafka; drop and recreate the slot, then replay the outbox table from that position", s.cfg.Slot, slot.ConfirmedFlush)}
+		return nil, failure.Mark(failure.Fatal, fmt.Errorf("replication slot %s was invalidated (wal_status lost): the server removed WAL it still needed, "+
+			"so events after %s may be missing from Kafka; drop and recreate the slot, then replay the outbox table from that position", s.cfg.Slot, slot.ConfirmedFlush))
 	}
 	if slot.Active {
 		return nil, &SlotActiveError{Slot: s.cfg.Slot, PID: slot.ActivePID}
@@ -359,7 +354,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 			return nil, &SlotActiveError{Slot: s.cfg.Slot, PID: pid}
 		}
 		if isFatalPgError(err) {
-			return nil, &FatalError{fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)}
+			return nil, failure.Mark(failure.Fatal, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err))
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
 )
 
 // Dead-letter record headers, besides those of the event.
@@ -48,7 +49,13 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 				go produce(try + 1)
 			default:
 				s.q.breakOn(err)
-				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err))
+				// A dead letter that fails is fatal or retriable, never per
+				// event: there is no further place for it.
+				kind := kindOf(err)
+				if kind != failure.Fatal {
+					kind = failure.Retriable
+				}
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(kind, fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err)))
 			}
 		})
 	}

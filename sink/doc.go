@@ -22,7 +22,10 @@
 // caller restarts from its confirmed position. Transient failures
 // are retried by the client forever. Anything else (unknown topic, not
 // authorized, the dead-letter topic refusing too) reaches the callback as an
-// error: the pipeline must stop without confirming the event.
+// error, which the event must not be confirmed past. Every error handed to a
+// Done is marked with its kind (package failure): fatal when retrying cannot
+// fix it (authorization, a topic that does not exist), else retriable; a
+// per-event error never reaches a Done (the event is dead-lettered).
 //
 // Records go to the client in rounds behind a manual flush (rounds.go), so
 // that after a failure nothing published later is sent until the caller has

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/failure"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -72,21 +73,26 @@ func refusesBatch(err error) bool {
 	return errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.InvalidTopicException)
 }
 
-// Fatal reports whether a publish error is one that retrying cannot fix:
-// authorization refused, or a topic that does not exist and is not created.
-// Other errors are transient: the caller retries the event (walrelay does so
-// by restarting the stream from the last confirmed position).
-func Fatal(err error) bool {
+// kindOf classifies a producer error (package failure): fatal if retrying
+// cannot fix it (authorization refused, a topic that does not exist and is
+// not created), per-event if it concerns this record alone, which is then
+// dead-lettered; else retriable: the relay sends the event again by
+// restarting the stream from the last confirmed position. The errors the
+// sink hands to a Done are marked with their kind.
+func kindOf(err error) failure.Kind {
 	for _, e := range []error{kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.SaslAuthenticationFailed,
 		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.InvalidRequiredAcks, kerr.UnsupportedVersion} {
 		if errors.Is(err, e) {
-			return true
+			return failure.Fatal
 		}
 	}
-	return false
+	if perEvent(err) {
+		return failure.PerEvent
+	}
+	return failure.Retriable
 }
 
-// Persistent reports whether a publish error is a broker's refusal that
+// Persistent reports whether a retriable publish error is a broker's refusal that
 // Kafka does not call retriable and that the sink does not answer by sending
 // differently (a batch refused as too large, or for one record of it): a
 // refusal that may well come again, every time (POLICY_VIOLATION,

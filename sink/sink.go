@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/backoff"
 )
 
@@ -286,7 +287,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			if _, loaded := s.refused.LoadOrStore(topic, s.batchCapOf(topic)); !loaded {
 				s.log.Warn("the broker refused a batch as too large: the topic's max.message.bytes must be below the cap walrelay read; reading it again", "topic", topic, "err", err)
 			}
-			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: the broker refused its batch: %w", e.ID, topic, err))
+			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused its batch: %w", e.ID, topic, err)))
 		case refusesBatch(err) && !alone:
 			// The broker refused the batch for one record of it, or the
 			// client failed the partition's records behind it: which one is
@@ -294,15 +295,15 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			// alone, and only a record refused alone is dead-lettered.
 			s.q.breakOn(err)
 			s.suspects.add(e.WALStart)
-			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: the broker refused its batch (sent again alone): %w", e.ID, topic, err))
-		case perEvent(err):
+			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused its batch (sent again alone): %w", e.ID, topic, err)))
+		case kindOf(err) == failure.PerEvent:
 			s.suspects.clear(e.WALStart)
 			// The promise must not block on the client: dead-letter from a
 			// goroutine of its own. This is the rare path.
 			go s.deadLetter(ctx, e, reason(err), topic, err, done)
 		default:
 			s.q.breakOn(err)
-			done(Delivery{Topic: topic, Partition: r.Partition}, fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err))
+			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(kindOf(err), fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err)))
 		}
 	})
 }
