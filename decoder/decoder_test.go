@@ -1,98 +1,33 @@
 package decoder
 
 import (
-	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/apd/v3"
-	"github.com/jackc/pglogrepl"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/pgoutputtest"
 )
 
-// Encoders of pgoutput protocol version 1 messages, as the server sends them
-// (https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html).
+// The pgoutput encoders, under the names these tests use.
+var (
+	beginMsg    = pgoutputtest.Begin
+	commitMsg   = pgoutputtest.Commit
+	relationMsg = pgoutputtest.Relation
+	insertMsg   = pgoutputtest.Insert
+	logicalMsg  = pgoutputtest.Logical
+)
 
-func pgTime(t time.Time) uint64 {
-	return uint64(t.Sub(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).Microseconds())
-}
-
-func beginMsg(final pglogrepl.LSN, t time.Time, xid uint32) []byte {
-	b := []byte{'B'}
-	b = binary.BigEndian.AppendUint64(b, uint64(final))
-	b = binary.BigEndian.AppendUint64(b, pgTime(t))
-	return binary.BigEndian.AppendUint32(b, xid)
-}
-
-func commitMsg(commit, end pglogrepl.LSN, t time.Time) []byte {
-	b := []byte{'C', 0}
-	b = binary.BigEndian.AppendUint64(b, uint64(commit))
-	b = binary.BigEndian.AppendUint64(b, uint64(end))
-	return binary.BigEndian.AppendUint64(b, pgTime(t))
-}
-
-type col struct {
-	name string
-	oid  uint32
-}
-
-func relationMsg(id uint32, ns, name string, cols []col) []byte {
-	b := []byte{'R'}
-	b = binary.BigEndian.AppendUint32(b, id)
-	b = append(append(b, ns...), 0)
-	b = append(append(b, name...), 0)
-	b = append(b, 'd')
-	b = binary.BigEndian.AppendUint16(b, uint16(len(cols)))
-	for i, c := range cols {
-		flags := byte(0)
-		if i == 0 {
-			flags = 1
-		}
-		b = append(b, flags)
-		b = append(append(b, c.name...), 0)
-		b = binary.BigEndian.AppendUint32(b, c.oid)
-		b = binary.BigEndian.AppendUint32(b, 0xffffffff)
-	}
-	return b
-}
-
-// insertMsg encodes values as text; a nil value is NULL.
-func insertMsg(rel uint32, vals ...*string) []byte {
-	b := []byte{'I'}
-	b = binary.BigEndian.AppendUint32(b, rel)
-	b = append(b, 'N')
-	b = binary.BigEndian.AppendUint16(b, uint16(len(vals)))
-	for _, v := range vals {
-		if v == nil {
-			b = append(b, 'n')
-			continue
-		}
-		b = append(b, 't')
-		b = binary.BigEndian.AppendUint32(b, uint32(len(*v)))
-		b = append(b, *v...)
-	}
-	return b
-}
-
-func logicalMsg(transactional bool, lsn pglogrepl.LSN, prefix, content string) []byte {
-	b := []byte{'M', 0}
-	if transactional {
-		b[1] = 1
-	}
-	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
-	b = append(append(b, prefix...), 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
-	return append(b, content...)
-}
+type col = pgoutputtest.Col
 
 func s(v string) *string { return &v }
 
 var outboxCols = []col{
-	{"id", oidUUID}, {"aggregatetype", oidVarchar}, {"aggregateid", oidVarchar},
-	{"type", oidVarchar}, {"payload", oidJSONB}, {"tenant", oidInt8}, {"amount", oidNumeric},
-	{"created_at", oidTimestamptz}, {"urgent", oidBool},
+	{Name: "id", OID: oidUUID}, {Name: "aggregatetype", OID: oidVarchar}, {Name: "aggregateid", OID: oidVarchar},
+	{Name: "type", OID: oidVarchar}, {Name: "payload", OID: oidJSONB}, {Name: "tenant", OID: oidInt8}, {Name: "amount", OID: oidNumeric},
+	{Name: "created_at", OID: oidTimestamptz}, {Name: "urgent", OID: oidBool},
 }
 
 const testID = "0b8c2a6e-5d36-4d43-9f53-6c0f3c7f1a11"
@@ -197,7 +132,7 @@ func TestByteaPayloadIsDecoded(t *testing.T) {
 	t.Parallel()
 	d := newDecoder(t)
 	cols := append([]col(nil), outboxCols[:5]...)
-	cols[4].oid = oidBytea
+	cols[4].OID = oidBytea
 	d2, _ := New(Config{})
 	for _, dd := range []*Decoder{d2} {
 		mustDecode(t, dd, relationMsg(1, "public", "outbox", cols))
@@ -269,7 +204,7 @@ func TestWhatCouldHideAnEventStops(t *testing.T) {
 			// Described, they are no error: pgoutput describes a partition
 			// too when it sends its rows as the root's.
 			mustDecode(t, d, relationMsg(7, "public", "outbox_2026_12", outboxCols))
-			mustDecode(t, d, relationMsg(8, "public", "orders", []col{{"id", oidInt8}}))
+			mustDecode(t, d, relationMsg(8, "public", "orders", []col{{Name: "id", OID: oidInt8}}))
 			mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
 			_, err = d.Decode(0x42, c.data)
 			var de *Error

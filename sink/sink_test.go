@@ -18,7 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/poll"
 )
 
 func newSink(t *testing.T, kc *kafkatest.Cluster, cfg Config) *Sink {
@@ -140,6 +142,9 @@ func TestUnwritableDeadLetterTopicFails(t *testing.T) {
 	if !errors.Is(err, kerr.TopicAuthorizationFailed) || !strings.Contains(err.Error(), "dead-letter event e4") {
 		t.Fatalf("err = %v, want a dead-letter failure wrapping TOPIC_AUTHORIZATION_FAILED", err)
 	}
+	if !failure.IsFatal(err) {
+		t.Fatalf("err is %v, want fatal: authorization is not fixed by retrying", failure.Of(err))
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -198,6 +203,11 @@ func TestRefusedBatchIsTransient(t *testing.T) {
 	err := publish(t, s, newEvent("small"))
 	if !errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "refused its batch") {
 		t.Fatalf("err = %v, want the broker's refusal of the batch", err)
+	}
+	// MESSAGE_TOO_LARGE is a per-event code, but a refused batch is not
+	// this event's fault: it is sent again.
+	if !failure.IsRetriable(err) {
+		t.Fatalf("err is %v, want retriable", failure.Of(err))
 	}
 	if err := s.Abort(t.Context()); err != nil {
 		t.Fatal(err)
@@ -322,9 +332,9 @@ func TestCloseAnswersEveryRecord(t *testing.T) {
 			})
 		}
 	}()
-	waitFor(t, "10 records queued behind the round in flight", func() bool { return s.queued() >= 10 })
+	poll.Until(t, 30*time.Second, "10 records queued behind the round in flight", func() bool { return s.queued() >= 10 })
 	s.Close()
-	waitFor(t, "every record answered after Close", func() bool { return answered.Load() == n })
+	poll.Until(t, 30*time.Second, "every record answered after Close", func() bool { return answered.Load() == n })
 	if a, f := answered.Load(), failed.Load(); a != n || f != n {
 		t.Fatalf("%d of %d records answered, %d failed, after Close; want all answered and failed", a, n, f)
 	}
@@ -348,18 +358,6 @@ func topicIDs(t *testing.T, kc *kafkatest.Cluster, n int) string {
 		ids = append(ids, string(kafkatest.Header(r, "id")))
 	}
 	return strings.Join(ids, ",")
-}
-
-// waitFor polls cond until it holds, failing the test after 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // queued returns how many records wait for a round.
@@ -469,7 +467,7 @@ func TestDataLossRestarts(t *testing.T) {
 	if err := publish(t, s, newEvent("retried")); err != nil {
 		t.Fatalf("the record of the refused request: %v (the client retries it under a new producer id)", err)
 	}
-	waitFor(t, "the data loss to be counted", func() bool { return s.DataLosses() == 1 })
+	poll.Until(t, 30*time.Second, "the data loss to be counted", func() bool { return s.DataLosses() == 1 })
 	if err := publish(t, s, newEvent("next")); !errors.Is(err, ErrNotSent) || !strings.Contains(err.Error(), "may have lost") {
 		t.Fatalf("after the data loss: %v, want it failed unsent for a restart", err)
 	}

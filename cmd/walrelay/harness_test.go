@@ -26,6 +26,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/internal/poll"
 	"github.com/walrelay/walrelay/internal/proxy"
 )
 
@@ -609,7 +610,7 @@ func pendingChanges(t *testing.T, conn *pgx.Conn, slot, pub string) bool {
 // waitSlotInactive waits until no process streams the slot.
 func waitSlotInactive(t *testing.T, conn *pgx.Conn, slot string) {
 	t.Helper()
-	waitUntil(t, "slot "+slot+" to be inactive", func() bool {
+	poll.Until(t, time.Minute, "slot "+slot+" to be inactive", func() bool {
 		var active bool
 		err := conn.QueryRow(t.Context(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
 		return err == nil && !active
@@ -625,24 +626,12 @@ func waitSent(t *testing.T, conn *pgx.Conn) {
 	if err := conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the walsender to send up to "+end, func() bool {
+	poll.Until(t, time.Minute, "the walsender to send up to "+end, func() bool {
 		var sent bool
 		err := conn.QueryRow(t.Context(), `SELECT coalesce(bool_or(r.sent_lsn >= $1::pg_lsn), false) FROM pg_stat_replication r
 			JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = 'walrelay'`, end).Scan(&sent)
 		return err == nil && sent
 	})
-}
-
-// waitUntil polls cond until it holds, failing the test after a minute.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // createTopic creates a topic with Partitions partitions and the given
