@@ -43,6 +43,13 @@
 //     walrelay created and that is gone is not created again. An UNLOGGED
 //     partition, at start or attached later, stops the relay.
 //
+// Errors speak one vocabulary (package failure): the source, the decoder
+// and the sink mark what they return as retriable (the session ends and the
+// next resends from the confirmed position), per-event (the sink
+// dead-letters the event; the relay sees an acknowledgement) or fatal (the
+// relay stops and Run returns it). A change the pipeline cannot handle (a
+// message that does not decode, a transaction out of order) is fatal.
+//
 // Observability attaches through Hooks and the Relay's accessors; the
 // package serves no HTTP and imports no metrics library.
 package relay

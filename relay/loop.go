@@ -5,8 +5,43 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/replication"
 )
+
+// source is where the relay's changes come from: *replication.Stream is one
+// (through replicationSource), and the tests script another.
+type source interface {
+	// Open starts a session, reconnecting with backoff while it cannot; it
+	// returns ctx's error when ctx ends, or a fatal error.
+	Open(ctx context.Context) (session, error)
+	State() string
+	ReceivedLSN() pglogrepl.LSN
+	Reconnects() uint64
+}
+
+// session is one replication session (*replication.Session): the server
+// streams everything after From; Next yields its changes in WAL order;
+// Confirm takes the positions that may be confirmed (ignored once closed);
+// Close ends it, cleanly when reason is nil (a last status update).
+type session interface {
+	From() pglogrepl.LSN
+	Next(ctx context.Context) (replication.Change, error)
+	Confirm(lsn pglogrepl.LSN)
+	Close(reason error)
+}
+
+// replicationSource is a replication.Stream as a source.
+type replicationSource struct{ *replication.Stream }
+
+func (s replicationSource) Open(ctx context.Context) (session, error) {
+	sess, err := s.Stream.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sess, nil
+}
 
 // stream is the relay's loop: open a session, read it, and open the next
 // one when it ends, until ctx ends (then it drains: nil) or a fatal error.
@@ -14,7 +49,7 @@ func (r *Relay) stream(ctx context.Context) error {
 	for {
 		sess, err := r.src.Open(ctx)
 		if err != nil {
-			if ctx.Err() != nil && !isFatal(err) {
+			if ctx.Err() != nil && !failure.IsFatal(err) {
 				return nil
 			}
 			return err
@@ -31,14 +66,14 @@ func (r *Relay) stream(ctx context.Context) error {
 // failed publish (a restart: the next session resends from the confirmed
 // position), a lost connection, a fatal error (returned), or ctx (drain,
 // then stop).
-func (r *Relay) session(ctx context.Context, sess *replication.Session) (stop bool, err error) {
+func (r *Relay) session(ctx context.Context, sess session) (stop bool, err error) {
 	p := r.p
 	// A failure interrupts the wait for the next change; so does ctx.
 	read, interrupt := context.WithCancel(ctx)
 	defer interrupt()
 	if err := p.started(ctx, sess, interrupt); err != nil {
 		sess.Close(err)
-		if isFatal(err) || p.failure() != nil {
+		if failure.IsFatal(err) || p.failure() != nil {
 			return true, err
 		}
 		return ctx.Err() != nil, nil
@@ -60,7 +95,7 @@ func (r *Relay) session(ctx context.Context, sess *replication.Session) (stop bo
 				return true, r.drain(sess)
 			}
 			sess.Close(err)
-			if isFatal(err) {
+			if failure.IsFatal(err) {
 				return true, err
 			}
 			return ctx.Err() != nil, nil
@@ -89,7 +124,7 @@ func (r *Relay) handle(ch replication.Change) error {
 // waits for the events in flight, and closes the session with a last status
 // update. A fatal error meanwhile is returned: a stop that did not finish
 // cleanly must not report success.
-func (r *Relay) drain(sess *replication.Session) error {
+func (r *Relay) drain(sess session) error {
 	p := r.p
 	until := time.Now().Add(r.cfg.ShutdownTimeout)
 	read, cancel := context.WithDeadline(context.Background(), until)
@@ -112,7 +147,7 @@ func (r *Relay) drain(sess *replication.Session) error {
 				break
 			}
 			sess.Close(err)
-			if isFatal(err) {
+			if failure.IsFatal(err) {
 				return err
 			}
 			return nil
@@ -125,15 +160,16 @@ func (r *Relay) drain(sess *replication.Session) error {
 	fctx, fcancel := context.WithDeadline(context.Background(), until.Add(time.Second))
 	err := p.flush(fctx)
 	fcancel()
+	if failure, fatal := p.failureNow(); fatal {
+		sess.Close(failure)
+		return failure
+	}
+	// A retriable failure meanwhile: the failed transaction is not
+	// confirmed, and the next start resends it; the clean close confirms
+	// what was acknowledged before it.
 	if err != nil {
 		r.log.Warn("events still in flight at shutdown; they will be sent again on the next start", "err", err)
 	}
 	sess.Close(nil)
 	return nil
-}
-
-// isFatal reports whether err is one that retrying does not fix.
-func isFatal(err error) bool {
-	var fatal *replication.FatalError
-	return errors.As(err, &fatal)
 }

@@ -122,7 +122,7 @@ type Relay struct {
 	cfg  Config
 	log  *slog.Logger
 	sink Publisher
-	src  *replication.Stream
+	src  source
 	p    *pipeline
 }
 
@@ -167,8 +167,7 @@ func New(cfg Config) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, log: log, sink: sk}
 	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}}
-	var err error
-	r.src, err = replication.New(replication.Config{
+	stream, err := replication.New(replication.Config{
 		ConnConfig: &cfg.ConnConfig.Config, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, ReceiveTimeout: cfg.ReceiveTimeout, Logger: log,
 	})
@@ -176,6 +175,7 @@ func New(cfg Config) (*Relay, error) {
 		sk.Close()
 		return nil, err
 	}
+	r.src = replicationSource{stream}
 	return r, nil
 }
 
@@ -206,25 +206,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	// Records are produced on a context that outlives the stop signal by
-	// the shutdown timeout, so that a clean stop lets buffered records
-	// finish instead of failing them (which would replay their whole
-	// transaction).
-	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelProduce()
-	go func() {
-		select {
-		case <-runCtx.Done():
-		case <-produceCtx.Done():
-			return
-		}
-		select {
-		case <-time.After(cfg.ShutdownTimeout):
-			cancelProduce()
-		case <-produceCtx.Done():
-		}
-	}()
-	r.p.produceCtx, r.p.stop = produceCtx, stopRun
+	r.p.stop = stopRun
 
 	var bg sync.WaitGroup
 	defer bg.Wait()
@@ -246,8 +228,33 @@ func (r *Relay) Run(ctx context.Context) error {
 			heartbeat(runCtx, cfg.ConnConfig, cfg.Outbox.MessagePrefix+".heartbeat", cfg.HeartbeatInterval, r.log)
 		})
 	}
-	runErr := r.stream(runCtx)
-	stopRun()
+	return r.pump(runCtx)
+}
+
+// pump runs the loop until ctx ends (it then drains: nil) or a fatal error,
+// which it returns; r.p.stop must cancel ctx.
+func (r *Relay) pump(ctx context.Context) error {
+	// Records are produced on a context that outlives the stop signal by
+	// the shutdown timeout, so that a clean stop lets buffered records
+	// finish instead of failing them (which would replay their whole
+	// transaction).
+	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProduce()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-produceCtx.Done():
+			return
+		}
+		select {
+		case <-time.After(r.cfg.ShutdownTimeout):
+			cancelProduce()
+		case <-produceCtx.Done():
+		}
+	}()
+	r.p.produceCtx = produceCtx
+	runErr := r.stream(ctx)
+	r.p.stop()
 	if err := r.p.failure(); err != nil {
 		return err
 	}
