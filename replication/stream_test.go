@@ -150,3 +150,139 @@ func TestResumeFrom(t *testing.T) {
 		})
 	}
 }
+
+// readUntil calls Next until ctx ends, and fails the test on any other
+// error: the session must stay up. It may run on a goroutine of its own.
+func readUntil(t *testing.T, ctx context.Context, sess *Session) {
+	t.Helper()
+	for {
+		_, err := sess.Next(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			t.Errorf("the session ended: %v", err)
+			return
+		}
+	}
+}
+
+// TestKeepaliveRequestsAreAnswered: a keepalive that asks for a reply is
+// answered at once, not at the next status interval: with a status
+// interval of 10 s and the server's wal_sender_timeout at 1 s (it asks
+// after half of it, and ends the connection after all of it), the session
+// stays up.
+func TestKeepaliveRequestsAreAnswered(t *testing.T) {
+	t.Parallel()
+	pg := streamed(t, 1)
+	cfg, err := pgx.ParseConfig(pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["wal_sender_timeout"] = "1s"
+	s, err := New(Config{ConnConfig: &cfg.Config, StatusInterval: 10 * time.Second, ReceiveTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.Open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(errors.New("test over"))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	readUntil(t, ctx, sess)
+}
+
+// TestStatusUpdateTiming: an idle session reports to the server every
+// status interval, and a confirmed position that moved is reported within
+// about a tenth of it, not at the next interval.
+func TestStatusUpdateTiming(t *testing.T) {
+	t.Parallel()
+	// walsender reads the replication view of the slot's walsender.
+	walsender := func(t *testing.T, conn *pgx.Conn, col string) string {
+		t.Helper()
+		var v *string
+		err := conn.QueryRow(t.Context(), `SELECT r.`+col+`::text FROM pg_stat_replication r
+			JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = 'walrelay'`).Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) || v == nil {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *v
+	}
+	open := func(t *testing.T, interval time.Duration) (*pgtest.Server, *pgx.Conn, *Session) {
+		pg := streamed(t, 1)
+		s, err := New(Config{ConnString: pg.DSN, StatusInterval: interval, ReceiveTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess, err := s.Open(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sess.Close(errors.New("test over")) })
+		conn, err := pgx.Connect(t.Context(), pg.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return pg, conn, sess
+	}
+
+	t.Run("idle, every interval", func(t *testing.T) {
+		t.Parallel()
+		_, conn, sess := open(t, 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+		defer cancel()
+		go readUntil(t, ctx, sess)
+		replies := map[string]bool{}
+		for ctx.Err() == nil {
+			if v := walsender(t, conn, "reply_time"); v != "" {
+				replies[v] = true
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// About 13 in 4 s; a session that reported only when asked, or
+		// only when its position moved, would show one or two.
+		if len(replies) < 5 {
+			t.Fatalf("%d status updates seen in 4 s at a 300 ms interval", len(replies))
+		}
+	})
+
+	t.Run("moved, within a tenth", func(t *testing.T) {
+		t.Parallel()
+		_, conn, sess := open(t, 10*time.Second)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var commitEnd pglogrepl.LSN
+		for commitEnd == 0 {
+			ch, err := sess.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.Kind == Data && ch.Data[0] == 'C' {
+				m, err := pglogrepl.Parse(ch.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				commitEnd = m.(*pglogrepl.CommitMessage).TransactionEndLSN
+			}
+		}
+		// The session's first status update went at its start: the next
+		// one of the interval is due 10 s later.
+		time.Sleep(500 * time.Millisecond)
+		go readUntil(t, ctx, sess)
+		start := time.Now()
+		sess.Confirm(commitEnd)
+		for walsender(t, conn, "flush_lsn") != commitEnd.String() {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("the confirmed position was not reported within 5 s at a 10 s interval")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("reported after %s", time.Since(start).Round(time.Millisecond))
+	})
+}
