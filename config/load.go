@@ -1,0 +1,237 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/walrelay/walrelay/internal/faultinject"
+)
+
+// EnvName returns the environment variable of a key.
+func EnvName(key string) string {
+	return "WALRELAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// Set is a Config with its keys, and the flags bound to them.
+type Set struct {
+	cfg   Config
+	keys  []*key
+	byKey map[string]*key
+	file  *string
+	flags map[string]*string
+}
+
+// NewSet registers --config and a flag per key on fs.
+func NewSet(fs *flag.FlagSet) *Set {
+	cs := &Set{byKey: map[string]*key{}, flags: map[string]*string{}}
+	cs.keys = cs.cfg.keys()
+	cs.file = fs.String("config", "", "YAML configuration file")
+	for _, k := range cs.keys {
+		cs.byKey[k.name] = k
+		cs.flags[k.name] = fs.String(k.name, "", k.help+" (default "+strconv.Quote(k.show())+"; env "+EnvName(k.name)+")")
+	}
+	return cs
+}
+
+// Config returns the configuration the set fills.
+func (cs *Set) Config() *Config { return &cs.cfg }
+
+// File returns the --config file named on the command line, if any.
+func (cs *Set) File() string { return *cs.file }
+
+// Load applies the file, the environment and the flags that fs saw, in that
+// order, and validates the result; kafka.brokers is required if needKafka.
+func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
+	if *cs.file != "" {
+		if err := cs.LoadFile(*cs.file); err != nil {
+			return nil, err
+		}
+	}
+	if err := cs.checkEnv(); err != nil {
+		return nil, err
+	}
+	for _, k := range cs.keys {
+		if v, ok := os.LookupEnv(EnvName(k.name)); ok {
+			if err := k.set(v); err != nil {
+				return nil, fmt.Errorf("environment %s: %w", EnvName(k.name), err)
+			}
+			k.setFrom = "env"
+		}
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		k, ok := cs.byKey[f.Name]
+		if !ok || err != nil {
+			return
+		}
+		if e := k.set(f.Value.String()); e != nil {
+			err = fmt.Errorf("flag --%s: %w", k.name, e)
+		}
+		k.setFrom = "flag"
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := cs.cfg.validate(needKafka); err != nil {
+		return nil, err
+	}
+	return &cs.cfg, cs.cfg.readSecrets()
+}
+
+// LoadFile applies the YAML configuration file at path.
+func (cs *Set) LoadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config file: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	flat := map[string]string{}
+	if err := flatten("", doc, flat); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	names := make([]string, 0, len(flat))
+	for n := range flat {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		k, ok := cs.byKey[n]
+		if !ok {
+			return fmt.Errorf("config file %s: unknown key %q%s", path, n, cs.suggest(n))
+		}
+		if err := k.set(flat[n]); err != nil {
+			return fmt.Errorf("config file %s: key %s: %w", path, n, err)
+		}
+		k.setFrom = "file"
+	}
+	return nil
+}
+
+// checkEnv refuses a WALRELAY_ variable that names no key, as the file
+// refuses an unknown key: a misspelt variable would otherwise leave its
+// setting at the default unnoticed. WALRELAY_TEST_* and WALRELAY_SOAK belong
+// to the test suite, faultinject.Vars to a build with crash points.
+func (cs *Set) checkEnv() error {
+	known := map[string]bool{}
+	for _, k := range cs.keys {
+		known[EnvName(k.name)] = true
+	}
+	for _, v := range faultinject.Vars {
+		known[v] = true
+	}
+	var unknown []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "WALRELAY_") && !known[name] && !strings.HasPrefix(name, "WALRELAY_TEST_") && name != "WALRELAY_SOAK" {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	best, bestD := "", 4
+	for n := range known {
+		if d := editDistance(unknown[0], n); d < bestD || d == bestD && n < best {
+			best, bestD = n, d
+		}
+	}
+	hint := ""
+	if best != "" {
+		hint = " (did you mean " + best + "?)"
+	}
+	return fmt.Errorf("environment variable %s names no configuration key%s", unknown[0], hint)
+}
+
+// suggest names a known key that n is probably a misspelling of.
+func (cs *Set) suggest(n string) string {
+	best, bestD := "", 4
+	for _, k := range cs.keys {
+		if d := editDistance(n, k.name); d < bestD {
+			best, bestD = k.name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// flatten turns nested YAML maps into dotted keys; scalar lists become
+// comma-separated values.
+func flatten(prefix string, v any, out map[string]string) error {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			name := k
+			if prefix != "" {
+				name = prefix + "." + k
+			}
+			if err := flatten(name, x, out); err != nil {
+				return err
+			}
+		}
+	case []any:
+		parts := make([]string, 0, len(v))
+		for _, x := range v {
+			switch x.(type) {
+			case map[string]any, []any:
+				return fmt.Errorf("key %s: a list of plain values is expected", prefix)
+			}
+			parts = append(parts, fmt.Sprint(x))
+		}
+		out[prefix] = strings.Join(parts, ",")
+	case nil:
+		out[prefix] = ""
+	default:
+		if prefix == "" {
+			return errors.New("the file must be a YAML mapping")
+		}
+		out[prefix] = fmt.Sprint(v)
+	}
+	return nil
+}
+
+// Effective renders the configuration for the start-up log, secrets
+// redacted.
+func (cs *Set) Effective() []any {
+	var attrs []any
+	for _, k := range cs.keys {
+		v := k.show()
+		if k.redact != nil {
+			v = k.redact(v)
+		}
+		attrs = append(attrs, k.name, v)
+	}
+	return attrs
+}
