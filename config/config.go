@@ -43,17 +43,21 @@ type Config struct {
 		IgnorePrefixes      []string
 	}
 	Kafka struct {
-		Brokers            []string
-		Topic              string
-		DLQTopic           string
-		ClientID           string
-		Compression        string
-		Linger             time.Duration
-		BatchMaxBytes      int
-		MaxBufferedRecords int
-		MaxBufferedBytes   int
-		AutoCreateTopics   bool
-		TLS                struct {
+		Brokers             []string
+		Topic               string
+		DLQTopic            string
+		ClientID            string
+		Compression         string
+		Linger              time.Duration
+		BatchMaxBytes       int
+		MaxBufferedRecords  int
+		MaxBufferedBytes    int
+		AutoCreateTopics    bool
+		ExactlyOnce         bool
+		TransactionalID     string
+		TransactionInterval time.Duration
+		OffsetsTopic        string
+		TLS                 struct {
 			Enabled                               bool
 			CAFile, CertFile, KeyFile, ServerName string
 		}
@@ -209,6 +213,14 @@ func (c *Config) keys() []*key {
 	add("kafka.max_buffered_bytes", "bytes produced and not yet acknowledged, at most (at least kafka.batch_max_bytes)", f, s)
 	f, s = boolean(&c.Kafka.AutoCreateTopics, true)
 	add("kafka.auto_create_topics", "ask the broker to create missing topics", f, s)
+	f, s = boolean(&c.Kafka.ExactlyOnce, false)
+	add("kafka.exactly_once", "produce in Kafka transactions fenced by the source position: a read_committed consumer sees each event once, across crashes", f, s)
+	f, s = str(&c.Kafka.TransactionalID, "")
+	add("kafka.transactional_id", "transactional id of kafka.exactly_once; empty: walrelay-<system identifier>-<database>-<slot>, stable across restarts", f, s)
+	f, s = duration(&c.Kafka.TransactionInterval, 10*time.Millisecond)
+	add("kafka.transaction_interval", "longest a Kafka transaction of kafka.exactly_once stays open once it holds an event (consumers see nothing before the commit)", f, s)
+	f, s = str(&c.Kafka.OffsetsTopic, "walrelay.offsets")
+	add("kafka.offsets_topic", "compacted one-partition topic of the committed positions of kafka.exactly_once, keyed by slot; created if missing", f, s)
 	f, s = boolean(&c.Kafka.TLS.Enabled, false)
 	add("kafka.tls.enabled", "connect to the brokers over TLS (on by itself when a kafka.tls file is set)", f, s)
 	f, s = str(&c.Kafka.TLS.CAFile, "")
@@ -250,6 +262,9 @@ func (c *Config) keys() []*key {
 func (c *Config) validate(needKafka bool) error {
 	if c.Postgres.DSN == "" {
 		return errors.New("postgres.dsn is not set (set " + EnvName("postgres.dsn") + ", --postgres.dsn or postgres.dsn in the config file)")
+	}
+	if c.Kafka.ExactlyOnce && c.Kafka.TransactionInterval <= 0 {
+		return fmt.Errorf("kafka.transaction_interval %s: want a positive duration", c.Kafka.TransactionInterval)
 	}
 	if needKafka && len(c.Kafka.Brokers) == 0 {
 		return errors.New("kafka.brokers is not set (set " + EnvName("kafka.brokers") + ", --kafka.brokers or kafka.brokers in the config file)")

@@ -134,7 +134,7 @@ func kafkaSecurity(cfg *Config) ([]kgo.Opt, error) {
 }
 
 // SinkConfig maps the configuration onto the sink's, security included;
-// extra options come last.
+// extra options (hooks) are the producer's.
 func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, error) {
 	sec, err := kafkaSecurity(cfg)
 	if err != nil {
@@ -145,11 +145,17 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	if linger == 0 {
 		linger = -1 // the sink's zero is its default; walrelay's 0 is none
 	}
-	return sink.Config{
+	sc := sink.Config{
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		Compression: k.Compression, Linger: linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),
 		MaxBufferedRecords: k.MaxBufferedRecords, MaxBufferedBytes: k.MaxBufferedBytes,
 		DisableAutoCreateTopics: !k.AutoCreateTopics, Logger: log,
-		Opts: append(sec, extra...),
-	}, nil
+		Opts: sec, ProducerOpts: extra,
+	}
+	if k.ExactlyOnce {
+		// The key and the source, and the id by default, come from the
+		// database (relay.Run).
+		sc.Transactions = &sink.Transactions{ID: k.TransactionalID, Interval: k.TransactionInterval, OffsetsTopic: k.OffsetsTopic}
+	}
+	return sc, nil
 }

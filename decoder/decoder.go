@@ -126,6 +126,7 @@ type Decoder struct {
 	ignored   map[string]bool // IgnoredPrefixes
 	rels      map[uint32]*relation
 	txn       Begin
+	index     int // events of the open transaction so far
 	inTxn     bool
 	vals      []tupleValue // reused by each insert
 	scratch   []byte       // reused by each insert
@@ -257,6 +258,7 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, m pglogrepl.Message) (Message, 
 		}
 		d.txn = Begin{FinalLSN: m.FinalLSN, Xid: m.Xid, CommitTime: m.CommitTime.UTC()}
 		d.inTxn = true
+		d.index = 0
 		return d.txn, nil
 	case *pglogrepl.CommitMessage:
 		if !d.inTxn {
@@ -319,7 +321,9 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 }
 
 func (d *Decoder) newEvent(walStart pglogrepl.LSN, source string) *event.Event {
+	d.index++
 	return &event.Event{
+		Index:         d.index - 1,
 		Source:        source,
 		WALStart:      walStart,
 		Xid:           d.txn.Xid,

@@ -4,6 +4,7 @@
 package event
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -29,6 +30,9 @@ type Event struct {
 	Xid        uint32
 	CommitLSN  pglogrepl.LSN // from Begin's FinalLSN: known before the rows arrive
 	CommitTime time.Time
+	// Index is the event's ordinal within its transaction, from 0: with
+	// CommitLSN, its Position in the stream.
+	Index int
 
 	// Transactional is false only for a logical message emitted with
 	// transactional=false: it arrives outside any Begin/Commit.
@@ -38,3 +42,21 @@ type Event struct {
 	// event with this error instead of publishing it.
 	Invalid error
 }
+
+// Position is where an event is in the stream: its transaction's commit LSN
+// and its ordinal within the transaction. The server streams transactions in
+// commit order, so positions grow along the stream.
+type Position struct {
+	CommitLSN pglogrepl.LSN
+	Index     int
+}
+
+// Position returns e's position in the stream.
+func (e *Event) Position() Position { return Position{e.CommitLSN, e.Index} }
+
+// After reports whether p comes after q in the stream.
+func (p Position) After(q Position) bool {
+	return p.CommitLSN > q.CommitLSN || p.CommitLSN == q.CommitLSN && p.Index > q.Index
+}
+
+func (p Position) String() string { return fmt.Sprintf("%s#%d", p.CommitLSN, p.Index) }

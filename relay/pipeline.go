@@ -187,8 +187,12 @@ func (p *pipeline) failureNow() (err error, fatal bool) {
 func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) error {
 	p.mu.Lock()
 	failed := p.restartErr != nil
+	later := p.cur != nil
 	p.mu.Unlock()
-	if failed {
+	// A transactional sink ends its open transaction at every new session
+	// (Abort): an event of it that the new session resends must not join
+	// the transaction twice, and the sink skips only what committed.
+	if failed || later && isTransactional(p.sink) {
 		if err := p.sink.Abort(ctx); err != nil {
 			return fmt.Errorf("settle the failed session's records: %w", err)
 		}
@@ -267,6 +271,11 @@ func (p *pipeline) handle(walStart pglogrepl.LSN, data []byte) error {
 				p.restart(sess, err, m.WALStart)
 				return
 			}
+			if d.Skipped {
+				// Committed by an earlier Kafka transaction (exactly-once).
+				txn.Ack()
+				return
+			}
 			if sess.overtook(d) {
 				p.hooks.OrderBreak()
 				p.log.Error("an event was written ahead of an earlier event of its partition that failed and is sent again: consumers may see this aggregate's events out of order",
@@ -305,4 +314,10 @@ func (p *pipeline) flush(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// isTransactional reports whether pub produces in Kafka transactions.
+func isTransactional(pub Publisher) bool {
+	t, ok := pub.(interface{ Transactional() bool })
+	return ok && t.Transactional()
 }

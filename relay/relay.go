@@ -119,6 +119,7 @@ var _ Publisher = (*sink.Sink)(nil)
 // Relay is the pipeline from a replication slot to Kafka. Create it with New
 // and call Run once; its accessors are safe for concurrent use.
 type Relay struct {
+	mu   sync.Mutex // guards sink while Run may set it
 	cfg  Config
 	log  *slog.Logger
 	sink Publisher
@@ -158,13 +159,15 @@ func New(cfg Config) (*Relay, error) {
 		cfg.Sink.Logger = log
 	}
 	sk := cfg.Publisher
-	if sk == nil {
+	if sk == nil && cfg.Sink.Transactions == nil {
 		k, err := sink.New(cfg.Sink)
 		if err != nil {
 			return nil, fmt.Errorf("kafka: %w", err)
 		}
 		sk = k
 	}
+	// In exactly-once mode the sink is made by Run, once the database's
+	// identity, part of the transactional id, is known.
 	r := &Relay{cfg: cfg, log: log, sink: sk}
 	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}}
 	stream, err := replication.New(replication.Config{
@@ -172,7 +175,9 @@ func New(cfg Config) (*Relay, error) {
 		StatusInterval: cfg.StatusInterval, ReceiveTimeout: cfg.ReceiveTimeout, Logger: log,
 	})
 	if err != nil {
-		sk.Close()
+		if sk != nil {
+			sk.Close()
+		}
 		return nil, err
 	}
 	r.src = replicationSource{stream}
@@ -183,12 +188,20 @@ func New(cfg Config) (*Relay, error) {
 // nil) or a fatal error, which it returns. It checks the database first
 // (preflight) and creates what a first start needs.
 func (r *Relay) Run(ctx context.Context) error {
-	defer r.sink.Close()
 	cfg := &r.cfg
 	oid, err := preflight(ctx, cfg, r.log)
 	if err != nil {
+		if r.sink != nil {
+			r.sink.Close()
+		}
 		return err
 	}
+	if r.sink == nil {
+		if err := r.newTransactionalSink(ctx); err != nil {
+			return err
+		}
+	}
+	defer r.sink.Close()
 	dcfg := cfg.Outbox
 	dcfg.RelationID = oid
 	if r.p.dec, err = decoder.New(dcfg); err != nil {
@@ -293,7 +306,12 @@ func (r *Relay) InFlight() int { return r.p.tr.InFlight() }
 func (r *Relay) Reconnects() uint64 { return r.src.Reconnects() }
 
 // DataLosses returns how many times the producer detected data loss.
-func (r *Relay) DataLosses() uint64 { return r.sink.DataLosses() }
+func (r *Relay) DataLosses() uint64 {
+	if sk := r.publisher(); sk != nil {
+		return sk.DataLosses()
+	}
+	return 0
+}
 
 // ConnConfig returns the configuration the relay connects with; callers
 // connect with a copy.
@@ -301,3 +319,41 @@ func (r *Relay) ConnConfig() *pgx.ConnConfig { return r.cfg.ConnConfig }
 
 // Err returns the fatal error that stops the relay, if any yet.
 func (r *Relay) Err() error { return r.p.failure() }
+
+// newTransactionalSink makes the exactly-once sink: its position records
+// name the database (system identifier and name), and its transactional id
+// defaults to one derived from them and the slot, stable across restarts
+// and failovers to a physical standby, and distinct for every database.
+func (r *Relay) newTransactionalSink(ctx context.Context) error {
+	cfg := &r.cfg
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	sysID, err := replication.SystemID(sctx, &cfg.ConnConfig.Config)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("postgres.dsn: %w", err)
+	}
+	tc := *cfg.Sink.Transactions
+	tc.Key = cfg.Slot
+	tc.Source = sysID + "/" + cfg.ConnConfig.Database
+	if tc.ID == "" {
+		tc.ID = fmt.Sprintf("walrelay-%s-%s-%s", sysID, cfg.ConnConfig.Database, cfg.Slot)
+	}
+	sc := cfg.Sink
+	sc.Transactions = &tc
+	sk, err := sink.New(sc)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	r.mu.Lock()
+	r.sink, r.p.sink = sk, sk
+	r.mu.Unlock()
+	r.log.Info("exactly-once: Kafka transactions", "transactional_id", tc.ID, "offsets_topic", tc.OffsetsTopic, "interval", tc.Interval)
+	return nil
+}
+
+// publisher returns the sink, nil before Run made it.
+func (r *Relay) publisher() Publisher {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sink
+}

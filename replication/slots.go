@@ -289,3 +289,19 @@ func deref(p *int) int {
 	}
 	return *p
 }
+
+// SystemID returns the server's system identifier (IDENTIFY_SYSTEM), which
+// a physical standby shares with its primary: it names the database's WAL
+// history, whatever host serves it.
+func SystemID(ctx context.Context, cfg *pgconn.Config) (string, error) {
+	conn, err := pgconn.ConnectConfig(ctx, replicationSession(cfg.Copy()))
+	if err != nil {
+		return "", fmt.Errorf("connect for replication: %w", err)
+	}
+	defer conn.Close(context.Background())
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return "", fmt.Errorf("identify system: %w", err)
+	}
+	return sys.SystemID, nil
+}

@@ -37,9 +37,20 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(topic)},
 	)
 	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
+	var pos *event.Position
+	if s.tx != nil {
+		p := e.Position()
+		pos = &p
+		// A record the client refused would doom the transaction: one too
+		// large goes without its value at once.
+		if _, over := s.overCap(r); over {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
+			r.Value = nil
+		}
+	}
 	var produce func(try int)
 	produce = func(try int) {
-		s.q.push(ctx, r, false, func(r *kgo.Record, err error) {
+		s.q.push(ctx, r, false, pos, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, nil)

@@ -15,7 +15,9 @@ import (
 )
 
 // Ping checks that a broker answers within ctx, and reads the broker's
-// message.max.bytes and the dead-letter topic's limit.
+// message.max.bytes and the dead-letter topic's limit. In exactly-once mode
+// it also initialises the transactional producer, which fences an earlier
+// instance, and reads the committed position: call it before Publish.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.cl.Ping(ctx); err != nil {
 		err = fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
@@ -36,6 +38,9 @@ func (s *Sink) Ping(ctx context.Context) error {
 		s.brokerMax.Store(n)
 	}
 	s.topicInfoFor(ctx, s.cfg.DLQTopic)
+	if s.tx != nil {
+		return s.startTxns(ctx)
+	}
 	return nil
 }
 
@@ -147,6 +152,13 @@ func (s *Sink) refusedBatch(r *kgo.Record, err error) bool {
 	if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge) {
 		return false
 	}
+	_, over := s.overCap(r)
+	return !over
+}
+
+// overCap returns r's size with room to spare for a batch's framing, and
+// whether that is over its topic's batch cap: the client would refuse r.
+func (s *Sink) overCap(r *kgo.Record) (int, bool) {
 	size := 256 + len(r.Topic) + recordSize(r) + 10*len(r.Headers)
-	return int64(size) <= int64(s.batchCapOf(r.Topic))
+	return size, int64(size) > int64(s.batchCapOf(r.Topic))
 }

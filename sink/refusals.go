@@ -80,6 +80,9 @@ func refusesBatch(err error) bool {
 // restarting the stream from the last confirmed position. The errors the
 // sink hands to a Done are marked with their kind.
 func kindOf(err error) failure.Kind {
+	if failure.IsFatal(err) {
+		return failure.Fatal // marked so already (a fenced transaction)
+	}
 	for _, e := range []error{kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.SaslAuthenticationFailed,
 		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.InvalidRequiredAcks, kerr.UnsupportedVersion} {
 		if errors.Is(err, e) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walrelay/walrelay/event"
 )
 
 // The sink hands records to the client in rounds, so that no record can be
@@ -43,6 +44,10 @@ type queued struct {
 	done    func(*kgo.Record, error)
 	alone   bool // sent in a request of its own
 	barrier chan struct{}
+	// pos is the position of the record's event, for the position record
+	// of an exactly-once transaction; hasPos is false for records of none.
+	pos    event.Position
+	hasPos bool
 }
 
 // queue holds the records of the next round.
@@ -81,7 +86,7 @@ func (q *queue) wake() {
 // the wait ends or the sink is closed. A record larger than the whole queue
 // is taken when the queue is empty. A record alone goes in a produce request
 // of its own.
-func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, done func(*kgo.Record, error)) {
+func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.Position, done func(*kgo.Record, error)) {
 	size := recordSize(r)
 	for {
 		q.mu.Lock()
@@ -94,7 +99,11 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, done func(*
 			if n == 0 {
 				q.firstAt = time.Now()
 			}
-			q.items = append(q.items, queued{ctx: ctx, r: r, done: done, alone: alone})
+			it := queued{ctx: ctx, r: r, done: done, alone: alone}
+			if pos != nil {
+				it.pos, it.hasPos = *pos, true
+			}
+			q.items = append(q.items, it)
 			q.bytes += size
 			full := len(q.items) >= q.maxRecs || q.bytes >= q.flushAt
 			q.mu.Unlock()
@@ -133,10 +142,12 @@ func (q *queue) breakOn(err error) {
 	q.mu.Unlock()
 }
 
-// take waits for records and returns the next round (nil once the queue is
-// closed and empty), with the error that breaks it, if any. It lingers for
-// up to linger after the round's first record, unless the round is full.
-func (q *queue) take(linger time.Duration, spare []queued) ([]queued, error) {
+// take waits for records and returns the next round, with the error that
+// breaks it, if any; ok is false once the queue is closed and empty. It
+// lingers for up to linger after the round's first record, unless the round
+// is full. With nothing queued at until (if not zero), it returns an empty
+// round.
+func (q *queue) take(linger time.Duration, spare []queued, until time.Time) (round []queued, broken error, ok bool) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -152,7 +163,7 @@ func (q *queue) take(linger time.Duration, spare []queued) ([]queued, error) {
 		}
 		if n == 0 && q.closed {
 			q.mu.Unlock()
-			return nil, nil
+			return nil, nil, false
 		}
 		if n > 0 && wait <= 0 {
 			round := q.items
@@ -161,9 +172,14 @@ func (q *queue) take(linger time.Duration, spare []queued) ([]queued, error) {
 			q.space = make(chan struct{})
 			broken := q.broken
 			q.mu.Unlock()
-			return round, broken
+			return round, broken, true
 		}
 		q.mu.Unlock()
+		if n == 0 && !until.IsZero() {
+			if wait = time.Until(until); wait <= 0 {
+				return spare[:0], nil, true
+			}
+		}
 		var tick <-chan time.Time
 		if wait > 0 {
 			if timer == nil {
@@ -180,21 +196,47 @@ func (q *queue) take(linger time.Duration, spare []queued) ([]queued, error) {
 	}
 }
 
-// flush runs rounds until the queue is closed and empty.
+// flush runs rounds until the queue is closed and empty. In exactly-once
+// mode it also opens and ends the Kafka transactions (txn.go).
 func (s *Sink) flush(ctx context.Context) {
 	defer close(s.flushed)
 	var spare []queued
+	produce := func(it queued) {
+		if s.tx != nil {
+			s.produceInTxn(it)
+		} else {
+			s.cl.Produce(it.ctx, it.r, it.done)
+		}
+	}
 	for {
-		round, broken := s.q.take(s.cfg.Linger, spare)
-		if round == nil {
+		var until time.Time
+		if s.tx != nil {
+			until = s.tx.commitBy()
+		}
+		round, broken, ok := s.q.take(s.cfg.Linger, spare, until)
+		if !ok {
+			if s.tx != nil {
+				// Closed: what the caller did not wait for is aborted.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				s.endTxn(ctx, false)
+				cancel()
+			}
 			return
 		}
 		produced := false
 		for _, it := range round {
 			switch {
 			case it.barrier != nil:
-				// Everything queued before Abort is answered: produce
+				// Everything queued before Abort is answered (and, in
+				// exactly-once mode, the open transaction ended): produce
 				// again, unless the sink closed meanwhile.
+				if produced {
+					_ = s.cl.Flush(ctx)
+					produced = false
+				}
+				if s.tx != nil {
+					s.endTxn(ctx, true)
+				}
 				s.q.mu.Lock()
 				if !s.q.closed {
 					s.q.broken = nil
@@ -216,11 +258,11 @@ func (s *Sink) flush(ctx context.Context) {
 						continue
 					}
 				}
-				s.cl.Produce(it.ctx, it.r, it.done)
+				produce(it)
 				_ = s.cl.Flush(ctx)
 				broken = s.q.brokenNow()
 			default:
-				s.cl.Produce(it.ctx, it.r, it.done)
+				produce(it)
 				produced = true
 			}
 		}
@@ -229,6 +271,13 @@ func (s *Sink) flush(ctx context.Context) {
 			// when Close cancels ctx (the client then fails the rest).
 			_ = s.cl.Flush(ctx)
 		}
+		if s.tx != nil {
+			if s.q.brokenNow() != nil {
+				s.endTxn(ctx, false) // a record failed: abort at once
+			} else if s.tx.commitDue(time.Now()) {
+				s.endTxn(ctx, true)
+			}
+		}
 		clear(round)
 		spare = round[:0]
 	}
@@ -236,10 +285,14 @@ func (s *Sink) flush(ctx context.Context) {
 
 // abort fails what is queued and what the client holds and has not sent,
 // and returns once everything queued before it has been answered.
-func (q *queue) abort(ctx context.Context, cl *kgo.Client) error {
+func (q *queue) abort(ctx context.Context, cl *kgo.Client, transactional bool) error {
 	q.breakOn(errors.New("aborted"))
-	if err := cl.AbortBufferedRecords(ctx); err != nil {
-		return fmt.Errorf("abort records not yet sent: %w", err)
+	// In a transaction the flusher ends it at the barrier instead: the
+	// client's transactional calls must not run concurrently.
+	if !transactional {
+		if err := cl.AbortBufferedRecords(ctx); err != nil {
+			return fmt.Errorf("abort records not yet sent: %w", err)
+		}
 	}
 	b := make(chan struct{})
 	q.mu.Lock()

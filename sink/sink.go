@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
@@ -56,8 +57,12 @@ type Config struct {
 	DisableAutoCreateTopics bool
 	// Logger receives lifecycle logs and the client's warnings. Nil discards.
 	Logger *slog.Logger
-	// Opts are extra client options (TLS, SASL), applied last.
-	Opts []kgo.Opt
+	// Opts are extra client options (TLS, SASL), applied last to every
+	// client the sink makes; ProducerOpts (hooks) to the producer alone.
+	Opts, ProducerOpts []kgo.Opt
+	// Transactions, if set, produces exactly once, in Kafka transactions
+	// fenced by the source position (txn.go).
+	Transactions *Transactions
 }
 
 // Sink produces events. Its methods are safe for concurrent use.
@@ -74,6 +79,7 @@ type Sink struct {
 	suspects  suspects     // events failed by a refusal of their whole batch: send them alone
 	brokerMax atomic.Int32 // the broker's message.max.bytes; 0 until Ping read it
 	dataLoss  atomic.Uint64
+	tx        *txns // exactly-once state; nil in at-least-once mode
 
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
@@ -169,7 +175,15 @@ func New(cfg Config) (*Sink, error) {
 	if !cfg.DisableAutoCreateTopics {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
 	}
-	opts = append(opts, cfg.Opts...)
+	if cfg.Transactions != nil {
+		tc := *cfg.Transactions
+		if err := tc.defaults(); err != nil {
+			return nil, err
+		}
+		s.tx = &txns{cfg: tc}
+		opts = append(opts, kgo.TransactionalID(tc.ID), kgo.TransactionTimeout(tc.Timeout))
+	}
+	opts = append(append(opts, cfg.Opts...), cfg.ProducerOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
@@ -207,7 +221,7 @@ func compression(name string) (kgo.Opt, error) {
 // refused as too large is then forgotten, so that its limit is read again
 // before its next record.
 func (s *Sink) Abort(ctx context.Context) error {
-	if err := s.q.abort(ctx, s.cl); err != nil {
+	if err := s.q.abort(ctx, s.cl, s.tx != nil); err != nil {
 		return err
 	}
 	var stale []string
@@ -242,6 +256,9 @@ type Delivery struct {
 	// DeadLetter is empty when the event went to its topic, else the reason
 	// it went to the dead-letter topic (see HeaderReason).
 	DeadLetter string
+	// Skipped is true for an event that an earlier Kafka transaction
+	// committed (exactly-once mode): it was not produced again.
+	Skipped bool
 }
 
 // Done is called once per published event, from the client's callback
@@ -257,6 +274,15 @@ type Done func(d Delivery, err error)
 // records behind it (anything but a dead-lettered event), every record
 // published until Abort fails with ErrNotSent, unsent.
 func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
+	var pos *event.Position
+	if s.tx != nil {
+		if s.tx.alreadyCommitted(e) {
+			done(Delivery{Topic: s.Topic(e), Partition: -1, Skipped: true}, nil)
+			return
+		}
+		p := e.Position()
+		pos = &p
+	}
 	if e.Invalid != nil {
 		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, done)
 		return
@@ -273,7 +299,15 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	// An event whose batch the broker refused goes in a request of its own,
 	// so that the broker's answer is about it alone.
 	alone := s.suspects.has(e.WALStart)
-	s.q.push(ctx, r, alone, func(r *kgo.Record, err error) {
+	if s.tx != nil {
+		// A record the client refuses as too large would doom its whole
+		// transaction: it goes to the dead-letter topic instead, in it.
+		if size, over := s.overCap(r); over {
+			s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the record (%d bytes with its framing) is over the topic's batch cap %d", kerr.MessageTooLarge, size, s.batchCapOf(topic)), done)
+			return
+		}
+	}
+	s.q.push(ctx, r, alone, pos, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
 			if alone {

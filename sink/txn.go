@@ -1,0 +1,486 @@
+package sink
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
+)
+
+// Exactly-once production (Config.Transactions).
+//
+// Records go to Kafka in transactions. The flusher opens one with the first
+// record of a round, and commits it at a round's end once it is Interval old
+// or holds MaxRecords events; with the events, the transaction holds a
+// record of the last event's position (event.Position) on the offsets topic,
+// keyed by Key. An event's Done runs only when its transaction committed, so
+// the caller confirms nothing that Kafka could still abort. If any record of
+// a transaction fails, or the commit does, the transaction is aborted, the
+// sink is broken as in at-least-once mode, and every event of the
+// transaction is answered with an error; the caller resends from its
+// confirmed position, and Publish answers at once, without producing, every
+// event at or before the committed position: Kafka has it already.
+//
+// At start (Ping) the transactional producer is initialised first, which
+// fences an earlier instance of the same transactional id and aborts its
+// open transaction; then the committed position is read with read_committed
+// isolation up to a marker that a transaction of this instance wrote, so
+// that nothing committed before it is missed. A commit whose outcome is
+// unknown is resolved the same way after the abort.
+
+// Transactions configures exactly-once production.
+type Transactions struct {
+	// ID is the transactional id: stable across restarts of the same
+	// relay, so that a new instance fences the old one. Required.
+	ID string
+	// Interval is how long a transaction stays open at most once it holds
+	// a record. Default 10ms.
+	Interval time.Duration
+	// MaxRecords commits a transaction that holds this many events.
+	// Default 10000.
+	MaxRecords int
+	// OffsetsTopic holds the committed positions, compacted, one
+	// partition; created if missing. Default "walrelay.offsets".
+	OffsetsTopic string
+	// Key keys this relay's positions on the offsets topic: the slot.
+	// Required.
+	Key string
+	// Source names the database the positions are of (its system
+	// identifier and name); a position of another source is refused.
+	Source string
+	// Timeout is the transaction timeout the broker enforces. Default 60s.
+	Timeout time.Duration
+	// OnCommit and OnAbort, if set, observe each transaction committed
+	// (its last position and how long the commit took) and aborted; they
+	// run on the flusher and must not block.
+	OnCommit func(last event.Position, took time.Duration)
+	OnAbort  func()
+}
+
+func (t *Transactions) defaults() error {
+	if t.ID == "" || t.Key == "" {
+		return errors.New("exactly-once: a transactional id and a key are required")
+	}
+	if t.Interval <= 0 {
+		t.Interval = 10 * time.Millisecond
+	}
+	if t.MaxRecords <= 0 {
+		t.MaxRecords = 10000
+	}
+	if t.OffsetsTopic == "" {
+		t.OffsetsTopic = "walrelay.offsets"
+	}
+	if !ValidTopic(t.OffsetsTopic) {
+		return fmt.Errorf("offsets topic %q is not a valid Kafka topic name", t.OffsetsTopic)
+	}
+	if t.Timeout <= 0 {
+		t.Timeout = time.Minute
+	}
+	if t.Interval >= t.Timeout/4 {
+		return fmt.Errorf("transaction interval %s must be under a quarter of the transaction timeout %s", t.Interval, t.Timeout)
+	}
+	return nil
+}
+
+// ErrFenced stops a relay whose transactional id another instance took.
+var ErrFenced = errors.New("another walrelay instance took over the transactional id (fenced)")
+
+// txns is the sink's state in exactly-once mode.
+type txns struct {
+	cfg Transactions
+
+	mu        sync.Mutex
+	committed event.Position // every event at or before it is in Kafka
+	failed    error          // the first failure of a record of the open transaction
+	held      []heldDone     // the open transaction's answers, given when it ends
+
+	// The flusher's own.
+	open    bool
+	began   time.Time
+	events  int
+	last    event.Position // the position of the last event produced in it
+	commits uint64
+}
+
+type heldDone struct {
+	done func(*kgo.Record, error)
+	r    *kgo.Record
+	err  error
+}
+
+// positionRecord is the value of a position on the offsets topic.
+type positionRecord struct {
+	Slot            string `json:"slot"`
+	Source          string `json:"source,omitempty"`
+	CommitLSN       string `json:"commit_lsn"`
+	Index           int    `json:"index"`
+	TransactionalID string `json:"transactional_id"`
+	CommittedAt     string `json:"committed_at"`
+}
+
+// Committed returns the position up to which every event is in Kafka, in
+// exactly-once mode (the zero position before any).
+func (s *Sink) Committed() event.Position {
+	if s.tx == nil {
+		return event.Position{}
+	}
+	s.tx.mu.Lock()
+	defer s.tx.mu.Unlock()
+	return s.tx.committed
+}
+
+// Transactional reports whether the sink produces in transactions.
+func (s *Sink) Transactional() bool { return s.tx != nil }
+
+// alreadyCommitted reports whether e is at or before the committed
+// position.
+func (t *txns) alreadyCommitted(e *event.Event) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !e.Position().After(t.committed)
+}
+
+// hold returns the callback the client calls for a record of the open
+// transaction: it keeps the answer until the transaction ends, and breaks
+// the sink at a failure (nothing more may join a transaction that aborts).
+func (s *Sink) hold(done func(*kgo.Record, error)) func(*kgo.Record, error) {
+	t := s.tx
+	return func(r *kgo.Record, err error) {
+		t.mu.Lock()
+		t.held = append(t.held, heldDone{done, r, err})
+		if err != nil && t.failed == nil {
+			t.failed = err
+		}
+		t.mu.Unlock()
+		if err != nil {
+			s.q.breakOn(err)
+		}
+	}
+}
+
+// produceInTxn produces one record of a round in the open transaction,
+// opening one first if none is.
+func (s *Sink) produceInTxn(it queued) {
+	t := s.tx
+	if !t.open {
+		if err := s.cl.BeginTransaction(); err != nil {
+			s.q.breakOn(err)
+			it.done(it.r, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
+			return
+		}
+		t.open, t.began, t.events = true, time.Now(), 0
+	}
+	t.events++
+	if it.hasPos {
+		t.last = it.pos
+	}
+	s.cl.Produce(it.ctx, it.r, s.hold(it.done))
+}
+
+// commitDue reports whether the open transaction should commit now.
+func (t *txns) commitDue(now time.Time) bool {
+	return t.open && (now.Sub(t.began) >= t.cfg.Interval || t.events >= t.cfg.MaxRecords)
+}
+
+// commitBy returns when the open transaction must commit (zero if none is
+// open).
+func (t *txns) commitBy() time.Time {
+	if !t.open {
+		return time.Time{}
+	}
+	return t.began.Add(t.cfg.Interval)
+}
+
+// endTxn ends the open transaction: it commits it when commit is true and
+// every record of it succeeded, else it aborts it; then it gives the held
+// answers. It runs on the flusher after the round's Flush.
+func (s *Sink) endTxn(ctx context.Context, commit bool) {
+	t := s.tx
+	if !t.open {
+		return
+	}
+	t.open = false
+	t.mu.Lock()
+	cause := t.failed
+	t.mu.Unlock()
+	if !commit && cause == nil {
+		cause = errors.New("aborted")
+	}
+	unknown := false // a commit was tried, and its outcome is not known
+	if cause == nil {
+		cause = s.producePosition(ctx, t.last)
+	}
+	if cause == nil {
+		start := time.Now()
+		cause = s.cl.EndTransaction(ctx, kgo.TryCommit)
+		if cause == nil {
+			s.committedTxn(t.last, time.Since(start))
+			return
+		}
+		unknown = !errors.Is(cause, kerr.OperationNotAttempted)
+		cause = fmt.Errorf("commit the kafka transaction: %w", cause)
+	}
+	s.q.breakOn(cause)
+	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		cause = errors.Join(cause, fmt.Errorf("abort the kafka transaction: %w", err))
+	}
+	if fenced(cause) {
+		cause = failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, cause))
+	} else if unknown {
+		// The commit may have landed: the committed position says.
+		if err := s.readCommitted(ctx); err != nil {
+			cause = failure.Mark(failure.Fatal, errors.Join(cause, fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err)))
+		}
+	}
+	s.log.Warn("kafka transaction aborted; its events are sent again", "err", cause)
+	if t.cfg.OnAbort != nil {
+		t.cfg.OnAbort()
+	}
+	s.giveHeld(cause)
+}
+
+// committedTxn records a committed transaction and gives its answers.
+func (s *Sink) committedTxn(last event.Position, took time.Duration) {
+	t := s.tx
+	t.mu.Lock()
+	if last.After(t.committed) {
+		t.committed = last
+	}
+	t.commits++
+	t.mu.Unlock()
+	if t.cfg.OnCommit != nil {
+		t.cfg.OnCommit(last, took)
+	}
+	s.giveHeld(nil)
+}
+
+// giveHeld answers the held records: with their own error, else with
+// cause (nil: committed).
+func (s *Sink) giveHeld(cause error) {
+	t := s.tx
+	t.mu.Lock()
+	held := t.held
+	t.held, t.failed = nil, nil
+	t.mu.Unlock()
+	var notSent error
+	if cause != nil {
+		notSent = fmt.Errorf("%w: the kafka transaction was aborted: %w", ErrNotSent, cause)
+		if failure.IsFatal(cause) {
+			notSent = failure.Mark(failure.Fatal, notSent)
+		}
+	}
+	for _, h := range held {
+		err := h.err
+		switch {
+		case cause != nil && failure.IsFatal(cause):
+			err = cause // fenced, say: each event says so
+		case err == nil:
+			err = notSent
+		}
+		h.done(h.r, err)
+	}
+}
+
+// fenced reports whether err says that another producer took the
+// transactional id.
+func fenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+}
+
+// producePosition produces the position record of the open transaction and
+// flushes, so that every record of it is answered.
+func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
+	t := s.tx
+	v, err := json.Marshal(positionRecord{Slot: t.cfg.Key, Source: t.cfg.Source, CommitLSN: last.CommitLSN.String(), Index: last.Index,
+		TransactionalID: t.cfg.ID, CommittedAt: time.Now().UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		return err
+	}
+	var perr error
+	s.cl.Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key), Value: v}, func(_ *kgo.Record, err error) { perr = err })
+	if err := s.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flush the kafka transaction: %w", err)
+	}
+	if perr != nil {
+		return fmt.Errorf("produce the position to %s: %w", t.cfg.OffsetsTopic, perr)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failed
+}
+
+// startTxns initialises the transactional producer (fencing an earlier
+// instance), makes sure the offsets topic exists as it must, and reads the
+// committed position. Ping calls it before anything is produced.
+func (s *Sink) startTxns(ctx context.Context) error {
+	t := s.tx
+	if _, _, err := s.cl.ProducerID(ctx); err != nil {
+		if fenced(err) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w", t.cfg.ID, err))
+		}
+		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", t.cfg.ID, err)
+	}
+	if err := s.ensureOffsetsTopic(ctx); err != nil {
+		return err
+	}
+	return s.readCommitted(ctx)
+}
+
+// ensureOffsetsTopic creates the offsets topic if it is missing, compacted
+// with one partition, and refuses one of another shape.
+func (s *Sink) ensureOffsetsTopic(ctx context.Context) error {
+	topic := s.tx.cfg.OffsetsTopic
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, -1
+	for k, v := range map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "0"} {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 10000
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
+	}
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, s.cl)
+	if err != nil {
+		return fmt.Errorf("read the offsets topic's metadata: %w", err)
+	}
+	if n := len(mresp.Topics[0].Partitions); n != 1 {
+		return failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has %d partitions: it must have one (kafka.offsets_topic names another, or delete it when no relay uses it)", topic, n))
+	}
+	dreq := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	res.ConfigNames = []string{"cleanup.policy"}
+	dreq.Resources = append(dreq.Resources, res)
+	dresp, err := dreq.RequestWith(ctx, s.cl)
+	if err != nil || len(dresp.Resources) == 0 || dresp.Resources[0].ErrorCode != 0 {
+		s.log.Warn("cannot read the offsets topic's cleanup.policy", "topic", topic, "err", err)
+		return nil
+	}
+	for _, c := range dresp.Resources[0].Configs {
+		if c.Name == "cleanup.policy" && c.Value != nil && *c.Value != "compact" && *c.Value != "compact,delete" && *c.Value != "delete,compact" {
+			return failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has cleanup.policy=%s: it must be compact (a deleted position would resend everything after it)", topic, *c.Value))
+		}
+	}
+	return nil
+}
+
+// readCommitted reads the committed position of Key: it commits a marker
+// of its own to the offsets topic, then reads the topic from its start with
+// read_committed isolation until the marker, so every position committed
+// before it is seen. It runs with nothing else produced meanwhile.
+func (s *Sink) readCommitted(ctx context.Context) error {
+	t := s.tx
+	nonce := make([]byte, 8)
+	rand.Read(nonce)
+	marker := hex.EncodeToString(nonce)
+	markerKey := t.cfg.Key + "#marker"
+	if err := s.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin a kafka transaction: %w", err)
+	}
+	// The client flushes manually (rounds.go): produce, then flush.
+	var err error
+	s.cl.Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(markerKey), Value: []byte(marker)}, func(_ *kgo.Record, perr error) { err = perr })
+	if ferr := s.cl.Flush(ctx); ferr != nil && err == nil {
+		err = ferr
+	}
+	try := kgo.TryCommit
+	if err != nil {
+		try = kgo.TryAbort
+	}
+	if endErr := s.cl.EndTransaction(ctx, try); err == nil {
+		err = endErr
+	}
+	if err != nil {
+		if fenced(err) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+		}
+		return fmt.Errorf("write a marker to the offsets topic %s: %w", t.cfg.OffsetsTopic, err)
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.ClientID(s.cfg.ClientID + "-offsets"),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.cfg.OffsetsTopic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+	}, s.cfg.Opts...)...)
+	if err != nil {
+		return fmt.Errorf("create the offsets reader: %w", err)
+	}
+	defer cl.Close()
+	var pos event.Position
+	var found bool
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read the offsets topic %s: %w", t.cfg.OffsetsTopic, err)
+		}
+		for _, fe := range fs.Errors() {
+			if !kerr.IsRetriable(fe.Err) {
+				return fmt.Errorf("read the offsets topic %s: %w", t.cfg.OffsetsTopic, fe.Err)
+			}
+		}
+		done := false
+		var bad error
+		fs.EachRecord(func(r *kgo.Record) {
+			switch string(r.Key) {
+			case markerKey:
+				done = done || string(r.Value) == marker
+			case t.cfg.Key:
+				if done {
+					return
+				}
+				var pr positionRecord
+				if err := json.Unmarshal(r.Value, &pr); err != nil {
+					bad = fmt.Errorf("position record at offset %d: %w", r.Offset, err)
+					return
+				}
+				lsn, err := pglogrepl.ParseLSN(pr.CommitLSN)
+				if err != nil {
+					bad = fmt.Errorf("position record at offset %d: %w", r.Offset, err)
+					return
+				}
+				if pr.Source != "" && t.cfg.Source != "" && pr.Source != t.cfg.Source {
+					bad = fmt.Errorf("the offsets topic %s holds a position of slot %s on another database (%s, not %s): give this relay its own slot name or offsets topic", t.cfg.OffsetsTopic, pr.Slot, pr.Source, t.cfg.Source)
+					return
+				}
+				pos, found = event.Position{CommitLSN: lsn, Index: pr.Index}, true
+			}
+		})
+		if bad != nil {
+			return failure.Mark(failure.Fatal, bad)
+		}
+		if done {
+			break
+		}
+	}
+	t.mu.Lock()
+	t.committed = pos
+	t.mu.Unlock()
+	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", found)
+	return nil
+}

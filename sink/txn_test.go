@@ -1,0 +1,104 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/internal/kafkatest"
+)
+
+func txnSink(t *testing.T, kc *kafkatest.Cluster, id string) *Sink {
+	t.Helper()
+	s := newSink(t, kc, Config{Transactions: &Transactions{ID: id, Key: "slot_a", Source: "db"}})
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func txnEvent(lsn pglogrepl.LSN, index int) *event.Event {
+	e := newEvent(fmt.Sprintf("e-%s-%d", lsn, index))
+	e.CommitLSN, e.Index = lsn, index
+	return e
+}
+
+// readCommittedIDs reads the event ids on the order topic with
+// read_committed isolation until want are there.
+func readCommittedIDs(t *testing.T, kc *kafkatest.Cluster, want int) []string {
+	t.Helper()
+	col, err := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	if _, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= want }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // room for one more, which would be a duplicate
+	var ids []string
+	for _, r := range col.Records() {
+		ids = append(ids, string(kafkatest.Header(r, "id")))
+	}
+	return ids
+}
+
+// TestExactlyOnceResumesFromTheCommittedPosition: events are answered once
+// their transaction committed; a new sink of the same transactional id
+// reads the committed position, answers the events at or before it without
+// producing them, and fences the old sink, whose next transaction fails
+// fatally.
+func TestExactlyOnceResumesFromTheCommittedPosition(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	first := txnSink(t, kc, "walrelay-test")
+	for i := range 3 {
+		if err := publish(t, first, txnEvent(0x100, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := first.Committed(); got != (event.Position{CommitLSN: 0x100, Index: 2}) {
+		t.Fatalf("committed %s after three acknowledged events, want 0/100#2", got)
+	}
+
+	second := txnSink(t, kc, "walrelay-test")
+	if got := second.Committed(); got != (event.Position{CommitLSN: 0x100, Index: 2}) {
+		t.Fatalf("the new instance read %s, want 0/100#2", got)
+	}
+	// The stream resent from before: the first three are in Kafka.
+	for i := range 3 {
+		done := make(chan Delivery, 1)
+		second.Publish(t.Context(), txnEvent(0x100, i), func(d Delivery, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			done <- d
+		})
+		if d := <-done; !d.Skipped {
+			t.Fatalf("event %d was produced again", i)
+		}
+	}
+	if err := publish(t, second, txnEvent(0x200, 0)); err != nil {
+		t.Fatal(err)
+	}
+	ids := readCommittedIDs(t, kc, 4)
+	if got := strings.Join(ids, ","); got != "e-0/100-0,e-0/100-1,e-0/100-2,e-0/200-0" {
+		t.Fatalf("read %s", got)
+	}
+
+	// The first instance was fenced: it must never commit again.
+	err := publish(t, first, txnEvent(0x300, 0))
+	if !errors.Is(err, ErrFenced) || !failure.IsFatal(err) {
+		t.Fatalf("the fenced instance's publish: %v, want a fatal ErrFenced", err)
+	}
+	if got := len(readCommittedIDs(t, kc, 4)); got != 4 {
+		t.Fatalf("%d records after the fenced publish, want 4", got)
+	}
+}
