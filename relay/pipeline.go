@@ -187,12 +187,15 @@ func (p *pipeline) failureNow() (err error, fatal bool) {
 func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) error {
 	p.mu.Lock()
 	failed := p.restartErr != nil
-	later := p.cur != nil
 	p.mu.Unlock()
-	// A transactional sink ends its open transaction at every new session
-	// (Abort): an event of it that the new session resends must not join
-	// the transaction twice, and the sink skips only what committed.
-	if failed || later && isTransactional(p.sink) {
+	if t, ok := p.sink.(transactional); ok && t.Transactional() {
+		// The session holds the slot: the sink may fence an earlier
+		// instance, and ends its open transaction at every later session
+		// (sink.Sink.Resume).
+		if err := t.Resume(ctx); err != nil {
+			return fmt.Errorf("resume the kafka transactions: %w", err)
+		}
+	} else if failed {
 		if err := p.sink.Abort(ctx); err != nil {
 			return fmt.Errorf("settle the failed session's records: %w", err)
 		}
@@ -316,8 +319,10 @@ func (p *pipeline) flush(ctx context.Context) error {
 	}
 }
 
-// isTransactional reports whether pub produces in Kafka transactions.
-func isTransactional(pub Publisher) bool {
-	t, ok := pub.(interface{ Transactional() bool })
-	return ok && t.Transactional()
+// transactional is a Publisher that may produce in Kafka transactions
+// (*sink.Sink in exactly-once mode): Resume is called at the start of
+// every session, once it holds the slot, instead of Abort.
+type transactional interface {
+	Transactional() bool
+	Resume(ctx context.Context) error
 }

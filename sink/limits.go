@@ -16,8 +16,8 @@ import (
 
 // Ping checks that a broker answers within ctx, and reads the broker's
 // message.max.bytes and the dead-letter topic's limit. In exactly-once mode
-// it also initialises the transactional producer, which fences an earlier
-// instance, and reads the committed position: call it before Publish.
+// it also creates the offsets topic if it is missing, and refuses one of
+// another shape; Resume starts the transactions.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.cl.Ping(ctx); err != nil {
 		err = fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
@@ -39,7 +39,7 @@ func (s *Sink) Ping(ctx context.Context) error {
 	}
 	s.topicInfoFor(ctx, s.cfg.DLQTopic)
 	if s.tx != nil {
-		return s.startTxns(ctx)
+		return s.ensureOffsetsTopic(ctx)
 	}
 	return nil
 }

@@ -33,7 +33,8 @@ import (
 // confirmed position, and Publish answers at once, without producing, every
 // event at or before the committed position: Kafka has it already.
 //
-// At start (Ping) the transactional producer is initialised first, which
+// At start (Resume, once the replication session holds the slot) the
+// transactional producer is initialised first, which
 // fences an earlier instance of the same transactional id and aborts its
 // open transaction; then the committed position is read with read_committed
 // isolation up to a marker that a transaction of this instance wrote, so
@@ -105,6 +106,8 @@ type txns struct {
 	committed event.Position // every event at or before it is in Kafka
 	failed    error          // the first failure of a record of the open transaction
 	held      []heldDone     // the open transaction's answers, given when it ends
+
+	started bool // Resume initialised the producer; only the caller's goroutine reads it
 
 	// The flusher's own.
 	open    bool
@@ -322,21 +325,34 @@ func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 	return t.failed
 }
 
-// startTxns initialises the transactional producer (fencing an earlier
-// instance), makes sure the offsets topic exists as it must, and reads the
-// committed position. Ping calls it before anything is produced.
-func (s *Sink) startTxns(ctx context.Context) error {
+// Resume is called at the start of every replication session, once the
+// session holds the slot, before anything of it is published. In
+// exactly-once mode the first call initialises the transactional producer,
+// which fences an earlier instance of the transactional id (a zombie that
+// lost the slot) and aborts its open transaction, and then reads the
+// committed position; later calls end the open transaction as Abort does,
+// so that an event the new session resends cannot join it twice. In
+// at-least-once mode it does nothing. Waiting for the slot first keeps a
+// standby from fencing the instance that streams.
+func (s *Sink) Resume(ctx context.Context) error {
 	t := s.tx
+	if t == nil {
+		return nil
+	}
+	if t.started {
+		return s.Abort(ctx)
+	}
 	if _, _, err := s.cl.ProducerID(ctx); err != nil {
 		if fenced(err) {
 			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w", t.cfg.ID, err))
 		}
 		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", t.cfg.ID, err)
 	}
-	if err := s.ensureOffsetsTopic(ctx); err != nil {
+	if err := s.readCommitted(ctx); err != nil {
 		return err
 	}
-	return s.readCommitted(ctx)
+	t.started = true
+	return nil
 }
 
 // ensureOffsetsTopic creates the offsets topic if it is missing, compacted
@@ -360,15 +376,28 @@ func (s *Sink) ensureOffsetsTopic(ctx context.Context) error {
 	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
 	}
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	meta.Topics = append(meta.Topics, mt)
-	mresp, err := meta.RequestWith(ctx, s.cl)
-	if err != nil {
-		return fmt.Errorf("read the offsets topic's metadata: %w", err)
+	// A topic just created may show no partitions for a moment.
+	var n int
+	for try := 0; ; try++ {
+		meta := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(topic)
+		meta.Topics = append(meta.Topics, mt)
+		mresp, err := meta.RequestWith(ctx, s.cl)
+		if err != nil {
+			return fmt.Errorf("read the offsets topic's metadata: %w", err)
+		}
+		n = len(mresp.Topics[0].Partitions)
+		if n > 0 || try == 50 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the offsets topic %s: %w", topic, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	if n := len(mresp.Topics[0].Partitions); n != 1 {
+	if n != 1 {
 		return failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has %d partitions: it must have one (kafka.offsets_topic names another, or delete it when no relay uses it)", topic, n))
 	}
 	dreq := kmsg.NewPtrDescribeConfigsRequest()

@@ -21,6 +21,9 @@ func txnSink(t *testing.T, kc *kafkatest.Cluster, id string) *Sink {
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 

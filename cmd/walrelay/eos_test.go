@@ -3,6 +3,8 @@ package main
 import (
 	"math/rand/v2"
 	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/internal/poll"
 )
 
 // eosEnv is baseEnv in exactly-once mode, with an offsets topic of the
@@ -65,5 +68,107 @@ func TestExactlyOnceSurvivesSIGKILL(t *testing.T) {
 	t.Logf("exactly-once after 3 SIGKILLs: rows committed %d, %s", len(want), c)
 	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
 		t.Fatalf("exactly-once broken: %s", c)
+	}
+}
+
+// TestExactlyOnceZombieIsFenced: instance A is paused (SIGSTOP) past
+// wal_sender_timeout while rows are written; the server drops its session,
+// instance B takes the slot and the transactional id and streams; A is
+// resumed. A must never commit again: it stops with exit 1 saying that
+// another instance took over, or, if it held no open transaction, it waits
+// for the slot as a standby. B carries on, and a read_committed consumer
+// sees every row once.
+func TestExactlyOnceZombieIsFenced(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	needThrowaway(t, pg, "changes server settings")
+	col := committedCollector(t, kc)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	for _, sql := range []string{"ALTER SYSTEM SET wal_sender_timeout = '2s'", "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := eosEnv(pg, kc)
+	a := streaming(t, e)
+	w := newWriter(30, 13)
+	w.bytes = 100
+	stop := w.keepWriting(ctx, pg.DSN)
+	poll.Until(t, time.Minute, "A publishing", func() bool { return len(col.Records()) > 200 })
+	a.signal(syscall.SIGSTOP)
+	poll.Until(t, time.Minute, "the server dropping A's session", func() bool {
+		var senders int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication").Scan(&senders); err != nil {
+			t.Fatal(err)
+		}
+		return senders == 0
+	})
+	b := streaming(t, e)
+	before := len(col.Records())
+	poll.Until(t, time.Minute, "B publishing", func() bool { return len(col.Records()) > before+200 })
+	a.signal(syscall.SIGCONT)
+	var aExit string
+	select {
+	case <-a.done:
+		if code := a.exit(time.Second); code != 1 || !strings.Contains(a.out.String(), "another walrelay instance took over") {
+			t.Fatalf("A exited %d without saying it was fenced:\n%s", code, a.out.String())
+		}
+		aExit = "A stopped: fenced"
+	case <-time.After(10 * time.Second):
+		if !strings.Contains(a.out.String(), "slot is active in another process") {
+			t.Fatalf("A runs on, neither fenced nor waiting for the slot:\n%s", a.out.String())
+		}
+		aExit = "A waits for the slot (it held no open transaction)"
+		a.kill()
+	}
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	want := committedIDs(t, conn)
+	waitAll(t, col, want, 2*time.Minute)
+	time.Sleep(time.Second)
+	c := count(col.Records(), want)
+	t.Logf("%s; B: rows committed %d, %s", aExit, len(want), c)
+	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
+		t.Fatalf("exactly-once broken by a zombie: %s", c)
+	}
+	b.signal(syscall.SIGTERM)
+	if code := b.exit(40 * time.Second); code != 0 {
+		t.Fatalf("B: exit %d", code)
+	}
+}
+
+// TestExactlyOnceCleanStop: two SIGTERM restarts mid-stream in
+// exactly-once mode: each exits 0 with its transaction ended, and nothing
+// arrives twice.
+func TestExactlyOnceCleanStop(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	col := committedCollector(t, kc)
+	conn := connect(t, pg.DSN)
+	w := newWriter(20, 4)
+	w.bytes = 100
+	stop := w.keepWriting(t.Context(), pg.DSN)
+	e := eosEnv(pg, kc)
+	for range 2 {
+		p := streaming(t, e)
+		time.Sleep(700 * time.Millisecond)
+		p.signal(syscall.SIGTERM)
+		if code := p.exit(40 * time.Second); code != 0 {
+			t.Fatalf("SIGTERM: exit %d", code)
+		}
+	}
+	streaming(t, e)
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	want := committedIDs(t, conn)
+	waitAll(t, col, want, 2*time.Minute)
+	time.Sleep(time.Second)
+	c := count(col.Records(), want)
+	t.Logf("exactly-once after two SIGTERM restarts: rows committed %d, %s", len(want), c)
+	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
+		t.Fatalf("exactly-once broken by a clean stop: %s", c)
 	}
 }
