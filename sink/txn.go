@@ -17,6 +17,7 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/internal/faultinject"
 )
 
 // Exactly-once production (Config.Transactions).
@@ -312,6 +313,7 @@ func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 	if err != nil {
 		return err
 	}
+	faultinject.Reached("txn_events_flushed")
 	var perr error
 	s.cl.Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key), Value: v}, func(_ *kgo.Record, err error) { perr = err })
 	if err := s.cl.Flush(ctx); err != nil {
@@ -320,6 +322,7 @@ func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 	if perr != nil {
 		return fmt.Errorf("produce the position to %s: %w", t.cfg.OffsetsTopic, perr)
 	}
+	faultinject.Reached("txn_position_flushed")
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.failed

@@ -105,3 +105,30 @@ func TestExactlyOnceResumesFromTheCommittedPosition(t *testing.T) {
 		t.Fatalf("%d records after the fenced publish, want 4", got)
 	}
 }
+
+// TestExactlyOnceManyInFlight: thousands of events published without
+// waiting, over several transactions: every one is answered once, in
+// order of commit, and the committed position is the last.
+func TestExactlyOnceManyInFlight(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := txnSink(t, kc, "walrelay-many")
+	const n = 6000
+	acked := make(chan error, n)
+	for i := range n {
+		s.Publish(t.Context(), txnEvent(pglogrepl.LSN(0x1000+i/20), i%20), func(_ Delivery, err error) { acked <- err })
+	}
+	for range n {
+		select {
+		case err := <-acked:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("an event was not answered within 30 s")
+		}
+	}
+	if got, want := s.Committed(), (event.Position{CommitLSN: 0x1000 + (n-1)/20, Index: 19}); got != want {
+		t.Fatalf("committed %s, want %s", got, want)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strings"
@@ -170,5 +171,60 @@ func TestExactlyOnceCleanStop(t *testing.T) {
 	t.Logf("exactly-once after two SIGTERM restarts: rows committed %d, %s", len(want), c)
 	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
 		t.Fatalf("exactly-once broken by a clean stop: %s", c)
+	}
+}
+
+// TestExactlyOnceCrashPoints kills walrelay (a build with the faultinject
+// hooks) at each point between a transaction's events and the slot's
+// confirmation, three times each: after the events were flushed and before
+// the position record; after the position record was flushed and before
+// the commit; after the commit (the acknowledgement) and before the
+// checkpoint heard of it. A read_committed consumer sees every row once.
+func TestExactlyOnceCrashPoints(t *testing.T) {
+	t.Parallel()
+	bin, err := faultBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, point := range []struct{ name, variable, value string }{
+		{"events flushed", "WALRELAY_FAULT_KILL_AT", "txn_events_flushed:%d"},
+		{"position flushed", "WALRELAY_FAULT_KILL_AT", "txn_position_flushed:%d"},
+		{"committed", "WALRELAY_FAULT_KILL_AFTER_ACKS", "%d"},
+	} {
+		t.Run(point.name, func(t *testing.T) {
+			t.Parallel()
+			pg, kc, _ := setup(t)
+			col := committedCollector(t, kc)
+			conn := connect(t, pg.DSN)
+			w := newWriter(20, 17)
+			w.bytes = 100
+			stop := w.keepWriting(t.Context(), pg.DSN)
+			e := eosEnv(pg, kc)
+			// Each process commits a transaction (or 300 events), then dies
+			// in the next: rows are written meanwhile, so there always is
+			// one.
+			n := 2
+			if point.variable == "WALRELAY_FAULT_KILL_AFTER_ACKS" {
+				n = 300
+			}
+			for i := range 3 {
+				p := startBin(t, bin, e.with(point.variable, fmt.Sprintf(point.value, n)), "run")
+				if code := p.exit(60 * time.Second); code != -1 {
+					t.Fatalf("run %d: exit %d, want killed by SIGKILL:\n%s", i+1, code, tail(p.out.String(), 2000))
+				}
+			}
+			if n := stop(); n != 0 {
+				t.Fatalf("%d writes failed", n)
+			}
+			streaming(t, e)
+			want := committedIDs(t, conn)
+			waitAll(t, col, want, 2*time.Minute)
+			time.Sleep(time.Second)
+			c := count(col.Records(), want)
+			t.Logf("exactly-once, killed three times at %q: %s", point.name, c)
+			if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
+				t.Fatalf("exactly-once broken: %s", c)
+			}
+		})
 	}
 }
