@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
@@ -224,6 +226,89 @@ func TestExactlyOnceCrashPoints(t *testing.T) {
 			t.Logf("exactly-once, killed three times at %q: %s", point.name, c)
 			if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
 				t.Fatalf("exactly-once broken: %s", c)
+			}
+		})
+	}
+}
+
+// TestExactlyOnceBrokerFaults: Kafka's faults while rows are written
+// without pause, in exactly-once mode: the brokers refused for 2 s five
+// times; produce requests refused with a non-retriable and a retriable
+// error; EndTxn refused, which leaves the commit's outcome unknown (the
+// last two need kfake's controls). A read_committed consumer sees every row
+// once, in order.
+func TestExactlyOnceBrokerFaults(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []struct {
+		name   string
+		inject func(t *testing.T, kc *broker)
+		aborts int // at least this many aborted transactions logged
+	}{
+		{"brokers down", func(t *testing.T, kc *broker) {
+			fk := kc.net(t)
+			for range 5 {
+				time.Sleep(time.Second)
+				fk.Down()
+				time.Sleep(2 * time.Second)
+				fk.Up()
+			}
+		}, 0}, // the client may retry through a 2 s outage: nothing fails
+		{"produce refused", func(t *testing.T, kc *broker) {
+			fk := kc.fake(t)
+			for _, code := range []int16{kerr.UnknownServerError.Code, kerr.NotLeaderForPartition.Code, kerr.UnknownServerError.Code, kerr.RequestTimedOut.Code, kerr.UnknownServerError.Code} {
+				time.Sleep(700 * time.Millisecond)
+				fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+					return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), code), nil, true
+				})
+			}
+		}, 3},
+		{"commit refused", func(t *testing.T, kc *broker) {
+			fk := kc.fake(t)
+			for range 4 {
+				time.Sleep(700 * time.Millisecond)
+				fk.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+					end := req.(*kmsg.EndTxnRequest)
+					if !end.Commit {
+						fk.KeepControl() // not this one: the next commit
+						return nil, nil, false
+					}
+					resp := end.ResponseKind().(*kmsg.EndTxnResponse)
+					resp.ErrorCode = kerr.UnknownServerError.Code
+					return resp, nil, true
+				})
+			}
+		}, 4},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			t.Parallel()
+			pg, kc, _ := setup(t)
+			col := committedCollector(t, kc)
+			if fault.name != "brokers down" {
+				kc.fake(t) // skips against the real broker
+			} else {
+				kc.net(t) // before eosEnv: walrelay goes through it
+			}
+			conn := connect(t, pg.DSN)
+			p := streaming(t, eosEnv(pg, kc))
+			w := newWriter(30, 23)
+			w.bytes = 100
+			stop := w.keepWriting(t.Context(), pg.DSN)
+			fault.inject(t, kc)
+			time.Sleep(time.Second)
+			if n := stop(); n != 0 {
+				t.Fatalf("%d writes failed", n)
+			}
+			want := committedIDs(t, conn)
+			waitAll(t, col, want, 2*time.Minute)
+			time.Sleep(time.Second)
+			c := count(col.Records(), want)
+			aborts := strings.Count(p.out.String(), "kafka transaction aborted")
+			t.Logf("exactly-once, %s: %d transactions aborted, rows committed %d, %s", fault.name, aborts, len(want), c)
+			if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
+				t.Fatalf("exactly-once broken: %s", c)
+			}
+			if aborts < fault.aborts {
+				t.Fatalf("%d transactions aborted, want at least %d: the fault was not met", aborts, fault.aborts)
 			}
 		})
 	}
