@@ -344,6 +344,10 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fmt.Fprintf(tw, "in flight\t%d\n", st.InFlight)
 	fmt.Fprintf(tw, "published / dead-lettered\t%d / %d\n", st.Published, st.DeadLettered)
 	fmt.Fprintf(tw, "seconds behind source\t%.3f\n", st.SecondsBehindSource)
+	if x := st.ExactlyOnce; x != nil {
+		fmt.Fprintf(tw, "exactly once: committed position\t%s\n", x.CommittedPosition)
+		fmt.Fprintf(tw, "kafka transactions committed / aborted\t%d / %d\n", x.TransactionsCommitted, x.TransactionsAborted)
+	}
 	if st.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", st.Error)
 	}

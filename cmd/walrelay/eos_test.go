@@ -162,6 +162,8 @@ func TestExactlyOnceCleanStop(t *testing.T) {
 			t.Fatalf("SIGTERM: exit %d", code)
 		}
 	}
+	adminAddr := freeAddr(t)
+	e = e.with("WALRELAY_ADMIN_LISTEN", adminAddr)
 	streaming(t, e)
 	if n := stop(); n != 0 {
 		t.Fatalf("%d writes failed", n)
@@ -174,6 +176,18 @@ func TestExactlyOnceCleanStop(t *testing.T) {
 	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
 		t.Fatalf("exactly-once broken by a clean stop: %s", c)
 	}
+	// The transactions are seen in the metrics and the status.
+	metrics := httpGet(t, "http://"+adminAddr+"/metrics")
+	for _, m := range []string{`walrelay_kafka_transactions_total{outcome="committed"}`, "walrelay_kafka_transaction_commit_seconds_count", "walrelay_kafka_committed_lsn"} {
+		if !strings.Contains(metrics, m) {
+			t.Fatalf("/metrics has no %s", m)
+		}
+	}
+	code, out := runCmd(t, e, "status")
+	if code != 0 || !strings.Contains(out, "exactly once: committed position") || !strings.Contains(out, "kafka transactions committed / aborted") {
+		t.Fatalf("status: exit %d:\n%s", code, out)
+	}
+	t.Logf("status:\n%s", out)
 }
 
 // TestExactlyOnceCrashPoints kills walrelay (a build with the faultinject

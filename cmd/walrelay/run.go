@@ -50,13 +50,16 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	rcfg.Hooks = m.Hooks()
+	if tc := rcfg.Sink.Transactions; tc != nil {
+		tc.OnCommit, tc.OnAbort = m.TransactionHooks()
+	}
 	r, err := relay.New(rcfg)
 	if err != nil {
 		return err
 	}
 	m.Register(r)
 	if cfg.Admin.Listen != "" {
-		srv, err := admin.Serve(cfg.Admin.Listen, m.Mux(r, cfg.Postgres.Slot, cfg.Admin.Pprof), log)
+		srv, err := admin.Serve(cfg.Admin.Listen, m.Mux(r, cfg.Postgres.Slot, cfg.Kafka.ExactlyOnce, cfg.Admin.Pprof), log)
 		if err != nil {
 			return err
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -46,6 +47,12 @@ type Metrics struct {
 	slotLag       prometheus.Gauge
 	slotRetained  prometheus.Gauge
 	commitToAck   prometheus.Histogram
+	kafkaTxns     *prometheus.CounterVec
+	kafkaTxnTime  prometheus.Histogram
+	committedAt   atomic.Uint64 // exactly-once: the committed position's commit LSN
+	committedPos  atomic.Value  // string: the committed position
+	txnCommitted  atomic.Int64
+	txnAborted    atomic.Int64
 
 	kafka           *kprom.Metrics // the Kafka client's own metrics (walrelay_kafka_*)
 	kafkaReconnects atomic.Uint64
@@ -77,8 +84,14 @@ func New() *Metrics {
 	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_commit_to_ack_seconds", Help: "From an event's commit in PostgreSQL to Kafka's acknowledgement.",
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
 	m.orderBreaks = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_order_breaks_total", Help: "Events written ahead of an earlier event of their partition that failed to publish and was sent again after them (must stay 0; see Reconnects in the README)."})
+	m.kafkaTxns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_kafka_transactions_total", Help: "Kafka transactions of exactly-once mode, by outcome (committed, aborted)."}, []string{"outcome"})
+	m.kafkaTxnTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_kafka_transaction_commit_seconds", Help: "How long a Kafka transaction's commit (EndTxn) took, in exactly-once mode.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}})
+	committedLSN := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walrelay_kafka_committed_lsn", Help: "Exactly-once mode: the commit LSN of the last event in a committed Kafka transaction, as a number."},
+		func() float64 { return float64(m.committedAt.Load()) })
 	m.kafka = kprom.NewMetrics("walrelay_kafka", kprom.Registerer(m.reg), kprom.Gatherer(m.reg))
 	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.commitToAck,
+		m.kafkaTxns, m.kafkaTxnTime, committedLSN,
 		// The Go runtime's and the process's own (go_*, process_*: heap, GC,
 		// goroutines, RSS, CPU, open files).
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
@@ -100,6 +113,21 @@ func (m *Metrics) Hooks() relay.Hooks {
 			}
 		},
 	}
+}
+
+// TransactionHooks observe exactly-once mode's Kafka transactions
+// (sink.Transactions' OnCommit and OnAbort).
+func (m *Metrics) TransactionHooks() (onCommit func(event.Position, time.Duration), onAbort func()) {
+	return func(last event.Position, took time.Duration) {
+			m.kafkaTxns.WithLabelValues("committed").Inc()
+			m.kafkaTxnTime.Observe(took.Seconds())
+			m.committedAt.Store(uint64(last.CommitLSN))
+			m.committedPos.Store(last.String())
+			m.txnCommitted.Add(1)
+		}, func() {
+			m.kafkaTxns.WithLabelValues("aborted").Inc()
+			m.txnAborted.Add(1)
+		}
 }
 
 // Register adds the gauges read from the running relay at scrape time.
@@ -235,12 +263,22 @@ type Status struct {
 	Published           int64   `json:"events_published"`
 	DeadLettered        int64   `json:"events_dead_lettered"`
 	SecondsBehindSource float64 `json:"seconds_behind_source"`
-	Error               string  `json:"error,omitempty"`
+	// ExactlyOnce is set in exactly-once mode.
+	ExactlyOnce *ExactlyOnceStatus `json:"exactly_once,omitempty"`
+	Error       string             `json:"error,omitempty"`
 }
 
-// Mux serves /healthz, /readyz, /metrics, /status and, if withPprof,
-// /debug/pprof, for the relay r of slot.
-func (m *Metrics) Mux(r *relay.Relay, slot string, withPprof bool) *http.ServeMux {
+// ExactlyOnceStatus is the state of exactly-once mode's Kafka transactions.
+type ExactlyOnceStatus struct {
+	CommittedPosition     string `json:"committed_position"`
+	TransactionsCommitted int64  `json:"transactions_committed"`
+	TransactionsAborted   int64  `json:"transactions_aborted"`
+}
+
+// Mux serves /healthz, /readyz, /metrics, /status (with the transactions'
+// state if exactlyOnce) and, if withPprof, /debug/pprof, for the relay r of
+// slot.
+func (m *Metrics) Mux(r *relay.Relay, slot string, exactlyOnce, withPprof bool) *http.ServeMux {
 	kafkaOK := m.kafkaReachable
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -266,6 +304,10 @@ func (m *Metrics) Mux(r *relay.Relay, slot string, withPprof bool) *http.ServeMu
 		doc.Published = m.publishedN.Load()
 		doc.DeadLettered = m.deadLetteredN.Load()
 		doc.SecondsBehindSource = m.behind(r)
+		if exactlyOnce {
+			pos, _ := m.committedPos.Load().(string)
+			doc.ExactlyOnce = &ExactlyOnceStatus{CommittedPosition: pos, TransactionsCommitted: m.txnCommitted.Load(), TransactionsAborted: m.txnAborted.Load()}
+		}
 		if err := r.Err(); err != nil {
 			doc.Error = err.Error()
 		}
