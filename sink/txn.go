@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -380,19 +381,13 @@ func (s *Sink) ensureOffsetsTopic(ctx context.Context) error {
 		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
 	}
 	// A topic just created may show no partitions for a moment.
-	var n int
 	for try := 0; ; try++ {
-		meta := kmsg.NewPtrMetadataRequest()
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(topic)
-		meta.Topics = append(meta.Topics, mt)
-		mresp, err := meta.RequestWith(ctx, s.cl)
-		if err != nil {
-			return fmt.Errorf("read the offsets topic's metadata: %w", err)
-		}
-		n = len(mresp.Topics[0].Partitions)
-		if n > 0 || try == 50 {
-			break
+		exists, err := s.offsetsTopicShape(ctx, topic)
+		if err != nil || exists || try == 50 {
+			if err == nil && !exists {
+				err = fmt.Errorf("the offsets topic %s does not show in the metadata after its creation", topic)
+			}
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -400,8 +395,26 @@ func (s *Sink) ensureOffsetsTopic(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// offsetsTopicShape reports whether the offsets topic exists, and refuses
+// (fatal) one of another shape than one compacted partition. It changes
+// nothing.
+func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool, err error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, s.cl)
+	if err != nil {
+		return false, fmt.Errorf("read the offsets topic's metadata: %w", err)
+	}
+	n := len(mresp.Topics[0].Partitions)
+	if n == 0 {
+		return false, nil
+	}
 	if n != 1 {
-		return failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has %d partitions: it must have one (kafka.offsets_topic names another, or delete it when no relay uses it)", topic, n))
+		return true, failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has %d partitions: it must have one (kafka.offsets_topic names another, or delete it when no relay uses it)", topic, n))
 	}
 	dreq := kmsg.NewPtrDescribeConfigsRequest()
 	res := kmsg.NewDescribeConfigsRequestResource()
@@ -411,14 +424,40 @@ func (s *Sink) ensureOffsetsTopic(ctx context.Context) error {
 	dresp, err := dreq.RequestWith(ctx, s.cl)
 	if err != nil || len(dresp.Resources) == 0 || dresp.Resources[0].ErrorCode != 0 {
 		s.log.Warn("cannot read the offsets topic's cleanup.policy", "topic", topic, "err", err)
-		return nil
+		return true, nil
 	}
 	for _, c := range dresp.Resources[0].Configs {
-		if c.Name == "cleanup.policy" && c.Value != nil && *c.Value != "compact" && *c.Value != "compact,delete" && *c.Value != "delete,compact" {
-			return failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has cleanup.policy=%s: it must be compact (a deleted position would resend everything after it)", topic, *c.Value))
+		if c.Name == "cleanup.policy" && c.Value != nil && !strings.Contains(*c.Value, "compact") {
+			return true, failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has cleanup.policy=%s: it must be compact (a deleted position would resend everything after it)", topic, *c.Value))
 		}
 	}
-	return nil
+	return true, nil
+}
+
+// CheckTransactions reports whether the brokers give what exactly-once
+// mode needs: transactions (the InitProducerId and EndTxn requests), and
+// an offsets topic of the right shape if it exists (Resume creates a
+// missing one). It changes nothing.
+func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic string) (string, error) {
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, s.cl)
+	if err != nil {
+		return "", fmt.Errorf("ask the brokers' API versions: %w", err)
+	}
+	has := map[int16]bool{}
+	for _, k := range resp.ApiKeys {
+		has[k.ApiKey] = true
+	}
+	if !has[int16(kmsg.InitProducerID)] || !has[int16(kmsg.EndTxn)] || !has[int16(kmsg.AddPartitionsToTxn)] {
+		return "", errors.New("the brokers do not support transactions (InitProducerId, AddPartitionsToTxn, EndTxn)")
+	}
+	exists, err := s.offsetsTopicShape(ctx, offsetsTopic)
+	if err != nil {
+		return "", err
+	}
+	if !exists {
+		return fmt.Sprintf("transactions supported; offsets topic %s will be created (compacted, one partition)", offsetsTopic), nil
+	}
+	return fmt.Sprintf("transactions supported; offsets topic %s compacted, one partition", offsetsTopic), nil
 }
 
 // readCommitted reads the committed position of Key: it commits a marker

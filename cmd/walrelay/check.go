@@ -71,7 +71,7 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
 	if err != nil {
 		add("postgres", "fail", "%v", config.ScrubError(fmt.Errorf("connect: %w", err), cfg.Secrets()))
-		return append(out, checkKafka(cctx, cfg))
+		return append(out, checkKafka(cctx, cfg)...)
 	}
 	defer conn.Close(context.Background())
 	add("postgres", "ok", "connected to %s", config.RedactDSN(cfg.Postgres.DSN))
@@ -206,33 +206,44 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	} else {
 		add("max_slot_wal_keep_size", "ok", "%s", keep)
 	}
-	return append(out, checkKafka(cctx, cfg))
+	return append(out, checkKafka(cctx, cfg)...)
 }
 
-func checkKafka(ctx context.Context, cfg *config.Config) checkResult {
+func checkKafka(ctx context.Context, cfg *config.Config) []checkResult {
 	r := checkResult{Check: "kafka brokers"}
 	if len(cfg.Kafka.Brokers) == 0 {
 		r.Status, r.Detail = "fail", "kafka.brokers is not set"
-		return r
+		return []checkResult{r}
 	}
 	scfg, err := config.SinkConfig(cfg, nil) // no logger: check reports, the client's warnings would clutter it
+	// A plain producer: a transactional one would fence the running relay.
+	scfg.Transactions = nil
 	var sk *sink.Sink
 	if err == nil {
 		sk, err = sink.New(scfg)
 	}
 	if err != nil {
 		r.Status, r.Detail = "fail", err.Error()
-		return r
+		return []checkResult{r}
 	}
 	defer sk.Close()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := sk.Ping(pctx); err != nil {
 		r.Status, r.Detail = "fail", err.Error()
-		return r
+		return []checkResult{r}
 	}
 	r.Status, r.Detail = "ok", strings.Join(cfg.Kafka.Brokers, ",")+" answer"
-	return r
+	if !cfg.Kafka.ExactlyOnce {
+		return []checkResult{r}
+	}
+	x := checkResult{Check: "kafka exactly-once"}
+	if detail, err := sk.CheckTransactions(pctx, cfg.Kafka.OffsetsTopic); err != nil {
+		x.Status, x.Detail = "fail", err.Error()
+	} else {
+		x.Status, x.Detail = "ok", detail
+	}
+	return []checkResult{r, x}
 }
 
 func contains(list []string, s string) bool {

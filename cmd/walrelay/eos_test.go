@@ -188,6 +188,29 @@ func TestExactlyOnceCleanStop(t *testing.T) {
 		t.Fatalf("status: exit %d:\n%s", code, out)
 	}
 	t.Logf("status:\n%s", out)
+	code, out = runCmd(t, e, "check")
+	if code != 0 || !strings.Contains(out, "OK    kafka exactly-once") {
+		t.Fatalf("check: exit %d:\n%s", code, out)
+	}
+}
+
+// TestExactlyOnceRefusesABadOffsetsTopic: an offsets topic of several
+// partitions (positions could be read out of order) fails check and stops
+// run with one line, before anything is published.
+func TestExactlyOnceRefusesABadOffsetsTopic(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	bad := kc.prefix + "bad.offsets"
+	createTopic(t, kc.Addrs(), bad, nil)
+	e := eosEnv(pg, kc).with("WALRELAY_KAFKA_OFFSETS_TOPIC", bad)
+	code, out := runCmd(t, e, "check")
+	if code != 1 || !strings.Contains(out, "FAIL  kafka exactly-once") || !strings.Contains(out, "partitions: it must have one") {
+		t.Fatalf("check: exit %d:\n%s", code, out)
+	}
+	p := start(t, e, "run")
+	if code := p.exit(60 * time.Second); code != 1 || !strings.Contains(p.out.String(), "partitions: it must have one") {
+		t.Fatalf("run: exit %d:\n%s", code, tail(p.out.String(), 2000))
+	}
 }
 
 // TestExactlyOnceCrashPoints kills walrelay (a build with the faultinject
