@@ -350,3 +350,43 @@ func TestExactlyOnceBrokerFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestExactlyOnceLargeTransactionKilled: one PostgreSQL transaction of
+// 100,000 rows spans many Kafka transactions; walrelay is killed in the
+// middle of it, when part is committed to Kafka and none confirmed to the
+// slot. The next start skips what Kafka has: every row once, and the peak
+// RSS of both processes under 64 MiB.
+func TestExactlyOnceLargeTransactionKilled(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	col := committedCollector(t, kc)
+	conn := connect(t, pg.DSN)
+	e := eosEnv(pg, kc)
+	first := streaming(t, e)
+	if _, err := conn.Exec(t.Context(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), 'order', 'agg-' || (i % 100), 'Bulk', jsonb_build_object('agg', 'agg-' || (i % 100), 'i', i, 'pad', repeat('x', 300))
+		FROM generate_series(1, 100000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 3*time.Minute, "a third of the transaction in Kafka", func() bool { return len(col.Records()) > 30000 })
+	rss1 := first.peakRSS()
+	first.kill()
+	t.Logf("killed with %d of 100,000 rows committed to Kafka; slot confirmed at %s", len(col.Records()), slotConfirmed(t, conn, "walrelay"))
+	second := streaming(t, e)
+	want := committedIDs(t, conn)
+	waitAll(t, col, want, 3*time.Minute)
+	time.Sleep(time.Second)
+	rss2 := second.peakRSS()
+	c := count(col.Records(), want)
+	t.Logf("exactly-once, a 100,000-row transaction killed midway: %s; peak RSS %.1f and %.1f MiB", c, float64(rss1)/(1<<20), float64(rss2)/(1<<20))
+	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
+		t.Fatalf("exactly-once broken: %s", c)
+	}
+	limit := int64(64 << 20)
+	if raceEnabled {
+		limit *= 4 // the race detector's shadow memory
+	}
+	if max(rss1, rss2) > limit {
+		t.Fatalf("peak RSS %d and %d MiB, want under %d MiB", rss1>>20, rss2>>20, limit>>20)
+	}
+}
