@@ -14,7 +14,10 @@ check:
 	gofmt -l . && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags demo ./cmd/walrelay
 
 # The chaos test for 10 minutes against kfake, then against a real Apache
-# Kafka broker (WALRELAY_SOAK sets the length).
+# Kafka broker (WALRELAY_SOAK sets the length), in at-least-once and in
+# exactly-once mode.
 soak:
 	WALRELAY_SOAK=10m go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
 	WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
+	WALRELAY_SOAK=10m go test -count=1 -v -timeout 30m -run '^TestChaosExactlyOnce$$' ./cmd/walrelay/
+	WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaosExactlyOnce$$' ./cmd/walrelay/

@@ -36,7 +36,13 @@ const EnvSoak = "WALRELAY_SOAK"
 // replication connection cut, walrelay paused past wal_sender_timeout. A supervisor restarts walrelay whenever it
 // dies, as systemd or Kubernetes would. Afterwards every committed id must
 // be on the topic, in order per aggregate.
-func TestChaos(t *testing.T) {
+func TestChaos(t *testing.T) { chaos(t, false) }
+
+// TestChaosExactlyOnce is TestChaos in exactly-once mode, read with
+// read_committed isolation: duplicates too must be 0.
+func TestChaosExactlyOnce(t *testing.T) { chaos(t, true) }
+
+func chaos(t *testing.T, exactlyOnce bool) {
 	dur := 40 * time.Second
 	if v := os.Getenv(EnvSoak); v != "" {
 		d, err := time.ParseDuration(v)
@@ -52,6 +58,9 @@ func TestChaos(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
 	needThrowaway(t, pg, "restarts the server")
+	if exactlyOnce {
+		col = committedCollector(t, kc) // on the brokers' own addresses, as setup's
+	}
 	network := kc.net(t)
 	conn := connect(t, pg.DSN)
 	ctx := t.Context()
@@ -65,7 +74,12 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { px.Close() })
-	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr()))
+	e := baseEnv(pg, kc)
+	mode := "at-least-once"
+	if exactlyOnce {
+		e, mode = eosEnv(pg, kc), "exactly-once"
+	}
+	e = e.with("WALRELAY_POSTGRES_DSN", fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr()))
 
 	sup := &supervisor{t: t, bin: bin, env: e}
 	sup.start()
@@ -106,10 +120,17 @@ func TestChaos(t *testing.T) {
 		names = append(names, n+"="+strconv.Itoa(k))
 	}
 	sort.Strings(names)
-	t.Logf("chaos for %s (%s; walrelay started %d times; %d writes failed and were not committed): rows committed %d, %s",
-		dur, strings.Join(names, " "), sup.starts.Load(), writeErrs, len(want), c)
+	if exactlyOnce {
+		time.Sleep(time.Second) // room for a late duplicate to show
+		c = count(col.Records(), want)
+	}
+	t.Logf("chaos %s for %s (%s; walrelay started %d times; %d writes failed and were not committed): rows committed %d, %s",
+		mode, dur, strings.Join(names, " "), sup.starts.Load(), writeErrs, len(want), c)
 	if c.orderViolations != 0 {
 		t.Fatalf("order violations: %s", c)
+	}
+	if exactlyOnce && c.duplicates != 0 {
+		t.Fatalf("duplicates in exactly-once mode: %s", c)
 	}
 	sup.stop()
 }
