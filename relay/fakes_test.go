@@ -144,6 +144,8 @@ type fakeSession struct {
 
 func (ss *fakeSession) From() pglogrepl.LSN { return ss.from }
 
+func (ss *fakeSession) ServerWAL() pglogrepl.LSN { return keepaliveLSN(len(ss.src.wal)) }
+
 func (ss *fakeSession) Next(ctx context.Context) (replication.Change, error) {
 	i := int(ss.next.Load())
 	if i == ss.pauseAt || i == len(ss.changes) {

@@ -22,11 +22,13 @@ type source interface {
 }
 
 // session is one replication session (*replication.Session): the server
-// streams everything after From; Next yields its changes in WAL order;
+// streams everything after From, and had flushed WAL up to ServerWAL when
+// it started; Next yields its changes in WAL order;
 // Confirm takes the positions that may be confirmed (ignored once closed);
 // Close ends it, cleanly when reason is nil (a last status update).
 type session interface {
 	From() pglogrepl.LSN
+	ServerWAL() pglogrepl.LSN
 	Next(ctx context.Context) (replication.Change, error)
 	Confirm(lsn pglogrepl.LSN)
 	Close(reason error)

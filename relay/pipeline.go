@@ -192,7 +192,7 @@ func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) 
 		// The session holds the slot: the sink may fence an earlier
 		// instance, and ends its open transaction at every later session
 		// (sink.Sink.Resume).
-		if err := t.Resume(ctx); err != nil {
+		if err := t.Resume(ctx, sess.ServerWAL()); err != nil {
 			return fmt.Errorf("resume the kafka transactions: %w", err)
 		}
 	} else if failed {
@@ -324,5 +324,5 @@ func (p *pipeline) flush(ctx context.Context) error {
 // every session, once it holds the slot, instead of Abort.
 type transactional interface {
 	Transactional() bool
-	Resume(ctx context.Context) error
+	Resume(ctx context.Context, serverWAL pglogrepl.LSN) error
 }

@@ -20,9 +20,10 @@ import (
 // between two Next calls (a Kafka outage), so that wal_sender_timeout does
 // not end the session.
 type Session struct {
-	s    *Stream
-	conn *pgconn.PgConn
-	from pglogrepl.LSN
+	s         *Stream
+	conn      *pgconn.PgConn
+	from      pglogrepl.LSN
+	serverWAL pglogrepl.LSN // the server's flushed WAL position at the start
 
 	confirmed atomic.Uint64 // the highest position Confirm was given
 	closed    atomic.Bool
@@ -46,6 +47,12 @@ type Session struct {
 // everything after it, so state of an earlier session (the decoder's
 // relation cache, an open transaction, the checkpoint) must be reset to it.
 func (ss *Session) From() pglogrepl.LSN { return ss.from }
+
+// ServerWAL returns the server's flushed WAL position when the session
+// started (IDENTIFY_SYSTEM): no committed transaction of this history lies
+// beyond it, so a position recorded elsewhere that does is of a history
+// that went back (a restored database).
+func (ss *Session) ServerWAL() pglogrepl.LSN { return ss.serverWAL }
 
 // Confirm tells the session that every event up to lsn is acknowledged:
 // the next status update confirms it. It never moves the position back, and

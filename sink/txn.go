@@ -338,13 +338,21 @@ func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 // so that an event the new session resends cannot join it twice. In
 // at-least-once mode it does nothing. Waiting for the slot first keeps a
 // standby from fencing the instance that streams.
-func (s *Sink) Resume(ctx context.Context) error {
+//
+// serverWAL is the database's flushed WAL position: a committed position
+// beyond it belongs to a WAL history that went back (a restored database, a
+// standby promoted without the last WAL), whose new events at the same
+// positions would be skipped; that is refused.
+func (s *Sink) Resume(ctx context.Context, serverWAL pglogrepl.LSN) error {
 	t := s.tx
 	if t == nil {
 		return nil
 	}
 	if t.started {
-		return s.Abort(ctx)
+		if err := s.Abort(ctx); err != nil {
+			return err
+		}
+		return s.checkHistory(serverWAL)
 	}
 	if _, _, err := s.cl.ProducerID(ctx); err != nil {
 		if fenced(err) {
@@ -356,6 +364,15 @@ func (s *Sink) Resume(ctx context.Context) error {
 		return err
 	}
 	t.started = true
+	return s.checkHistory(serverWAL)
+}
+
+// checkHistory refuses a committed position beyond the server's WAL.
+func (s *Sink) checkHistory(serverWAL pglogrepl.LSN) error {
+	if c := s.Committed(); c.CommitLSN > serverWAL {
+		return failure.Mark(failure.Fatal, fmt.Errorf("the position committed to Kafka (%s, on %s) is beyond the database's WAL (%s): its WAL history went back (a restore, or a standby promoted without the last WAL), "+
+			"and new events at those positions would be skipped; check what the topics hold against the outbox table, then start with a new kafka.offsets_topic", c, s.tx.cfg.OffsetsTopic, serverWAL))
+	}
 	return nil
 }
 

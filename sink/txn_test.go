@@ -21,7 +21,7 @@ func txnSink(t *testing.T, kc *kafkatest.Cluster, id string) *Sink {
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Resume(t.Context()); err != nil {
+	if err := s.Resume(t.Context(), 1<<40); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -130,5 +130,25 @@ func TestExactlyOnceManyInFlight(t *testing.T) {
 	}
 	if got, want := s.Committed(), (event.Position{CommitLSN: 0x1000 + (n-1)/20, Index: 19}); got != want {
 		t.Fatalf("committed %s, want %s", got, want)
+	}
+}
+
+// TestExactlyOnceRefusesAHistoryThatWentBack: a committed position beyond
+// the database's WAL (a restored database) is refused at Resume: new
+// events at those positions would be skipped.
+func TestExactlyOnceRefusesAHistoryThatWentBack(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	first := txnSink(t, kc, "walrelay-history")
+	if err := publish(t, first, txnEvent(0x500, 0)); err != nil {
+		t.Fatal(err)
+	}
+	second := newSink(t, kc, Config{Transactions: &Transactions{ID: "walrelay-history", Key: "slot_a", Source: "db"}})
+	if err := second.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	err := second.Resume(t.Context(), 0x400)
+	if !failure.IsFatal(err) || !strings.Contains(err.Error(), "WAL history went back") {
+		t.Fatalf("Resume with the database's WAL at 0/400 and 0/500#0 committed: %v, want a fatal refusal", err)
 	}
 }

@@ -131,6 +131,13 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 	if o.realKafka {
 		contenders = append(contenders, contender{"walrelay into Apache Kafka " + kafkatest.KafkaVersion + " (one broker on the same 2 cores), the same finish line", walrelay(o.bin, realBrokers, 1), "walrelay into Apache Kafka"})
 	}
+	if o.exactlyOnce {
+		eos := []string{"WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_OFFSETS_TOPIC={prefix}walrelay.offsets", "WALRELAY_KAFKA_TRANSACTION_INTERVAL=" + o.txnInterval.String()}
+		contenders = append(contenders, contender{"walrelay **exactly-once** (Kafka transactions every " + o.txnInterval.String() + ") into kfake, the same finish line", walrelay(o.bin, kfakeBrokers, 1, eos...), "walrelay exactly-once into kfake"})
+		if o.realKafka {
+			contenders = append(contenders, contender{"walrelay **exactly-once** (Kafka transactions every " + o.txnInterval.String() + ") into Apache Kafka " + kafkatest.KafkaVersion + ", the same finish line", walrelay(o.bin, realBrokers, 1, eos...), "walrelay exactly-once into Apache Kafka"})
+		}
+	}
 	if o.debezium {
 		contenders = append(contenders, contender{"Debezium " + DebeziumVersion + " (PostgreSQL connector, outbox event router, Kafka Connect standalone) into the same broker, from taking the slot to the same finish line", debezium, "Debezium (its JVM)"})
 	}
@@ -315,7 +322,7 @@ func realBrokers() ([]string, string, func(), error) {
 
 // walrelay runs the walrelay binary on the slot into the Kafka of kafka and
 // stops the clock when the slot confirmed the end LSN.
-func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
+func walrelay(bin string, kafka brokers, shards int, extraEnv ...string) func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
 	return func(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl.LSN, _ int) (result, error) {
 		addrs, prefix, closeKafka, err := kafka()
 		if err != nil {
@@ -364,6 +371,9 @@ func walrelay(bin string, kafka brokers, shards int) func(ctx context.Context, p
 				"WALRELAY_POSTGRES_SLOT="+sl, "WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_ADMIN_PPROF=true", "WALRELAY_LOG_LEVEL=warn")
 			if shards > 1 {
 				c.cmd.Env = append(c.cmd.Env, "WALRELAY_POSTGRES_PUBLICATION="+shardPublication(shards, k), "WALRELAY_POSTGRES_ALLOW_ROW_FILTER=true")
+			}
+			for _, kv := range extraEnv {
+				c.cmd.Env = append(c.cmd.Env, strings.ReplaceAll(kv, "{prefix}", prefix))
 			}
 			c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 			if err := c.cmd.Start(); err != nil {

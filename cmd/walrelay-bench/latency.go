@@ -70,7 +70,9 @@ func quantilesOf(xs []time.Duration) quantiles {
 // latency runs walrelay live and, for each offered rate, writes one-row
 // transactions at that rate and measures commit-to-consume latency: the
 // consumer's receive time against the commit time in the record's header.
-func latency(ctx context.Context, o options) (string, []point, error) {
+// With exactlyOnce, walrelay runs in exactly-once mode and the consumer
+// reads with read_committed isolation.
+func latency(ctx context.Context, o options, exactlyOnce bool) (string, []point, error) {
 	fmt.Fprintln(os.Stderr, "latency: starting PostgreSQL, kfake and walrelay …")
 	pg, conn, closeAll, err := freshServer(ctx)
 	if err != nil {
@@ -98,6 +100,11 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 	admin := "127.0.0.1:18089"
 	cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(kc.Addrs(), ","),
 		"WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
+	isolation := kgo.ReadUncommitted()
+	if exactlyOnce {
+		cmd.Env = append(cmd.Env, "WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_TRANSACTION_INTERVAL="+o.txnInterval.String())
+		isolation = kgo.ReadCommitted()
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
@@ -109,7 +116,7 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...), kgo.ConsumeTopics("outbox.event.order"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.MetadataMinAge(100*time.Millisecond), kgo.AllowAutoTopicCreation())
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.AllowAutoTopicCreation(), kgo.FetchIsolationLevel(isolation))
 	if err != nil {
 		return "", nil, err
 	}
@@ -175,7 +182,11 @@ func latency(ctx context.Context, o options) (string, []point, error) {
 		points = append(points, pt)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "### Commit-to-consume latency, %s per load\n\n", o.duration)
+	if exactlyOnce {
+		fmt.Fprintf(&b, "### Commit-to-consume latency, exactly-once (Kafka transactions every %s, a read_committed consumer), %s per load\n\n", o.txnInterval, o.duration)
+	} else {
+		fmt.Fprintf(&b, "### Commit-to-consume latency, %s per load\n\n", o.duration)
+	}
 	b.WriteString("| offered events/s | rows per transaction | achieved | walrelay p50 | p99 | p99.9 | commit-to-ack p99 (walrelay's histogram) | baseline: raw receiver p50 | p99 | p99.9 | walrelay CPU | machine busy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range points {
 		offered := fmt.Sprintf("%.0f", p.offered)

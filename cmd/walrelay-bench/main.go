@@ -51,6 +51,10 @@ type options struct {
 	realKafka bool
 	// debezium adds Debezium into that broker (it implies realKafka).
 	debezium bool
+	// exactlyOnce adds walrelay in exactly-once mode, with Kafka
+	// transactions every txnInterval.
+	exactlyOnce bool
+	txnInterval time.Duration
 	// shards, above 1, adds walrelay sharded across that many slots.
 	shards int
 	bigTxn int
@@ -72,6 +76,8 @@ func run() error {
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
 	flag.BoolVar(&o.realKafka, "real-kafka", false, "also time walrelay into a real Apache Kafka broker (fetched from Maven Central on first use; needs Java 17)")
 	flag.BoolVar(&o.debezium, "debezium", false, "also time Debezium's PostgreSQL connector with the outbox event router into the real broker (implies -real-kafka)")
+	flag.BoolVar(&o.exactlyOnce, "exactly-once", false, "also time walrelay in exactly-once mode (kafka.exactly_once), into kfake and, with -real-kafka, into the real broker")
+	flag.DurationVar(&o.txnInterval, "txn-interval", 10*time.Millisecond, "kafka.transaction_interval of the exactly-once runs")
 	flag.IntVar(&o.shards, "shards", 0, "also time walrelay sharded across this many slots and row-filtered publications, one process each (0 or 1: not)")
 	flag.IntVar(&kfakeBrokerCount, "kfake-brokers", 1, "brokers of each kfake cluster (its partitions are spread over them)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
@@ -135,7 +141,7 @@ func run() error {
 		fmt.Println(t)
 	}
 	if len(o.rates) > 0 {
-		t, points, err := latency(ctx, o)
+		t, points, err := latency(ctx, o, false)
 		if err != nil {
 			return fmt.Errorf("latency: %w", err)
 		}
@@ -144,6 +150,13 @@ func run() error {
 			if err := os.WriteFile(o.svg, []byte(plot(points)), 0o644); err != nil {
 				return err
 			}
+		}
+		if o.exactlyOnce {
+			t, _, err := latency(ctx, o, true)
+			if err != nil {
+				return fmt.Errorf("latency, exactly-once: %w", err)
+			}
+			fmt.Println(t)
 		}
 	}
 	return nil

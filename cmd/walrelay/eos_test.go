@@ -390,3 +390,59 @@ func TestExactlyOnceLargeTransactionKilled(t *testing.T) {
 		t.Fatalf("peak RSS %d and %d MiB, want under %d MiB", rss1>>20, rss2>>20, limit>>20)
 	}
 }
+
+// TestExactlyOnceRefusesARestoredDatabase: the database is put back to an
+// earlier copy while walrelay runs in exactly-once mode, so the position
+// committed to Kafka lies beyond the restored WAL; new rows at those
+// positions would be skipped as already published. walrelay stops with
+// exit 1 and says so; started again on a new offsets topic, as the message
+// says, it publishes the new rows.
+func TestExactlyOnceRefusesARestoredDatabase(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	needThrowaway(t, pg, "restores the server's files")
+	col := committedCollector(t, kc)
+	ctx := t.Context()
+	e := eosEnv(pg, kc)
+	p := streaming(t, e)
+	w := newWriter(30, 9)
+	if err := w.write(ctx, connect(t, pg.DSN), 500, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restore, err := pg.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.StartServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Rows whose WAL the restore takes away: Kafka has them, committed.
+	if err := w.write(ctx, connect(t, pg.DSN), 2000, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.StartServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.exit(time.Minute); code != 1 || !strings.Contains(p.out.String(), "WAL history went back") {
+		t.Fatalf("walrelay on the restored database: exit %d:\n%s", code, tail(p.out.String(), 2000))
+	}
+	conn := connect(t, pg.DSN)
+	fresh := newWriter(30, 10)
+	if err := fresh.write(ctx, conn, 300, 10); err != nil {
+		t.Fatal(err)
+	}
+	streaming(t, e.with("WALRELAY_KAFKA_OFFSETS_TOPIC", kc.prefix+"walrelay.offsets.restored"))
+	c := waitAll(t, col, fresh.written(), time.Minute)
+	t.Logf("refused on the restored database, then on a new offsets topic: the 300 new rows %s", c)
+}
