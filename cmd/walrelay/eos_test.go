@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -48,30 +48,24 @@ func TestExactlyOnceSurvivesSIGKILL(t *testing.T) {
 	pg, kc, _ := setup(t)
 	col := committedCollector(t, kc)
 	conn := connect(t, pg.DSN)
-	w := newWriter(50, 2)
-	w.bytes = 200
-	stop := w.keepWriting(t.Context(), pg.DSN)
-	rng := rand.New(rand.NewPCG(5, 5))
-	e := eosEnv(pg, kc)
-	for i := range 3 {
-		p := streaming(t, e)
-		time.Sleep(time.Duration(200+rng.IntN(2300)) * time.Millisecond)
-		p.kill()
-		t.Logf("kill %d: %d rows written, %d records read so far, slot confirmed at %s", i+1, len(w.written()), len(col.Records()), slotConfirmed(t, conn, "walrelay"))
-	}
-	streaming(t, e)
-	if n := stop(); n != 0 {
-		t.Fatalf("%d writes failed", n)
-	}
+	killThreeTimes(t, pg, eosEnv(pg, kc), col, conn, 5)
+	onceEach(t, col, conn, "after 3 SIGKILLs")
+}
+
+// onceEach waits until every row committed in the outbox is on the topics
+// and then a second more, for a late duplicate to show; it fails the test
+// unless each is there exactly once, in order per aggregate.
+func onceEach(t *testing.T, col *kafkatest.Collector, conn *pgx.Conn, what string) tally {
+	t.Helper()
 	want := committedIDs(t, conn)
-	waitAll(t, col, want, 2*time.Minute)
-	// Room for a late duplicate to show.
+	waitAll(t, col, want, 3*time.Minute)
 	time.Sleep(time.Second)
 	c := count(col.Records(), want)
-	t.Logf("exactly-once after 3 SIGKILLs: rows committed %d, %s", len(want), c)
+	t.Logf("exactly-once, %s: rows committed %d, %s", what, len(want), c)
 	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
-		t.Fatalf("exactly-once broken: %s", c)
+		t.Fatalf("exactly-once broken %s: %s", what, c)
 	}
+	return c
 }
 
 // TestExactlyOnceZombieIsFenced: instance A is paused (SIGSTOP) past
@@ -128,14 +122,7 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	if n := stop(); n != 0 {
 		t.Fatalf("%d writes failed", n)
 	}
-	want := committedIDs(t, conn)
-	waitAll(t, col, want, 2*time.Minute)
-	time.Sleep(time.Second)
-	c := count(col.Records(), want)
-	t.Logf("%s; B: rows committed %d, %s", aExit, len(want), c)
-	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
-		t.Fatalf("exactly-once broken by a zombie: %s", c)
-	}
+	onceEach(t, col, conn, "a zombie ("+aExit+") and its successor")
 	b.signal(syscall.SIGTERM)
 	if code := b.exit(40 * time.Second); code != 0 {
 		t.Fatalf("B: exit %d", code)
@@ -168,14 +155,7 @@ func TestExactlyOnceCleanStop(t *testing.T) {
 	if n := stop(); n != 0 {
 		t.Fatalf("%d writes failed", n)
 	}
-	want := committedIDs(t, conn)
-	waitAll(t, col, want, 2*time.Minute)
-	time.Sleep(time.Second)
-	c := count(col.Records(), want)
-	t.Logf("exactly-once after two SIGTERM restarts: rows committed %d, %s", len(want), c)
-	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
-		t.Fatalf("exactly-once broken by a clean stop: %s", c)
-	}
+	onceEach(t, col, conn, "after two SIGTERM restarts")
 	// The transactions are seen in the metrics and the status.
 	metrics := httpGet(t, "http://"+adminAddr+"/metrics")
 	for _, m := range []string{`walrelay_kafka_transactions_total{outcome="committed"}`, "walrelay_kafka_transaction_commit_seconds_count", "walrelay_kafka_committed_lsn"} {
@@ -256,14 +236,7 @@ func TestExactlyOnceCrashPoints(t *testing.T) {
 				t.Fatalf("%d writes failed", n)
 			}
 			streaming(t, e)
-			want := committedIDs(t, conn)
-			waitAll(t, col, want, 2*time.Minute)
-			time.Sleep(time.Second)
-			c := count(col.Records(), want)
-			t.Logf("exactly-once, killed three times at %q: %s", point.name, c)
-			if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
-				t.Fatalf("exactly-once broken: %s", c)
-			}
+			onceEach(t, col, conn, "killed three times at "+point.name)
 		})
 	}
 }
@@ -335,15 +308,8 @@ func TestExactlyOnceBrokerFaults(t *testing.T) {
 			if n := stop(); n != 0 {
 				t.Fatalf("%d writes failed", n)
 			}
-			want := committedIDs(t, conn)
-			waitAll(t, col, want, 2*time.Minute)
-			time.Sleep(time.Second)
-			c := count(col.Records(), want)
 			aborts := strings.Count(p.out.String(), "kafka transaction aborted")
-			t.Logf("exactly-once, %s: %d transactions aborted, rows committed %d, %s", fault.name, aborts, len(want), c)
-			if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
-				t.Fatalf("exactly-once broken: %s", c)
-			}
+			onceEach(t, col, conn, fmt.Sprintf("%s (%d transactions aborted)", fault.name, aborts))
 			if aborts < fault.aborts {
 				t.Fatalf("%d transactions aborted, want at least %d: the fault was not met", aborts, fault.aborts)
 			}
@@ -373,15 +339,9 @@ func TestExactlyOnceLargeTransactionKilled(t *testing.T) {
 	first.kill()
 	t.Logf("killed with %d of 100,000 rows committed to Kafka; slot confirmed at %s", len(col.Records()), slotConfirmed(t, conn, "walrelay"))
 	second := streaming(t, e)
-	want := committedIDs(t, conn)
-	waitAll(t, col, want, 3*time.Minute)
-	time.Sleep(time.Second)
+	onceEach(t, col, conn, "a 100,000-row transaction killed midway")
 	rss2 := second.peakRSS()
-	c := count(col.Records(), want)
-	t.Logf("exactly-once, a 100,000-row transaction killed midway: %s; peak RSS %.1f and %.1f MiB", c, float64(rss1)/(1<<20), float64(rss2)/(1<<20))
-	if c.duplicates != 0 || c.orderViolations != 0 || c.missing != 0 {
-		t.Fatalf("exactly-once broken: %s", c)
-	}
+	t.Logf("peak RSS %.1f and %.1f MiB", float64(rss1)/(1<<20), float64(rss2)/(1<<20))
 	limit := int64(64 << 20)
 	if raceEnabled {
 		limit *= 4 // the race detector's shadow memory
@@ -406,20 +366,7 @@ func TestExactlyOnceRefusesARestoredDatabase(t *testing.T) {
 	e := eosEnv(pg, kc)
 	p := streaming(t, e)
 	w := newWriter(30, 9)
-	if err := w.write(ctx, connect(t, pg.DSN), 500, 10); err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, col, w.written(), time.Minute)
-	if err := pg.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	restore, err := pg.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.StartServer(ctx); err != nil {
-		t.Fatal(err)
-	}
+	restore := writeThenSnapshot(t, pg, col, w, 500)
 	// Rows whose WAL the restore takes away: Kafka has them, committed.
 	if err := w.write(ctx, connect(t, pg.DSN), 2000, 10); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
 )
 
 // TestSurvivesSIGKILL kills walrelay at random moments mid-stream, three
@@ -20,11 +22,46 @@ func TestSurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
+	killThreeTimes(t, pg, baseEnv(pg, kc), col, conn, 3)
+	want := committedIDs(t, conn)
+	c := waitAll(t, col, want, 2*time.Minute)
+	t.Logf("after 3 SIGKILLs: rows committed %d, %s", len(want), c)
+	if c.orderViolations != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+}
+
+// writeThenSnapshot writes rows, waits for them on the topics, and copies
+// the server's files while it is stopped; the server runs again after.
+func writeThenSnapshot(t *testing.T, pg *pgtest.Server, col *kafkatest.Collector, w *writer, rows int) (restore func(context.Context) error) {
+	t.Helper()
+	ctx := t.Context()
+	if err := w.write(ctx, connect(t, pg.DSN), rows, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restore, err := pg.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.StartServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return restore
+}
+
+// killThreeTimes runs walrelay of e and SIGKILLs it three times at random
+// moments (seeded) while rows are written without pause, then starts it
+// once more and stops writing.
+func killThreeTimes(t *testing.T, pg *pgtest.Server, e env, col *kafkatest.Collector, conn *pgx.Conn, seed uint64) {
+	t.Helper()
 	w := newWriter(50, 2)
 	w.bytes = 200
 	stop := w.keepWriting(t.Context(), pg.DSN)
-	rng := rand.New(rand.NewPCG(3, 3))
-	e := baseEnv(pg, kc)
+	rng := rand.New(rand.NewPCG(seed, seed))
 	for i := range 3 {
 		p := streaming(t, e)
 		time.Sleep(time.Duration(200+rng.IntN(2300)) * time.Millisecond)
@@ -34,12 +71,6 @@ func TestSurvivesSIGKILL(t *testing.T) {
 	streaming(t, e)
 	if n := stop(); n != 0 {
 		t.Fatalf("%d writes failed", n)
-	}
-	want := committedIDs(t, conn)
-	c := waitAll(t, col, want, 2*time.Minute)
-	t.Logf("after 3 SIGKILLs: rows committed %d, %s", len(want), c)
-	if c.orderViolations != 0 {
-		t.Fatalf("order violations: %s", c)
 	}
 }
 
@@ -158,20 +189,7 @@ func TestRestoredServerResumesFromItsSlot(t *testing.T) {
 	ctx := t.Context()
 	p := streaming(t, baseEnv(pg, kc))
 	w := newWriter(30, 7)
-	if err := w.write(ctx, connect(t, pg.DSN), 1000, 10); err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, col, w.written(), time.Minute)
-	if err := pg.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	restore, err := pg.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.StartServer(ctx); err != nil {
-		t.Fatal(err)
-	}
+	restore := writeThenSnapshot(t, pg, col, w, 1000)
 	// WAL that will be gone: walrelay confirms positions past the copy.
 	conn := connect(t, pg.DSN)
 	if err := w.write(ctx, conn, 3000, 10); err != nil {
