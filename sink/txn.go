@@ -98,7 +98,10 @@ func (t *Transactions) defaults() error {
 }
 
 // ErrFenced stops a relay whose transactional id another instance took.
-var ErrFenced = errors.New("another walrelay instance took over the transactional id (fenced)")
+// The broker says the same (INVALID_PRODUCER_EPOCH) of a transaction it
+// aborted because it outlived the transaction timeout, during an outage
+// longer than that: the message names both.
+var ErrFenced = errors.New("another walrelay instance took over the transactional id (fenced), or the broker aborted a transaction that outlived the transaction timeout")
 
 // txns is the sink's state in exactly-once mode.
 type txns struct {
