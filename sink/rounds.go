@@ -123,6 +123,14 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.
 	}
 }
 
+// backlog reports whether a full round waits: as many records or bytes as
+// make the flusher stop lingering.
+func (q *queue) backlog() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items) >= q.maxRecs || q.bytes >= q.flushAt
+}
+
 // brokenNow returns the error that breaks the sink, if any.
 func (q *queue) brokenNow() error {
 	q.mu.Lock()
@@ -274,7 +282,7 @@ func (s *Sink) flush(ctx context.Context) {
 		if s.tx != nil {
 			if s.q.brokenNow() != nil {
 				s.endTxn(ctx, false) // a record failed: abort at once
-			} else if s.tx.commitDue(time.Now()) {
+			} else if s.tx.commitDue(time.Now(), s.q.backlog()) {
 				s.endTxn(ctx, true)
 			}
 		}

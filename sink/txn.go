@@ -25,7 +25,8 @@ import (
 //
 // Records go to Kafka in transactions. The flusher opens one with the first
 // record of a round, and commits it at a round's end once it is Interval old
-// or holds MaxRecords events; with the events, the transaction holds a
+// (up to ten times that while a full round waits behind it: a catch-up) or
+// holds MaxRecords events; with the events, the transaction holds a
 // record of the last event's position (event.Position) on the offsets topic,
 // keyed by Key. An event's Done runs only when its transaction committed, so
 // the caller confirms nothing that Kafka could still abort. If any record of
@@ -197,13 +198,24 @@ func (s *Sink) produceInTxn(it queued) {
 	s.cl.Produce(it.ctx, it.r, s.hold(it.done))
 }
 
-// commitDue reports whether the open transaction should commit now.
-func (t *txns) commitDue(now time.Time) bool {
-	return t.open && (now.Sub(t.began) >= t.cfg.Interval || t.events >= t.cfg.MaxRecords)
+// commitDue reports whether the open transaction should commit now: once
+// it is Interval old, unless a full round already waits behind it (a
+// catch-up, where each commit's round trip would cost throughput), then at
+// the latest once it is maxAgeFactor times Interval old; and once it holds
+// MaxRecords events.
+func (t *txns) commitDue(now time.Time, backlog bool) bool {
+	if !t.open {
+		return false
+	}
+	age := now.Sub(t.began)
+	return t.events >= t.cfg.MaxRecords || age >= maxAgeFactor*t.cfg.Interval || age >= t.cfg.Interval && !backlog
 }
 
-// commitBy returns when the open transaction must commit (zero if none is
-// open).
+// maxAgeFactor bounds how long a catch-up stretches a transaction.
+const maxAgeFactor = 10
+
+// commitBy returns when the open transaction must commit if nothing more
+// arrives (zero if none is open).
 func (t *txns) commitBy() time.Time {
 	if !t.open {
 		return time.Time{}
