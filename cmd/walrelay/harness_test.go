@@ -599,6 +599,9 @@ func pgProxy(t *testing.T, pg *pgtest.Server) (*proxy.Proxy, string) {
 // change to send: it was not confirmed past the last transaction.
 func pendingChanges(t *testing.T, conn *pgx.Conn, slot, pub string) bool {
 	t.Helper()
+	// The server releases the slot a moment after walrelay exits; peeking
+	// needs it released.
+	waitSlotInactive(t, conn, slot)
 	var pending bool
 	if err := conn.QueryRow(t.Context(), `SELECT count(*) > 0 FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
 		'proto_version', '1', 'publication_names', $2, 'messages', 'true')`, slot, pub).Scan(&pending); err != nil {
