@@ -42,7 +42,9 @@ import (
 // open transaction; then the committed position is read with read_committed
 // isolation up to a marker that a transaction of this instance wrote, so
 // that nothing committed before it is missed. A commit whose outcome is
-// unknown is resolved the same way after the abort.
+// unknown is resolved the same way after the abort; while the broker is
+// away the sink stays broken (a retriable failure) and the next Resume
+// tries again, so an outage needs no restart of the process.
 
 // Transactions configures exactly-once production.
 type Transactions struct {
@@ -114,6 +116,10 @@ type txns struct {
 	held      []heldDone     // the open transaction's answers, given when it ends
 
 	started bool // Resume initialised the producer; only the caller's goroutine reads it
+	// unresolved: a commit's outcome is not known yet (the broker went
+	// away before it could be read back); Resume reads it before anything
+	// more is produced.
+	unresolved bool
 
 	// The flusher's own.
 	open    bool
@@ -259,9 +265,19 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 	if fenced(cause) {
 		cause = failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, cause))
 	} else if unknown {
-		// The commit may have landed: the committed position says.
+		// The commit may have landed: the committed position says. While
+		// the broker cannot tell, the sink stays broken and the next
+		// Resume reads it again: nothing is produced until it is known.
 		if err := s.readCommitted(ctx); err != nil {
-			cause = failure.Mark(failure.Fatal, errors.Join(cause, fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err)))
+			if !failure.IsFatal(err) {
+				t.mu.Lock()
+				t.unresolved = true
+				t.mu.Unlock()
+			}
+			cause = errors.Join(cause, fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err))
+			if failure.IsFatal(err) {
+				cause = failure.Mark(failure.Fatal, cause)
+			}
 		}
 	}
 	s.log.Warn("kafka transaction aborted; its events are sent again", "err", cause)
@@ -366,6 +382,17 @@ func (s *Sink) Resume(ctx context.Context, serverWAL pglogrepl.LSN) error {
 	if t.started {
 		if err := s.Abort(ctx); err != nil {
 			return err
+		}
+		t.mu.Lock()
+		unresolved := t.unresolved
+		t.mu.Unlock()
+		if unresolved {
+			if err := s.readCommitted(ctx); err != nil {
+				return fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err)
+			}
+			t.mu.Lock()
+			t.unresolved = false
+			t.mu.Unlock()
 		}
 		return s.checkHistory(serverWAL)
 	}
@@ -502,6 +529,14 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	rand.Read(nonce)
 	marker := hex.EncodeToString(nonce)
 	markerKey := t.cfg.Key + "#marker"
+	// An earlier attempt that the broker cut may have left a transaction
+	// open in the client (nothing of it can commit): end it first.
+	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		if fenced(err) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+		}
+		return fmt.Errorf("abort the kafka transaction: %w", err)
+	}
 	if err := s.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin a kafka transaction: %w", err)
 	}

@@ -4,20 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/kafkatest"
 )
 
-func txnSink(t *testing.T, kc *kafkatest.Cluster, id string) *Sink {
+func txnSink(t *testing.T, kc *kafkatest.Cluster, id string, opts ...kgo.Opt) *Sink {
 	t.Helper()
-	s := newSink(t, kc, Config{Transactions: &Transactions{ID: id, Key: "slot_a", Source: "db"}})
+	s := newSink(t, kc, Config{Transactions: &Transactions{ID: id, Key: "slot_a", Source: "db"}, Opts: opts})
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -150,5 +152,69 @@ func TestExactlyOnceRefusesAHistoryThatWentBack(t *testing.T) {
 	err := second.Resume(t.Context(), 0x400)
 	if !failure.IsFatal(err) || !strings.Contains(err.Error(), "WAL history went back") {
 		t.Fatalf("Resume with the database's WAL at 0/400 and 0/500#0 committed: %v, want a fatal refusal", err)
+	}
+}
+
+// TestExactlyOnceCommitCutByAnOutage: the brokers go away as a commit is
+// sent, and stay away longer than the client retries. The commit's outcome
+// is unknown: the events are answered with a retriable error, the sink
+// produces nothing until it knows, and Resume, called again once the
+// brokers are back, reads the outcome; the process never has to restart.
+// Each event is then in Kafka once, whether the commit landed or not.
+func TestExactlyOnceCommitCutByAnOutage(t *testing.T) {
+	t.Parallel()
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.Start(t)
+			s := txnSink(t, kc, "walrelay-cut", kgo.RetryTimeout(time.Second), kgo.RequestRetries(2))
+			if err := publish(t, s, txnEvent(0x100, 0)); err != nil {
+				t.Fatal(err)
+			}
+			var cut atomic.Bool
+			kc.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				kc.KeepControl()
+				if !req.(*kmsg.EndTxnRequest).Commit || !cut.CompareAndSwap(false, true) {
+					return nil, nil, false
+				}
+				kc.Down() // the answer is lost either way
+				if landed {
+					return nil, nil, false // the broker commits
+				}
+				return nil, errors.New("cut"), true
+			})
+			err := publish(t, s, txnEvent(0x200, 0))
+			if err == nil || failure.IsFatal(err) {
+				t.Fatalf("an event whose commit was cut: %v, want a retriable error", err)
+			}
+			if err := s.Resume(t.Context(), 1<<40); err == nil || failure.IsFatal(err) {
+				t.Fatalf("Resume while the brokers are away: %v, want a retriable error", err)
+			}
+			kc.Up()
+			deadline := time.Now().Add(30 * time.Second)
+			for err := s.Resume(t.Context(), 1<<40); err != nil; err = s.Resume(t.Context(), 1<<40) {
+				if failure.IsFatal(err) || time.Now().After(deadline) {
+					t.Fatalf("Resume once the brokers are back: %v", err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			want := event.Position{CommitLSN: 0x100}
+			if landed {
+				want = event.Position{CommitLSN: 0x200}
+			}
+			if got := s.Committed(); got != want {
+				t.Fatalf("committed %s after the outage, want %s", got, want)
+			}
+			// The caller resends from its confirmed position.
+			for _, e := range []*event.Event{txnEvent(0x100, 0), txnEvent(0x200, 0), txnEvent(0x300, 0)} {
+				if err := publish(t, s, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ids := readCommittedIDs(t, kc, 3)
+			if got := strings.Join(ids, ","); got != "e-0/100-0,e-0/200-0,e-0/300-0" {
+				t.Fatalf("read %s", got)
+			}
+		})
 	}
 }
