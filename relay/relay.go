@@ -336,7 +336,7 @@ func (r *Relay) newTransactionalSink(ctx context.Context) error {
 	tc.Key = cfg.Slot
 	tc.Source = sysID + "/" + cfg.ConnConfig.Database
 	if tc.ID == "" {
-		tc.ID = fmt.Sprintf("walrelay-%s-%s-%s", sysID, cfg.ConnConfig.Database, cfg.Slot)
+		tc.ID = TransactionalID(sysID, cfg.ConnConfig.Database, cfg.Slot)
 	}
 	sc := cfg.Sink
 	sc.Transactions = &tc
@@ -349,6 +349,13 @@ func (r *Relay) newTransactionalSink(ctx context.Context) error {
 	r.mu.Unlock()
 	r.log.Info("exactly-once: Kafka transactions", "transactional_id", tc.ID, "offsets_topic", tc.OffsetsTopic, "interval", tc.Interval)
 	return nil
+}
+
+// TransactionalID is the default transactional id of an exactly-once relay
+// of slot on the database named database of the cluster whose system
+// identifier is sysID.
+func TransactionalID(sysID, database, slot string) string {
+	return fmt.Sprintf("walrelay-%s-%s-%s", sysID, database, slot)
 }
 
 // publisher returns the sink, nil before Run made it.

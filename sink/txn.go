@@ -397,6 +397,9 @@ func (s *Sink) Resume(ctx context.Context, serverWAL pglogrepl.LSN) error {
 		return s.checkHistory(serverWAL)
 	}
 	if _, _, err := s.cl.ProducerID(ctx); err != nil {
+		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w (grant WRITE on TransactionalId %s, or set kafka.transactional_id to one this principal may use)", t.cfg.ID, err, t.cfg.ID))
+		}
 		if fenced(err) {
 			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w", t.cfg.ID, err))
 		}
@@ -494,10 +497,12 @@ func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool
 }
 
 // CheckTransactions reports whether the brokers give what exactly-once
-// mode needs: transactions (the InitProducerId and EndTxn requests), and
-// an offsets topic of the right shape if it exists (Resume creates a
-// missing one). It changes nothing.
-func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic string) (string, error) {
+// mode needs: transactions (the InitProducerId and EndTxn requests), the
+// right to use transactionalID where the brokers can tell (DescribeTransactions,
+// Kafka 3.0+: an ACL that grants WRITE on the transactional id implies
+// DESCRIBE), and an offsets topic of the right shape if it exists (Resume
+// creates a missing one). It changes nothing: it fences nobody.
+func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic, transactionalID string) (string, error) {
 	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, s.cl)
 	if err != nil {
 		return "", fmt.Errorf("ask the brokers' API versions: %w", err)
@@ -509,14 +514,60 @@ func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic string) (stri
 	if !has[int16(kmsg.InitProducerID)] || !has[int16(kmsg.EndTxn)] || !has[int16(kmsg.AddPartitionsToTxn)] {
 		return "", errors.New("the brokers do not support transactions (InitProducerId, AddPartitionsToTxn, EndTxn)")
 	}
+	var parts []string
+	switch {
+	case transactionalID == "":
+		parts = append(parts, "transactional id not known (the database did not answer)")
+	case has[int16(kmsg.DescribeTransactions)]:
+		ok, err := s.mayUseTransactionalID(ctx, transactionalID)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "", fmt.Errorf("the brokers refuse transactional id %s to this principal (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): grant WRITE on TransactionalId %s, or set kafka.transactional_id to one it may use", transactionalID, transactionalID)
+		}
+		parts = append(parts, "transactional id "+transactionalID+" allowed")
+	default:
+		parts = append(parts, "transactional id "+transactionalID+" (the brokers cannot tell whether it is allowed)")
+	}
 	exists, err := s.offsetsTopicShape(ctx, offsetsTopic)
 	if err != nil {
 		return "", err
 	}
 	if !exists {
-		return fmt.Sprintf("transactions supported; offsets topic %s will be created (compacted, one partition)", offsetsTopic), nil
+		parts = append(parts, fmt.Sprintf("offsets topic %s will be created (compacted, one partition)", offsetsTopic))
+	} else {
+		parts = append(parts, fmt.Sprintf("offsets topic %s compacted, one partition", offsetsTopic))
 	}
-	return fmt.Sprintf("transactions supported; offsets topic %s compacted, one partition", offsetsTopic), nil
+	return "transactions supported; " + strings.Join(parts, "; "), nil
+}
+
+// mayUseTransactionalID asks the transaction coordinator of id to describe
+// it: a principal that may not is refused with
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an id never used is not found,
+// which says nothing against it.
+func (s *Sink) mayUseTransactionalID(ctx context.Context, id string) (bool, error) {
+	req := kmsg.NewPtrDescribeTransactionsRequest()
+	req.TransactionalIDs = []string{id}
+	for _, shard := range s.cl.RequestSharded(ctx, req) {
+		if shard.Err != nil {
+			if errors.Is(shard.Err, kerr.TransactionalIDAuthorizationFailed) {
+				return false, nil
+			}
+			return false, fmt.Errorf("describe transactional id %s: %w", id, shard.Err)
+		}
+		resp := shard.Resp.(*kmsg.DescribeTransactionsResponse)
+		for _, ts := range resp.TransactionStates {
+			switch err := kerr.ErrorForCode(ts.ErrorCode); {
+			case err == nil, errors.Is(err, kerr.TransactionalIDNotFound):
+			case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+				return false, nil
+			default:
+				return false, fmt.Errorf("describe transactional id %s: %w", id, err)
+			}
+		}
+	}
+	return true, nil
 }
 
 // readCommitted reads the committed position of Key: it commits a marker

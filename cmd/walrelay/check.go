@@ -71,7 +71,7 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
 	if err != nil {
 		add("postgres", "fail", "%v", config.ScrubError(fmt.Errorf("connect: %w", err), cfg.Secrets()))
-		return append(out, checkKafka(cctx, cfg)...)
+		return append(out, checkKafka(cctx, cfg, cfg.Kafka.TransactionalID)...)
 	}
 	defer conn.Close(context.Background())
 	add("postgres", "ok", "connected to %s", config.RedactDSN(cfg.Postgres.DSN))
@@ -206,10 +206,18 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	} else {
 		add("max_slot_wal_keep_size", "ok", "%s", keep)
 	}
-	return append(out, checkKafka(cctx, cfg)...)
+	txnID := cfg.Kafka.TransactionalID
+	if cfg.Kafka.ExactlyOnce && txnID == "" {
+		if sysID, err := replication.SystemID(cctx, &conn.Config().Config); err == nil {
+			txnID = relay.TransactionalID(sysID, conn.Config().Database, cfg.Postgres.Slot)
+		}
+	}
+	return append(out, checkKafka(cctx, cfg, txnID)...)
 }
 
-func checkKafka(ctx context.Context, cfg *config.Config) []checkResult {
+// checkKafka checks the brokers, and what exactly-once mode needs of them
+// when it is on; txnID is its transactional id, if known.
+func checkKafka(ctx context.Context, cfg *config.Config, txnID string) []checkResult {
 	r := checkResult{Check: "kafka brokers"}
 	if len(cfg.Kafka.Brokers) == 0 {
 		r.Status, r.Detail = "fail", "kafka.brokers is not set"
@@ -238,7 +246,7 @@ func checkKafka(ctx context.Context, cfg *config.Config) []checkResult {
 		return []checkResult{r}
 	}
 	x := checkResult{Check: "kafka exactly-once"}
-	if detail, err := sk.CheckTransactions(pctx, cfg.Kafka.OffsetsTopic); err != nil {
+	if detail, err := sk.CheckTransactions(pctx, cfg.Kafka.OffsetsTopic, txnID); err != nil {
 		x.Status, x.Detail = "fail", err.Error()
 	} else {
 		x.Status, x.Detail = "ok", detail

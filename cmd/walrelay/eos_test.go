@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -427,4 +428,48 @@ func TestExactlyOnceRefusesARestoredDatabase(t *testing.T) {
 	streaming(t, e.with("WALRELAY_KAFKA_OFFSETS_TOPIC", kc.prefix+"walrelay.offsets.restored"))
 	c := waitAll(t, col, fresh.written(), time.Minute)
 	t.Logf("refused on the restored database, then on a new offsets topic: the 300 new rows %s", c)
+}
+
+// TestExactlyOnceTransactionalIDACL: on brokers with ACLs, check tells
+// whether the principal may use the transactional id (the default one,
+// derived from the database and the slot); run with a principal that may
+// not stops with one line naming the id. A principal that may passes.
+func TestExactlyOnceTransactionalIDACL(t *testing.T) {
+	t.Parallel()
+	all := func(res kmsg.ACLResourceType, name string, pattern kmsg.ACLResourcePatternType) kfake.ACL {
+		return kfake.ACL{Resource: res, Name: name, Pattern: pattern, Operation: kmsg.ACLOperationAll, Allow: true}
+	}
+	common := []kfake.ACL{
+		all(kmsg.ACLResourceTypeTopic, "*", kmsg.ACLResourcePatternTypeLiteral),
+		all(kmsg.ACLResourceTypeCluster, "kafka-cluster", kmsg.ACLResourcePatternTypeLiteral),
+	}
+	kc := kafkatest.Start(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("SCRAM-SHA-256", "admin", "admin-pw"),
+		kfake.User("SCRAM-SHA-256", "relay", "relay-pw", append(common, all(kmsg.ACLResourceTypeTransactionalId, "walrelay-", kmsg.ACLResourcePatternTypePrefixed))...),
+		kfake.User("SCRAM-SHA-256", "other", "other-pw", append(common, all(kmsg.ACLResourceTypeTransactionalId, "other-", kmsg.ACLResourcePatternTypePrefixed))...))
+	pg := pgtest.Start(t)
+	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	e := env{
+		"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_KAFKA_BROKERS": strings.Join(kc.Addrs(), ","), "WALRELAY_ADMIN_LISTEN": "",
+		"WALRELAY_KAFKA_EXACTLY_ONCE": "true", "WALRELAY_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+	}
+	allowed := e.with("WALRELAY_KAFKA_SASL_USERNAME", "relay", "WALRELAY_KAFKA_SASL_PASSWORD", "relay-pw")
+	if code, out := runCmd(t, allowed, "check"); code != 0 || !regexp.MustCompile(`OK +kafka exactly-once +transactions supported; transactional id walrelay-\d+-postgres-walrelay allowed`).MatchString(out) {
+		t.Fatalf("check with the id allowed: exit %d:\n%s", code, out)
+	}
+	refused := e.with("WALRELAY_KAFKA_SASL_USERNAME", "other", "WALRELAY_KAFKA_SASL_PASSWORD", "other-pw")
+	code, out := runCmd(t, refused, "check")
+	if code != 1 || !regexp.MustCompile(`FAIL +kafka exactly-once +the brokers refuse transactional id walrelay-\d+-postgres-walrelay to this principal`).MatchString(out) {
+		t.Fatalf("check with the id refused: exit %d:\n%s", code, out)
+	}
+	// The same principal with an id of its own passes.
+	if code, out := runCmd(t, refused.with("WALRELAY_KAFKA_TRANSACTIONAL_ID", "other-relay"), "check"); code != 0 || !strings.Contains(out, "transactional id other-relay allowed") {
+		t.Fatalf("check with kafka.transactional_id other-relay: exit %d:\n%s", code, out)
+	}
+	p := start(t, refused, "run")
+	if code := p.exit(60 * time.Second); code != 1 || !strings.Contains(lastLine(p.out.String()), "TRANSACTIONAL_ID_AUTHORIZATION_FAILED") {
+		t.Fatalf("run with the id refused: exit %d:\n%s", code, tail(p.out.String(), 2000))
+	}
+	t.Logf("run with the id refused: %s", lastLine(p.out.String()))
 }
