@@ -17,6 +17,7 @@ import (
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/outbox"
 )
 
 // The demo links the test harness (kfake, initdb and pg_ctl, the broker
@@ -126,7 +127,7 @@ func writeOrder(ctx context.Context, conn *pgx.Conn, n int) error {
 		}
 		payload := fmt.Sprintf(`{"order_id": %d, "customer": %q, "total": %s}`, id, customer, total)
 		_, err := tx.Exec(ctx, "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', $2, 'OrderCreated', $3)",
-			newUUID(), fmt.Sprintf("order-%d", id), payload)
+			outbox.NewID(), fmt.Sprintf("order-%d", id), payload)
 		if err != nil {
 			return fmt.Errorf("insert outbox row: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/outbox"
 )
 
 // TestStreamsEveryEventInOrder writes 10,000 events over 100 aggregates in
@@ -107,7 +108,7 @@ func TestRollbackAndDeleteInTransaction(t *testing.T) {
 	streaming(t, baseEnv(pg, kc))
 	ctx := t.Context()
 	insert := "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'a', 'T', '{}')"
-	rolledBack, deleted, marker := newUUID(), newUUID(), newUUID()
+	rolledBack, deleted, marker := outbox.NewID(), outbox.NewID(), outbox.NewID()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +233,7 @@ func TestLogicalMessageEvents(t *testing.T) {
 	streaming(t, baseEnv(pg, kc))
 	ctx := t.Context()
 	emit := `SELECT walrelay_emit($1, 'invoice', 'inv-9', 'InvoiceIssued', '{"amount": 12.5}')`
-	committed, rolledBack := newUUID(), newUUID()
+	committed, rolledBack := outbox.NewID(), outbox.NewID()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

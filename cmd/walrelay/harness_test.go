@@ -28,6 +28,7 @@ import (
 	"github.com/walrelay/walrelay/internal/pgtest"
 	"github.com/walrelay/walrelay/internal/poll"
 	"github.com/walrelay/walrelay/internal/proxy"
+	"github.com/walrelay/walrelay/outbox"
 )
 
 // walrelayBin is the binary under test, built once by TestMain.
@@ -396,7 +397,7 @@ func (w *writer) txn(ctx context.Context, conn *pgx.Conn, n int) error {
 			s = w.seq[agg]
 		}
 		next[agg] = s + 1
-		rows[i] = row{id: newUUID(), agg: agg, seq: s,
+		rows[i] = row{id: outbox.NewID(), agg: agg, seq: s,
 			payload: fmt.Sprintf(`{"agg": %q, "seq": %d, "pad": %q}`, agg, s, strings.Repeat("x", w.bytes))}
 	}
 	batch := &pgx.Batch{}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/outbox"
 )
 
 // TestKafkaOutage takes the broker off the network for 10 s mid-stream:
@@ -104,7 +105,7 @@ func TestNullAggregateIDIsDeadLettered(t *testing.T) {
 	}
 	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_TABLE", "public.app_outbox", "WALRELAY_POSTGRES_SLOT", "app", "WALRELAY_POSTGRES_PUBLICATION", "app_pub")
 	streaming(t, e)
-	bad, good := newUUID(), newUUID()
+	bad, good := outbox.NewID(), outbox.NewID()
 	if _, err := conn.Exec(ctx, `INSERT INTO app_outbox VALUES ($1, 'order', NULL, 'T', '{"n": 1}')`, bad); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestOversizedPayloadIsDeadLettered(t *testing.T) {
 	conn := connect(t, pg.DSN)
 	streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_BATCH_MAX_BYTES", "20000"))
 	ctx := t.Context()
-	big, next := newUUID(), newUUID()
+	big, next := outbox.NewID(), outbox.NewID()
 	insert := "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'a', 'T', $2)"
 	if _, err := conn.Exec(ctx, insert, big, fmt.Sprintf(`{"blob": %q}`, strings.Repeat("y", 50000))); err != nil {
 		t.Fatal(err)
@@ -199,7 +200,7 @@ func TestUnwritableDeadLetterTopicStops(t *testing.T) {
 		fk.KeepControl()
 		return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), kerr.TopicAuthorizationFailed.Code), nil, true
 	})
-	bad := newUUID()
+	bad := outbox.NewID()
 	if _, err := conn.Exec(ctx, `INSERT INTO app_outbox VALUES ($1, 'order', NULL, 'T', '{}')`, bad); err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func sizeLimitCase(t *testing.T, conn *pgx.Conn, kc *broker, col *kafkatest.Coll
 		FROM generate_series(1, 200) AS i`); err != nil {
 		t.Fatal(err)
 	}
-	big, next := newUUID(), newUUID()
+	big, next := outbox.NewID(), outbox.NewID()
 	insert := `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 		VALUES ($1, 'order', 'big', 'Big', jsonb_build_object('pad', (SELECT string_agg(md5(j::text), '') FROM generate_series(1, $2::int) AS j)))`
 	if _, err := conn.Exec(ctx, insert, big, 1400); err != nil { // ~45 KB

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/outbox"
 )
 
 // The tests of this file each show a configuration in which walrelay once
@@ -51,7 +52,7 @@ func insertMonthly(t *testing.T, conn *pgx.Conn, table string, month, n int) []s
 	ids := make([]string, n)
 	batch := &pgx.Batch{}
 	for i := range ids {
-		ids[i] = newUUID()
+		ids[i] = outbox.NewID()
 		batch.Queue("INSERT INTO "+table+" (id, aggregatetype, aggregateid, type, payload, created_at) VALUES ($1, 'order', $2, 'Created', '{}', $3)",
 			ids[i], fmt.Sprintf("o-%d", i%7), fmt.Sprintf("2026-%02d-15T12:00:00Z", month))
 	}
@@ -247,7 +248,7 @@ func TestMessagePrefixFollowsTheConfiguration(t *testing.T) {
 		t.Fatalf("migrate with the prefix: exit %d\n%s", code, out)
 	}
 	p := streaming(t, e)
-	id := newUUID()
+	id := outbox.NewID()
 	execSQL(t, conn, "SELECT pg_logical_emit_message(true, 'audit', 'not an event')",
 		fmt.Sprintf(`SELECT walrelay_emit('%s', 'invoice', 'inv-1', 'Issued', '{}')`, id))
 	waitAll(t, col, []string{id}, time.Minute)
@@ -410,7 +411,7 @@ func TestMigrateCreatesTheConfiguredLayout(t *testing.T) {
 		t.Fatalf("migrate: exit %d\n%s", code, out)
 	}
 	p := streaming(t, e)
-	id := newUUID()
+	id := outbox.NewID()
 	execSQL(t, conn, fmt.Sprintf(`INSERT INTO app.events (event_id, "Kind", entity, event_type, body, tenant) VALUES ('%s', 'order', 'o-1', 'Created', '{"n": 1}', 't-7')`, id))
 	waitAll(t, col, []string{id}, time.Minute)
 	r := col.Records()[0]
