@@ -2,8 +2,10 @@
 // layout (or the configured column names: decoder.Config, the one
 // definition of the layout) and the walrelay_emit helper function (emitting
 // under the configured message prefix), embedded in the binary and applied
-// by Apply, which `walrelay migrate` calls. The publication and the
-// slot are created by the replication package, after these.
+// by Apply, which `walrelay migrate` calls; and the inbox table of package
+// inbox with its claim function, applied by ApplyInbox (`walrelay migrate
+// --inbox`, inbox.Migrate) in the consumer's database. The publication and
+// the slot are created by the replication package, after these.
 //
 // Every file is idempotent (CREATE … IF NOT EXISTS, CREATE OR REPLACE) and
 // all of them run in one transaction under an advisory lock, so concurrent
@@ -25,6 +27,9 @@ import (
 
 //go:embed *.sql
 var files embed.FS
+
+//go:embed inbox/*.sql
+var inboxFiles embed.FS
 
 // lockKey is the pg_advisory_xact_lock key that serializes migrations
 // ("walrelay" in ASCII).
@@ -77,18 +82,62 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 		"{{id}}", pgx.Identifier{c.ID}.Sanitize(), "{{aggregatetype}}", pgx.Identifier{c.AggregateType}.Sanitize(),
 		"{{aggregateid}}", pgx.Identifier{c.AggregateID}.Sanitize(), "{{type}}", pgx.Identifier{c.Type}.Sanitize(),
 		"{{payload}}", pgx.Identifier{c.Payload}.Sanitize(), "{{header_columns}}", headers.String(), "{{prefix}}", quoteLiteral(o.MessagePrefix))
-	for _, name := range names {
-		b, err := files.ReadFile(name)
-		if err != nil {
-			return res, fmt.Errorf("read migration %s: %w", name, err)
-		}
-		if _, err := tx.Exec(ctx, r.Replace(string(b))); err != nil {
-			return res, fmt.Errorf("apply migration %s: %w", name, err)
-		}
+	if err := run(ctx, tx, files, names, r); err != nil {
+		return res, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("commit migrations: %w", err)
 	}
 	res.TableCreated = !exists
 	return res, nil
+}
+
+// run applies the migrations names of fsys in tx, with r filling their
+// placeholders.
+func run(ctx context.Context, tx pgx.Tx, fsys fs.FS, names []string, r *strings.Replacer) error {
+	for _, name := range names {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return fmt.Errorf("read migration %s: %w", name, err)
+		}
+		if _, err := tx.Exec(ctx, r.Replace(string(b))); err != nil {
+			return fmt.Errorf("apply migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// InboxClaimFunction is the name of the claim function of the inbox table
+// named table: <table>_claim, in the table's schema.
+func InboxClaimFunction(schema, table string) string {
+	return pgx.Identifier{schema, table + "_claim"}.Sanitize()
+}
+
+// ApplyInbox creates the inbox table schema.table (if missing) and its
+// claim function (InboxClaimFunction), in one transaction. It needs
+// nothing of the outbox: it runs in the consumer's database.
+func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error {
+	names, err := fs.Glob(inboxFiles, "inbox/*.sql")
+	if err != nil {
+		return fmt.Errorf("list inbox migrations: %w", err)
+	}
+	sort.Strings(names)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin inbox migration: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+		return fmt.Errorf("take migration lock: %w", err)
+	}
+	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(),
+		"{{index}}", pgx.Identifier{table + "_processed_at"}.Sanitize(),
+		"{{claim}}", InboxClaimFunction(schema, table))
+	if err := run(ctx, tx, inboxFiles, names, r); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit inbox migrations: %w", err)
+	}
+	return nil
 }

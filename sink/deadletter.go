@@ -23,6 +23,18 @@ const (
 	deadLetterTries = 2
 )
 
+// Dead-letter record headers of a consumer (package inbox), besides
+// HeaderError, HeaderReason and HeaderTopic (the topic the record came
+// from) and the record's own headers.
+const (
+	HeaderAttempts     = "walrelay.attempts"      // how many times the handler ran
+	HeaderFirstFailure = "walrelay.first_failure" // RFC 3339 time of the first failure
+	HeaderLastFailure  = "walrelay.last_failure"  // RFC 3339 time of the last failure
+	HeaderPartition    = "walrelay.partition"     // the source record's partition
+	HeaderOffset       = "walrelay.offset"        // the source record's offset
+	HeaderConsumer     = "walrelay.consumer"      // the inbox consumer's name
+)
+
 // deadLetter produces e to the dead-letter topic. If that record is too large
 // too, it goes again without its value, with the value's size in a header:
 // the row itself is still in the table and in the WAL at its position.

@@ -1,0 +1,19 @@
+// Package inbox is the consume side of the outbox pattern: a Kafka
+// consumer that handles each event exactly once in its own database.
+//
+// For each record it claims the event id (the record's "id" header) for
+// the consumer in the inbox table and runs the handler in the same
+// database transaction; it marks the Kafka offset only after that
+// transaction committed. A record that Kafka delivers again (after a crash
+// or a rebalance) or that a relay sent twice (the same id at another
+// offset) finds its id claimed and is skipped, so the handler's changes in
+// that transaction happen once. What the handler does outside the
+// transaction (an HTTP call, an e-mail) is not covered: give such calls an
+// idempotency key of their own, for example the event id.
+//
+// Records of one partition are handled in order, several to a transaction
+// (a savepoint each, so one failure undoes only its own record); a
+// failing record is retried with backoff and, after MaxAttempts, goes to
+// a dead-letter topic, and its partition moves on while the others never
+// wait for it. Package inbox knows nothing of the WAL.
+package inbox

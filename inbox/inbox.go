@@ -1,0 +1,412 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/migrations"
+)
+
+// Config configures a Consumer. Postgres, Brokers, Topics and Group are
+// required; zero values of the others mean the defaults.
+type Config struct {
+	// Postgres is the pool of the consumer's own database, which holds the
+	// inbox table and whatever the handler writes.
+	Postgres *pgxpool.Pool
+	// Brokers are the Kafka seed brokers.
+	Brokers []string
+	// Topics are the topics consumed.
+	Topics []string
+	// Group is the Kafka consumer group.
+	Group string
+	// Consumer names this consumer in the inbox table. Default Group. Two
+	// services with different names each handle every event once.
+	Consumer string
+	// Schema and Table name the inbox table. Default public.walrelay_inbox.
+	Schema, Table string
+	// MaxAttempts is how many times a record's handler runs before the
+	// record is dead-lettered. Default 5. Errors of the database
+	// connection itself are retried without limit and not counted.
+	MaxAttempts int
+	// RetryBackoffMin and RetryBackoffMax bound the wait before a retry
+	// (capped exponential, with jitter). Default 100ms and 10s.
+	RetryBackoffMin, RetryBackoffMax time.Duration
+	// DeadLetterTopic receives the records that failed MaxAttempts times
+	// or carry no id header. Default "walrelay.inbox.dlq".
+	DeadLetterTopic string
+	// BatchMaxRecords bounds how many records of a partition share one
+	// database transaction. Default 100.
+	BatchMaxRecords int
+	// BatchMaxTime commits a batch's transaction once it has been open
+	// this long, even if more records wait. Default 200ms.
+	BatchMaxTime time.Duration
+	// MaxBufferedRecords pauses fetching a partition while this many of
+	// its records wait to be handled. Default 1000.
+	MaxBufferedRecords int
+	// ShutdownTimeout bounds how long a stop or a rebalance waits for the
+	// batches being handled; their handlers' context is then cancelled.
+	// Default 10s.
+	ShutdownTimeout time.Duration
+	// Registerer, if set, registers the consumer's metrics
+	// (walrelay_inbox_*).
+	Registerer prometheus.Registerer
+	// Logger logs lifecycle and failures. Nil: discard.
+	Logger *slog.Logger
+	// KafkaOpts are extra client options (TLS, SASL, client id).
+	KafkaOpts []kgo.Opt
+}
+
+// Message is one Kafka record handed to the handler.
+type Message struct {
+	ID        string // the "id" header: the event id
+	Type      string // the "type" header
+	Key       []byte
+	Value     []byte // nil for a tombstone
+	Headers   map[string][]byte
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	// Attempt counts the handler's runs for this record, from 1.
+	Attempt int
+}
+
+// Handler handles one message inside tx, the transaction that also claims
+// its id; the claim commits only with the handler's changes. It must not
+// commit or roll back tx. An error (or a panic) undoes the message's
+// changes and the claim; the message is retried.
+type Handler func(ctx context.Context, tx pgx.Tx, m Message) error
+
+// Consumer consumes topics into a Handler, once per event id.
+type Consumer struct {
+	cfg   Config
+	claim string
+	table string
+	log   *slog.Logger
+	m     *metrics
+
+	mu      sync.Mutex
+	workers map[topicPartition]*worker
+	cl      *kgo.Client
+	h       Handler
+	fatal   error
+	stopRun context.CancelFunc
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// New checks cfg, fills its defaults and registers the metrics.
+func New(cfg Config) (*Consumer, error) {
+	switch {
+	case cfg.Postgres == nil:
+		return nil, errors.New("inbox: Config.Postgres is not set")
+	case len(cfg.Brokers) == 0:
+		return nil, errors.New("inbox: Config.Brokers is empty")
+	case len(cfg.Topics) == 0:
+		return nil, errors.New("inbox: Config.Topics is empty")
+	case cfg.Group == "":
+		return nil, errors.New("inbox: Config.Group is not set")
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = cfg.Group
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = "public"
+	}
+	if cfg.Table == "" {
+		cfg.Table = "walrelay_inbox"
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 5
+	}
+	if cfg.RetryBackoffMin <= 0 {
+		cfg.RetryBackoffMin = 100 * time.Millisecond
+	}
+	if cfg.RetryBackoffMax <= 0 {
+		cfg.RetryBackoffMax = 10 * time.Second
+	}
+	if cfg.RetryBackoffMin > cfg.RetryBackoffMax {
+		return nil, fmt.Errorf("inbox: RetryBackoffMin %s is above RetryBackoffMax %s", cfg.RetryBackoffMin, cfg.RetryBackoffMax)
+	}
+	if cfg.DeadLetterTopic == "" {
+		cfg.DeadLetterTopic = "walrelay.inbox.dlq"
+	}
+	for _, t := range cfg.Topics {
+		if t == cfg.DeadLetterTopic {
+			return nil, fmt.Errorf("inbox: topic %s is both consumed and the dead-letter topic", t)
+		}
+	}
+	if cfg.BatchMaxRecords <= 0 {
+		cfg.BatchMaxRecords = 100
+	}
+	if cfg.BatchMaxTime <= 0 {
+		cfg.BatchMaxTime = 200 * time.Millisecond
+	}
+	if cfg.MaxBufferedRecords <= 0 {
+		cfg.MaxBufferedRecords = 1000
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Consumer{
+		cfg:     cfg,
+		claim:   migrations.InboxClaimFunction(cfg.Schema, cfg.Table),
+		table:   pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize(),
+		log:     log.With("component", "inbox", "consumer", cfg.Consumer),
+		workers: map[topicPartition]*worker{},
+	}
+	var err error
+	if c.m, err = newMetrics(cfg.Registerer, cfg.Consumer); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Migrate creates the default inbox table (public.walrelay_inbox) and its
+// claim function in pool's database, if missing: what `walrelay migrate
+// --inbox` does.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return migrate(ctx, pool, "public", "walrelay_inbox")
+}
+
+// Migrate creates the consumer's inbox table and its claim function, if
+// missing.
+func (c *Consumer) Migrate(ctx context.Context) error {
+	return migrate(ctx, c.cfg.Postgres, c.cfg.Schema, c.cfg.Table)
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema, table string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: connect: %w", err)
+	}
+	defer conn.Release()
+	if err := migrations.ApplyInbox(ctx, conn.Conn(), schema, table); err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	return nil
+}
+
+// Prune deletes the consumer's inbox rows processed more than olderThan
+// ago, a thousand at a time, and returns how many it deleted. An event
+// redelivered after its row was pruned is handled again: keep rows longer
+// than any redelivery can come (the topics' retention).
+func (c *Consumer) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
+	q := fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM %[1]s WHERE consumer = $1 AND processed_at < now() - make_interval(secs => $2) LIMIT 1000))`, c.table)
+	var total int64
+	for {
+		tag, err := c.cfg.Postgres.Exec(ctx, q, c.cfg.Consumer, olderThan.Seconds())
+		if err != nil {
+			return total, fmt.Errorf("inbox: prune %s: %w", c.table, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() == 0 {
+			return total, nil
+		}
+	}
+}
+
+// Run consumes until ctx ends (it then finishes the batches being handled,
+// commits their offsets, leaves the group and returns nil) or a fatal
+// error (the brokers refuse the group or a topic), which it returns.
+func (c *Consumer) Run(ctx context.Context, h Handler) error {
+	if h == nil {
+		return errors.New("inbox: Run needs a handler")
+	}
+	var exists bool
+	if err := c.cfg.Postgres.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", c.table).Scan(&exists); err != nil {
+		return fmt.Errorf("inbox: look up the inbox table %s: %w", c.table, err)
+	}
+	if !exists {
+		return fmt.Errorf("inbox: the inbox table %s does not exist: run walrelay migrate --inbox, or inbox.Migrate", c.table)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(c.cfg.Brokers...),
+		kgo.ConsumerGroup(c.cfg.Group),
+		kgo.ConsumeTopics(c.cfg.Topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // a transactional relay's aborted records are not events
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(time.Second),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.AllowAutoTopicCreation(),
+	}, c.cfg.KafkaOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("inbox: kafka client: %w", err)
+	}
+	c.mu.Lock()
+	c.cl, c.h, c.stopRun = cl, h, stop
+	c.mu.Unlock()
+	c.log.Info("inbox consumer started", "group", c.cfg.Group, "topics", c.cfg.Topics)
+	for {
+		fs := cl.PollRecords(runCtx, c.cfg.MaxBufferedRecords)
+		if runCtx.Err() != nil || fs.IsClientClosed() {
+			cl.AllowRebalance() // leaving the group below is a rebalance
+			break
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed) {
+				c.fail(fmt.Errorf("consume %s: %w", topic, err))
+				return
+			}
+			c.log.Warn("fetch failed; retrying", "topic", topic, "partition", p, "err", err)
+		})
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			c.mu.Lock()
+			w := c.workers[topicPartition{p.Topic, p.Partition}]
+			c.mu.Unlock()
+			if w != nil { // else revoked meanwhile: its new owner fetches them
+				w.push(p.Records, p.HighWatermark)
+			}
+		})
+		cl.AllowRebalance()
+	}
+	// Finish what is being handled, commit its offsets, leave the group.
+	c.stopWorkers(nil, false)
+	cctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
+	if err := cl.CommitMarkedOffsets(cctx); err != nil {
+		c.log.Warn("commit offsets at shutdown; their records will be skipped by the inbox when delivered again", "err", err)
+	}
+	cancel()
+	cl.Close()
+	c.mu.Lock()
+	err = c.fatal
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	c.log.Info("inbox consumer stopped")
+	return nil
+}
+
+// fail stops Run with err.
+func (c *Consumer) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fatal == nil {
+		c.fatal = err
+		c.log.Error("inbox consumer stopping", "err", err)
+	}
+	if c.stopRun != nil {
+		c.stopRun()
+	}
+}
+
+func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for topic, parts := range assigned {
+		for _, p := range parts {
+			tp := topicPartition{topic, p}
+			if c.workers[tp] != nil {
+				continue
+			}
+			w := newWorker(c, cl, tp)
+			c.workers[tp] = w
+			go w.run()
+		}
+	}
+	c.log.Info("partitions assigned", "partitions", fmt.Sprint(assigned))
+}
+
+// revoked lets the revoked partitions' workers finish their batches, then
+// commits their offsets before the partitions go to another member.
+func (c *Consumer) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	c.stopWorkers(revoked, false)
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		c.log.Warn("commit offsets of revoked partitions; their new owner skips the records the inbox holds", "err", err)
+	}
+	c.log.Info("partitions revoked", "partitions", fmt.Sprint(revoked))
+}
+
+// lost stops the lost partitions' workers at once: another member may
+// handle them already (the inbox keeps each event once).
+func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.stopWorkers(lost, true)
+	c.log.Warn("partitions lost", "partitions", fmt.Sprint(lost))
+}
+
+// stopWorkers stops the workers of parts (all when nil) and waits for
+// them: after their current batch, or at once when abort is set.
+func (c *Consumer) stopWorkers(parts map[string][]int32, abort bool) {
+	c.mu.Lock()
+	var ws []*worker
+	for tp, w := range c.workers {
+		if parts != nil && !contains(parts[tp.topic], tp.partition) {
+			continue
+		}
+		ws = append(ws, w)
+		delete(c.workers, tp)
+	}
+	c.mu.Unlock()
+	for _, w := range ws {
+		w.stop(abort)
+	}
+	deadline := time.After(c.cfg.ShutdownTimeout)
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-deadline:
+			w.stop(true)
+			<-w.done
+		}
+		w.resume()
+		c.m.lag.DeleteLabelValues(w.tp.topic, fmt.Sprint(w.tp.partition))
+	}
+}
+
+func contains(ps []int32, p int32) bool {
+	for _, x := range ps {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// connectionTrouble reports whether err is the database connection's (or
+// the network's) rather than a record's: retried without limit.
+func connectionTrouble(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") || strings.HasPrefix(pgErr.Code, "53")
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "failed to connect")
+}

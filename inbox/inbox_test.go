@@ -1,0 +1,428 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/inbox"
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/outbox"
+	"github.com/walrelay/walrelay/sink"
+)
+
+const topic = "outbox.event.order"
+
+// env is a consumer's database (with the inbox and an effects table that
+// the handlers write) and a kfake cluster with the topic.
+type env struct {
+	pool *pgxpool.Pool
+	kc   *kafkatest.Cluster
+	prod *kgo.Client
+}
+
+func setup(t *testing.T, partitions int) *env {
+	t.Helper()
+	pg := pgtest.Start(t)
+	pool, err := pgxpool.New(t.Context(), pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := inbox.Migrate(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `CREATE TABLE effects (n bigserial PRIMARY KEY, event_id text NOT NULL, key text NOT NULL, seq int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var opts []kfake.Opt
+	if partitions > 0 {
+		opts = append(opts, kfake.SeedTopics(int32(partitions), topic))
+	}
+	kc := kafkatest.Start(t, opts...)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	return &env{pool: pool, kc: kc, prod: prod}
+}
+
+// event is a record as walrelay writes it: key the aggregate, id and type
+// headers, the value carrying the aggregate's sequence number.
+func event(id, key string, seq int) *kgo.Record {
+	return &kgo.Record{Key: []byte(key), Value: []byte(fmt.Sprintf(`{"seq":%d}`, seq)),
+		Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(id)}, {Key: "type", Value: []byte("OrderCreated")}}}
+}
+
+func (e *env) produce(t *testing.T, rs ...*kgo.Record) {
+	t.Helper()
+	if err := e.prod.ProduceSync(t.Context(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// record is the handler of the tests: it writes one effect row in the
+// transaction.
+func record(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+	var seq int
+	if _, err := fmt.Sscanf(string(m.Value), `{"seq":%d}`, &seq); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO effects (event_id, key, seq) VALUES ($1, $2, $3)", m.ID, string(m.Key), seq)
+	return err
+}
+
+// start runs a consumer of cfg (its Postgres, Brokers, Topics and Group
+// filled in) until the returned stop is called, which returns Run's error.
+func (e *env) start(t *testing.T, cfg inbox.Config, h inbox.Handler) (stop func() error) {
+	t.Helper()
+	cfg.Postgres, cfg.Brokers, cfg.Topics = e.pool, e.kc.Addrs(), []string{topic}
+	if cfg.Group == "" {
+		cfg.Group = "shipping"
+	}
+	c, err := inbox.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, h) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(30 * time.Second):
+				runErr = errors.New("Run did not return within 30 s of its context's end")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// effects returns the effect rows: how many per event id, and each key's
+// sequence numbers in the order they were written.
+func (e *env) effects(t *testing.T) (perID map[string]int, perKey map[string][]int) {
+	t.Helper()
+	rows, err := e.pool.Query(t.Context(), "SELECT event_id, key, seq FROM effects ORDER BY n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	perID, perKey = map[string]int{}, map[string][]int{}
+	for rows.Next() {
+		var id, key string
+		var seq int
+		if err := rows.Scan(&id, &key, &seq); err != nil {
+			t.Fatal(err)
+		}
+		perID[id]++
+		perKey[key] = append(perKey[key], seq)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return perID, perKey
+}
+
+// checkOnce fails unless every id of want has exactly one effect, no other
+// has any, and each key's effects are in sequence order.
+func (e *env) checkOnce(t *testing.T, want map[string]bool) {
+	t.Helper()
+	perID, perKey := e.effects(t)
+	twice, missing := 0, 0
+	for id := range want {
+		switch perID[id] {
+		case 0:
+			missing++
+		case 1:
+		default:
+			twice++
+		}
+	}
+	if twice > 0 || missing > 0 || len(perID) != len(want) {
+		t.Fatalf("%d events: %d handled, %d twice or more, %d missing", len(want), len(perID), twice, missing)
+	}
+	for key, seqs := range perKey {
+		for i := 1; i < len(seqs); i++ {
+			if seqs[i] <= seqs[i-1] {
+				t.Fatalf("key %s handled out of order: %v", key, seqs)
+			}
+		}
+	}
+}
+
+func (e *env) count(t *testing.T) int {
+	var n int
+	if err := e.pool.QueryRow(context.Background(), "SELECT count(*) FROM effects").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestEachEventOnce: 600 events on 3 partitions, 100 of them produced a
+// second time at later offsets (as a relay's crash leaves them), read by a
+// consumer that is stopped and started again midway: each event's effect
+// is written once, in order per key, and the duplicates are counted.
+func TestEachEventOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 3)
+	want := map[string]bool{}
+	var recs []*kgo.Record
+	seq := map[string]int{}
+	for i := range 600 {
+		key := "order-" + strconv.Itoa(i%20)
+		seq[key]++
+		id := outbox.NewID()
+		want[id] = true
+		recs = append(recs, event(id, key, seq[key]))
+	}
+	e.produce(t, recs[:300]...)
+	e.produce(t, recs[200:300]...) // the relay sent these again
+	reg := prometheus.NewRegistry()
+	stop := e.start(t, inbox.Config{Registerer: reg}, record)
+	poll.Until(t, time.Minute, "the first 300 handled", func() bool { return e.count(t) == 300 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(t, recs[300:]...)
+	e.produce(t, recs[:50]...) // and these, much later
+	stop = e.start(t, inbox.Config{}, record)
+	poll.Until(t, time.Minute, "all 600 handled", func() bool { return e.count(t) == 600 })
+	time.Sleep(300 * time.Millisecond) // room for a duplicate effect
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(t, want)
+	if got := testutil.ToFloat64(mustVec(t, reg, "walrelay_inbox_duplicates_total")); got != 100 {
+		t.Fatalf("the first consumer counted %v duplicates, want 100", got)
+	}
+}
+
+// mustVec returns the sum of a metric family of reg.
+func mustVec(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	return gathered{reg, name}
+}
+
+// gathered is a collector of one metric family's samples, summed, for
+// testutil.ToFloat64.
+type gathered struct {
+	reg  *prometheus.Registry
+	name string
+}
+
+func (g gathered) Describe(ch chan<- *prometheus.Desc) {
+	ch <- prometheus.NewDesc(g.name, "sum", nil, nil)
+}
+
+func (g gathered) Collect(ch chan<- prometheus.Metric) {
+	mfs, _ := g.reg.Gather()
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != g.name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(g.name, "sum", nil, nil), prometheus.UntypedValue, sum)
+}
+
+// TestFailuresRetriedThenDeadLettered: on one partition, an event whose
+// handler always fails, one that fails twice, one that panics once and a
+// record without an id header: the failing one is retried MaxAttempts
+// times and dead-lettered with the failure headers, the record without id
+// at once; everything else is handled once, in order, after them.
+func TestFailuresRetriedThenDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	var recs []*kgo.Record
+	want := map[string]bool{}
+	ids := make([]string, 40)
+	for i := range ids {
+		ids[i] = outbox.NewID()
+		recs = append(recs, event(ids[i], "order-"+strconv.Itoa(i%4), i+1))
+		want[ids[i]] = true
+	}
+	poison, flaky, panicky := ids[10], ids[20], ids[30]
+	delete(want, poison)
+	noID := event("", "order-x", 1)
+	noID.Headers = noID.Headers[1:]
+	recs = append(recs[:5], append([]*kgo.Record{noID}, recs[5:]...)...)
+	var flakyRuns, panicRuns, poisonRuns atomic.Int32
+	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		switch m.ID {
+		case poison:
+			poisonRuns.Add(1)
+			return errors.New("payment service refused the order")
+		case flaky:
+			if flakyRuns.Add(1) <= 2 {
+				return errors.New("try again")
+			}
+		case panicky:
+			if panicRuns.Add(1) == 1 {
+				panic("nil map")
+			}
+		}
+		return record(ctx, tx, m)
+	}
+	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	e.produce(t, recs...)
+	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, h)
+	poll.Until(t, time.Minute, "39 handled", func() bool { return e.count(t) == 39 })
+	dead, err := dlq.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(t, want)
+	if n := poisonRuns.Load(); n != 3 {
+		t.Fatalf("the failing handler ran %d times, want MaxAttempts = 3", n)
+	}
+	if n := len(dlq.Records()); n != 2 {
+		t.Fatalf("%d dead letters, want 2", n)
+	}
+	byReason := map[string]*kgo.Record{}
+	for _, r := range dead {
+		byReason[string(kafkatest.Header(r, sink.HeaderReason))] = r
+	}
+	p := byReason["handler_failed"]
+	if p == nil || string(kafkatest.Header(p, "id")) != poison || string(kafkatest.Header(p, sink.HeaderAttempts)) != "3" ||
+		!strings.Contains(string(kafkatest.Header(p, sink.HeaderError)), "payment service refused") ||
+		string(kafkatest.Header(p, sink.HeaderTopic)) != topic || string(kafkatest.Header(p, sink.HeaderPartition)) != "0" ||
+		string(kafkatest.Header(p, sink.HeaderOffset)) != "11" || string(kafkatest.Header(p, sink.HeaderConsumer)) != "shipping" ||
+		string(p.Value) != string(recs[11].Value) {
+		t.Fatalf("the failing event's dead letter: %+v", p)
+	}
+	first, err1 := time.Parse(time.RFC3339Nano, string(kafkatest.Header(p, sink.HeaderFirstFailure)))
+	last, err2 := time.Parse(time.RFC3339Nano, string(kafkatest.Header(p, sink.HeaderLastFailure)))
+	if err1 != nil || err2 != nil || !last.After(first) {
+		t.Fatalf("first and last failure: %v %v, %v %v", first, err1, last, err2)
+	}
+	if n := byReason["no_id"]; n == nil || string(kafkatest.Header(n, sink.HeaderOffset)) != "5" {
+		t.Fatalf("the record without id: %+v", n)
+	}
+}
+
+// TestRebalanceKeepsEachEventOnce: two consumers of one group share six
+// partitions while events are produced; one of them stops midway (its
+// partitions move to the other): each event once, in order per key.
+func TestRebalanceKeepsEachEventOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 6)
+	want := map[string]bool{}
+	var mu sync.Mutex
+	seq := map[string]int{}
+	next := func() *kgo.Record {
+		mu.Lock()
+		defer mu.Unlock()
+		key := "order-" + strconv.Itoa(len(want)%30)
+		seq[key]++
+		id := outbox.NewID()
+		want[id] = true
+		return event(id, key, seq[key])
+	}
+	slow := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		time.Sleep(time.Millisecond)
+		return record(ctx, tx, m)
+	}
+	a := e.start(t, inbox.Config{BatchMaxRecords: 10}, slow)
+	b := e.start(t, inbox.Config{BatchMaxRecords: 10}, slow)
+	for round := range 20 {
+		batch := make([]*kgo.Record, 100)
+		for i := range batch {
+			batch[i] = next()
+		}
+		e.produce(t, batch...)
+		if round == 8 {
+			if err := a(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	poll.Until(t, 2*time.Minute, "2000 handled", func() bool { return e.count(t) >= 2000 })
+	time.Sleep(300 * time.Millisecond)
+	if err := b(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(t, want)
+}
+
+// TestPruneAndRefusals: Prune deletes only the consumer's old rows; Run
+// refuses a missing inbox table and New a configuration without its
+// required fields.
+func TestPruneAndRefusals(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `INSERT INTO walrelay_inbox (consumer, event_id, processed_at)
+		SELECT c, 'e' || i, now() - (i || ' hours')::interval FROM generate_series(1, 2500) i, (VALUES ('shipping'), ('billing')) v(c)`); err != nil {
+		t.Fatal(err)
+	}
+	c, err := inbox.New(inbox.Config{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{topic}, Group: "shipping"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Prune(ctx, 100*time.Hour+30*time.Minute)
+	if err != nil || n != 2400 {
+		t.Fatalf("Prune: %d, %v; want 2400 rows deleted", n, err)
+	}
+	var left int
+	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM walrelay_inbox").Scan(&left); err != nil || left != 2600 {
+		t.Fatalf("%d rows left, %v; want 2600", left, err)
+	}
+
+	other, err := inbox.New(inbox.Config{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{topic}, Group: "g", Table: "missing_inbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Run(ctx, record); err == nil || !strings.Contains(err.Error(), "walrelay migrate --inbox") {
+		t.Fatalf("Run without its inbox table: %v", err)
+	}
+	for _, cfg := range []inbox.Config{
+		{Brokers: e.kc.Addrs(), Topics: []string{topic}, Group: "g"},
+		{Postgres: e.pool, Topics: []string{topic}, Group: "g"},
+		{Postgres: e.pool, Brokers: e.kc.Addrs(), Group: "g"},
+		{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{topic}},
+		{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{"walrelay.inbox.dlq"}, Group: "g"},
+	} {
+		if _, err := inbox.New(cfg); err == nil {
+			t.Fatalf("New(%+v) accepted", cfg)
+		}
+	}
+	// The SQL path for other languages: the claim function.
+	var first, again bool
+	if err := e.pool.QueryRow(ctx, "SELECT walrelay_inbox_claim('billing', 'x-1'), walrelay_inbox_claim('billing', 'x-1')").Scan(&first, &again); err != nil || !first || again {
+		t.Fatalf("walrelay_inbox_claim twice: %v, %v, %v", first, again, err)
+	}
+}
