@@ -144,7 +144,9 @@ type supervisor struct {
 	starts  atomic.Int64
 	mu      sync.Mutex
 	p       *proc
-	next    env // the environment of the next start only, if set
+	next    env                   // the environment of the next start only, if set
+	envFor  func(start int64) env // if set, the environment of each start (from 1), unless next is set
+	args    []string              // default: run
 	stopped bool
 	wg      sync.WaitGroup
 }
@@ -152,12 +154,19 @@ type supervisor struct {
 func (s *supervisor) start() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	n := s.starts.Add(1)
 	e := s.env
+	if s.envFor != nil {
+		e = s.envFor(n)
+	}
 	if s.next != nil {
 		e, s.next = s.next, nil
 	}
-	s.starts.Add(1)
-	p := startBin(s.t, s.bin, e, "run")
+	args := s.args
+	if args == nil {
+		args = []string{"run"}
+	}
+	p := startBin(s.t, s.bin, e, args...)
 	s.p = p
 	s.wg.Go(func() {
 		<-p.done

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,8 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cs := config.NewSet(fs)
+	inbox := fs.Bool("inbox", false, "create only the inbox table of package inbox and its claim function, in the consumer's database that postgres.dsn names (no outbox, publication or slot)")
+	inboxTable := fs.String("inbox-table", "public.walrelay_inbox", "the inbox table that --inbox creates, schema.table")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -26,7 +29,40 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if *inbox {
+		return config.ScrubError(migrateInbox(ctx, cfg, *inboxTable, stdout), cfg.Secrets())
+	}
 	return config.ScrubError(migrate(ctx, cfg, stdout), cfg.Secrets())
+}
+
+// migrateInbox creates the inbox table schema.table and its claim
+// function, and says whether the table was created.
+func migrateInbox(ctx context.Context, cfg *config.Config, name string, stdout io.Writer) error {
+	schema, table, ok := strings.Cut(name, ".")
+	if !ok || schema == "" || table == "" || strings.Contains(table, ".") {
+		return fmt.Errorf("--inbox-table %q: want schema.table", name)
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
+	if err != nil {
+		return fmt.Errorf("postgres.dsn: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var existed bool
+	if err := conn.QueryRow(cctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, table}.Sanitize()).Scan(&existed); err != nil {
+		return fmt.Errorf("look up %s: %w", name, err)
+	}
+	if err := migrations.ApplyInbox(cctx, conn, schema, table); err != nil {
+		return err
+	}
+	state := "created"
+	if existed {
+		state = "already exists"
+	}
+	fmt.Fprintf(stdout, "%-40s %s\n", "table "+name, state)
+	fmt.Fprintf(stdout, "%-40s %s\n", "function "+schema+"."+table+"_claim", "created or replaced")
+	return nil
 }
 
 // migrate creates the outbox table, its publication and the slot, in that
