@@ -36,7 +36,8 @@ const usage = `walrelay relays transactional outbox rows from PostgreSQL to Kafk
 Usage:
   walrelay run     [--config FILE] [--key value ...]   stream the outbox to Kafka
   walrelay migrate [--config FILE] [--key value ...]   create the outbox table, publication and slot
-  walrelay demo    [--count N]                         a throwaway PostgreSQL and Kafka, end to end
+  walrelay migrate --inbox [--inbox-table S.T]         create the inbox table of package inbox (consumer's database)
+  walrelay demo    [--count N] [--crash]               a throwaway PostgreSQL and Kafka: orders, relay, shipping, end to end
   walrelay check                                       preflight: server settings, role, table, publication, brokers
   walrelay status                                      one screen from a running instance (its admin listener)
   walrelay slot list | status [NAME] | create [NAME] | drop NAME

@@ -225,7 +225,9 @@ func TestCheck(t *testing.T) {
 }
 
 // TestDemo builds the demo (the demo tag: the connector's binary leaves the
-// test harness out, and says how to get it) and runs it to three events.
+// test harness out, and says how to get it) and runs it with --crash: 20
+// orders, the relay and the consumer killed once each, one shipment per
+// order.
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	if code, out := runCmd(t, env{}, "demo"); code != 1 || !strings.Contains(out, "-tags demo") {
@@ -235,8 +237,10 @@ func TestDemo(t *testing.T) {
 	if out, err := osexec.Command("go", "build", "-tags", "demo", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the demo: %v\n%s", err, out)
 	}
-	p := startBin(t, bin, env{}, "demo", "--count", "3", "--every", "50ms")
-	if code := p.exit(2 * time.Minute); code != 0 || !strings.Contains(p.out.String(), "consumed 3 events") {
-		t.Fatalf("demo: exit %d\n%s", code, p.out.String())
+	p := startBin(t, bin, env{}, "demo", "--count", "20", "--every", "20ms", "--crash")
+	if code := p.exit(2 * time.Minute); code != 0 || !strings.Contains(p.out.String(), "shipments created: 20 for 20 orders (exactly one per order: yes)") ||
+		strings.Count(p.out.String(), "*** SIGKILL") != 2 {
+		t.Fatalf("demo --crash: exit %d\n%s", code, p.out.String())
 	}
+	t.Logf("demo --crash:%s", p.out.String()[strings.LastIndex(p.out.String(), "\nrows committed"):])
 }
