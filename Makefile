@@ -5,7 +5,7 @@ test:
 	go test -race -count=1 ./...
 
 bench:
-	go run ./cmd/walrelay-bench -events 200000 -runs 3 -debezium -shards 2 -exactly-once -svg docs/latency.svg
+	go run ./cmd/walrelay-bench -events 200000 -runs 3 -debezium -shards 2 -exactly-once -inbox 20000 -svg docs/latency.svg
 
 demo:
 	go run -tags demo ./cmd/walrelay demo --count 10

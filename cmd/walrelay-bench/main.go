@@ -55,6 +55,7 @@ type options struct {
 	// transactions every txnInterval.
 	exactlyOnce bool
 	txnInterval time.Duration
+	inboxEvents int // records of the inbox benchmark; 0: skip
 	// shards, above 1, adds walrelay sharded across that many slots.
 	shards int
 	bigTxn int
@@ -81,6 +82,7 @@ func run() error {
 	flag.IntVar(&o.shards, "shards", 0, "also time walrelay sharded across this many slots and row-filtered publications, one process each (0 or 1: not)")
 	flag.IntVar(&kfakeBrokerCount, "kfake-brokers", 1, "brokers of each kfake cluster (its partitions are spread over them)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
+	flag.IntVar(&o.inboxEvents, "inbox", 0, "also time package inbox against a plain consumer on this many records (0: skip)")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
 	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
 	flag.Parse()
@@ -127,6 +129,13 @@ func run() error {
 		t, err := catchUp(ctx, o, rows)
 		if err != nil {
 			return fmt.Errorf("data set of %d rows per transaction: %w", rows, err)
+		}
+		tables = append(tables, t)
+	}
+	if o.inboxEvents > 0 {
+		t, err := inboxBench(ctx, o)
+		if err != nil {
+			return fmt.Errorf("inbox: %w", err)
 		}
 		tables = append(tables, t)
 	}
