@@ -426,3 +426,54 @@ func TestPruneAndRefusals(t *testing.T) {
 		t.Fatalf("walrelay_inbox_claim twice: %v, %v, %v", first, again, err)
 	}
 }
+
+// TestAFailingRecordBlocksOnlyItsPartition: while a record of one
+// partition is being retried, the other partitions' records are all
+// handled; the retried partition goes on once it is dead-lettered.
+func TestAFailingRecordBlocksOnlyItsPartition(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2)
+	var recs []*kgo.Record
+	want := map[string]bool{}
+	for i := range 200 {
+		id := outbox.NewID()
+		r := event(id, "order-"+strconv.Itoa(i%10), i+1)
+		r.Partition = int32(i % 2)
+		recs = append(recs, r)
+		want[id] = true
+	}
+	poison := string(kafkatest.Header(recs[4], "id")) // partition 0, early
+	delete(want, poison)
+	var poisonRuns atomic.Int32
+	release := make(chan struct{})
+	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		if m.ID == poison {
+			if poisonRuns.Add(1) == 2 {
+				<-release // the second run waits until partition 1 is done
+			}
+			return errors.New("refused")
+		}
+		return record(ctx, tx, m)
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(e.kc.Addrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if err := prod.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond}, h)
+	// Partition 1's hundred, and partition 0's two before the poison.
+	poll.Until(t, time.Minute, "the other partition handled while the poison is retried", func() bool { return e.count(t) == 102 })
+	if n := poisonRuns.Load(); n != 2 {
+		t.Fatalf("the poison ran %d times, want 2 (its second run still waiting)", n)
+	}
+	close(release)
+	poll.Until(t, time.Minute, "199 handled", func() bool { return e.count(t) == 199 })
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(t, want)
+}
