@@ -83,11 +83,8 @@ func (a *adminCmd) open(ctx context.Context, args []string, def func(*config.Con
 func (a *adminCmd) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, a.cfg.Postgres.DSN)
-	if err != nil {
-		return nil, config.ScrubError(fmt.Errorf("postgres.dsn: connect: %w", err), a.cfg.Secrets())
-	}
-	return conn, nil
+	conn, err := connectDSN(cctx, a.cfg)
+	return conn, config.ScrubError(err, a.cfg.Secrets())
 }
 
 func (a *adminCmd) printJSON(v any) error {

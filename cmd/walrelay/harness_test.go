@@ -473,7 +473,13 @@ func (w *writer) written() []string {
 // committedIDs reads the ground truth: every id in the outbox table.
 func committedIDs(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
-	rows, err := conn.Query(t.Context(), "SELECT id::text FROM outbox")
+	return texts(t, conn, "SELECT id::text FROM outbox")
+}
+
+// texts returns the text column that query selects.
+func texts(t *testing.T, conn *pgx.Conn, query string) []string {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), query)
 	if err != nil {
 		t.Fatal(err)
 	}

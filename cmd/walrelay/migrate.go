@@ -44,9 +44,9 @@ func migrateInbox(ctx context.Context, cfg *config.Config, name string, stdout i
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
+	conn, err := connectDSN(cctx, cfg)
 	if err != nil {
-		return fmt.Errorf("postgres.dsn: connect: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	var existed bool
@@ -72,9 +72,9 @@ func migrate(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
 	schema, table, _ := cfg.Table()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)
+	conn, err := connectDSN(cctx, cfg)
 	if err != nil {
-		return fmt.Errorf("postgres.dsn: connect: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	say := func(what string, created bool) {
@@ -105,4 +105,13 @@ func migrate(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
 	}
 	say("replication slot "+cfg.Postgres.Slot, created)
 	return nil
+}
+
+// connectDSN connects to postgres.dsn.
+func connectDSN(ctx context.Context, cfg *config.Config) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, cfg.Postgres.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres.dsn: connect: %w", err)
+	}
+	return conn, nil
 }

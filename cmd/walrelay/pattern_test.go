@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
@@ -124,28 +123,12 @@ func TestWholePatternOnce(t *testing.T) {
 		t.Fatalf("want one shipment per order and every event on the topic")
 	}
 	// Every shipment is of a placed order.
-	var unknown int
-	rows, err := shipConn.Query(t.Context(), "SELECT order_id::text FROM shipments")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shippedIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
 	placedIDs := map[string]bool{}
-	rows, err = conn.Query(t.Context(), "SELECT id::text FROM orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range all {
+	for _, id := range texts(t, conn, "SELECT id::text FROM orders") {
 		placedIDs[id] = true
 	}
-	for _, id := range shippedIDs {
+	unknown := 0
+	for _, id := range texts(t, shipConn, "SELECT order_id::text FROM shipments") {
 		if !placedIDs[id] {
 			unknown++
 		}
