@@ -41,6 +41,7 @@ type Config struct {
 		HeaderColumns       []string
 		MessagePrefix       string
 		IgnorePrefixes      []string
+		TimestampColumn     string
 	}
 	Kafka struct {
 		Brokers             []string
@@ -192,6 +193,8 @@ func (c *Config) keys() []*key {
 	add("outbox.message_prefix", "prefix of logical decoding messages published as events", f, s)
 	f, s = list(&c.Outbox.IgnorePrefixes, nil)
 	add("outbox.ignore_message_prefixes", "prefixes of other programs' logical decoding messages, ignored; a message under any other prefix stops walrelay", f, s)
+	f, s = str(&c.Outbox.TimestampColumn, "")
+	add("outbox.timestamp_column", "a timestamp column of the outbox for the time windows of replay, reconcile and prune (empty: the time in UUIDv7 ids)", f, s)
 
 	f, s = list(&c.Kafka.Brokers, nil)
 	add("kafka.brokers", "seed brokers, host:port, comma-separated (required)", f, s)

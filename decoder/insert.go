@@ -78,7 +78,11 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
 	if len(vals) != len(r.cols) {
 		return nil, fmt.Errorf("insert into %s: tuple of %d columns, relation of %d", d.source, len(vals), len(r.cols))
 	}
-	e := d.newEvent(walStart, d.source)
+	return EventMessage{d.tupleEvent(r, vals, d.newEvent(walStart, d.source))}, nil
+}
+
+// tupleEvent fills e from an outbox row's values.
+func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *event.Event {
 	var problems []error
 	// value parses column i; ok is false for NULL and for a problem, which
 	// it records (a NULL only when the column is required).
@@ -154,7 +158,7 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
 	if len(problems) > 0 {
 		e.Invalid = errors.Join(problems...)
 	}
-	return EventMessage{e}, nil
+	return e
 }
 
 // plainText reports whether a column value is text that ParseText would

@@ -40,8 +40,8 @@ func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInf
 	}
 	if len(res) != 1 || len(res[0].Rows) == 0 {
 		return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("slot %s: %w: it was dropped while walrelay ran; rows committed after its last confirmed position "+
-			"are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then republish from the outbox table the rows "+
-			"committed since the last event on the topic", slot, ErrSlotMissing, slot))
+			"are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then walrelay reconcile --since <a time before the drop> "+
+			"--replay --yes republishes the rows missing from the topics (README: \"The slot was lost or dropped\")", slot, ErrSlotMissing, slot))
 	}
 	row := res[0].Rows[0]
 	if string(row[5]) != "t" {
@@ -105,7 +105,7 @@ func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot, pub string, recreate 
 			return false, fmt.Errorf("slot %s: %w: walrelay created it (publication %s records it) and it is gone: dropped by hand, "+
 				"invalidated and removed, or lost in a failover or a restore. Rows committed after its last confirmed position are no longer in the WAL stream, "+
 				"and a new slot starts at the current end of the WAL. To go on: walrelay slot create %s (it starts now), "+
-				"then republish from the outbox table the rows committed since the last event on the topic",
+				"then walrelay reconcile --since <a time before the loss> --replay --yes republishes the rows missing from the topics (README: \"The slot was lost or dropped\")",
 				slot, ErrSlotDropped, pub, slot)
 		}
 	}

@@ -324,7 +324,8 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	}
 	if slot.WALStatus == "lost" {
 		return nil, failure.Mark(failure.Fatal, fmt.Errorf("replication slot %s was invalidated (wal_status lost): the server removed WAL it still needed, "+
-			"so events after %s may be missing from Kafka; drop and recreate the slot, then replay the outbox table from that position", s.cfg.Slot, slot.ConfirmedFlush))
+			"so events after %s may be missing from Kafka; drop and recreate the slot (walrelay slot drop, slot create), then walrelay reconcile --since <a time before the loss> --replay --yes "+
+			"republishes the rows missing from the topics (README: \"The slot was lost or dropped\")", s.cfg.Slot, slot.ConfirmedFlush))
 	}
 	if slot.Active {
 		return nil, &SlotActiveError{Slot: s.cfg.Slot, PID: slot.ActivePID}

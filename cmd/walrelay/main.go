@@ -43,9 +43,15 @@ Usage:
   walrelay slot list | status [NAME] | create [NAME] | drop NAME
   walrelay lsn show [NAME] | advance NAME (--to LSN | --to-current) [--yes]
   walrelay publication show [NAME] | create [NAME] | drop NAME
+  walrelay replay --since TIME [--until TIME] [--aggregate-type T] | --ids FILE | --all  [--yes]
+  walrelay reconcile --since TIME [--until TIME] [--aggregate-type T] [--replay] [--yes]   exit 2: rows missing
+  walrelay dlq list [--since TIME] [--reason R] | show ID | replay (--id ID ... | --reason R | --all) [--yes]
+  walrelay prune --older-than DURATION [--batch N] [--yes]
   walrelay version
 
-The operator commands take --json for one JSON document.
+The operator commands take --json for one JSON document. TIME is RFC 3339
+(2026-12-03T04:00:00Z) or a duration before now (2h). Commands that write do
+nothing without --yes: they say what they would do.
 
 Every configuration key is also an environment variable (postgres.dsn is
 WALRELAY_POSTGRES_DSN) and a flag (--postgres.dsn). Run 'walrelay run -h' for
@@ -80,6 +86,14 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = cmdCheck(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = cmdStatus(ctx, args[1:], stdout, stderr)
+	case "replay":
+		err = cmdReplay(ctx, args[1:], stdout, stderr)
+	case "reconcile":
+		err = cmdReconcile(ctx, args[1:], stdout, stderr)
+	case "dlq":
+		err = cmdDLQ(ctx, args[1:], stdout, stderr)
+	case "prune":
+		err = cmdPrune(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "walrelay", version)
 	case "help", "-h", "--help":
@@ -88,9 +102,12 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = usageError{fmt.Sprintf("unknown command %q", args[0])}
 	}
 	var ue usageError
+	var code exitCode
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &code):
+		return int(code)
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):

@@ -1,0 +1,487 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/config"
+	"github.com/walrelay/walrelay/recovery"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// exitCode ends a command with a code of its own and no further message:
+// reconcile's 2 when rows are missing.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+// parseTime reads TIME: RFC 3339, or a duration before now.
+func parseTime(flagName, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return time.Now().Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%s %q: want RFC 3339 (2026-12-03T04:00:00Z) or a duration before now (2h)", flagName, s)
+}
+
+// readIDs reads an --ids file: one id a line; blank lines and # comments
+// are skipped.
+func readIDs(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--ids: %w", err)
+	}
+	defer f.Close()
+	ids := []string{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		line := strings.TrimSpace(s.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		ids = append(ids, line)
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("--ids %s: %w", path, err)
+	}
+	return ids, nil
+}
+
+// recoveryCmd is an operator command over the outbox table and Kafka.
+type recoveryCmd struct {
+	*adminCmd
+	since, until, aggType, ids *string
+	all, yes                   *bool
+}
+
+func newRecoveryCmd(name string, stdout, stderr io.Writer, window bool) *recoveryCmd {
+	c := &recoveryCmd{adminCmd: newAdminCmd(name, stderr, stdout)}
+	fs := c.fs
+	c.yes = fs.Bool("yes", false, "really write (without it, only say what would be done)")
+	if window {
+		c.since = fs.String("since", "", "TIME: the window's start, RFC 3339 or a duration before now (2h)")
+		c.until = fs.String("until", "", "TIME: the window's end (default: now)")
+		c.aggType = fs.String("aggregate-type", "", "only rows of this aggregate type")
+		c.ids = fs.String("ids", "", "a file of ids, one a line: only these rows")
+		c.all = fs.Bool("all", false, "the whole table")
+	}
+	return c
+}
+
+// window builds the window of the flags.
+func (c *recoveryCmd) window() (recovery.Window, error) {
+	var w recovery.Window
+	var err error
+	if w.Since, err = parseTime("--since", *c.since); err != nil {
+		return w, err
+	}
+	if w.Until, err = parseTime("--until", *c.until); err != nil {
+		return w, err
+	}
+	w.AggregateType, w.All = *c.aggType, *c.all
+	if *c.ids != "" {
+		if w.IDs, err = readIDs(*c.ids); err != nil {
+			return w, err
+		}
+		if len(w.IDs) == 0 {
+			return w, fmt.Errorf("--ids %s holds no id", *c.ids)
+		}
+	}
+	n := 0
+	for _, set := range []bool{!w.Since.IsZero() || !w.Until.IsZero(), w.IDs != nil, w.All} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return w, errors.New("give one of --since (with --until), --ids FILE or --all")
+	}
+	return w, nil
+}
+
+// open connects and describes the outbox table.
+func (c *recoveryCmd) open(ctx context.Context, args []string) (*pgx.Conn, *recovery.Table, error) {
+	if _, err := c.parse(args, 0, true); err != nil {
+		return nil, nil, err
+	}
+	conn, err := c.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := recovery.Open(ctx, conn, c.cfg.OutboxConfig(), c.cfg.Outbox.TimestampColumn)
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, nil, err
+	}
+	return conn, t, nil
+}
+
+// sink makes a producer as run's (at-least-once: a replay is a resend
+// anyway), and the options of a plain client of the same brokers.
+func (c *recoveryCmd) sink(ctx context.Context) (*sink.Sink, []kgo.Opt, error) {
+	sc, err := config.SinkConfig(c.cfg, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	sc.Transactions = nil
+	sk, err := sink.New(sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := sk.Ping(pctx); err != nil {
+		sk.Close()
+		return nil, nil, fmt.Errorf("kafka.brokers: %w", err)
+	}
+	return sk, append([]kgo.Opt{kgo.SeedBrokers(sc.Brokers...)}, sc.Opts...), nil
+}
+
+// progress shows a count on a terminal's stderr.
+func progress(stderr io.Writer, what string) func(int) {
+	f, ok := stderr.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return func(n int) { fmt.Fprintf(f, "\r%s %d rows", what, n) }
+}
+
+func sortedCounts(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newRecoveryCmd("replay", stdout, stderr, true)
+	conn, t, err := c.open(ctx, args)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	w, err := c.window()
+	if err != nil {
+		return err
+	}
+	sk, _, err := c.sink(ctx)
+	if err != nil {
+		return err
+	}
+	defer sk.Close()
+	start := time.Now()
+	sent, err := recovery.Replay(ctx, t, sk, w, !*c.yes, progress(stderr, "read"))
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	if *c.json {
+		return c.printJSON(map[string]any{"dry_run": !*c.yes, "rows": sent.Rows, "topics": sent.Topics, "dead_lettered": sent.DeadLettered, "seconds": took.Seconds()})
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tEVENTS")
+	for _, k := range sortedCounts(sent.Topics) {
+		fmt.Fprintf(tw, "%s\t%d\n", k, sent.Topics[k])
+	}
+	for _, k := range sortedCounts(sent.DeadLettered) {
+		fmt.Fprintf(tw, "%s (dead-lettered: %s)\t%d\n", c.cfg.Kafka.DLQTopic, k, sent.DeadLettered[k])
+	}
+	tw.Flush()
+	if !*c.yes {
+		fmt.Fprintf(c.out, "would send %d rows of %s (dry run: add --yes to send them)\n", sent.Rows, t.Name())
+		return nil
+	}
+	fmt.Fprintf(c.out, "sent %d rows of %s in %s (%.0f rows/s), each with the header %s\n", sent.Rows, t.Name(), took.Round(time.Millisecond), float64(sent.Rows)/took.Seconds(), recovery.HeaderReplay)
+	return nil
+}
+
+func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newRecoveryCmd("reconcile", stdout, stderr, true)
+	replay := c.fs.Bool("replay", false, "republish the missing rows (with --yes)")
+	wait := c.fs.Duration("wait", 30*time.Second, "how long to wait for the slot to confirm past the reconcile's start")
+	conn, t, err := c.open(ctx, args)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	w, err := c.window()
+	if err != nil {
+		return err
+	}
+	sk, opts, err := c.sink(ctx)
+	if err != nil {
+		return err
+	}
+	defer sk.Close()
+	type missingRow struct {
+		ID            string `json:"id"`
+		AggregateType string `json:"aggregate_type"`
+		AggregateID   string `json:"aggregate_id"`
+		Time          string `json:"time,omitempty"`
+	}
+	var missing []missingRow
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	header := false
+	rc := &recovery.Reconciler{Table: t, Publisher: sk, Kafka: opts, DLQTopic: c.cfg.Kafka.DLQTopic, Slot: c.cfg.Postgres.Slot, Wait: *wait, Replay: *replay && *c.yes,
+		OnMissing: func(r recovery.Row) {
+			m := missingRow{ID: r.Event.ID, AggregateType: r.Event.AggregateType, AggregateID: r.Event.AggregateID}
+			if !r.Time.IsZero() {
+				m.Time = r.Time.UTC().Format(time.RFC3339Nano)
+			}
+			if *c.json {
+				missing = append(missing, m)
+				return
+			}
+			if !header {
+				fmt.Fprintln(tw, "MISSING ID\tAGGREGATE TYPE\tAGGREGATE ID\tTIME")
+				header = true
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ID, m.AggregateType, m.AggregateID, m.Time)
+		}}
+	start := time.Now()
+	res, err := rc.Run(ctx, w)
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	if *c.json {
+		doc := map[string]any{"rows": res.Rows, "found": res.Found, "dead_lettered": res.DeadLettered, "missing": res.Missing, "missing_rows": missing,
+			"not_judged": res.NotJudged, "slot_caught_up": res.SlotCaughtUp, "slot_note": res.SlotNote, "start_lsn": res.Start.String(),
+			"replayed": res.Replayed.Rows, "seconds": took.Seconds()}
+		if err := c.printJSON(doc); err != nil {
+			return err
+		}
+	} else {
+		tw.Flush()
+		fmt.Fprintf(c.out, "%s: %d rows judged in %s: %d on their topic, %d dead-lettered, %d missing\n", t.Name(), res.Rows, took.Round(time.Millisecond), res.Found, res.DeadLettered, res.Missing)
+		if res.NotJudged > 0 {
+			fmt.Fprintf(c.out, "%d rows of the window committed after the reconcile started: not judged\n", res.NotJudged)
+		}
+		if !res.SlotCaughtUp {
+			fmt.Fprintln(c.out, "note: "+res.SlotNote)
+		}
+		switch {
+		case res.Missing > 0 && *replay && *c.yes:
+			fmt.Fprintf(c.out, "replayed the %d missing rows, each with the header %s\n", res.Replayed.Rows, recovery.HeaderReplay)
+		case res.Missing > 0 && *replay:
+			fmt.Fprintf(c.out, "would replay the %d missing rows (dry run: add --yes)\n", res.Missing)
+		}
+	}
+	if res.Missing > 0 {
+		return exitCode(2)
+	}
+	return nil
+}
+
+// knownReasons are the reasons walrelay dead-letters an event for.
+var knownReasons = []string{"invalid_event", "invalid_topic", "too_large", "invalid_record"}
+
+func checkReason(r string) error {
+	if r == "" {
+		return nil
+	}
+	for _, k := range knownReasons {
+		if k == r {
+			return nil
+		}
+	}
+	return fmt.Errorf("--reason %q: unknown (reasons: %s)", r, strings.Join(knownReasons, ", "))
+}
+
+// idList is a repeatable --id.
+type idList []string
+
+func (l *idList) String() string     { return strings.Join(*l, ",") }
+func (l *idList) Set(v string) error { *l = append(*l, v); return nil }
+
+func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"dlq: want list, show or replay"}
+	}
+	sub := args[0]
+	c := newRecoveryCmd("dlq "+sub, stdout, stderr, false)
+	since := c.fs.String("since", "", "TIME: dead letters from then on (list)")
+	reason := c.fs.String("reason", "", "only dead letters of this reason")
+	var ids idList
+	c.fs.Var(&ids, "id", "replay this event id (repeatable)")
+	all := c.fs.Bool("all", false, "replay every dead letter not replayed yet")
+	maxArgs := 0
+	if sub == "show" {
+		maxArgs = 1
+	}
+	pos, err := c.parse(args[1:], maxArgs, true)
+	if err != nil {
+		return err
+	}
+	if err := checkReason(*reason); err != nil {
+		return err
+	}
+	from, err := parseTime("--since", *since)
+	if err != nil {
+		return err
+	}
+	sc, err := config.SinkConfig(c.cfg, nil)
+	if err != nil {
+		return err
+	}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(sc.Brokers...)}, sc.Opts...)
+	topic := c.cfg.Kafka.DLQTopic
+	type row struct {
+		Topic         string `json:"topic"`
+		Partition     int32  `json:"partition"`
+		Offset        int64  `json:"offset"`
+		ID            string `json:"id"`
+		Reason        string `json:"reason"`
+		Error         string `json:"error"`
+		OriginalTopic string `json:"original_topic"`
+		WALStart      string `json:"wal_start"`
+		Time          string `json:"time"`
+		Size          int    `json:"size"`
+		Replayed      bool   `json:"replayed"`
+	}
+	toRow := func(d recovery.DeadLetter) row {
+		return row{topic, d.Partition, d.Offset, d.ID, d.Reason, d.Error, d.OriginalTopic, d.WALStart, d.Time.UTC().Format(time.RFC3339), d.Size, d.Replayed}
+	}
+	switch sub {
+	case "list", "show":
+		if sub == "show" && len(pos) != 1 {
+			return usageError{"dlq show: want an event id"}
+		}
+		var rows []row
+		err := recovery.ReadDLQ(ctx, opts, topic, from, func(d recovery.DeadLetter) error {
+			if (*reason == "" || d.Reason == *reason) && (sub == "list" || d.ID == pos[0]) {
+				rows = append(rows, toRow(d))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if sub == "show" && len(rows) == 0 {
+			return fmt.Errorf("no dead letter of event %s on %s", pos[0], topic)
+		}
+		if *c.json {
+			return c.printJSON(rows)
+		}
+		if sub == "show" {
+			for _, r := range rows {
+				fmt.Fprintf(c.out, "id:             %s\nreason:         %s\nerror:          %s\noriginal topic: %s\nwal start:      %s\ntime:           %s\nsize:           %d bytes\nat:             %s/%d/%d\nreplayed:       %v\n\n",
+					r.ID, r.Reason, r.Error, r.OriginalTopic, r.WALStart, r.Time, r.Size, r.Topic, r.Partition, r.Offset, r.Replayed)
+			}
+			return nil
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tREASON\tORIGINAL TOPIC\tWAL START\tTIME\tSIZE\tREPLAYED\tERROR")
+		for _, r := range rows {
+			e := r.Error
+			if len(e) > 80 {
+				e = e[:77] + "..."
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ID, r.Reason, r.OriginalTopic, r.WALStart, r.Time, r.Size, r.Replayed, e)
+		}
+		return tw.Flush()
+	case "replay":
+		if len(ids) == 0 && *reason == "" && !*all {
+			return errors.New("dlq replay: give --id ID (repeatable), --reason R or --all")
+		}
+		conn, err := c.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		t, err := recovery.Open(ctx, conn, c.cfg.OutboxConfig(), c.cfg.Outbox.TimestampColumn)
+		if err != nil {
+			return err
+		}
+		sk, _, err := c.sink(ctx)
+		if err != nil {
+			return err
+		}
+		defer sk.Close()
+		want := map[string]bool{}
+		for _, id := range ids {
+			want[id] = true
+		}
+		res, err := recovery.ReplayDLQ(ctx, t, sk, opts, topic, func(d recovery.DeadLetter) bool {
+			return (len(want) == 0 || want[d.ID]) && (*reason == "" || d.Reason == *reason)
+		}, !*c.yes)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return c.printJSON(map[string]any{"dry_run": !*c.yes, "sent": res.Sent, "failed_again": res.FailedAgain, "skipped_replayed_before": res.Skipped,
+				"from_table": res.FromTable, "from_dead_letter": res.FromDeadLetter, "not_replayable": res.NotReplayable})
+		}
+		if !*c.yes {
+			fmt.Fprintf(c.out, "would replay %d dead letters (%d replayed before, skipped; dry run: add --yes)\n", res.Sent, res.Skipped)
+			return nil
+		}
+		fmt.Fprintf(c.out, "replayed %d dead letters: %d reached their topic (%d re-read from %s, %d as the dead letter held them), %d failed again and are dead-lettered with the new error; %d replayed before, skipped\n",
+			res.Sent+res.FailedAgain, res.Sent, res.FromTable, t.Name(), res.FromDeadLetter, res.FailedAgain, res.Skipped)
+		for _, n := range res.NotReplayable {
+			fmt.Fprintln(c.out, "not replayable: "+n)
+		}
+		return nil
+	}
+	return usageError{fmt.Sprintf("dlq %s: want list, show or replay", sub)}
+}
+
+func cmdPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newRecoveryCmd("prune", stdout, stderr, false)
+	olderThan := c.fs.Duration("older-than", 0, "delete rows older than this (at least 1h)")
+	batch := c.fs.Int("batch", 1000, "rows a transaction deletes")
+	wait := c.fs.Duration("wait", 30*time.Second, "how long to wait for the slot to confirm past the prune's start")
+	conn, t, err := c.open(ctx, args)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if *olderThan == 0 {
+		return errors.New("prune: give --older-than DURATION")
+	}
+	if *batch <= 0 {
+		return errors.New("--batch must be positive")
+	}
+	show := progress(stderr, "deleted")
+	p := &recovery.Pruner{Table: t, Slot: c.cfg.Postgres.Slot, Batch: *batch, Wait: *wait, Dry: !*c.yes, Progress: show}
+	res, err := p.Run(ctx, *olderThan)
+	if err != nil {
+		return err
+	}
+	if *c.json {
+		return c.printJSON(map[string]any{"dry_run": !*c.yes, "rows_deleted": res.Deleted, "batches": res.Batches, "seconds": res.Took.Seconds(),
+			"longest_batch_seconds": res.LongestBatch.Seconds(), "cutoff": res.Cutoff.UTC().Format(time.RFC3339), "confirmed_lsn": res.Confirmed.String()})
+	}
+	verb := "deleted"
+	if !*c.yes {
+		verb = "would delete"
+	}
+	fmt.Fprintf(c.out, "%s %d rows of %s older than %s (before %s) in %d batches, %s; the longest batch held its locks %s; slot %s confirmed %s\n",
+		verb, res.Deleted, t.Name(), *olderThan, res.Cutoff.UTC().Format(time.RFC3339), res.Batches, res.Took.Round(time.Millisecond),
+		res.LongestBatch.Round(time.Millisecond), c.cfg.Postgres.Slot, res.Confirmed)
+	if !*c.yes {
+		fmt.Fprintln(c.out, "dry run: add --yes to delete them")
+	}
+	return nil
+}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/outbox"
+)
+
+// onTopics returns how many records of each event id the collector holds
+// on the test's outbox topics (not the dead-letter topic), and the records
+// with the replay header.
+func onTopics(col *kafkatest.Collector, kc *broker) (count map[string]int, replayed map[string]*kgo.Record) {
+	count, replayed = map[string]int{}, map[string]*kgo.Record{}
+	for _, r := range col.Records() {
+		if r.Topic == kc.dlq() {
+			continue
+		}
+		id := string(kafkatest.Header(r, "id"))
+		count[id]++
+		if kafkatest.Header(r, "walrelay.replay") != nil {
+			replayed[id] = r
+		}
+	}
+	return count, replayed
+}
+
+// TestLostSlotRunbook follows the README's runbook "The slot was lost or
+// dropped": the slot dropped while walrelay is stopped and rows are
+// written; run refuses and points at the tools; the slot created again;
+// reconcile lists exactly the rows of the gap as missing (exit 2);
+// reconcile --replay --yes sends them; a second reconcile finds none
+// (exit 0); every row is on the topic.
+func TestLostSlotRunbook(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	p := streaming(t, e)
+	before := newWriter(5, 41)
+	if err := before.write(t.Context(), conn, 200, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, before.written(), time.Minute)
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if code, out := runCmd(t, e, "slot", "drop", "walrelay"); code != 0 {
+		t.Fatalf("slot drop: exit %d\n%s", code, out)
+	}
+	gap := newWriter(5, 42)
+	if err := gap.write(t.Context(), conn, 150, 10); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCmd(t, e, "run"); code != 1 || !strings.Contains(lastLine(out), "walrelay reconcile --since") {
+		t.Fatalf("run after the drop: exit %d, want the refusal naming reconcile:\n%s", code, tail(out, 2000))
+	}
+	if code, out := runCmd(t, e, "slot", "create"); code != 0 {
+		t.Fatalf("slot create: exit %d\n%s", code, out)
+	}
+	p = streaming(t, e)
+	after := newWriter(5, 43)
+	if err := after.write(t.Context(), conn, 100, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, after.written(), time.Minute)
+
+	code, out := runCmd(t, e, "reconcile", "--since", "10m", "--json")
+	var doc struct {
+		Rows, Found, Missing int
+		MissingRows          []struct{ ID string } `json:"missing_rows"`
+		SlotCaughtUp         bool                  `json:"slot_caught_up"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 2 {
+		t.Fatalf("reconcile: exit %d, %v:\n%s", code, err, out)
+	}
+	want := map[string]bool{}
+	for _, id := range gap.written() {
+		want[id] = true
+	}
+	for _, m := range doc.MissingRows {
+		if !want[m.ID] {
+			t.Fatalf("reconcile lists %s as missing, which is not of the gap", m.ID)
+		}
+	}
+	if doc.Missing != 150 || len(doc.MissingRows) != 150 || doc.Rows != 450 || doc.Found != 300 || !doc.SlotCaughtUp {
+		t.Fatalf("reconcile: %+v, want the 150 rows of the gap missing of 450", doc)
+	}
+	code, out = runCmd(t, e, "reconcile", "--since", "10m", "--replay")
+	if code != 2 || !strings.Contains(out, "would replay the 150 missing rows") {
+		t.Fatalf("reconcile --replay without --yes: exit %d:\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "reconcile", "--since", "10m", "--replay", "--yes")
+	if code != 2 || !strings.Contains(out, "replayed the 150 missing rows") {
+		t.Fatalf("reconcile --replay --yes: exit %d:\n%s", code, out)
+	}
+	t.Logf("reconcile --replay --yes:\n%s", tail(out, 600))
+	all := append(append(before.written(), gap.written()...), after.written()...)
+	c := waitAll(t, col, all, time.Minute)
+	if code, out := runCmd(t, e, "reconcile", "--since", "10m"); code != 0 || !strings.Contains(out, "450 on their topic, 0 dead-lettered, 0 missing") {
+		t.Fatalf("the second reconcile: exit %d:\n%s", code, out)
+	}
+	_, replayed := onTopics(col, kc)
+	if len(replayed) != 150 {
+		t.Fatalf("%d records with walrelay.replay, want the gap's 150", len(replayed))
+	}
+	t.Logf("after the runbook: %s", c)
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+}
+
+// TestReplayWindow: replay of a time window and an aggregate type sends
+// exactly those rows again, with their headers and walrelay.replay; a dry
+// run counts them and sends nothing.
+func TestReplayWindow(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	streaming(t, e)
+	write := func(aggType string, n int) []string {
+		var ids []string
+		for i := range n {
+			id := outbox.NewID()
+			execSQL(t, conn, fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('%s', '%s', 'a-%d', 'Updated', '{"n": %d}')`, id, aggType, i%3, i))
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	old := append(write("order", 20), write("customer", 20)...)
+	time.Sleep(50 * time.Millisecond)
+	from := time.Now().UTC()
+	time.Sleep(50 * time.Millisecond)
+	orders, customers := write("order", 30), write("customer", 10)
+	waitAll(t, col, append(append(old, orders...), customers...), time.Minute)
+	records := len(col.Records())
+
+	args := []string{"replay", "--since", from.Format(time.RFC3339Nano), "--aggregate-type", "order"}
+	code, out := runCmd(t, e, args...)
+	if code != 0 || !strings.Contains(out, "would send 30 rows") || !regexp.MustCompile(`outbox\.event\.order\s+30`).MatchString(out) {
+		t.Fatalf("replay dry run: exit %d:\n%s", code, out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(col.Records()); n != records {
+		t.Fatalf("the dry run sent %d records", n-records)
+	}
+	code, out = runCmd(t, e, append(args, "--yes")...)
+	if code != 0 || !strings.Contains(out, "sent 30 rows") {
+		t.Fatalf("replay --yes: exit %d:\n%s", code, out)
+	}
+	poll.Until(t, time.Minute, "the 30 replayed records", func() bool { _, r := onTopics(col, kc); return len(r) == 30 })
+	time.Sleep(300 * time.Millisecond)
+	count, replayed := onTopics(col, kc)
+	for _, id := range orders {
+		r := replayed[id]
+		if count[id] != 2 || r == nil || string(kafkatest.Header(r, "type")) != "Updated" || r.Topic != kc.topic("order") || !strings.HasPrefix(string(r.Value), `{"n": `) {
+			t.Fatalf("event %s: %d records, replayed %+v", id, count[id], r)
+		}
+	}
+	for _, id := range append(old, customers...) {
+		if count[id] != 1 {
+			t.Fatalf("event %s outside the window: %d records", id, count[id])
+		}
+	}
+	t.Logf("replay --yes: %s", lastLine(out))
+}
+
+// TestDLQReplay: a payload over the topic's max.message.bytes is
+// dead-lettered; dlq list shows it; after the limit is raised, dlq replay
+// sends it to its topic, and a second dlq replay sends nothing; one whose
+// topic's limit was not raised fails again and stays dead-lettered with
+// its new error.
+func TestDLQReplay(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	for _, agg := range []string{"order", "customer"} {
+		createTopic(t, kc.Addrs(), kc.topic(agg), map[string]string{"max.message.bytes": "30000"})
+	}
+	e := baseEnv(pg, kc)
+	streaming(t, e)
+	big := func(agg string) string {
+		id := outbox.NewID()
+		execSQL(t, conn, fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('%s', '%s', 'a-1', 'Big', '{"pad": "%s"}')`, id, agg, strings.Repeat("x", 40000)))
+		return id
+	}
+	orderID, customerID := big("order"), big("customer")
+	poll.Until(t, time.Minute, "two dead letters", func() bool {
+		n := 0
+		for _, r := range col.Records() {
+			if r.Topic == kc.dlq() {
+				n++
+			}
+		}
+		return n == 2
+	})
+	code, out := runCmd(t, e, "dlq", "list", "--reason", "too_large")
+	if code != 0 || !strings.Contains(out, orderID) || !strings.Contains(out, customerID) || !strings.Contains(out, kc.topic("order")) {
+		t.Fatalf("dlq list: exit %d:\n%s", code, out)
+	}
+	t.Logf("dlq list:\n%s", out)
+	if code, out := runCmd(t, e, "dlq", "show", orderID); code != 0 || !strings.Contains(out, "reason:         too_large") {
+		t.Fatalf("dlq show: exit %d:\n%s", code, out)
+	}
+	alterTopic(t, kc.Addrs(), kc.topic("order"), "max.message.bytes", "1000000")
+	code, out = runCmd(t, e, "dlq", "replay", "--all", "--yes")
+	if code != 0 || !strings.Contains(out, "replayed 2 dead letters: 1 reached their topic") || !strings.Contains(out, "1 failed again") {
+		t.Fatalf("dlq replay: exit %d:\n%s", code, out)
+	}
+	t.Logf("dlq replay: %s", out)
+	poll.Until(t, time.Minute, "the order on its topic", func() bool { c, _ := onTopics(col, kc); return c[orderID] == 1 })
+	code, out = runCmd(t, e, "dlq", "replay", "--all", "--yes")
+	if code != 0 || !strings.Contains(out, "replayed 1 dead letters: 0 reached their topic") || !strings.Contains(out, "2 replayed before, skipped") {
+		t.Fatalf("the second dlq replay (only the new dead letter of the customer): exit %d:\n%s", code, out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if c, _ := onTopics(col, kc); c[orderID] != 1 || c[customerID] != 0 {
+		t.Fatalf("after two replays: order %d records, customer %d", c[orderID], c[customerID])
+	}
+	code, out = runCmd(t, e, "dlq", "list", "--json")
+	var rows []struct {
+		ID       string
+		Replayed bool
+		Error    string
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 0 {
+		t.Fatalf("dlq list --json: exit %d, %v:\n%s", code, err, out)
+	}
+	pending := 0
+	for _, r := range rows {
+		if !r.Replayed {
+			pending++
+			if r.ID != customerID || !strings.Contains(r.Error, "MESSAGE_TOO_LARGE") {
+				t.Fatalf("a dead letter not replayed: %+v", r)
+			}
+		}
+	}
+	if pending != 1 {
+		t.Fatalf("%d dead letters not replayed, want the customer's: %s", pending, out)
+	}
+}
+
+// TestPrune: on a table of many old rows (WALRELAY_PRUNE_ROWS, default
+// 100,000) while walrelay streams new ones, prune refuses while walrelay is
+// stopped and rows are unconfirmed, then deletes every old row in batches
+// and no new one; the stream is not disturbed.
+func TestPrune(t *testing.T) {
+	t.Parallel()
+	rows := 100000
+	if n, err := strconv.Atoi(os.Getenv("WALRELAY_PRUNE_ROWS")); err == nil && n > 0 {
+		rows = n
+	}
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	// Old rows: UUIDv7 ids of three hours ago.
+	oldRows := func(n int, tag string) {
+		execSQL(t, conn, fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			SELECT (lpad(to_hex((extract(epoch FROM now() - interval '3 hours') * 1000)::bigint), 12, '0') || '7' || substr(md5('%[2]s' || i), 1, 3) || '8' || substr(md5('%[2]s' || i), 4, 15))::uuid,
+			'old', 'a-' || (i %% 100), 'Old', '{}' FROM generate_series(1, %[1]d) i`, n, tag))
+	}
+	oldRows(rows, "a")
+	p := streaming(t, e)
+	count := func(where string) int {
+		var n int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM outbox WHERE "+where).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var end string
+	if err := conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 5*time.Minute, "the old rows confirmed", func() bool {
+		var done bool
+		if err := conn.QueryRow(t.Context(), "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'", end).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		return done
+	})
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+	oldRows(10, "b") // committed while walrelay is stopped: not confirmed
+	code, out := runCmd(t, e, "prune", "--older-than", "1h", "--wait", "2s", "--yes")
+	if code != 1 || !strings.Contains(out, "prune deletes only rows walrelay confirmed") || count("aggregatetype = 'old'") != rows+10 {
+		t.Fatalf("prune with unconfirmed rows: exit %d, %d old rows left:\n%s", code, count("aggregatetype = 'old'"), out)
+	}
+	p = streaming(t, e)
+	w := newWriter(10, 44)
+	stop := w.keepWriting(t.Context(), pg.DSN)
+	code, out = runCmd(t, e, "prune", "--older-than", "1h")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("would delete %d rows", rows+10)) {
+		t.Fatalf("prune dry run: exit %d:\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "prune", "--older-than", "1h", "--yes", "--json")
+	var doc struct {
+		RowsDeleted  int     `json:"rows_deleted"`
+		Batches      int     `json:"batches"`
+		Seconds      float64 `json:"seconds"`
+		LongestBatch float64 `json:"longest_batch_seconds"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || doc.RowsDeleted != rows+10 {
+		t.Fatalf("prune --yes: exit %d, %v:\n%s", code, err, out)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	c := waitAll(t, col, w.written(), time.Minute)
+	if left := count("aggregatetype = 'old'"); left != 0 {
+		t.Fatalf("%d old rows left", left)
+	}
+	if n := count("aggregatetype = 'order'"); n != len(w.written()) {
+		t.Fatalf("%d new rows in the table, want all %d", n, len(w.written()))
+	}
+	t.Logf("prune of %d rows: %d batches in %.1f s (%.0f rows/s), the longest batch %.0f ms; the stream meanwhile (the old rows' own events count as unexpected): %s",
+		doc.RowsDeleted, doc.Batches, doc.Seconds, float64(doc.RowsDeleted)/doc.Seconds, doc.LongestBatch*1000, c)
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+}
+
+// TestRecoveryRefusesBadInput: a window that ends before it starts, an
+// unknown reason, an --ids file with a malformed id, and a time window on
+// a table whose ids are not UUIDv7 and that has no timestamp column: one
+// clear line each, exit 1, nothing sent.
+func TestRecoveryRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	idsFile := filepath.Join(t.TempDir(), "ids")
+	if err := os.WriteFile(idsFile, []byte(outbox.NewID()+"\n# a comment\nnot-an-id\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, conn, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', 'a', 'T', '{}')`)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "--since", "1h", "--until", "2h"}, "the window ends"},
+		{[]string{"reconcile", "--since", "yesterday"}, `--since "yesterday": want RFC 3339`},
+		{[]string{"dlq", "list", "--reason", "sunspots"}, `--reason "sunspots": unknown`},
+		{[]string{"replay", "--ids", idsFile, "--yes"}, `id "not-an-id" is not a UUID`},
+		{[]string{"replay", "--since", "1h", "--yes"}, "time windows need outbox.timestamp_column or UUIDv7 ids: the ids of public.outbox are not UUIDv7"},
+		{[]string{"replay", "--since", "1h", "--all"}, "give one of --since (with --until), --ids FILE or --all"},
+		{[]string{"prune", "--older-than", "5m", "--yes"}, "prune keeps at least 1h0m0s"},
+		{[]string{"replay", "--all", "--yes", "--outbox.timestamp_column", "type"}, `column "type" of public.outbox is character varying(255), not a timestamp`},
+	} {
+		code, out := runCmd(t, e, c.args...)
+		if code != 1 || !strings.Contains(lastLine(out), c.want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+			t.Fatalf("%v: exit %d, want one line with %q:\n%s", c.args, code, c.want, out)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(col.Records()); n != 0 {
+		t.Fatalf("%d records sent by refused commands", n)
+	}
+}

@@ -1,0 +1,191 @@
+package recovery
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// Headers of dead-letter replays.
+const (
+	// HeaderReplayedFromDLQ marks a record that dlq replay sent: the
+	// dead letter's topic/partition/offset.
+	HeaderReplayedFromDLQ = "walrelay.replayed_from_dlq"
+	// HeaderDLQReplayed marks, on the dead-letter topic, that the dead
+	// letter at topic/partition/offset was replayed: a later dlq replay
+	// skips it, and dlq list shows it as replayed.
+	HeaderDLQReplayed = "walrelay.dlq_replayed"
+)
+
+// DeadLetter is one record of the dead-letter topic.
+type DeadLetter struct {
+	Partition     int32
+	Offset        int64
+	ID            string
+	Reason        string
+	Error         string
+	OriginalTopic string // the topic it was meant for, if known
+	WALStart      string // the row's position in the WAL
+	Time          time.Time
+	Size          int  // the value's bytes
+	Replayed      bool // a dlq replay sent it again
+	Record        *kgo.Record
+}
+
+// Ref names the dead letter as its replay headers do.
+func (d DeadLetter) Ref() string {
+	return d.Record.Topic + "/" + strconv.Itoa(int(d.Partition)) + "/" + strconv.FormatInt(d.Offset, 10)
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// ReadDLQ reads the dead-letter topic from since (its start when zero) to
+// its end and calls fn for each dead letter, in partition and offset
+// order within a partition; the replay markers are not dead letters, and
+// mark those they name as Replayed. It reads the topic twice (the markers
+// first), holding only the markers' references.
+func ReadDLQ(ctx context.Context, opts []kgo.Opt, topic string, since time.Time, fn func(DeadLetter) error) error {
+	replayed := map[string]bool{}
+	err := readTopics(ctx, opts, []string{topic}, time.Time{}, func(r *kgo.Record) error {
+		if ref := header(r, HeaderDLQReplayed); ref != "" {
+			replayed[ref] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return readTopics(ctx, opts, []string{topic}, since, func(r *kgo.Record) error {
+		if header(r, HeaderDLQReplayed) != "" {
+			return nil
+		}
+		d := DeadLetter{Partition: r.Partition, Offset: r.Offset, ID: header(r, "id"), Reason: header(r, sink.HeaderReason),
+			Error: header(r, sink.HeaderError), OriginalTopic: header(r, sink.HeaderTopic), WALStart: header(r, sink.HeaderWALStart),
+			Time: r.Timestamp, Size: len(r.Value), Record: r}
+		d.Replayed = replayed[d.Ref()]
+		return fn(d)
+	})
+}
+
+// DLQReplayed is what a dlq replay did.
+type DLQReplayed struct {
+	Sent           int      // reached their topic
+	FailedAgain    int      // dead-lettered again, with the new error
+	Skipped        int      // replayed before
+	NotReplayable  []string // ids, and why
+	FromTable      int      // re-read from the outbox table
+	FromDeadLetter int      // sent as the dead letter held it (the row is gone)
+}
+
+// ReplayDLQ republishes the dead letters that pick selects and no earlier
+// replay sent: a row still in the outbox table is read again (a repaired
+// NULL column is then fixed) and published through p as run would, with
+// HeaderReplayedFromDLQ; a row that is gone goes to its original topic as
+// the dead letter holds it (key, value and headers, walrelay's dead-letter
+// headers removed). A dead letter that fails again is dead-lettered again
+// with its new error. Each one replayed is then marked on the dead-letter
+// topic (HeaderDLQReplayed), so that a second replay skips it. One at a
+// time: the dead-letter topic is small.
+func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic string, pick func(DeadLetter) bool, dry bool) (DLQReplayed, error) {
+	var res DLQReplayed
+	var todo []DeadLetter
+	err := ReadDLQ(ctx, opts, topic, time.Time{}, func(d DeadLetter) error {
+		if !pick(d) {
+			return nil
+		}
+		if d.Replayed {
+			res.Skipped++
+			return nil
+		}
+		todo = append(todo, d)
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	if dry {
+		res.Sent = len(todo)
+		return res, nil
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.RequiredAcks(kgo.AllISRAcks()))...)
+	if err != nil {
+		return res, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	for _, d := range todo {
+		from := event.Header{Key: HeaderReplayedFromDLQ, Value: []byte(d.Ref())}
+		var e *event.Event
+		if d.ID != "" {
+			err := t.Rows(ctx, nil, Window{IDs: []string{d.ID}}, func(r Row) error { e = r.Event; return nil })
+			if err != nil && !strings.Contains(err.Error(), "is not a UUID") {
+				return res, err
+			}
+		}
+		var deadAgain bool
+		switch {
+		case e != nil:
+			res.FromTable++
+			s := newSender(p, false)
+			if err := s.send(ctx, e, from); err != nil {
+				return res, err
+			}
+			sent, err := s.wait()
+			if err != nil {
+				return res, err
+			}
+			deadAgain = len(sent.DeadLettered) > 0
+		case d.Record.Value == nil && header(d.Record, sink.HeaderOmitted) != "" || d.OriginalTopic == "":
+			res.NotReplayable = append(res.NotReplayable, fmt.Sprintf("%s: its row is gone from the table and the dead letter lacks its value or topic", d.ID))
+			continue
+		default:
+			res.FromDeadLetter++
+			r := &kgo.Record{Topic: d.OriginalTopic, Key: d.Record.Key, Value: d.Record.Value}
+			for _, h := range d.Record.Headers {
+				switch h.Key {
+				case sink.HeaderError, sink.HeaderReason, sink.HeaderSource, sink.HeaderWALStart, sink.HeaderTopic, sink.HeaderOmitted:
+				default:
+					r.Headers = append(r.Headers, h)
+				}
+			}
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: from.Key, Value: from.Value})
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				// It stays where it is, with the new error beside it.
+				again := &kgo.Record{Topic: topic, Key: d.Record.Key, Value: d.Record.Value}
+				for _, h := range d.Record.Headers {
+					if h.Key != sink.HeaderError {
+						again.Headers = append(again.Headers, h)
+					}
+				}
+				again.Headers = append(again.Headers, kgo.RecordHeader{Key: sink.HeaderError, Value: []byte(err.Error())})
+				if err := cl.ProduceSync(ctx, again).FirstErr(); err != nil {
+					return res, fmt.Errorf("dead-letter %s again after its replay failed: %w", d.ID, err)
+				}
+				deadAgain = true
+			}
+		}
+		if deadAgain {
+			res.FailedAgain++
+		} else {
+			res.Sent++
+		}
+		marker := &kgo.Record{Topic: topic, Partition: d.Partition, Headers: []kgo.RecordHeader{{Key: HeaderDLQReplayed, Value: []byte(d.Ref())}}}
+		if err := cl.ProduceSync(ctx, marker).FirstErr(); err != nil {
+			return res, fmt.Errorf("mark dead letter %s replayed: %w", d.Ref(), err)
+		}
+	}
+	return res, nil
+}

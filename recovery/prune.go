@@ -1,0 +1,142 @@
+package recovery
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// MinPruneAge is the smallest age prune deletes: a reconcile or replay
+// window that starts later than now minus the prune age still finds its
+// rows.
+const MinPruneAge = time.Hour
+
+// Pruner deletes old rows of the outbox table.
+type Pruner struct {
+	Table *Table
+	Slot  string
+	// Batch is how many rows a transaction deletes. Default 1000.
+	Batch int
+	// Wait bounds how long to wait for the slot to confirm past the
+	// prune's start. Default 30s.
+	Wait time.Duration
+	// Dry counts what it would delete.
+	Dry bool
+	// Progress, if set, is called after each batch.
+	Progress func(deleted int)
+}
+
+// Pruned is what a prune did.
+type Pruned struct {
+	Cutoff       time.Time
+	Deleted      int
+	Batches      int
+	LongestBatch time.Duration // the longest a batch's transaction held its row locks
+	Took         time.Duration
+	Confirmed    pglogrepl.LSN
+	Start        pglogrepl.LSN
+}
+
+// Run deletes the rows older than olderThan, Batch at a time, in id order.
+// It deletes only rows whose transaction walrelay confirmed: it takes a
+// snapshot, waits until the slot confirmed past the WAL position of that
+// moment (every transaction the snapshot sees committed before it, so
+// walrelay published each row of it), and deletes in transactions that
+// import that snapshot, so a row committed later (an old row of a long
+// transaction) is not seen. It refuses when the slot does not catch up.
+func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, error) {
+	res := Pruned{Cutoff: time.Now().Add(-olderThan)}
+	if olderThan < MinPruneAge {
+		return res, fmt.Errorf("--older-than %s: prune keeps at least %s of rows (for reconcile and replay windows)", olderThan, MinPruneAge)
+	}
+	batch, wait := p.Batch, p.Wait
+	if batch <= 0 {
+		batch = 1000
+	}
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	t := p.Table
+	cond, args, err := t.where(ctx, Window{Until: res.Cutoff})
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	snap, err := t.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return res, fmt.Errorf("begin: %w", err)
+	}
+	defer snap.Rollback(context.Background()) //nolint:errcheck // read only
+	var snapshot string
+	if err := snap.QueryRow(ctx, "SELECT pg_export_snapshot(), pg_current_wal_lsn()::text").Scan(&snapshot, lsnScanner{&res.Start}); err != nil {
+		return res, fmt.Errorf("export a snapshot: %w", err)
+	}
+	var ok bool
+	var note string
+	res.Confirmed, ok, note = waitForSlot(ctx, snap, p.Slot, res.Start, wait)
+	if !ok {
+		return res, fmt.Errorf("prune deletes only rows walrelay confirmed: %s", note)
+	}
+	conn, err := pgx.ConnectConfig(ctx, t.conn.Config())
+	if err != nil {
+		return res, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	id := pgx.Identifier{t.layout.Columns.ID}.Sanitize()
+	cast := ""
+	if t.idIsUUID {
+		cast = "::uuid"
+	}
+	var last *string
+	for {
+		a := args
+		sel := "SELECT " + id + " FROM " + t.name + " WHERE " + cond
+		if last != nil {
+			a = append(append([]any(nil), args...), *last)
+			sel += fmt.Sprintf(" AND %s > $%d%s", id, len(a), cast)
+		}
+		sel += fmt.Sprintf(" ORDER BY %s LIMIT %d", id, batch)
+		q := "WITH d AS (DELETE FROM " + t.name + " WHERE " + id + " IN (" + sel + ") RETURNING " + id + ") SELECT count(*), max(" + id + "::text) FROM d"
+		if p.Dry {
+			q = "SELECT count(*), max(" + id + "::text) FROM (" + sel + ") d"
+		}
+		began := time.Now()
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		if err != nil {
+			return res, fmt.Errorf("begin: %w", err)
+		}
+		var n int
+		var max *string
+		_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'")
+		if err == nil {
+			err = tx.QueryRow(ctx, q, a...).Scan(&n, &max)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.Background())
+			return res, fmt.Errorf("prune %s (%d rows deleted so far): %w", t.Name(), res.Deleted, err)
+		}
+		if d := time.Since(began); d > res.LongestBatch {
+			res.LongestBatch = d
+		}
+		if n == 0 {
+			break
+		}
+		res.Deleted += n
+		res.Batches++
+		last = max
+		if p.Progress != nil {
+			p.Progress(res.Deleted)
+		}
+		if n < batch {
+			break
+		}
+	}
+	res.Took = time.Since(start)
+	return res, nil
+}

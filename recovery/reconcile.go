@@ -1,0 +1,238 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/event"
+)
+
+// Reconciler compares a window of the outbox table with what the topics
+// and the dead-letter topic hold.
+type Reconciler struct {
+	Table     *Table
+	Publisher Publisher // routes rows to their topics; publishes --replay
+	Kafka     []kgo.Opt // the brokers and their security
+	DLQTopic  string
+	Slot      string
+	// Wait bounds how long to wait for the slot to confirm past the
+	// reconcile's start. Default 30s.
+	Wait time.Duration
+	// Margin reads the topics from this long before the window's start:
+	// a record is produced after its row's time, on a clock that may be
+	// behind the database's. Default 5m.
+	Margin time.Duration
+	// Replay republishes the missing rows (as Replay does).
+	Replay bool
+	// OnMissing, if set, is called for each missing row, in id order.
+	OnMissing func(Row)
+}
+
+// Reconciled is what a reconcile found.
+type Reconciled struct {
+	Rows         int // rows of the window judged
+	Found        int // on their topic
+	DeadLettered int // not on their topic, on the dead-letter topic
+	Missing      int // on neither
+	NotJudged    int // committed after the reconcile started
+	Start        pglogrepl.LSN
+	Confirmed    pglogrepl.LSN // the slot's, when the wait ended
+	SlotCaughtUp bool          // the slot confirmed past Start: a missing row is not in flight
+	SlotNote     string        // why not, if not
+	Replayed     Sent
+}
+
+// Run reconciles the window w. It takes a snapshot of the table, waits
+// (up to Wait) for the slot to confirm past the WAL position of that
+// moment, so that every row of the snapshot was published or
+// dead-lettered unless it was lost, then reads the window's topics and
+// the dead-letter topic and lists the rows on neither. It writes nothing
+// to the database (a temporary table of the ids read is dropped with its
+// transaction).
+func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
+	var res Reconciled
+	t := rc.Table
+	wait, margin := rc.Wait, rc.Margin
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	if margin <= 0 {
+		margin = 5 * time.Minute
+	}
+	cond, args, err := t.where(ctx, w)
+	if err != nil {
+		return res, err
+	}
+	tx, err := t.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		return res, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // it only read and made a temporary table
+	// The snapshot is taken by the first query; the WAL position after it
+	// is past every transaction it sees.
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+cond, args...).Scan(&res.Rows); err != nil {
+		return res, fmt.Errorf("count the window's rows: %w", err)
+	}
+	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(lsnScanner{&res.Start}); err != nil {
+		return res, fmt.Errorf("read the WAL position: %w", err)
+	}
+	res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlot(ctx, tx, rc.Slot, res.Start, wait)
+
+	// The window's topics, from its rows' routing fields.
+	at, typ := pgx.Identifier{t.layout.Columns.AggregateType}.Sanitize(), pgx.Identifier{t.layout.Columns.Type}.Sanitize()
+	rows, err := tx.Query(ctx, "SELECT DISTINCT "+at+"::text, "+typ+"::text FROM "+t.name+" WHERE "+cond, args...)
+	if err != nil {
+		return res, fmt.Errorf("read the window's aggregate types: %w", err)
+	}
+	set := map[string]bool{rc.DLQTopic: true}
+	for rows.Next() {
+		var a, ty *string
+		if err := rows.Scan(&a, &ty); err != nil {
+			return res, err
+		}
+		e := &event.Event{}
+		if a != nil {
+			e.AggregateType = *a
+		}
+		if ty != nil {
+			e.Type = *ty
+		}
+		set[rc.Publisher.Topic(e)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("read the window's aggregate types: %w", err)
+	}
+	topics := make([]string, 0, len(set))
+	for tp := range set {
+		topics = append(topics, tp)
+	}
+
+	// The ids on the topics, into a temporary table.
+	if _, err := tx.Exec(ctx, "CREATE TEMPORARY TABLE walrelay_seen (id text NOT NULL, dlq bool NOT NULL) ON COMMIT DROP"); err != nil {
+		return res, fmt.Errorf("create a temporary table: %w", err)
+	}
+	since := w.Since
+	if !since.IsZero() {
+		since = since.Add(-margin)
+	}
+	batch := make([][]any, 0, 10000)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"walrelay_seen"}, []string{"id", "dlq"}, pgx.CopyFromRows(batch))
+		batch = batch[:0]
+		return err
+	}
+	err = readTopics(ctx, rc.Kafka, topics, since, func(r *kgo.Record) error {
+		for _, h := range r.Headers {
+			if h.Key == "id" {
+				batch = append(batch, []any{string(h.Value), r.Topic == rc.DLQTopic})
+				break
+			}
+		}
+		if len(batch) == cap(batch) {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return res, fmt.Errorf("read the topics: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE INDEX ON walrelay_seen (id); ANALYZE walrelay_seen"); err != nil {
+		return res, fmt.Errorf("index the ids read: %w", err)
+	}
+	id := t.name + "." + pgx.Identifier{t.layout.Columns.ID}.Sanitize() + "::text"
+	onTopic := "EXISTS (SELECT 1 FROM walrelay_seen s WHERE s.id = " + id + " AND NOT s.dlq)"
+	dead := "EXISTS (SELECT 1 FROM walrelay_seen s WHERE s.id = " + id + " AND s.dlq)"
+	if err := tx.QueryRow(ctx, "SELECT count(*) FILTER (WHERE "+onTopic+"), count(*) FILTER (WHERE NOT "+onTopic+" AND "+dead+") FROM "+t.name+" WHERE "+cond, args...).
+		Scan(&res.Found, &res.DeadLettered); err != nil {
+		return res, fmt.Errorf("compare: %w", err)
+	}
+	var s *sender
+	if rc.Replay {
+		s = newSender(rc.Publisher, false)
+	}
+	w.extra = "NOT EXISTS (SELECT 1 FROM walrelay_seen s WHERE s.id = " + id + ")"
+	err = t.Rows(ctx, tx, w, func(r Row) error {
+		res.Missing++
+		if rc.OnMissing != nil {
+			rc.OnMissing(r)
+		}
+		if s != nil {
+			return s.send(ctx, r.Event)
+		}
+		return nil
+	})
+	if s != nil {
+		var serr error
+		res.Replayed, serr = s.wait()
+		if err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return res, err
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		return res, fmt.Errorf("end the snapshot: %w", err)
+	}
+	var now int
+	if err := t.conn.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+cond, args...).Scan(&now); err != nil {
+		return res, fmt.Errorf("count the window's rows: %w", err)
+	}
+	res.NotJudged = max(0, now-res.Rows)
+	return res, nil
+}
+
+// waitForSlot waits until slot has confirmed past lsn, up to wait.
+func waitForSlot(ctx context.Context, q pgx.Tx, slot string, lsn pglogrepl.LSN, wait time.Duration) (pglogrepl.LSN, bool, string) {
+	deadline := time.Now().Add(wait)
+	for {
+		var confirmed *string
+		err := q.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&confirmed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, fmt.Sprintf("slot %s does not exist: the rows are judged against the topics alone", slot)
+		}
+		if err != nil {
+			return 0, false, fmt.Sprintf("read slot %s: %v", slot, err)
+		}
+		var c pglogrepl.LSN
+		if confirmed != nil {
+			c, _ = pglogrepl.ParseLSN(*confirmed)
+		}
+		if c >= lsn {
+			return c, true, ""
+		}
+		if time.Now().After(deadline) {
+			return c, false, fmt.Sprintf("slot %s confirmed %s, not yet past the reconcile's start %s after %s: a missing row may still be in flight (is walrelay running?)", slot, c, lsn, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return c, false, ctx.Err().Error()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// lsnScanner scans an LSN's text.
+type lsnScanner struct{ p *pglogrepl.LSN }
+
+func (l lsnScanner) Scan(src any) error {
+	s, ok := src.(string)
+	if !ok {
+		return fmt.Errorf("an LSN of type %T", src)
+	}
+	v, err := pglogrepl.ParseLSN(s)
+	*l.p = v
+	return err
+}

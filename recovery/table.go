@@ -1,0 +1,301 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/outbox"
+)
+
+// batchRows is how many rows a batch reads.
+const batchRows = 1000
+
+// Window selects rows of the outbox table.
+type Window struct {
+	// Since and Until bound the rows' time, Since included, Until not;
+	// zero: unbounded on that side.
+	Since, Until time.Time
+	// AggregateType, if set, selects rows of that aggregate type only.
+	AggregateType string
+	// IDs, if set, selects these ids only.
+	IDs []string
+	// All selects the whole table (with AggregateType, if set).
+	All bool
+
+	extra string // a further SQL condition, of the tools' own
+}
+
+func (w Window) timed() bool { return !w.Since.IsZero() || !w.Until.IsZero() }
+
+// Table reads the outbox table of a layout.
+type Table struct {
+	conn      *pgx.Conn
+	layout    decoder.Config
+	tsColumn  string
+	name      string // schema.table, quoted
+	cols      []decoder.Column
+	selectSQL string // SELECT of every column as text
+	rows      *decoder.RowReader
+	idIsUUID  bool
+}
+
+// Open describes the outbox table of layout on conn, whose session it pins
+// to the replication session's text formats. timestampColumn, if set, must
+// be a timestamp or date column of the table.
+func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Config, timestampColumn string) (*Table, error) {
+	layout = layout.WithDefaults()
+	t := &Table{conn: conn, layout: layout, tsColumn: timestampColumn, name: pgx.Identifier{layout.Schema, layout.Table}.Sanitize()}
+	if _, err := conn.Exec(ctx, "SET DateStyle = ISO; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET bytea_output = hex"); err != nil {
+		return nil, fmt.Errorf("set the session's formats: %w", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT attname, atttypid::int8, format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, t.name)
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of %s.%s: %w", layout.Schema, layout.Table, err)
+	}
+	var texts []string
+	tsType := ""
+	for rows.Next() {
+		var name, typ string
+		var oid int64
+		if err := rows.Scan(&name, &oid, &typ); err != nil {
+			return nil, err
+		}
+		t.cols = append(t.cols, decoder.Column{Name: name, DataType: uint32(oid)})
+		texts = append(texts, pgx.Identifier{name}.Sanitize()+"::text")
+		if name == layout.Columns.ID {
+			t.idIsUUID = typ == "uuid"
+		}
+		if name == timestampColumn {
+			tsType = typ
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the columns of %s.%s: %w", layout.Schema, layout.Table, err)
+	}
+	if len(t.cols) == 0 {
+		return nil, fmt.Errorf("table %s.%s does not exist", layout.Schema, layout.Table)
+	}
+	if timestampColumn != "" && !strings.HasPrefix(tsType, "timestamp") && tsType != "date" {
+		if tsType == "" {
+			return nil, fmt.Errorf("outbox.timestamp_column: table %s.%s has no column %q", layout.Schema, layout.Table, timestampColumn)
+		}
+		return nil, fmt.Errorf("outbox.timestamp_column: column %q of %s.%s is %s, not a timestamp", timestampColumn, layout.Schema, layout.Table, tsType)
+	}
+	if t.rows, err = decoder.NewRowReader(layout, t.cols); err != nil {
+		return nil, err
+	}
+	t.selectSQL = "SELECT " + strings.Join(texts, ", ") + " FROM " + t.name
+	return t, nil
+}
+
+// Name is the table's schema.table.
+func (t *Table) Name() string { return t.layout.Schema + "." + t.layout.Table }
+
+// ErrNoTime refuses a time window on a table that cannot place its rows in
+// time.
+var ErrNoTime = errors.New("time windows need outbox.timestamp_column or UUIDv7 ids")
+
+// where returns the window's condition and arguments, and refuses what the
+// table cannot select.
+func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
+	var conds []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	id := pgx.Identifier{t.layout.Columns.ID}.Sanitize()
+	if !w.Since.IsZero() && !w.Until.IsZero() && !w.Until.After(w.Since) {
+		return "", nil, fmt.Errorf("the window ends (%s) before it starts (%s)", w.Until.Format(time.RFC3339), w.Since.Format(time.RFC3339))
+	}
+	if w.timed() {
+		if t.tsColumn != "" {
+			ts := pgx.Identifier{t.tsColumn}.Sanitize()
+			if !w.Since.IsZero() {
+				conds = append(conds, ts+" >= "+arg(w.Since))
+			}
+			if !w.Until.IsZero() {
+				conds = append(conds, ts+" < "+arg(w.Until))
+			}
+		} else {
+			if err := t.checkUUIDv7(ctx); err != nil {
+				return "", nil, err
+			}
+			if !w.Since.IsZero() {
+				conds = append(conds, id+" >= "+arg(uuidAt(w.Since)))
+			}
+			if !w.Until.IsZero() {
+				conds = append(conds, id+" < "+arg(uuidAt(w.Until)))
+			}
+		}
+	}
+	if w.AggregateType != "" {
+		conds = append(conds, pgx.Identifier{t.layout.Columns.AggregateType}.Sanitize()+" = "+arg(w.AggregateType))
+	}
+	if w.IDs != nil {
+		if t.idIsUUID {
+			for _, x := range w.IDs {
+				if _, ok := parseUUID(x); !ok {
+					return "", nil, fmt.Errorf("id %q is not a UUID (the id column %s is uuid)", x, t.layout.Columns.ID)
+				}
+			}
+			conds = append(conds, id+" = ANY("+arg(w.IDs)+"::uuid[])")
+		} else {
+			conds = append(conds, id+"::text = ANY("+arg(w.IDs)+"::text[])")
+		}
+	}
+	if !w.timed() && w.IDs == nil && !w.All {
+		return "", nil, errors.New("say which rows: --since (and --until), --ids FILE, or --all")
+	}
+	if w.extra != "" {
+		conds = append(conds, w.extra)
+	}
+	if len(conds) == 0 {
+		return "true", nil, nil
+	}
+	return strings.Join(conds, " AND "), args, nil
+}
+
+// checkUUIDv7 refuses a table whose ids are not UUIDv7 (looking at one
+// row): their time is then not the row's.
+func (t *Table) checkUUIDv7(ctx context.Context) error {
+	if !t.idIsUUID {
+		return fmt.Errorf("%w: the id column %s of %s is not uuid; set outbox.timestamp_column, or use --ids FILE or --all", ErrNoTime, t.layout.Columns.ID, t.Name())
+	}
+	var sample string
+	err := t.conn.QueryRow(ctx, "SELECT "+pgx.Identifier{t.layout.Columns.ID}.Sanitize()+"::text FROM "+t.name+" LIMIT 1").Scan(&sample)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read an id of %s: %w", t.Name(), err)
+	}
+	if _, ok := outbox.IDTime(sample); !ok {
+		return fmt.Errorf("%w: the ids of %s are not UUIDv7 (%s); set outbox.timestamp_column, or use --ids FILE or --all", ErrNoTime, t.Name(), sample)
+	}
+	return nil
+}
+
+// Row is one row of the window: its event (no WAL position; CommitTime
+// is the row's time where known) and that time.
+type Row struct {
+	Event *event.Event
+	Time  time.Time // zero if unknown
+}
+
+// Rows calls fn for each row of the window, in id order, reading batchRows
+// at a time. q, if set, runs the reads (a transaction's snapshot).
+func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error) error {
+	cond, args, err := t.where(ctx, w)
+	if err != nil {
+		return err
+	}
+	query := func(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+		if q != nil {
+			return q.Query(ctx, sql, args...)
+		}
+		return t.conn.Query(ctx, sql, args...)
+	}
+	id := pgx.Identifier{t.layout.Columns.ID}.Sanitize()
+	idCast := ""
+	if t.idIsUUID {
+		idCast = "::uuid"
+	}
+	idIndex := -1
+	tsIndex := -1
+	for i, c := range t.cols {
+		if c.Name == t.layout.Columns.ID {
+			idIndex = i
+		}
+		if c.Name == t.tsColumn {
+			tsIndex = i
+		}
+	}
+	var last *string
+	vals := make([][]byte, len(t.cols))
+	for {
+		sql := t.selectSQL + " WHERE " + cond
+		a := args
+		if last != nil {
+			a = append(append([]any(nil), args...), *last)
+			sql += fmt.Sprintf(" AND %s > $%d%s", id, len(a), idCast)
+		}
+		sql += fmt.Sprintf(" ORDER BY %s LIMIT %d", id, batchRows)
+		rows, err := query(ctx, sql, a...)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", t.Name(), err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+			raw := rows.RawValues()
+			for i := range vals {
+				vals[i] = raw[i]
+			}
+			e, err := t.rows.Event(vals)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			r := Row{Event: e}
+			if tsIndex >= 0 && raw[tsIndex] != nil {
+				if v, err := decoder.ParseText(t.cols[tsIndex].DataType, raw[tsIndex]); err == nil {
+					if tm, ok := v.(time.Time); ok {
+						r.Time = tm
+					}
+				}
+			} else if tm, ok := outbox.IDTime(e.ID); ok && t.tsColumn == "" {
+				r.Time = tm
+			}
+			e.CommitTime = r.Time
+			s := string(raw[idIndex])
+			last = &s
+			if err := fn(r); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", t.Name(), err)
+		}
+		if n < batchRows {
+			return nil
+		}
+	}
+}
+
+// uuidAt is the smallest UUIDv7 of time tm: ids at or after it are of tm
+// or later.
+func uuidAt(tm time.Time) string {
+	ms := tm.UnixMilli()
+	return fmt.Sprintf("%08x-%04x-7000-8000-000000000000", uint64(ms)>>16, uint64(ms)&0xffff)
+}
+
+// parseUUID checks the text form of a UUID.
+func parseUUID(s string) (string, bool) {
+	if len(s) != 36 {
+		return "", false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return "", false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+				return "", false
+			}
+		}
+	}
+	return strings.ToLower(s), true
+}
