@@ -370,3 +370,47 @@ func TestRecoveryRefusesBadInput(t *testing.T) {
 		t.Fatalf("%d records sent by refused commands", n)
 	}
 }
+
+// TestRecoveryAtScale runs reconcile and replay over a window of many rows
+// (WALRELAY_RECOVERY_ROWS, default 20,000; the README's figures are of
+// 1,000,000, without -race) and reports rows/s and peak RSS: both stream
+// the window in batches, so memory does not grow with it.
+func TestRecoveryAtScale(t *testing.T) {
+	t.Parallel()
+	rows := 20000
+	if n, err := strconv.Atoi(os.Getenv("WALRELAY_RECOVERY_ROWS")); err == nil && n > 0 {
+		rows = n
+	}
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	p := streaming(t, e)
+	execSQL(t, conn, fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid,
+		'order', 'a-' || (i %% 1000), 'Created', jsonb_build_object('n', i, 'pad', repeat('x', 200)) FROM generate_series(1, %d) i`, rows))
+	poll.Until(t, 10*time.Minute, "every row on the topic", func() bool { return len(col.Records()) >= rows })
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+	measure := func(args ...string) (float64, int64, string) {
+		q := start(t, e, args...)
+		code := q.exit(30 * time.Minute)
+		if code != 0 && code != 2 {
+			t.Fatalf("%v: exit %d:\n%s", args, code, tail(q.out.String(), 2000))
+		}
+		var doc struct{ Seconds float64 }
+		if err := json.Unmarshal([]byte(q.out.String()), &doc); err != nil {
+			t.Fatalf("%v: %v:\n%s", args, err, tail(q.out.String(), 2000))
+		}
+		return doc.Seconds, q.cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024, q.out.String()
+	}
+	secs, rss, out := measure("reconcile", "--since", "1h", "--json", "--wait", "5s")
+	if !strings.Contains(out, fmt.Sprintf(`"found": %d`, rows)) || !strings.Contains(out, `"missing": 0`) {
+		t.Fatalf("reconcile:\n%s", tail(out, 2000))
+	}
+	t.Logf("reconcile of %d rows: %.1f s, %.0f rows/s, peak RSS %.1f MiB", rows, secs, float64(rows)/secs, float64(rss)/(1<<20))
+	secs, rss, out = measure("replay", "--since", "1h", "--yes", "--json")
+	if !strings.Contains(out, fmt.Sprintf(`"rows": %d`, rows)) {
+		t.Fatalf("replay:\n%s", tail(out, 2000))
+	}
+	t.Logf("replay of %d rows: %.1f s, %.0f rows/s, peak RSS %.1f MiB", rows, secs, float64(rows)/secs, float64(rss)/(1<<20))
+}
