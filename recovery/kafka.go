@@ -67,7 +67,11 @@ func readTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time
 	if len(from) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumePartitions(from), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	// Small fetches, one at a time: compressed batches of repetitive
+	// payloads inflate tenfold in memory, and a window of millions must
+	// read in bounded memory.
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumePartitions(from), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxBytes(256<<10), kgo.FetchMaxPartitionBytes(256<<10), kgo.MaxConcurrentFetches(1))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}

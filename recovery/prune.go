@@ -112,6 +112,10 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 		var max *string
 		_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'")
 		if err == nil {
+			// Walk the primary key (see Table.Rows).
+			_, err = tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL jit = off")
+		}
+		if err == nil {
 			err = tx.QueryRow(ctx, q, a...).Scan(&n, &max)
 		}
 		if err == nil {

@@ -52,7 +52,9 @@ type Table struct {
 func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Config, timestampColumn string) (*Table, error) {
 	layout = layout.WithDefaults()
 	t := &Table{conn: conn, layout: layout, tsColumn: timestampColumn, name: pgx.Identifier{layout.Schema, layout.Table}.Sanitize()}
-	if _, err := conn.Exec(ctx, "SET DateStyle = ISO; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET bytea_output = hex"); err != nil {
+	// jit off: the batches are small queries that a JIT compile would
+	// dominate.
+	if _, err := conn.Exec(ctx, "SET DateStyle = ISO; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET bytea_output = hex; SET jit = off"); err != nil {
 		return nil, fmt.Errorf("set the session's formats: %w", err)
 	}
 	rows, err := conn.Query(ctx, `SELECT attname, atttypid::int8, format_type(atttypid, atttypmod) FROM pg_attribute
@@ -184,8 +186,9 @@ func (t *Table) checkUUIDv7(ctx context.Context) error {
 	return nil
 }
 
-// Row is one row of the window: its event (no WAL position; CommitTime
-// is the row's time where known) and that time.
+// Row is one row of the window: its event (no WAL position, transaction
+// or commit time: those headers of a replayed record are 0/0, 0 and the
+// zero time) and the row's time, where known.
 type Row struct {
 	Event *event.Event
 	Time  time.Time // zero if unknown
@@ -219,6 +222,22 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 			tsIndex = i
 		}
 	}
+	// A table just loaded may have no statistics yet: a plan that sorts
+	// the whole window for every batch would make the read quadratic. The
+	// primary key's order is what the batches walk.
+	exec := func(sql string) error {
+		var err error
+		if q != nil {
+			_, err = q.Exec(ctx, sql)
+		} else {
+			_, err = t.conn.Exec(ctx, sql)
+		}
+		return err
+	}
+	if err := exec("SET enable_seqscan = off; SET enable_sort = off"); err != nil {
+		return fmt.Errorf("read %s: %w", t.Name(), err)
+	}
+	defer exec("RESET enable_seqscan; RESET enable_sort") //nolint:errcheck // the session's own settings
 	var last *string
 	vals := make([][]byte, len(t.cols))
 	for {
@@ -226,9 +245,10 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 		a := args
 		if last != nil {
 			a = append(append([]any(nil), args...), *last)
-			sql += fmt.Sprintf(" AND %s > $%d%s", id, len(a), idCast)
+			sql += fmt.Sprintf(" AND %s.%s > $%d%s", t.name, id, len(a), idCast)
 		}
-		sql += fmt.Sprintf(" ORDER BY %s LIMIT %d", id, batchRows)
+		// The table's column, not the select list's text of it.
+		sql += fmt.Sprintf(" ORDER BY %s.%s LIMIT %d", t.name, id, batchRows)
 		rows, err := query(ctx, sql, a...)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", t.Name(), err)
@@ -255,7 +275,6 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 			} else if tm, ok := outbox.IDTime(e.ID); ok && t.tsColumn == "" {
 				r.Time = tm
 			}
-			e.CommitTime = r.Time
 			s := string(raw[idIndex])
 			last = &s
 			if err := fn(r); err != nil {

@@ -120,6 +120,7 @@ func (c *recoveryCmd) open(ctx context.Context, args []string) (*pgx.Conn, *reco
 	if _, err := c.parse(args, 0, true); err != nil {
 		return nil, nil, err
 	}
+	limitMemory(c.cfg)
 	conn, err := c.connect(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -334,6 +335,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	limitMemory(c.cfg)
 	if err := checkReason(*reason); err != nil {
 		return err
 	}

@@ -30,15 +30,19 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := config.NewLogger(cfg, stderr)
 	log.Info("starting walrelay", append([]any{"version", version}, cs.Effective()...)...)
+	limitMemory(cfg)
+	return config.ScrubError(run(ctx, cfg, log), cfg.Secrets())
+}
+
+// limitMemory sets a soft memory limit unless GOMEMLIMIT does: the
+// collector works harder near it instead of letting the heap double; what
+// is in flight is bounded by the producer's buffers (half of
+// max_buffered_bytes queued, half in flight, and the client's copy of the
+// round), so the live heap stays below it.
+func limitMemory(cfg *config.Config) {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		// A soft limit: the collector works harder near it instead of
-		// letting the heap double; what is in flight is bounded by the
-		// producer's buffers (half of max_buffered_bytes queued, half in
-		// flight, and the client's copy of the round), so the live heap
-		// stays below it.
 		debug.SetMemoryLimit(cfg.SoftMemoryLimit())
 	}
-	return config.ScrubError(run(ctx, cfg, log), cfg.Secrets())
 }
 
 // run runs the relay of cfg, with its metrics and admin listener, until ctx
