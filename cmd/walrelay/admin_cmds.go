@@ -233,10 +233,10 @@ func cmdLSN(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		skipped := int64(now - was)
 		doc := map[string]any{"slot_name": name, "from": was.String(), "to": now.String(), "skipped_bytes": skipped, "done": *yes}
 		if !*yes {
-			return a.say(doc, "would move slot %s from %s to %s, skipping %d bytes (%s) of WAL and every event in it; add --yes to do it",
+			return a.say(doc, "would move slot %s from %s to %s, skipping %d bytes (%s) of WAL and every event in it (walrelay reconcile and replay can send them from the outbox table later); add --yes to do it",
 				name, was, now, skipped, humanBytes(skipped))
 		}
-		return a.say(doc, "moved slot %s from %s to %s, skipping %d bytes (%s) of WAL", name, was, now, skipped, humanBytes(skipped))
+		return a.say(doc, "moved slot %s from %s to %s, skipping %d bytes (%s) of WAL; walrelay reconcile --since <a time before> lists the rows skipped that are still in the table, and --replay --yes sends them", name, was, now, skipped, humanBytes(skipped))
 	}
 	return usageError{fmt.Sprintf("lsn %s: want show or advance", args[0])}
 }
