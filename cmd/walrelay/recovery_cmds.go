@@ -175,22 +175,45 @@ func sortedCounts(m map[string]int) []string {
 	return keys
 }
 
-func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newRecoveryCmd("replay", stdout, stderr, true)
+// windowSession is what replay and reconcile work with: the table, the
+// window of the flags, and a producer.
+type windowSession struct {
+	conn *pgx.Conn
+	t    *recovery.Table
+	w    recovery.Window
+	sk   *sink.Sink
+	opts []kgo.Opt
+}
+
+func (c *recoveryCmd) windowSession(ctx context.Context, args []string) (*windowSession, error) {
 	conn, t, err := c.open(ctx, args)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer conn.Close(context.Background())
-	w, err := c.window()
+	s := &windowSession{conn: conn, t: t}
+	if s.w, err = c.window(); err == nil {
+		s.sk, s.opts, err = c.sink(ctx)
+	}
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *windowSession) close() {
+	s.sk.Close()
+	s.conn.Close(context.Background())
+}
+
+func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newRecoveryCmd("replay", stdout, stderr, true)
+	ws, err := c.windowSession(ctx, args)
 	if err != nil {
 		return err
 	}
-	sk, _, err := c.sink(ctx)
-	if err != nil {
-		return err
-	}
-	defer sk.Close()
+	defer ws.close()
+	t, sk, w := ws.t, ws.sk, ws.w
 	start := time.Now()
 	sent, err := recovery.Replay(ctx, t, sk, w, !*c.yes, progress(stderr, "read"))
 	if err != nil {
@@ -221,20 +244,12 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	c := newRecoveryCmd("reconcile", stdout, stderr, true)
 	replay := c.fs.Bool("replay", false, "republish the missing rows (with --yes)")
 	wait := c.fs.Duration("wait", 30*time.Second, "how long to wait for the slot to confirm past the reconcile's start")
-	conn, t, err := c.open(ctx, args)
+	ws, err := c.windowSession(ctx, args)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
-	w, err := c.window()
-	if err != nil {
-		return err
-	}
-	sk, opts, err := c.sink(ctx)
-	if err != nil {
-		return err
-	}
-	defer sk.Close()
+	defer ws.close()
+	t, sk, w, opts := ws.t, ws.sk, ws.w, ws.opts
 	type missingRow struct {
 		ID            string `json:"id"`
 		AggregateType string `json:"aggregate_type"`
