@@ -434,6 +434,9 @@ func TestRecoveryAtScale(t *testing.T) {
 	}
 	t.Logf("reconcile of %d rows: %.1f s, %.0f rows/s, peak RSS %.1f MiB", rows, secs, float64(rows)/secs, float64(rss)/(1<<20))
 	secs, rss, out = measure("replay", "--since", "1h", "--json")
+	if !strings.Contains(out, fmt.Sprintf(`"rows": %d`, rows)) || !strings.Contains(out, `"dry_run": true`) {
+		t.Fatalf("replay dry run:\n%s", tail(out, 2000))
+	}
 	t.Logf("replay, dry run, of %d rows: %.1f s, %.0f rows/s, peak RSS %.1f MiB", rows, secs, float64(rows)/secs, float64(rss)/(1<<20))
 	secs, rss, out = measure("replay", "--since", "1h", "--yes", "--json")
 	if !strings.Contains(out, fmt.Sprintf(`"rows": %d`, rows)) {
