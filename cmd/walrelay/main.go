@@ -47,6 +47,7 @@ Usage:
   walrelay reconcile --since TIME [--until TIME] [--aggregate-type T] [--replay] [--yes]   exit 2: rows missing
   walrelay dlq list [--since TIME] [--reason R] | show ID | replay (--id ID ... | --reason R | --all) [--yes]
   walrelay prune --older-than DURATION [--batch N] [--yes]
+  walrelay debezium import FILE [--worker FILE]         a Debezium outbox connector's configuration as walrelay's YAML
   walrelay version
 
 The operator commands take --json for one JSON document. TIME is RFC 3339
@@ -94,6 +95,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = cmdDLQ(ctx, args[1:], stdout, stderr)
 	case "prune":
 		err = cmdPrune(ctx, args[1:], stdout, stderr)
+	case "debezium":
+		err = cmdDebezium(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "walrelay", version)
 	case "help", "-h", "--help":

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	osexec "os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -243,4 +244,28 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo --crash: exit %d\n%s", code, p.out.String())
 	}
 	t.Logf("demo --crash:%s", p.out.String()[strings.LastIndex(p.out.String(), "\nrows committed"):])
+}
+
+// TestDebeziumImportCommand: walrelay debezium import prints walrelay's
+// YAML on stdout and names what it ignores on stderr (the password never);
+// with an option walrelay does not reproduce it exits 1 with one line.
+func TestDebeziumImportCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	conn := filepath.Join(dir, "outbox.json")
+	writeFile(t, conn, `{"name": "outbox", "config": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector", "plugin.name": "pgoutput",
+		"database.hostname": "db", "database.user": "dbz", "database.password": "pg-s3cret", "database.dbname": "app", "tasks.max": 1,
+		"transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter"}}`)
+	worker := filepath.Join(dir, "worker.properties")
+	writeFile(t, worker, "bootstrap.servers=kafka:9092\nkey.converter=org.apache.kafka.connect.storage.StringConverter\nvalue.converter=org.apache.kafka.connect.storage.StringConverter\n")
+	code, out := runCmd(t, env{}, "debezium", "import", conn, "--worker", worker)
+	if code != 0 || !strings.Contains(out, "dsn: postgres://dbz@db:5432/app") || !strings.Contains(out, "slot: debezium") ||
+		!strings.Contains(out, "brokers: ['kafka:9092']") || !strings.Contains(out, "ignored: tasks.max=1") || strings.Contains(out, "pg-s3cret") {
+		t.Fatalf("debezium import: exit %d:\n%s", code, out)
+	}
+	t.Logf("debezium import:\n%s", out)
+	code, out = runCmd(t, env{}, "debezium", "import", conn) // Connect's default converter is the JsonConverter
+	if code != 1 || !strings.Contains(lastLine(out), "key.converter=") || !strings.Contains(lastLine(out), "value.converter=") {
+		t.Fatalf("without the worker's converters: exit %d:\n%s", code, out)
+	}
 }

@@ -1,0 +1,520 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Debezium's PostgreSQL connector with the outbox EventRouter, read as
+// walrelay configuration (walrelay debezium import).
+
+// DebeziumNote is what the import says of one Debezium option it did not
+// map: ignored (it does not matter to walrelay, and Why says why) or
+// refused (walrelay does not reproduce it).
+type DebeziumNote struct {
+	Option, Value, Why string
+}
+
+const (
+	debeziumConnector = "io.debezium.connector.postgresql.PostgresConnector"
+	eventRouter       = "io.debezium.transforms.outbox.EventRouter"
+	stringConverter   = "org.apache.kafka.connect.storage.StringConverter"
+	defaultRegex      = "(?<routedByValue>.*)"
+)
+
+// ReadDebezium parses a connector or worker configuration: a .properties
+// file, or the JSON of Kafka Connect's REST API ({"name":…, "config":{…}}
+// or the bare map).
+func ReadDebezium(data []byte) (map[string]string, error) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		var doc map[string]any
+		if err := json.Unmarshal(trimmed, &doc); err != nil {
+			return nil, fmt.Errorf("JSON: %w", err)
+		}
+		if c, ok := doc["config"].(map[string]any); ok {
+			doc = c
+		}
+		out := map[string]string{}
+		for k, v := range doc {
+			switch v := v.(type) {
+			case string:
+				out[k] = v
+			case float64, bool:
+				out[k] = fmt.Sprint(v)
+			default:
+				return nil, fmt.Errorf("option %s: a %T, want a string", k, v)
+			}
+		}
+		return out, nil
+	}
+	return readProperties(data)
+}
+
+// readProperties reads java.util.Properties' text format: key=value or
+// key:value or key value, # and ! comments, backslash line continuations
+// and escapes.
+func readProperties(data []byte) (map[string]string, error) {
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	var logical strings.Builder
+	for sc.Scan() {
+		line := strings.TrimLeft(sc.Text(), " \t\f")
+		if logical.Len() == 0 && (line == "" || line[0] == '#' || line[0] == '!') {
+			continue
+		}
+		// An odd number of trailing backslashes continues the line.
+		n := len(line) - len(strings.TrimRight(line, `\`))
+		if n%2 == 1 {
+			logical.WriteString(line[:len(line)-1])
+			continue
+		}
+		logical.WriteString(line)
+		k, v := splitProperty(logical.String())
+		logical.Reset()
+		out[unescape(k)] = unescape(v)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func splitProperty(s string) (string, string) {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '=', ':', ' ', '\t':
+			k := s[:i]
+			rest := strings.TrimLeft(s[i:], " \t")
+			if rest != "" && (rest[0] == '=' || rest[0] == ':') {
+				rest = strings.TrimLeft(rest[1:], " \t")
+			}
+			return k, rest
+		}
+	}
+	return s, ""
+}
+
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		i++
+		switch s[i] {
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
+		case 'r':
+			b.WriteByte('\r')
+		case 'u':
+			if i+4 < len(s) {
+				if r, err := strconv.ParseUint(s[i+1:i+5], 16, 32); err == nil {
+					b.WriteRune(rune(r))
+					i += 4
+					continue
+				}
+			}
+			b.WriteByte('u')
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// debeziumIgnored are options that do not change what walrelay must do,
+// by prefix (a trailing dot) or by name, with why.
+var debeziumIgnored = []struct{ option, why string }{
+	{"name", "the connector's name in Kafka Connect"},
+	{"tasks.max", "a Kafka Connect setting (the PostgreSQL connector runs one task)"},
+	{"topic.prefix", "names Debezium's own topics (the table's change topic before routing, heartbeats); the outbox events are routed by route.topic.replacement"},
+	{"database.server.name", "names Debezium's own topics (older versions of topic.prefix)"},
+	{"snapshot.mode", "walrelay does not snapshot: it relays what the slot captures, as snapshot.mode=never does, which is what an outbox needs (old events are not sent again)"},
+	{"snapshot.", "walrelay does not snapshot"},
+	{"slot.drop.on.stop", "walrelay never drops its slot"},
+	{"slot.max.retries", "walrelay retries without limit, with backoff"},
+	{"slot.retry.delay.ms", "walrelay retries with its own backoff"},
+	{"status.update.interval.ms", "postgres.status_interval (default 1s) plays this part"},
+	{"heartbeat.action.query", "walrelay's heartbeat writes a logical decoding message itself (heartbeat.interval)"},
+	{"heartbeat.topics.prefix", "walrelay writes no heartbeat topic"},
+	{"tombstones.on.delete", "walrelay's publication publishes inserts only: deleting an outbox row sends nothing"},
+	{"decimal.handling.mode", "the payload is relayed as stored, not converted column by column"},
+	{"time.precision.mode", "the payload is relayed as stored"},
+	{"binary.handling.mode", "the payload is relayed as stored"},
+	{"hstore.handling.mode", "the payload is relayed as stored"},
+	{"interval.handling.mode", "the payload is relayed as stored"},
+	{"include.unknown.datatypes", "the payload is relayed as stored"},
+	{"max.batch.size", "batching is walrelay's own (kafka.linger, kafka.batch_max_bytes)"},
+	{"max.queue.size", "buffering is walrelay's own (kafka.max_buffered_records)"},
+	{"max.queue.size.in.bytes", "buffering is walrelay's own (kafka.max_buffered_bytes)"},
+	{"poll.interval.ms", "walrelay streams without polling"},
+	{"provide.transaction.metadata", "walrelay writes no transaction topic; each record carries walrelay.lsn and walrelay.xid"},
+	{"errors.", "Kafka Connect's error handling: walrelay dead-letters an event it cannot publish (kafka.dlq_topic) and never skips one"},
+	{"offset.", "walrelay keeps its position in the slot"},
+	{"producer.override.", "producer tuning: walrelay's kafka.* keys set its producer"},
+	{"database.history.", "schema history is not used by the PostgreSQL connector"},
+	{"schema.history.internal.", "schema history is not used by the PostgreSQL connector"},
+	{"database.tcpKeepAlive", "walrelay's connections keep themselves alive"},
+	{"database.initial.statements", "walrelay's sessions set their own parameters"},
+	{"skipped.operations", "walrelay's publication publishes inserts only"},
+	{"event.processing.failure.handling.mode", "walrelay dead-letters an event it cannot publish, or stops"},
+	{"key.converter.schemas.enable", "read with key.converter"},
+	{"value.converter.schemas.enable", "read with value.converter"},
+	{"group.id", "a Kafka Connect worker setting"},
+	{"config.storage.", "a Kafka Connect worker setting"},
+	{"status.storage.", "a Kafka Connect worker setting"},
+	{"plugin.path", "a Kafka Connect worker setting"},
+	{"rest.", "a Kafka Connect worker setting"},
+	{"listeners", "a Kafka Connect worker setting"},
+	{"internal.", "a Kafka Connect worker setting"},
+	{"offset.flush.interval.ms", "walrelay confirms positions itself (postgres.status_interval)"},
+	{"transforms.", "read with transforms"},
+	{"database.password", "not copied: give it in postgres.password_file, or in WALRELAY_POSTGRES_DSN"},
+	{"database.sslpassword", "not copied: give it in WALRELAY_POSTGRES_DSN"},
+	{"security.protocol", "read with bootstrap.servers"},
+	{"sasl.jaas.config", "read with sasl.mechanism (the password is not copied)"},
+}
+
+func ignoredWhy(option string) (string, bool) {
+	for _, ig := range debeziumIgnored {
+		if ig.option == option || strings.HasSuffix(ig.option, ".") && strings.HasPrefix(option, ig.option) {
+			return ig.why, true
+		}
+	}
+	return "", false
+}
+
+// FromDebezium maps a Debezium PostgreSQL connector configuration with the
+// outbox EventRouter onto walrelay's configuration keys. worker, if set, is
+// the Kafka Connect worker's configuration (bootstrap servers, default
+// converters), which the connector's options override. It returns the keys
+// to set, the options it ignored with why, and an error that names every
+// option it refuses (whose behaviour walrelay does not reproduce).
+func FromDebezium(connector, worker map[string]string) (keys map[string]string, ignored []DebeziumNote, err error) {
+	opt := map[string]string{}
+	for k, v := range worker {
+		opt[k] = v
+	}
+	for k, v := range connector {
+		opt[k] = v
+	}
+	keys = map[string]string{}
+	used := map[string]bool{}
+	var refused []string
+	refuse := func(option, why string) {
+		refused = append(refused, fmt.Sprintf("%s=%s: %s", option, opt[option], why))
+		used[option] = true
+	}
+	get := func(option, def string) string {
+		used[option] = true
+		if v, ok := opt[option]; ok && v != "" {
+			return v
+		}
+		return def
+	}
+
+	if c := get("connector.class", ""); c != debeziumConnector {
+		return nil, nil, fmt.Errorf("connector.class %q: want %s (Debezium's PostgreSQL connector)", c, debeziumConnector)
+	}
+	if p := get("plugin.name", "decoderbufs"); p != "pgoutput" {
+		refuse("plugin.name", "walrelay reads pgoutput only (plugin.name defaults to decoderbufs in Debezium)")
+	}
+
+	// The connection.
+	host, port, user, db := get("database.hostname", "localhost"), get("database.port", "5432"), get("database.user", ""), get("database.dbname", "")
+	if db == "" {
+		return nil, nil, errors.New("database.dbname is not set")
+	}
+	u := url.URL{Scheme: "postgres", Host: host + ":" + port, Path: "/" + db}
+	if user != "" {
+		u.User = url.User(user)
+	}
+	q := url.Values{}
+	for _, p := range []struct{ option, param string }{{"database.sslmode", "sslmode"}, {"database.sslrootcert", "sslrootcert"}, {"database.sslcert", "sslcert"}, {"database.sslkey", "sslkey"}} {
+		if v := get(p.option, ""); v != "" {
+			q.Set(p.param, v)
+		}
+	}
+	u.RawQuery = q.Encode()
+	keys["postgres.dsn"] = u.String()
+	if _, ok := opt["database.password"]; !ok {
+		ignored = append(ignored, DebeziumNote{"database.password", "", "not set: give the password in postgres.password_file, or in WALRELAY_POSTGRES_DSN"})
+	}
+
+	// The slot and the publication: Debezium's defaults when unset, so that
+	// walrelay can take over Debezium's own slot.
+	keys["postgres.slot"] = get("slot.name", "debezium")
+	pub := get("publication.name", "dbz_publication")
+	switch mode := get("publication.autocreate.mode", "all_tables"); mode {
+	case "filtered", "disabled", "no_tables":
+		keys["postgres.publication"] = pub
+	default:
+		keys["postgres.publication"] = "walrelay_outbox"
+		ignored = append(ignored, DebeziumNote{"publication.autocreate.mode", mode,
+			fmt.Sprintf("Debezium's publication %s publishes every table, which walrelay refuses; walrelay uses walrelay_outbox (walrelay migrate or walrelay publication create makes it): create it while Debezium still runs, so that the slot's position is after it when walrelay takes over", pub)})
+	}
+
+	// The outbox table.
+	if v := get("table.include.list", ""); v != "" {
+		tables := strings.Split(v, ",")
+		if len(tables) != 1 || strings.ContainsAny(v, `*+?[](){}|^$\`) {
+			refuse("table.include.list", "walrelay relays one outbox table, named exactly (schema.table)")
+		} else {
+			t := strings.TrimSpace(tables[0])
+			if !strings.Contains(t, ".") {
+				t = "public." + t
+			}
+			keys["postgres.table"] = t
+		}
+	}
+	for _, o := range []string{"table.exclude.list", "schema.exclude.list", "column.include.list", "column.exclude.list", "message.key.columns", "column.mask.", "column.truncate."} {
+		for k := range opt {
+			if k == o || strings.HasSuffix(o, ".") && strings.HasPrefix(k, o) {
+				refuse(k, "walrelay relays the outbox's rows whole")
+			}
+		}
+	}
+	if v := get("schema.include.list", ""); v != "" && keys["postgres.table"] == "" {
+		refuse("schema.include.list", "give table.include.list: walrelay relays one outbox table")
+	}
+	if v := get("heartbeat.interval.ms", ""); v != "" && v != "0" {
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms < 0 {
+			refuse("heartbeat.interval.ms", "not a number of milliseconds")
+		} else {
+			keys["heartbeat.interval"] = fmt.Sprintf("%dms", ms)
+		}
+	}
+
+	// The converters: walrelay writes the key and the payload as bytes, as
+	// the StringConverter does.
+	for _, side := range []string{"key", "value"} {
+		option := side + ".converter"
+		if c := get(option, ""); c != stringConverter {
+			if c == "" {
+				c = "(not set: Kafka Connect's default is the JsonConverter)"
+			}
+			refuse(option, fmt.Sprintf("walrelay writes the %s as the StringConverter does; %s is not reproduced", side, c))
+		}
+	}
+
+	// Kafka.
+	if v := get("bootstrap.servers", ""); v != "" {
+		keys["kafka.brokers"] = v
+	} else {
+		ignored = append(ignored, DebeziumNote{"bootstrap.servers", "", "not set (it is in the worker's configuration: --worker FILE); set kafka.brokers"})
+	}
+	switch sp := get("security.protocol", "PLAINTEXT"); sp {
+	case "PLAINTEXT":
+	case "SSL", "SASL_SSL", "SASL_PLAINTEXT":
+		if sp != "SASL_PLAINTEXT" {
+			keys["kafka.tls.enabled"] = "true"
+			ignored = append(ignored, DebeziumNote{"security.protocol", sp, "TLS on: give the CA as PEM in kafka.tls.ca_file (walrelay reads no Java keystore)"})
+		}
+		if strings.HasPrefix(sp, "SASL") {
+			mech := get("sasl.mechanism", "GSSAPI")
+			if mech == "PLAIN" || mech == "SCRAM-SHA-256" || mech == "SCRAM-SHA-512" {
+				keys["kafka.sasl.mechanism"] = mech
+				if m := jaasUser.FindStringSubmatch(get("sasl.jaas.config", "")); m != nil {
+					keys["kafka.sasl.username"] = m[1]
+				}
+				ignored = append(ignored, DebeziumNote{"sasl.jaas.config", "", "the password is not copied: give it in kafka.sasl.password_file or WALRELAY_KAFKA_SASL_PASSWORD"})
+			} else {
+				refuse("sasl.mechanism", "walrelay speaks PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512")
+			}
+		}
+	default:
+		refuse("security.protocol", "unknown")
+	}
+	for k := range opt {
+		if strings.HasPrefix(k, "ssl.") {
+			ignored = append(ignored, DebeziumNote{k, "", "Java keystores are not read: give PEM files in kafka.tls.*"})
+			used[k] = true
+		}
+	}
+
+	// The EventRouter.
+	var router string
+	for _, t := range strings.Split(get("transforms", ""), ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		if typ := get("transforms."+t+".type", ""); typ == eventRouter && router == "" {
+			router = t
+		} else {
+			refuse("transforms."+t+".type", "walrelay runs no other transformation than the outbox EventRouter's")
+		}
+	}
+	if router == "" {
+		return nil, nil, errors.New("no transform of type io.debezium.transforms.outbox.EventRouter: this is not an outbox connector")
+	}
+	pre := "transforms." + router + "."
+	r := func(option, def string) string { return get(pre+option, def) }
+	for option, key := range map[string]string{
+		"table.field.event.id": "outbox.id_column", "table.field.event.key": "outbox.aggregate_id_column",
+		"table.field.event.type": "outbox.type_column", "table.field.event.payload": "outbox.payload_column",
+		"route.by.field": "outbox.aggregate_type_column", "table.field.event.timestamp": "outbox.timestamp_column",
+	} {
+		if v := r(option, ""); v != "" {
+			keys[key] = v
+		}
+	}
+	if v := r("table.field.event.schema.version", ""); v != "" {
+		refuse(pre+"table.field.event.schema.version", "walrelay writes no Connect schema")
+	}
+	if v := r("route.topic.regex", defaultRegex); v != defaultRegex {
+		refuse(pre+"route.topic.regex", "walrelay routes by the whole routing field ({aggregatetype} in kafka.topic)")
+	}
+	repl := r("route.topic.replacement", "outbox.event.${routedByValue}")
+	if strings.Contains(strings.ReplaceAll(repl, "${routedByValue}", ""), "$") {
+		refuse(pre+"route.topic.replacement", "walrelay's topic template has {aggregatetype} and {type}, not regex groups")
+	} else {
+		keys["kafka.topic"] = strings.ReplaceAll(repl, "${routedByValue}", "{aggregatetype}")
+	}
+	if v := r("route.tombstone.on.empty.payload", "false"); v != "false" {
+		refuse(pre+"route.tombstone.on.empty.payload", "walrelay sends a tombstone for a NULL payload only")
+	}
+	if v := r("table.expand.json.payload", "false"); v != "false" {
+		refuse(pre+"table.expand.json.payload", "walrelay writes the payload as stored (with the StringConverter it is the same text)")
+	}
+	var headers []string
+	for _, p := range strings.Split(r("table.fields.additional.placement", ""), ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		f := strings.Split(p, ":")
+		switch {
+		case len(f) >= 2 && f[1] == "header" && (len(f) == 2 || f[2] == f[0]):
+			headers = append(headers, f[0])
+		case len(f) >= 2 && f[1] == "header":
+			refuse(pre+"table.fields.additional.placement", fmt.Sprintf("%s: walrelay names a header after its column (no alias %s)", p, f[2]))
+		default:
+			refuse(pre+"table.fields.additional.placement", fmt.Sprintf("%s: walrelay places extra columns in headers only", p))
+		}
+	}
+	if len(headers) > 0 {
+		keys["outbox.header_columns"] = strings.Join(headers, ",")
+	}
+	for option, why := range map[string]string{
+		"table.op.invalid.behavior":                "walrelay's publication publishes inserts only: an update or delete of the outbox never reaches it",
+		"table.fields.additional.error.on.missing": "walrelay refuses at start an outbox without a configured header column",
+		"tracing.span.context.field":               "walrelay adds no tracing headers",
+		"tracing.operation.name":                   "walrelay adds no tracing headers",
+		"tracing.with.context.field.only":          "walrelay adds no tracing headers",
+		"type":                                     "the EventRouter",
+	} {
+		if v, ok := opt[pre+option]; ok {
+			used[pre+option] = true
+			if option != "type" {
+				ignored = append(ignored, DebeziumNote{pre + option, v, why})
+			}
+		}
+	}
+
+	// Every other option: ignored with why, or refused as unknown.
+	var rest []string
+	for k := range opt {
+		if !used[k] {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	for _, k := range rest {
+		_, fromWorker := worker[k]
+		_, fromConnector := connector[k]
+		switch why, ok := ignoredWhy(k); {
+		case strings.HasPrefix(k, pre):
+			refuse(k, "an EventRouter option walrelay does not reproduce")
+		case ok && (strings.Contains(k, "password") || strings.Contains(k, "jaas")):
+			ignored = append(ignored, DebeziumNote{k, "", why}) // a secret: its value is not carried
+		case ok:
+			ignored = append(ignored, DebeziumNote{k, opt[k], why})
+		case fromWorker && !fromConnector:
+			ignored = append(ignored, DebeziumNote{k, opt[k], "a Kafka Connect worker setting"})
+		default:
+			refuse(k, "an option walrelay does not know: it may change the records")
+		}
+	}
+	if len(refused) > 0 {
+		sort.Strings(refused)
+		return nil, ignored, fmt.Errorf("walrelay does not reproduce %d option(s) of this configuration: %s", len(refused), strings.Join(refused, "; "))
+	}
+	sort.Slice(ignored, func(i, j int) bool { return ignored[i].Option < ignored[j].Option })
+	return keys, ignored, nil
+}
+
+// DebeziumYAML renders keys as a walrelay configuration file, grouped and
+// ordered as walrelay's keys are.
+func DebeziumYAML(in map[string]string) (string, error) {
+	keys := make(map[string]string, len(in))
+	for k, v := range in {
+		keys[k] = v
+	}
+	var c Config
+	root := &yaml.Node{Kind: yaml.MappingNode}
+	groups := map[string]*yaml.Node{}
+	for _, k := range c.keys() {
+		v, ok := keys[k.name]
+		if !ok {
+			continue
+		}
+		if err := k.set(v); err != nil {
+			return "", fmt.Errorf("%s: %w", k.name, err)
+		}
+		parts := strings.Split(k.name, ".")
+		parent := root
+		for i, p := range parts[:len(parts)-1] {
+			path := strings.Join(parts[:i+1], ".")
+			g := groups[path]
+			if g == nil {
+				g = &yaml.Node{Kind: yaml.MappingNode}
+				groups[path] = g
+				parent.Content = append(parent.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: p}, g)
+			}
+			parent = g
+		}
+		var val *yaml.Node
+		if strings.Contains(k.help, "comma-separated") {
+			val = &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+			for _, x := range strings.Split(v, ",") {
+				val.Content = append(val.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(x)})
+			}
+		} else {
+			val = &yaml.Node{Kind: yaml.ScalarNode, Value: v}
+		}
+		parent.Content = append(parent.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: parts[len(parts)-1]}, val)
+		delete(keys, k.name)
+	}
+	if len(keys) > 0 {
+		return "", fmt.Errorf("keys walrelay does not have: %v", keys)
+	}
+	var b strings.Builder
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return "", err
+	}
+	return b.String(), enc.Close()
+}
+
+var jaasUser = regexp.MustCompile(`username\s*=\s*"([^"]*)"`)

@@ -1,0 +1,155 @@
+package config
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const debeziumProps = `# Debezium's outbox connector, as a Connect worker takes it
+name=outbox-connector
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+tasks.max=1
+plugin.name=pgoutput
+database.hostname=db.internal
+database.port=5433
+database.user=dbz
+database.password=s3cret
+database.dbname=orders
+database.sslmode=require
+topic.prefix=orders
+slot.name=outbox_slot
+publication.name=outbox_pub
+publication.autocreate.mode=filtered
+table.include.list=public.outbox
+heartbeat.interval.ms=10000
+key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.storage.StringConverter
+transforms=outbox
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+transforms.outbox.route.topic.replacement=events.${routedByValue}
+transforms.outbox.table.fields.additional.placement=trace_id:header,\
+  tenant:header:tenant
+transforms.outbox.table.field.event.timestamp=created_at
+transforms.outbox.table.op.invalid.behavior=warn
+`
+
+// TestDebeziumImport: a .properties configuration and the same as Kafka
+// Connect's JSON give the same walrelay keys, which load back from the YAML
+// written; the worker's properties give the brokers; the password is not
+// copied and every option not mapped is named.
+func TestDebeziumImport(t *testing.T) {
+	props, err := ReadDebezium([]byte(debeziumProps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := props["transforms.outbox.table.fields.additional.placement"]; got != "trace_id:header,tenant:header:tenant" {
+		t.Fatalf("a continued line: %q", got)
+	}
+	asJSON := `{"name": "outbox-connector", "config": {`
+	first := true
+	for k, v := range props {
+		if !first {
+			asJSON += ","
+		}
+		first = false
+		asJSON += `"` + k + `": "` + strings.ReplaceAll(v, `\`, `\\`) + `"`
+	}
+	asJSON += "}}"
+	fromJSON, err := ReadDebezium([]byte(asJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, _ := ReadDebezium([]byte("bootstrap.servers=k1:9092,k2:9092\ngroup.id=connect\noffset.storage.topic=connect-offsets\n"))
+	for _, in := range []map[string]string{props, fromJSON} {
+		keys, ignored, err := FromDebezium(in, worker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{
+			"postgres.dsn": "postgres://dbz@db.internal:5433/orders?sslmode=require", "postgres.slot": "outbox_slot", "postgres.publication": "outbox_pub",
+			"postgres.table": "public.outbox", "heartbeat.interval": "10000ms", "kafka.topic": "events.{aggregatetype}",
+			"outbox.header_columns": "trace_id,tenant", "outbox.timestamp_column": "created_at", "kafka.brokers": "k1:9092,k2:9092",
+		}
+		for k, v := range want {
+			if keys[k] != v {
+				t.Fatalf("%s = %q, want %q (all: %v)", k, keys[k], v, keys)
+			}
+		}
+		notes := map[string]bool{}
+		for _, n := range ignored {
+			notes[n.Option] = true
+			if strings.Contains(n.Value+n.Why, "s3cret") {
+				t.Fatalf("the password in a note: %+v", n)
+			}
+		}
+		for _, o := range []string{"name", "tasks.max", "topic.prefix", "database.password", "group.id", "offset.storage.topic", "transforms.outbox.table.op.invalid.behavior"} {
+			if !notes[o] {
+				t.Fatalf("%s is not named among the ignored options: %+v", o, ignored)
+			}
+		}
+		out, err := DebeziumYAML(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "s3cret") {
+			t.Fatalf("the password in the output:\n%s", out)
+		}
+		path := filepath.Join(t.TempDir(), "walrelay.yaml")
+		if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cs := NewSet(flag.NewFlagSet("", flag.ContinueOnError))
+		if err := cs.LoadFile(path); err != nil {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		c := cs.Config()
+		if c.Postgres.Slot != "outbox_slot" || strings.Join(c.Kafka.Brokers, ",") != "k1:9092,k2:9092" || strings.Join(c.Outbox.HeaderColumns, ",") != "trace_id,tenant" || c.Kafka.Topic != "events.{aggregatetype}" {
+			t.Fatalf("loaded back: %+v\n%s", c, out)
+		}
+	}
+}
+
+// TestDebeziumImportRefuses: every option whose behaviour walrelay does
+// not reproduce is named, all at once; a configuration that is not an
+// outbox connector is refused.
+func TestDebeziumImportRefuses(t *testing.T) {
+	props, _ := ReadDebezium([]byte(debeziumProps))
+	props["value.converter"] = "org.apache.kafka.connect.json.JsonConverter"
+	props["transforms.outbox.route.topic.regex"] = "(?<routedByValue>order|customer)"
+	props["transforms.outbox.table.fields.additional.placement"] = "shard:partition"
+	props["transforms.outbox.table.expand.json.payload"] = "true"
+	props["column.mask.with.12.chars"] = "public.outbox.payload"
+	props["some.future.option"] = "x"
+	_, _, err := FromDebezium(props, nil)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, o := range []string{"value.converter=", "route.topic.regex=", "shard:partition", "table.expand.json.payload=", "column.mask.with.12.chars=", "some.future.option=x: an option walrelay does not know"} {
+		if !strings.Contains(err.Error(), o) {
+			t.Fatalf("%q not named in: %v", o, err)
+		}
+	}
+	delete(props, "transforms")
+	if _, _, err := FromDebezium(props, nil); err == nil || !strings.Contains(err.Error(), "not an outbox connector") {
+		t.Fatalf("without the EventRouter: %v", err)
+	}
+	// Debezium's defaults: a slot named debezium, a publication of all
+	// tables (walrelay uses its own), the JsonConverter.
+	min, _ := ReadDebezium([]byte("connector.class=io.debezium.connector.postgresql.PostgresConnector\nplugin.name=pgoutput\ndatabase.dbname=app\n" +
+		"key.converter=org.apache.kafka.connect.storage.StringConverter\nvalue.converter=org.apache.kafka.connect.storage.StringConverter\n" +
+		"transforms=o\ntransforms.o.type=io.debezium.transforms.outbox.EventRouter\n"))
+	keys, ignored, err := FromDebezium(min, nil)
+	if err != nil || keys["postgres.slot"] != "debezium" || keys["postgres.publication"] != "walrelay_outbox" || keys["kafka.topic"] != "outbox.event.{aggregatetype}" {
+		t.Fatalf("defaults: %v, %v", keys, err)
+	}
+	found := false
+	for _, n := range ignored {
+		found = found || n.Option == "publication.autocreate.mode"
+	}
+	if !found {
+		t.Fatalf("the all-tables publication not explained: %+v", ignored)
+	}
+}
