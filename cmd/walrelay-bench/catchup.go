@@ -139,7 +139,7 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 		}
 	}
 	if o.debezium {
-		contenders = append(contenders, contender{"Debezium " + DebeziumVersion + " (PostgreSQL connector, outbox event router, Kafka Connect standalone) into the same broker, from taking the slot to the same finish line", debezium, "Debezium (its JVM)"})
+		contenders = append(contenders, contender{"Debezium " + kafkatest.DebeziumVersion + " (PostgreSQL connector, outbox event router, Kafka Connect standalone) into the same broker, from taking the slot to the same finish line", debezium, "Debezium (its JVM)"})
 	}
 	res := make([][]result, len(contenders))
 	for r := range o.runs {

@@ -1,0 +1,126 @@
+package kafkatest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DebeziumVersion is the Debezium release the tests and the benchmark run,
+// and ConnectVersion the Kafka Connect it runs in (standalone): the Kafka
+// release Debezium is built against (it uses client classes that 4.4
+// removed). Either talks to the 4.4 broker.
+const (
+	DebeziumVersion = "3.6.1.Final"
+	ConnectVersion  = "4.3.0"
+)
+
+// Connect is a Kafka Connect standalone worker running one connector.
+type Connect struct {
+	dir  string
+	pid  int
+	stop func()
+	done chan struct{}
+}
+
+// StartDebezium starts Debezium's PostgreSQL connector in a Kafka Connect
+// standalone worker (its jars fetched with Maven into the cache the first
+// time), with worker and connector as the two properties files; the worker
+// gets a REST listener of its own and a file offset store in its
+// directory unless worker sets them.
+func StartDebezium(ctx context.Context, worker, connector map[string]string) (*Connect, error) {
+	lib, err := FetchJars(ctx, "", "debezium-"+DebeziumVersion+"-connect-"+ConnectVersion, Pom(
+		"io.debezium:debezium-connector-postgres:"+DebeziumVersion,
+		"org.apache.kafka:connect-runtime:"+ConnectVersion))
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "walrelay-debezium")
+	if err != nil {
+		return nil, err
+	}
+	w := map[string]string{"offset.storage.file.filename": filepath.Join(dir, "offsets"), "offset.flush.interval.ms": "100", "plugin.discovery": "only_scan"}
+	if _, ok := worker["listeners"]; !ok {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		w["listeners"] = "http://" + l.Addr().String()
+		l.Close()
+	}
+	for k, v := range worker {
+		w[k] = v
+	}
+	for name, props := range map[string]map[string]string{"worker.properties": w, "connector.properties": connector} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(Properties(props)), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	java, jvm, err := JVM(dir, lib)
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := StartJava(dir, java, append(append([]string{"-Xms128m", "-Xmx1g"}, jvm...),
+		"org.apache.kafka.connect.cli.ConnectStandalone", filepath.Join(dir, "worker.properties"), filepath.Join(dir, "connector.properties"))...)
+	if err != nil {
+		return nil, fmt.Errorf("start Kafka Connect: %w", err)
+	}
+	c := &Connect{dir: dir, pid: cmd.Process.Pid, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(c.done) }()
+	c.stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-c.done
+		}
+	}
+	return c, nil
+}
+
+// Properties renders a properties file.
+func Properties(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k + "=" + m[k] + "\n")
+	}
+	return b.String()
+}
+
+// Pid is the worker's process id.
+func (c *Connect) Pid() int { return c.pid }
+
+// Done is closed when the worker exited.
+func (c *Connect) Done() <-chan struct{} { return c.done }
+
+// Logs returns the ends of the worker's output and log.
+func (c *Connect) Logs() string {
+	o, _ := os.ReadFile(filepath.Join(c.dir, "stdout.log"))
+	l, _ := os.ReadFile(filepath.Join(c.dir, "java.log"))
+	tail := func(b []byte) string {
+		if len(b) > 4000 {
+			return "…" + string(b[len(b)-4000:])
+		}
+		return string(b)
+	}
+	return tail(o) + "\n" + tail(l)
+}
+
+// Stop stops the worker (SIGTERM: it commits its offsets) and removes its
+// directory.
+func (c *Connect) Stop() {
+	c.stop()
+	os.RemoveAll(c.dir)
+}
