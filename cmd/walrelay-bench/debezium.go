@@ -95,10 +95,3 @@ func debezium(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl
 	rss, cpu := procStats(c.Pid())
 	return result{elapsed: elapsed, rss: rss, cpu: cpu}, nil
 }
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
-}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/outbox"
+)
+
+// debeziumSetup is setup against the real broker (Debezium runs in Kafka
+// Connect, which kfake does not host): the test skips on kfake.
+func debeziumSetup(t *testing.T) (*pgtest.Server, *broker, *kafkatest.Collector) {
+	t.Helper()
+	if os.Getenv(kafkatest.EnvKafka) != "real" {
+		t.Skip("Debezium runs in Kafka Connect against the real broker: WALRELAY_TEST_KAFKA=real")
+	}
+	return setup(t)
+}
+
+// debeziumOutbox is the configuration of Debezium's outbox connector of
+// these tests: slot, the publication walrelay migrate made, the EventRouter
+// routing to topic, StringConverters (on the worker).
+func debeziumOutbox(pg *pgtest.Server, kc *broker, slot, topic string) (worker, connector map[string]string) {
+	worker = map[string]string{
+		"bootstrap.servers": strings.Join(kc.Addrs(), ","),
+		"key.converter":     "org.apache.kafka.connect.storage.StringConverter",
+		"value.converter":   "org.apache.kafka.connect.storage.StringConverter",
+	}
+	connector = map[string]string{
+		"name":                        "outbox-" + slot,
+		"connector.class":             "io.debezium.connector.postgresql.PostgresConnector",
+		"plugin.name":                 "pgoutput",
+		"database.hostname":           "127.0.0.1",
+		"database.port":               fmt.Sprint(pg.Port()),
+		"database.user":               "postgres",
+		"database.dbname":             "postgres",
+		"topic.prefix":                strings.TrimSuffix(kc.prefix, ".") + "dbz",
+		"slot.name":                   slot,
+		"publication.name":            "walrelay_outbox",
+		"publication.autocreate.mode": "disabled",
+		"snapshot.mode":               "no_data",
+		"table.include.list":          "public.outbox",
+		"heartbeat.interval.ms":       "100",
+		"transforms":                  "outbox",
+		"transforms.outbox.type":      "io.debezium.transforms.outbox.EventRouter",
+		"transforms.outbox.route.topic.replacement": topic,
+	}
+	return worker, connector
+}
+
+// startDebezium starts Debezium and waits until it holds its slot.
+func startDebezium(t *testing.T, conn *pgx.Conn, worker, connector map[string]string) *kafkatest.Connect {
+	t.Helper()
+	c, err := kafkatest.StartDebezium(t.Context(), worker, connector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	slot := connector["slot.name"]
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var active bool
+		err := conn.QueryRow(t.Context(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
+		if err == nil && active {
+			return c
+		}
+		select {
+		case <-c.Done():
+			t.Fatalf("Debezium exited:\n%s", c.Logs())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Debezium did not take slot %s in 5 minutes:\n%s", slot, c.Logs())
+		}
+	}
+}
+
+// TestDebeziumParity runs Debezium 3.6 (PostgreSQL connector, outbox
+// EventRouter, StringConverters) and walrelay side by side on two slots of
+// one publication, and compares, event by event, the topic, partition, key,
+// value and id header: byte for byte, payloads with escapes, unicode and
+// nesting included.
+func TestDebeziumParity(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := debeziumSetup(t)
+	conn := connect(t, pg.DSN)
+	execSQL(t, conn, "SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
+	dbzCol, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(kc.prefix)+`dbz\.outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dbzCol.Close)
+	worker, connector := debeziumOutbox(pg, kc, "dbz", kc.prefix+"dbz.outbox.event.${routedByValue}")
+	startDebezium(t, conn, worker, connector)
+	streaming(t, baseEnv(pg, kc))
+
+	w := newWriter(20, 51)
+	if err := w.write(t.Context(), conn, 400, 10); err != nil {
+		t.Fatal(err)
+	}
+	odd := []string{`{"text": "quote \" backslash \\ slash / tab \t newline \n"}`, `{"unicode": "é ß 中文 😀", "n": 1.50, "e": 1e3}`,
+		`{"nested": {"a": [1, {"b": null}], "c": true}}`, `[1, 2, 3]`, `"just a string"`, `{"big": "` + strings.Repeat("x", 20000) + `"}`}
+	ids := w.written()
+	for i, p := range odd {
+		id := outbox.NewID()
+		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'Odd', $4)",
+			id, []string{"order", "customer"}[i%2], fmt.Sprintf("odd-%d", i), p); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	waitAll(t, col, ids, 2*time.Minute)
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	if _, err := dbzCol.Wait(t.Context(), func(rs []*kgo.Record) bool {
+		seen := map[string]bool{}
+		for _, r := range rs {
+			seen[string(kafkatest.Header(r, "id"))] = true
+		}
+		return len(seen) >= len(ids)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	byID := func(rs []*kgo.Record, topicPrefix string) map[string]*kgo.Record {
+		m := map[string]*kgo.Record{}
+		for _, r := range rs {
+			if strings.HasPrefix(r.Topic, topicPrefix) {
+				m[string(kafkatest.Header(r, "id"))] = r
+			}
+		}
+		return m
+	}
+	ours, theirs := byID(col.Records(), kc.prefix+"outbox.event."), byID(dbzCol.Records(), kc.prefix+"dbz.outbox.event.")
+	compared := 0
+	for id := range want {
+		a, b := ours[id], theirs[id]
+		if a == nil || b == nil {
+			t.Fatalf("event %s: walrelay %v, Debezium %v", id, a != nil, b != nil)
+		}
+		switch {
+		case strings.TrimPrefix(a.Topic, kc.prefix) != strings.TrimPrefix(b.Topic, kc.prefix+"dbz."):
+			t.Fatalf("event %s: topic %s, Debezium %s", id, a.Topic, b.Topic)
+		case !bytes.Equal(a.Key, b.Key):
+			t.Fatalf("event %s: key %q, Debezium %q", id, a.Key, b.Key)
+		case !bytes.Equal(a.Value, b.Value):
+			t.Fatalf("event %s: value %q, Debezium %q", id, a.Value, b.Value)
+		case a.Partition != b.Partition:
+			t.Fatalf("event %s (key %s): partition %d, Debezium %d", id, a.Key, a.Partition, b.Partition)
+		}
+		compared++
+	}
+	t.Logf("%d events, each with the same topic, partition, key, value and id from walrelay and from Debezium %s", compared, kafkatest.DebeziumVersion)
+}
+
+// TestDebeziumSwitchOver switches from Debezium to walrelay mid-stream as
+// the README says: walrelay debezium import of Debezium's configuration,
+// Debezium stopped while rows are written, walrelay started on Debezium's
+// slot with the imported configuration. Every row committed is on the
+// topic (what Debezium had sent but not confirmed comes again, with the
+// same id).
+func TestDebeziumSwitchOver(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := debeziumSetup(t)
+	conn := connect(t, pg.DSN)
+	worker, connector := debeziumOutbox(pg, kc, "debezium", kc.prefix+"outbox.event.${routedByValue}")
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "worker.properties"), kafkatest.Properties(worker))
+	writeFile(t, filepath.Join(dir, "connector.properties"), kafkatest.Properties(connector))
+	dbz := startDebezium(t, conn, worker, connector)
+
+	w := newWriter(20, 52)
+	w.dsn = pg.DSN
+	stop := w.keepWriting(t.Context(), pg.DSN)
+	poll.Until(t, time.Minute, "Debezium publishing", func() bool { return len(col.Records()) >= 500 })
+	time.Sleep(time.Second)
+	dbz.Stop()
+	fromDebezium := len(col.Records())
+
+	code, out := runCmd(t, env{}, "debezium", "import", filepath.Join(dir, "connector.properties"), "--worker", filepath.Join(dir, "worker.properties"))
+	if code != 0 {
+		t.Fatalf("debezium import: exit %d:\n%s", code, out)
+	}
+	yaml := out[strings.Index(out, "# walrelay configuration"):]
+	cfgFile := filepath.Join(dir, "walrelay.yaml")
+	writeFile(t, cfgFile, yaml)
+	p := start(t, env{"WALRELAY_ADMIN_LISTEN": "", "WALRELAY_KAFKA_DLQ_TOPIC": kc.dlq()}, "run", "--config", cfgFile)
+	p.waitLog("msg=streaming", time.Minute)
+	time.Sleep(2 * time.Second)
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	c := waitAll(t, col, committedIDs(t, conn), 2*time.Minute)
+	t.Logf("switched from Debezium (%d records) to walrelay mid-stream (slot debezium, the imported configuration):\n%s\n%s", fromDebezium, yaml, c)
+	if c.missing != 0 {
+		t.Fatalf("%d rows missing", c.missing)
+	}
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+}
