@@ -173,7 +173,8 @@ func (s *supervisor) start() {
 		s.mu.Lock()
 		stopped := s.stopped
 		s.mu.Unlock()
-		if !stopped {
+		// A test that failed ends without stop: its context ends first.
+		if !stopped && s.t.Context().Err() == nil {
 			time.Sleep(100 * time.Millisecond)
 			s.start()
 		}

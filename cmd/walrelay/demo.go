@@ -351,7 +351,7 @@ func demoConsumer(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	c, err := inbox.New(inbox.Config{Postgres: pool, Brokers: strings.Split(*brokers, ","), Topics: []string{"outbox.event.order"}, Group: "shipping",
 		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second)}})
+		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(10 * time.Second)}})
 	if err != nil {
 		return err
 	}

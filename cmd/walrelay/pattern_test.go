@@ -68,7 +68,7 @@ func TestWholePatternOnce(t *testing.T) {
 	relay.current().waitLog("msg=streaming", time.Minute)
 	ship := &supervisor{t: t, bin: shipping, env: env{},
 		args: []string{"-dsn", pg.DSNFor("shipping"), "-brokers", strings.Join(kc.Addrs(), ","), "-topic", kc.topic("order"), "-dlq", kc.prefix + "walrelay.inbox.dlq",
-			"-session-timeout", "6s"}, // a killed member holds its partitions this long
+			"-session-timeout", "6s", "-rebalance-timeout", "10s"}, // a killed member holds its partitions this long
 		envFor: func(start int64) env {
 			if start <= 3 { // killed after its 5th, 40th and 75th database commit
 				return env{"WALRELAY_FAULT_KILL_AT": fmt.Sprintf("inbox_committed:%d", 5+35*(start-1))}
@@ -104,7 +104,7 @@ func TestWholePatternOnce(t *testing.T) {
 		}
 		return
 	}
-	poll.Until(t, 2*time.Minute, fmt.Sprintf("%d orders shipped", placed), func() bool { _, n := shipped(); return n >= placed })
+	poll.Until(t, 4*time.Minute, fmt.Sprintf("%d orders shipped", placed), func() bool { _, n := shipped(); return n >= placed })
 	time.Sleep(500 * time.Millisecond) // room for a second shipment
 	relay.stop()
 	ship.stop()

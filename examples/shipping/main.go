@@ -33,12 +33,13 @@ func main() {
 	group := flag.String("group", "shipping", "the consumer group (and the inbox's consumer name)")
 	dlq := flag.String("dlq", "walrelay.inbox.dlq", "the dead-letter topic")
 	session := flag.Duration("session-timeout", 45*time.Second, "the consumer group session timeout: how long a crashed member holds its partitions")
+	rebalance := flag.Duration("rebalance-timeout", time.Minute, "how long a rebalance waits for the members to rejoin")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := inbox.Config{Brokers: strings.Split(*brokers, ","), Topics: []string{*topic}, Group: *group, DeadLetterTopic: *dlq, Logger: log,
-		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(*session)}}
+		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(*session), kgo.RebalanceTimeout(*rebalance)}}
 	if err := run(ctx, *dsn, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "shipping:", err)
 		os.Exit(1)
