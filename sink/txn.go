@@ -100,6 +100,9 @@ func (t *Transactions) defaults() error {
 	return nil
 }
 
+// readCommittedTimeout bounds a read of the offsets topic to its marker.
+const readCommittedTimeout = time.Minute
+
 // ErrFenced stops a relay whose transactional id another instance took.
 // The broker says the same (INVALID_PRODUCER_EPOCH) of a transaction it
 // aborted because it outlived the transaction timeout, during an outage
@@ -621,12 +624,17 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 		return fmt.Errorf("create the offsets reader: %w", err)
 	}
 	defer cl.Close()
+	// Bounded: a read that does not reach the marker (seen once, on a
+	// loaded machine, from a reader that never fetched) fails, retriable,
+	// and the next attempt makes a new reader.
+	rctx, cancel := context.WithTimeout(ctx, readCommittedTimeout)
+	defer cancel()
 	var pos event.Position
 	var found bool
 	for {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("read the offsets topic %s: %w", t.cfg.OffsetsTopic, err)
+		fs := cl.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return fmt.Errorf("read the offsets topic %s to the marker of this instance: %w", t.cfg.OffsetsTopic, err)
 		}
 		for _, fe := range fs.Errors() {
 			if !kerr.IsRetriable(fe.Err) {

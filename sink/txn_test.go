@@ -23,8 +23,13 @@ func txnSink(t *testing.T, kc *kafkatest.Cluster, id string, opts ...kgo.Opt) *S
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Resume(t.Context(), 1<<40); err != nil {
-		t.Fatal(err)
+	// As the relay does, a retriable failure of Resume is tried again.
+	deadline := time.Now().Add(2 * time.Minute)
+	for err := s.Resume(t.Context(), 1<<40); err != nil; err = s.Resume(t.Context(), 1<<40) {
+		if failure.IsFatal(err) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		t.Logf("Resume: %v; trying again", err)
 	}
 	return s
 }
