@@ -49,6 +49,8 @@ type Config struct {
 		DLQTopic            string
 		ClientID            string
 		Compression         string
+		KeyFormat           string
+		ValueFormat         string
 		Linger              time.Duration
 		BatchMaxBytes       int
 		MaxBufferedRecords  int
@@ -200,6 +202,10 @@ func (c *Config) keys() []*key {
 	add("kafka.brokers", "seed brokers, host:port, comma-separated (required)", f, s)
 	f, s = str(&c.Kafka.Topic, "outbox.event.{aggregatetype}")
 	add("kafka.topic", "topic template; {aggregatetype} and {type} are replaced", f, s)
+	f, s = str(&c.Kafka.KeyFormat, "raw")
+	add("kafka.key_format", "the key as Kafka Connect's converters write it: raw (StringConverter), json or json_schema (JsonConverter, schemas.enable false or true)", f, s)
+	f, s = str(&c.Kafka.ValueFormat, "raw")
+	add("kafka.value_format", "the value likewise: raw (the payload as stored; NULL: a tombstone), json or json_schema", f, s)
 	f, s = str(&c.Kafka.DLQTopic, "walrelay.dlq")
 	add("kafka.dlq_topic", "dead-letter topic", f, s)
 	f, s = str(&c.Kafka.ClientID, "walrelay")

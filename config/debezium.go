@@ -29,6 +29,7 @@ const (
 	debeziumConnector = "io.debezium.connector.postgresql.PostgresConnector"
 	eventRouter       = "io.debezium.transforms.outbox.EventRouter"
 	stringConverter   = "org.apache.kafka.connect.storage.StringConverter"
+	jsonConverter     = "org.apache.kafka.connect.json.JsonConverter"
 	defaultRegex      = "(?<routedByValue>.*)"
 )
 
@@ -305,15 +306,22 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		}
 	}
 
-	// The converters: walrelay writes the key and the payload as bytes, as
-	// the StringConverter does.
+	// The converters: the StringConverter's bytes, or the JsonConverter's
+	// JSON (schemas.enable defaults to true).
 	for _, side := range []string{"key", "value"} {
 		option := side + ".converter"
-		if c := get(option, ""); c != stringConverter {
-			if c == "" {
-				c = "(not set: Kafka Connect's default is the JsonConverter)"
+		switch c := get(option, ""); c {
+		case stringConverter:
+		case jsonConverter:
+			if get(option+".schemas.enable", "true") == "true" {
+				keys["kafka."+side+"_format"] = "json_schema"
+			} else {
+				keys["kafka."+side+"_format"] = "json"
 			}
-			refuse(option, fmt.Sprintf("walrelay writes the %s as the StringConverter does; %s is not reproduced", side, c))
+		case "":
+			refuse(option, "not set: give the worker's configuration (--worker FILE), where Kafka Connect's default converter is set")
+		default:
+			refuse(option, fmt.Sprintf("walrelay writes the %s as the StringConverter or the JsonConverter does; %s is not reproduced", side, c))
 		}
 	}
 
@@ -394,8 +402,8 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	if v := r("route.tombstone.on.empty.payload", "false"); v != "false" {
 		refuse(pre+"route.tombstone.on.empty.payload", "walrelay sends a tombstone for a NULL payload only")
 	}
-	if v := r("table.expand.json.payload", "false"); v != "false" {
-		refuse(pre+"table.expand.json.payload", "walrelay writes the payload as stored (with the StringConverter it is the same text)")
+	if v := r("table.expand.json.payload", "false"); v != "false" && keys["kafka.value_format"] == "" {
+		refuse(pre+"table.expand.json.payload", "with the StringConverter walrelay writes the payload as stored")
 	}
 	var headers []string
 	for _, p := range strings.Split(r("table.fields.additional.placement", ""), ",") {

@@ -117,7 +117,7 @@ func TestDebeziumImport(t *testing.T) {
 // outbox connector is refused.
 func TestDebeziumImportRefuses(t *testing.T) {
 	props, _ := ReadDebezium([]byte(debeziumProps))
-	props["value.converter"] = "org.apache.kafka.connect.json.JsonConverter"
+	props["value.converter"] = "io.confluent.connect.avro.AvroConverter"
 	props["transforms.outbox.route.topic.regex"] = "(?<routedByValue>order|customer)"
 	props["transforms.outbox.table.fields.additional.placement"] = "shard:partition"
 	props["transforms.outbox.table.expand.json.payload"] = "true"
@@ -151,5 +151,19 @@ func TestDebeziumImportRefuses(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("the all-tables publication not explained: %+v", ignored)
+	}
+}
+
+// TestDebeziumImportJSONConverter: the JsonConverter maps onto the JSON
+// formats, schemas.enable (default true) choosing the envelope.
+func TestDebeziumImportJSONConverter(t *testing.T) {
+	props, _ := ReadDebezium([]byte(debeziumProps))
+	props["key.converter"] = "org.apache.kafka.connect.json.JsonConverter"
+	props["value.converter"] = "org.apache.kafka.connect.json.JsonConverter"
+	props["value.converter.schemas.enable"] = "false"
+	props["transforms.outbox.table.expand.json.payload"] = "true" // no effect with the JsonConverter (observed with Debezium 3.6.1)
+	keys, _, err := FromDebezium(props, nil)
+	if err != nil || keys["kafka.key_format"] != "json_schema" || keys["kafka.value_format"] != "json" {
+		t.Fatalf("%v, %v", keys, err)
 	}
 }

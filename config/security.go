@@ -145,7 +145,16 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	if linger == 0 {
 		linger = -1 // the sink's zero is its default; walrelay's 0 is none
 	}
+	kf, err := sink.ParseFormat(k.KeyFormat)
+	if err != nil {
+		return sink.Config{}, fmt.Errorf("kafka.key_format: %w", err)
+	}
+	vf, err := sink.ParseFormat(k.ValueFormat)
+	if err != nil {
+		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)
+	}
 	sc := sink.Config{
+		KeyFormat: kf, ValueFormat: vf,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		Compression: k.Compression, Linger: linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),
 		MaxBufferedRecords: k.MaxBufferedRecords, MaxBufferedBytes: k.MaxBufferedBytes,

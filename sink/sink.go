@@ -36,6 +36,11 @@ type Config struct {
 	DLQTopic string
 	// Compression is none, gzip, snappy, lz4 or zstd. Default lz4.
 	Compression string
+	// KeyFormat and ValueFormat are how the key (the aggregate id) and the
+	// value (the payload) are written: FormatRaw (the default, as Kafka
+	// Connect's StringConverter), or as its JsonConverter (FormatJSON,
+	// FormatJSONSchema). Dead letters keep the raw form.
+	KeyFormat, ValueFormat Format
 	// Linger is how long the sink, with nothing in flight, waits for more
 	// records before it sends what it has. Default 5ms; negative sends at
 	// once.
@@ -296,6 +301,12 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	// Partition -1 until the client assigns one: a record failed before that
 	// was never buffered.
 	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
+	if s.cfg.KeyFormat != FormatRaw && s.cfg.KeyFormat != "" {
+		r.Key = s.cfg.KeyFormat.encode(r.Key, keySchema)
+	}
+	if s.cfg.ValueFormat != FormatRaw && s.cfg.ValueFormat != "" {
+		r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema)
+	}
 	// An event whose batch the broker refused goes in a request of its own,
 	// so that the broker's answer is about it alone.
 	alone := s.suspects.has(e.WALStart)

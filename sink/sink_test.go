@@ -478,3 +478,33 @@ func TestDataLossRestarts(t *testing.T) {
 		t.Fatalf("after Abort: %v", err)
 	}
 }
+
+// TestJSONFormats: the JsonConverter's forms of a key and a payload, as
+// Debezium 3.6.1 wrote them here (TestDebeziumParity compares them with a
+// running Debezium): Jackson's escaping, a character outside the BMP as a
+// surrogate pair, NULL as JSON null.
+func TestJSONFormats(t *testing.T) {
+	t.Parallel()
+	payload := []byte("{\"t\": \"q \\\" / é 😀 \u2028 <>&\"}\x01")
+	for _, c := range []struct {
+		f      Format
+		in     []byte
+		schema string
+		want   string
+	}{
+		{FormatRaw, payload, "", string(payload)},
+		{FormatRaw, nil, "", ""},
+		{FormatJSON, []byte("o-1"), keySchema, `"o-1"`},
+		{FormatJSON, payload, valueSchema, `"{\"t\": \"q \\\" / é \uD83D\uDE00 ` + "\u2028" + ` <>&\"}\u0001"`},
+		{FormatJSON, nil, valueSchema, `null`},
+		{FormatJSONSchema, []byte("o-1"), keySchema, `{"schema":{"type":"string","optional":false},"payload":"o-1"}`},
+		{FormatJSONSchema, nil, valueSchema, `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}`},
+	} {
+		if got := string(c.f.encode(c.in, c.schema)); got != c.want {
+			t.Fatalf("%s of %q: %s, want %s", c.f, c.in, got, c.want)
+		}
+	}
+	if _, err := ParseFormat("avro"); err == nil {
+		t.Fatal("avro accepted")
+	}
+}

@@ -89,83 +89,105 @@ func startDebezium(t *testing.T, conn *pgx.Conn, worker, connector map[string]st
 }
 
 // TestDebeziumParity runs Debezium 3.6 (PostgreSQL connector, outbox
-// EventRouter, StringConverters) and walrelay side by side on two slots of
-// one publication, and compares, event by event, the topic, partition, key,
-// value and id header: byte for byte, payloads with escapes, unicode and
-// nesting included.
+// EventRouter) and walrelay side by side on two slots of one publication,
+// with each converter setting (StringConverter; JsonConverter with
+// schemas.enable false and true, walrelay's json and json_schema formats),
+// and compares, event by event, the topic, partition, key, value and id
+// header: byte for byte, payloads with escapes, unicode (outside the BMP
+// too) and nesting included.
 func TestDebeziumParity(t *testing.T) {
 	t.Parallel()
-	pg, kc, col := debeziumSetup(t)
-	conn := connect(t, pg.DSN)
-	execSQL(t, conn, "SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
-	dbzCol, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(kc.prefix)+`dbz\.outbox\.event\..*`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dbzCol.Close)
-	worker, connector := debeziumOutbox(pg, kc, "dbz", kc.prefix+"dbz.outbox.event.${routedByValue}")
-	startDebezium(t, conn, worker, connector)
-	streaming(t, baseEnv(pg, kc))
-
-	w := newWriter(20, 51)
-	if err := w.write(t.Context(), conn, 400, 10); err != nil {
-		t.Fatal(err)
-	}
-	odd := []string{`{"text": "quote \" backslash \\ slash / tab \t newline \n"}`, `{"unicode": "é ß 中文 😀", "n": 1.50, "e": 1e3}`,
-		`{"nested": {"a": [1, {"b": null}], "c": true}}`, `[1, 2, 3]`, `"just a string"`, `{"big": "` + strings.Repeat("x", 20000) + `"}`}
-	ids := w.written()
-	for i, p := range odd {
-		id := outbox.NewID()
-		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'Odd', $4)",
-			id, []string{"order", "customer"}[i%2], fmt.Sprintf("odd-%d", i), p); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	waitAll(t, col, ids, 2*time.Minute)
-	want := map[string]bool{}
-	for _, id := range ids {
-		want[id] = true
-	}
-	if _, err := dbzCol.Wait(t.Context(), func(rs []*kgo.Record) bool {
-		seen := map[string]bool{}
-		for _, r := range rs {
-			seen[string(kafkatest.Header(r, "id"))] = true
-		}
-		return len(seen) >= len(ids)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	byID := func(rs []*kgo.Record, topicPrefix string) map[string]*kgo.Record {
-		m := map[string]*kgo.Record{}
-		for _, r := range rs {
-			if strings.HasPrefix(r.Topic, topicPrefix) {
-				m[string(kafkatest.Header(r, "id"))] = r
+	for _, c := range []struct {
+		name, converter, schemas, format string
+	}{
+		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw"},
+		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json"},
+		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pg, kc, col := debeziumSetup(t)
+			conn := connect(t, pg.DSN)
+			execSQL(t, conn, "SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
+			dbzCol, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(kc.prefix)+`dbz\.outbox\.event\..*`)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return m
+			t.Cleanup(dbzCol.Close)
+			worker, connector := debeziumOutbox(pg, kc, "dbz", kc.prefix+"dbz.outbox.event.${routedByValue}")
+			worker["key.converter"], worker["value.converter"] = c.converter, c.converter
+			if c.schemas != "" {
+				worker["key.converter.schemas.enable"], worker["value.converter.schemas.enable"] = c.schemas, c.schemas
+			}
+			startDebezium(t, conn, worker, connector)
+			streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_KEY_FORMAT", c.format, "WALRELAY_KAFKA_VALUE_FORMAT", c.format))
+
+			w := newWriter(20, 51)
+			if err := w.write(t.Context(), conn, 400, 10); err != nil {
+				t.Fatal(err)
+			}
+			odd := []*string{ptr(`{"text": "quote \" backslash \\ slash / tab \t newline \n"}`), ptr(`{"unicode": "é ß 中文 😀 \u2028", "n": 1.50, "e": 1e3}`),
+				ptr(`{"nested": {"a": [1, {"b": null}], "c": true}}`), ptr(`[1, 2, 3]`), ptr(`"just a string"`), ptr(`{"big": "` + strings.Repeat("x", 20000) + `"}`)}
+			if c.format != "raw" {
+				odd = append(odd, nil) // JSON null from both (the StringConverter's tombstone is compared elsewhere)
+			}
+			ids := w.written()
+			for i, p := range odd {
+				id := outbox.NewID()
+				if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'Odd', $4)",
+					id, []string{"order", "customer"}[i%2], fmt.Sprintf("odd-%d", i), p); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			waitAll(t, col, ids, 2*time.Minute)
+			want := map[string]bool{}
+			for _, id := range ids {
+				want[id] = true
+			}
+			if _, err := dbzCol.Wait(t.Context(), func(rs []*kgo.Record) bool {
+				seen := map[string]bool{}
+				for _, r := range rs {
+					seen[string(kafkatest.Header(r, "id"))] = true
+				}
+				return len(seen) >= len(ids)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			byID := func(rs []*kgo.Record, topicPrefix string) map[string]*kgo.Record {
+				m := map[string]*kgo.Record{}
+				for _, r := range rs {
+					if strings.HasPrefix(r.Topic, topicPrefix) {
+						m[string(kafkatest.Header(r, "id"))] = r
+					}
+				}
+				return m
+			}
+			ours, theirs := byID(col.Records(), kc.prefix+"outbox.event."), byID(dbzCol.Records(), kc.prefix+"dbz.outbox.event.")
+			compared := 0
+			for id := range want {
+				a, b := ours[id], theirs[id]
+				if a == nil || b == nil {
+					t.Fatalf("event %s: walrelay %v, Debezium %v", id, a != nil, b != nil)
+				}
+				switch {
+				case strings.TrimPrefix(a.Topic, kc.prefix) != strings.TrimPrefix(b.Topic, kc.prefix+"dbz."):
+					t.Fatalf("event %s: topic %s, Debezium %s", id, a.Topic, b.Topic)
+				case !bytes.Equal(a.Key, b.Key):
+					t.Fatalf("event %s: key %q, Debezium %q", id, a.Key, b.Key)
+				case !bytes.Equal(a.Value, b.Value):
+					t.Fatalf("event %s: value %q, Debezium %q", id, a.Value, b.Value)
+				case a.Partition != b.Partition:
+					t.Fatalf("event %s (key %s): partition %d, Debezium %d", id, a.Key, a.Partition, b.Partition)
+				}
+				compared++
+			}
+			t.Logf("%s: %d events, each with the same topic, partition, key, value and id from walrelay and from Debezium %s", c.name, compared, kafkatest.DebeziumVersion)
+		})
 	}
-	ours, theirs := byID(col.Records(), kc.prefix+"outbox.event."), byID(dbzCol.Records(), kc.prefix+"dbz.outbox.event.")
-	compared := 0
-	for id := range want {
-		a, b := ours[id], theirs[id]
-		if a == nil || b == nil {
-			t.Fatalf("event %s: walrelay %v, Debezium %v", id, a != nil, b != nil)
-		}
-		switch {
-		case strings.TrimPrefix(a.Topic, kc.prefix) != strings.TrimPrefix(b.Topic, kc.prefix+"dbz."):
-			t.Fatalf("event %s: topic %s, Debezium %s", id, a.Topic, b.Topic)
-		case !bytes.Equal(a.Key, b.Key):
-			t.Fatalf("event %s: key %q, Debezium %q", id, a.Key, b.Key)
-		case !bytes.Equal(a.Value, b.Value):
-			t.Fatalf("event %s: value %q, Debezium %q", id, a.Value, b.Value)
-		case a.Partition != b.Partition:
-			t.Fatalf("event %s (key %s): partition %d, Debezium %d", id, a.Key, a.Partition, b.Partition)
-		}
-		compared++
-	}
-	t.Logf("%d events, each with the same topic, partition, key, value and id from walrelay and from Debezium %s", compared, kafkatest.DebeziumVersion)
 }
+
+func ptr(s string) *string { return &s }
 
 // TestDebeziumSwitchOver switches from Debezium to walrelay mid-stream as
 // the README says: walrelay debezium import of Debezium's configuration,

@@ -1,0 +1,123 @@
+package sink
+
+import (
+	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Format is how a record's key or value carries the outbox's text, as Kafka
+// Connect's converters write the records of Debezium's outbox EventRouter.
+type Format string
+
+const (
+	// FormatRaw is the text as stored, as the StringConverter writes it.
+	// The default.
+	FormatRaw Format = "raw"
+	// FormatJSON is a JSON string holding the text, as the JsonConverter
+	// writes a string with schemas.enable=false (escaped as Jackson
+	// escapes).
+	FormatJSON Format = "json"
+	// FormatJSONSchema is the JsonConverter's envelope of schema and
+	// payload (schemas.enable=true) around that string.
+	FormatJSONSchema Format = "json_schema"
+)
+
+// ParseFormat checks a format's name.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(s); f {
+	case "", FormatRaw:
+		return FormatRaw, nil
+	case FormatJSON, FormatJSONSchema:
+		return f, nil
+	}
+	return "", fmt.Errorf("format %q: want raw, json or json_schema", s)
+}
+
+// encode returns text in format f; schema is the JsonConverter's schema of
+// the field, for FormatJSONSchema. A nil text (a NULL payload) stays nil
+// (a tombstone) in FormatRaw, and is JSON's null in the others, as the
+// JsonConverter writes it.
+func (f Format) encode(text []byte, schema string) []byte {
+	if f == FormatRaw || f == "" {
+		return text
+	}
+	if text == nil {
+		// The JsonConverter writes a null as JSON: no tombstone.
+		if f == FormatJSON {
+			return []byte("null")
+		}
+		return append(append([]byte(`{"schema":`), schema...), `,"payload":null}`...)
+	}
+	out := make([]byte, 0, len(text)+len(schema)+32)
+	if f == FormatJSONSchema {
+		out = append(out, `{"schema":`...)
+		out = append(out, schema...)
+		out = append(out, `,"payload":`...)
+	}
+	out = jacksonQuote(out, text)
+	if f == FormatJSONSchema {
+		out = append(out, '}')
+	}
+	return out
+}
+
+// jacksonQuote appends s as a JSON string the way Jackson writes one:
+// quote and backslash escaped, control characters as \b \t \n \f \r or
+// \u00XX, everything else (slash, non-ASCII, U+2028) as it is.
+func jacksonQuote(dst, s []byte) []byte {
+	const hex = "0123456789ABCDEF"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			if c < utf8.RuneSelf {
+				dst = append(dst, c)
+				i++
+				continue
+			}
+			r, n := utf8.DecodeRune(s[i:])
+			switch {
+			case r == utf8.RuneError && n == 1:
+				dst = append(dst, "\uFFFD"...)
+			case r > 0xFFFF:
+				// Jackson writes a character outside the BMP as its
+				// UTF-16 surrogate pair, escaped.
+				hi, lo := utf16.EncodeRune(r)
+				for _, u := range []rune{hi, lo} {
+					dst = append(dst, '\\', 'u', hex[u>>12&0xf], hex[u>>8&0xf], hex[u>>4&0xf], hex[u&0xf])
+				}
+			default:
+				dst = append(dst, s[i:i+n]...)
+			}
+			i += n
+			continue
+		}
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		i++
+	}
+	return append(dst, '"')
+}
+
+// The JsonConverter's schemas of Debezium's outbox records: the key (the
+// aggregate id, a required string) and the value (a json or jsonb payload,
+// an optional string named io.debezium.data.Json).
+const (
+	keySchema   = `{"type":"string","optional":false}`
+	valueSchema = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}`
+)
