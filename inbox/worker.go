@@ -183,7 +183,7 @@ func (w *worker) run() {
 			}
 			c.m.retries.WithLabelValues(w.tp.topic).Inc()
 			wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.attempts-1)
-			c.log.Warn("handler failed; retrying", "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", header(head, "id"),
+			c.log.Warn("handler failed; retrying", "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", sink.Header(head, "id"),
 				"attempt", w.attempts, "max_attempts", c.cfg.MaxAttempts, "err", err, "retry_in", wait)
 			w.sleep(wait)
 		}
@@ -198,7 +198,7 @@ func (w *worker) run() {
 func (w *worker) batch(recs []*kgo.Record) (int, error) {
 	c := w.c
 	ctx := w.ctx
-	if header(recs[0], "id") == "" {
+	if sink.Header(recs[0], "id") == "" {
 		return 0, errNoID
 	}
 	start := time.Now()
@@ -316,7 +316,7 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 		kgo.RecordHeader{Key: sink.HeaderConsumer, Value: []byte(c.cfg.Consumer)},
 	)
 	dl := &kgo.Record{Topic: c.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: h}
-	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", header(r, "id"), "reason", reason, "attempts", w.attempts, "err", cause)
+	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", sink.Header(r, "id"), "reason", reason, "attempts", w.attempts, "err", cause)
 	for try := 0; ; try++ {
 		err := w.cl.ProduceSync(w.ctx, dl).FirstErr()
 		if err == nil {
@@ -354,15 +354,4 @@ func message(r *kgo.Record, attempt int) Message {
 	}
 	m.ID, m.Type = string(m.Headers["id"]), string(m.Headers["type"])
 	return m
-}
-
-// header returns the value of r's last header named key.
-func header(r *kgo.Record, key string) string {
-	v := ""
-	for _, h := range r.Headers {
-		if h.Key == key {
-			v = string(h.Value)
-		}
-	}
-	return v
 }

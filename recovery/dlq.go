@@ -44,15 +44,6 @@ func (d DeadLetter) Ref() string {
 	return d.Record.Topic + "/" + strconv.Itoa(int(d.Partition)) + "/" + strconv.FormatInt(d.Offset, 10)
 }
 
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
 // ReadDLQ reads the dead-letter topic from since (its start when zero) to
 // its end and calls fn for each dead letter, in partition and offset
 // order within a partition; the replay markers are not dead letters, and
@@ -61,7 +52,7 @@ func header(r *kgo.Record, key string) string {
 func ReadDLQ(ctx context.Context, opts []kgo.Opt, topic string, since time.Time, fn func(DeadLetter) error) error {
 	replayed := map[string]bool{}
 	err := readTopics(ctx, opts, []string{topic}, time.Time{}, func(r *kgo.Record) error {
-		if ref := header(r, HeaderDLQReplayed); ref != "" {
+		if ref := sink.Header(r, HeaderDLQReplayed); ref != "" {
 			replayed[ref] = true
 		}
 		return nil
@@ -70,11 +61,11 @@ func ReadDLQ(ctx context.Context, opts []kgo.Opt, topic string, since time.Time,
 		return err
 	}
 	return readTopics(ctx, opts, []string{topic}, since, func(r *kgo.Record) error {
-		if header(r, HeaderDLQReplayed) != "" {
+		if sink.Header(r, HeaderDLQReplayed) != "" {
 			return nil
 		}
-		d := DeadLetter{Partition: r.Partition, Offset: r.Offset, ID: header(r, "id"), Reason: header(r, sink.HeaderReason),
-			Error: header(r, sink.HeaderError), OriginalTopic: header(r, sink.HeaderTopic), WALStart: header(r, sink.HeaderWALStart),
+		d := DeadLetter{Partition: r.Partition, Offset: r.Offset, ID: sink.Header(r, "id"), Reason: sink.Header(r, sink.HeaderReason),
+			Error: sink.Header(r, sink.HeaderError), OriginalTopic: sink.Header(r, sink.HeaderTopic), WALStart: sink.Header(r, sink.HeaderWALStart),
 			Time: r.Timestamp, Size: len(r.Value), Record: r}
 		d.Replayed = replayed[d.Ref()]
 		return fn(d)
@@ -148,7 +139,7 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 				return res, err
 			}
 			deadAgain = len(sent.DeadLettered) > 0
-		case d.Record.Value == nil && header(d.Record, sink.HeaderOmitted) != "" || d.OriginalTopic == "":
+		case d.Record.Value == nil && sink.Header(d.Record, sink.HeaderOmitted) != "" || d.OriginalTopic == "":
 			res.NotReplayable = append(res.NotReplayable, fmt.Sprintf("%s: its row is gone from the table and the dead letter lacks its value or topic", d.ID))
 			continue
 		default:

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // Reconciler compares a window of the outbox table with what the topics
@@ -131,11 +132,8 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 		return err
 	}
 	err = readTopics(ctx, rc.Kafka, topics, since, func(r *kgo.Record) error {
-		for _, h := range r.Headers {
-			if h.Key == "id" {
-				batch = append(batch, []any{string(h.Value), r.Topic == rc.DLQTopic})
-				break
-			}
+		if id := sink.Header(r, "id"); id != "" {
+			batch = append(batch, []any{id, r.Topic == rc.DLQTopic})
 		}
 		if len(batch) == cap(batch) {
 			return flush()

@@ -35,6 +35,17 @@ const (
 	HeaderConsumer     = "walrelay.consumer"      // the inbox consumer's name
 )
 
+// Header returns the value of r's first header named key, "" if none: how
+// tools read walrelay's headers back (the id, the dead-letter reason).
+func Header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
 // deadLetter produces e to the dead-letter topic. If that record is too large
 // too, it goes again without its value, with the value's size in a header:
 // the row itself is still in the table and in the WAL at its position.

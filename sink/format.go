@@ -39,7 +39,7 @@ func ParseFormat(s string) (Format, error) {
 // (a tombstone) in FormatRaw, and is JSON's null in the others, as the
 // JsonConverter writes it.
 func (f Format) encode(text []byte, schema string) []byte {
-	if f == FormatRaw || f == "" {
+	if f == FormatRaw {
 		return text
 	}
 	if text == nil {

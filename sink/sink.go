@@ -115,6 +115,12 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "walrelay"
 	}
+	if cfg.KeyFormat == "" {
+		cfg.KeyFormat = FormatRaw
+	}
+	if cfg.ValueFormat == "" {
+		cfg.ValueFormat = FormatRaw
+	}
 	if cfg.Topic == "" {
 		cfg.Topic = "outbox.event.{aggregatetype}"
 	}
@@ -301,10 +307,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	// Partition -1 until the client assigns one: a record failed before that
 	// was never buffered.
 	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
-	if s.cfg.KeyFormat != FormatRaw && s.cfg.KeyFormat != "" {
+	if s.cfg.KeyFormat != FormatRaw {
 		r.Key = s.cfg.KeyFormat.encode(r.Key, keySchema)
 	}
-	if s.cfg.ValueFormat != FormatRaw && s.cfg.ValueFormat != "" {
+	if s.cfg.ValueFormat != FormatRaw {
 		r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema)
 	}
 	// An event whose batch the broker refused goes in a request of its own,

@@ -26,37 +26,14 @@ func debezium(ctx context.Context, pg *pgtest.Server, slot string, end pglogrepl
 	if err != nil {
 		return result{}, err
 	}
-	c, err := kafkatest.StartDebezium(ctx, map[string]string{
-		"bootstrap.servers": strings.Join(addrs, ","),
-		"key.converter":     "org.apache.kafka.connect.storage.StringConverter",
-		"value.converter":   "org.apache.kafka.connect.storage.StringConverter",
-	}, map[string]string{
-		// Outbox-shaped as walrelay publishes: key aggregateid, value the
-		// payload as stored, a topic per aggregate type, id and type in
-		// headers.
-		"name":                        "bench-outbox-" + slot,
-		"connector.class":             "io.debezium.connector.postgresql.PostgresConnector",
-		"plugin.name":                 "pgoutput",
-		"database.hostname":           "127.0.0.1",
-		"database.port":               fmt.Sprint(pg.Port()),
-		"database.user":               "postgres",
-		"database.dbname":             "postgres",
-		"topic.prefix":                "dbz" + strings.TrimSuffix(prefix, "."),
-		"slot.name":                   slot,
-		"publication.name":            "walrelay_outbox",
-		"publication.autocreate.mode": "disabled",
-		"snapshot.mode":               "no_data",
-		"table.include.list":          "public.outbox",
-		"tombstones.on.delete":        "false",
-		// Without heartbeats Debezium confirms only the position of its
-		// last event, never the WAL after it: the slot would not reach
-		// the finish line (nor stop holding WAL on an idle outbox).
-		"heartbeat.interval.ms":                               "100",
-		"transforms":                                          "outbox",
-		"transforms.outbox.type":                              "io.debezium.transforms.outbox.EventRouter",
-		"transforms.outbox.route.topic.replacement":           prefix + "outbox.event.${routedByValue}",
-		"transforms.outbox.table.fields.additional.placement": "type:header:type",
-	})
+	// Outbox-shaped as walrelay publishes: key aggregateid, value the
+	// payload as stored, a topic per aggregate type, id and type in
+	// headers.
+	worker, connector := kafkatest.DebeziumOutbox(addrs, pg.Port(), slot, "dbz"+strings.TrimSuffix(prefix, "."), prefix+"outbox.event.${routedByValue}")
+	connector["name"] = "bench-outbox-" + slot
+	connector["tombstones.on.delete"] = "false"
+	connector["transforms.outbox.table.fields.additional.placement"] = "type:header:type"
+	c, err := kafkatest.StartDebezium(ctx, worker, connector)
 	if err != nil {
 		return result{}, err
 	}

@@ -34,31 +34,7 @@ func debeziumSetup(t *testing.T) (*pgtest.Server, *broker, *kafkatest.Collector)
 // these tests: slot, the publication walrelay migrate made, the EventRouter
 // routing to topic, StringConverters (on the worker).
 func debeziumOutbox(pg *pgtest.Server, kc *broker, slot, topic string) (worker, connector map[string]string) {
-	worker = map[string]string{
-		"bootstrap.servers": strings.Join(kc.Addrs(), ","),
-		"key.converter":     "org.apache.kafka.connect.storage.StringConverter",
-		"value.converter":   "org.apache.kafka.connect.storage.StringConverter",
-	}
-	connector = map[string]string{
-		"name":                        "outbox-" + slot,
-		"connector.class":             "io.debezium.connector.postgresql.PostgresConnector",
-		"plugin.name":                 "pgoutput",
-		"database.hostname":           "127.0.0.1",
-		"database.port":               fmt.Sprint(pg.Port()),
-		"database.user":               "postgres",
-		"database.dbname":             "postgres",
-		"topic.prefix":                strings.TrimSuffix(kc.prefix, ".") + "dbz",
-		"slot.name":                   slot,
-		"publication.name":            "walrelay_outbox",
-		"publication.autocreate.mode": "disabled",
-		"snapshot.mode":               "no_data",
-		"table.include.list":          "public.outbox",
-		"heartbeat.interval.ms":       "100",
-		"transforms":                  "outbox",
-		"transforms.outbox.type":      "io.debezium.transforms.outbox.EventRouter",
-		"transforms.outbox.route.topic.replacement": topic,
-	}
-	return worker, connector
+	return kafkatest.DebeziumOutbox(kc.Addrs(), pg.Port(), slot, strings.TrimSuffix(kc.prefix, ".")+"dbz", topic)
 }
 
 // startDebezium starts Debezium and waits until it holds its slot.

@@ -124,3 +124,40 @@ func (c *Connect) Stop() {
 	c.stop()
 	os.RemoveAll(c.dir)
 }
+
+// DebeziumOutbox is the configuration of Debezium's outbox connector as
+// walrelay's tests and benchmark run it: the PostgreSQL at 127.0.0.1:pgPort
+// (database and user postgres), slot, the publication walrelay_outbox
+// (walrelay migrate makes it), no snapshot, heartbeats every 100 ms, the
+// EventRouter routing to topic (route.topic.replacement), StringConverters
+// on the worker. Callers add or change keys.
+func DebeziumOutbox(brokers []string, pgPort int, slot, topicPrefix, topic string) (worker, connector map[string]string) {
+	worker = map[string]string{
+		"bootstrap.servers": strings.Join(brokers, ","),
+		"key.converter":     "org.apache.kafka.connect.storage.StringConverter",
+		"value.converter":   "org.apache.kafka.connect.storage.StringConverter",
+	}
+	connector = map[string]string{
+		"name":                        "outbox-" + slot,
+		"connector.class":             "io.debezium.connector.postgresql.PostgresConnector",
+		"plugin.name":                 "pgoutput",
+		"database.hostname":           "127.0.0.1",
+		"database.port":               fmt.Sprint(pgPort),
+		"database.user":               "postgres",
+		"database.dbname":             "postgres",
+		"topic.prefix":                topicPrefix,
+		"slot.name":                   slot,
+		"publication.name":            "walrelay_outbox",
+		"publication.autocreate.mode": "disabled",
+		"snapshot.mode":               "no_data",
+		"table.include.list":          "public.outbox",
+		// Without heartbeats Debezium confirms only the position of its
+		// last event, never the WAL after it: its slot would hold WAL on
+		// an idle outbox.
+		"heartbeat.interval.ms":                     "100",
+		"transforms":                                "outbox",
+		"transforms.outbox.type":                    "io.debezium.transforms.outbox.EventRouter",
+		"transforms.outbox.route.topic.replacement": topic,
+	}
+	return worker, connector
+}
