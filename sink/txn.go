@@ -545,11 +545,34 @@ func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic, transactiona
 	return "transactions supported; " + strings.Join(parts, "; "), nil
 }
 
+// coordinatorWait bounds how long CheckTransactions waits for a
+// transaction coordinator: a broker that never served a transaction
+// creates its transaction state topic on this first request, and answers
+// COORDINATOR_NOT_AVAILABLE until it has.
+const coordinatorWait = 30 * time.Second
+
 // mayUseTransactionalID asks the transaction coordinator of id to describe
 // it: a principal that may not is refused with
 // TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an id never used is not found,
-// which says nothing against it.
+// which says nothing against it. A coordinator that is not ready yet is
+// asked again until coordinatorWait has passed.
 func (s *Sink) mayUseTransactionalID(ctx context.Context, id string) (bool, error) {
+	deadline := time.Now().Add(coordinatorWait)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		ok, err := s.describeTransactionalID(ctx, id)
+		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+			return ok, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w (waiting since: %w)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// describeTransactionalID makes one DescribeTransactions request for id.
+func (s *Sink) describeTransactionalID(ctx context.Context, id string) (bool, error) {
 	req := kmsg.NewPtrDescribeTransactionsRequest()
 	req.TransactionalIDs = []string{id}
 	for _, shard := range s.cl.RequestSharded(ctx, req) {

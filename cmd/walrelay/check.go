@@ -246,7 +246,11 @@ func checkKafka(ctx context.Context, cfg *config.Config, txnID string) []checkRe
 		return []checkResult{r}
 	}
 	x := checkResult{Check: "kafka exactly-once"}
-	if detail, err := sk.CheckTransactions(pctx, cfg.Kafka.OffsetsTopic, txnID); err != nil {
+	// Longer than the ping: a broker's first transactional request makes
+	// it create its transaction state topic, which takes seconds.
+	tctx, tcancel := context.WithTimeout(ctx, time.Minute)
+	defer tcancel()
+	if detail, err := sk.CheckTransactions(tctx, cfg.Kafka.OffsetsTopic, txnID); err != nil {
 		x.Status, x.Detail = "fail", err.Error()
 	} else {
 		x.Status, x.Detail = "ok", detail
