@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/walrelay/walrelay/sink"
 )
 
 // Config is walrelay's whole configuration. Each field has one key; the key
@@ -42,10 +44,13 @@ type Config struct {
 		MessagePrefix       string
 		IgnorePrefixes      []string
 		TimestampColumn     string
+		PartitionColumn     string
 	}
 	Kafka struct {
 		Brokers             []string
 		Topic               string
+		TopicRegex          string
+		TombstoneOnEmpty    bool
 		DLQTopic            string
 		ClientID            string
 		Compression         string
@@ -196,12 +201,18 @@ func (c *Config) keys() []*key {
 	f, s = list(&c.Outbox.IgnorePrefixes, nil)
 	add("outbox.ignore_message_prefixes", "prefixes of other programs' logical decoding messages, ignored; a message under any other prefix stops walrelay", f, s)
 	f, s = str(&c.Outbox.TimestampColumn, "")
-	add("outbox.timestamp_column", "a timestamp column of the outbox for the time windows of replay, reconcile and prune (empty: the time in UUIDv7 ids)", f, s)
+	add("outbox.timestamp_column", "a timestamp, timestamptz or date column: the Kafka record's timestamp (NULL or empty: the time of publishing), and the time windows of replay, reconcile and prune (empty: the time in UUIDv7 ids)", f, s)
+	f, s = str(&c.Outbox.PartitionColumn, "")
+	add("outbox.partition_column", "an integer column whose value is the record's Kafka partition (NULL or empty: the key's); a partition the topic lacks is dead-lettered", f, s)
 
 	f, s = list(&c.Kafka.Brokers, nil)
 	add("kafka.brokers", "seed brokers, host:port, comma-separated (required)", f, s)
 	f, s = str(&c.Kafka.Topic, "outbox.event.{aggregatetype}")
-	add("kafka.topic", "topic template; {aggregatetype} and {type} are replaced", f, s)
+	add("kafka.topic", "topic template; {aggregatetype} and {type} are replaced; with kafka.topic_regex, the replacement ($1, ${name})", f, s)
+	f, s = str(&c.Kafka.TopicRegex, "")
+	add("kafka.topic_regex", "a regular expression the routing column's whole value must match; kafka.topic then names its groups as Java does ($1, ${name}), and a value that does not match is the topic itself (Debezium's route.topic.regex)", f, s)
+	f, s = boolean(&c.Kafka.TombstoneOnEmpty, false)
+	add("kafka.tombstone_on_empty_payload", "a NULL or blank payload gives a tombstone (a null value) whatever kafka.value_format (Debezium's route.tombstone.on.empty.payload)", f, s)
 	f, s = str(&c.Kafka.KeyFormat, "raw")
 	add("kafka.key_format", "the key as Kafka Connect's converters write it: raw (StringConverter), json or json_schema (JsonConverter, schemas.enable false or true)", f, s)
 	f, s = str(&c.Kafka.ValueFormat, "raw")
@@ -282,6 +293,9 @@ func (c *Config) validate(needKafka bool) error {
 		return err
 	}
 	k := c.Kafka
+	if err := sink.CheckRouting(k.Topic, k.TopicRegex); err != nil {
+		return fmt.Errorf("kafka.topic, kafka.topic_regex: %w", err)
+	}
 	switch {
 	case k.BatchMaxBytes < 1024:
 		return fmt.Errorf("kafka.batch_max_bytes %d: want at least 1024", k.BatchMaxBytes)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/walrelay/walrelay/sink"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -390,17 +391,26 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	if v := r("table.field.event.schema.version", ""); v != "" {
 		refuse(pre+"table.field.event.schema.version", "walrelay writes no Connect schema")
 	}
-	if v := r("route.topic.regex", defaultRegex); v != defaultRegex {
-		refuse(pre+"route.topic.regex", "walrelay routes by the whole routing field ({aggregatetype} in kafka.topic)")
-	}
-	repl := r("route.topic.replacement", "outbox.event.${routedByValue}")
-	if strings.Contains(strings.ReplaceAll(repl, "${routedByValue}", ""), "$") {
-		refuse(pre+"route.topic.replacement", "walrelay's topic template has {aggregatetype} and {type}, not regex groups")
+	// The default regex and a replacement with ${routedByValue} alone are
+	// a topic template; anything else is routed by the regex as Debezium
+	// routes it (kafka.topic_regex).
+	regex, repl := r("route.topic.regex", defaultRegex), r("route.topic.replacement", "outbox.event.${routedByValue}")
+	template := strings.ReplaceAll(repl, "${routedByValue}", "{aggregatetype}")
+	if regex != defaultRegex || strings.ContainsAny(template, `$\`) {
+		if err := sink.CheckRouting(repl, regex); err != nil {
+			refuse(pre+"route.topic.regex", err.Error())
+		} else {
+			keys["kafka.topic_regex"], keys["kafka.topic"] = regex, repl
+		}
 	} else {
-		keys["kafka.topic"] = strings.ReplaceAll(repl, "${routedByValue}", "{aggregatetype}")
+		keys["kafka.topic"] = template
 	}
-	if v := r("route.tombstone.on.empty.payload", "false"); v != "false" {
-		refuse(pre+"route.tombstone.on.empty.payload", "walrelay sends a tombstone for a NULL payload only")
+	switch v := r("route.tombstone.on.empty.payload", "false"); v {
+	case "true":
+		keys["kafka.tombstone_on_empty_payload"] = "true"
+	case "false":
+	default:
+		refuse(pre+"route.tombstone.on.empty.payload", "want true or false")
 	}
 	if v := r("table.expand.json.payload", "false"); v != "false" && keys["kafka.value_format"] == "" {
 		refuse(pre+"table.expand.json.payload", "with the StringConverter walrelay writes the payload as stored")
@@ -416,8 +426,12 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 			headers = append(headers, f[0])
 		case len(f) >= 2 && f[1] == "header":
 			refuse(pre+"table.fields.additional.placement", fmt.Sprintf("%s: walrelay names a header after its column (no alias %s)", p, f[2]))
+		case len(f) >= 2 && f[1] == "partition" && keys["outbox.partition_column"] == "":
+			keys["outbox.partition_column"] = f[0]
+		case len(f) >= 2 && f[1] == "partition":
+			refuse(pre+"table.fields.additional.placement", fmt.Sprintf("%s: a second partition column (Debezium uses the last)", p))
 		default:
-			refuse(pre+"table.fields.additional.placement", fmt.Sprintf("%s: walrelay places extra columns in headers only", p))
+			refuse(pre+"table.fields.additional.placement", fmt.Sprintf("%s: walrelay writes the payload alone as the value, with no envelope of extra fields", p))
 		}
 	}
 	if len(headers) > 0 {

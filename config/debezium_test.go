@@ -118,8 +118,8 @@ func TestDebeziumImport(t *testing.T) {
 func TestDebeziumImportRefuses(t *testing.T) {
 	props, _ := ReadDebezium([]byte(debeziumProps))
 	props["value.converter"] = "io.confluent.connect.avro.AvroConverter"
-	props["transforms.outbox.route.topic.regex"] = "(?<routedByValue>order|customer)"
-	props["transforms.outbox.table.fields.additional.placement"] = "shard:partition"
+	props["transforms.outbox.route.topic.regex"] = "(?<routedByValue>(?!tmp).*)" // a lookahead: not in RE2
+	props["transforms.outbox.table.fields.additional.placement"] = "shard:partition,shard2:partition,extra:envelope"
 	props["transforms.outbox.table.expand.json.payload"] = "true"
 	props["column.mask.with.12.chars"] = "public.outbox.payload"
 	props["some.future.option"] = "x"
@@ -127,7 +127,7 @@ func TestDebeziumImportRefuses(t *testing.T) {
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, o := range []string{"value.converter=", "route.topic.regex=", "shard:partition", "table.expand.json.payload=", "column.mask.with.12.chars=", "some.future.option=x: an option walrelay does not know"} {
+	for _, o := range []string{"value.converter=", "route.topic.regex=", "shard2:partition: a second partition column", "extra:envelope: walrelay writes the payload alone", "table.expand.json.payload=", "column.mask.with.12.chars=", "some.future.option=x: an option walrelay does not know"} {
 		if !strings.Contains(err.Error(), o) {
 			t.Fatalf("%q not named in: %v", o, err)
 		}
@@ -165,5 +165,44 @@ func TestDebeziumImportJSONConverter(t *testing.T) {
 	keys, _, err := FromDebezium(props, nil)
 	if err != nil || keys["kafka.key_format"] != "json_schema" || keys["kafka.value_format"] != "json" {
 		t.Fatalf("%v, %v", keys, err)
+	}
+}
+
+// TestDebeziumImportRouting: a topic regex with groups, a partition
+// placement and tombstones for empty payloads are mapped, and the YAML
+// loads back with them.
+func TestDebeziumImportRouting(t *testing.T) {
+	props, _ := ReadDebezium([]byte(debeziumProps))
+	props["transforms.outbox.route.topic.regex"] = "(?<head>[a-z])(?<rest>[a-z]+)"
+	props["transforms.outbox.route.topic.replacement"] = "events.${rest}.$1"
+	props["transforms.outbox.table.fields.additional.placement"] = "shard:partition,version:header"
+	props["transforms.outbox.route.tombstone.on.empty.payload"] = "true"
+	keys, _, err := FromDebezium(props, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DebeziumYAML(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "walrelay.yaml")
+	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cs := NewSet(flag.NewFlagSet("", flag.ContinueOnError))
+	if err := cs.LoadFile(path); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	c := cs.Config()
+	if c.Kafka.TopicRegex != "(?<head>[a-z])(?<rest>[a-z]+)" || c.Kafka.Topic != "events.${rest}.$1" || c.Outbox.PartitionColumn != "shard" ||
+		strings.Join(c.Outbox.HeaderColumns, ",") != "version" || !c.Kafka.TombstoneOnEmpty {
+		t.Fatalf("loaded back: %+v\n%s", c, out)
+	}
+	// The default regex with a replacement that uses more than
+	// ${routedByValue} is routed by the regex too.
+	props["transforms.outbox.route.topic.regex"] = "(?<routedByValue>.*)"
+	props["transforms.outbox.route.topic.replacement"] = `cost\$.$1`
+	if keys, _, err = FromDebezium(props, nil); err != nil || keys["kafka.topic_regex"] != "(?<routedByValue>.*)" || keys["kafka.topic"] != `cost\$.$1` {
+		t.Fatalf("%v %v", keys, err)
 	}
 }

@@ -30,7 +30,8 @@ func (c *Config) OutboxConfig() decoder.Config {
 		Columns: decoder.Columns{
 			ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn, Type: o.TypeColumn, Payload: o.PayloadColumn,
 		},
-		HeaderColumns: o.HeaderColumns, MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes,
+		HeaderColumns: o.HeaderColumns, PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn,
+		MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes,
 	}.WithDefaults()
 }
 

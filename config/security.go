@@ -156,6 +156,7 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	sc := sink.Config{
 		KeyFormat: kf, ValueFormat: vf,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
+		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty, PlacedPartitions: cfg.Outbox.PartitionColumn != "",
 		Compression: k.Compression, Linger: linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),
 		MaxBufferedRecords: k.MaxBufferedRecords, MaxBufferedBytes: k.MaxBufferedBytes,
 		DisableAutoCreateTopics: !k.AutoCreateTopics, Logger: log,

@@ -71,6 +71,16 @@ type Config struct {
 	// HeaderColumns are extra columns copied into Kafka headers named after
 	// them. A listed column missing from the table is an error.
 	HeaderColumns []string
+	// PartitionColumn, if set, is an integer column whose value is the
+	// Kafka partition of the row's record (Debezium's
+	// table.fields.additional.placement …:partition); NULL leaves the
+	// partition to the key.
+	PartitionColumn string
+	// TimestampColumn, if set, is a timestamp, timestamptz or date column
+	// whose value is the Kafka record's timestamp (Debezium's
+	// table.field.event.timestamp; a timestamp without zone is taken as
+	// UTC); NULL leaves the time of publishing.
+	TimestampColumn string
 	// MessagePrefix is the logical decoding message prefix whose messages
 	// become events. Default "walrelay". Messages with the prefix
 	// MessagePrefix+".heartbeat" are ignored as heartbeats.
@@ -142,6 +152,8 @@ type relation struct {
 	typ     int
 	payload int
 	headers []int
+	part    int // the partition column's index, or -1
+	stamp   int // the timestamp column's index, or -1
 }
 
 // WithDefaults returns cfg with its empty fields set to the defaults.
@@ -315,6 +327,23 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 			return err
 		}
 		r.headers = append(r.headers, i)
+	}
+	r.part, r.stamp = -1, -1
+	if name := d.cfg.PartitionColumn; name != "" {
+		if r.part, err = index(name); err != nil {
+			return err
+		}
+		if t := m.Columns[r.part].DataType; t != oidInt2 && t != oidInt4 && t != oidInt8 {
+			return fmt.Errorf("the partition column %q of %s is of type oid %d: it must be smallint, integer or bigint", name, d.source, t)
+		}
+	}
+	if name := d.cfg.TimestampColumn; name != "" {
+		if r.stamp, err = index(name); err != nil {
+			return err
+		}
+		if t := m.Columns[r.stamp].DataType; t != oidTimestamp && t != oidTimestamptz && t != oidDate {
+			return fmt.Errorf("the timestamp column %q of %s is of type oid %d: it must be timestamp, timestamptz or date", name, d.source, t)
+		}
 	}
 	d.rels[m.RelationID] = r
 	return nil

@@ -373,3 +373,49 @@ func TestIsUUID(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionAndTimestampColumns: the partition column places the event
+// (NULL: not placed; negative: invalid), the timestamp column gives its
+// time (a timestamp without zone and a date as UTC; NULL and infinity:
+// none); a column of another type stops the stream at its Relation.
+func TestPartitionAndTimestampColumns(t *testing.T) {
+	t.Parallel()
+	cols := []col{{Name: "id", OID: oidUUID}, {Name: "aggregatetype", OID: oidVarchar}, {Name: "aggregateid", OID: oidVarchar},
+		{Name: "type", OID: oidVarchar}, {Name: "payload", OID: oidJSONB}, {Name: "shard", OID: oidInt4}, {Name: "at", OID: oidTimestamp}, {Name: "day", OID: oidDate}}
+	for _, c := range []struct {
+		stampCol, shard, at, day *string
+		partition                int32
+		placed                   bool
+		time                     time.Time
+		invalid                  string
+	}{
+		{s("at"), s("3"), s("2026-12-03 04:05:06.789"), nil, 3, true, time.Date(2026, 12, 3, 4, 5, 6, 789e6, time.UTC), ""},
+		{s("at"), nil, nil, nil, 0, false, time.Time{}, ""},
+		{s("at"), s("-1"), s("infinity"), nil, 0, false, time.Time{}, "-1 is not a Kafka partition"},
+		{s("day"), s("0"), nil, s("2026-12-03"), 0, true, time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC), ""},
+		{s("at"), s("1"), s("03.12.2026"), nil, 1, true, time.Time{}, "not in ISO form"},
+	} {
+		d, err := New(Config{PartitionColumn: "shard", TimestampColumn: *c.stampCol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustDecode(t, d, relationMsg(16384, "public", "outbox", cols))
+		mustDecode(t, d, beginMsg(0x5000, time.Now(), 1))
+		e := mustDecode(t, d, insertMsg(16384, s(testID), s("order"), s("o-1"), s("T"), s("{}"), c.shard, c.at, c.day)).(EventMessage)
+		if e.Partition != c.partition || e.HasPartition != c.placed || !e.Time.Equal(c.time) {
+			t.Fatalf("%+v: partition %d %v, time %s", c, e.Partition, e.HasPartition, e.Time)
+		}
+		if (e.Invalid == nil) != (c.invalid == "") || e.Invalid != nil && !strings.Contains(e.Invalid.Error(), c.invalid) {
+			t.Fatalf("%+v: invalid %v", c, e.Invalid)
+		}
+	}
+	for _, cfg := range []Config{{PartitionColumn: "at"}, {TimestampColumn: "shard"}, {PartitionColumn: "nope"}} {
+		d, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Decode(0x100, relationMsg(16384, "public", "outbox", cols)); err == nil {
+			t.Fatalf("%+v: the Relation was accepted", cfg)
+		}
+	}
+}

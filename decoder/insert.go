@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walrelay/walrelay/event"
@@ -154,6 +155,22 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 		if v, ok := value(i, false); ok {
 			e.Headers = append(e.Headers, event.Header{Key: r.cols[i].Name, Value: bytes.Clone(Format(v))})
 		}
+	}
+	if r.part >= 0 {
+		if v, ok := value(r.part, false); ok {
+			if n := v.(int64); n < 0 || n > math.MaxInt32 {
+				problems = append(problems, fmt.Errorf("column %s: %d is not a Kafka partition", r.cols[r.part].Name, n))
+			} else {
+				e.Partition, e.HasPartition = int32(n), true
+			}
+		}
+	}
+	if r.stamp >= 0 && vals[r.stamp].kind == 't' {
+		t, err := parseTime(r.cols[r.stamp].DataType, vals[r.stamp].data)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("column %s: %w", r.cols[r.stamp].Name, err))
+		}
+		e.Time = t
 	}
 	if len(problems) > 0 {
 		e.Invalid = errors.Join(problems...)

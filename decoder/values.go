@@ -23,6 +23,8 @@ const (
 	oidBpchar      = 1042
 	oidVarchar     = 1043
 	oidTimestamptz = 1184
+	oidTimestamp   = 1114
+	oidDate        = 1082
 	oidNumeric     = 1700
 	oidUUID        = 2950
 	oidJSONB       = 3802
@@ -137,6 +139,34 @@ func parseTimestamptz(b []byte) (any, error) {
 		}
 	}
 	return nil, fmt.Errorf("timestamptz %q: not in ISO form with a zone (is the session's DateStyle ISO?)", s)
+}
+
+// parseTime parses a timestamp, timestamptz or date (DateStyle=ISO) for a
+// record's timestamp: a timestamp without zone and a date are taken as UTC.
+// ±infinity gives the zero time (no timestamp of the row's own).
+func parseTime(oid uint32, b []byte) (time.Time, error) {
+	if s := string(b); s == "infinity" || s == "-infinity" {
+		return time.Time{}, nil
+	}
+	switch oid {
+	case oidTimestamptz:
+		v, err := parseTimestamptz(b)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return v.(time.Time), nil
+	case oidDate:
+		t, err := time.Parse(time.DateOnly, string(b))
+		if err != nil {
+			return time.Time{}, fmt.Errorf("date %q: not in ISO form", b)
+		}
+		return t, nil
+	}
+	t, err := time.Parse("2006-01-02 15:04:05.999999999", string(b))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("timestamp %q: not in ISO form (is the session's DateStyle ISO?)", b)
+	}
+	return t, nil
 }
 
 func parseBytea(b []byte) ([]byte, error) {

@@ -24,6 +24,14 @@ type Event struct {
 	Type          string
 	Payload       []byte   // nil: tombstone
 	Headers       []Header // configured extra columns, in configured order
+	// Partition is the value of the row's partition column when
+	// HasPartition (a column configured, its value not NULL): the Kafka
+	// partition to produce to instead of the key's.
+	Partition    int32
+	HasPartition bool
+	// Time is the value of the row's timestamp column, if one is configured
+	// and the value is not NULL: the Kafka record's timestamp.
+	Time time.Time
 
 	Source     string        // "schema.table", or "message" for a logical message
 	WALStart   pglogrepl.LSN // position of the change itself

@@ -121,3 +121,14 @@ const (
 	keySchema   = `{"type":"string","optional":false}`
 	valueSchema = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}`
 )
+
+// blank reports whether a payload is NULL or, as Java's String.trim sees
+// it, empty: only characters up to U+0020.
+func blank(p []byte) bool {
+	for _, c := range p {
+		if c > ' ' {
+			return false
+		}
+	}
+	return true
+}

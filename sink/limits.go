@@ -162,3 +162,26 @@ func (s *Sink) overCap(r *kgo.Record) (int, bool) {
 	size := 256 + len(r.Topic) + recordSize(r) + 10*len(r.Headers)
 	return size, int64(size) > int64(s.batchCapOf(r.Topic))
 }
+
+// partitionCount returns topic's partition count, 0 if unknown (a topic
+// not created yet). It reads it from the brokers at the topic's first
+// placed event, and again whenever an event names a partition beyond the
+// count known: partitions may have been added since.
+func (s *Sink) partitionCount(ctx context.Context, topic string, partition int32) int32 {
+	if n, ok := s.counts.Load(topic); ok && partition < n.(int32) {
+		return n.(int32)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	resp, err := meta.RequestWith(ctx, s.cl)
+	if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+		return 0 // unknown: the client refuses a partition out of range
+	}
+	n := int32(len(resp.Topics[0].Partitions))
+	s.counts.Store(topic, n)
+	return n
+}

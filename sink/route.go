@@ -1,8 +1,14 @@
 package sink
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
 )
@@ -11,6 +17,26 @@ var topicRe = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 
 // ValidTopic reports whether name is a legal Kafka topic name.
 func ValidTopic(name string) bool { return topicRe.MatchString(name) && name != "." && name != ".." }
+
+// CheckRouting checks a topic template, or with a regex (Config.TopicRegex)
+// the regex and its replacement, as New does.
+func CheckRouting(topic, regex string) error {
+	_, err := routing(topic, regex)
+	return err
+}
+
+// routing checks the routing settings and returns the regex router of
+// TopicRegex, nil for a template.
+func routing(topic, regex string) (*regexRouter, error) {
+	if regex != "" {
+		return newRegexRouter(regex, topic)
+	}
+	probe := strings.NewReplacer("{aggregatetype}", "x", "{type}", "x").Replace(topic)
+	if strings.ContainsAny(probe, "{}") || !ValidTopic(probe) {
+		return nil, fmt.Errorf("topic template %q: only {aggregatetype} and {type} may be replaced, and the rest must be legal in a topic name", topic)
+	}
+	return nil, nil
+}
 
 // splitTemplate splits a topic template into literal text at even indexes
 // and placeholders at odd ones.
@@ -29,6 +55,9 @@ func splitTemplate(t string) []string {
 
 // Topic returns the topic an event is routed to.
 func (s *Sink) Topic(e *event.Event) string {
+	if s.router != nil {
+		return s.router.topic(e.AggregateType)
+	}
 	if len(s.parts) == 1 {
 		return s.parts[0]
 	}
@@ -52,4 +81,161 @@ func (s *Sink) field(placeholder string, e *event.Event) string {
 		return e.Type
 	}
 	return e.AggregateType
+}
+
+// regexRouter routes as Debezium's outbox EventRouter does with
+// route.topic.regex and route.topic.replacement (Kafka Connect's
+// RegexRouter): a routing value that the expression matches whole becomes
+// the value with its first match replaced by the replacement, in which
+// $n and ${name} are groups and a backslash escapes the next character; a
+// value that does not match is the topic as it is.
+type regexRouter struct {
+	whole, first *regexp.Regexp // anchored for the test, unanchored for the replacement
+	repl         []replPart
+	cache        sync.Map // routing value -> topic
+	cached       atomic.Int32
+}
+
+// replPart is a literal (group < 0) or a group reference of a replacement.
+type replPart struct {
+	text  string
+	group int
+}
+
+// maxCachedRoutes bounds the routing values whose topic is remembered: a
+// stream has few.
+const maxCachedRoutes = 4096
+
+func newRegexRouter(expr, replacement string) (*regexRouter, error) {
+	first, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, fmt.Errorf("topic regex %q (Go's RE2 syntax: no lookaround or backreferences): %w", expr, err)
+	}
+	r := &regexRouter{first: first, whole: regexp.MustCompile(`^(?:` + expr + `)$`)}
+	if r.repl, err = parseReplacement(replacement, first); err != nil {
+		return nil, fmt.Errorf("topic replacement %q: %w", replacement, err)
+	}
+	return r, nil
+}
+
+// parseReplacement reads a replacement as java.util.regex.Matcher does: a
+// backslash takes the next character literally; $ is followed by {name} or
+// by digits, of which it takes as many as still name a group of re.
+func parseReplacement(s string, re *regexp.Regexp) ([]replPart, error) {
+	var parts []replPart
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			parts = append(parts, replPart{text: lit.String(), group: -1})
+			lit.Reset()
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\':
+			if i++; i == len(s) {
+				return nil, errors.New("a backslash at the end escapes nothing")
+			}
+			lit.WriteByte(s[i])
+		case '$':
+			if i++; i == len(s) {
+				return nil, errors.New("a $ at the end names no group")
+			}
+			g := 0
+			if s[i] == '{' {
+				j := strings.IndexByte(s[i:], '}')
+				if j < 0 {
+					return nil, errors.New("a ${ without its }")
+				}
+				name := s[i+1 : i+j]
+				if g = re.SubexpIndex(name); name == "" || g < 0 {
+					return nil, fmt.Errorf("no group named %q in the expression", name)
+				}
+				i += j
+			} else {
+				if s[i] < '0' || s[i] > '9' {
+					return nil, fmt.Errorf("$%c: a $ must be followed by a group number or {name} (\\$ is a dollar)", s[i])
+				}
+				if g = int(s[i] - '0'); g > re.NumSubexp() {
+					return nil, fmt.Errorf("no group %d in the expression", g)
+				}
+				for i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9' {
+					n := g*10 + int(s[i+1]-'0')
+					if n > re.NumSubexp() {
+						break
+					}
+					g = n
+					i++
+				}
+			}
+			flush()
+			parts = append(parts, replPart{group: g})
+		default:
+			lit.WriteByte(c)
+		}
+	}
+	flush()
+	return parts, nil
+}
+
+// topic returns the topic of routing value v.
+func (r *regexRouter) topic(v string) string {
+	if t, ok := r.cache.Load(v); ok {
+		return t.(string)
+	}
+	t := v
+	if r.whole.MatchString(v) {
+		// Matcher.replaceFirst searches again from the start: the first
+		// match found may be shorter than the whole value.
+		m := r.first.FindStringSubmatchIndex(v)
+		var b strings.Builder
+		b.WriteString(v[:m[0]])
+		for _, p := range r.repl {
+			switch {
+			case p.group < 0:
+				b.WriteString(p.text)
+			case m[2*p.group] >= 0:
+				b.WriteString(v[m[2*p.group]:m[2*p.group+1]])
+			}
+		}
+		b.WriteString(v[m[1]:])
+		t = b.String()
+	}
+	if r.cached.Load() < maxCachedRoutes {
+		if _, loaded := r.cache.LoadOrStore(v, t); !loaded {
+			r.cached.Add(1)
+		}
+	}
+	return t
+}
+
+// placedPartitioner partitions a record that carries its own partition
+// (Event.HasPartition: Publish set Record.Partition) there, and any other
+// by its key as the Java client does. A partition the topic lacks fails
+// the record in the client; Publish dead-letters those it can tell.
+type placedPartitioner struct{ byKey kgo.Partitioner }
+
+func (p placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	return &placedTopicPartitioner{p.byKey.ForTopic(topic)}
+}
+
+type placedTopicPartitioner struct{ byKey kgo.TopicPartitioner }
+
+func (p *placedTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
+	return r.Partition >= 0 || p.byKey.RequiresConsistency(r)
+}
+
+func (p *placedTopicPartitioner) Partition(r *kgo.Record, n int) int {
+	if r.Partition >= 0 {
+		return int(r.Partition) // the client refuses one out of range
+	}
+	return p.byKey.Partition(r, n)
+}
+
+// OnNewBatch passes the client's new-batch signal on to the key
+// partitioner, which sticks keyless records to a partition between batches.
+func (p *placedTopicPartitioner) OnNewBatch() {
+	if nb, ok := p.byKey.(kgo.TopicPartitionerOnNewBatch); ok {
+		nb.OnNewBatch()
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +28,22 @@ type Config struct {
 	// ClientID is the Kafka client id. Default "walrelay".
 	ClientID string
 	// Topic is the topic template: {aggregatetype} and {type} are replaced
-	// by the event's values. Default "outbox.event.{aggregatetype}".
+	// by the event's values. Default "outbox.event.{aggregatetype}". With
+	// TopicRegex it is the replacement instead.
 	Topic string
+	// TopicRegex, if set, routes as Debezium's route.topic.regex: an
+	// aggregate type that the expression (Go's RE2 syntax) matches whole
+	// goes to Topic with the expression's groups replaced as Java replaces
+	// them ($1, ${name}); one that does not match goes to the topic of its
+	// own name.
+	TopicRegex string
+	// TombstoneOnEmpty makes a NULL or blank payload a tombstone (a null
+	// value) in every format, as Debezium's route.tombstone.on.empty.payload.
+	TombstoneOnEmpty bool
+	// PlacedPartitions lets an event carry its own partition
+	// (Event.HasPartition); the others go by their key. An event whose
+	// partition its topic lacks is dead-lettered (invalid_partition).
+	PlacedPartitions bool
 	// DLQTopic receives events that cannot be published. Default
 	// "walrelay.dlq".
 	DLQTopic string
@@ -79,6 +92,8 @@ type Sink struct {
 	flushed   chan struct{} // closed when the flusher returns
 	log       *slog.Logger
 	parts     []string     // the template split at its placeholders: text, placeholder, text, …
+	router    *regexRouter // routes instead of parts when TopicRegex is set
+	counts    sync.Map     // topic name -> its partition count (int32), for placed partitions
 	topics    sync.Map     // topic name -> topicInfo, learnt at its first event
 	refused   sync.Map     // topic name -> the batch cap (int32) at which the broker refused a batch
 	suspects  suspects     // events failed by a refusal of their whole batch: send them alone
@@ -130,9 +145,9 @@ func New(cfg Config) (*Sink, error) {
 	if !ValidTopic(cfg.DLQTopic) {
 		return nil, fmt.Errorf("dead-letter topic %q is not a valid Kafka topic name", cfg.DLQTopic)
 	}
-	probe := strings.NewReplacer("{aggregatetype}", "x", "{type}", "x").Replace(cfg.Topic)
-	if strings.ContainsAny(probe, "{}") || !ValidTopic(probe) {
-		return nil, fmt.Errorf("topic template %q: only {aggregatetype} and {type} may be replaced, and the rest must be legal in a topic name", cfg.Topic)
+	router, err := routing(cfg.Topic, cfg.TopicRegex)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = 5 * time.Millisecond
@@ -158,12 +173,16 @@ func New(cfg Config) (*Sink, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "sink")
-	s := &Sink{cfg: cfg, log: log, parts: splitTemplate(cfg.Topic)}
+	s := &Sink{cfg: cfg, log: log, parts: splitTemplate(cfg.Topic), router: router}
+	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
+	if cfg.PlacedPartitions {
+		partitioner = placedPartitioner{partitioner}
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2, as the Java client
+		kgo.RecordPartitioner(partitioner),
 		codecOpt,
 		// The flusher sends rounds (rounds.go); the client sends nothing
 		// on its own.
@@ -304,13 +323,26 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		return
 	}
 	h, stamp := s.headers(e, 0)
+	if !e.Time.IsZero() {
+		stamp = e.Time
+	}
 	// Partition -1 until the client assigns one: a record failed before that
 	// was never buffered.
 	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
+	if e.HasPartition && s.cfg.PlacedPartitions {
+		if n := s.partitionCount(ctx, topic, e.Partition); n > 0 && e.Partition >= n {
+			s.deadLetter(ctx, e, "invalid_partition", topic, fmt.Errorf("partition %d from the row's partition column: topic %s has %d partitions", e.Partition, topic, n), done)
+			return
+		}
+		r.Partition = e.Partition
+	}
 	if s.cfg.KeyFormat != FormatRaw {
 		r.Key = s.cfg.KeyFormat.encode(r.Key, keySchema)
 	}
-	if s.cfg.ValueFormat != FormatRaw {
+	switch {
+	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
+		r.Value = nil
+	case s.cfg.ValueFormat != FormatRaw:
 		r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema)
 	}
 	// An event whose batch the broker refused goes in a request of its own,

@@ -166,6 +166,29 @@ func startBin(t *testing.T, bin string, e env, args ...string) *proc {
 	return p
 }
 
+// ownStacks picks from a Go runtime's goroutine dump the goroutines that
+// run walrelay's code, each as its header and its functions (file lines and
+// the runtime's frames dropped), so that a hang's cause fits in a test log.
+func ownStacks(out string) string {
+	_, dump, ok := strings.Cut(out, "\ngoroutine ")
+	if !ok {
+		return "(no goroutine dump in the output)"
+	}
+	var b strings.Builder
+	for _, g := range strings.Split("goroutine "+dump, "\n\n") {
+		if !strings.Contains(g, "walrelay/walrelay/") {
+			continue
+		}
+		for _, line := range strings.Split(g, "\n") {
+			if !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "runtime.") && !strings.HasPrefix(line, "internal/") {
+				b.WriteString(line + "\n")
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return "…" + s[len(s)-n:]
@@ -218,7 +241,14 @@ func (p *proc) exit(timeout time.Duration) int {
 	select {
 	case <-p.done:
 	case <-time.After(timeout):
-		p.t.Fatalf("walrelay did not exit within %s", timeout)
+		// SIGQUIT makes the Go runtime print every goroutine's stack:
+		// the output (logged at the test's end) then shows where it hung.
+		p.signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+		p.t.Fatalf("walrelay did not exit within %s; its goroutines in walrelay's code:\n%s", timeout, ownStacks(p.out.String()))
 	}
 	return p.cmd.ProcessState.ExitCode()
 }

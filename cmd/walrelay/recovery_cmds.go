@@ -311,7 +311,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // knownReasons are the reasons walrelay dead-letters an event for.
-var knownReasons = []string{"invalid_event", "invalid_topic", "too_large", "invalid_record"}
+var knownReasons = []string{"invalid_event", "invalid_topic", "invalid_partition", "too_large", "invalid_record"}
 
 func checkReason(r string) error {
 	if r == "" {

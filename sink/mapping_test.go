@@ -1,0 +1,101 @@
+package sink
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/kafkatest"
+)
+
+// TestRegexRouting: routing by a regex replaces groups as Java's
+// Matcher.replaceFirst does, and a value the regex does not match whole is
+// its own topic, as Kafka Connect's RegexRouter leaves it.
+func TestRegexRouting(t *testing.T) {
+	for _, c := range []struct{ regex, repl, value, want string }{
+		{`(?<routedByValue>.*)`, "outbox.event.${routedByValue}", "order", "outbox.event.order"},
+		{`(?<head>[a-z])(?<rest>[a-z]+)`, "events.${rest}.$1", "order", "events.rder.o"},
+		{`(?<head>[a-z])(?<rest>[a-z]+)`, "events.${rest}.$1", "Order-1", "Order-1"}, // no match: the value itself
+		{`([a-z]+)\.v(\d+)`, "$1-v$2", "billing.v2", "billing-v2"},
+		{`([a-z]+)\.v(\d+)`, "$12", "billing.v2", "billing2"}, // group 12 does not exist: group 1, then "2"
+		{`a|ab`, "x", "ab", "xb"},                     // replaceFirst finds "a", the first match, not the whole
+		{`(x)?(order)`, "[$1]$2", "order", "[]order"}, // a group that took no part is empty
+		{`(.*)`, `lit\$\\$1`, "o", `lit$\o`},          // escapes
+	} {
+		r, err := routing(c.repl, c.regex)
+		if err != nil {
+			t.Fatalf("%s / %s: %v", c.regex, c.repl, err)
+		}
+		for range 2 { // the second from the cache
+			if got := r.topic(c.value); got != c.want {
+				t.Fatalf("%s / %s on %q: %q, want %q", c.regex, c.repl, c.value, got, c.want)
+			}
+		}
+	}
+	for _, c := range []struct{ regex, repl, err string }{
+		{`(?=x).*`, "t", "RE2"},
+		{`(.*)`, "t.$2", "no group 2"},
+		{`(.*)`, "t.${name}", `no group named "name"`},
+		{`(.*)`, "t.$", "a $ at the end"},
+		{`(.*)`, `t.\`, "a backslash at the end"},
+		{`(.*)`, "t.$x", "$x"},
+		{`(.*)`, "t.${a", "without its }"},
+	} {
+		if _, err := routing(c.repl, c.regex); err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Fatalf("%s / %s: %v, want %q", c.regex, c.repl, err, c.err)
+		}
+	}
+}
+
+// TestRowMappings: a row's partition column places its record (NULL: the
+// key's partition), one beyond the topic's partitions is dead-lettered; the
+// timestamp column is the record's timestamp; with TombstoneOnEmpty a NULL
+// or blank payload is a tombstone in the JSON format too.
+func TestRowMappings(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{PlacedPartitions: true, TombstoneOnEmpty: true, ValueFormat: FormatJSON})
+	stamp := time.Date(2026, 5, 6, 7, 8, 9, 123e6, time.UTC)
+	placed, hashed, beyond, blankOne, null := newEvent("placed"), newEvent("hashed"), newEvent("beyond"), newEvent("blank"), newEvent("null")
+	placed.Partition, placed.HasPartition, placed.Time = 2, true, stamp
+	byKey := func(key string) int32 {
+		return int32(kgo.StickyKeyPartitioner(nil).ForTopic("").Partition(&kgo.Record{Key: []byte(key)}, kafkatest.Partitions))
+	}
+	if placed.AggregateID = "o-7"; byKey(placed.AggregateID) == 2 {
+		t.Fatal("choose a key whose partition is not 2")
+	}
+	beyond.Partition, beyond.HasPartition = kafkatest.Partitions, true
+	blankOne.Payload, null.Payload = []byte(" \t\n"), nil
+	for _, e := range []*event.Event{placed, hashed, beyond, blankOne, null} {
+		if err := publish(t, s, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order|walrelay\.dlq`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]*kgo.Record{}
+	for _, r := range recs {
+		byID[string(kafkatest.Header(r, "id"))] = r
+	}
+	if r := byID["placed"]; r.Partition != 2 || !r.Timestamp.Equal(stamp) || string(r.Value) != `"{\"a\":1}"` {
+		t.Fatalf("placed: partition %d, timestamp %s, value %s", r.Partition, r.Timestamp, r.Value)
+	}
+	if r := byID["hashed"]; r.Partition != byKey("o-1") {
+		t.Fatalf("hashed: partition %d", r.Partition)
+	}
+	if r := byID["beyond"]; r.Topic != "walrelay.dlq" || Header(r, HeaderReason) != "invalid_partition" || !strings.Contains(Header(r, HeaderError), "has 4 partitions") {
+		t.Fatalf("beyond: %s %s %s", r.Topic, Header(r, HeaderReason), Header(r, HeaderError))
+	}
+	for _, id := range []string{"blank", "null"} {
+		if r := byID[id]; r.Value != nil {
+			t.Fatalf("%s: value %q, want a tombstone", id, r.Value)
+		}
+	}
+}
