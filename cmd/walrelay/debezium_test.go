@@ -210,3 +210,123 @@ func TestDebeziumSwitchOver(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	p.exit(time.Minute)
 }
+
+// TestDebeziumMappings runs Debezium and walrelay side by side, as
+// TestDebeziumParity does, with the EventRouter's mappings: a topic regex
+// with groups and a replacement, a partition placement from an integer
+// column (NULL: the key's partition), a header placement, the record
+// timestamp from a timestamp column, and tombstones for a NULL payload
+// with the JsonConverter. walrelay is configured by `debezium import` of
+// Debezium's own files. Every event has the same topic, partition, key,
+// value, id and version headers and (where the row has one) timestamp.
+func TestDebeziumMappings(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := debeziumSetup(t)
+	conn := connect(t, pg.DSN)
+	execSQL(t, conn, "ALTER TABLE outbox ADD COLUMN shard integer, ADD COLUMN version integer, ADD COLUMN created_at timestamp")
+	execSQL(t, conn, "SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
+	ours, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(kc.prefix)+`m\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ours.Close)
+	theirs, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(kc.prefix)+`dbz\.m\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(theirs.Close)
+	const regex, replacement = "(?<head>[a-z])(?<rest>[a-z]+)", "m.${rest}.$1"
+	worker, connector := debeziumOutbox(pg, kc, "dbz", kc.prefix+"dbz."+replacement)
+	worker["key.converter"], worker["value.converter"] = "org.apache.kafka.connect.json.JsonConverter", "org.apache.kafka.connect.json.JsonConverter"
+	worker["key.converter.schemas.enable"], worker["value.converter.schemas.enable"] = "false", "false"
+	for k, v := range map[string]string{
+		"route.topic.regex": regex, "table.fields.additional.placement": "shard:partition,version:header",
+		"route.tombstone.on.empty.payload": "true", "table.field.event.timestamp": "created_at",
+	} {
+		connector["transforms.outbox."+k] = v
+	}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "worker.properties"), kafkatest.Properties(worker))
+	writeFile(t, filepath.Join(dir, "connector.properties"), kafkatest.Properties(connector))
+	startDebezium(t, conn, worker, connector)
+
+	code, out := runCmd(t, env{}, "debezium", "import", filepath.Join(dir, "connector.properties"), "--worker", filepath.Join(dir, "worker.properties"))
+	if code != 0 {
+		t.Fatalf("debezium import: exit %d:\n%s", code, out)
+	}
+	cfgFile := filepath.Join(dir, "walrelay.yaml")
+	writeFile(t, cfgFile, out[strings.Index(out, "# walrelay configuration"):])
+	// walrelay on a slot of its own, its topics under its own prefix.
+	p := start(t, env{"WALRELAY_ADMIN_LISTEN": "", "WALRELAY_KAFKA_DLQ_TOPIC": kc.dlq(), "WALRELAY_POSTGRES_SLOT": "walrelay",
+		"WALRELAY_KAFKA_TOPIC": kc.prefix + replacement}, "run", "--config", cfgFile)
+	p.waitLog("msg=streaming", time.Minute)
+
+	var ids []string
+	for i := range 300 {
+		id := outbox.NewID()
+		var shard, created, payload any
+		if i%5 != 4 {
+			shard = i % kafkatest.Partitions
+		}
+		if i%3 != 2 {
+			created = time.Date(2026, 12, 3, 4, 5, 6, i*1000, time.UTC)
+		}
+		if i%7 != 6 {
+			payload = fmt.Sprintf(`{"n": %d}`, i)
+		}
+		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, shard, version, created_at) VALUES ($1, $2, $3, 'T', $4, $5, $6, $7)",
+			id, []string{"order", "customer"}[i%2], fmt.Sprintf("a-%d", i%17), payload, shard, i, created); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	byID := func(col *kafkatest.Collector) map[string]*kgo.Record {
+		t.Helper()
+		recs, err := col.Wait(t.Context(), func(rs []*kgo.Record) bool { return len(rs) >= len(ids) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]*kgo.Record{}
+		for _, r := range recs {
+			m[string(kafkatest.Header(r, "id"))] = r
+		}
+		return m
+	}
+	a, b := byID(ours), byID(theirs)
+	tombstones, placed, stamped := 0, 0, 0
+	for i, id := range ids {
+		x, y := a[id], b[id]
+		switch {
+		case x == nil || y == nil:
+			t.Fatalf("event %d %s: walrelay %v, Debezium %v", i, id, x != nil, y != nil)
+		case strings.TrimPrefix(x.Topic, kc.prefix) != strings.TrimPrefix(y.Topic, kc.prefix+"dbz."):
+			t.Fatalf("event %d: topic %s, Debezium %s", i, x.Topic, y.Topic)
+		case x.Partition != y.Partition:
+			t.Fatalf("event %d (key %s): partition %d, Debezium %d", i, x.Key, x.Partition, y.Partition)
+		case !bytes.Equal(x.Key, y.Key):
+			t.Fatalf("event %d: key %q, Debezium %q", i, x.Key, y.Key)
+		case !bytes.Equal(x.Value, y.Value) || (x.Value == nil) != (y.Value == nil):
+			t.Fatalf("event %d: value %q, Debezium %q", i, x.Value, y.Value)
+		case string(kafkatest.Header(x, "version")) != string(kafkatest.Header(y, "version")):
+			t.Fatalf("event %d: version header %q, Debezium %q", i, kafkatest.Header(x, "version"), kafkatest.Header(y, "version"))
+		case i%3 != 2 && !x.Timestamp.Equal(y.Timestamp):
+			t.Fatalf("event %d: timestamp %s, Debezium %s", i, x.Timestamp, y.Timestamp)
+		}
+		if x.Value == nil {
+			tombstones++
+		}
+		if i%5 != 4 {
+			placed++
+		}
+		if i%3 != 2 {
+			stamped++
+		}
+	}
+	if tombstones == 0 || placed == 0 || stamped == 0 {
+		t.Fatalf("the test compared no tombstone (%d), placed partition (%d) or timestamp (%d)", tombstones, placed, stamped)
+	}
+	t.Logf("%d events (%d tombstones, %d placed by their partition column, %d with the timestamp column's time), the same topic, partition, key, value and headers from walrelay and from Debezium %s",
+		len(ids), tombstones, placed, stamped, kafkatest.DebeziumVersion)
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+}
