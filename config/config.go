@@ -45,6 +45,7 @@ type Config struct {
 		IgnorePrefixes      []string
 		TimestampColumn     string
 		PartitionColumn     string
+		TraceColumn         string
 	}
 	Kafka struct {
 		Brokers             []string
@@ -202,6 +203,8 @@ func (c *Config) keys() []*key {
 	add("outbox.ignore_message_prefixes", "prefixes of other programs' logical decoding messages, ignored; a message under any other prefix stops walrelay", f, s)
 	f, s = str(&c.Outbox.TimestampColumn, "")
 	add("outbox.timestamp_column", "a timestamp, timestamptz or date column: the Kafka record's timestamp (NULL or empty: the time of publishing), and the time windows of replay, reconcile and prune (empty: the time in UUIDv7 ids)", f, s)
+	f, s = str(&c.Outbox.TraceColumn, "")
+	add("outbox.trace_column", "a text column of the writer's trace context (a W3C traceparent, or Debezium's tracingspancontext Properties text): the traceparent and tracestate headers", f, s)
 	f, s = str(&c.Outbox.PartitionColumn, "")
 	add("outbox.partition_column", "an integer column whose value is the record's Kafka partition (NULL or empty: the key's); a partition the topic lacks is dead-lettered", f, s)
 

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/walrelay/walrelay/internal/properties"
 	"github.com/walrelay/walrelay/sink"
 	"go.yaml.in/yaml/v3"
 )
@@ -60,87 +60,7 @@ func ReadDebezium(data []byte) (map[string]string, error) {
 		}
 		return out, nil
 	}
-	return readProperties(data)
-}
-
-// readProperties reads java.util.Properties' text format: key=value or
-// key:value or key value, # and ! comments, backslash line continuations
-// and escapes.
-func readProperties(data []byte) (map[string]string, error) {
-	out := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	var logical strings.Builder
-	for sc.Scan() {
-		line := strings.TrimLeft(sc.Text(), " \t\f")
-		if logical.Len() == 0 && (line == "" || line[0] == '#' || line[0] == '!') {
-			continue
-		}
-		// An odd number of trailing backslashes continues the line.
-		n := len(line) - len(strings.TrimRight(line, `\`))
-		if n%2 == 1 {
-			logical.WriteString(line[:len(line)-1])
-			continue
-		}
-		logical.WriteString(line)
-		k, v := splitProperty(logical.String())
-		logical.Reset()
-		out[unescape(k)] = unescape(v)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func splitProperty(s string) (string, string) {
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '=', ':', ' ', '\t':
-			k := s[:i]
-			rest := strings.TrimLeft(s[i:], " \t")
-			if rest != "" && (rest[0] == '=' || rest[0] == ':') {
-				rest = strings.TrimLeft(rest[1:], " \t")
-			}
-			return k, rest
-		}
-	}
-	return s, ""
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		i++
-		switch s[i] {
-		case 'n':
-			b.WriteByte('\n')
-		case 't':
-			b.WriteByte('\t')
-		case 'r':
-			b.WriteByte('\r')
-		case 'u':
-			if i+4 < len(s) {
-				if r, err := strconv.ParseUint(s[i+1:i+5], 16, 32); err == nil {
-					b.WriteRune(rune(r))
-					i += 4
-					continue
-				}
-			}
-			b.WriteByte('u')
-		default:
-			b.WriteByte(s[i])
-		}
-	}
-	return b.String()
+	return properties.Parse(data)
 }
 
 // debeziumIgnored are options that do not change what walrelay must do,
@@ -437,12 +357,14 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	if len(headers) > 0 {
 		keys["outbox.header_columns"] = strings.Join(headers, ",")
 	}
+	if v := r("tracing.span.context.field", ""); v != "" {
+		keys["outbox.trace_column"] = v
+	}
 	for option, why := range map[string]string{
 		"table.op.invalid.behavior":                "walrelay's publication publishes inserts only: an update or delete of the outbox never reaches it",
 		"table.fields.additional.error.on.missing": "walrelay refuses at start an outbox without a configured header column",
-		"tracing.span.context.field":               "walrelay adds no tracing headers",
-		"tracing.operation.name":                   "walrelay adds no tracing headers",
-		"tracing.with.context.field.only":          "walrelay adds no tracing headers",
+		"tracing.operation.name":                   "walrelay passes the writer's trace context on (outbox.trace_column) and starts no spans of its own",
+		"tracing.with.context.field.only":          "walrelay passes the writer's trace context on (outbox.trace_column) and starts no spans of its own",
 		"type":                                     "the EventRouter",
 	} {
 		if v, ok := opt[pre+option]; ok {

@@ -169,14 +169,15 @@ func TestDebeziumImportJSONConverter(t *testing.T) {
 }
 
 // TestDebeziumImportRouting: a topic regex with groups, a partition
-// placement and tombstones for empty payloads are mapped, and the YAML
-// loads back with them.
+// placement, tombstones for empty payloads and the trace context column are
+// mapped, and the YAML loads back with them.
 func TestDebeziumImportRouting(t *testing.T) {
 	props, _ := ReadDebezium([]byte(debeziumProps))
 	props["transforms.outbox.route.topic.regex"] = "(?<head>[a-z])(?<rest>[a-z]+)"
 	props["transforms.outbox.route.topic.replacement"] = "events.${rest}.$1"
 	props["transforms.outbox.table.fields.additional.placement"] = "shard:partition,version:header"
 	props["transforms.outbox.route.tombstone.on.empty.payload"] = "true"
+	props["transforms.outbox.tracing.span.context.field"] = "tracingspancontext"
 	keys, _, err := FromDebezium(props, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func TestDebeziumImportRouting(t *testing.T) {
 	}
 	c := cs.Config()
 	if c.Kafka.TopicRegex != "(?<head>[a-z])(?<rest>[a-z]+)" || c.Kafka.Topic != "events.${rest}.$1" || c.Outbox.PartitionColumn != "shard" ||
-		strings.Join(c.Outbox.HeaderColumns, ",") != "version" || !c.Kafka.TombstoneOnEmpty {
+		strings.Join(c.Outbox.HeaderColumns, ",") != "version" || !c.Kafka.TombstoneOnEmpty || c.Outbox.TraceColumn != "tracingspancontext" {
 		t.Fatalf("loaded back: %+v\n%s", c, out)
 	}
 	// The default regex with a replacement that uses more than

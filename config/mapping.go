@@ -30,7 +30,7 @@ func (c *Config) OutboxConfig() decoder.Config {
 		Columns: decoder.Columns{
 			ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn, Type: o.TypeColumn, Payload: o.PayloadColumn,
 		},
-		HeaderColumns: o.HeaderColumns, PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn,
+		HeaderColumns: o.HeaderColumns, PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn, TraceColumn: o.TraceColumn,
 		MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes,
 	}.WithDefaults()
 }

@@ -81,6 +81,12 @@ type Config struct {
 	// table.field.event.timestamp; a timestamp without zone is taken as
 	// UTC); NULL leaves the time of publishing.
 	TimestampColumn string
+	// TraceColumn, if set, is a text column holding the writer's trace
+	// context: a W3C traceparent, or java.util.Properties text with
+	// traceparent and tracestate keys (what Debezium's
+	// tracing.span.context.field holds). It becomes the traceparent and
+	// tracestate headers; a value without a valid traceparent gives none.
+	TraceColumn string
 	// MessagePrefix is the logical decoding message prefix whose messages
 	// become events. Default "walrelay". Messages with the prefix
 	// MessagePrefix+".heartbeat" are ignored as heartbeats.
@@ -154,6 +160,7 @@ type relation struct {
 	headers []int
 	part    int // the partition column's index, or -1
 	stamp   int // the timestamp column's index, or -1
+	trace   int // the trace column's index, or -1
 }
 
 // WithDefaults returns cfg with its empty fields set to the defaults.
@@ -328,7 +335,15 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 		}
 		r.headers = append(r.headers, i)
 	}
-	r.part, r.stamp = -1, -1
+	r.part, r.stamp, r.trace = -1, -1, -1
+	if name := d.cfg.TraceColumn; name != "" {
+		if r.trace, err = index(name); err != nil {
+			return err
+		}
+		if t := m.Columns[r.trace].DataType; t != oidText && t != oidVarchar && t != oidBpchar {
+			return fmt.Errorf("the trace column %q of %s is of type oid %d: it must be text or varchar", name, d.source, t)
+		}
+	}
 	if name := d.cfg.PartitionColumn; name != "" {
 		if r.part, err = index(name); err != nil {
 			return err

@@ -419,3 +419,42 @@ func TestPartitionAndTimestampColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceColumn: a traceparent, or Properties text with traceparent and
+// tracestate (Debezium's tracingspancontext, with its escapes), becomes the
+// traceparent and tracestate headers; a value without a valid traceparent
+// gives none.
+func TestTraceColumn(t *testing.T) {
+	t.Parallel()
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	cols := []col{{Name: "id", OID: oidUUID}, {Name: "aggregatetype", OID: oidVarchar}, {Name: "aggregateid", OID: oidVarchar},
+		{Name: "type", OID: oidVarchar}, {Name: "payload", OID: oidJSONB}, {Name: "trace", OID: oidText}}
+	for _, c := range []struct {
+		value         *string
+		parent, state string
+	}{
+		{s(parent), parent, ""},
+		{s("#Thu Dec 03 04:05:06 UTC 2026\ntraceparent=" + parent + "\ntracestate=rojo\\=00f067aa0ba902b7,congo\\=t61rcWkgMzE\n"), parent, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"},
+		{s("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future"), "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future", ""},
+		{s("00-00000000000000000000000000000000-b7ad6b7169203331-01"), "", ""}, // an all-zero trace id
+		{s("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "", ""}, // version ff
+		{s(parent + "-extra"), "", ""},                                         // version 00 has four fields
+		{s("tracestate=a\\=b"), "", ""},                                        // no traceparent
+		{nil, "", ""},
+	} {
+		d, err := New(Config{TraceColumn: "trace"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustDecode(t, d, relationMsg(16384, "public", "outbox", cols))
+		mustDecode(t, d, beginMsg(0x5000, time.Now(), 1))
+		e := mustDecode(t, d, insertMsg(16384, s(testID), s("order"), s("o-1"), s("T"), s("{}"), c.value)).(EventMessage)
+		got := map[string]string{}
+		for _, h := range e.Headers {
+			got[h.Key] = string(h.Value)
+		}
+		if e.Invalid != nil || got["traceparent"] != c.parent || got["tracestate"] != c.state || len(got) != min(len(c.parent), 1)+min(len(c.state), 1) {
+			t.Fatalf("%v: headers %v, invalid %v", c.value, got, e.Invalid)
+		}
+	}
+}

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/properties"
 )
 
 // tupleValue is one column of a tuple: its kind byte ('n' NULL, 'u'
@@ -172,10 +175,40 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 		}
 		e.Time = t
 	}
+	if r.trace >= 0 && vals[r.trace].kind == 't' {
+		if parent, state := traceContext(vals[r.trace].data); parent != "" {
+			e.Headers = append(e.Headers, event.Header{Key: "traceparent", Value: []byte(parent)})
+			if state != "" {
+				e.Headers = append(e.Headers, event.Header{Key: "tracestate", Value: []byte(state)})
+			}
+		}
+	}
 	if len(problems) > 0 {
 		e.Invalid = errors.Join(problems...)
 	}
 	return e
+}
+
+// traceParent is a W3C trace context traceparent: version, trace id, parent
+// id, flags; a version after 00 may carry more fields.
+var traceParent = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$`)
+
+// traceContext reads a trace column's value: a traceparent, or Properties
+// text with traceparent and tracestate. parent is "" unless valid.
+func traceContext(v []byte) (parent, state string) {
+	parent = string(bytes.TrimSpace(v))
+	if !traceParent.MatchString(parent) {
+		props, err := properties.Parse(v)
+		if err != nil {
+			return "", ""
+		}
+		parent, state = props["traceparent"], props["tracestate"]
+	}
+	m := traceParent.FindStringSubmatch(parent)
+	if m == nil || m[1] == "ff" || m[1] == "00" && m[4] != "" || strings.Trim(m[2], "0") == "" || strings.Trim(m[3], "0") == "" {
+		return "", ""
+	}
+	return parent, state
 }
 
 // plainText reports whether a column value is text that ParseText would
