@@ -52,6 +52,8 @@ type Config struct {
 		Topic               string
 		TopicRegex          string
 		TombstoneOnEmpty    bool
+		CloudEvents         string
+		CloudEventsSource   string
 		DLQTopic            string
 		ClientID            string
 		Compression         string
@@ -220,6 +222,10 @@ func (c *Config) keys() []*key {
 	add("kafka.key_format", "the key as Kafka Connect's converters write it: raw (StringConverter), json or json_schema (JsonConverter, schemas.enable false or true)", f, s)
 	f, s = str(&c.Kafka.ValueFormat, "raw")
 	add("kafka.value_format", "the value likewise: raw (the payload as stored; NULL: a tombstone), json or json_schema", f, s)
+	f, s = str(&c.Kafka.CloudEvents, "")
+	add("kafka.cloudevents", "binary: add the CloudEvents attributes as ce_ headers (the Kafka binding's binary mode; the value stays the payload); empty: none", f, s)
+	f, s = str(&c.Kafka.CloudEventsSource, "")
+	add("kafka.cloudevents_source", "ce_source of kafka.cloudevents; empty: /<database>/<schema>.<table>", f, s)
 	f, s = str(&c.Kafka.DLQTopic, "walrelay.dlq")
 	add("kafka.dlq_topic", "dead-letter topic", f, s)
 	f, s = str(&c.Kafka.ClientID, "walrelay")
@@ -296,6 +302,9 @@ func (c *Config) validate(needKafka bool) error {
 		return err
 	}
 	k := c.Kafka
+	if k.CloudEvents != "" && k.CloudEvents != "binary" {
+		return fmt.Errorf("kafka.cloudevents %q: want binary, or empty for none", k.CloudEvents)
+	}
 	if err := sink.CheckRouting(k.Topic, k.TopicRegex); err != nil {
 		return fmt.Errorf("kafka.topic, kafka.topic_regex: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -161,6 +162,16 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 		MaxBufferedRecords: k.MaxBufferedRecords, MaxBufferedBytes: k.MaxBufferedBytes,
 		DisableAutoCreateTopics: !k.AutoCreateTopics, Logger: log,
 		Opts: sec, ProducerOpts: extra,
+	}
+	if k.CloudEvents != "" {
+		sc.CloudEvents, sc.CloudEventsSource = k.CloudEvents, k.CloudEventsSource
+		if sc.CloudEventsSource == "" {
+			schema, table, _ := cfg.Table()
+			sc.CloudEventsSource = "/" + schema + "." + table
+			if pc, err := pgconn.ParseConfig(cfg.Postgres.DSN); err == nil {
+				sc.CloudEventsSource = "/" + pc.Database + sc.CloudEventsSource
+			}
+		}
 	}
 	if k.ExactlyOnce {
 		// The key and the source, and the id by default, come from the

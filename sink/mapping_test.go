@@ -99,3 +99,57 @@ func TestRowMappings(t *testing.T) {
 		}
 	}
 }
+
+// TestCloudEventsBinary: with CloudEvents "binary" each record carries the
+// attributes under the Kafka protocol binding's header names, the value
+// stays the payload, and an event without a type is dead-lettered.
+func TestCloudEventsBinary(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	if _, err := New(Config{Brokers: kc.Addrs(), CloudEvents: "binary"}); err == nil {
+		t.Fatal("CloudEvents without a source accepted")
+	}
+	if _, err := New(Config{Brokers: kc.Addrs(), CloudEvents: "structured", CloudEventsSource: "/x"}); err == nil {
+		t.Fatal("structured accepted")
+	}
+	s := newSink(t, kc, Config{CloudEvents: "binary", CloudEventsSource: "/shop/public.outbox"})
+	stamped, untyped := newEvent("ce-1"), newEvent("ce-2")
+	stamped.Time = time.Date(2026, 12, 3, 4, 5, 6, 7000, time.UTC)
+	untyped.Type = ""
+	for _, e := range []*event.Event{newEvent("ce-0"), stamped, untyped} {
+		if err := publish(t, s, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order|walrelay\.dlq`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		id := Header(r, "id")
+		if id == "ce-2" {
+			if r.Topic != "walrelay.dlq" || Header(r, HeaderReason) != "invalid_event" || !strings.Contains(Header(r, HeaderError), "ce_type") {
+				t.Fatalf("untyped: %s %s %s", r.Topic, Header(r, HeaderReason), Header(r, HeaderError))
+			}
+			continue
+		}
+		want := map[string]string{"ce_specversion": "1.0", "ce_id": id, "ce_source": "/shop/public.outbox", "ce_type": "Created",
+			"ce_subject": "o-1", "content-type": "application/json", "ce_time": "2026-01-02T03:04:05.000006Z"}
+		if id == "ce-1" {
+			want["ce_time"] = "2026-12-03T04:05:06.000007Z"
+		}
+		for k, v := range want {
+			if got := Header(r, k); got != v {
+				t.Fatalf("%s: header %s %q, want %q", id, k, got, v)
+			}
+		}
+		if _, err := time.Parse(time.RFC3339, Header(r, "ce_time")); err != nil {
+			t.Fatalf("%s: ce_time: %v", id, err)
+		}
+		if string(r.Value) != `{"a":1}` || Header(r, "type") != "Created" {
+			t.Fatalf("%s: value %s, type header %q", id, r.Value, Header(r, "type"))
+		}
+	}
+}

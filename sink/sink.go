@@ -40,6 +40,16 @@ type Config struct {
 	// TombstoneOnEmpty makes a NULL or blank payload a tombstone (a null
 	// value) in every format, as Debezium's route.tombstone.on.empty.payload.
 	TombstoneOnEmpty bool
+	// CloudEvents, if "binary", adds the CloudEvents attributes as headers
+	// of the Kafka protocol binding's binary mode: ce_specversion, ce_id,
+	// ce_source (CloudEventsSource), ce_type, ce_subject (the aggregate
+	// id), ce_time (the event's Time, else its commit time) and
+	// content-type (application/json); the value stays the payload. An
+	// event without a type is dead-lettered (a CloudEvent must have one).
+	CloudEvents string
+	// CloudEventsSource is ce_source, a URI reference. Required with
+	// CloudEvents.
+	CloudEventsSource string
 	// PlacedPartitions lets an event carry its own partition
 	// (Event.HasPartition); the others go by their key. An event whose
 	// partition its topic lacks is dead-lettered (invalid_partition).
@@ -148,6 +158,12 @@ func New(cfg Config) (*Sink, error) {
 	router, err := routing(cfg.Topic, cfg.TopicRegex)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case cfg.CloudEvents != "" && cfg.CloudEvents != "binary":
+		return nil, fmt.Errorf("cloudevents %q: want binary, or empty for none", cfg.CloudEvents)
+	case cfg.CloudEvents != "" && cfg.CloudEventsSource == "":
+		return nil, errors.New("cloudevents: a source (ce_source) is required")
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = 5 * time.Millisecond
@@ -322,9 +338,16 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, s.cfg.Topic), done)
 		return
 	}
+	if s.cfg.CloudEvents != "" && e.Type == "" {
+		s.deadLetter(ctx, e, "invalid_event", topic, errors.New("the event has no type, which a CloudEvent requires (ce_type)"), done)
+		return
+	}
 	h, stamp := s.headers(e, 0)
 	if !e.Time.IsZero() {
 		stamp = e.Time
+	}
+	if s.cfg.CloudEvents != "" {
+		h = s.cloudEventHeaders(h, e)
 	}
 	// Partition -1 until the client assigns one: a record failed before that
 	// was never buffered.
@@ -416,6 +439,26 @@ func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time
 		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
 	}
 	return h, t.stamp
+}
+
+// cloudEventHeaders appends the CloudEvents binary-mode headers of e.
+func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.RecordHeader {
+	h = append(h,
+		kgo.RecordHeader{Key: "ce_specversion", Value: []byte("1.0")},
+		kgo.RecordHeader{Key: "ce_id", Value: readOnly(e.ID)},
+		kgo.RecordHeader{Key: "ce_source", Value: readOnly(s.cfg.CloudEventsSource)},
+		kgo.RecordHeader{Key: "ce_type", Value: readOnly(e.Type)},
+		kgo.RecordHeader{Key: "ce_subject", Value: readOnly(e.AggregateID)},
+		kgo.RecordHeader{Key: "content-type", Value: []byte("application/json")},
+	)
+	at := e.Time
+	if at.IsZero() {
+		at = e.CommitTime
+	}
+	if !at.IsZero() { // a replayed row without a timestamp column has no time
+		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: at.UTC().AppendFormat(nil, time.RFC3339Nano)})
+	}
+	return h
 }
 
 // readOnly returns the bytes of s without copying them. The client only
