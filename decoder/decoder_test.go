@@ -438,8 +438,8 @@ func TestTraceColumn(t *testing.T) {
 		{s("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future"), "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future", ""},
 		{s("00-00000000000000000000000000000000-b7ad6b7169203331-01"), "", ""}, // an all-zero trace id
 		{s("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "", ""}, // version ff
-		{s(parent + "-extra"), "", ""},                                         // version 00 has four fields
-		{s("tracestate=a\\=b"), "", ""},                                        // no traceparent
+		{s(parent + "-extra"), "", ""},  // version 00 has four fields
+		{s("tracestate=a\\=b"), "", ""}, // no traceparent
 		{nil, "", ""},
 	} {
 		d, err := New(Config{TraceColumn: "trace"})
