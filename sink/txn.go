@@ -100,8 +100,13 @@ func (t *Transactions) defaults() error {
 	return nil
 }
 
-// readCommittedTimeout bounds a read of the offsets topic to its marker.
-const readCommittedTimeout = time.Minute
+// readIdleTimeout bounds how long a read of the offsets topic to its
+// marker may go without a record: a large topic takes long but makes
+// progress; a reader that stalls (seen on a loaded machine) or an open
+// transaction of another instance that holds the topic's last stable
+// offset fails the read, retriable, and the next attempt makes a new
+// reader.
+const readIdleTimeout = 15 * time.Second
 
 // ErrFenced stops a relay whose transactional id another instance took.
 // The broker says the same (INVALID_PRODUCER_EPOCH) of a transaction it
@@ -647,17 +652,20 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 		return fmt.Errorf("create the offsets reader: %w", err)
 	}
 	defer cl.Close()
-	// Bounded: a read that does not reach the marker (seen once, on a
-	// loaded machine, from a reader that never fetched) fails, retriable,
-	// and the next attempt makes a new reader.
-	rctx, cancel := context.WithTimeout(ctx, readCommittedTimeout)
-	defer cancel()
 	var pos event.Position
 	var found bool
+	read := int64(-1) // the last offset read
 	for {
+		rctx, cancel := context.WithTimeout(ctx, readIdleTimeout)
 		fs := cl.PollFetches(rctx)
-		if err := rctx.Err(); err != nil {
+		idle := rctx.Err() != nil
+		cancel()
+		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("read the offsets topic %s to the marker of this instance: %w", t.cfg.OffsetsTopic, err)
+		}
+		if idle {
+			return fmt.Errorf("read the offsets topic %s to the marker of this instance: no record in %s after offset %d "+
+				"(an open transaction of another instance holds the topic until it ends)", t.cfg.OffsetsTopic, readIdleTimeout, read)
 		}
 		for _, fe := range fs.Errors() {
 			if !kerr.IsRetriable(fe.Err) {
@@ -667,6 +675,7 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 		done := false
 		var bad error
 		fs.EachRecord(func(r *kgo.Record) {
+			read = r.Offset
 			switch string(r.Key) {
 			case markerKey:
 				done = done || string(r.Value) == marker
