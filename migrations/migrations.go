@@ -17,6 +17,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strings"
 
@@ -77,6 +78,11 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 	var headers strings.Builder
 	for _, h := range o.HeaderColumns {
 		headers.WriteString(",\n    " + pgx.Identifier{h}.Sanitize() + " text")
+	}
+	for _, x := range []struct{ name, typ string }{{o.PartitionColumn, "integer"}, {o.TimestampColumn, "timestamptz"}, {o.TraceColumn, "text"}} {
+		if x.name != "" && !slices.Contains(o.HeaderColumns, x.name) {
+			headers.WriteString(",\n    " + pgx.Identifier{x.name}.Sanitize() + " " + x.typ)
+		}
 	}
 	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(), "{{schema}}", pgx.Identifier{schema}.Sanitize(),
 		"{{id}}", pgx.Identifier{c.ID}.Sanitize(), "{{aggregatetype}}", pgx.Identifier{c.AggregateType}.Sanitize(),

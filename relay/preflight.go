@@ -21,7 +21,8 @@ import (
 type Column struct{ Key, Role, Name string }
 
 // Columns lists the columns walrelay reads from the outbox of o (defaults
-// filled in): the required ones, then the header columns.
+// filled in): the required ones, the header columns, then the partition,
+// timestamp and trace columns that are configured.
 func Columns(o decoder.Config) []Column {
 	o = o.WithDefaults()
 	c := o.Columns
@@ -32,6 +33,12 @@ func Columns(o decoder.Config) []Column {
 	}
 	for _, h := range o.HeaderColumns {
 		cols = append(cols, Column{"outbox.header_columns", "header", h})
+	}
+	for _, x := range []Column{{"outbox.partition_column", "partition", o.PartitionColumn},
+		{"outbox.timestamp_column", "timestamp", o.TimestampColumn}, {"outbox.trace_column", "trace", o.TraceColumn}} {
+		if x.Name != "" {
+			cols = append(cols, x)
+		}
 	}
 	return cols
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/outbox"
@@ -284,4 +286,63 @@ func TestRealBrokerSmoke(t *testing.T) {
 			t.Fatalf("key %q on partition %d, the Java client's is %d", r.Key, r.Partition, want)
 		}
 	}
+}
+
+// TestRowMappingsEndToEnd: walrelay migrate creates an outbox with a
+// partition, a timestamp and a trace column (integer, timestamptz, text);
+// run places each record in its row's partition, stamps it with the row's
+// time, and carries the trace context on as traceparent and tracestate.
+func TestRowMappingsEndToEnd(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_TABLE", "public.events", "WALRELAY_POSTGRES_PUBLICATION", "events_pub", "WALRELAY_POSTGRES_SLOT", "events_slot",
+		"WALRELAY_OUTBOX_PARTITION_COLUMN", "shard", "WALRELAY_OUTBOX_TIMESTAMP_COLUMN", "created_at", "WALRELAY_OUTBOX_TRACE_COLUMN", "trace")
+	if code, out := runCmd(t, e, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d:\n%s", code, out)
+	}
+	conn := connect(t, pg.DSN)
+	var types string
+	if err := conn.QueryRow(t.Context(), `SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = 'public.events'::regclass AND attname IN ('shard', 'created_at', 'trace')`).Scan(&types); err != nil {
+		t.Fatal(err)
+	}
+	if types != "shard integer, created_at timestamp with time zone, trace text" {
+		t.Fatalf("migrate made the columns %q", types)
+	}
+	p := streaming(t, e)
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	at := time.Date(2026, 12, 3, 4, 5, 6, 0, time.UTC)
+	var ids []string
+	for i := range 40 {
+		id := outbox.NewID()
+		var shard, created, trace any
+		if i%4 != 3 {
+			shard, created, trace = i%kafkatest.Partitions, at.Add(time.Duration(i)*time.Second), "traceparent="+parent+"\ntracestate=k\\=v\n"
+		}
+		if _, err := conn.Exec(t.Context(), "INSERT INTO events (id, aggregatetype, aggregateid, type, payload, shard, created_at, trace) VALUES ($1, 'order', $2, 'T', '{}', $3, $4, $5)",
+			id, fmt.Sprintf("o-%d", i), shard, created, trace); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	waitAll(t, col, ids, time.Minute)
+	byID := map[string]*kgo.Record{}
+	for _, r := range col.Records() {
+		byID[string(kafkatest.Header(r, "id"))] = r
+	}
+	for i, id := range ids {
+		r := byID[id]
+		if i%4 == 3 {
+			if kafkatest.Header(r, "traceparent") != nil || r.Timestamp.Equal(at.Add(time.Duration(i)*time.Second)) {
+				t.Fatalf("row %d without the columns: traceparent %q, timestamp %s", i, kafkatest.Header(r, "traceparent"), r.Timestamp)
+			}
+			continue
+		}
+		if r.Partition != int32(i%kafkatest.Partitions) || !r.Timestamp.Equal(at.Add(time.Duration(i)*time.Second)) ||
+			string(kafkatest.Header(r, "traceparent")) != parent || string(kafkatest.Header(r, "tracestate")) != "k=v" {
+			t.Fatalf("row %d: partition %d, timestamp %s, traceparent %q, tracestate %q", i, r.Partition, r.Timestamp, kafkatest.Header(r, "traceparent"), kafkatest.Header(r, "tracestate"))
+		}
+	}
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
 }
