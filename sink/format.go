@@ -120,6 +120,8 @@ func jacksonQuote(dst, s []byte) []byte {
 const (
 	keySchema   = `{"type":"string","optional":false}`
 	valueSchema = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}`
+	// textSchema is the value's schema for a text payload column.
+	textSchema = `{"type":"string","optional":true}`
 )
 
 // blank reports whether a payload is NULL or, as Java's String.trim sees

@@ -153,3 +153,34 @@ func TestCloudEventsBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONSchemaOfATextPayload: with json_schema, a text payload column's
+// value schema is a plain optional string (Debezium's for text), a json
+// one's is named io.debezium.data.Json.
+func TestJSONSchemaOfATextPayload(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{ValueFormat: FormatJSONSchema})
+	text := newEvent("text")
+	text.PayloadText = true
+	for _, e := range []*event.Event{newEvent("json"), text} {
+		if err := publish(t, s, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"json": `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"a\":1}"}`,
+		"text": `{"schema":{"type":"string","optional":true},"payload":"{\"a\":1}"}`,
+	}
+	for _, r := range recs {
+		if id := Header(r, "id"); string(r.Value) != want[id] {
+			t.Fatalf("%s: %s, want %s", id, r.Value, want[id])
+		}
+	}
+}

@@ -366,7 +366,11 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
 		r.Value = nil
 	case s.cfg.ValueFormat != FormatRaw:
-		r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema)
+		schema := valueSchema
+		if e.PayloadText {
+			schema = textSchema
+		}
+		r.Value = s.cfg.ValueFormat.encode(r.Value, schema)
 	}
 	// An event whose batch the broker refused goes in a request of its own,
 	// so that the broker's answer is about it alone.

@@ -67,23 +67,28 @@ func startDebezium(t *testing.T, conn *pgx.Conn, worker, connector map[string]st
 // TestDebeziumParity runs Debezium 3.6 (PostgreSQL connector, outbox
 // EventRouter) and walrelay side by side on two slots of one publication,
 // with each converter setting (StringConverter; JsonConverter with
-// schemas.enable false and true, walrelay's json and json_schema formats),
-// and compares, event by event, the topic, partition, key, value and id
+// schemas.enable false and true, walrelay's json and json_schema formats;
+// the last also with a text payload column, whose schema differs), and
+// compares, event by event, the topic, partition, key, value and id
 // header: byte for byte, payloads with escapes, unicode (outside the BMP
 // too) and nesting included.
 func TestDebeziumParity(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name, converter, schemas, format string
+		name, converter, schemas, format, payloadType string
 	}{
-		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw"},
-		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json"},
-		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema"},
+		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw", ""},
+		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json", ""},
+		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", ""},
+		{"json_schema_text", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			pg, kc, col := debeziumSetup(t)
 			conn := connect(t, pg.DSN)
+			if c.payloadType != "" {
+				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN payload TYPE "+c.payloadType)
+			}
 			execSQL(t, conn, "SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
 			dbzCol, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(kc.prefix)+`dbz\.outbox\.event\..*`)
 			if err != nil {
