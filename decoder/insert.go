@@ -141,6 +141,8 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 	switch r.cols[r.payload].DataType {
 	case oidText, oidVarchar, oidBpchar:
 		e.PayloadText = true
+	case oidBytea:
+		e.PayloadBytes = true
 	}
 	if p := vals[r.payload]; p.kind == 't' && passThrough(r.cols[r.payload].DataType) {
 		e.Payload = bytes.Clone(p.data)

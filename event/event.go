@@ -24,9 +24,10 @@ type Event struct {
 	Type          string
 	Payload       []byte // nil: tombstone
 	// PayloadText is true when the payload column is of a text type, not
-	// json or jsonb (a JSON converter's schema names the difference).
-	PayloadText bool
-	Headers     []Header // configured extra columns, in configured order
+	// json or jsonb, and PayloadBytes when it is bytea: the JSON formats
+	// write each as Kafka Connect's JsonConverter writes its type.
+	PayloadText, PayloadBytes bool
+	Headers                   []Header // configured extra columns, in configured order
 	// Partition is the value of the row's partition column when
 	// HasPartition (a column configured, its value not NULL): the Kafka
 	// partition to produce to instead of the key's.

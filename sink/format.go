@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"encoding/base64"
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -56,6 +57,28 @@ func (f Format) encode(text []byte, schema string) []byte {
 		out = append(out, `,"payload":`...)
 	}
 	out = jacksonQuote(out, text)
+	if f == FormatJSONSchema {
+		out = append(out, '}')
+	}
+	return out
+}
+
+// encodeBytes returns a bytea payload in format f as the JsonConverter
+// writes Connect's bytes: a base64 string (standard alphabet, padded), in a
+// schema of type bytes for FormatJSONSchema; NULL as for encode.
+func (f Format) encodeBytes(b []byte) []byte {
+	if b == nil {
+		return f.encode(nil, bytesSchema)
+	}
+	out := make([]byte, 0, base64.StdEncoding.EncodedLen(len(b))+len(bytesSchema)+32)
+	if f == FormatJSONSchema {
+		out = append(out, `{"schema":`...)
+		out = append(out, bytesSchema...)
+		out = append(out, `,"payload":`...)
+	}
+	out = append(out, '"')
+	out = base64.StdEncoding.AppendEncode(out, b)
+	out = append(out, '"')
 	if f == FormatJSONSchema {
 		out = append(out, '}')
 	}
@@ -120,8 +143,10 @@ func jacksonQuote(dst, s []byte) []byte {
 const (
 	keySchema   = `{"type":"string","optional":false}`
 	valueSchema = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}`
-	// textSchema is the value's schema for a text payload column.
-	textSchema = `{"type":"string","optional":true}`
+	// textSchema and bytesSchema are the value's schemas for a text and
+	// a bytea payload column.
+	textSchema  = `{"type":"string","optional":true}`
+	bytesSchema = `{"type":"bytes","optional":true}`
 )
 
 // blank reports whether a payload is NULL or, as Java's String.trim sees

@@ -154,27 +154,30 @@ func TestCloudEventsBinary(t *testing.T) {
 	}
 }
 
-// TestJSONSchemaOfATextPayload: with json_schema, a text payload column's
+// TestJSONFormatsOfPayloadTypes: with json_schema, a text payload column's
 // value schema is a plain optional string (Debezium's for text), a json
-// one's is named io.debezium.data.Json.
-func TestJSONSchemaOfATextPayload(t *testing.T) {
+// one's is named io.debezium.data.Json, and a bytea payload is base64 of
+// schema type bytes, as the JsonConverter writes Connect's bytes.
+func TestJSONFormatsOfPayloadTypes(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := newSink(t, kc, Config{ValueFormat: FormatJSONSchema})
-	text := newEvent("text")
+	text, raw := newEvent("text"), newEvent("bytea")
 	text.PayloadText = true
-	for _, e := range []*event.Event{newEvent("json"), text} {
+	raw.PayloadBytes, raw.Payload = true, []byte{0xff, 0x00, 'a'}
+	for _, e := range []*event.Event{newEvent("json"), text, raw} {
 		if err := publish(t, s, e); err != nil {
 			t.Fatal(err)
 		}
 	}
 	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
 	defer col.Close()
-	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 2 })
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 3 })
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
+		"bytea": `{"schema":{"type":"bytes","optional":true},"payload":"/wBh"}`,
 		"json": `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"a\":1}"}`,
 		"text": `{"schema":{"type":"string","optional":true},"payload":"{\"a\":1}"}`,
 	}
@@ -182,5 +185,14 @@ func TestJSONSchemaOfATextPayload(t *testing.T) {
 		if id := Header(r, "id"); string(r.Value) != want[id] {
 			t.Fatalf("%s: %s, want %s", id, r.Value, want[id])
 		}
+	}
+}
+
+func TestJSONOfBytes(t *testing.T) {
+	if got := string(FormatJSON.encodeBytes([]byte{0xff, 0x00, 'a'})); got != `"/wBh"` {
+		t.Fatalf("json of bytes: %s", got)
+	}
+	if got := string(FormatJSON.encodeBytes(nil)); got != "null" {
+		t.Fatalf("json of NULL bytes: %s", got)
 	}
 }

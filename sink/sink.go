@@ -366,11 +366,14 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
 		r.Value = nil
 	case s.cfg.ValueFormat != FormatRaw:
-		schema := valueSchema
-		if e.PayloadText {
-			schema = textSchema
+		switch {
+		case e.PayloadBytes:
+			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value)
+		case e.PayloadText:
+			r.Value = s.cfg.ValueFormat.encode(r.Value, textSchema)
+		default:
+			r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema)
 		}
-		r.Value = s.cfg.ValueFormat.encode(r.Value, schema)
 	}
 	// An event whose batch the broker refused goes in a request of its own,
 	// so that the broker's answer is about it alone.

@@ -68,10 +68,10 @@ func startDebezium(t *testing.T, conn *pgx.Conn, worker, connector map[string]st
 // EventRouter) and walrelay side by side on two slots of one publication,
 // with each converter setting (StringConverter; JsonConverter with
 // schemas.enable false and true, walrelay's json and json_schema formats;
-// the last also with a text payload column, whose schema differs), and
-// compares, event by event, the topic, partition, key, value and id
-// header: byte for byte, payloads with escapes, unicode (outside the BMP
-// too) and nesting included.
+// the last also with a text and a bytea payload column, whose schemas
+// differ, and a bytea payload is base64), and compares, event by event,
+// the topic, partition, key, value and id header: byte for byte, payloads
+// with escapes, unicode (outside the BMP too) and nesting included.
 func TestDebeziumParity(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -81,13 +81,18 @@ func TestDebeziumParity(t *testing.T) {
 		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json", ""},
 		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", ""},
 		{"json_schema_text", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text"},
+		{"json_schema_bytea", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "bytea"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			pg, kc, col := debeziumSetup(t)
 			conn := connect(t, pg.DSN)
 			if c.payloadType != "" {
-				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN payload TYPE "+c.payloadType)
+				using := "payload::text"
+				if c.payloadType == "bytea" {
+					using = "convert_to(payload::text, 'UTF8')"
+				}
+				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN payload TYPE "+c.payloadType+" USING "+using)
 			}
 			execSQL(t, conn, "SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
 			dbzCol, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(kc.prefix)+`dbz\.outbox\.event\..*`)
@@ -112,8 +117,22 @@ func TestDebeziumParity(t *testing.T) {
 			if c.format != "raw" {
 				odd = append(odd, nil) // JSON null from both (the StringConverter's tombstone is compared elsewhere)
 			}
+			var oddPayloads []any
+			for _, p := range odd {
+				switch {
+				case p == nil:
+					oddPayloads = append(oddPayloads, nil)
+				case c.payloadType == "bytea":
+					oddPayloads = append(oddPayloads, []byte(*p))
+				default:
+					oddPayloads = append(oddPayloads, *p)
+				}
+			}
+			if c.payloadType == "bytea" {
+				oddPayloads = append(oddPayloads, []byte{0xff, 0x00, 0x80, 'x'}) // not UTF-8
+			}
 			ids := w.written()
-			for i, p := range odd {
+			for i, p := range oddPayloads {
 				id := outbox.NewID()
 				if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'Odd', $4)",
 					id, []string{"order", "customer"}[i%2], fmt.Sprintf("odd-%d", i), p); err != nil {
