@@ -178,8 +178,8 @@ func TestJSONFormatsOfPayloadTypes(t *testing.T) {
 	}
 	want := map[string]string{
 		"bytea": `{"schema":{"type":"bytes","optional":true},"payload":"/wBh"}`,
-		"json": `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"a\":1}"}`,
-		"text": `{"schema":{"type":"string","optional":true},"payload":"{\"a\":1}"}`,
+		"json":  `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"a\":1}"}`,
+		"text":  `{"schema":{"type":"string","optional":true},"payload":"{\"a\":1}"}`,
 	}
 	for _, r := range recs {
 		if id := Header(r, "id"); string(r.Value) != want[id] {
