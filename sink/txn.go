@@ -108,6 +108,12 @@ func (t *Transactions) defaults() error {
 // reader.
 const readIdleTimeout = 15 * time.Second
 
+// txnStepTimeout bounds each step of Resume that waits on the brokers
+// (initialising the producer id, writing the marker): one that does not
+// finish fails, retriable, and the relay tries the session again, rather
+// than waiting without end.
+const txnStepTimeout = 30 * time.Second
+
 // ErrFenced stops a relay whose transactional id another instance took.
 // The broker says the same (INVALID_PRODUCER_EPOCH) of a transaction it
 // aborted because it outlived the transaction timeout, during an outage
@@ -404,7 +410,10 @@ func (s *Sink) Resume(ctx context.Context, serverWAL pglogrepl.LSN) error {
 		}
 		return s.checkHistory(serverWAL)
 	}
-	if _, _, err := s.cl.ProducerID(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
+	_, _, err := s.cl.ProducerID(pctx)
+	cancel()
+	if err != nil {
 		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
 			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w (grant WRITE on TransactionalId %s, or set kafka.transactional_id to one this principal may use)", t.cfg.ID, err, t.cfg.ID))
 		}
@@ -611,9 +620,11 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	rand.Read(nonce)
 	marker := hex.EncodeToString(nonce)
 	markerKey := t.cfg.Key + "#marker"
+	wctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
+	defer cancel()
 	// An earlier attempt that the broker cut may have left a transaction
 	// open in the client (nothing of it can commit): end it first.
-	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+	if err := s.cl.EndTransaction(wctx, kgo.TryAbort); err != nil {
 		if fenced(err) {
 			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
 		}
@@ -624,15 +635,15 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	}
 	// The client flushes manually (rounds.go): produce, then flush.
 	var err error
-	s.cl.Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(markerKey), Value: []byte(marker)}, func(_ *kgo.Record, perr error) { err = perr })
-	if ferr := s.cl.Flush(ctx); ferr != nil && err == nil {
+	s.cl.Produce(wctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(markerKey), Value: []byte(marker)}, func(_ *kgo.Record, perr error) { err = perr })
+	if ferr := s.cl.Flush(wctx); ferr != nil && err == nil {
 		err = ferr
 	}
 	try := kgo.TryCommit
 	if err != nil {
 		try = kgo.TryAbort
 	}
-	if endErr := s.cl.EndTransaction(ctx, try); err == nil {
+	if endErr := s.cl.EndTransaction(wctx, try); err == nil {
 		err = endErr
 	}
 	if err != nil {
