@@ -97,15 +97,7 @@ func TestDebeziumImport(t *testing.T) {
 		if strings.Contains(out, "s3cret") {
 			t.Fatalf("the password in the output:\n%s", out)
 		}
-		path := filepath.Join(t.TempDir(), "walrelay.yaml")
-		if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cs := NewSet(flag.NewFlagSet("", flag.ContinueOnError))
-		if err := cs.LoadFile(path); err != nil {
-			t.Fatalf("%v:\n%s", err, out)
-		}
-		c := cs.Config()
+		c := loadBack(t, out)
 		if c.Postgres.Slot != "outbox_slot" || strings.Join(c.Kafka.Brokers, ",") != "k1:9092,k2:9092" || strings.Join(c.Outbox.HeaderColumns, ",") != "trace_id,tenant" || c.Kafka.Topic != "events.{aggregatetype}" {
 			t.Fatalf("loaded back: %+v\n%s", c, out)
 		}
@@ -186,15 +178,7 @@ func TestDebeziumImportRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "walrelay.yaml")
-	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cs := NewSet(flag.NewFlagSet("", flag.ContinueOnError))
-	if err := cs.LoadFile(path); err != nil {
-		t.Fatalf("%v:\n%s", err, out)
-	}
-	c := cs.Config()
+	c := loadBack(t, out)
 	if c.Kafka.TopicRegex != "(?<head>[a-z])(?<rest>[a-z]+)" || c.Kafka.Topic != "events.${rest}.$1" || c.Outbox.PartitionColumn != "shard" ||
 		strings.Join(c.Outbox.HeaderColumns, ",") != "version" || !c.Kafka.TombstoneOnEmpty || c.Outbox.TraceColumn != "tracingspancontext" {
 		t.Fatalf("loaded back: %+v\n%s", c, out)
@@ -206,4 +190,18 @@ func TestDebeziumImportRouting(t *testing.T) {
 	if keys, _, err = FromDebezium(props, nil); err != nil || keys["kafka.topic_regex"] != "(?<routedByValue>.*)" || keys["kafka.topic"] != `cost\$.$1` {
 		t.Fatalf("%v %v", keys, err)
 	}
+}
+
+// loadBack loads the YAML an import printed as a configuration file.
+func loadBack(t *testing.T, out string) *Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "walrelay.yaml")
+	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cs := NewSet(flag.NewFlagSet("", flag.ContinueOnError))
+	if err := cs.LoadFile(path); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	return cs.Config()
 }
