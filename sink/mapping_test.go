@@ -113,17 +113,18 @@ func TestCloudEventsBinary(t *testing.T) {
 		t.Fatal("structured accepted")
 	}
 	s := newSink(t, kc, Config{CloudEvents: "binary", CloudEventsSource: "/shop/public.outbox"})
-	stamped, untyped := newEvent("ce-1"), newEvent("ce-2")
+	stamped, untyped, binary := newEvent("ce-1"), newEvent("ce-2"), newEvent("ce-3")
 	stamped.Time = time.Date(2026, 12, 3, 4, 5, 6, 7000, time.UTC)
 	untyped.Type = ""
-	for _, e := range []*event.Event{newEvent("ce-0"), stamped, untyped} {
+	binary.PayloadBytes = true
+	for _, e := range []*event.Event{newEvent("ce-0"), stamped, untyped, binary} {
 		if err := publish(t, s, e); err != nil {
 			t.Fatal(err)
 		}
 	}
 	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order|walrelay\.dlq`)
 	defer col.Close()
-	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 3 })
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 4 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +138,11 @@ func TestCloudEventsBinary(t *testing.T) {
 		}
 		want := map[string]string{"ce_specversion": "1.0", "ce_id": id, "ce_source": "/shop/public.outbox", "ce_type": "Created",
 			"ce_subject": "o-1", "content-type": "application/json", "ce_time": "2026-01-02T03:04:05.000006Z"}
-		if id == "ce-1" {
+		switch id {
+		case "ce-1":
 			want["ce_time"] = "2026-12-03T04:05:06.000007Z"
+		case "ce-3":
+			want["content-type"] = "application/octet-stream"
 		}
 		for k, v := range want {
 			if got := Header(r, k); got != v {

@@ -456,7 +456,7 @@ func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.Rec
 		kgo.RecordHeader{Key: "ce_source", Value: readOnly(s.cfg.CloudEventsSource)},
 		kgo.RecordHeader{Key: "ce_type", Value: readOnly(e.Type)},
 		kgo.RecordHeader{Key: "ce_subject", Value: readOnly(e.AggregateID)},
-		kgo.RecordHeader{Key: "content-type", Value: []byte("application/json")},
+		kgo.RecordHeader{Key: "content-type", Value: []byte(contentType(e))},
 	)
 	at := e.Time
 	if at.IsZero() {
@@ -466,6 +466,16 @@ func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.Rec
 		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: at.UTC().AppendFormat(nil, time.RFC3339Nano)})
 	}
 	return h
+}
+
+// contentType is the CloudEvents datacontenttype of e's value: a bytea
+// payload is bytes of no known type; json, jsonb and text payloads are
+// taken as JSON (text is how JSON is often stored).
+func contentType(e *event.Event) string {
+	if e.PayloadBytes {
+		return "application/octet-stream"
+	}
+	return "application/json"
 }
 
 // readOnly returns the bytes of s without copying them. The client only
