@@ -161,6 +161,9 @@ type relation struct {
 	part    int // the partition column's index, or -1
 	stamp   int // the timestamp column's index, or -1
 	trace   int // the trace column's index, or -1
+	// payloadText and payloadBytes say whether the payload column is of a
+	// text type or bytea (Event.PayloadText, PayloadBytes).
+	payloadText, payloadBytes bool
 }
 
 // WithDefaults returns cfg with its empty fields set to the defaults.
@@ -334,6 +337,12 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 			return err
 		}
 		r.headers = append(r.headers, i)
+	}
+	switch m.Columns[r.payload].DataType {
+	case oidText, oidVarchar, oidBpchar:
+		r.payloadText = true
+	case oidBytea:
+		r.payloadBytes = true
 	}
 	r.part, r.stamp, r.trace = -1, -1, -1
 	if name := d.cfg.TraceColumn; name != "" {

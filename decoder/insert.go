@@ -138,12 +138,7 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 	// The payload is passed on as bytes: json, jsonb and text as stored,
 	// bytea decoded from its hex form. The message buffer is reused by the
 	// connection, so what the event keeps is copied.
-	switch r.cols[r.payload].DataType {
-	case oidText, oidVarchar, oidBpchar:
-		e.PayloadText = true
-	case oidBytea:
-		e.PayloadBytes = true
-	}
+	e.PayloadText, e.PayloadBytes = r.payloadText, r.payloadBytes
 	if p := vals[r.payload]; p.kind == 't' && passThrough(r.cols[r.payload].DataType) {
 		e.Payload = bytes.Clone(p.data)
 	} else if v, ok := value(r.payload, false); ok {
@@ -203,14 +198,15 @@ var traceParent = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16
 // text with traceparent and tracestate. parent is "" unless valid.
 func traceContext(v []byte) (parent, state string) {
 	parent = string(bytes.TrimSpace(v))
-	if !traceParent.MatchString(parent) {
+	m := traceParent.FindStringSubmatch(parent)
+	if m == nil {
 		props, err := properties.Parse(v)
 		if err != nil {
 			return "", ""
 		}
 		parent, state = props["traceparent"], props["tracestate"]
+		m = traceParent.FindStringSubmatch(parent)
 	}
-	m := traceParent.FindStringSubmatch(parent)
 	if m == nil || m[1] == "ff" || m[1] == "00" && m[4] != "" || strings.Trim(m[2], "0") == "" || strings.Trim(m[3], "0") == "" {
 		return "", ""
 	}

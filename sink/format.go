@@ -40,49 +40,48 @@ func ParseFormat(s string) (Format, error) {
 // (a tombstone) in FormatRaw, and is JSON's null in the others, as the
 // JsonConverter writes it.
 func (f Format) encode(text []byte, schema string) []byte {
-	if f == FormatRaw {
-		return text
-	}
-	if text == nil {
-		// The JsonConverter writes a null as JSON: no tombstone.
-		if f == FormatJSON {
-			return []byte("null")
-		}
-		return append(append([]byte(`{"schema":`), schema...), `,"payload":null}`...)
-	}
-	out := make([]byte, 0, len(text)+len(schema)+32)
-	if f == FormatJSONSchema {
-		out = append(out, `{"schema":`...)
-		out = append(out, schema...)
-		out = append(out, `,"payload":`...)
-	}
-	out = jacksonQuote(out, text)
-	if f == FormatJSONSchema {
-		out = append(out, '}')
-	}
-	return out
+	return f.envelope(text, schema, jacksonQuote)
 }
 
 // encodeBytes returns a bytea payload in format f as the JsonConverter
 // writes Connect's bytes: a base64 string (standard alphabet, padded), in a
 // schema of type bytes for FormatJSONSchema; NULL as for encode.
 func (f Format) encodeBytes(b []byte) []byte {
-	if b == nil {
-		return f.encode(nil, bytesSchema)
+	return f.envelope(b, bytesSchema, base64Quote)
+}
+
+// envelope writes v in format f: quote appends it as a JSON string, in the
+// schema-and-payload envelope for FormatJSONSchema.
+func (f Format) envelope(v []byte, schema string, quote func(dst, v []byte) []byte) []byte {
+	if f == FormatRaw {
+		return v
 	}
-	out := make([]byte, 0, base64.StdEncoding.EncodedLen(len(b))+len(bytesSchema)+32)
+	if v == nil {
+		// The JsonConverter writes a null as JSON: no tombstone.
+		if f == FormatJSON {
+			return []byte("null")
+		}
+		return append(append([]byte(`{"schema":`), schema...), `,"payload":null}`...)
+	}
+	out := make([]byte, 0, base64.StdEncoding.EncodedLen(len(v))+len(schema)+32)
 	if f == FormatJSONSchema {
 		out = append(out, `{"schema":`...)
-		out = append(out, bytesSchema...)
+		out = append(out, schema...)
 		out = append(out, `,"payload":`...)
 	}
-	out = append(out, '"')
-	out = base64.StdEncoding.AppendEncode(out, b)
-	out = append(out, '"')
+	out = quote(out, v)
 	if f == FormatJSONSchema {
 		out = append(out, '}')
 	}
 	return out
+}
+
+// base64Quote appends v as a JSON string of its base64 (Jackson's binary
+// node).
+func base64Quote(dst, v []byte) []byte {
+	dst = append(dst, '"')
+	dst = base64.StdEncoding.AppendEncode(dst, v)
+	return append(dst, '"')
 }
 
 // jacksonQuote appends s as a JSON string the way Jackson writes one:

@@ -342,11 +342,15 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		s.deadLetter(ctx, e, "invalid_event", topic, errors.New("the event has no type, which a CloudEvent requires (ce_type)"), done)
 		return
 	}
-	h, stamp := s.headers(e, 0)
+	extra := 0
+	if s.cfg.CloudEvents != "" {
+		extra = ceHeaders
+	}
+	h, stamp := s.headers(e, extra)
 	if !e.Time.IsZero() {
 		stamp = e.Time
 	}
-	if s.cfg.CloudEvents != "" {
+	if extra > 0 {
 		h = s.cloudEventHeaders(h, e)
 	}
 	// Partition -1 until the client assigns one: a record failed before that
@@ -421,6 +425,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	})
 }
 
+// commitTimeHeader is the index of walrelay.commit_time in what headers
+// returns.
+const commitTimeHeader = 4
+
 // headers builds the record headers; extra leaves room for more. The values
 // of the transaction's headers are formatted once per transaction and shared
 // by its records (the client does not modify them).
@@ -440,7 +448,7 @@ func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time
 		kgo.RecordHeader{Key: "type", Value: readOnly(e.Type)},
 		kgo.RecordHeader{Key: "walrelay.lsn", Value: t.lsnText},
 		kgo.RecordHeader{Key: "walrelay.xid", Value: t.xidText},
-		kgo.RecordHeader{Key: "walrelay.commit_time", Value: t.timeText},
+		kgo.RecordHeader{Key: "walrelay.commit_time", Value: t.timeText}, // at commitTimeHeader
 	)
 	for _, x := range e.Headers {
 		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
@@ -448,7 +456,11 @@ func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time
 	return h, t.stamp
 }
 
-// cloudEventHeaders appends the CloudEvents binary-mode headers of e.
+// ceHeaders is how many headers cloudEventHeaders appends, at most.
+const ceHeaders = 7
+
+// cloudEventHeaders appends the CloudEvents binary-mode headers of e to h,
+// the headers that headers made.
 func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.RecordHeader {
 	h = append(h,
 		kgo.RecordHeader{Key: "ce_specversion", Value: []byte("1.0")},
@@ -458,12 +470,12 @@ func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.Rec
 		kgo.RecordHeader{Key: "ce_subject", Value: readOnly(e.AggregateID)},
 		kgo.RecordHeader{Key: "content-type", Value: []byte(contentType(e))},
 	)
-	at := e.Time
-	if at.IsZero() {
-		at = e.CommitTime
-	}
-	if !at.IsZero() { // a replayed row without a timestamp column has no time
-		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: at.UTC().AppendFormat(nil, time.RFC3339Nano)})
+	switch {
+	case !e.Time.IsZero():
+		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: e.Time.UTC().AppendFormat(nil, time.RFC3339Nano)})
+	case !e.CommitTime.IsZero(): // a replayed row without a timestamp column has no time
+		// The transaction's walrelay.commit_time, formatted once for it.
+		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: h[commitTimeHeader].Value})
 	}
 	return h
 }
