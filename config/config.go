@@ -46,6 +46,7 @@ type Config struct {
 		TimestampColumn     string
 		PartitionColumn     string
 		TraceColumn         string
+		Tables              []OutboxTable
 	}
 	Kafka struct {
 		Brokers             []string
@@ -102,6 +103,9 @@ type key struct {
 	set     func(string) error
 	show    func() string
 	setFrom string // where the value came from: default, file, env, flag
+	// structured keys take a list of mappings in the file (their value is
+	// its JSON text); the others, a scalar or a list of plain values.
+	structured bool
 }
 
 func str(p *string, def string) (func(string) error, func() string) {
@@ -207,6 +211,8 @@ func (c *Config) keys() []*key {
 	add("outbox.timestamp_column", "a timestamp, timestamptz or date column: the Kafka record's timestamp (NULL or empty: the time of publishing), and the time windows of replay, reconcile and prune (empty: the time in UUIDv7 ids)", f, s)
 	f, s = str(&c.Outbox.TraceColumn, "")
 	add("outbox.trace_column", "a text column of the writer's trace context (a W3C traceparent, or Debezium's tracingspancontext Properties text): the traceparent and tracestate headers", f, s)
+	f, s = tables(&c.Outbox.Tables)
+	add("outbox.tables", "several outbox tables read through one slot and publication: a YAML list (in the environment or a flag, its JSON or YAML flow text) of entries with table (schema.table, required) and any of the column keys of outbox.* and topic, topic_regex of kafka.*; an entry's empty key takes that key's value; postgres.table is then unused", f, s).structured = true
 	f, s = str(&c.Outbox.PartitionColumn, "")
 	add("outbox.partition_column", "an integer column whose value is the record's Kafka partition (NULL or empty: the key's); a partition the topic lacks is dead-lettered", f, s)
 
@@ -299,6 +305,9 @@ func (c *Config) validate(needKafka bool) error {
 		return errors.New("kafka.brokers is not set (set " + EnvName("kafka.brokers") + ", --kafka.brokers or kafka.brokers in the config file)")
 	}
 	if _, _, err := c.Table(); err != nil {
+		return err
+	}
+	if err := c.checkTables(); err != nil {
 		return err
 	}
 	k := c.Kafka

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +84,9 @@ func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 	if err := cs.cfg.validate(needKafka); err != nil {
 		return nil, err
 	}
+	if k := cs.byKey["postgres.table"]; len(cs.cfg.Outbox.Tables) > 0 && k.setFrom != "default" {
+		return nil, fmt.Errorf("postgres.table (from the %s) and outbox.tables are both set: list every outbox table in outbox.tables", map[string]string{"file": "config file", "env": "environment", "flag": "flags"}[k.setFrom])
+	}
 	return &cs.cfg, cs.cfg.readSecrets()
 }
 
@@ -95,8 +100,8 @@ func (cs *Set) LoadFile(path string) error {
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
-	flat := map[string]string{}
-	if err := flatten("", doc, flat); err != nil {
+	flat, structured := map[string]string{}, map[string]bool{}
+	if err := flatten("", doc, flat, structured); err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
 	names := make([]string, 0, len(flat))
@@ -108,6 +113,9 @@ func (cs *Set) LoadFile(path string) error {
 		k, ok := cs.byKey[n]
 		if !ok {
 			return fmt.Errorf("config file %s: unknown key %q%s", path, n, cs.suggest(n))
+		}
+		if structured[n] && !k.structured {
+			return fmt.Errorf("config file %s: key %s: a list of plain values is expected", path, n)
 		}
 		if err := k.set(flat[n]); err != nil {
 			return fmt.Errorf("config file %s: key %s: %w", path, n, err)
@@ -188,8 +196,9 @@ func editDistance(a, b string) int {
 }
 
 // flatten turns nested YAML maps into dotted keys; scalar lists become
-// comma-separated values.
-func flatten(prefix string, v any, out map[string]string) error {
+// comma-separated values, and a list holding mappings its JSON text (the
+// key is then marked in structured).
+func flatten(prefix string, v any, out map[string]string, structured map[string]bool) error {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
@@ -197,15 +206,22 @@ func flatten(prefix string, v any, out map[string]string) error {
 			if prefix != "" {
 				name = prefix + "." + k
 			}
-			if err := flatten(name, x, out); err != nil {
+			if err := flatten(name, x, out, structured); err != nil {
 				return err
 			}
 		}
 	case []any:
+		if slices.ContainsFunc(v, func(x any) bool { _, ok := x.(map[string]any); return ok }) {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return fmt.Errorf("key %s: %w", prefix, err)
+			}
+			out[prefix], structured[prefix] = string(b), true
+			return nil
+		}
 		parts := make([]string, 0, len(v))
 		for _, x := range v {
-			switch x.(type) {
-			case map[string]any, []any:
+			if _, ok := x.([]any); ok {
 				return fmt.Errorf("key %s: a list of plain values is expected", prefix)
 			}
 			parts = append(parts, fmt.Sprint(x))

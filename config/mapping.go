@@ -21,18 +21,54 @@ func (c *Config) SoftMemoryLimit() int64 {
 	return 2*int64(c.Kafka.MaxBufferedBytes) + 16<<20
 }
 
-// OutboxConfig is the outbox table, its columns and message prefixes.
+// OutboxConfig is the outbox tables, their columns, and the message
+// prefixes.
 func (c *Config) OutboxConfig() decoder.Config {
-	schema, table, _ := c.Table()
 	o := c.Outbox
-	return decoder.Config{
-		Schema: schema, Table: table,
+	base := decoder.Layout{
 		Columns: decoder.Columns{
 			ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn, Type: o.TypeColumn, Payload: o.PayloadColumn,
 		},
 		HeaderColumns: o.HeaderColumns, PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn, TraceColumn: o.TraceColumn,
-		MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes,
-	}.WithDefaults()
+	}
+	cfg := decoder.Config{MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes}
+	if len(o.Tables) == 0 {
+		cfg.Layout = base
+		cfg.Schema, cfg.Table, _ = c.Table()
+		return cfg.WithDefaults()
+	}
+	for i, t := range o.Tables {
+		if i == 0 {
+			cfg.Layout = t.layout(base)
+		} else {
+			cfg.More = append(cfg.More, t.layout(base).WithDefaults())
+		}
+	}
+	return cfg.WithDefaults()
+}
+
+// Layout returns the outbox table named name (schema.table; a bare name is
+// in public), or with name empty the only one: for a command that works on
+// one table. Several tables and no name is an error that lists them.
+func (c *Config) Layout(name string) (decoder.Layout, error) {
+	ls := c.OutboxConfig().Layouts()
+	var names []string
+	for _, l := range ls {
+		names = append(names, l.Name())
+	}
+	if name == "" {
+		if len(ls) == 1 {
+			return ls[0], nil
+		}
+		return decoder.Layout{}, fmt.Errorf("there are several outbox tables (%s): name one with --table", strings.Join(names, ", "))
+	}
+	schema, table, _ := splitTable(name)
+	for _, l := range ls {
+		if l.Schema == schema && l.Table == table {
+			return l, nil
+		}
+	}
+	return decoder.Layout{}, fmt.Errorf("--table %s is not an outbox table of the configuration (%s)", name, strings.Join(names, ", "))
 }
 
 // PublicationSpec is what the publication pub must publish.
@@ -57,12 +93,9 @@ func (c *Config) RelayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, 
 
 // Table splits postgres.table into schema and name; a bare name is in public.
 func (c *Config) Table() (schema, name string, err error) {
-	parts := strings.Split(c.Postgres.Table, ".")
-	switch {
-	case len(parts) == 1 && parts[0] != "":
-		return "public", parts[0], nil
-	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
-		return parts[0], parts[1], nil
+	schema, name, ok := splitTable(c.Postgres.Table)
+	if !ok {
+		return "", "", fmt.Errorf("postgres.table %q: want schema.table", c.Postgres.Table)
 	}
-	return "", "", fmt.Errorf("postgres.table %q: want schema.table", c.Postgres.Table)
+	return schema, name, nil
 }

@@ -157,17 +157,28 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	sc := sink.Config{
 		KeyFormat: kf, ValueFormat: vf,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
-		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty, PlacedPartitions: cfg.Outbox.PartitionColumn != "",
+		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty,
 		Compression: k.Compression, Linger: linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),
 		MaxBufferedRecords: k.MaxBufferedRecords, MaxBufferedBytes: k.MaxBufferedBytes,
 		DisableAutoCreateTopics: !k.AutoCreateTopics, Logger: log,
 		Opts: sec, ProducerOpts: extra,
 	}
+	for _, l := range cfg.OutboxConfig().Layouts() {
+		sc.PlacedPartitions = sc.PlacedPartitions || l.PartitionColumn != ""
+	}
+	for _, t := range cfg.Outbox.Tables {
+		if t.Topic != "" {
+			if sc.Routes == nil {
+				sc.Routes = map[string]sink.Route{}
+			}
+			schema, name, _ := splitTable(t.Table)
+			sc.Routes[schema+"."+name] = sink.Route{Topic: t.Topic, TopicRegex: t.TopicRegex}
+		}
+	}
 	if k.CloudEvents != "" {
 		sc.CloudEvents, sc.CloudEventsSource = k.CloudEvents, k.CloudEventsSource
 		if sc.CloudEventsSource == "" {
-			schema, table, _ := cfg.Table()
-			sc.CloudEventsSource = "/" + schema + "." + table
+			sc.CloudEventsSource = "/{table}"
 			if pc, err := pgconn.ParseConfig(cfg.Postgres.DSN); err == nil {
 				sc.CloudEventsSource = "/" + pc.Database + sc.CloudEventsSource
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -56,8 +57,9 @@ type Columns struct {
 	Payload       string // Kafka value; NULL gives a tombstone. Default "payload".
 }
 
-// Config configures a Decoder. Zero values mean the defaults.
-type Config struct {
+// Layout is one outbox table and how its columns map onto an event. Zero
+// values mean the defaults.
+type Layout struct {
 	// Schema and Table name the outbox table. Default public.outbox.
 	Schema, Table string
 	// RelationID is the outbox table's OID, if known. A Relation message is
@@ -87,6 +89,38 @@ type Config struct {
 	// tracing.span.context.field holds). It becomes the traceparent and
 	// tracestate headers; a value without a valid traceparent gives none.
 	TraceColumn string
+}
+
+// Name is the table's schema.table: the Source of its events.
+func (l Layout) Name() string { return l.Schema + "." + l.Table }
+
+// WithDefaults returns l with its empty fields set to the defaults.
+func (l Layout) WithDefaults() Layout {
+	if l.Schema == "" {
+		l.Schema = "public"
+	}
+	if l.Table == "" {
+		l.Table = "outbox"
+	}
+	c := &l.Columns
+	for _, f := range []struct {
+		p   *string
+		def string
+	}{{&c.ID, "id"}, {&c.AggregateType, "aggregatetype"}, {&c.AggregateID, "aggregateid"}, {&c.Type, "type"}, {&c.Payload, "payload"}} {
+		if *f.p == "" {
+			*f.p = f.def
+		}
+	}
+	return l
+}
+
+// Config configures a Decoder. Zero values mean the defaults.
+type Config struct {
+	// Layout is the outbox table (the first, when there are several).
+	Layout
+	// More are further outbox tables read from the same stream, each with
+	// its own layout; their Table must be set.
+	More []Layout
 	// MessagePrefix is the logical decoding message prefix whose messages
 	// become events. Default "walrelay". Messages with the prefix
 	// MessagePrefix+".heartbeat" are ignored as heartbeats.
@@ -94,6 +128,16 @@ type Config struct {
 	// IgnoredPrefixes are prefixes of other programs' logical decoding
 	// messages, ignored. A message under any other prefix is an error.
 	IgnoredPrefixes []string
+}
+
+// Layouts returns every outbox table of cfg, the first first, defaults
+// filled in.
+func (cfg Config) Layouts() []Layout {
+	ls := make([]Layout, 0, 1+len(cfg.More))
+	for _, l := range append([]Layout{cfg.Layout}, cfg.More...) {
+		ls = append(ls, l.WithDefaults())
+	}
+	return ls
 }
 
 // Message is what one pgoutput message decodes to: Begin, Commit,
@@ -137,7 +181,7 @@ func (Ignored) isMessage() {}
 // Decoder decodes one replication stream. It is not safe for concurrent use.
 type Decoder struct {
 	cfg       Config
-	source    string
+	layouts   []Layout // cfg.Layouts()
 	heartbeat string
 	ignored   map[string]bool // IgnoredPrefixes
 	rels      map[uint32]*relation
@@ -151,6 +195,7 @@ type Decoder struct {
 type relation struct {
 	name    string // schema.table as the Relation message gave it
 	outbox  bool
+	source  string // the outbox table's configured schema.table: Event.Source
 	cols    []*pglogrepl.RelationMessageColumn
 	id      int // column indexes of the required columns
 	aggType int
@@ -168,21 +213,7 @@ type relation struct {
 
 // WithDefaults returns cfg with its empty fields set to the defaults.
 func (cfg Config) WithDefaults() Config {
-	if cfg.Schema == "" {
-		cfg.Schema = "public"
-	}
-	if cfg.Table == "" {
-		cfg.Table = "outbox"
-	}
-	c := &cfg.Columns
-	for _, f := range []struct {
-		p   *string
-		def string
-	}{{&c.ID, "id"}, {&c.AggregateType, "aggregatetype"}, {&c.AggregateID, "aggregateid"}, {&c.Type, "type"}, {&c.Payload, "payload"}} {
-		if *f.p == "" {
-			*f.p = f.def
-		}
-	}
+	cfg.Layout = cfg.Layout.WithDefaults()
 	if cfg.MessagePrefix == "" {
 		cfg.MessagePrefix = "walrelay"
 	}
@@ -199,16 +230,29 @@ func New(cfg Config) (*Decoder, error) {
 		}
 		ignored[p] = true
 	}
-	seen := map[string]bool{}
-	for _, h := range cfg.HeaderColumns {
-		if h == "" || seen[h] {
-			return nil, fmt.Errorf("header column %q: empty or listed twice", h)
+	tables := map[string]bool{}
+	for i, l := range cfg.More {
+		if l.Table == "" {
+			return nil, fmt.Errorf("outbox table %d: no table name", i+2)
 		}
-		seen[h] = true
+	}
+	layouts := cfg.Layouts()
+	for _, l := range layouts {
+		if tables[l.Name()] {
+			return nil, fmt.Errorf("outbox table %s: listed twice", l.Name())
+		}
+		tables[l.Name()] = true
+		seen := map[string]bool{}
+		for _, h := range l.HeaderColumns {
+			if h == "" || seen[h] {
+				return nil, fmt.Errorf("header column %q of %s: empty or listed twice", h, l.Name())
+			}
+			seen[h] = true
+		}
 	}
 	return &Decoder{
 		cfg:       cfg,
-		source:    cfg.Schema + "." + cfg.Table,
+		layouts:   layouts,
 		heartbeat: cfg.MessagePrefix + ".heartbeat",
 		ignored:   ignored,
 		rels:      map[uint32]*relation{},
@@ -305,7 +349,8 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, m pglogrepl.Message) (Message, 
 
 func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 	r := &relation{name: m.Namespace + "." + m.RelationName, cols: m.Columns}
-	if m.RelationID != d.cfg.RelationID && (m.Namespace != d.cfg.Schema || m.RelationName != d.cfg.Table) {
+	l := d.layoutOf(m)
+	if l == nil {
 		// Not an error yet: publishing via the root, pgoutput describes
 		// the partition too before a row of it, which it then sends as
 		// the root's. A row of this relation is the error (insert).
@@ -313,15 +358,16 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 		return nil
 	}
 	r.outbox = true
+	r.source = l.Name()
 	index := func(name string) (int, error) {
 		for i, c := range m.Columns {
 			if c.Name == name {
 				return i, nil
 			}
 		}
-		return -1, fmt.Errorf("table %s has no column %q: %w", d.source, name, ErrMissingColumn)
+		return -1, fmt.Errorf("table %s has no column %q: %w", r.source, name, ErrMissingColumn)
 	}
-	c := d.cfg.Columns
+	c := l.Columns
 	var err error
 	for _, f := range []struct {
 		p    *int
@@ -331,7 +377,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 			return err
 		}
 	}
-	for _, h := range d.cfg.HeaderColumns {
+	for _, h := range l.HeaderColumns {
 		i, err := index(h)
 		if err != nil {
 			return err
@@ -345,31 +391,48 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 		r.payloadBytes = true
 	}
 	r.part, r.stamp, r.trace = -1, -1, -1
-	if name := d.cfg.TraceColumn; name != "" {
+	if name := l.TraceColumn; name != "" {
 		if r.trace, err = index(name); err != nil {
 			return err
 		}
 		if t := m.Columns[r.trace].DataType; t != oidText && t != oidVarchar && t != oidBpchar {
-			return fmt.Errorf("the trace column %q of %s is of type oid %d: it must be text or varchar", name, d.source, t)
+			return fmt.Errorf("the trace column %q of %s is of type oid %d: it must be text or varchar", name, r.source, t)
 		}
 	}
-	if name := d.cfg.PartitionColumn; name != "" {
+	if name := l.PartitionColumn; name != "" {
 		if r.part, err = index(name); err != nil {
 			return err
 		}
 		if t := m.Columns[r.part].DataType; t != oidInt2 && t != oidInt4 && t != oidInt8 {
-			return fmt.Errorf("the partition column %q of %s is of type oid %d: it must be smallint, integer or bigint", name, d.source, t)
+			return fmt.Errorf("the partition column %q of %s is of type oid %d: it must be smallint, integer or bigint", name, r.source, t)
 		}
 	}
-	if name := d.cfg.TimestampColumn; name != "" {
+	if name := l.TimestampColumn; name != "" {
 		if r.stamp, err = index(name); err != nil {
 			return err
 		}
 		if t := m.Columns[r.stamp].DataType; t != oidTimestamp && t != oidTimestamptz && t != oidDate {
-			return fmt.Errorf("the timestamp column %q of %s is of type oid %d: it must be timestamp, timestamptz or date", name, d.source, t)
+			return fmt.Errorf("the timestamp column %q of %s is of type oid %d: it must be timestamp, timestamptz or date", name, r.source, t)
 		}
 	}
 	d.rels[m.RelationID] = r
+	return nil
+}
+
+// layoutOf returns the layout of the outbox table m describes, nil when m
+// is of another table. The id wins over the name: a table renamed keeps its
+// id, and another table may have taken its name.
+func (d *Decoder) layoutOf(m *pglogrepl.RelationMessage) *Layout {
+	for i := range d.layouts {
+		if l := &d.layouts[i]; l.RelationID != 0 && l.RelationID == m.RelationID {
+			return l
+		}
+	}
+	for i := range d.layouts {
+		if l := &d.layouts[i]; l.Schema == m.Namespace && l.Table == m.RelationName {
+			return l
+		}
+	}
 	return nil
 }
 
@@ -384,4 +447,13 @@ func (d *Decoder) newEvent(walStart pglogrepl.LSN, source string) *event.Event {
 		CommitTime:    d.txn.CommitTime,
 		Transactional: true,
 	}
+}
+
+// names lists the outbox tables, for an error.
+func (d *Decoder) names() string {
+	names := make([]string, len(d.layouts))
+	for i, l := range d.layouts {
+		names[i] = l.Name()
+	}
+	return strings.Join(names, ", ")
 }

@@ -34,7 +34,7 @@ const testID = "0b8c2a6e-5d36-4d43-9f53-6c0f3c7f1a11"
 
 func newDecoder(t *testing.T) *Decoder {
 	t.Helper()
-	d, err := New(Config{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}})
+	d, err := New(Config{Layout: Layout{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestWhatCouldHideAnEventStops(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			d, err := New(Config{RelationID: 1, MessagePrefix: "orders"})
+			d, err := New(Config{Layout: Layout{RelationID: 1}, MessagePrefix: "orders"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +220,7 @@ func TestWhatCouldHideAnEventStops(t *testing.T) {
 // partitioned outbox seen through a view of another name) is the outbox.
 func TestOutboxKnownByItsID(t *testing.T) {
 	t.Parallel()
-	d, err := New(Config{RelationID: 4242})
+	d, err := New(Config{Layout: Layout{RelationID: 4242}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func TestPartitionAndTimestampColumns(t *testing.T) {
 		{s("day"), s("0"), nil, s("2026-12-03"), 0, true, time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC), ""},
 		{s("at"), s("1"), s("03.12.2026"), nil, 1, true, time.Time{}, "not in ISO form"},
 	} {
-		d, err := New(Config{PartitionColumn: "shard", TimestampColumn: *c.stampCol})
+		d, err := New(Config{Layout: Layout{PartitionColumn: "shard", TimestampColumn: *c.stampCol}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -409,7 +409,7 @@ func TestPartitionAndTimestampColumns(t *testing.T) {
 			t.Fatalf("%+v: invalid %v", c, e.Invalid)
 		}
 	}
-	for _, cfg := range []Config{{PartitionColumn: "at"}, {TimestampColumn: "shard"}, {PartitionColumn: "nope"}} {
+	for _, cfg := range []Config{{Layout: Layout{PartitionColumn: "at"}}, {Layout: Layout{TimestampColumn: "shard"}}, {Layout: Layout{PartitionColumn: "nope"}}} {
 		d, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -442,7 +442,7 @@ func TestTraceColumn(t *testing.T) {
 		{s("tracestate=a\\=b"), "", ""}, // no traceparent
 		{nil, "", ""},
 	} {
-		d, err := New(Config{TraceColumn: "trace"})
+		d, err := New(Config{Layout: Layout{TraceColumn: "trace"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -72,17 +72,17 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (Message, error) {
 		return nil, fmt.Errorf("insert into relation %d before its Relation message", rel)
 	}
 	if !r.outbox {
-		return nil, fmt.Errorf("%w: a row of %s (oid %d), which is not %s: if it is a partition of the outbox, publish via the root "+
+		return nil, fmt.Errorf("%w: a row of %s (oid %d), which is not %s: if it is a partition of an outbox, publish via the root "+
 			"(ALTER PUBLICATION … SET (publish_via_partition_root = true)); otherwise drop it from the publication",
-			ErrUnexpectedRelation, r.name, rel, d.source)
+			ErrUnexpectedRelation, r.name, rel, d.names())
 	}
 	if !d.inTxn {
 		return nil, errors.New("insert outside a transaction")
 	}
 	if len(vals) != len(r.cols) {
-		return nil, fmt.Errorf("insert into %s: tuple of %d columns, relation of %d", d.source, len(vals), len(r.cols))
+		return nil, fmt.Errorf("insert into %s: tuple of %d columns, relation of %d", r.source, len(vals), len(r.cols))
 	}
-	return EventMessage{d.tupleEvent(r, vals, d.newEvent(walStart, d.source))}, nil
+	return EventMessage{d.tupleEvent(r, vals, d.newEvent(walStart, r.source))}, nil
 }
 
 // tupleEvent fills e from an outbox row's values.

@@ -27,11 +27,11 @@ type RowReader struct {
 	vals []tupleValue
 }
 
-// NewRowReader returns a RowReader of the outbox table of cfg whose
-// columns, in the order of the values given to Event, are cols. A required
-// or header column missing from cols is an error.
-func NewRowReader(cfg Config, cols []Column) (*RowReader, error) {
-	d, err := New(cfg)
+// NewRowReader returns a RowReader of the outbox table of l whose columns,
+// in the order of the values given to Event, are cols. A required or header
+// column missing from cols is an error.
+func NewRowReader(l Layout, cols []Column) (*RowReader, error) {
+	d, err := New(Config{Layout: l})
 	if err != nil {
 		return nil, err
 	}
@@ -60,5 +60,5 @@ func (rr *RowReader) Event(vals [][]byte) (*event.Event, error) {
 			rr.vals = append(rr.vals, tupleValue{kind: 't', data: v})
 		}
 	}
-	return rr.d.tupleEvent(rr.r, rr.vals, &event.Event{Source: rr.d.source, Transactional: true}), nil
+	return rr.d.tupleEvent(rr.r, rr.vals, &event.Event{Source: rr.r.source, Transactional: true}), nil
 }

@@ -47,16 +47,19 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 
 // Result says what Apply found and did.
 type Result struct {
-	TableCreated bool // false: the table existed
+	Created []string // the outbox tables created, schema.table; tables that existed are left as they are
 }
 
-// Apply creates the outbox table of o, the layout the decoder reads (if
+// tableMigration is the migration that creates an outbox table: applied for
+// each table of several, the others once, in the first table's schema.
+const tableMigration = "0001_outbox.sql"
+
+// Apply creates each outbox table of o, the layout the decoder reads (if
 // missing; an existing table is left as it is), and the helper function in
-// its schema emitting under o's message prefix, in one transaction. Empty
-// fields of o take the decoder's defaults.
+// the first table's schema emitting under o's message prefix, in one
+// transaction. Empty fields of o take the decoder's defaults.
 func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error) {
 	o = o.WithDefaults()
-	schema, table, c := o.Schema, o.Table, o.Columns
 	var res Result
 	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
@@ -71,30 +74,39 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
 		return res, fmt.Errorf("take migration lock: %w", err)
 	}
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, table}.Sanitize()).Scan(&exists); err != nil {
-		return res, fmt.Errorf("look up table %s.%s: %w", schema, table, err)
-	}
-	var headers strings.Builder
-	for _, h := range o.HeaderColumns {
-		headers.WriteString(",\n    " + pgx.Identifier{h}.Sanitize() + " text")
-	}
-	for _, x := range []struct{ name, typ string }{{o.PartitionColumn, "integer"}, {o.TimestampColumn, "timestamptz"}, {o.TraceColumn, "text"}} {
-		if x.name != "" && !slices.Contains(o.HeaderColumns, x.name) {
-			headers.WriteString(",\n    " + pgx.Identifier{x.name}.Sanitize() + " " + x.typ)
+	for i, l := range o.Layouts() {
+		schema, table, c := l.Schema, l.Table, l.Columns
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, table}.Sanitize()).Scan(&exists); err != nil {
+			return res, fmt.Errorf("look up table %s.%s: %w", schema, table, err)
 		}
-	}
-	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(), "{{schema}}", pgx.Identifier{schema}.Sanitize(),
-		"{{id}}", pgx.Identifier{c.ID}.Sanitize(), "{{aggregatetype}}", pgx.Identifier{c.AggregateType}.Sanitize(),
-		"{{aggregateid}}", pgx.Identifier{c.AggregateID}.Sanitize(), "{{type}}", pgx.Identifier{c.Type}.Sanitize(),
-		"{{payload}}", pgx.Identifier{c.Payload}.Sanitize(), "{{header_columns}}", headers.String(), "{{prefix}}", quoteLiteral(o.MessagePrefix))
-	if err := run(ctx, tx, files, names, r); err != nil {
-		return res, err
+		var headers strings.Builder
+		for _, h := range l.HeaderColumns {
+			headers.WriteString(",\n    " + pgx.Identifier{h}.Sanitize() + " text")
+		}
+		for _, x := range []struct{ name, typ string }{{l.PartitionColumn, "integer"}, {l.TimestampColumn, "timestamptz"}, {l.TraceColumn, "text"}} {
+			if x.name != "" && !slices.Contains(l.HeaderColumns, x.name) {
+				headers.WriteString(",\n    " + pgx.Identifier{x.name}.Sanitize() + " " + x.typ)
+			}
+		}
+		r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(), "{{schema}}", pgx.Identifier{schema}.Sanitize(),
+			"{{id}}", pgx.Identifier{c.ID}.Sanitize(), "{{aggregatetype}}", pgx.Identifier{c.AggregateType}.Sanitize(),
+			"{{aggregateid}}", pgx.Identifier{c.AggregateID}.Sanitize(), "{{type}}", pgx.Identifier{c.Type}.Sanitize(),
+			"{{payload}}", pgx.Identifier{c.Payload}.Sanitize(), "{{header_columns}}", headers.String(), "{{prefix}}", quoteLiteral(o.MessagePrefix))
+		apply := names
+		if i > 0 {
+			apply = []string{tableMigration}
+		}
+		if err := run(ctx, tx, files, apply, r); err != nil {
+			return res, err
+		}
+		if !exists {
+			res.Created = append(res.Created, l.Name())
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("commit migrations: %w", err)
 	}
-	res.TableCreated = !exists
 	return res, nil
 }
 

@@ -41,10 +41,10 @@ type Event struct {
 // layout (public.outbox, Debezium's column names, jsonb payload).
 type Config struct {
 	// Layout names the outbox table, its columns and its header columns,
-	// as walrelay's outbox.* settings do (decoder.Config is that
-	// configuration); empty fields take walrelay's defaults. Only Schema,
-	// Table, Columns and HeaderColumns are used.
-	Layout decoder.Config
+	// as walrelay's outbox.* settings (or an entry of outbox.tables) do;
+	// empty fields take walrelay's defaults. Only Schema, Table, Columns
+	// and HeaderColumns are used.
+	Layout decoder.Layout
 	// RawPayload is for a payload column of type text or bytea: the
 	// payload is written as given, not checked as JSON.
 	RawPayload bool

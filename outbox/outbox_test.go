@@ -19,7 +19,7 @@ import (
 
 // setup starts a server and creates the outbox table of layout l, as
 // walrelay migrate does.
-func setup(t *testing.T, l decoder.Config) *pgx.Conn {
+func setup(t *testing.T, l decoder.Layout) *pgx.Conn {
 	t.Helper()
 	pg := pgtest.Start(t)
 	conn, err := pgx.Connect(t.Context(), pg.DSN)
@@ -32,7 +32,7 @@ func setup(t *testing.T, l decoder.Config) *pgx.Conn {
 			t.Fatal(err)
 		}
 	}
-	if _, err := migrations.Apply(t.Context(), conn, l); err != nil {
+	if _, err := migrations.Apply(t.Context(), conn, decoder.Config{Layout: l}); err != nil {
 		t.Fatal(err)
 	}
 	return conn
@@ -52,7 +52,7 @@ func count(t *testing.T, conn *pgx.Conn, table string) int {
 // rolls back, they are not. With pgx and with database/sql.
 func TestWriteCommitsWithTheTransaction(t *testing.T) {
 	t.Parallel()
-	conn := setup(t, decoder.Config{})
+	conn := setup(t, decoder.Layout{})
 	ctx := t.Context()
 	order := outbox.Event{AggregateType: "order", AggregateID: "o-1", Type: "OrderCreated", Payload: []byte(`{"total": 12.50}`)}
 
@@ -152,10 +152,10 @@ func TestWriteCommitsWithTheTransaction(t *testing.T) {
 // usable.
 func TestWriteRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	conn := setup(t, decoder.Config{HeaderColumns: []string{"trace_id"}})
+	conn := setup(t, decoder.Layout{HeaderColumns: []string{"trace_id"}})
 	ctx := t.Context()
 	good := outbox.Event{AggregateType: "order", AggregateID: "o-1", Type: "OrderCreated", Payload: []byte(`{}`), Headers: map[string]string{"trace_id": "t-1"}}
-	w, err := outbox.New(outbox.Config{Layout: decoder.Config{HeaderColumns: []string{"trace_id"}}})
+	w, err := outbox.New(outbox.Config{Layout: decoder.Layout{HeaderColumns: []string{"trace_id"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestWriteRefusesBadInput(t *testing.T) {
 // inserted (a trigger counts them) and deleted in the same transaction.
 func TestWriteToAnotherLayout(t *testing.T) {
 	t.Parallel()
-	l := decoder.Config{Schema: "app", Table: "events", HeaderColumns: []string{"tenant"},
+	l := decoder.Layout{Schema: "app", Table: "events", HeaderColumns: []string{"tenant"},
 		Columns: decoder.Columns{ID: "event_id", AggregateType: "kind", AggregateID: "key", Type: "event_type", Payload: "body"}}
 	conn := setup(t, l)
 	ctx := t.Context()

@@ -32,6 +32,7 @@ type DeadLetter struct {
 	Reason        string
 	Error         string
 	OriginalTopic string // the topic it was meant for, if known
+	Table         string // the outbox table of the event (schema.table; message for walrelay_emit)
 	WALStart      string // the row's position in the WAL
 	Time          time.Time
 	Size          int  // the value's bytes
@@ -65,7 +66,7 @@ func ReadDLQ(ctx context.Context, opts []kgo.Opt, topic string, since time.Time,
 			return nil
 		}
 		d := DeadLetter{Partition: r.Partition, Offset: r.Offset, ID: sink.Header(r, "id"), Reason: sink.Header(r, sink.HeaderReason),
-			Error: sink.Header(r, sink.HeaderError), OriginalTopic: sink.Header(r, sink.HeaderTopic), WALStart: sink.Header(r, sink.HeaderWALStart),
+			Error: sink.Header(r, sink.HeaderError), OriginalTopic: sink.Header(r, sink.HeaderTopic), Table: sink.Header(r, sink.HeaderSource), WALStart: sink.Header(r, sink.HeaderWALStart),
 			Time: r.Timestamp, Size: len(r.Value), Record: r}
 		d.Replayed = replayed[d.Ref()]
 		return fn(d)

@@ -37,7 +37,7 @@ func (w Window) timed() bool { return !w.Since.IsZero() || !w.Until.IsZero() }
 // Table reads the outbox table of a layout.
 type Table struct {
 	conn      *pgx.Conn
-	layout    decoder.Config
+	layout    decoder.Layout
 	tsColumn  string
 	name      string // schema.table, quoted
 	cols      []decoder.Column
@@ -49,7 +49,7 @@ type Table struct {
 // Open describes the outbox table of layout on conn, whose session it pins
 // to the replication session's text formats. timestampColumn, if set, must
 // be a timestamp or date column of the table.
-func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Config, timestampColumn string) (*Table, error) {
+func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampColumn string) (*Table, error) {
 	layout = layout.WithDefaults()
 	t := &Table{conn: conn, layout: layout, tsColumn: timestampColumn, name: pgx.Identifier{layout.Schema, layout.Table}.Sanitize()}
 	// jit off: the batches are small queries that a JIT compile would

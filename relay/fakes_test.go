@@ -293,7 +293,7 @@ func held(n int) (error, bool) { return nil, n == 1 }
 // after the start-up checks.
 func loopRelay(t *testing.T, src source, pub Publisher) *Relay {
 	t.Helper()
-	dec, err := decoder.New(decoder.Config{RelationID: outboxOID}.WithDefaults())
+	dec, err := decoder.New(decoder.Config{Layout: decoder.Layout{RelationID: outboxOID}}.WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}

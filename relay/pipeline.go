@@ -284,7 +284,7 @@ func (p *pipeline) handle(walStart pglogrepl.LSN, data []byte) error {
 				p.log.Error("an event was written ahead of an earlier event of its partition that failed and is sent again: consumers may see this aggregate's events out of order",
 					"id", m.ID, "aggregate_id", m.AggregateID, "topic", d.Topic, "partition", d.Partition)
 			}
-			p.hooks.Acked(d.Topic, d.DeadLetter, commit)
+			p.hooks.Acked(m.Source, d.Topic, d.DeadLetter, commit)
 			faultinject.Acked()
 			txn.Ack()
 		})

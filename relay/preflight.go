@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,10 +21,10 @@ import (
 // its name in the table.
 type Column struct{ Key, Role, Name string }
 
-// Columns lists the columns walrelay reads from the outbox of o (defaults
-// filled in): the required ones, the header columns, then the partition,
-// timestamp and trace columns that are configured.
-func Columns(o decoder.Config) []Column {
+// Columns lists the columns walrelay reads from the outbox table of o
+// (defaults filled in): the required ones, the header columns, then the
+// partition, timestamp and trace columns that are configured.
+func Columns(o decoder.Layout) []Column {
 	o = o.WithDefaults()
 	c := o.Columns
 	cols := []Column{
@@ -44,7 +45,7 @@ func Columns(o decoder.Config) []Column {
 }
 
 // columnNames is Columns' names.
-func columnNames(o decoder.Config) []string {
+func columnNames(o decoder.Layout) []string {
 	var names []string
 	for _, c := range Columns(o) {
 		names = append(names, c.Name)
@@ -53,55 +54,66 @@ func columnNames(o decoder.Config) []string {
 }
 
 // PublicationSpec is what the publication pub must publish for the outbox
-// of o (see replication.CheckPublication).
+// tables of o (see replication.CheckPublication).
 func PublicationSpec(o decoder.Config, pub string, allowRowFilter bool) replication.Outbox {
-	o = o.WithDefaults()
-	return replication.Outbox{Publication: pub, Schema: o.Schema, Table: o.Table, Columns: columnNames(o), AllowRowFilter: allowRowFilter}
+	spec := replication.Outbox{Publication: pub, AllowRowFilter: allowRowFilter}
+	for _, l := range o.Layouts() {
+		spec.Tables = append(spec.Tables, replication.Table{Schema: l.Schema, Name: l.Table, Columns: columnNames(l)})
+	}
+	return spec
 }
 
 // preflight checks the database before streaming, so that a mistake in the
 // configuration is one clear line at start rather than a retry loop, creates
-// what a first start needs, and returns the outbox table's oid.
-func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (uint32, error) {
+// what a first start needs, and returns the decoder's configuration with
+// the outbox tables' oids.
+func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Config, error) {
+	dcfg := cfg.Outbox.WithDefaults()
+	dcfg.More = slices.Clone(dcfg.More)
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg.ConnConfig.Copy())
 	if err != nil {
-		return 0, fmt.Errorf("postgres.dsn: connect: %w", err)
+		return dcfg, fmt.Errorf("postgres.dsn: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
 	var walLevel string
 	if err := conn.QueryRow(cctx, "SHOW wal_level").Scan(&walLevel); err != nil {
-		return 0, fmt.Errorf("read wal_level: %w", err)
+		return dcfg, fmt.Errorf("read wal_level: %w", err)
 	}
 	if walLevel != "logical" {
-		return 0, fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it", walLevel)
+		return dcfg, fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it", walLevel)
 	}
-	o := cfg.Outbox
-	if err := CheckTable(cctx, conn, o); err != nil {
-		return 0, err
+	for _, l := range append([]*decoder.Layout{&dcfg.Layout}, pointers(dcfg.More)...) {
+		*l = l.WithDefaults()
+		if err := CheckTable(cctx, conn, *l); err != nil {
+			return dcfg, err
+		}
+		if err := conn.QueryRow(cctx, "SELECT to_regclass($1)::oid", pgx.Identifier{l.Schema, l.Table}.Sanitize()).Scan(&l.RelationID); err != nil {
+			return dcfg, fmt.Errorf("read the oid of %s: %w", l.Name(), err)
+		}
 	}
-	if err := CheckEmitFunction(cctx, conn, o.Schema, o.MessagePrefix); err != nil {
-		return 0, err
+	if err := CheckEmitFunction(cctx, conn, dcfg.Schema, dcfg.MessagePrefix); err != nil {
+		return dcfg, err
 	}
-	var oid uint32
-	if err := conn.QueryRow(cctx, "SELECT to_regclass($1)::oid", pgx.Identifier{o.Schema, o.Table}.Sanitize()).Scan(&oid); err != nil {
-		return 0, fmt.Errorf("read the oid of %s.%s: %w", o.Schema, o.Table, err)
-	}
-	spec := PublicationSpec(o, cfg.Publication, cfg.AllowRowFilter)
+	spec := PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter)
 	if cfg.CreateSlot {
 		// The publication first: a slot only sees a publication created
 		// before the changes it decodes.
-		created, err := replication.EnsurePublication(cctx, conn, spec)
+		created, added, err := replication.EnsurePublication(cctx, conn, spec)
+		for _, t := range added {
+			log.Warn("added an outbox table to the publication: rows written to it before now are not in the stream (walrelay replay --table can send them)",
+				"publication", cfg.Publication, "table", t)
+		}
 		if err != nil {
-			return 0, err
+			return dcfg, err
 		}
 		if created {
-			log.Info("created publication", "publication", cfg.Publication, "table", o.Schema+"."+o.Table)
+			log.Info("created publication", "publication", cfg.Publication, "tables", spec.Names())
 		}
 		created, err = replication.EnsureSlot(cctx, conn, cfg.Slot, cfg.Publication, false)
 		if err != nil {
-			return 0, err
+			return dcfg, err
 		}
 		if created {
 			log.Info("created replication slot", "slot", cfg.Slot)
@@ -110,26 +122,26 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (uint32, erro
 			log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
 				"slot", cfg.Slot, "publication", cfg.Publication)
 		}
-		return oid, nil
+		return dcfg, nil
 	}
 	problems, err := replication.CheckPublication(cctx, conn, spec)
 	if errors.Is(err, replication.ErrPublicationMissing) {
-		return 0, fmt.Errorf("publication %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Publication)
+		return dcfg, fmt.Errorf("publication %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Publication)
 	}
 	if err != nil {
-		return 0, err
+		return dcfg, err
 	}
 	if len(problems) > 0 {
-		return 0, fmt.Errorf("publication %s: %s", cfg.Publication, strings.Join(problems, "; "))
+		return dcfg, fmt.Errorf("publication %s: %s", cfg.Publication, strings.Join(problems, "; "))
 	}
 	var slotOK bool
 	if err := conn.QueryRow(cctx, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", cfg.Slot).Scan(&slotOK); err != nil {
-		return 0, fmt.Errorf("look up slot %s: %w", cfg.Slot, err)
+		return dcfg, fmt.Errorf("look up slot %s: %w", cfg.Slot, err)
 	}
 	if !slotOK {
-		return 0, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Slot)
+		return dcfg, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Slot)
 	}
-	return oid, nil
+	return dcfg, nil
 }
 
 // CheckEmitFunction refuses a walrelay_emit function in schema that emits
@@ -153,7 +165,7 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, schema, prefix strin
 
 // CheckTable checks that the outbox table of o exists with every column
 // walrelay reads, none of them generated.
-func CheckTable(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
+func CheckTable(ctx context.Context, conn *pgx.Conn, o decoder.Layout) error {
 	o = o.WithDefaults()
 	schema, table := o.Schema, o.Table
 	names, cols, err := TableColumns(ctx, conn, schema, table)
@@ -161,7 +173,7 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
 		return fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 	}
 	if len(names) == 0 {
-		return fmt.Errorf("postgres.table: table %s.%s does not exist (create it with walrelay migrate)", schema, table)
+		return fmt.Errorf("outbox table %s.%s does not exist (create it with walrelay migrate)", schema, table)
 	}
 	for _, need := range Columns(o) {
 		if _, ok := cols[need.Name]; !ok {
@@ -184,7 +196,7 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
 // GeneratedColumns lists the columns walrelay reads that are GENERATED:
 // pgoutput leaves them out of what it sends (before PostgreSQL 18, and there
 // unless asked), so their rows would stop the stream.
-func GeneratedColumns(ctx context.Context, conn *pgx.Conn, o decoder.Config) ([]string, error) {
+func GeneratedColumns(ctx context.Context, conn *pgx.Conn, o decoder.Layout) ([]string, error) {
 	o = o.WithDefaults()
 	var generated []string
 	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') FROM pg_attribute
@@ -212,4 +224,13 @@ func TableColumns(ctx context.Context, conn *pgx.Conn, schema, table string) ([]
 		return nil
 	})
 	return names, types, err
+}
+
+// pointers returns a pointer to each element of s.
+func pointers[T any](s []T) []*T {
+	ps := make([]*T, len(s))
+	for i := range s {
+		ps[i] = &s[i]
+	}
+	return ps
 }

@@ -68,9 +68,10 @@ type Config struct {
 type Hooks struct {
 	// Transaction is called for each transaction received.
 	Transaction func()
-	// Acked is called for each event Kafka acknowledged: on its topic, or
-	// on the dead-letter topic for the reason deadLetter.
-	Acked func(topic, deadLetter string, commitTime time.Time)
+	// Acked is called for each event Kafka acknowledged: of its outbox
+	// table (Event.Source), on its topic, or on the dead-letter topic for
+	// the reason deadLetter.
+	Acked func(table, topic, deadLetter string, commitTime time.Time)
 	// PublishError is called for a publish that failed, by kind: "transient"
 	// (the stream restarts) or "fatal" (the relay stops). A record failed
 	// only because an earlier one did is not counted.
@@ -88,7 +89,7 @@ func (h *Hooks) defaults() {
 		h.Transaction = func() {}
 	}
 	if h.Acked == nil {
-		h.Acked = func(string, string, time.Time) {}
+		h.Acked = func(string, string, string, time.Time) {}
 	}
 	if h.PublishError == nil {
 		h.PublishError = func(string) {}
@@ -189,7 +190,7 @@ func New(cfg Config) (*Relay, error) {
 // (preflight) and creates what a first start needs.
 func (r *Relay) Run(ctx context.Context) error {
 	cfg := &r.cfg
-	oid, err := preflight(ctx, cfg, r.log)
+	dcfg, err := preflight(ctx, cfg, r.log)
 	if err != nil {
 		if r.sink != nil {
 			r.sink.Close()
@@ -202,8 +203,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	defer r.sink.Close()
-	dcfg := cfg.Outbox
-	dcfg.RelationID = oid
 	if r.p.dec, err = decoder.New(dcfg); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -223,17 +222,22 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	var bg sync.WaitGroup
 	defer bg.Wait()
-	schema, table := cfg.Outbox.Schema, cfg.Outbox.Table
 	// An unlogged partition attached while walrelay runs: its rows never
 	// reach the WAL. Checked every 5 s; it stops the relay, which can do
 	// nothing else for them.
+	layouts := dcfg.Layouts()
 	bg.Go(func() {
 		Periodically(runCtx, cfg.ConnConfig, 5*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
-			problems, err := replication.UnloggedPartitions(ctx, conn, schema, table)
-			if err == nil && len(problems) > 0 {
-				r.p.fail(fmt.Errorf("%s (rows written to it since it was attached or set unlogged are in the table only)", strings.Join(problems, "; ")))
+			for _, l := range layouts {
+				problems, err := replication.UnloggedPartitions(ctx, conn, l.Schema, l.Table)
+				if err != nil {
+					return err
+				}
+				if len(problems) > 0 {
+					r.p.fail(fmt.Errorf("%s (rows written to it since it was attached or set unlogged are in the table only)", strings.Join(problems, "; ")))
+				}
 			}
-			return err
+			return nil
 		}, func(err error) { r.log.Warn("check the outbox's partitions", "err", err) })
 	})
 	if cfg.HeartbeatInterval > 0 {

@@ -34,9 +34,9 @@ func ExampleRun() {
 	err := relay.Run(ctx, relay.Config{
 		ConnString: os.Getenv("DATABASE_URL"),
 		CreateSlot: true,
-		Outbox:     decoder.Config{Schema: "public", Table: "outbox"},
+		Outbox:     decoder.Config{Layout: decoder.Layout{Schema: "public", Table: "outbox"}},
 		Sink:       sink.Config{Brokers: []string{"localhost:9092"}},
-		Hooks: relay.Hooks{Acked: func(topic, deadLetter string, _ time.Time) {
+		Hooks: relay.Hooks{Acked: func(_, topic, deadLetter string, _ time.Time) {
 			published.Add(1)
 		}},
 	})
@@ -72,7 +72,7 @@ func TestEmbedded(t *testing.T) {
 		ConnConfig: connCfg, CreateSlot: true,
 		Sink: sink.Config{Brokers: kc.Addrs()},
 		Hooks: relay.Hooks{
-			Acked:       func(string, string, time.Time) { acked.Add(1) },
+			Acked:       func(string, string, string, time.Time) { acked.Add(1) },
 			Transaction: func() { transactions.Add(1) },
 		},
 	})
@@ -120,7 +120,7 @@ func TestErrorDuringTheDrainIsReturned(t *testing.T) {
 		ConnString: pg.DSN, CreateSlot: true, ShutdownTimeout: time.Minute,
 		Sink: sink.Config{Brokers: kc.Addrs()},
 		// The stop arrives with the transaction's first acknowledged event.
-		Hooks: relay.Hooks{Acked: func(string, string, time.Time) {
+		Hooks: relay.Hooks{Acked: func(string, string, string, time.Time) {
 			if once.CompareAndSwap(false, true) {
 				cancel()
 			}

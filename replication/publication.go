@@ -38,38 +38,69 @@ func ValidPublicationName(s string) bool {
 	return len(s) >= 1 && len(s) <= 63 && !strings.ContainsRune(s, 0)
 }
 
-// Outbox is what walrelay's publication must publish: the outbox table
-// alone, its inserts, every column walrelay reads.
+// Outbox is what walrelay's publication must publish: the outbox tables
+// alone, their inserts, every column walrelay reads.
 type Outbox struct {
-	Publication   string
-	Schema, Table string
-	// Columns are the columns walrelay reads: a column list of the
-	// publication must keep each.
-	Columns []string
-	// AllowRowFilter accepts a row filter on the table: a shard of a
+	Publication string
+	// Tables are the outbox tables, at least one.
+	Tables []Table
+	// AllowRowFilter accepts a row filter on the tables: a shard of a
 	// sharded outbox (every row must then match another shard's filter).
 	// A row filter drops the rows it does not match, unpublished.
 	AllowRowFilter bool
 }
 
-// EnsurePublication creates the publication for the outbox table with
+// Table is one outbox table of a publication.
+type Table struct {
+	Schema, Name string
+	// Columns are the columns walrelay reads: a column list of the
+	// publication must keep each.
+	Columns []string
+}
+
+// qualified is the table's name for an SQL statement an error suggests.
+func (t Table) qualified() string { return ident(t.Schema, t.Name) }
+
+// sanitized is the table's name quoted for SQL walrelay runs.
+func (t Table) sanitized() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// Names lists the outbox tables, comma-separated, as an SQL statement names
+// them.
+func (o Outbox) Names() string {
+	var names []string
+	for _, t := range o.Tables {
+		names = append(names, t.qualified())
+	}
+	return strings.Join(names, ", ")
+}
+
+// EnsurePublication creates the publication for the outbox tables with
 // publish = 'insert' and publish_via_partition_root = true unless it
-// exists. An existing publication must pass CheckPublication.
-func EnsurePublication(ctx context.Context, conn *pgx.Conn, o Outbox) (created bool, err error) {
+// exists. To an existing publication, it adds the outbox tables it lacks
+// (added lists them): a row written to such a table before it was added is
+// not published. An existing publication must then pass CheckPublication.
+func EnsurePublication(ctx context.Context, conn *pgx.Conn, o Outbox) (created bool, added []string, err error) {
 	if !ValidPublicationName(o.Publication) {
-		return false, fmt.Errorf("publication name %q: want 1 to 63 bytes", o.Publication)
+		return false, nil, fmt.Errorf("publication name %q: want 1 to 63 bytes", o.Publication)
+	}
+	if len(o.Tables) == 0 {
+		return false, nil, errors.New("publication " + o.Publication + ": no outbox table")
 	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", o.Publication).Scan(&exists); err != nil {
-		return false, fmt.Errorf("look up publication %s: %w", o.Publication, err)
+		return false, nil, fmt.Errorf("look up publication %s: %w", o.Publication, err)
 	}
 	if !exists {
-		if err := CheckTableOwner(ctx, conn, o.Schema, o.Table); err != nil {
-			return false, fmt.Errorf("create publication %s: %w", o.Publication, err)
+		var list []string
+		for _, t := range o.Tables {
+			if err := CheckTableOwner(ctx, conn, t.Schema, t.Name); err != nil {
+				return false, nil, fmt.Errorf("create publication %s: %w", o.Publication, err)
+			}
+			list = append(list, t.sanitized())
 		}
 		// Via the root: a partitioned outbox's rows then come as the
 		// root's, whatever partition they went to, attached later too.
-		sql := "CREATE PUBLICATION " + pgx.Identifier{o.Publication}.Sanitize() + " FOR TABLE " + pgx.Identifier{o.Schema, o.Table}.Sanitize() +
+		sql := "CREATE PUBLICATION " + pgx.Identifier{o.Publication}.Sanitize() + " FOR TABLE " + strings.Join(list, ", ") +
 			" WITH (publish = 'insert', publish_via_partition_root = true)"
 		_, err = conn.Exec(ctx, sql)
 		var pgErr *pgconn.PgError
@@ -77,34 +108,66 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, o Outbox) (created b
 			return EnsurePublication(ctx, conn, o)
 		}
 		if err != nil {
-			return false, fmt.Errorf("create publication %s for %s.%s: %w", o.Publication, o.Schema, o.Table, err)
+			return false, nil, fmt.Errorf("create publication %s for %s: %w", o.Publication, o.Names(), err)
 		}
-		return true, nil
+		return true, nil, nil
+	}
+	missing, err := missingTables(ctx, conn, o)
+	if err != nil {
+		return false, nil, err
+	}
+	for _, t := range missing {
+		if err := CheckTableOwner(ctx, conn, t.Schema, t.Name); err != nil {
+			return false, added, fmt.Errorf("add %s to publication %s: %w", t.qualified(), o.Publication, err)
+		}
+		if _, err := conn.Exec(ctx, "ALTER PUBLICATION "+pgx.Identifier{o.Publication}.Sanitize()+" ADD TABLE "+t.sanitized()); err != nil {
+			return false, added, fmt.Errorf("add %s to publication %s: %w", t.qualified(), o.Publication, err)
+		}
+		added = append(added, t.Schema+"."+t.Name)
 	}
 	problems, err := CheckPublication(ctx, conn, o)
 	if err != nil {
-		return false, err
+		return false, added, err
 	}
 	if len(problems) > 0 {
-		return false, fmt.Errorf("publication %s: %s", o.Publication, strings.Join(problems, "; "))
+		return false, added, fmt.Errorf("publication %s: %s", o.Publication, strings.Join(problems, "; "))
 	}
-	return false, nil
+	return false, added, nil
+}
+
+// missingTables lists the outbox tables an existing publication of some
+// tables does not publish; none when it publishes every table or a schema
+// (CheckPublication refuses those).
+func missingTables(ctx context.Context, conn *pgx.Conn, o Outbox) ([]Table, error) {
+	var missing []Table
+	for _, t := range o.Tables {
+		var covered bool
+		err := conn.QueryRow(ctx, `SELECT p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid)
+			OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = to_regclass($2))
+			FROM pg_publication p WHERE p.pubname = $1`, o.Publication, t.sanitized()).Scan(&covered)
+		if err != nil {
+			return nil, fmt.Errorf("read tables of publication %s: %w", o.Publication, err)
+		}
+		if !covered {
+			missing = append(missing, t)
+		}
+	}
+	return missing, nil
 }
 
 // CheckPublication lists what in an existing publication could let a row of
-// the outbox pass unpublished, each with the statement that fixes it: it
-// does not publish inserts, publishes other tables (FOR ALL TABLES, a
+// an outbox table pass unpublished, each with the statement that fixes it:
+// it does not publish inserts, publishes other tables (FOR ALL TABLES, a
 // schema, a table added by hand: their Relation messages would stop the
-// stream), does not cover the outbox, publishes a partitioned outbox under
-// its partitions' names, filters rows (unless AllowRowFilter), or leaves out
-// a column walrelay reads.
+// stream), does not cover an outbox table, publishes a partitioned outbox
+// under its partitions' names, filters rows (unless AllowRowFilter), or
+// leaves out a column walrelay reads.
 func CheckPublication(ctx context.Context, conn *pgx.Conn, o Outbox) ([]string, error) {
 	p, err := Publication(ctx, conn, o.Publication)
 	if err != nil {
 		return nil, err
 	}
 	name := ident(o.Publication)
-	qualified := ident(o.Schema, o.Table)
 	var problems []string
 	if !slices.Contains(p.Publish, "insert") {
 		ops := strings.Join(append(slices.Clone(p.Publish), "insert"), ", ")
@@ -124,65 +187,80 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, o Outbox) ([]string, 
 	if len(schemas) > 0 {
 		problems = append(problems, fmt.Sprintf("it publishes every table of schema %s: give walrelay a publication of the outbox alone (walrelay publication create NAME, then postgres.publication)", strings.Join(schemas, ", ")))
 	}
+	// The oid of each outbox table: a member is an outbox table by its oid.
+	oids := make([]uint32, len(o.Tables))
+	for i, t := range o.Tables {
+		var oid *uint32
+		if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::oid", t.sanitized()).Scan(&oid); err != nil {
+			return nil, fmt.Errorf("read the oid of %s: %w", t.qualified(), err)
+		}
+		if oid != nil {
+			oids[i] = *oid
+		}
+	}
 	type member struct {
 		rel      string
-		outbox   bool
+		oid      uint32
 		filter   bool
 		colsKept []string // nil: every column
 	}
-	rows, err = conn.Query(ctx, `SELECT r.prrelid::regclass::text, r.prrelid = to_regclass($2), r.prqual IS NOT NULL,
+	rows, err = conn.Query(ctx, `SELECT r.prrelid::regclass::text, r.prrelid::oid, r.prqual IS NOT NULL,
 		CASE WHEN r.prattrs IS NULL THEN NULL ELSE (SELECT array_agg(a.attname::text) FROM pg_attribute a WHERE a.attrelid = r.prrelid AND a.attnum = ANY (r.prattrs)) END
-		FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid WHERE p.pubname = $1 ORDER BY 1`, o.Publication, pgx.Identifier{o.Schema, o.Table}.Sanitize())
+		FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid WHERE p.pubname = $1 ORDER BY 1`, o.Publication)
 	if err != nil {
 		return nil, fmt.Errorf("read tables of publication %s: %w", o.Publication, err)
 	}
 	var members []member
 	var m member
-	if _, err := pgx.ForEachRow(rows, []any{&m.rel, &m.outbox, &m.filter, &m.colsKept}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&m.rel, &m.oid, &m.filter, &m.colsKept}, func() error {
 		members = append(members, m)
 		m.colsKept = nil
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("read tables of publication %s: %w", o.Publication, err)
 	}
-	covered := false
+	covered := make([]bool, len(o.Tables))
 	for _, m := range members {
-		if !m.outbox {
-			problems = append(problems, fmt.Sprintf("it publishes %s, which is not the outbox: ALTER PUBLICATION %s DROP TABLE %s", m.rel, name, m.rel))
+		i := slices.Index(oids, m.oid)
+		if i < 0 || m.oid == 0 {
+			problems = append(problems, fmt.Sprintf("it publishes %s, which is not an outbox table: ALTER PUBLICATION %s DROP TABLE %s", m.rel, name, m.rel))
 			continue
 		}
-		covered = true
+		covered[i] = true
+		t := o.Tables[i]
 		if m.filter && !o.AllowRowFilter {
 			problems = append(problems, fmt.Sprintf("it filters the rows of %s (a row filter): the rows it leaves out are never published. "+
-				"For a shard of a sharded outbox set postgres.allow_row_filter=true; otherwise ALTER PUBLICATION %s SET TABLE %s", qualified, name, qualified))
+				"For a shard of a sharded outbox set postgres.allow_row_filter=true; otherwise ALTER PUBLICATION %s SET TABLE %s", t.qualified(), name, o.Names()))
 		}
 		if m.colsKept != nil {
 			var missing []string
-			for _, c := range o.Columns {
+			for _, c := range t.Columns {
 				if !slices.Contains(m.colsKept, c) {
 					missing = append(missing, c)
 				}
 			}
 			if len(missing) > 0 {
-				problems = append(problems, fmt.Sprintf("its column list leaves out %s, which walrelay reads: ALTER PUBLICATION %s SET TABLE %s", strings.Join(missing, ", "), name, qualified))
+				problems = append(problems, fmt.Sprintf("its column list of %s leaves out %s, which walrelay reads: ALTER PUBLICATION %s SET TABLE %s", t.qualified(), strings.Join(missing, ", "), name, o.Names()))
 			}
 		}
 	}
-	if !covered && !p.AllTables && len(schemas) == 0 {
-		problems = append(problems, fmt.Sprintf("it does not publish the outbox %s.%s: ALTER PUBLICATION %s ADD TABLE %s", o.Schema, o.Table, name, qualified))
+	for i, t := range o.Tables {
+		if !covered[i] && !p.AllTables && len(schemas) == 0 {
+			problems = append(problems, fmt.Sprintf("it does not publish the outbox %s.%s: ALTER PUBLICATION %s ADD TABLE %s", t.Schema, t.Name, name, t.qualified()))
+		}
+		var partitioned bool
+		if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)", t.sanitized()).Scan(&partitioned); err != nil {
+			return nil, fmt.Errorf("read the kind of %s: %w", t.qualified(), err)
+		}
+		if partitioned && !p.ViaRoot {
+			problems = append(problems, fmt.Sprintf("the outbox %s is partitioned and the publication sends its rows under each partition's name: ALTER PUBLICATION %s SET (publish_via_partition_root = true)", t.qualified(), name))
+		}
+		unlogged, err := UnloggedPartitions(ctx, conn, t.Schema, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		problems = append(problems, unlogged...)
 	}
-	var partitioned bool
-	if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)", pgx.Identifier{o.Schema, o.Table}.Sanitize()).Scan(&partitioned); err != nil {
-		return nil, fmt.Errorf("read the kind of %s: %w", qualified, err)
-	}
-	if partitioned && !p.ViaRoot {
-		problems = append(problems, fmt.Sprintf("the outbox is partitioned and the publication sends its rows under each partition's name: ALTER PUBLICATION %s SET (publish_via_partition_root = true)", name))
-	}
-	unlogged, err := UnloggedPartitions(ctx, conn, o.Schema, o.Table)
-	if err != nil {
-		return nil, err
-	}
-	problems = append(problems, unlogged...)
 	return problems, nil
 }
 

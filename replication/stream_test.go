@@ -27,7 +27,7 @@ func streamed(t *testing.T, rows int) *pgtest.Server {
 	if _, err := conn.Exec(ctx, "CREATE TABLE outbox (id int PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := EnsurePublication(ctx, conn, Outbox{Publication: "walrelay_outbox", Schema: "public", Table: "outbox"}); err != nil {
+	if _, _, err := EnsurePublication(ctx, conn, Outbox{Publication: "walrelay_outbox", Tables: []Table{{Schema: "public", Name: "outbox"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := EnsureSlot(ctx, conn, "walrelay", "walrelay_outbox", false); err != nil {

@@ -25,12 +25,12 @@ func TestRegexRouting(t *testing.T) {
 		{`(x)?(order)`, "[$1]$2", "order", "[]order"}, // a group that took no part is empty
 		{`(.*)`, `lit\$\\$1`, "o", `lit$\o`},          // escapes
 	} {
-		r, err := routing(c.repl, c.regex)
+		r, err := newRoute(c.repl, c.regex)
 		if err != nil {
 			t.Fatalf("%s / %s: %v", c.regex, c.repl, err)
 		}
 		for range 2 { // the second from the cache
-			if got := r.topic(c.value); got != c.want {
+			if got := r.router.topic(c.value); got != c.want {
 				t.Fatalf("%s / %s on %q: %q, want %q", c.regex, c.repl, c.value, got, c.want)
 			}
 		}
@@ -44,7 +44,7 @@ func TestRegexRouting(t *testing.T) {
 		{`(.*)`, "t.$x", "$x"},
 		{`(.*)`, "t.${a", "without its }"},
 	} {
-		if _, err := routing(c.repl, c.regex); err == nil || !strings.Contains(err.Error(), c.err) {
+		if _, err := newRoute(c.repl, c.regex); err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Fatalf("%s / %s: %v, want %q", c.regex, c.repl, err, c.err)
 		}
 	}

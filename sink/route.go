@@ -21,21 +21,36 @@ func ValidTopic(name string) bool { return topicRe.MatchString(name) && name != 
 // CheckRouting checks a topic template, or with a regex (Config.TopicRegex)
 // the regex and its replacement, as New does.
 func CheckRouting(topic, regex string) error {
-	_, err := routing(topic, regex)
+	_, err := newRoute(topic, regex)
 	return err
 }
 
-// routing checks the routing settings and returns the regex router of
-// TopicRegex, nil for a template.
-func routing(topic, regex string) (*regexRouter, error) {
+// Route is how the events of one outbox table are routed, when not by
+// Config.Topic and Config.TopicRegex: a topic template, or with TopicRegex
+// a regex and its replacement (as Config's).
+type Route struct{ Topic, TopicRegex string }
+
+// route is a Route made ready: the template split, or the regex router.
+type route struct {
+	template string
+	parts    []string     // the template split at its placeholders: text, placeholder, text, …
+	router   *regexRouter // routes instead of parts when a regex is set
+}
+
+// newRoute checks the routing settings and returns their route.
+func newRoute(topic, regex string) (*route, error) {
 	if regex != "" {
-		return newRegexRouter(regex, topic)
+		router, err := newRegexRouter(regex, topic)
+		if err != nil {
+			return nil, err
+		}
+		return &route{template: topic, router: router}, nil
 	}
 	probe := strings.NewReplacer("{aggregatetype}", "x", "{type}", "x").Replace(topic)
 	if strings.ContainsAny(probe, "{}") || !ValidTopic(probe) {
 		return nil, fmt.Errorf("topic template %q: only {aggregatetype} and {type} may be replaced, and the rest must be legal in a topic name", topic)
 	}
-	return nil, nil
+	return &route{template: topic, parts: splitTemplate(topic)}, nil
 }
 
 // splitTemplate splits a topic template into literal text at even indexes
@@ -53,30 +68,42 @@ func splitTemplate(t string) []string {
 	}
 }
 
+// routeOf returns the route of e's table.
+func (s *Sink) routeOf(e *event.Event) *route {
+	if s.routes != nil {
+		if r, ok := s.routes[e.Source]; ok {
+			return r
+		}
+	}
+	return s.route
+}
+
 // Topic returns the topic an event is routed to.
-func (s *Sink) Topic(e *event.Event) string {
-	if s.router != nil {
-		return s.router.topic(e.AggregateType)
+func (s *Sink) Topic(e *event.Event) string { return s.routeOf(e).topic(e) }
+
+func (r *route) topic(e *event.Event) string {
+	if r.router != nil {
+		return r.router.topic(e.AggregateType)
 	}
-	if len(s.parts) == 1 {
-		return s.parts[0]
+	if len(r.parts) == 1 {
+		return r.parts[0]
 	}
-	if len(s.parts) == 3 && s.parts[2] == "" {
+	if len(r.parts) == 3 && r.parts[2] == "" {
 		// The common shape, prefix{placeholder}: one concatenation.
-		return s.parts[0] + s.field(s.parts[1], e)
+		return r.parts[0] + field(r.parts[1], e)
 	}
 	var b strings.Builder
-	for i, p := range s.parts {
+	for i, p := range r.parts {
 		if i%2 == 0 {
 			b.WriteString(p)
 		} else {
-			b.WriteString(s.field(p, e))
+			b.WriteString(field(p, e))
 		}
 	}
 	return b.String()
 }
 
-func (s *Sink) field(placeholder string, e *event.Event) string {
+func field(placeholder string, e *event.Event) string {
 	if placeholder == "{type}" {
 		return e.Type
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,10 @@ type Config struct {
 	// them ($1, ${name}); one that does not match goes to the topic of its
 	// own name.
 	TopicRegex string
+	// Routes route the events of some outbox tables otherwise, by their
+	// table (Event.Source, schema.table); the rest go by Topic and
+	// TopicRegex.
+	Routes map[string]Route
 	// TombstoneOnEmpty makes a NULL or blank payload a tombstone (a null
 	// value) in every format, as Debezium's route.tombstone.on.empty.payload.
 	TombstoneOnEmpty bool
@@ -47,7 +52,8 @@ type Config struct {
 	// content-type (application/json); the value stays the payload. An
 	// event without a type is dead-lettered (a CloudEvent must have one).
 	CloudEvents string
-	// CloudEventsSource is ce_source, a URI reference. Required with
+	// CloudEventsSource is ce_source, a URI reference, in which {table} is
+	// replaced by the event's table (Event.Source). Required with
 	// CloudEvents.
 	CloudEventsSource string
 	// PlacedPartitions lets an event carry its own partition
@@ -101,13 +107,14 @@ type Sink struct {
 	stop      func()        // ends the flusher's wait for a round
 	flushed   chan struct{} // closed when the flusher returns
 	log       *slog.Logger
-	parts     []string     // the template split at its placeholders: text, placeholder, text, …
-	router    *regexRouter // routes instead of parts when TopicRegex is set
-	counts    sync.Map     // topic name -> its partition count (int32), for placed partitions
-	topics    sync.Map     // topic name -> topicInfo, learnt at its first event
-	refused   sync.Map     // topic name -> the batch cap (int32) at which the broker refused a batch
-	suspects  suspects     // events failed by a refusal of their whole batch: send them alone
-	brokerMax atomic.Int32 // the broker's message.max.bytes; 0 until Ping read it
+	ceTable   int               // index of {table} in CloudEventsSource, or -1
+	route     *route            // Topic and TopicRegex
+	routes    map[string]*route // Routes; nil if none
+	counts    sync.Map          // topic name -> its partition count (int32), for placed partitions
+	topics    sync.Map          // topic name -> topicInfo, learnt at its first event
+	refused   sync.Map          // topic name -> the batch cap (int32) at which the broker refused a batch
+	suspects  suspects          // events failed by a refusal of their whole batch: send them alone
+	brokerMax atomic.Int32      // the broker's message.max.bytes; 0 until Ping read it
 	dataLoss  atomic.Uint64
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
@@ -155,9 +162,18 @@ func New(cfg Config) (*Sink, error) {
 	if !ValidTopic(cfg.DLQTopic) {
 		return nil, fmt.Errorf("dead-letter topic %q is not a valid Kafka topic name", cfg.DLQTopic)
 	}
-	router, err := routing(cfg.Topic, cfg.TopicRegex)
+	rt, err := newRoute(cfg.Topic, cfg.TopicRegex)
 	if err != nil {
 		return nil, err
+	}
+	var routes map[string]*route
+	for table, r := range cfg.Routes {
+		if routes == nil {
+			routes = map[string]*route{}
+		}
+		if routes[table], err = newRoute(r.Topic, r.TopicRegex); err != nil {
+			return nil, fmt.Errorf("table %s: %w", table, err)
+		}
 	}
 	switch {
 	case cfg.CloudEvents != "" && cfg.CloudEvents != "binary":
@@ -189,7 +205,7 @@ func New(cfg Config) (*Sink, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "sink")
-	s := &Sink{cfg: cfg, log: log, parts: splitTemplate(cfg.Topic), router: router}
+	s := &Sink{cfg: cfg, log: log, route: rt, routes: routes, ceTable: strings.Index(cfg.CloudEventsSource, "{table}")}
 	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
 	if cfg.PlacedPartitions {
 		partitioner = placedPartitioner{partitioner}
@@ -333,9 +349,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, done)
 		return
 	}
-	topic := s.Topic(e)
+	rt := s.routeOf(e)
+	topic := rt.topic(e)
 	if !s.topicInfoFor(ctx, topic).valid {
-		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, s.cfg.Topic), done)
+		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, rt.template), done)
 		return
 	}
 	if s.cfg.CloudEvents != "" && e.Type == "" {
@@ -465,7 +482,7 @@ func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.Rec
 	h = append(h,
 		kgo.RecordHeader{Key: "ce_specversion", Value: []byte("1.0")},
 		kgo.RecordHeader{Key: "ce_id", Value: readOnly(e.ID)},
-		kgo.RecordHeader{Key: "ce_source", Value: readOnly(s.cfg.CloudEventsSource)},
+		kgo.RecordHeader{Key: "ce_source", Value: s.ceSource(e)},
 		kgo.RecordHeader{Key: "ce_type", Value: readOnly(e.Type)},
 		kgo.RecordHeader{Key: "ce_subject", Value: readOnly(e.AggregateID)},
 		kgo.RecordHeader{Key: "content-type", Value: []byte(contentType(e))},
@@ -499,4 +516,13 @@ func readOnly(s string) []byte {
 		return []byte{} // empty, not null: Kafka tells a null key from an empty one
 	}
 	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// ceSource is the ce_source of e: CloudEventsSource with {table} replaced.
+func (s *Sink) ceSource(e *event.Event) []byte {
+	if s.ceTable < 0 {
+		return readOnly(s.cfg.CloudEventsSource)
+	}
+	src := s.cfg.CloudEventsSource
+	return []byte(src[:s.ceTable] + e.Source + src[s.ceTable+len("{table}"):])
 }

@@ -81,7 +81,7 @@ func freshServer(ctx context.Context) (*pgtest.Server, *pgx.Conn, func(), error)
 		closeAll()
 		return nil, nil, nil, err
 	}
-	if _, err := replication.EnsurePublication(ctx, conn, replication.Outbox{Publication: "walrelay_outbox", Schema: "public", Table: "outbox"}); err != nil {
+	if _, _, err := replication.EnsurePublication(ctx, conn, replication.Outbox{Publication: "walrelay_outbox", Tables: []replication.Table{{Schema: "public", Name: "outbox"}}}); err != nil {
 		closeAll()
 		return nil, nil, nil, err
 	}

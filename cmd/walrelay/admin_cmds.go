@@ -267,12 +267,15 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(a.out, "publication %s\n  publish: %s\n  tables:  %s\n", p.Name, strings.Join(p.Publish, ", "), tables)
 		return nil
 	case "create":
-		schema, table, _ := a.cfg.Table()
-		created, err := replication.EnsurePublication(ctx, conn, a.cfg.PublicationSpec(name))
+		spec := a.cfg.PublicationSpec(name)
+		created, added, err := replication.EnsurePublication(ctx, conn, spec)
 		if err != nil {
 			return err
 		}
-		return a.say(map[string]any{"name": name, "created": created}, "publication %s for %s.%s %s", name, schema, table, createdWord(created))
+		if len(added) > 0 {
+			return a.say(map[string]any{"name": name, "created": false, "added": added}, "publication %s: added %s (rows written to them before now are not in the stream)", name, strings.Join(added, ", "))
+		}
+		return a.say(map[string]any{"name": name, "created": created}, "publication %s for %s %s", name, spec.Names(), createdWord(created))
 	case "drop":
 		if !named {
 			return usageError{"publication drop: name the publication to drop"}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/config"
+	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -116,47 +117,10 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		add("replication role", "fail", "role %s lacks the REPLICATION attribute: ALTER ROLE %s REPLICATION", role, pgx.Identifier{role}.Sanitize())
 	}
 
-	schema, table, _ := cfg.Table()
-	qualified := schema + "." + table
-	_, cols, err := relay.TableColumns(cctx, conn, schema, table)
-	if err != nil {
-		add("outbox table", "fail", "read the columns of %s: %v", qualified, err)
-	}
 	pub, pubErr := replication.Publication(cctx, conn, cfg.Postgres.Publication)
-	switch {
-	case err != nil: // reported above
-	case len(cols) == 0:
-		add("outbox table", "fail", "table %s does not exist: create it with walrelay migrate, or set postgres.table", qualified)
-	default:
-		add("outbox table", "ok", "%s exists", qualified)
-		for _, c := range relay.Columns(cfg.OutboxConfig()) {
-			typ, ok := cols[c.Name]
-			switch {
-			case !ok && c.Role == "header":
-				add("column "+c.Name, "fail", "table %s has no column %q (outbox.header_columns)", qualified, c.Name)
-			case !ok:
-				add("column "+c.Name, "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.Name, c.Key, c.Key)
-			case c.Role == "header":
-			case !contains(usableTypes[c.Role], typ):
-				add("column "+c.Name, "fail", "column %q is %s; as the %s column it must be one of %s", c.Name, typ, c.Role, strings.Join(usableTypes[c.Role], ", "))
-			default:
-				add("column "+c.Name, "ok", "%s", typ)
-			}
-		}
-		if generated, err := relay.GeneratedColumns(cctx, conn, cfg.OutboxConfig()); err != nil {
-			add("generated columns", "fail", "%v", err)
-		} else if len(generated) > 0 {
-			add("generated columns", "fail", "%s GENERATED: logical replication does not send generated columns; store the value in a plain column", strings.Join(generated, ", "))
-		}
-		if err := replication.CheckTableOwner(cctx, conn, schema, table); err != nil {
-			status := "warn"
-			if pubErr != nil {
-				status = "fail" // the publication must still be created, which needs ownership
-			}
-			add("table ownership", status, "%v", err)
-		} else {
-			add("table ownership", "ok", "the role may create the publication")
-		}
+	layouts := cfg.OutboxConfig().Layouts()
+	for _, l := range layouts {
+		checkTable(cctx, conn, l, len(layouts) > 1, pubErr, add)
 	}
 
 	switch {
@@ -165,7 +129,8 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	case pubErr != nil:
 		add("publication", "fail", "%v", pubErr)
 	default:
-		problems, err := replication.CheckPublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
+		spec := cfg.PublicationSpec(cfg.Postgres.Publication)
+		problems, err := replication.CheckPublication(cctx, conn, spec)
 		switch {
 		case err != nil:
 			add("publication", "fail", "%v", err)
@@ -174,10 +139,10 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 				add("publication", "fail", "%s: %s", pub.Name, p)
 			}
 		default:
-			add("publication", "ok", "%s publishes %s alone (%s)", pub.Name, qualified, strings.Join(pub.Publish, ", "))
+			add("publication", "ok", "%s publishes %s alone (%s)", pub.Name, spec.Names(), strings.Join(pub.Publish, ", "))
 		}
 	}
-	if err := relay.CheckEmitFunction(cctx, conn, schema, cfg.Outbox.MessagePrefix); err != nil {
+	if err := relay.CheckEmitFunction(cctx, conn, layouts[0].Schema, cfg.Outbox.MessagePrefix); err != nil {
 		add("walrelay_emit", "fail", "%v", err)
 	}
 
@@ -265,4 +230,57 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// checkTable adds the checks of one outbox table: it exists, has each
+// column walrelay reads in a usable type, none generated, and the role may
+// publish it. With several tables, each check's name ends with the table's.
+func checkTable(cctx context.Context, conn *pgx.Conn, l decoder.Layout, several bool, pubErr error, add func(name, status, format string, args ...any)) {
+	schema, table, qualified := l.Schema, l.Table, l.Name()
+	// With several tables, each check names its table.
+	name := func(s string) string {
+		if several {
+			return s + " " + qualified
+		}
+		return s
+	}
+	_, cols, err := relay.TableColumns(cctx, conn, schema, table)
+	if err != nil {
+		add(name("outbox table"), "fail", "read the columns of %s: %v", qualified, err)
+	}
+	switch {
+	case err != nil: // reported above
+	case len(cols) == 0:
+		add(name("outbox table"), "fail", "table %s does not exist: create it with walrelay migrate, or set postgres.table or outbox.tables", qualified)
+	default:
+		add(name("outbox table"), "ok", "%s exists", qualified)
+		for _, c := range relay.Columns(l) {
+			typ, ok := cols[c.Name]
+			switch {
+			case !ok && c.Role == "header":
+				add(name("column "+c.Name), "fail", "table %s has no column %q (outbox.header_columns)", qualified, c.Name)
+			case !ok:
+				add(name("column "+c.Name), "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.Name, c.Key, c.Key)
+			case c.Role == "header":
+			case !contains(usableTypes[c.Role], typ):
+				add(name("column "+c.Name), "fail", "column %q is %s; as the %s column it must be one of %s", c.Name, typ, c.Role, strings.Join(usableTypes[c.Role], ", "))
+			default:
+				add(name("column "+c.Name), "ok", "%s", typ)
+			}
+		}
+		if generated, err := relay.GeneratedColumns(cctx, conn, l); err != nil {
+			add(name("generated columns"), "fail", "%v", err)
+		} else if len(generated) > 0 {
+			add(name("generated columns"), "fail", "%s GENERATED: logical replication does not send generated columns; store the value in a plain column", strings.Join(generated, ", "))
+		}
+		if err := replication.CheckTableOwner(cctx, conn, schema, table); err != nil {
+			status := "warn"
+			if pubErr != nil {
+				status = "fail" // the publication must still be created, which needs ownership
+			}
+			add(name("table ownership"), status, "%v", err)
+		} else {
+			add(name("table ownership"), "ok", "the role may create the publication")
+		}
+	}
 }

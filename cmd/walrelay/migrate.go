@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,7 +70,6 @@ func migrateInbox(ctx context.Context, cfg *config.Config, name string, stdout i
 // order (a slot sees only a publication older than the changes it decodes),
 // and says for each whether it was created or already there.
 func migrate(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
-	schema, table, _ := cfg.Table()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := connectDSN(cctx, cfg)
@@ -88,17 +88,24 @@ func migrate(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	say("table "+schema+"."+table, res.TableCreated)
-	// A table that existed is left as it is: it must have the configured
-	// layout.
-	if err := relay.CheckTable(cctx, conn, cfg.OutboxConfig()); err != nil {
-		return err
+	for _, l := range cfg.OutboxConfig().Layouts() {
+		say("table "+l.Name(), slices.Contains(res.Created, l.Name()))
+		// A table that existed is left as it is: it must have the
+		// configured layout.
+		if err := relay.CheckTable(cctx, conn, l); err != nil {
+			return err
+		}
 	}
-	created, err := replication.EnsurePublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
+	created, added, err := replication.EnsurePublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
+	for _, t := range added {
+		fmt.Fprintf(stdout, "%-40s %s\n", "publication "+cfg.Postgres.Publication, "table "+t+" added (rows written to it before now are not in the stream: walrelay replay --table "+t+" sends them)")
+	}
 	if err != nil {
 		return err
 	}
-	say("publication "+cfg.Postgres.Publication, created)
+	if len(added) == 0 {
+		say("publication "+cfg.Postgres.Publication, created)
+	}
 	created, err = replication.EnsureSlot(cctx, conn, cfg.Postgres.Slot, cfg.Postgres.Publication, false)
 	if err != nil {
 		return err

@@ -67,6 +67,7 @@ func readIDs(path string) ([]string, error) {
 type recoveryCmd struct {
 	*adminCmd
 	since, until, aggType, ids *string
+	table                      *string
 	all, yes                   *bool
 }
 
@@ -74,6 +75,7 @@ func newRecoveryCmd(name string, stdout, stderr io.Writer, window bool) *recover
 	c := &recoveryCmd{adminCmd: newAdminCmd(name, stderr, stdout)}
 	fs := c.fs
 	c.yes = fs.Bool("yes", false, "really write (without it, only say what would be done)")
+	c.table = fs.String("table", "", "the outbox table, schema.table: required when outbox.tables lists several")
 	if window {
 		c.since = fs.String("since", "", "TIME: the window's start, RFC 3339 or a duration before now (2h)")
 		c.until = fs.String("until", "", "TIME: the window's end (default: now)")
@@ -125,12 +127,21 @@ func (c *recoveryCmd) open(ctx context.Context, args []string) (*pgx.Conn, *reco
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := recovery.Open(ctx, conn, c.cfg.OutboxConfig(), c.cfg.Outbox.TimestampColumn)
+	t, err := c.openTable(ctx, conn)
 	if err != nil {
 		conn.Close(context.Background())
 		return nil, nil, err
 	}
 	return conn, t, nil
+}
+
+// openTable describes the outbox table of --table, or the only one.
+func (c *recoveryCmd) openTable(ctx context.Context, conn *pgx.Conn) (*recovery.Table, error) {
+	l, err := c.cfg.Layout(*c.table)
+	if err != nil {
+		return nil, err
+	}
+	return recovery.Open(ctx, conn, l, l.TimestampColumn)
 }
 
 // sink makes a producer as run's (at-least-once: a replay is a resend
@@ -427,10 +438,11 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		defer conn.Close(context.Background())
-		t, err := recovery.Open(ctx, conn, c.cfg.OutboxConfig(), c.cfg.Outbox.TimestampColumn)
+		t, err := c.openTable(ctx, conn)
 		if err != nil {
 			return err
 		}
+		several := len(c.cfg.OutboxConfig().Layouts()) > 1
 		sk, _, err := c.sink(ctx)
 		if err != nil {
 			return err
@@ -441,7 +453,8 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			want[id] = true
 		}
 		res, err := recovery.ReplayDLQ(ctx, t, sk, opts, topic, func(d recovery.DeadLetter) bool {
-			return (len(want) == 0 || want[d.ID]) && (*reason == "" || d.Reason == *reason)
+			return (len(want) == 0 || want[d.ID]) && (*reason == "" || d.Reason == *reason) &&
+				(!several || d.Table == t.Name() || d.Table == "message" || d.Table == "")
 		}, !*c.yes)
 		if err != nil {
 			return err

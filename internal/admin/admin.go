@@ -38,7 +38,7 @@ var streamStates = []string{"starting", "streaming", "waiting_for_slot", "reconn
 type Metrics struct {
 	reg           *prometheus.Registry
 	published     *prometheus.CounterVec
-	publishedBy   sync.Map // topic -> prometheus.Counter of published
+	publishedBy   sync.Map // tableTopic -> prometheus.Counter of published
 	deadLettered  *prometheus.CounterVec
 	publishErrors *prometheus.CounterVec
 	orderBreaks   prometheus.Counter
@@ -74,8 +74,8 @@ type Metrics struct {
 func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
-	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic."}, []string{"topic"})
-	m.deadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_dead_lettered_total", Help: "Events acknowledged on the dead-letter topic, by reason."}, []string{"reason"})
+	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic, by outbox table (schema.table; message for walrelay_emit)."}, []string{"table", "topic"})
+	m.deadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_dead_lettered_total", Help: "Events acknowledged on the dead-letter topic, by outbox table and reason."}, []string{"table", "reason"})
 	m.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_publish_errors_total", Help: "Errors publishing to Kafka, by kind (connect: a broker connection failed and is retried; fatal: the pipeline stopped)."}, []string{"kind"})
 	m.transactions = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_transactions_total", Help: "Transactions received from the slot."})
 	m.ignored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_changes_ignored_total", Help: "Changes that are not outbox events, by kind."}, []string{"kind"})
@@ -169,24 +169,28 @@ func (m *Metrics) behind(r *relay.Relay) float64 {
 	return time.Since(time.Unix(0, n)).Seconds()
 }
 
-// publishedOn returns the published counter of a topic, remembered: a
-// label lookup per event costs more than the rest of acked.
-func (m *Metrics) publishedOn(topic string) prometheus.Counter {
-	if c, ok := m.publishedBy.Load(topic); ok {
+// publishedOn returns the published counter of a table's events on a
+// topic, remembered: a label lookup per event costs more than the rest of
+// acked.
+func (m *Metrics) publishedOn(table, topic string) prometheus.Counter {
+	k := tableTopic{table, topic}
+	if c, ok := m.publishedBy.Load(k); ok {
 		return c.(prometheus.Counter)
 	}
-	c := m.published.WithLabelValues(topic)
-	m.publishedBy.Store(topic, c)
+	c := m.published.WithLabelValues(table, topic)
+	m.publishedBy.Store(k, c)
 	return c
 }
 
+type tableTopic struct{ table, topic string }
+
 // acked records one acknowledged event.
-func (m *Metrics) acked(topic, deadLetter string, commit time.Time) {
+func (m *Metrics) acked(table, topic, deadLetter string, commit time.Time) {
 	if deadLetter != "" {
-		m.deadLettered.WithLabelValues(deadLetter).Inc()
+		m.deadLettered.WithLabelValues(table, deadLetter).Inc()
 		m.deadLetteredN.Add(1)
 	} else {
-		m.publishedOn(topic).Inc()
+		m.publishedOn(table, topic).Inc()
 		m.publishedN.Add(1)
 	}
 	now := time.Now()
