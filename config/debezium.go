@@ -197,15 +197,21 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 
 	// The outbox table.
 	if v := get("table.include.list", ""); v != "" {
-		tables := strings.Split(v, ",")
-		if len(tables) != 1 || strings.ContainsAny(v, `*+?[](){}|^$\`) {
-			refuse("table.include.list", "walrelay relays one outbox table, named exactly (schema.table)")
-		} else {
-			t := strings.TrimSpace(tables[0])
-			if !strings.Contains(t, ".") {
+		var tables []OutboxTable
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); !strings.Contains(t, ".") {
 				t = "public." + t
 			}
-			keys["postgres.table"] = t
+			tables = append(tables, OutboxTable{Table: t})
+		}
+		switch {
+		case strings.ContainsAny(v, `*+?[](){}|^$\`):
+			refuse("table.include.list", "walrelay relays outbox tables named exactly (schema.table), not patterns")
+		case len(tables) == 1:
+			keys["postgres.table"] = tables[0].Table
+		default:
+			// One EventRouter for all: the same columns and topics.
+			keys["outbox.tables"] = tablesJSON(tables)
 		}
 	}
 	for _, o := range []string{"table.exclude.list", "schema.exclude.list", "column.include.list", "column.exclude.list", "message.key.columns", "column.mask.", "column.truncate."} {
@@ -215,8 +221,8 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 			}
 		}
 	}
-	if v := get("schema.include.list", ""); v != "" && keys["postgres.table"] == "" {
-		refuse("schema.include.list", "give table.include.list: walrelay relays one outbox table")
+	if v := get("schema.include.list", ""); v != "" && keys["postgres.table"] == "" && keys["outbox.tables"] == "" {
+		refuse("schema.include.list", "give table.include.list: walrelay relays outbox tables named exactly")
 	}
 	if v := get("heartbeat.interval.ms", ""); v != "" && v != "0" {
 		ms, err := strconv.Atoi(v)
@@ -438,7 +444,14 @@ func DebeziumYAML(in map[string]string) (string, error) {
 			parent = g
 		}
 		var val *yaml.Node
-		if strings.Contains(k.help, "comma-separated") {
+		if k.structured {
+			var doc yaml.Node
+			if err := yaml.Unmarshal([]byte(v), &doc); err != nil || len(doc.Content) != 1 {
+				return "", fmt.Errorf("%s: %v", k.name, err)
+			}
+			val = doc.Content[0]
+			blockStyle(val)
+		} else if strings.Contains(k.help, "comma-separated") {
 			val = &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
 			for _, x := range strings.Split(v, ",") {
 				val.Content = append(val.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(x)})
@@ -459,6 +472,18 @@ func DebeziumYAML(in map[string]string) (string, error) {
 		return "", err
 	}
 	return b.String(), enc.Close()
+}
+
+// blockStyle renders n and what it holds in YAML's block style, but for
+// lists of plain values.
+func blockStyle(n *yaml.Node) {
+	n.Style = 0
+	if n.Kind == yaml.SequenceNode && len(n.Content) > 0 && n.Content[0].Kind == yaml.ScalarNode {
+		n.Style = yaml.FlowStyle
+	}
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
 }
 
 var jaasUser = regexp.MustCompile(`username\s*=\s*"([^"]*)"`)

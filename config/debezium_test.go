@@ -205,3 +205,33 @@ func loadBack(t *testing.T, out string) *Config {
 	}
 	return cs.Config()
 }
+
+// TestDebeziumImportSeveralTables: a table.include.list of several tables
+// becomes outbox.tables (one EventRouter: the same columns and topics for
+// each), printed as a YAML list that loads back.
+func TestDebeziumImportSeveralTables(t *testing.T) {
+	props, _ := ReadDebezium([]byte(debeziumProps))
+	props["table.include.list"] = "public.outbox, billing.outbox,audit_outbox"
+	keys, _, err := FromDebezium(props, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := keys["postgres.table"]; ok {
+		t.Fatalf("postgres.table set with several tables: %v", keys)
+	}
+	out, err := DebeziumYAML(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "  tables:\n    - table: public.outbox\n    - table: billing.outbox\n    - table: public.audit_outbox\n") {
+		t.Fatalf("outbox.tables not a YAML list:\n%s", out)
+	}
+	c := loadBack(t, out)
+	if ls := c.OutboxConfig().Layouts(); len(ls) != 3 || ls[2].Name() != "public.audit_outbox" || ls[1].Columns.Payload != c.Outbox.PayloadColumn {
+		t.Fatalf("loaded back: %+v\n%s", ls, out)
+	}
+	props["table.include.list"] = "public.outbox,billing.*"
+	if _, _, err := FromDebezium(props, nil); err == nil || !strings.Contains(err.Error(), "not patterns") {
+		t.Fatalf("a pattern: %v", err)
+	}
+}

@@ -37,28 +37,31 @@ type OutboxTable struct {
 func tables(p *[]OutboxTable) (func(string) error, func() string) {
 	*p = nil
 	return func(v string) error {
-			*p = nil
-			if strings.TrimSpace(v) == "" {
-				return nil
-			}
-			dec := yaml.NewDecoder(strings.NewReader(v))
-			dec.KnownFields(true)
-			var ts []OutboxTable
-			if err := dec.Decode(&ts); err != nil {
-				return fmt.Errorf("want a list of tables, each with table and any of %s: %w", tableFields(), err)
-			}
-			*p = ts
+		*p = nil
+		if strings.TrimSpace(v) == "" {
 			return nil
-		}, func() string {
-			if len(*p) == 0 {
-				return ""
-			}
-			var b bytes.Buffer
-			enc := json.NewEncoder(&b)
-			enc.SetEscapeHTML(false)
-			_ = enc.Encode(*p) // strings and lists of strings only
-			return strings.TrimSpace(b.String())
 		}
+		dec := yaml.NewDecoder(strings.NewReader(v))
+		dec.KnownFields(true)
+		var ts []OutboxTable
+		if err := dec.Decode(&ts); err != nil {
+			return fmt.Errorf("want a list of tables, each with table and any of %s: %w", tableFields(), err)
+		}
+		*p = ts
+		return nil
+	}, func() string { return tablesJSON(*p) }
+}
+
+// tablesJSON is the JSON text of outbox.tables, empty for none.
+func tablesJSON(ts []OutboxTable) string {
+	if len(ts) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(ts) // strings and lists of strings only
+	return strings.TrimSpace(b.String())
 }
 
 // tableFields names the fields of an outbox.tables entry.

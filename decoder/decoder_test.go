@@ -458,3 +458,53 @@ func TestTraceColumn(t *testing.T) {
 		}
 	}
 }
+
+// TestSeveralTables: each outbox table's rows are read by its own layout
+// and carry its name as their Source; a table is known by its id even when
+// renamed, by its name otherwise; a table of neither is still an error at
+// its first row; a missing column names its table; a table listed twice, or
+// a further table without a name, is refused.
+func TestSeveralTables(t *testing.T) {
+	t.Parallel()
+	d, err := New(Config{
+		Layout: Layout{RelationID: 100},
+		More: []Layout{{Schema: "billing", Table: "events", HeaderColumns: []string{"tenant"},
+			Columns: Columns{ID: "event_id", AggregateType: "kind", AggregateID: "account", Type: "event_type", Payload: "body"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	std := []col{{Name: "id", OID: oidUUID}, {Name: "aggregatetype", OID: oidVarchar}, {Name: "aggregateid", OID: oidVarchar},
+		{Name: "type", OID: oidVarchar}, {Name: "payload", OID: oidJSONB}}
+	billing := []col{{Name: "body", OID: oidText}, {Name: "tenant", OID: oidText}, {Name: "event_type", OID: oidText},
+		{Name: "account", OID: oidText}, {Name: "kind", OID: oidText}, {Name: "event_id", OID: oidUUID}}
+	mustDecode(t, d, relationMsg(100, "public", "renamed_outbox", std)) // by its id
+	mustDecode(t, d, relationMsg(200, "billing", "events", billing))    // by its name
+	mustDecode(t, d, relationMsg(300, "public", "other", std))
+	mustDecode(t, d, beginMsg(0x5000, time.Now(), 1))
+	a := mustDecode(t, d, insertMsg(100, s(testID), s("order"), s("o-1"), s("OrderCreated"), s("{}"))).(EventMessage)
+	b := mustDecode(t, d, insertMsg(200, s("plain text"), s("t-1"), s("Invoiced"), s("a-1"), s("account"), s(testID))).(EventMessage)
+	if a.Source != "public.outbox" || a.AggregateID != "o-1" || a.Index != 0 {
+		t.Fatalf("outbox event: %+v", a.Event)
+	}
+	if b.Source != "billing.events" || b.ID != testID || b.AggregateType != "account" || b.AggregateID != "a-1" || b.Type != "Invoiced" ||
+		string(b.Payload) != "plain text" || !b.PayloadText || len(b.Headers) != 1 || string(b.Headers[0].Value) != "t-1" || b.Index != 1 || b.Invalid != nil {
+		t.Fatalf("billing event: %+v", b.Event)
+	}
+	if _, err := d.Decode(0x5100, insertMsg(300, s(testID), s("order"), s("o-1"), s("T"), s("{}"))); !errors.Is(err, ErrUnexpectedRelation) ||
+		!strings.Contains(err.Error(), "public.outbox, billing.events") {
+		t.Fatalf("a row of another table: %v", err)
+	}
+	if _, err := d.Decode(0x5200, relationMsg(200, "billing", "events", billing[1:])); !errors.Is(err, ErrMissingColumn) || !strings.Contains(err.Error(), "billing.events") {
+		t.Fatalf("billing.events without its payload column: %v", err)
+	}
+	for _, cfg := range []Config{
+		{More: []Layout{{Schema: "public", Table: "outbox"}}},
+		{More: []Layout{{Table: "outbox"}}},
+		{More: []Layout{{Schema: "billing"}}},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Fatalf("%+v: accepted", cfg)
+		}
+	}
+}

@@ -101,8 +101,9 @@ func TestRowMappings(t *testing.T) {
 }
 
 // TestCloudEventsBinary: with CloudEvents "binary" each record carries the
-// attributes under the Kafka protocol binding's header names, the value
-// stays the payload, and an event without a type is dead-lettered.
+// attributes under the Kafka protocol binding's header names ({table} in
+// the source is the event's table), the value stays the payload, and an
+// event without a type is dead-lettered.
 func TestCloudEventsBinary(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
@@ -112,7 +113,7 @@ func TestCloudEventsBinary(t *testing.T) {
 	if _, err := New(Config{Brokers: kc.Addrs(), CloudEvents: "structured", CloudEventsSource: "/x"}); err == nil {
 		t.Fatal("structured accepted")
 	}
-	s := newSink(t, kc, Config{CloudEvents: "binary", CloudEventsSource: "/shop/public.outbox"})
+	s := newSink(t, kc, Config{CloudEvents: "binary", CloudEventsSource: "/shop/{table}"})
 	stamped, untyped, binary := newEvent("ce-1"), newEvent("ce-2"), newEvent("ce-3")
 	stamped.Time = time.Date(2026, 12, 3, 4, 5, 6, 7000, time.UTC)
 	untyped.Type = ""
@@ -198,5 +199,27 @@ func TestJSONOfBytes(t *testing.T) {
 	}
 	if got := string(FormatJSON.encodeBytes(nil)); got != "null" {
 		t.Fatalf("json of NULL bytes: %s", got)
+	}
+}
+
+// TestRoutesByTable: the events of a table with a route of its own go by
+// it, a template or a regex; the others by Topic; a bad route is refused
+// with its table named.
+func TestRoutesByTable(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	if _, err := New(Config{Brokers: kc.Addrs(), Routes: map[string]Route{"billing.events": {Topic: "a{b}"}}}); err == nil || !strings.Contains(err.Error(), "table billing.events") {
+		t.Fatalf("a bad route: %v", err)
+	}
+	s := newSink(t, kc, Config{Routes: map[string]Route{"billing.events": {Topic: "billing.{type}"}, "audit.log": {Topic: "audit.$1", TopicRegex: "(or)der"}}})
+	billing, audit := newEvent("b"), newEvent("a")
+	billing.Source, audit.Source = "billing.events", "audit.log"
+	for e, want := range map[*event.Event]string{newEvent("o"): "outbox.event.order", billing: "billing.Created", audit: "audit.or"} {
+		if got := s.Topic(e); got != want {
+			t.Fatalf("%s: topic %s, want %s", e.Source, got, want)
+		}
+		if err := publish(t, s, e); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

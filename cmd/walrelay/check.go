@@ -244,6 +244,12 @@ func checkTable(cctx context.Context, conn *pgx.Conn, l decoder.Layout, several 
 		}
 		return s
 	}
+	colName := func(c string) string {
+		if several {
+			return "column " + qualified + "." + c
+		}
+		return "column " + c
+	}
 	_, cols, err := relay.TableColumns(cctx, conn, schema, table)
 	if err != nil {
 		add(name("outbox table"), "fail", "read the columns of %s: %v", qualified, err)
@@ -258,14 +264,14 @@ func checkTable(cctx context.Context, conn *pgx.Conn, l decoder.Layout, several 
 			typ, ok := cols[c.Name]
 			switch {
 			case !ok && c.Role == "header":
-				add(name("column "+c.Name), "fail", "table %s has no column %q (outbox.header_columns)", qualified, c.Name)
+				add(colName(c.Name), "fail", "table %s has no column %q (outbox.header_columns)", qualified, c.Name)
 			case !ok:
-				add(name("column "+c.Name), "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.Name, c.Key, c.Key)
+				add(colName(c.Name), "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.Name, c.Key, c.Key)
 			case c.Role == "header":
 			case !contains(usableTypes[c.Role], typ):
-				add(name("column "+c.Name), "fail", "column %q is %s; as the %s column it must be one of %s", c.Name, typ, c.Role, strings.Join(usableTypes[c.Role], ", "))
+				add(colName(c.Name), "fail", "column %q is %s; as the %s column it must be one of %s", c.Name, typ, c.Role, strings.Join(usableTypes[c.Role], ", "))
 			default:
-				add(name("column "+c.Name), "ok", "%s", typ)
+				add(colName(c.Name), "ok", "%s", typ)
 			}
 		}
 		if generated, err := relay.GeneratedColumns(cctx, conn, l); err != nil {

@@ -111,7 +111,7 @@ func TestOperatorCommands(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		body := httpGet(t, "http://"+adminAddr+"/metrics")
-		published, _ := metricValue(body, `walrelay_events_published_total{topic="`+kc.topic("order")+`"}`)
+		published, _ := metricValue(body, `walrelay_events_published_total{table="public.outbox",topic="`+kc.topic("order")+`"}`)
 		lag, lagOK := metricValue(body, "walrelay_slot_lag_bytes")
 		streamingState, _ := metricValue(body, `walrelay_state{state="streaming"}`)
 		if published == 2000 && lagOK && lag < 1<<20 && streamingState == 1 {
