@@ -7,10 +7,11 @@
 // EventMessage carrying an event.Event, a Commit, or an Ignored change), so a
 // transaction of any size streams through without being held in memory.
 //
-// Inserts into the configured outbox table become Events, columns found by
-// their configured names. The outbox is known by its OID (Config.RelationID:
-// it follows a rename, and a partitioned outbox published via its root) or
-// by its name. Logical decoding messages with the configured prefix
+// Inserts into the configured outbox tables become Events, each table's
+// columns found by the names of its Layout. An outbox table is known by its
+// OID (Layout.RelationID: it follows a rename, and a partitioned outbox
+// published via its root) or by its name; its events carry that name as
+// their Source. Logical decoding messages with the configured prefix
 // (pg_logical_emit_message(true, 'walrelay', '{…}')) become Events too: an
 // outbox without a table. Updates, deletes, truncates, heartbeats and
 // messages under a prefix listed as ignored are Ignored and named, so they

@@ -42,8 +42,8 @@ type Config struct {
 	// StatusInterval and ReceiveTimeout are replication.Config's. Defaults
 	// 1s and 30s.
 	StatusInterval, ReceiveTimeout time.Duration
-	// Outbox is the outbox table, its columns and the message prefixes;
-	// its RelationID is read at start.
+	// Outbox is the outbox tables, their columns and the message
+	// prefixes; the tables' RelationIDs are read at start.
 	Outbox decoder.Config
 	// Sink configures the Kafka producer. Publisher, if set, is used
 	// instead (the relay closes it).

@@ -38,7 +38,7 @@ var streamStates = []string{"starting", "streaming", "waiting_for_slot", "reconn
 type Metrics struct {
 	reg           *prometheus.Registry
 	published     *prometheus.CounterVec
-	publishedBy   sync.Map // tableTopic -> prometheus.Counter of published
+	publishedBy   sync.Map // table -> *sync.Map of topic -> prometheus.Counter of published
 	deadLettered  *prometheus.CounterVec
 	publishErrors *prometheus.CounterVec
 	orderBreaks   prometheus.Counter
@@ -173,16 +173,18 @@ func (m *Metrics) behind(r *relay.Relay) float64 {
 // topic, remembered: a label lookup per event costs more than the rest of
 // acked.
 func (m *Metrics) publishedOn(table, topic string) prometheus.Counter {
-	k := tableTopic{table, topic}
-	if c, ok := m.publishedBy.Load(k); ok {
+	byTopic, ok := m.publishedBy.Load(table)
+	if !ok {
+		byTopic, _ = m.publishedBy.LoadOrStore(table, &sync.Map{})
+	}
+	topics := byTopic.(*sync.Map)
+	if c, ok := topics.Load(topic); ok {
 		return c.(prometheus.Counter)
 	}
 	c := m.published.WithLabelValues(table, topic)
-	m.publishedBy.Store(k, c)
+	topics.Store(topic, c)
 	return c
 }
-
-type tableTopic struct{ table, topic string }
 
 // acked records one acknowledged event.
 func (m *Metrics) acked(table, topic, deadLetter string, commit time.Time) {
