@@ -117,14 +117,22 @@ func TestRowErrorsMarkTheEventInvalid(t *testing.T) {
 	}
 }
 
+// TestNullPayloadIsATombstone: a NULL payload is a nil payload (a
+// tombstone), and a NULL header column a header with a nil value (a null
+// Kafka header, as Debezium's header placement writes).
 func TestNullPayloadIsATombstone(t *testing.T) {
 	t.Parallel()
 	d := newDecoder(t)
 	mustDecode(t, d, relationMsg(1, "public", "outbox", outboxCols))
 	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
 	e := mustDecode(t, d, insertMsg(1, s(testID), s("order"), s("a"), nil, nil, nil, nil, nil, nil)).(EventMessage)
-	if e.Invalid != nil || e.Payload != nil || len(e.Headers) != 0 {
-		t.Fatalf("event %+v", e)
+	if e.Invalid != nil || e.Payload != nil || len(e.Headers) != 4 {
+		t.Fatalf("event %+v", e.Event)
+	}
+	for _, h := range e.Headers {
+		if h.Value != nil {
+			t.Fatalf("header %s of a NULL column: %q", h.Key, h.Value)
+		}
 	}
 }
 

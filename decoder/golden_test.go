@@ -117,7 +117,11 @@ func render(m Message) string {
 	case EventMessage:
 		var hs []string
 		for _, h := range m.Headers {
-			hs = append(hs, h.Key+"="+string(h.Value))
+			if h.Value == nil {
+				hs = append(hs, h.Key+"=null")
+			} else {
+				hs = append(hs, h.Key+"="+string(h.Value))
+			}
 		}
 		inv := ""
 		if m.Invalid != nil {

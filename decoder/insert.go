@@ -156,7 +156,10 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 		e.Payload = bytes.Clone(vals[r.payload].data) // keep what failed to parse for the dead-letter record
 	}
 	for _, i := range r.headers {
-		if v, ok := value(i, false); ok {
+		if vals[i].kind == 'n' {
+			// A null header, as Debezium's header placement writes one.
+			e.Headers = append(e.Headers, event.Header{Key: r.cols[i].Name})
+		} else if v, ok := value(i, false); ok {
 			e.Headers = append(e.Headers, event.Header{Key: r.cols[i].Name, Value: bytes.Clone(Format(v))})
 		}
 	}
