@@ -29,6 +29,7 @@ type Config struct {
 		Publication    string
 		Table          string
 		CreateSlot     bool
+		SlotFailover   bool
 		AllowRowFilter bool
 		StatusInterval time.Duration
 		ReceiveTimeout time.Duration
@@ -182,6 +183,8 @@ func (c *Config) keys() []*key {
 	add("postgres.table", "outbox table, schema.table", f, s)
 	f, s = boolean(&c.Postgres.CreateSlot, true)
 	add("postgres.create_slot", "create the publication and the slot at start if they are missing (a slot walrelay created that is gone is never created again: walrelay slot create)", f, s)
+	f, s = boolean(&c.Postgres.SlotFailover, false)
+	add("postgres.slot_failover", "mark the slot for failover at start (PostgreSQL 17+), so that a physical standby with sync_replication_slots = on keeps a copy that survives its promotion", f, s)
 	f, s = boolean(&c.Postgres.AllowRowFilter, false)
 	add("postgres.allow_row_filter", "accept a row filter on the outbox in the publication: for a shard of a sharded outbox, whose other rows other shards publish", f, s)
 	f, s = duration(&c.Postgres.StatusInterval, time.Second)

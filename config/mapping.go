@@ -85,7 +85,7 @@ func (c *Config) RelayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, 
 	}
 	p := c.Postgres
 	return relay.Config{
-		ConnString: p.DSN, Slot: p.Slot, Publication: p.Publication, CreateSlot: p.CreateSlot, AllowRowFilter: p.AllowRowFilter,
+		ConnString: p.DSN, Slot: p.Slot, Publication: p.Publication, CreateSlot: p.CreateSlot, SlotFailover: p.SlotFailover, AllowRowFilter: p.AllowRowFilter,
 		StatusInterval: p.StatusInterval, ReceiveTimeout: p.ReceiveTimeout,
 		Outbox: c.OutboxConfig(), Sink: scfg, HeartbeatInterval: c.Heartbeat.Interval, ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 	}, nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/migrations"
@@ -122,7 +123,7 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 			log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
 				"slot", cfg.Slot, "publication", cfg.Publication)
 		}
-		return dcfg, nil
+		return dcfg, markFailover(cctx, conn, cfg, log)
 	}
 	problems, err := replication.CheckPublication(cctx, conn, spec)
 	if errors.Is(err, replication.ErrPublicationMissing) {
@@ -141,7 +142,29 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	if !slotOK {
 		return dcfg, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Slot)
 	}
-	return dcfg, nil
+	return dcfg, markFailover(cctx, conn, cfg, log)
+}
+
+// markFailover marks the slot for failover when postgres.slot_failover asks
+// for it. A slot in use (another instance holds it) is left as it is: that
+// instance marks it.
+func markFailover(ctx context.Context, conn *pgx.Conn, cfg *Config, log *slog.Logger) error {
+	if !cfg.SlotFailover {
+		return nil
+	}
+	marked, err := replication.MarkFailover(ctx, conn, &cfg.ConnConfig.Config, cfg.Slot)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+		log.Warn("the slot is in use: not marked for failover now", "slot", cfg.Slot, "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("postgres.slot_failover: %w", err)
+	}
+	if marked {
+		log.Info("marked the replication slot for failover: a standby with sync_replication_slots keeps a copy", "slot", cfg.Slot)
+	}
+	return nil
 }
 
 // CheckEmitFunction refuses a walrelay_emit function in schema that emits

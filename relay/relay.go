@@ -36,6 +36,9 @@ type Config struct {
 	// missing, on a database where walrelay never created the slot (see
 	// replication.EnsureSlot). Off, both must exist.
 	CreateSlot bool
+	// SlotFailover marks the slot for failover at start (PostgreSQL 17+;
+	// replication.MarkFailover), so that a standby keeps a copy of it.
+	SlotFailover bool
 	// AllowRowFilter accepts a row filter on the outbox in the publication:
 	// a shard of a sharded outbox.
 	AllowRowFilter bool

@@ -39,8 +39,8 @@ func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInf
 		return SlotInfo{}, fmt.Errorf("inspect slot %s: %w", slot, err)
 	}
 	if len(res) != 1 || len(res[0].Rows) == 0 {
-		return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("slot %s: %w: it was dropped while walrelay ran; rows committed after its last confirmed position "+
-			"are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then walrelay reconcile --since <a time before the drop> "+
+		return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("slot %s: %w: it was dropped while walrelay ran, or the server is a promoted standby that has no copy of it "+
+			"(a failover: see postgres.slot_failover); rows committed after its last confirmed position are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then walrelay reconcile --since <a time before the drop> "+
 			"--replay --yes republishes the rows missing from the topics (README: \"The slot was lost or dropped\")", slot, ErrSlotMissing, slot))
 	}
 	row := res[0].Rows[0]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"regexp"
 	"strconv"
 	"sync/atomic"
@@ -193,7 +194,42 @@ func replicationSession(c *pgconn.Config) *pgconn.Config {
 	if c.RuntimeParams["application_name"] == "" {
 		c.RuntimeParams["application_name"] = "walrelay"
 	}
+	c.ValidateConnect = replicationValidator(c.ValidateConnect)
 	return c
+}
+
+// replicationValidator returns the check of target_session_attrs for a
+// replication connection: pgconn's checks use the extended query protocol,
+// which a replication connection refuses, so each is replaced by the same
+// query in the simple protocol. prefer-standby has no replacement: a
+// logical slot is read on the primary.
+func replicationValidator(v pgconn.ValidateConnectFunc) pgconn.ValidateConnectFunc {
+	if v == nil {
+		return nil
+	}
+	check := func(query, want, what string) pgconn.ValidateConnectFunc {
+		return func(ctx context.Context, conn *pgconn.PgConn) error {
+			res, err := conn.Exec(ctx, query).ReadAll()
+			if err != nil {
+				return err
+			}
+			if len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != want {
+				return errors.New("the server is not " + what + " (target_session_attrs)")
+			}
+			return nil
+		}
+	}
+	switch reflect.ValueOf(v).Pointer() {
+	case reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsReadWrite).Pointer():
+		return check("SHOW transaction_read_only", "off", "read-write")
+	case reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsReadOnly).Pointer():
+		return check("SHOW transaction_read_only", "on", "read-only")
+	case reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsPrimary).Pointer():
+		return check("SELECT pg_is_in_recovery()", "f", "a primary")
+	case reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsStandby).Pointer():
+		return check("SELECT pg_is_in_recovery()", "t", "a standby")
+	}
+	return v
 }
 
 // SessionParams are the settings pinned on every session, so that text

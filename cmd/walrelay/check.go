@@ -166,6 +166,8 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		add("slot", "ok", "%s (pgoutput), %s behind the server", s.SlotName, humanBytes(lag))
 	}
 
+	checkFailover(cctx, conn, cfg, add)
+
 	if keep := setting("max_slot_wal_keep_size"); keep == "-1" {
 		add("max_slot_wal_keep_size", "warn", "unlimited: a stopped walrelay lets its slot keep WAL until the disk fills; bound it, e.g. ALTER SYSTEM SET max_slot_wal_keep_size = '10GB' and SELECT pg_reload_conf()")
 	} else {
@@ -288,5 +290,74 @@ func checkTable(cctx context.Context, conn *pgx.Conn, l decoder.Layout, several 
 		} else {
 			add(name("table ownership"), "ok", "the role may create the publication")
 		}
+	}
+}
+
+// checkFailover adds what a database failover would do to the slot: from
+// PostgreSQL 17, whether it is marked for failover, whether the primary
+// holds logical changes back for its standbys (synchronized_standby_slots),
+// and whether each standby that postgres.dsn names has a synchronized copy.
+func checkFailover(ctx context.Context, conn *pgx.Conn, cfg *config.Config, add func(name, status, format string, args ...any)) {
+	const name = "slot failover"
+	slot := cfg.Postgres.Slot
+	v, err := replication.ServerVersion(ctx, conn)
+	if err != nil {
+		add(name, "fail", "%v", err)
+		return
+	}
+	if v < 17 {
+		if cfg.Postgres.SlotFailover {
+			add(name, "fail", "postgres.slot_failover needs PostgreSQL 17 or later; this server is PostgreSQL %d: a failover to a standby loses the slot", v)
+		}
+		return
+	}
+	marked, err := replication.FailoverMarked(ctx, conn, slot)
+	switch {
+	case errors.Is(err, replication.ErrSlotMissing):
+		return // the slot line says it
+	case err != nil:
+		add(name, "fail", "%v", err)
+		return
+	case !marked && cfg.Postgres.SlotFailover:
+		add(name, "warn", "slot %s is not marked for failover yet: walrelay run marks it at start (postgres.slot_failover)", slot)
+		return
+	case !marked:
+		var standbys int
+		_ = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = pg_stat_replication.pid AND s.slot_type = 'logical')").Scan(&standbys)
+		if standbys > 0 {
+			add(name, "warn", "slot %s is not marked for failover and %d standby(s) replicate from this server: promoting one loses the slot and stops walrelay; set postgres.slot_failover=true", slot, standbys)
+		}
+		return
+	}
+	var sync string
+	_ = conn.QueryRow(ctx, "SELECT current_setting('synchronized_standby_slots')").Scan(&sync)
+	if sync == "" {
+		add(name, "warn", "slot %s is marked for failover, but synchronized_standby_slots is empty: walrelay may publish a transaction that a standby has not received, "+
+			"which a failover to it loses; ALTER SYSTEM SET synchronized_standby_slots = '<the standbys' physical slots>' and SELECT pg_reload_conf()", slot)
+	} else {
+		add(name, "ok", "slot %s is marked for failover; logical changes wait for the standbys of synchronized_standby_slots (%s)", slot, sync)
+	}
+	copies, err := replication.StandbyCopies(ctx, cfg.Postgres.DSN, slot)
+	if err != nil {
+		add(name, "fail", "%v", err)
+		return
+	}
+	seen := 0
+	for _, c := range copies {
+		switch {
+		case c.Err != nil:
+			add("standby "+c.Host, "warn", "could not read its copy of slot %s: %v", slot, c.Err)
+		case !c.Standby:
+		case c.Synced:
+			seen++
+			add("standby "+c.Host, "ok", "holds a synchronized copy of slot %s (confirmed %s): a failover to it keeps the slot", slot, c.ConfirmedFlush)
+		default:
+			seen++
+			add("standby "+c.Host, "warn", "holds no synchronized copy of slot %s yet: a failover to it now would lose the slot "+
+				"(the standby needs sync_replication_slots = on, hot_standby_feedback = on, primary_slot_name, and dbname in primary_conninfo)", slot)
+		}
+	}
+	if seen == 0 {
+		add(name, "ok", "postgres.dsn names no standby: list them as further hosts (host1:5432,host2:5432, with target_session_attrs=read-write) for check to verify their copies and walrelay to follow a failover")
 	}
 }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/poll"
+)
+
+// TestSlotFailover kills the primary while rows are written and promotes
+// its physical standby (PostgreSQL 17+: failover slots), with walrelay
+// given both hosts in postgres.dsn (target_session_attrs=read-write). The
+// primary holds logical changes for the standby (synchronized_standby_slots)
+// and commits synchronously to it.
+//
+// With postgres.slot_failover, check sees the standby's synchronized copy,
+// and walrelay goes on on the promoted standby: every committed id reaches
+// the topic, in order per aggregate, and every event on the topic is a row
+// the new primary has (nothing published that the failover lost). Without
+// it, check warns that a promotion loses the slot, and walrelay stops after
+// the promotion with the slot missing and the runbook.
+func TestSlotFailover(t *testing.T) {
+	t.Parallel()
+	for _, failover := range []bool{true, false} {
+		t.Run(map[bool]string{true: "failover_slot", false: "no_failover_slot"}[failover], func(t *testing.T) {
+			t.Parallel()
+			slotFailover(t, failover)
+		})
+	}
+}
+
+func slotFailover(t *testing.T, failover bool) {
+	pg, kc, col := setup(t)
+	needThrowaway(t, pg, "kills and replaces the server")
+	ctx := t.Context()
+	if v, err := pg.Version(ctx); err != nil {
+		t.Fatal(err)
+	} else if v < 17 {
+		t.Skipf("failover slots need PostgreSQL 17 or later; this is %d", v)
+	}
+	st, err := pg.Standby(ctx, "standby1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	conn := connect(t, pg.DSN)
+	for _, sql := range []string{"ALTER SYSTEM SET synchronized_standby_slots = 'standby1'", "ALTER SYSTEM SET synchronous_standby_names = 'standby'", "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, _ := url.Parse(pg.DSN)
+	u.Host += fmt.Sprintf(",127.0.0.1:%d", st.Port())
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	dsn := u.String()
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", dsn, "WALRELAY_POSTGRES_SLOT_FAILOVER", strconv.FormatBool(failover))
+	p := streaming(t, e)
+
+	w := newWriter(10, 17)
+	w.dsn = dsn
+	if err := w.write(ctx, connect(t, dsn), 200, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	standby := connect(t, st.DSN)
+	if failover {
+		poll.Until(t, 2*time.Minute, "the standby's synchronized copy of the slot", func() bool {
+			var synced bool
+			err := standby.QueryRow(ctx, "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&synced)
+			return err == nil && synced
+		})
+		if _, out := runCmd(t, e, "check"); !strings.Contains(out, "holds a synchronized copy of slot walrelay") || !strings.Contains(out, "marked for failover; logical changes wait for the standbys of synchronized_standby_slots (standby1)") {
+			t.Fatalf("check with a synchronized standby:\n%s", out)
+		}
+	} else if _, out := runCmd(t, e, "check"); !strings.Contains(out, "is not marked for failover and 1 standby(s) replicate from this server") {
+		t.Fatalf("check without a failover slot:\n%s", out)
+	}
+
+	// Rows written without pause, through the kill and the promotion.
+	wctx, stopWriting := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var writeErrs int
+	wg.Go(func() {
+		var wc *pgx.Conn
+		defer func() {
+			if wc != nil {
+				wc.Close(context.Background())
+			}
+		}()
+		for wctx.Err() == nil {
+			if wc == nil {
+				c, err := pgx.Connect(wctx, dsn)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				wc = c
+			}
+			if err := w.txn(wctx, wc, 3); err != nil {
+				writeErrs++
+				wc.Close(context.Background())
+				wc = nil
+			}
+		}
+	})
+	time.Sleep(time.Second)
+	killed := time.Now()
+	if err := pg.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Since(killed)
+
+	if !failover {
+		code := p.exit(2 * time.Minute)
+		stopWriting()
+		wg.Wait()
+		out := p.out.String()
+		if code == 0 || !strings.Contains(out, "replication slot does not exist") || !strings.Contains(out, "postgres.slot_failover") ||
+			!strings.Contains(out, "walrelay reconcile --since") {
+			t.Fatalf("without a failover slot walrelay exited %d, want a stop naming the missing slot, failover and the runbook:\n%s", code, out)
+		}
+		return
+	}
+	time.Sleep(2 * time.Second) // rows on the new primary
+	stopWriting()
+	wg.Wait()
+	want := w.written()
+	c := waitAll(t, col, want, 2*time.Minute)
+	caughtUp := time.Since(killed)
+	if c.orderViolations != 0 {
+		t.Fatalf("after the failover: %s", c)
+	}
+	var onTopic []string
+	for _, r := range col.Records() {
+		if strings.Contains(r.Topic, "outbox.event.") {
+			onTopic = append(onTopic, string(kafkatest.Header(r, "id")))
+		}
+	}
+	newPrimary := connect(t, st.DSN)
+	var missing int
+	if err := newPrimary.QueryRow(ctx, "SELECT count(*) FROM unnest($1::uuid[]) id WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = id)", onTopic).Scan(&missing); err != nil {
+		t.Fatal(err)
+	}
+	if missing != 0 {
+		t.Fatalf("%d events on the topic are rows the new primary lacks: published before the standby had them", missing)
+	}
+	t.Logf("failover: %d committed rows (%d written during the failover, %d commits failed), %s; promotion %s after the kill, every row on the topic %s after it",
+		len(want), len(want)-200, writeErrs, c, promoted.Round(time.Millisecond), caughtUp.Round(time.Millisecond))
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("walrelay exited %d after the failover", code)
+	}
+}
