@@ -1,13 +1,8 @@
 package replication
 
 import (
-	"context"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/walrelay/walrelay/internal/pgtest"
 )
 
 // TestPublicationOfSeveralTables: EnsurePublication creates one publication
@@ -17,13 +12,8 @@ import (
 // them.
 func TestPublicationOfSeveralTables(t *testing.T) {
 	t.Parallel()
-	pg := pgtest.Start(t)
+	_, conn := serverConn(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, `CREATE SCHEMA billing; CREATE TABLE outbox (id int PRIMARY KEY, payload text);
 		CREATE TABLE billing.events (event_id int PRIMARY KEY, body text); CREATE TABLE audit (id int PRIMARY KEY, body text); CREATE TABLE other (id int)`); err != nil {
 		t.Fatal(err)

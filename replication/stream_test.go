@@ -13,17 +13,25 @@ import (
 	"github.com/walrelay/walrelay/internal/pgtest"
 )
 
+// serverConn gives a test a server and a connection to it, closed when the
+// test ends.
+func serverConn(t *testing.T) (*pgtest.Server, *pgx.Conn) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(t.Context(), pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return pg, conn
+}
+
 // streamed gives a test a server with an outbox, its publication and slot,
 // and one committed transaction of rows rows after the slot.
 func streamed(t *testing.T, rows int) *pgtest.Server {
 	t.Helper()
-	pg := pgtest.Start(t)
+	pg, conn := serverConn(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "CREATE TABLE outbox (id int PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
