@@ -37,13 +37,20 @@ func freeAddr(t *testing.T) string {
 
 func httpGet(t *testing.T, url string) string {
 	t.Helper()
+	_, body := httpStatus(t, url)
+	return body
+}
+
+// httpStatus gets url and returns its status code and body.
+func httpStatus(t *testing.T, url string) (int, string) {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return resp.StatusCode, string(b)
 }
 
 // metricValue reads one sample of a Prometheus text exposition.

@@ -238,8 +238,17 @@ func TestSecondInstanceWaitsForTheSlot(t *testing.T) {
 	conn := connect(t, pg.DSN)
 	e := baseEnv(pg, kc)
 	first := streaming(t, e)
-	second := start(t, e, "run")
+	adminAddr := freeAddr(t)
+	second := start(t, e.with("WALRELAY_ADMIN_LISTEN", adminAddr), "run")
 	second.waitLog("slot is active in another process", 30*time.Second)
+	// Not ready as the streaming instance; ready as a standby (the
+	// readiness Kubernetes is given).
+	if code, body := httpStatus(t, "http://"+adminAddr+"/readyz"); code != 503 || !strings.Contains(body, `"state":"waiting_for_slot"`) {
+		t.Fatalf("/readyz of the waiting instance: %d %s", code, body)
+	}
+	if code, body := httpStatus(t, "http://"+adminAddr+"/readyz?standby=1"); code != 200 {
+		t.Fatalf("/readyz?standby=1 of the waiting instance: %d %s", code, body)
+	}
 	first.kill()
 	killed := time.Now()
 	second.waitLog("msg=streaming", 30*time.Second)
@@ -247,6 +256,9 @@ func TestSecondInstanceWaitsForTheSlot(t *testing.T) {
 	// No bound but waitLog's: the standby asks every second at most, and
 	// a loaded machine may take longer; the figure is logged.
 	t.Logf("the standby streamed %s after the first instance was killed", takeover.Round(10*time.Millisecond))
+	if code, body := httpStatus(t, "http://"+adminAddr+"/readyz"); code != 200 {
+		t.Fatalf("/readyz of the instance that took over: %d %s", code, body)
+	}
 	w := newWriter(5, 7)
 	if err := w.write(t.Context(), conn, 100, 10); err != nil {
 		t.Fatal(err)

@@ -290,9 +290,13 @@ func (m *Metrics) Mux(r *relay.Relay, slot string, exactlyOnce, withPprof bool) 
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
 		state := r.State()
-		ok := state == "streaming" && r.Err() == nil && kafkaOK()
+		// ?standby=1: an instance waiting for the slot another one streams
+		// is ready too (a healthy standby), so that a rolling update of
+		// two replicas can go on.
+		standby := req.URL.Query().Get("standby") != "" && state == "waiting_for_slot"
+		ok := (state == "streaming" || standby) && r.Err() == nil && kafkaOK()
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
