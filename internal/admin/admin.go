@@ -46,6 +46,7 @@ type Metrics struct {
 	ignored       *prometheus.CounterVec
 	slotLag       prometheus.Gauge
 	slotRetained  prometheus.Gauge
+	slotSafe      *prometheus.GaugeVec // no labels: absent until set
 	commitToAck   prometheus.Histogram
 	kafkaTxns     *prometheus.CounterVec
 	kafkaTxnTime  prometheus.Histogram
@@ -81,6 +82,7 @@ func New() *Metrics {
 	m.ignored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_changes_ignored_total", Help: "Changes that are not outbox events, by kind."}, []string{"kind"})
 	m.slotLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "walrelay_slot_lag_bytes", Help: "The server's WAL position minus the slot's confirmed_flush_lsn."})
 	m.slotRetained = prometheus.NewGauge(prometheus.GaugeOpts{Name: "walrelay_slot_retained_wal_bytes", Help: "The server's WAL position minus the slot's restart_lsn: WAL the slot keeps on disk."})
+	m.slotSafe = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walrelay_slot_safe_wal_bytes", Help: "WAL that can still be written before max_slot_wal_keep_size invalidates the slot (safe_wal_size); absent while it is unlimited."}, nil)
 	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_commit_to_ack_seconds", Help: "From an event's commit in PostgreSQL to Kafka's acknowledgement.",
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
 	m.orderBreaks = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_order_breaks_total", Help: "Events written ahead of an earlier event of their partition that failed to publish and was sent again after them (must stay 0; see Reconnects in the README)."})
@@ -90,7 +92,7 @@ func New() *Metrics {
 	committedLSN := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walrelay_kafka_committed_lsn", Help: "Exactly-once mode: the commit LSN of the last event in a committed Kafka transaction, as a number."},
 		func() float64 { return float64(m.committedAt.Load()) })
 	m.kafka = kprom.NewMetrics("walrelay_kafka", kprom.Registerer(m.reg), kprom.Gatherer(m.reg))
-	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.commitToAck,
+	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.slotSafe, m.commitToAck,
 		m.kafkaTxns, m.kafkaTxnTime, committedLSN,
 		// The Go runtime's and the process's own (go_*, process_*: heap, GC,
 		// goroutines, RSS, CPU, open files).
@@ -246,6 +248,11 @@ func (m *Metrics) PollSlot(ctx context.Context, connCfg *pgx.ConnConfig, slot st
 		}
 		if st[0].RetainedWALBytes != nil {
 			m.slotRetained.Set(float64(*st[0].RetainedWALBytes))
+		}
+		if st[0].SafeWALSize != nil {
+			m.slotSafe.WithLabelValues().Set(float64(*st[0].SafeWALSize))
+		} else {
+			m.slotSafe.Reset()
 		}
 		return nil
 	}, func(err error) {
