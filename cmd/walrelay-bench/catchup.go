@@ -131,6 +131,10 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 	if o.realKafka {
 		contenders = append(contenders, contender{"walrelay into Apache Kafka " + kafkatest.KafkaVersion + " (one broker on the same 2 cores), the same finish line", walrelay(o.bin, realBrokers, 1), "walrelay into Apache Kafka"})
 	}
+	if o.kafkaCluster {
+		contenders = append(contenders, contender{"walrelay into a three-node Apache Kafka " + kafkatest.KafkaVersion + " cluster (replication factor 3, min.insync.replicas 2, acks=all; all on the same 2 cores), the same finish line",
+			walrelay(o.bin, clusterBrokers, 1), "walrelay into a three-node cluster"})
+	}
 	if o.exactlyOnce {
 		eos := []string{"WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_OFFSETS_TOPIC={prefix}walrelay.offsets", "WALRELAY_KAFKA_TRANSACTION_INTERVAL=" + o.txnInterval.String()}
 		contenders = append(contenders, contender{"walrelay **exactly-once** (Kafka transactions every " + o.txnInterval.String() + ") into kfake, the same finish line", walrelay(o.bin, kfakeBrokers, 1, eos...), "walrelay exactly-once into kfake"})
@@ -311,6 +315,26 @@ var (
 	})
 	realRuns atomic.Int64
 )
+
+// realCluster is one three-node Apache Kafka cluster for the whole
+// benchmark (-kafka-cluster), started on first use.
+var (
+	realCluster = sync.OnceValues(func() (*kafkatest.RealCluster, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		fmt.Fprintln(os.Stderr, "starting a three-node Apache Kafka "+kafkatest.KafkaVersion+" cluster …")
+		return kafkatest.NewRealCluster(ctx)
+	})
+	clusterRuns atomic.Int64
+)
+
+func clusterBrokers() ([]string, string, func(), error) {
+	c, err := realCluster()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return c.Addrs(), fmt.Sprintf("bench%d.", clusterRuns.Add(1)), func() {}, nil
+}
 
 func realBrokers() ([]string, string, func(), error) {
 	r, err := realKafka()

@@ -49,6 +49,8 @@ type options struct {
 	// realKafka adds walrelay into a real Apache Kafka broker to the
 	// catch-up tables.
 	realKafka bool
+	// kafkaCluster adds walrelay into a three-node Apache Kafka cluster.
+	kafkaCluster bool
 	// debezium adds Debezium into that broker (it implies realKafka).
 	debezium bool
 	// exactlyOnce adds walrelay in exactly-once mode, with Kafka
@@ -76,6 +78,7 @@ func run() error {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each latency run")
 	flag.StringVar(&o.bin, "walrelay", "", "the walrelay binary (default: built from ./cmd/walrelay)")
 	flag.BoolVar(&o.realKafka, "real-kafka", false, "also time walrelay into a real Apache Kafka broker (fetched from Maven Central on first use; needs Java 17)")
+	flag.BoolVar(&o.kafkaCluster, "kafka-cluster", false, "also time walrelay into a three-node Apache Kafka cluster (replication factor 3, min.insync.replicas 2, on the same cores)")
 	flag.BoolVar(&o.debezium, "debezium", false, "also time Debezium's PostgreSQL connector with the outbox event router into the real broker (implies -real-kafka)")
 	flag.BoolVar(&o.exactlyOnce, "exactly-once", false, "also time walrelay in exactly-once mode (kafka.exactly_once), into kfake and, with -real-kafka, into the real broker")
 	flag.DurationVar(&o.txnInterval, "txn-interval", 10*time.Millisecond, "kafka.transaction_interval of the exactly-once runs")
@@ -120,6 +123,11 @@ func run() error {
 		if realRuns.Load() > 0 { // started: realKafka would start one otherwise
 			if r, err := realKafka(); err == nil {
 				r.Close()
+			}
+		}
+		if clusterRuns.Load() > 0 {
+			if c, err := realCluster(); err == nil {
+				c.Close()
 			}
 		}
 	}()

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walrelay/walrelay/internal/kafkatest"
+)
+
+// TestKafkaCluster runs walrelay against a three-node Apache Kafka cluster
+// (replication factor 3, min.insync.replicas 2) while rows are written
+// without pause, through three faults, one per subtest: the leader of the
+// busiest partition killed with SIGKILL and started again; a rolling
+// restart of every node (SIGTERM, start, in sync again, the next); and the
+// leader of the busiest partition frozen (SIGSTOP, as a node cut off the
+// network) for 25 s, longer than the producer's request timeout (10 s plus
+// 10 s of overhead). After each, walrelay is killed with SIGKILL and started
+// again, so that a slot confirmed past an event the cluster did not
+// acknowledge would show as a missing id. Each: every id, 0 order
+// violations; the longest stall of publishing is logged. It needs the
+// cluster: WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run sets it).
+func TestKafkaCluster(t *testing.T) {
+	if os.Getenv("WALRELAY_TEST_KAFKA_CLUSTER") == "" {
+		t.Skip("starts a three-node Apache Kafka cluster: set WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run does)")
+	}
+	kc := kafkatest.StartRealCluster(t)
+	faults := []struct {
+		name string
+		do   func(t *testing.T, leader *kafkatest.Node)
+	}{
+		{"leader_killed", func(t *testing.T, leader *kafkatest.Node) {
+			leader.Kill()
+			time.Sleep(5 * time.Second)
+			if err := leader.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"rolling_restart", func(t *testing.T, _ *kafkatest.Node) {
+			for _, n := range kc.Nodes {
+				if err := n.Stop(); err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Start(); err != nil {
+					t.Fatal(err)
+				}
+				if err := kc.WaitHealthy(t.Context(), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"leader_frozen", func(t *testing.T, leader *kafkatest.Node) {
+			if err := leader.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(25 * time.Second)
+			if err := leader.Thaw(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) { clusterFault(t, kc, f.name, f.do) })
+	}
+}
+
+func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name string, fault func(*testing.T, *kafkatest.Node)) {
+	prefix := "cluster." + name + "."
+	pg, col := setupWith(t, kc.Addrs(), prefix)
+	ctx := t.Context()
+	e := env{
+		"WALRELAY_KAFKA_TOPIC":      prefix + "outbox.event.{aggregatetype}",
+		"WALRELAY_KAFKA_DLQ_TOPIC":  prefix + "walrelay.dlq",
+		"WALRELAY_POSTGRES_DSN":     pg.DSN,
+		"WALRELAY_KAFKA_BROKERS":    strings.Join(kc.Addrs(), ","),
+		"WALRELAY_ADMIN_LISTEN":     "",
+		"WALRELAY_LOG_LEVEL":        "info",
+		"WALRELAY_KAFKA_LINGER":     "2ms",
+		"WALRELAY_SHUTDOWN_TIMEOUT": "20s",
+		// Frequent status updates: the stall is measured on the slot.
+		"WALRELAY_POSTGRES_STATUS_INTERVAL": "100ms",
+	}
+	p := streaming(t, e)
+	conn := connect(t, pg.DSN)
+	w := newWriter(20, 23)
+	if err := w.write(ctx, conn, 200, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	topic := prefix + "outbox.event.order"
+	if err := kc.WaitHealthy(ctx, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	perPartition := map[int32]int{}
+	for _, r := range col.Records() {
+		if r.Topic == topic {
+			perPartition[r.Partition]++
+		}
+	}
+	busiest := int32(0)
+	for part, n := range perPartition {
+		if n > perPartition[busiest] {
+			busiest = part
+		}
+	}
+	leader, err := kc.Leader(ctx, topic, busiest)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Rows written without pause through the fault.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wc, mc := connect(t, pg.DSN), connect(t, pg.DSN)
+	wg.Go(func() {
+		for !stop.Load() {
+			if err := w.txn(ctx, wc, 3); err != nil {
+				t.Errorf("write: %v", err)
+				return
+			}
+		}
+	})
+	// The stall: the longest time the slot's confirmed position stood
+	// still while rows were written (walrelay confirms only what Kafka
+	// acknowledged).
+	var stall time.Duration
+	wg.Go(func() {
+		var last string
+		moved := time.Now()
+		for !stop.Load() {
+			var lsn string
+			if err := mc.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&lsn); err == nil && lsn != last {
+				last, moved = lsn, time.Now()
+			}
+			stall = max(stall, time.Since(moved))
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	time.Sleep(2 * time.Second)
+	began := time.Now()
+	fault(t, leader)
+	if err := kc.WaitHealthy(ctx, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	healed := time.Now()
+	time.Sleep(2 * time.Second)
+	stop.Store(true)
+	wg.Wait()
+
+	// Killed and started again: it resumes from the slot, which must not
+	// be past an event the cluster did not acknowledge.
+	waitAll(t, col, w.written(), 3*time.Minute)
+	p.kill()
+	p = streaming(t, e)
+	if err := w.write(ctx, conn, 100, 5); err != nil {
+		t.Fatal(err)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	if c.orderViolations != 0 {
+		t.Fatalf("%s: %s", name, c)
+	}
+	t.Logf("%s (partition %d led by node %d): %s; fault and recovery took %s; longest stall of the slot's confirmed position while rows were written %s",
+		name, busiest, leader.ID, c, healed.Sub(began).Round(100*time.Millisecond), stall.Round(10*time.Millisecond))
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("walrelay exited %d", code)
+	}
+}

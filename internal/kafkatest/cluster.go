@@ -1,0 +1,305 @@
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// RealClusterSize is how many nodes a RealCluster has.
+const RealClusterSize = 3
+
+// RealCluster is a three-node Apache Kafka cluster in KRaft mode, each node a
+// broker and a controller, with replication factor 3 and
+// min.insync.replicas 2 for every topic, on loopback, with small heaps.
+// Its nodes can be killed, stopped, started again and frozen, one at a
+// time, while clients write.
+type RealCluster struct {
+	Nodes []*Node
+	dir   string
+}
+
+// Node is one node of a RealCluster.
+type Node struct {
+	ID   int32
+	Addr string // the client listener, host:port
+
+	dir, conf string
+	java      string
+	jvm       []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartRealCluster starts a cluster that is stopped when the test ends.
+func StartRealCluster(t TB) *RealCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := NewRealCluster(ctx)
+	if err != nil {
+		t.Fatalf("start a three-node Apache Kafka cluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// NewRealCluster fetches (once) the broker's jars, formats three nodes of one
+// cluster id and starts them, and waits until every node is a broker of
+// the cluster.
+func NewRealCluster(ctx context.Context) (*RealCluster, error) {
+	lib, err := FetchKafka(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "walrelay-kafka-cluster")
+	if err != nil {
+		return nil, err
+	}
+	c := &RealCluster{dir: dir}
+	ports, err := freePorts(2 * RealClusterSize)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	var voters []string
+	for i := range RealClusterSize {
+		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", i+1, ports[RealClusterSize+i]))
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	clusterID := base64.RawURLEncoding.EncodeToString(id[:])
+	for i := range RealClusterSize {
+		n := &Node{ID: int32(i + 1), Addr: fmt.Sprintf("127.0.0.1:%d", ports[i]), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i+1))}
+		if err := os.MkdirAll(n.dir, 0o755); err != nil {
+			c.Close()
+			return nil, err
+		}
+		java, jvm, err := JVM(n.dir, lib)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		n.java = java
+		n.jvm = append([]string{"-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}, jvm...)
+		props := strings.Join([]string{
+			"process.roles=broker,controller",
+			fmt.Sprintf("node.id=%d", n.ID),
+			"controller.quorum.voters=" + strings.Join(voters, ","),
+			fmt.Sprintf("listeners=PLAINTEXT://%s,CONTROLLER://127.0.0.1:%d", n.Addr, ports[RealClusterSize+i]),
+			"advertised.listeners=PLAINTEXT://" + n.Addr,
+			"inter.broker.listener.name=PLAINTEXT",
+			"controller.listener.names=CONTROLLER",
+			"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+			"log.dirs=" + filepath.Join(n.dir, "data"),
+			fmt.Sprintf("num.partitions=%d", Partitions),
+			"default.replication.factor=3",
+			"min.insync.replicas=2",
+			"offsets.topic.replication.factor=3",
+			"transaction.state.log.replication.factor=3",
+			"transaction.state.log.min.isr=2",
+			"unclean.leader.election.enable=false",
+			"auto.create.topics.enable=true",
+			"group.initial.rebalance.delay.ms=0",
+			// A node that stops answering is fenced, and its partitions'
+			// leadership moved, within seconds rather than the default 9.
+			"broker.heartbeat.interval.ms=500",
+			"broker.session.timeout.ms=4000",
+		}, "\n") + "\n"
+		n.conf = filepath.Join(n.dir, "server.properties")
+		if err := os.WriteFile(n.conf, []byte(props), 0o644); err != nil {
+			c.Close()
+			return nil, err
+		}
+		format := exec.CommandContext(ctx, n.java, append(n.jvm, "kafka.tools.StorageTool", "format", "--cluster-id="+clusterID, "-c", n.conf)...)
+		if out, err := format.CombinedOutput(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("format node %d: %v\n%s", n.ID, err, out)
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	for _, n := range c.Nodes {
+		if err := n.Start(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	if err := c.WaitHealthy(ctx, nil); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Addrs returns the client listener of every node.
+func (c *RealCluster) Addrs() []string {
+	var a []string
+	for _, n := range c.Nodes {
+		a = append(a, n.Addr)
+	}
+	return a
+}
+
+// Node returns the node of id.
+func (c *RealCluster) Node(id int32) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// WaitHealthy waits until every node is a broker of the cluster and every
+// partition of topics (all topics if nil) has all three replicas in sync.
+func (c *RealCluster) WaitHealthy(ctx context.Context, topics []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var last string
+	for {
+		mctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		md, err := adm.Metadata(mctx, topics...)
+		cancel()
+		switch {
+		case err != nil:
+			last = err.Error()
+		case len(md.Brokers) < RealClusterSize:
+			last = fmt.Sprintf("%d of %d brokers", len(md.Brokers), RealClusterSize)
+		default:
+			last = ""
+			for _, td := range md.Topics {
+				for _, p := range td.Partitions {
+					if len(p.ISR) < RealClusterSize || p.Leader < 0 {
+						last = fmt.Sprintf("%s/%d: leader %d, in sync %v", td.Topic, p.Partition, p.Leader, p.ISR)
+					}
+				}
+			}
+			if last == "" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the cluster did not become healthy (%s): %w", last, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Leader returns the node that leads partition of topic.
+func (c *RealCluster) Leader(ctx context.Context, topic string, partition int32) (*Node, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	p, ok := md.Topics[topic].Partitions[partition]
+	if !ok || p.Leader < 0 {
+		return nil, fmt.Errorf("%s/%d has no leader", topic, partition)
+	}
+	return c.Node(p.Leader), nil
+}
+
+// Close stops every node and removes the cluster's files.
+func (c *RealCluster) Close() {
+	for _, n := range c.Nodes {
+		n.Kill()
+	}
+	os.RemoveAll(c.dir)
+}
+
+// Start starts the node (again: its data is kept).
+func (n *Node) Start() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		return fmt.Errorf("node %d runs", n.ID)
+	}
+	cmd, err := StartJava(n.dir, n.java, append(n.jvm, "kafka.Kafka", n.conf)...)
+	if err != nil {
+		return fmt.Errorf("start node %d: %w", n.ID, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	n.cmd, n.done = cmd, done
+	return nil
+}
+
+// Kill kills the node with SIGKILL and waits until it is gone.
+func (n *Node) Kill() { n.signalAndWait(syscall.SIGKILL, 0) }
+
+// Stop stops the node with SIGTERM (a controlled shutdown, as a rolling
+// restart does) and waits until it is gone, killing it after a minute.
+func (n *Node) Stop() error {
+	if !n.signalAndWait(syscall.SIGTERM, time.Minute) {
+		return fmt.Errorf("node %d did not stop within a minute of SIGTERM: killed", n.ID)
+	}
+	return nil
+}
+
+// signalAndWait sends sig and waits for the exit, at most timeout (0: no
+// limit) before SIGKILL; it reports whether the node exited in time.
+func (n *Node) signalAndWait(sig syscall.Signal, timeout time.Duration) bool {
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.cmd = nil
+	n.mu.Unlock()
+	if cmd == nil {
+		return true
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a frozen node cannot act on SIGTERM
+	_ = cmd.Process.Signal(sig)
+	if timeout == 0 {
+		<-done
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		return false
+	}
+}
+
+// Freeze stops the node's process (SIGSTOP): it keeps its connections and
+// answers nothing, as a node cut off the network; Thaw resumes it.
+func (n *Node) Freeze() error { return n.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen node (SIGCONT).
+func (n *Node) Thaw() error { return n.signal(syscall.SIGCONT) }
+
+func (n *Node) signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return errors.New("the node does not run")
+	}
+	return n.cmd.Process.Signal(sig)
+}
