@@ -1,5 +1,5 @@
 # Convenience targets; the README's commands work without make.
-.PHONY: test bench demo check soak
+.PHONY: test bench demo check soak release
 
 test:
 	go test -race -count=1 ./...
@@ -21,3 +21,18 @@ soak:
 	WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
 	WALRELAY_SOAK=10m go test -count=1 -v -timeout 30m -run '^TestChaosExactlyOnce$$' ./cmd/walrelay/
 	WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaosExactlyOnce$$' ./cmd/walrelay/
+
+# Static binaries for linux/amd64 and linux/arm64 with checksums, in dist/:
+# what the README's install section tells users to get. VERSION defaults to
+# the nearest tag (or the commit).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
+
+release:
+	rm -rf dist && mkdir -p dist
+	for arch in amd64 arm64; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build -trimpath -ldflags "$(LDFLAGS)" -o dist/walrelay-linux-$$arch ./cmd/walrelay || exit 1; \
+	done
+	cd dist && sha256sum walrelay-linux-* > SHA256SUMS

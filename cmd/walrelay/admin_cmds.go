@@ -295,6 +295,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	cs := config.NewSet(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
+	ready := fs.Bool("ready", false, "ask /readyz instead: exit 0 only while the instance streams (a container's health check)")
+	standby := fs.Bool("standby", false, "with --ready: waiting for the slot another instance streams counts as ready")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -319,6 +321,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	if *ready {
+		return askReady(cctx, addr, *standby, stdout)
+	}
 	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/status", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -352,4 +357,25 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(tw, "error\t%s\n", st.Error)
 	}
 	return tw.Flush()
+}
+
+// askReady asks the instance at addr for /readyz (?standby=1 if standby),
+// prints its answer, and fails unless it is ready.
+func askReady(ctx context.Context, addr string, standby bool, stdout io.Writer) error {
+	url := "http://" + addr + "/readyz"
+	if standby {
+		url += "?standby=1"
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("ask the instance at admin.listen %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	fmt.Fprint(stdout, string(body))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("not ready (%s)", resp.Status)
+	}
+	return nil
 }

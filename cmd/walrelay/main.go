@@ -18,11 +18,23 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version, commit and buildDate are set at build time with -ldflags
+// "-X main.version=… -X main.commit=… -X main.buildDate=…" (make release,
+// the Dockerfile).
+var (
+	version   = "dev"
+	commit    = "unknown"
+	buildDate = "unknown"
+)
+
+// versionLine is what walrelay version prints.
+func versionLine() string {
+	return fmt.Sprintf("walrelay %s (commit %s, built %s, %s %s/%s)", version, commit, buildDate, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -39,7 +51,7 @@ Usage:
   walrelay migrate --inbox [--inbox-table S.T]         create the inbox table of package inbox (consumer's database)
   walrelay demo    [--count N] [--crash]               a throwaway PostgreSQL and Kafka: orders, relay, shipping, end to end
   walrelay check                                       preflight: server settings, role, table, publication, brokers
-  walrelay status                                      one screen from a running instance (its admin listener)
+  walrelay status [--ready [--standby]]                one screen from a running instance (its admin listener); --ready: exit 0 only if ready
   walrelay slot list | status [NAME] | create [NAME] | drop NAME
   walrelay lsn show [NAME] | advance NAME (--to LSN | --to-current) [--yes]
   walrelay publication show [NAME] | create [NAME] | drop NAME
@@ -98,7 +110,7 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "debezium":
 		err = cmdDebezium(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "walrelay", version)
+		fmt.Fprintln(stdout, versionLine())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:

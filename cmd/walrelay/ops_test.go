@@ -8,6 +8,7 @@ import (
 	"net/http"
 	osexec "os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,15 @@ func TestOperatorCommands(t *testing.T) {
 	}
 	if got := httpGet(t, "http://"+adminAddr+"/readyz"); !strings.Contains(got, `"ready":true`) {
 		t.Fatalf("readyz: %s", got)
+	}
+	if code, out := runCmd(t, e, "status", "--ready"); code != 0 || !strings.Contains(out, `"ready":true`) {
+		t.Fatalf("status --ready of a streaming instance: exit %d\n%s", code, out)
+	}
+	if code, out := runCmd(t, e.with("WALRELAY_ADMIN_LISTEN", freeAddr(t)), "status", "--ready"); code == 0 {
+		t.Fatalf("status --ready with nothing listening: exit 0\n%s", out)
+	}
+	if code, out := runCmd(t, e, "version"); code != 0 || !strings.Contains(out, "walrelay dev (commit unknown, built unknown, "+runtime.Version()) {
+		t.Fatalf("version: exit %d\n%s", code, out)
 	}
 	if got := httpGet(t, "http://"+adminAddr+"/debug/pprof/"); !strings.Contains(got, "404 page not found") {
 		t.Fatalf("/debug/pprof/ is served without admin.pprof: %.200s", got)

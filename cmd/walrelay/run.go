@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -29,7 +30,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := config.NewLogger(cfg, stderr)
-	log.Info("starting walrelay", append([]any{"version", version}, cs.Effective()...)...)
+	log.Info("starting walrelay", append([]any{"version", version, "commit", commit, "go", runtime.Version()}, cs.Effective()...)...)
 	limitMemory(cfg)
 	return config.ScrubError(run(ctx, cfg, log), cfg.Secrets())
 }
