@@ -70,6 +70,10 @@ type Layout struct {
 	RelationID uint32
 	// Columns names the required columns.
 	Columns Columns
+	// PayloadNotNull says that the payload column is NOT NULL (the relay
+	// reads it from the catalog at start; a Relation message does not
+	// say): its events' PayloadRequired.
+	PayloadNotNull bool
 	// HeaderColumns are extra columns copied into Kafka headers named after
 	// them. A listed column missing from the table is an error.
 	HeaderColumns []string
@@ -209,6 +213,7 @@ type relation struct {
 	// payloadText and payloadBytes say whether the payload column is of a
 	// text type or bytea (Event.PayloadText, PayloadBytes).
 	payloadText, payloadBytes bool
+	payloadRequired           bool // the layout's PayloadNotNull
 }
 
 // WithDefaults returns cfg with its empty fields set to the defaults.
@@ -359,6 +364,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 	}
 	r.outbox = true
 	r.source = l.Name()
+	r.payloadRequired = l.PayloadNotNull
 	index := func(name string) (int, error) {
 		for i, c := range m.Columns {
 			if c.Name == name {

@@ -138,7 +138,7 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 	// The payload is passed on as bytes: json, jsonb and text as stored,
 	// bytea decoded from its hex form. The message buffer is reused by the
 	// connection, so what the event keeps is copied.
-	e.PayloadText, e.PayloadBytes = r.payloadText, r.payloadBytes
+	e.PayloadText, e.PayloadBytes, e.PayloadRequired = r.payloadText, r.payloadBytes, r.payloadRequired
 	if p := vals[r.payload]; p.kind == 't' && passThrough(r.cols[r.payload].DataType) {
 		e.Payload = bytes.Clone(p.data)
 	} else if v, ok := value(r.payload, false); ok {

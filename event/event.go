@@ -27,7 +27,11 @@ type Event struct {
 	// json or jsonb, and PayloadBytes when it is bytea: the JSON formats
 	// write each as Kafka Connect's JsonConverter writes its type.
 	PayloadText, PayloadBytes bool
-	Headers                   []Header // configured extra columns, in configured order
+	// PayloadRequired is true when the payload column is NOT NULL: the
+	// json_schema format then marks the value's schema required
+	// (optional false), as Debezium does.
+	PayloadRequired bool
+	Headers         []Header // configured extra columns, in configured order
 	// Partition is the value of the row's partition column when
 	// HasPartition (a column configured, its value not NULL): the Kafka
 	// partition to produce to instead of the key's.

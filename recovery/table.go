@@ -57,7 +57,7 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampC
 	if _, err := conn.Exec(ctx, "SET DateStyle = ISO; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET bytea_output = hex; SET jit = off"); err != nil {
 		return nil, fmt.Errorf("set the session's formats: %w", err)
 	}
-	rows, err := conn.Query(ctx, `SELECT attname, atttypid::int8, format_type(atttypid, atttypmod) FROM pg_attribute
+	rows, err := conn.Query(ctx, `SELECT attname, atttypid::int8, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute
 		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, t.name)
 	if err != nil {
 		return nil, fmt.Errorf("read the columns of %s.%s: %w", layout.Schema, layout.Table, err)
@@ -67,8 +67,12 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampC
 	for rows.Next() {
 		var name, typ string
 		var oid int64
-		if err := rows.Scan(&name, &oid, &typ); err != nil {
+		var notNull bool
+		if err := rows.Scan(&name, &oid, &typ, &notNull); err != nil {
 			return nil, err
+		}
+		if name == layout.Columns.Payload {
+			layout.PayloadNotNull = notNull // as the relay reads it at start
 		}
 		t.cols = append(t.cols, decoder.Column{Name: name, DataType: uint32(oid)})
 		texts = append(texts, pgx.Identifier{name}.Sanitize()+"::text")

@@ -90,7 +90,8 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 		if err := CheckTable(cctx, conn, *l); err != nil {
 			return dcfg, err
 		}
-		if err := conn.QueryRow(cctx, "SELECT to_regclass($1)::oid", pgx.Identifier{l.Schema, l.Table}.Sanitize()).Scan(&l.RelationID); err != nil {
+		if err := conn.QueryRow(cctx, `SELECT to_regclass($1)::oid, coalesce((SELECT attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2), false)`,
+			pgx.Identifier{l.Schema, l.Table}.Sanitize(), l.Columns.Payload).Scan(&l.RelationID, &l.PayloadNotNull); err != nil {
 			return dcfg, fmt.Errorf("read the oid of %s: %w", l.Name(), err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/walrelay/walrelay/event"
 )
 
 // Format is how a record's key or value carries the outbox's text, as Kafka
@@ -46,8 +48,8 @@ func (f Format) encode(text []byte, schema string) []byte {
 // encodeBytes returns a bytea payload in format f as the JsonConverter
 // writes Connect's bytes: a base64 string (standard alphabet, padded), in a
 // schema of type bytes for FormatJSONSchema; NULL as for encode.
-func (f Format) encodeBytes(b []byte) []byte {
-	return f.envelope(b, bytesSchema, base64Quote)
+func (f Format) encodeBytes(b []byte, schema string) []byte {
+	return f.envelope(b, schema, base64Quote)
 }
 
 // envelope writes v in format f: quote appends it as a JSON string, in the
@@ -137,16 +139,36 @@ func jacksonQuote(dst, s []byte) []byte {
 }
 
 // The JsonConverter's schemas of Debezium's outbox records: the key (the
-// aggregate id, a required string) and the value (a json or jsonb payload,
-// an optional string named io.debezium.data.Json).
+// aggregate id, a required string) and the value by the payload column's
+// type (json or jsonb: a string named io.debezium.data.Json; text: a
+// string; bytea: bytes), optional unless the column is NOT NULL.
 const (
-	keySchema   = `{"type":"string","optional":false}`
-	valueSchema = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}`
-	// textSchema and bytesSchema are the value's schemas for a text and
-	// a bytea payload column.
-	textSchema  = `{"type":"string","optional":true}`
-	bytesSchema = `{"type":"bytes","optional":true}`
+	keySchema = `{"type":"string","optional":false}`
+
+	jsonSchema          = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}`
+	requiredJSONSchema  = `{"type":"string","optional":false,"name":"io.debezium.data.Json","version":1}`
+	textSchema          = `{"type":"string","optional":true}`
+	requiredTextSchema  = `{"type":"string","optional":false}`
+	bytesSchema         = `{"type":"bytes","optional":true}`
+	requiredBytesSchema = `{"type":"bytes","optional":false}`
 )
+
+// valueSchema is the JsonConverter's schema of e's value.
+func valueSchema(e *event.Event) string {
+	switch {
+	case e.PayloadBytes && e.PayloadRequired:
+		return requiredBytesSchema
+	case e.PayloadBytes:
+		return bytesSchema
+	case e.PayloadText && e.PayloadRequired:
+		return requiredTextSchema
+	case e.PayloadText:
+		return textSchema
+	case e.PayloadRequired:
+		return requiredJSONSchema
+	}
+	return jsonSchema
+}
 
 // blank reports whether a payload is NULL or, as Java's String.trim sees
 // it, empty: only characters up to U+0020.

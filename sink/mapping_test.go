@@ -162,7 +162,8 @@ func TestCloudEventsBinary(t *testing.T) {
 // TestJSONFormatsOfPayloadTypes: with json_schema, a text payload column's
 // value schema is a plain optional string (Debezium's for text), a json
 // one's is named io.debezium.data.Json, and a bytea payload is base64 of
-// schema type bytes, as the JsonConverter writes Connect's bytes.
+// schema type bytes, as the JsonConverter writes Connect's bytes; a NOT
+// NULL payload column's schema is required (optional false).
 func TestJSONFormatsOfPayloadTypes(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
@@ -170,21 +171,31 @@ func TestJSONFormatsOfPayloadTypes(t *testing.T) {
 	text, raw := newEvent("text"), newEvent("bytea")
 	text.PayloadText = true
 	raw.PayloadBytes, raw.Payload = true, []byte{0xff, 0x00, 'a'}
-	for _, e := range []*event.Event{newEvent("json"), text, raw} {
+	// The same of a NOT NULL payload column.
+	reqJSON, reqText, reqRaw := newEvent("json NOT NULL"), newEvent("text NOT NULL"), newEvent("bytea NOT NULL")
+	reqText.PayloadText = true
+	reqRaw.PayloadBytes, reqRaw.Payload = true, []byte{0xff, 0x00, 'a'}
+	for _, e := range []*event.Event{reqJSON, reqText, reqRaw} {
+		e.PayloadRequired = true
+	}
+	for _, e := range []*event.Event{newEvent("json"), text, raw, reqJSON, reqText, reqRaw} {
 		if err := publish(t, s, e); err != nil {
 			t.Fatal(err)
 		}
 	}
 	col, _ := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
 	defer col.Close()
-	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 3 })
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 6 })
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"bytea": `{"schema":{"type":"bytes","optional":true},"payload":"/wBh"}`,
-		"json":  `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"a\":1}"}`,
-		"text":  `{"schema":{"type":"string","optional":true},"payload":"{\"a\":1}"}`,
+		"bytea":          `{"schema":{"type":"bytes","optional":true},"payload":"/wBh"}`,
+		"json":           `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"a\":1}"}`,
+		"text":           `{"schema":{"type":"string","optional":true},"payload":"{\"a\":1}"}`,
+		"bytea NOT NULL": `{"schema":{"type":"bytes","optional":false},"payload":"/wBh"}`,
+		"json NOT NULL":  `{"schema":{"type":"string","optional":false,"name":"io.debezium.data.Json","version":1},"payload":"{\"a\":1}"}`,
+		"text NOT NULL":  `{"schema":{"type":"string","optional":false},"payload":"{\"a\":1}"}`,
 	}
 	for _, r := range recs {
 		if id := Header(r, "id"); string(r.Value) != want[id] {
@@ -194,10 +205,10 @@ func TestJSONFormatsOfPayloadTypes(t *testing.T) {
 }
 
 func TestJSONOfBytes(t *testing.T) {
-	if got := string(FormatJSON.encodeBytes([]byte{0xff, 0x00, 'a'})); got != `"/wBh"` {
+	if got := string(FormatJSON.encodeBytes([]byte{0xff, 0x00, 'a'}, bytesSchema)); got != `"/wBh"` {
 		t.Fatalf("json of bytes: %s", got)
 	}
-	if got := string(FormatJSON.encodeBytes(nil)); got != "null" {
+	if got := string(FormatJSON.encodeBytes(nil, bytesSchema)); got != "null" {
 		t.Fatalf("json of NULL bytes: %s", got)
 	}
 }

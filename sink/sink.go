@@ -387,13 +387,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
 		r.Value = nil
 	case s.cfg.ValueFormat != FormatRaw:
-		switch {
-		case e.PayloadBytes:
-			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value)
-		case e.PayloadText:
-			r.Value = s.cfg.ValueFormat.encode(r.Value, textSchema)
-		default:
-			r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema)
+		if e.PayloadBytes {
+			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))
+		} else {
+			r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema(e))
 		}
 	}
 	// An event whose batch the broker refused goes in a request of its own,

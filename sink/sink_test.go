@@ -495,10 +495,10 @@ func TestJSONFormats(t *testing.T) {
 		{FormatRaw, payload, "", string(payload)},
 		{FormatRaw, nil, "", ""},
 		{FormatJSON, []byte("o-1"), keySchema, `"o-1"`},
-		{FormatJSON, payload, valueSchema, `"{\"t\": \"q \\\" / é \uD83D\uDE00 ` + "\u2028" + ` <>&\"}\u0001"`},
-		{FormatJSON, nil, valueSchema, `null`},
+		{FormatJSON, payload, jsonSchema, `"{\"t\": \"q \\\" / é \uD83D\uDE00 ` + "\u2028" + ` <>&\"}\u0001"`},
+		{FormatJSON, nil, jsonSchema, `null`},
 		{FormatJSONSchema, []byte("o-1"), keySchema, `{"schema":{"type":"string","optional":false},"payload":"o-1"}`},
-		{FormatJSONSchema, nil, valueSchema, `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}`},
+		{FormatJSONSchema, nil, jsonSchema, `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}`},
 	} {
 		if got := string(c.f.encode(c.in, c.schema)); got != c.want {
 			t.Fatalf("%s of %q: %s, want %s", c.f, c.in, got, c.want)

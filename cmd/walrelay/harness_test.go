@@ -459,6 +459,46 @@ func (w *writer) txn(ctx context.Context, conn *pgx.Conn, n int) error {
 	return nil
 }
 
+// writeInBackground writes 3-row transactions to dsn without pause until
+// the returned stop is called, connecting again after an error (a commit
+// whose answer was lost counts if w.dsn is set and the row is there). It
+// stops at a flag, not by a cancelled context: a commit cut by a cancel
+// could be counted as failed and yet be committed. stop returns how many
+// transactions failed.
+func (w *writer) writeInBackground(ctx context.Context, dsn string) (stop func() int) {
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	failed := 0
+	wg.Go(func() {
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+		}()
+		for !done.Load() && ctx.Err() == nil {
+			if conn == nil {
+				c, err := pgx.Connect(ctx, dsn)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				conn = c
+			}
+			if err := w.txn(ctx, conn, 3); err != nil {
+				failed++
+				conn.Close(context.Background())
+				conn = nil
+			}
+		}
+	})
+	return func() int {
+		done.Store(true)
+		wg.Wait()
+		return failed
+	}
+}
+
 // write writes total rows in transactions of 1 to maxTxn rows.
 func (w *writer) write(ctx context.Context, conn *pgx.Conn, total, maxTxn int) error {
 	for done := 0; done < total; {
