@@ -148,6 +148,34 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Fatalf("%s %s: Secret %s has no item of that path", key, p, v.Secret.SecretName)
 		}
 	}
+	// The whole configuration validated as run validates it, with the
+	// secrets' files put in a directory of the test.
+	secrets := t.TempDir()
+	full := text
+	for mountPath, v := range mounts {
+		if v.Secret == nil {
+			continue
+		}
+		for _, it := range v.Secret.Items {
+			if err := os.WriteFile(filepath.Join(secrets, it.Path), []byte("secret\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		full = strings.ReplaceAll(full, mountPath+"/", secrets+"/")
+	}
+	fullPath := filepath.Join(t.TempDir(), "walrelay.yaml")
+	if err := os.WriteFile(fullPath, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs2 := flag.NewFlagSet("run", flag.ContinueOnError)
+	cs2 := config.NewSet(fs2)
+	if err := fs2.Parse([]string{"--config", fullPath}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs2.Load(fs2, true); err != nil {
+		t.Fatalf("walrelay run would refuse the ConfigMap's configuration: %v", err)
+	}
+
 	// The admin listener: reachable from outside the pod, on the port the
 	// probes and the Service use.
 	host, port, err := net.SplitHostPort(cfg.Admin.Listen)
