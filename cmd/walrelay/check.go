@@ -268,7 +268,11 @@ func checkTable(cctx context.Context, conn *pgx.Conn, l decoder.Layout, several 
 			case !ok && c.Role == "header":
 				add(colName(c.Name), "fail", "table %s has no column %q (outbox.header_columns)", qualified, c.Name)
 			case !ok:
-				add(colName(c.Name), "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.Name, c.Key, c.Key)
+				key := c.Key
+				if several {
+					key = strings.TrimPrefix(c.Key, "outbox.") + " of its outbox.tables entry, else " + c.Key
+				}
+				add(colName(c.Name), "fail", "table %s has no column %q (%s): add it, or point %s at another column", qualified, c.Name, key, key)
 			case c.Role == "header":
 			case !contains(usableTypes[c.Role], typ):
 				add(colName(c.Name), "fail", "column %q is %s; as the %s column it must be one of %s", c.Name, typ, c.Role, strings.Join(usableTypes[c.Role], ", "))
