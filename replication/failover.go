@@ -85,14 +85,10 @@ type StandbyCopy struct {
 	Err            error
 }
 
-// StandbyCopies connects to each host of dsn (its hosts in turn, whatever
-// target_session_attrs says) and reads what the standbys among them hold of
-// slot.
-func StandbyCopies(ctx context.Context, dsn, slot string) ([]StandbyCopy, error) {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("parse postgres.dsn: %w", err)
-	}
+// StandbyCopies connects to each host of cfg (its host and fallbacks in
+// turn, whatever target_session_attrs says; cfg's credentials) and reads
+// what the standbys among them hold of slot.
+func StandbyCopies(ctx context.Context, cfg *pgx.ConnConfig, slot string) []StandbyCopy {
 	hosts := []*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port, TLSConfig: cfg.TLSConfig}}
 	hosts = append(hosts, cfg.Fallbacks...)
 	var out []StandbyCopy
@@ -104,7 +100,7 @@ func StandbyCopies(ctx context.Context, dsn, slot string) ([]StandbyCopy, error)
 		c.Standby, c.Exists, c.Synced, c.ConfirmedFlush, c.Err = standbyCopy(ctx, one, slot)
 		out = append(out, c)
 	}
-	return out, nil
+	return out
 }
 
 func standbyCopy(ctx context.Context, cfg *pgx.ConnConfig, slot string) (standby, exists, synced bool, confirmed string, err error) {

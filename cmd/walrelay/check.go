@@ -341,13 +341,8 @@ func checkFailover(ctx context.Context, conn *pgx.Conn, cfg *config.Config, add 
 	} else {
 		add(name, "ok", "slot %s is marked for failover; logical changes wait for the standbys of synchronized_standby_slots (%s)", slot, sync)
 	}
-	copies, err := replication.StandbyCopies(ctx, cfg.Postgres.DSN, slot)
-	if err != nil {
-		add(name, "fail", "%v", err)
-		return
-	}
 	seen := 0
-	for _, c := range copies {
+	for _, c := range replication.StandbyCopies(ctx, conn.Config(), slot) {
 		switch {
 		case c.Err != nil:
 			add("standby "+c.Host, "warn", "could not read its copy of slot %s: %v", slot, c.Err)
