@@ -45,7 +45,7 @@ func tables(p *[]OutboxTable) (func(string) error, func() string) {
 		dec.KnownFields(true)
 		var ts []OutboxTable
 		if err := dec.Decode(&ts); err != nil {
-			return fmt.Errorf("want a list of tables, each with table and any of %s: %w", tableFields(), err)
+			return fmt.Errorf("want a list of tables, each with table and any of %s: %w", tableFields, err)
 		}
 		*p = ts
 		return nil
@@ -65,9 +65,7 @@ func tablesJSON(ts []OutboxTable) string {
 }
 
 // tableFields names the fields of an outbox.tables entry.
-func tableFields() string {
-	return "id_column, aggregate_type_column, aggregate_id_column, type_column, payload_column, header_columns, timestamp_column, partition_column, trace_column, topic, topic_regex"
-}
+const tableFields = "id_column, aggregate_type_column, aggregate_id_column, type_column, payload_column, header_columns, timestamp_column, partition_column, trace_column, topic, topic_regex"
 
 // splitTable splits schema.table; a bare name is in public.
 func splitTable(s string) (schema, name string, ok bool) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -70,7 +69,6 @@ func PublicationSpec(o decoder.Config, pub string, allowRowFilter bool) replicat
 // the outbox tables' oids.
 func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Config, error) {
 	dcfg := cfg.Outbox.WithDefaults()
-	dcfg.More = slices.Clone(dcfg.More)
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg.ConnConfig.Copy())
@@ -85,8 +83,11 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	if walLevel != "logical" {
 		return dcfg, fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it", walLevel)
 	}
-	for _, l := range append([]*decoder.Layout{&dcfg.Layout}, pointers(dcfg.More)...) {
-		*l = l.WithDefaults()
+	// Layouts is a fresh slice with the defaults filled in: each table's
+	// oid and payload nullability are written into it.
+	layouts := dcfg.Layouts()
+	for i := range layouts {
+		l := &layouts[i]
 		if err := CheckTable(cctx, conn, *l); err != nil {
 			return dcfg, err
 		}
@@ -95,6 +96,7 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 			return dcfg, fmt.Errorf("read the oid of %s: %w", l.Name(), err)
 		}
 	}
+	dcfg.Layout, dcfg.More = layouts[0], layouts[1:]
 	if err := CheckEmitFunction(cctx, conn, dcfg.Schema, dcfg.MessagePrefix); err != nil {
 		return dcfg, err
 	}
@@ -248,13 +250,4 @@ func TableColumns(ctx context.Context, conn *pgx.Conn, schema, table string) ([]
 		return nil
 	})
 	return names, types, err
-}
-
-// pointers returns a pointer to each element of s.
-func pointers[T any](s []T) []*T {
-	ps := make([]*T, len(s))
-	for i := range s {
-		ps[i] = &s[i]
-	}
-	return ps
 }

@@ -20,15 +20,12 @@ func ServerVersion(ctx context.Context, conn *pgx.Conn) (int, error) {
 	return n / 10000, nil
 }
 
-// FailoverMarked reports whether slot is marked for failover (the failover
-// column of pg_replication_slots, PostgreSQL 17+; false before).
+// FailoverMarked reports whether slot is marked for failover: the failover
+// column of pg_replication_slots, which only PostgreSQL 17+ has (callers
+// check ServerVersion first).
 func FailoverMarked(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
-	v, err := ServerVersion(ctx, conn)
-	if err != nil || v < 17 {
-		return false, err
-	}
 	var marked bool
-	err = conn.QueryRow(ctx, "SELECT failover FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&marked)
+	err := conn.QueryRow(ctx, "SELECT failover FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&marked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("slot %s: %w", slot, ErrSlotMissing)
 	}
