@@ -106,13 +106,18 @@ func slotFailover(t *testing.T, failover bool) {
 			!strings.Contains(out, "walrelay reconcile --since") {
 			t.Fatalf("without a failover slot walrelay exited %d, want a stop naming the missing slot, failover and the runbook:\n%s", code, out)
 		}
+		// A gap for certain: rows the new primary commits while it has no
+		// slot.
+		after := connect(t, dsn)
+		if err := w.write(ctx, after, 50, 5); err != nil {
+			t.Fatal(err)
+		}
 		// The runbook: a new slot on the new primary, walrelay on it, then
 		// reconcile republishes what the failover left unpublished.
 		if code, out := runCmd(t, e, "slot", "create"); code != 0 {
 			t.Fatalf("slot create on the new primary: exit %d\n%s", code, out)
 		}
 		p = streaming(t, e)
-		after := connect(t, dsn)
 		if err := w.write(ctx, after, 50, 5); err != nil {
 			t.Fatal(err)
 		}
