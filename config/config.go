@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -23,6 +24,7 @@ import (
 // as underscores is its environment variable, and --key is its flag. Flags
 // override the environment, which overrides the file.
 type Config struct {
+	Source   string
 	Postgres struct {
 		DSN            string
 		Slot           string
@@ -77,6 +79,15 @@ type Config struct {
 		SASL struct {
 			Mechanism, Username, Password, PasswordFile string
 		}
+	}
+	Poll struct {
+		Interval    time.Duration
+		BatchSize   int
+		Lease       time.Duration
+		MaxAttempts int
+		Ordering    string
+		OnDead      string
+		WorkerID    string
 	}
 	Admin struct {
 		Listen string
@@ -173,9 +184,11 @@ func (c *Config) keys() []*key {
 		ks = append(ks, k)
 		return k
 	}
+	f, s := str(&c.Source, "wal")
+	add("source", "where events come from: wal (a logical replication slot) or poll (the outbox table polled, for databases without logical replication; run walrelay migrate --poll)", f, s)
 	dsn, dsnShow := str(&c.Postgres.DSN, "")
 	add("postgres.dsn", "PostgreSQL connection string of the database with the outbox (required)", dsn, dsnShow).redact = RedactDSN
-	f, s := str(&c.Postgres.Slot, "walrelay")
+	f, s = str(&c.Postgres.Slot, "walrelay")
 	add("postgres.slot", "logical replication slot", f, s)
 	f, s = str(&c.Postgres.Publication, "walrelay_outbox")
 	add("postgres.publication", "publication of the outbox table", f, s)
@@ -278,6 +291,21 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.SASL.PasswordFile, "")
 	add("kafka.sasl.password_file", "file holding the SASL password", f, s)
 
+	f, s = duration(&c.Poll.Interval, time.Second)
+	add("poll.interval", "source poll: the longest wait between polls when no insert notification comes (LISTEN wakes the poller at once)", f, s)
+	f, s = integer(&c.Poll.BatchSize, 500)
+	add("poll.batch_size", "source poll: rows claimed per table at once", f, s)
+	f, s = duration(&c.Poll.Lease, 30*time.Second)
+	add("poll.lease", "source poll: how long a claim holds its rows (renewed while Kafka has not answered); a worker gone this long has its rows claimed by another", f, s)
+	f, s = integer(&c.Poll.MaxAttempts, 20)
+	add("poll.max_attempts", "source poll: claims of a row before it goes to the dead-letter topic and DEAD (it waits 2^min(attempts, 10) s plus jitter after each failure)", f, s)
+	f, s = str(&c.Poll.Ordering, "aggregate")
+	add("poll.ordering", "source poll: aggregate (a row is not claimed while an earlier row of its aggregate is unsent) or none", f, s)
+	f, s = str(&c.Poll.OnDead, "skip")
+	add("poll.on_dead", "source poll, ordering aggregate: skip (later rows of a DEAD row's aggregate go on) or block (they wait until walrelay poll retry)", f, s)
+	f, s = str(&c.Poll.WorkerID, "")
+	add("poll.worker_id", "source poll: this instance's name in claim_id; empty: host-pid", f, s)
+
 	f, s = str(&c.Admin.Listen, "127.0.0.1:8087")
 	add("admin.listen", "address of the admin HTTP listener (/healthz, /readyz, /metrics, /status); empty turns it off", f, s)
 	f, s = boolean(&c.Admin.Pprof, false)
@@ -300,6 +328,24 @@ func (c *Config) keys() []*key {
 func (c *Config) validate(needKafka bool) error {
 	if c.Postgres.DSN == "" {
 		return errors.New("postgres.dsn is not set (set " + EnvName("postgres.dsn") + ", --postgres.dsn or postgres.dsn in the config file)")
+	}
+	switch c.Source {
+	case "wal":
+	case "poll":
+		if c.Kafka.ExactlyOnce {
+			return errors.New("kafka.exactly_once needs source wal: the poll source marks rows in PostgreSQL after Kafka acknowledged them, outside any Kafka transaction, so it delivers at least once")
+		}
+		if c.Poll.BatchSize < 1 || c.Poll.MaxAttempts < 1 {
+			return fmt.Errorf("poll.batch_size %d, poll.max_attempts %d: want at least 1", c.Poll.BatchSize, c.Poll.MaxAttempts)
+		}
+		if c.Poll.Interval <= 0 {
+			return fmt.Errorf("poll.interval %s: want a positive duration", c.Poll.Interval)
+		}
+		if err := poll.CheckSettings(c.Poll.Ordering, c.Poll.OnDead, c.Poll.Lease); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("source %q: want wal or poll", c.Source)
 	}
 	if c.Kafka.ExactlyOnce && c.Kafka.TransactionInterval <= 0 {
 		return fmt.Errorf("kafka.transaction_interval %s: want a positive duration", c.Kafka.TransactionInterval)

@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -98,4 +100,22 @@ func (c *Config) Table() (schema, name string, err error) {
 		return "", "", fmt.Errorf("postgres.table %q: want schema.table", c.Postgres.Table)
 	}
 	return schema, name, nil
+}
+
+// PollConfig maps the configuration onto the poll source's (source poll);
+// extra options go to the Kafka client last.
+func (c *Config) PollConfig(log *slog.Logger, extra ...kgo.Opt) (poll.Config, error) {
+	scfg, err := SinkConfig(c, log, extra...)
+	if err != nil {
+		return poll.Config{}, err
+	}
+	connCfg, err := pgx.ParseConfig(c.Postgres.DSN)
+	if err != nil {
+		return poll.Config{}, fmt.Errorf("postgres.dsn: %w", err)
+	}
+	p := c.Poll
+	return poll.Config{
+		ConnConfig: connCfg, Outbox: c.OutboxConfig(), Interval: p.Interval, BatchSize: p.BatchSize, Lease: p.Lease, MaxAttempts: p.MaxAttempts,
+		Ordering: p.Ordering, OnDead: p.OnDead, WorkerID: p.WorkerID, ShutdownTimeout: c.ShutdownTimeout, Sink: scfg, Logger: log,
+	}, nil
 }

@@ -42,6 +42,8 @@ type Table struct {
 	name      string // schema.table, quoted
 	cols      []decoder.Column
 	selectSQL string // SELECT of every column as text
+	list      string // every column as text
+	idType    string // the id column's type, as format_type writes it
 	rows      *decoder.RowReader
 	idIsUUID  bool
 }
@@ -78,6 +80,7 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampC
 		texts = append(texts, pgx.Identifier{name}.Sanitize()+"::text")
 		if name == layout.Columns.ID {
 			t.idIsUUID = typ == "uuid"
+			t.idType = typ
 		}
 		if name == timestampColumn {
 			tsType = typ
@@ -98,9 +101,23 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampC
 	if t.rows, err = decoder.NewRowReader(layout, t.cols); err != nil {
 		return nil, err
 	}
-	t.selectSQL = "SELECT " + strings.Join(texts, ", ") + " FROM " + t.name
+	t.list = strings.Join(texts, ", ")
+	t.selectSQL = "SELECT " + t.list + " FROM " + t.name
 	return t, nil
 }
+
+// Layout is the table's layout, its payload's nullability read.
+func (t *Table) Layout() decoder.Layout { return t.layout }
+
+// SelectList is every column of the table as text, in the order Event
+// reads them: for a query of the caller's own.
+func (t *Table) SelectList() string { return t.list }
+
+// IDType is the type of the id column (format_type's text).
+func (t *Table) IDType() string { return t.idType }
+
+// Event makes the event of one row's values, in SelectList's order.
+func (t *Table) Event(vals [][]byte) (*event.Event, error) { return t.rows.Event(vals) }
 
 // Name is the table's schema.table.
 func (t *Table) Name() string { return t.layout.Schema + "." + t.layout.Table }

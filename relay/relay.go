@@ -87,6 +87,12 @@ type Hooks struct {
 	Ignored func(kind string)
 }
 
+// WithDefaults returns h with each nil hook a no-op.
+func (h Hooks) WithDefaults() Hooks {
+	h.defaults()
+	return h
+}
+
 func (h *Hooks) defaults() {
 	if h.Transaction == nil {
 		h.Transaction = func() {}

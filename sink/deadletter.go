@@ -15,7 +15,7 @@ import (
 // Dead-letter record headers, besides those of the event.
 const (
 	HeaderError     = "walrelay.error"     // the error text
-	HeaderReason    = "walrelay.reason"    // invalid_event, invalid_topic, invalid_partition, too_large, invalid_record
+	HeaderReason    = "walrelay.reason"    // invalid_event, invalid_topic, invalid_partition, too_large, invalid_record, max_attempts
 	HeaderSource    = "walrelay.table"     // schema.table, or "message"
 	HeaderWALStart  = "walrelay.wal_start" // LSN of the change itself
 	HeaderTopic     = "walrelay.topic"     // the topic it was meant for, if known
@@ -44,6 +44,14 @@ func Header(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// DeadLetter produces e to the dead-letter topic for reason (the
+// walrelay.reason header) with cause as its error, instead of to its topic;
+// done reports it as Publish does. The poll source sends a row there that
+// failed too many times.
+func (s *Sink) DeadLetter(ctx context.Context, e *event.Event, reason string, cause error, done Done) {
+	s.deadLetter(ctx, e, reason, s.Topic(e), cause, done)
 }
 
 // deadLetter produces e to the dead-letter topic. If that record is too large

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,16 +27,24 @@ func (s *Sink) lostData(topic string, partition int32) {
 // DataLosses returns how many times the client detected data loss.
 func (s *Sink) DataLosses() uint64 { return s.dataLoss.Load() }
 
-// suspects are the WAL positions of events whose batch the broker refused
-// for what may be one record of it. It is empty but for the rare restart
-// after such a refusal: has costs one atomic load then.
+// suspects are the events (by WAL position and id: the poll source's events
+// have no position) whose batch the broker refused for what may be one
+// record of it. It is empty but for the rare restart after such a refusal:
+// has costs one atomic load then.
 type suspects struct {
 	n   atomic.Int64
 	mu  sync.Mutex
-	set map[pglogrepl.LSN]struct{}
+	set map[suspect]struct{}
 }
 
-func (x *suspects) has(at pglogrepl.LSN) bool {
+type suspect struct {
+	at pglogrepl.LSN
+	id string
+}
+
+func suspectOf(e *event.Event) suspect { return suspect{e.WALStart, e.ID} }
+
+func (x *suspects) has(at suspect) bool {
 	if x.n.Load() == 0 {
 		return false
 	}
@@ -45,17 +54,17 @@ func (x *suspects) has(at pglogrepl.LSN) bool {
 	return ok
 }
 
-func (x *suspects) add(at pglogrepl.LSN) {
+func (x *suspects) add(at suspect) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.set == nil {
-		x.set = map[pglogrepl.LSN]struct{}{}
+		x.set = map[suspect]struct{}{}
 	}
 	x.set[at] = struct{}{}
 	x.n.Store(int64(len(x.set)))
 }
 
-func (x *suspects) clear(at pglogrepl.LSN) {
+func (x *suspects) clear(at suspect) {
 	if x.n.Load() == 0 {
 		return
 	}

@@ -395,7 +395,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	}
 	// An event whose batch the broker refused goes in a request of its own,
 	// so that the broker's answer is about it alone.
-	alone := s.suspects.has(e.WALStart)
+	alone := s.suspects.has(suspectOf(e))
 	if s.tx != nil {
 		// A record the client refuses as too large would doom its whole
 		// transaction: it goes to the dead-letter topic instead, in it.
@@ -408,7 +408,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		switch {
 		case err == nil:
 			if alone {
-				s.suspects.clear(e.WALStart)
+				s.suspects.clear(suspectOf(e))
 			}
 			done(Delivery{Topic: topic, Partition: r.Partition}, nil)
 		case s.refusedBatch(r, err):
@@ -425,10 +425,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			// unknown. Transient: once the stream restarts, this event goes
 			// alone, and only a record refused alone is dead-lettered.
 			s.q.breakOn(err)
-			s.suspects.add(e.WALStart)
+			s.suspects.add(suspectOf(e))
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused its batch (sent again alone): %w", e.ID, topic, err)))
 		case kindOf(err) == failure.PerEvent:
-			s.suspects.clear(e.WALStart)
+			s.suspects.clear(suspectOf(e))
 			// The promise must not block on the client: dead-letter from a
 			// goroutine of its own. This is the rare path.
 			go s.deadLetter(ctx, e, reason(err), topic, err, done)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -76,6 +77,11 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	}
 	defer conn.Close(context.Background())
 	add("postgres", "ok", "connected to %s", config.RedactDSN(cfg.Postgres.DSN))
+	if cfg.Source == "poll" {
+		checkPoll(cctx, conn, cfg, add)
+		kafka := checkKafka(cctx, cfg, "")
+		return append(out, kafka...)
+	}
 
 	setting := func(name string) string {
 		var v string
@@ -120,7 +126,7 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	pub, pubErr := replication.Publication(cctx, conn, cfg.Postgres.Publication)
 	layouts := cfg.OutboxConfig().Layouts()
 	for _, l := range layouts {
-		checkTable(cctx, conn, l, len(layouts) > 1, pubErr, add)
+		checkTable(cctx, conn, l, len(layouts) > 1, true, pubErr, add)
 	}
 
 	switch {
@@ -235,9 +241,10 @@ func contains(list []string, s string) bool {
 }
 
 // checkTable adds the checks of one outbox table: it exists, has each
-// column walrelay reads in a usable type, none generated, and the role may
-// publish it. With several tables, each check's name ends with the table's.
-func checkTable(cctx context.Context, conn *pgx.Conn, l decoder.Layout, several bool, pubErr error, add func(name, status, format string, args ...any)) {
+// column walrelay reads in a usable type, and for source wal (wal) none
+// generated, and the role may publish it. With several tables, each
+// check's name ends with the table's.
+func checkTable(cctx context.Context, conn *pgx.Conn, l decoder.Layout, several, wal bool, pubErr error, add func(name, status, format string, args ...any)) {
 	schema, table, qualified := l.Schema, l.Table, l.Name()
 	// With several tables, each check names its table.
 	name := func(s string) string {
@@ -279,6 +286,9 @@ func checkTable(cctx context.Context, conn *pgx.Conn, l decoder.Layout, several 
 			default:
 				add(colName(c.Name), "ok", "%s", typ)
 			}
+		}
+		if !wal {
+			return
 		}
 		if generated, err := relay.GeneratedColumns(cctx, conn, l); err != nil {
 			add(name("generated columns"), "fail", "%v", err)
@@ -358,5 +368,35 @@ func checkFailover(ctx context.Context, conn *pgx.Conn, cfg *config.Config, add 
 	}
 	if seen == 0 {
 		add(name, "ok", "postgres.dsn names no standby: list them as further hosts (host1:5432,host2:5432, with target_session_attrs=read-write) for check to verify their copies and walrelay to follow a failover")
+	}
+}
+
+// checkPoll adds the checks of source poll: each table's columns,
+// and what the poll source needs of it (migrate --poll), and the role's
+// privileges; logical replication is not needed.
+func checkPoll(ctx context.Context, conn *pgx.Conn, cfg *config.Config, add func(name, status, format string, args ...any)) {
+	add("source", "ok", "poll: the outbox table is polled; logical replication, the slot and the publication are not needed")
+	layouts := cfg.OutboxConfig().Layouts()
+	for _, l := range layouts {
+		checkTable(ctx, conn, l, len(layouts) > 1, false, nil, add)
+		name := "poll table"
+		if len(layouts) > 1 {
+			name += " " + l.Name()
+		}
+		if err := poll.CheckTable(ctx, conn, l); err != nil {
+			add(name, "fail", "%v", err)
+			continue
+		}
+		var sel, upd bool
+		q := pgx.Identifier{l.Schema, l.Table}.Sanitize()
+		if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1, 'SELECT'), has_table_privilege($1, 'UPDATE')", q).Scan(&sel, &upd); err != nil {
+			add(name, "fail", "read the role's privileges on %s: %v", l.Name(), err)
+			continue
+		}
+		if !sel || !upd {
+			add(name, "fail", "the role may not SELECT and UPDATE %s, which the poll source does: GRANT SELECT, UPDATE ON %s TO <walrelay's role>", l.Name(), q)
+			continue
+		}
+		add(name, "ok", "%s has the poll columns, indexes and insert trigger; the role may select and update it", l.Name())
 	}
 }

@@ -406,10 +406,13 @@ type writer struct {
 	mu    sync.Mutex
 	bytes int    // payload padding
 	dsn   string // if set, a failed commit is looked up: the server may have committed it
+	// prefix names the writer's aggregates (prefix + a number): writers
+	// with prefixes of their own write disjoint aggregates.
+	prefix string
 }
 
 func newWriter(aggs int, seed uint64) *writer {
-	return &writer{aggs: aggs, rng: rand.New(rand.NewPCG(seed, 1)), seq: map[string]int{}}
+	return &writer{aggs: aggs, rng: rand.New(rand.NewPCG(seed, 1)), seq: map[string]int{}, prefix: "agg-"}
 }
 
 // txn writes n rows in one transaction; the rows count only if it commits.
@@ -421,7 +424,7 @@ func (w *writer) txn(ctx context.Context, conn *pgx.Conn, n int) error {
 	rows := make([]row, n)
 	next := map[string]int{}
 	for i := range rows {
-		agg := fmt.Sprintf("agg-%d", w.rng.IntN(w.aggs))
+		agg := fmt.Sprintf("%s%d", w.prefix, w.rng.IntN(w.aggs))
 		s, ok := next[agg]
 		if !ok {
 			s = w.seq[agg]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -23,6 +24,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cs := config.NewSet(fs)
 	inbox := fs.Bool("inbox", false, "create only the inbox table of package inbox and its claim function, in the consumer's database that postgres.dsn names (no outbox, publication or slot)")
 	inboxTable := fs.String("inbox-table", "public.walrelay_inbox", "the inbox table that --inbox creates, schema.table")
+	pollCols := fs.Bool("poll", false, "for source poll: create the outbox table if missing and add the poll source's columns, indexes and insert trigger (no publication or slot); implied by source: poll")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -33,7 +35,55 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *inbox {
 		return config.ScrubError(migrateInbox(ctx, cfg, *inboxTable, stdout), cfg.Secrets())
 	}
+	if *pollCols || cfg.Source == "poll" {
+		return config.ScrubError(migratePoll(ctx, cfg, stdout), cfg.Secrets())
+	}
 	return config.ScrubError(migrate(ctx, cfg, stdout), cfg.Secrets())
+}
+
+// migratePoll creates the outbox tables if missing and gives them what the
+// poll source needs, and says what it did.
+func migratePoll(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := connectDSN(cctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	o := cfg.OutboxConfig()
+	res, err := migrations.Apply(cctx, conn, o)
+	if err != nil {
+		return err
+	}
+	for _, l := range o.Layouts() {
+		state := "already exists"
+		if slices.Contains(res.Created, l.Name()) {
+			state = "created"
+		}
+		fmt.Fprintf(stdout, "%-40s %s\n", "table "+l.Name(), state)
+	}
+	pres, err := migrations.ApplyPoll(cctx, conn, o)
+	if err != nil {
+		return err
+	}
+	for _, l := range o.Layouts() {
+		if err := poll.CheckTable(cctx, conn, l); err != nil {
+			return err
+		}
+		added := "present"
+		if a := pres.Added[l.Name()]; len(a) > 0 {
+			added = "added " + strings.Join(a, ", ")
+		}
+		fmt.Fprintf(stdout, "%-40s %s\n", "poll columns of "+l.Name(), added)
+		if n := pres.Pending[l.Name()]; n > 0 {
+			fmt.Fprintf(stdout, "%-40s %d rows that were there are PENDING: the poll source sends them (mark them SENT first if they were sent already)\n", "", n)
+		}
+		names := migrations.PollNamesOf(l)
+		fmt.Fprintf(stdout, "%-40s %s\n", "indexes "+names.DueIndex+", "+names.UnsentIndex, "present")
+		fmt.Fprintf(stdout, "%-40s %s\n", "trigger "+names.Trigger, "present (NOTIFY "+migrations.NotifyChannel+")")
+	}
+	return nil
 }
 
 // migrateInbox creates the inbox table schema.table and its claim

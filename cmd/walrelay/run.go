@@ -15,6 +15,7 @@ import (
 
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/internal/admin"
+	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 )
 
@@ -49,6 +50,9 @@ func limitMemory(cfg *config.Config) {
 // run runs the relay of cfg, with its metrics and admin listener, until ctx
 // is cancelled (nil) or a fatal error.
 func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	if cfg.Source == "poll" {
+		return runPoll(ctx, cfg, log)
+	}
 	m := admin.New()
 	rcfg, err := cfg.RelayConfig(log, kgo.WithHooks(m.KafkaHooks()...))
 	if err != nil {
@@ -75,6 +79,36 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	bg.Go(func() { m.PollSlot(pollCtx, r.ConnConfig(), cfg.Postgres.Slot, 5*time.Second, log) })
 	err = r.Run(ctx)
 	stopPoll()
+	bg.Wait()
+	return err
+}
+
+// runPoll runs the poll source of cfg (source poll), with its metrics and
+// admin listener, until ctx is cancelled (nil) or a fatal error.
+func runPoll(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	m := admin.New()
+	pcfg, err := cfg.PollConfig(log, kgo.WithHooks(m.KafkaHooks()...))
+	if err != nil {
+		return err
+	}
+	pcfg.Hooks, pcfg.PollHooks = m.Hooks(), m.PollHooks()
+	p, err := poll.New(pcfg)
+	if err != nil {
+		return err
+	}
+	m.Register(p)
+	if cfg.Admin.Listen != "" {
+		srv, err := admin.Serve(cfg.Admin.Listen, m.Mux(p, "", false, cfg.Admin.Pprof), log)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	statsCtx, stopStats := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bg.Go(func() { m.PollTables(statsCtx, p.ConnConfig(), pcfg.Outbox, 5*time.Second, log) })
+	err = p.Run(ctx)
+	stopStats()
 	bg.Wait()
 	return err
 }

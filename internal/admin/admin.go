@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -26,12 +27,39 @@ import (
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
 
-// States of the replication stream, as the state metric labels them.
-var streamStates = []string{"starting", "streaming", "waiting_for_slot", "reconnecting", "stopped"}
+// States of the replication stream or the poller, as the state metric
+// labels them.
+var streamStates = []string{"starting", "streaming", "waiting_for_slot", "reconnecting", "polling", "stopped"}
+
+// Source is what the metrics and the listener read of the running
+// pipeline: *relay.Relay (source wal) or *poll.Poller (source poll).
+type Source interface {
+	State() string
+	InFlight() int
+	Reconnects() uint64
+	DataLosses() uint64
+	Err() error
+}
+
+// positions are a relay's WAL positions.
+type positions interface {
+	ReceivedLSN() pglogrepl.LSN
+	ConfirmedLSN() pglogrepl.LSN
+}
+
+var (
+	_ positions = (*relay.Relay)(nil)
+	_ Source    = (*relay.Relay)(nil)
+	_ Source    = (*poll.Poller)(nil)
+)
+
+// ready reports whether a state is one of a working pipeline.
+func ready(state string) bool { return state == "streaming" || state == "polling" }
 
 // Metrics are walrelay's Prometheus metrics, prefix walrelay_, on a registry
 // of their own, with the Go runtime's and the process's.
@@ -69,6 +97,13 @@ type Metrics struct {
 	lag     *int64
 	retain  *int64
 	slotErr string
+
+	pollStats []poll.Stats // the last read of the outbox tables (source poll)
+	pollRows  *prometheus.GaugeVec
+	pollAge   *prometheus.GaugeVec
+	pollClaim *prometheus.HistogramVec
+	pollMark  *prometheus.HistogramVec
+	pollRowsN *prometheus.CounterVec
 }
 
 // New returns the metrics, registered.
@@ -132,25 +167,27 @@ func (m *Metrics) TransactionHooks() (onCommit func(event.Position, time.Duratio
 		}
 }
 
-// Register adds the gauges read from the running relay at scrape time.
-func (m *Metrics) Register(r *relay.Relay) {
+// Register adds the gauges read from the running pipeline at scrape time.
+func (m *Metrics) Register(r Source) {
 	gauge := func(name, help string, fn func() float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn))
 	}
 	gauge("walrelay_in_flight_events", "Events handed to Kafka and not yet acknowledged.", func() float64 { return float64(r.InFlight()) })
-	gauge("walrelay_received_lsn", "Highest WAL position received from the server.", func() float64 { return float64(r.ReceivedLSN()) })
-	gauge("walrelay_confirmed_lsn", "WAL position confirmed to the slot (every event before it is acknowledged).", func() float64 { return float64(r.ConfirmedLSN()) })
+	if w, ok := r.(positions); ok {
+		gauge("walrelay_received_lsn", "Highest WAL position received from the server.", func() float64 { return float64(w.ReceivedLSN()) })
+		gauge("walrelay_confirmed_lsn", "WAL position confirmed to the slot (every event before it is acknowledged).", func() float64 { return float64(w.ConfirmedLSN()) })
+	}
 	gauge("walrelay_seconds_behind_source", "Now minus the commit time of the newest acknowledged transaction; 0 when idle.", func() float64 { return m.behind(r) })
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "walrelay_producer_data_loss_total",
 		Help: "Times the producer detected that the broker may have lost records it had acknowledged (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID); each restarts the stream from the confirmed position."},
 		func() float64 { return float64(r.DataLosses()) }))
 	m.reg.MustRegister(&reconnectCollector{
-		desc:  prometheus.NewDesc("walrelay_reconnects_total", "Reconnections, by target: the replication stream started again (postgres), a broker connection failed and is retried (kafka).", []string{"target"}, nil),
+		desc:  prometheus.NewDesc("walrelay_reconnects_total", "Reconnections, by target: the replication stream started again, or the poller connected again (postgres), a broker connection failed and is retried (kafka).", []string{"target"}, nil),
 		pg:    r.Reconnects,
 		kafka: &m.kafkaReconnects,
 	})
 	for _, s := range streamStates {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walrelay_state", Help: "1 for the replication stream's current state.", ConstLabels: prometheus.Labels{"state": s}},
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walrelay_state", Help: "1 for the replication stream's (or the poller's) current state.", ConstLabels: prometheus.Labels{"state": s}},
 			func() float64 {
 				if r.State() == s {
 					return 1
@@ -160,7 +197,7 @@ func (m *Metrics) Register(r *relay.Relay) {
 	}
 }
 
-func (m *Metrics) behind(r *relay.Relay) float64 {
+func (m *Metrics) behind(r Source) float64 {
 	if r.InFlight() == 0 {
 		return 0
 	}
@@ -265,12 +302,14 @@ func (m *Metrics) PollSlot(ctx context.Context, connCfg *pgx.ConnConfig, slot st
 
 // Status is what /status serves and `walrelay status` prints.
 type Status struct {
-	State               string  `json:"state"`
-	Slot                string  `json:"slot"`
+	State string `json:"state"`
+	// Source is wal or poll.
+	Source              string  `json:"source"`
+	Slot                string  `json:"slot,omitempty"`
 	SlotLagBytes        *int64  `json:"slot_lag_bytes"`
 	RetainedWALBytes    *int64  `json:"retained_wal_bytes"`
-	ReceivedLSN         string  `json:"received_lsn"`
-	ConfirmedLSN        string  `json:"confirmed_lsn"`
+	ReceivedLSN         string  `json:"received_lsn,omitempty"`
+	ConfirmedLSN        string  `json:"confirmed_lsn,omitempty"`
 	EventsPerSecond     float64 `json:"events_per_second"`
 	InFlight            int     `json:"in_flight_events"`
 	Published           int64   `json:"events_published"`
@@ -278,7 +317,9 @@ type Status struct {
 	SecondsBehindSource float64 `json:"seconds_behind_source"`
 	// ExactlyOnce is set in exactly-once mode.
 	ExactlyOnce *ExactlyOnceStatus `json:"exactly_once,omitempty"`
-	Error       string             `json:"error,omitempty"`
+	// Poll is the outbox tables' rows by state, with source poll.
+	Poll  []poll.Stats `json:"poll,omitempty"`
+	Error string       `json:"error,omitempty"`
 }
 
 // ExactlyOnceStatus is the state of exactly-once mode's Kafka transactions.
@@ -290,8 +331,8 @@ type ExactlyOnceStatus struct {
 
 // Mux serves /healthz, /readyz, /metrics, /status (with the transactions'
 // state if exactlyOnce) and, if withPprof, /debug/pprof, for the relay r of
-// slot.
-func (m *Metrics) Mux(r *relay.Relay, slot string, exactlyOnce, withPprof bool) *http.ServeMux {
+// slot, or the poller r (slot empty).
+func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.ServeMux {
 	kafkaOK := m.kafkaReachable
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -303,7 +344,7 @@ func (m *Metrics) Mux(r *relay.Relay, slot string, exactlyOnce, withPprof bool) 
 		// is ready too (a healthy standby), so that a rolling update of
 		// two replicas can go on.
 		standby := req.URL.Query().Get("standby") != "" && state == "waiting_for_slot"
-		ok := (state == "streaming" || standby) && r.Err() == nil && kafkaOK()
+		ok := (ready(state) || standby) && r.Err() == nil && kafkaOK()
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
@@ -312,10 +353,14 @@ func (m *Metrics) Mux(r *relay.Relay, slot string, exactlyOnce, withPprof bool) 
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		m.mu.Lock()
-		doc := Status{State: r.State(), Slot: slot, SlotLagBytes: m.lag, RetainedWALBytes: m.retain, Error: m.slotErr}
+		doc := Status{State: r.State(), Source: "wal", Slot: slot, SlotLagBytes: m.lag, RetainedWALBytes: m.retain, Error: m.slotErr, Poll: m.pollStats}
 		m.mu.Unlock()
-		doc.ReceivedLSN = r.ReceivedLSN().String()
-		doc.ConfirmedLSN = r.ConfirmedLSN().String()
+		if w, ok := r.(positions); ok {
+			doc.ReceivedLSN = w.ReceivedLSN().String()
+			doc.ConfirmedLSN = w.ConfirmedLSN().String()
+		} else {
+			doc.Source = "poll"
+		}
 		doc.EventsPerSecond = m.rate()
 		doc.InFlight = r.InFlight()
 		doc.Published = m.publishedN.Load()

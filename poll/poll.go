@@ -1,0 +1,717 @@
+package poll
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/internal/backoff"
+	"github.com/walrelay/walrelay/recovery"
+	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// Ordering values.
+const (
+	OrderAggregate = "aggregate" // an aggregate's rows in insert order
+	OrderNone      = "none"      // any due row, in insert order, in parallel
+)
+
+// OnDead values: what a DEAD row does to the later rows of its aggregate.
+const (
+	DeadSkip  = "skip"  // they go on, as after a dead letter of the WAL source
+	DeadBlock = "block" // they wait until the row is retried (walrelay poll retry) or deleted
+)
+
+// ReasonMaxAttempts is the dead-letter reason of a row that failed
+// MaxAttempts times.
+const ReasonMaxAttempts = "max_attempts"
+
+// Config configures a Poller. Zero values mean the defaults.
+type Config struct {
+	// ConnConfig is the database with the outbox; every connection uses a
+	// copy.
+	ConnConfig *pgx.ConnConfig
+	// Outbox is the outbox tables and their columns (message prefixes are
+	// unused: the poll source reads no WAL).
+	Outbox decoder.Config
+	// Interval is the longest wait between polls when no notification
+	// comes. Default 1s.
+	Interval time.Duration
+	// BatchSize is the most rows claimed per table at once. Default 500.
+	BatchSize int
+	// Lease is how long a claim holds its rows; it is renewed while Kafka
+	// has not answered. Default 30s.
+	Lease time.Duration
+	// MaxAttempts is how many claims a row gets before it goes to the
+	// dead-letter topic and DEAD. Default 20.
+	MaxAttempts int
+	// Ordering is OrderAggregate (default) or OrderNone.
+	Ordering string
+	// OnDead is DeadSkip (default) or DeadBlock.
+	OnDead string
+	// WorkerID names this instance in claim_id. Default host-pid.
+	WorkerID string
+	// ShutdownTimeout bounds the wait for Kafka's answers when ctx ends.
+	// Default 20s.
+	ShutdownTimeout time.Duration
+	// Sink configures the Kafka producer. Publisher, if set, is used
+	// instead (the poller closes it).
+	Sink      sink.Config
+	Publisher Publisher
+	Logger    *slog.Logger
+	// Hooks are the relay's hooks (Acked, PublishError, OrderBreak);
+	// PollHooks observe claims and marks.
+	Hooks     relay.Hooks
+	PollHooks Hooks
+}
+
+// Hooks observe the poller, for metrics; each may be nil and must not
+// block.
+type Hooks struct {
+	// Claimed is called after each claim of a table: rows claimed, of them
+	// rows whose lease had expired, and how long it took.
+	Claimed func(table string, rows, expired int, took time.Duration)
+	// Marked is called after each mark: rows marked SENT, back to PENDING
+	// after a failure, DEAD, and rows whose claim was lost (another worker
+	// claimed them after the lease expired: they were sent twice).
+	Marked func(table string, took time.Duration, sent, retried, dead, lost int)
+}
+
+// Publisher is what the poller needs of a sink: *sink.Sink is one.
+type Publisher interface {
+	relay.Publisher
+	DeadLetter(ctx context.Context, e *event.Event, reason string, cause error, done sink.Done)
+}
+
+var _ Publisher = (*sink.Sink)(nil)
+
+// Poller relays the outbox tables by polling them. Create it with New and
+// call Run once; its accessors are safe for concurrent use.
+type Poller struct {
+	cfg      Config
+	log      *slog.Logger
+	sink     Publisher
+	state    atomic.Value // string
+	inFlight atomic.Int64
+	reconn   atomic.Uint64
+	claims   atomic.Uint64
+	errMu    sync.Mutex
+	err      error
+	outMu    sync.Mutex // guards the rows' callback answers (row.cb)
+	wake     chan struct{}
+	tables   []*table
+	// unmarked are claims whose mark failed (the connection was lost):
+	// marked first once connected again, before their leases end.
+	unmarked []*claimed
+}
+
+// New checks cfg, fills its defaults and creates the producer; it does no
+// I/O (Run does).
+func New(cfg Config) (*Poller, error) {
+	if cfg.ConnConfig == nil {
+		return nil, errors.New("poll: ConnConfig is required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 500
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 20
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 20 * time.Second
+	}
+	if err := CheckSettings(cfg.Ordering, cfg.OnDead, cfg.Lease); err != nil {
+		return nil, err
+	}
+	if cfg.Ordering == "" {
+		cfg.Ordering = OrderAggregate
+	}
+	if cfg.OnDead == "" {
+		cfg.OnDead = DeadSkip
+	}
+	if cfg.WorkerID == "" {
+		host, _ := os.Hostname()
+		cfg.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if cfg.Sink.Transactions != nil {
+		return nil, errors.New("kafka.exactly_once: the poll source marks rows in PostgreSQL after Kafka acknowledged them, outside any Kafka transaction; it delivers at least once (use source: wal for exactly-once)")
+	}
+	cfg.Outbox = cfg.Outbox.WithDefaults()
+	cfg.Hooks = cfg.Hooks.WithDefaults()
+	if cfg.PollHooks.Claimed == nil {
+		cfg.PollHooks.Claimed = func(string, int, int, time.Duration) {}
+	}
+	if cfg.PollHooks.Marked == nil {
+		cfg.PollHooks.Marked = func(string, time.Duration, int, int, int, int) {}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Sink.Logger == nil {
+		cfg.Sink.Logger = log
+	}
+	sk := cfg.Publisher
+	if sk == nil {
+		k, err := sink.New(cfg.Sink)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: %w", err)
+		}
+		sk = k
+	}
+	p := &Poller{cfg: cfg, log: log, sink: sk, wake: make(chan struct{}, 1)}
+	p.state.Store("starting")
+	return p, nil
+}
+
+// CheckSettings checks the poll settings that a value alone can tell.
+func CheckSettings(ordering, onDead string, lease time.Duration) error {
+	switch ordering {
+	case "", OrderAggregate, OrderNone:
+	default:
+		return fmt.Errorf("poll.ordering %q: want aggregate or none", ordering)
+	}
+	switch onDead {
+	case "", DeadSkip, DeadBlock:
+	default:
+		return fmt.Errorf("poll.on_dead %q: want skip or block", onDead)
+	}
+	if lease > 0 && lease < time.Second {
+		return fmt.Errorf("poll.lease %s: want at least 1s", lease)
+	}
+	return nil
+}
+
+// State returns what the poller is doing: "starting", "polling",
+// "reconnecting" or "stopped".
+func (p *Poller) State() string { return p.state.Load().(string) }
+
+// InFlight returns how many claimed rows are published and not yet
+// answered.
+func (p *Poller) InFlight() int { return int(p.inFlight.Load()) }
+
+// Reconnects returns how many times the poller connected again.
+func (p *Poller) Reconnects() uint64 { return p.reconn.Load() }
+
+// DataLosses returns how many times the producer detected data loss.
+func (p *Poller) DataLosses() uint64 { return p.sink.DataLosses() }
+
+// Err returns the fatal error that stopped the poller, if any.
+func (p *Poller) Err() error {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return p.err
+}
+
+// WorkerID is the worker id in this instance's claim ids.
+func (p *Poller) WorkerID() string { return p.cfg.WorkerID }
+
+// ConnConfig returns the configuration the poller connects with; callers
+// connect with a copy.
+func (p *Poller) ConnConfig() *pgx.ConnConfig { return p.cfg.ConnConfig }
+
+// Run polls until ctx is cancelled (it then waits for Kafka's answers,
+// marks what it can and returns nil) or a fatal error, which it returns.
+func (p *Poller) Run(ctx context.Context) error {
+	defer p.state.Store("stopped")
+	defer p.sink.Close()
+	err := p.run(ctx)
+	if err != nil {
+		p.errMu.Lock()
+		p.err = err
+		p.errMu.Unlock()
+	}
+	return err
+}
+
+func (p *Poller) run(ctx context.Context) error {
+	db, err := p.connect(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer func() { db.Close(context.Background()) }()
+	// Fatal at start: a table that lacks what the poll source needs.
+	for _, l := range p.cfg.Outbox.Layouts() {
+		if err := CheckTable(ctx, db, l); err != nil {
+			return err
+		}
+	}
+	if err := p.describe(ctx, db); err != nil {
+		return err
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = p.sink.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("kafka.brokers: %w", err)
+	}
+	listenCtx, stopListen := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bg.Go(func() { p.listen(listenCtx) })
+	defer func() { stopListen(); bg.Wait() }()
+
+	// Records are produced on a context that outlives ctx by the shutdown
+	// timeout, so that a clean stop lets them be answered and marked.
+	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProduce()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-produceCtx.Done():
+			return
+		}
+		select {
+		case <-time.After(p.cfg.ShutdownTimeout):
+			cancelProduce()
+		case <-produceCtx.Done():
+		}
+	}()
+	p.log.Info("polling the outbox", "tables", len(p.tables), "worker", p.cfg.WorkerID, "interval", p.cfg.Interval, "batch", p.cfg.BatchSize,
+		"lease", p.cfg.Lease, "ordering", p.cfg.Ordering, "on_dead", p.cfg.OnDead, "max_attempts", p.cfg.MaxAttempts)
+	p.state.Store("polling")
+	fails := 0
+	for ctx.Err() == nil {
+		n, err := p.round(ctx, produceCtx, &db)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if failure.IsFatal(err) {
+				return err
+			}
+			p.state.Store("reconnecting")
+			wait := backoff.Wait(100*time.Millisecond, 10*time.Second, fails)
+			fails++
+			p.log.Warn("poll round failed; retrying", "err", err, "in", wait)
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			continue
+		}
+		if fails > 0 {
+			fails = 0
+			p.state.Store("polling")
+		}
+		if n > 0 {
+			continue // more may be due at once
+		}
+		t := time.NewTimer(p.cfg.Interval)
+		select {
+		case <-ctx.Done():
+		case <-p.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	p.log.Info("walrelay stopped", "claims", p.claims.Load())
+	return nil
+}
+
+// connect opens a connection with the session settings that the text
+// values are read in.
+func (p *Poller) connect(ctx context.Context) (*pgx.Conn, error) {
+	for try := 0; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		conn, err := pgx.ConnectConfig(cctx, p.cfg.ConnConfig.Copy())
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if try == 0 && failure.IsFatal(classify(err)) {
+			return nil, fmt.Errorf("postgres.dsn: connect: %w", err)
+		}
+		p.state.Store("reconnecting")
+		p.reconn.Add(1)
+		wait := backoff.Wait(100*time.Millisecond, 10*time.Second, try)
+		p.log.Warn("connect to PostgreSQL failed; retrying", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// classify marks a connection error fatal when retrying cannot fix it
+// (authentication, a database that does not exist).
+func classify(err error) error {
+	var pe interface{ SQLState() string }
+	if errors.As(err, &pe) {
+		switch pe.SQLState() {
+		case "28P01", "28000", "3D000":
+			return failure.Mark(failure.Fatal, err)
+		}
+	}
+	return err
+}
+
+// describe reads each table's columns and prepares its statements.
+func (p *Poller) describe(ctx context.Context, db *pgx.Conn) error {
+	p.tables = p.tables[:0]
+	for _, l := range p.cfg.Outbox.Layouts() {
+		t, err := recovery.Open(ctx, db, l, l.TimestampColumn)
+		if err != nil {
+			return failure.Mark(failure.Fatal, err)
+		}
+		p.tables = append(p.tables, newTable(t, p.cfg))
+	}
+	return nil
+}
+
+// row is one claimed row and, once Kafka answered, its fate.
+type row struct {
+	t        *table
+	claim    string
+	id       string
+	attempts int
+	created  time.Time
+	e        *event.Event
+
+	// Kafka's answer, as publish left it: read by the poller's goroutine
+	// only.
+	answered bool
+	d        sink.Delivery
+	err      error
+	// The answer as the callback gives it, under the poller's outMu.
+	cb answer
+}
+
+type answer struct {
+	ok  bool
+	d   sink.Delivery
+	err error
+}
+
+// round claims from every table, publishes what it claimed, waits for
+// Kafka's answers (renewing the leases meanwhile) and marks the rows. It
+// returns how many rows it claimed. db is replaced when its connection was
+// lost.
+func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, error) {
+	if (*db).IsClosed() {
+		c, err := p.connect(ctx)
+		if err != nil {
+			return 0, err
+		}
+		*db = c
+		p.reconn.Add(1)
+		if err := p.describe(ctx, c); err != nil {
+			return 0, err
+		}
+	}
+	conn := *db
+	for len(p.unmarked) > 0 {
+		if err := p.mark(ctx, conn, p.unmarked[0]); err != nil {
+			return 0, fmt.Errorf("mark rows of %s: %w", p.unmarked[0].t.name, err)
+		}
+		p.unmarked = p.unmarked[1:]
+	}
+	var rows []*row
+	var claims []*claimed
+	for _, t := range p.tables {
+		claim := p.cfg.WorkerID + ":" + strconv.FormatUint(p.claims.Add(1), 10)
+		start := time.Now()
+		rs, expired, err := t.claim(ctx, conn, claim)
+		if err != nil {
+			// Rows claimed from the tables before this one are released
+			// (their leases would hold them otherwise).
+			p.release(conn, claims)
+			return 0, fmt.Errorf("claim rows of %s: %w", t.name, err)
+		}
+		p.cfg.PollHooks.Claimed(t.name, len(rs), expired, time.Since(start))
+		if len(rs) > 0 {
+			claims = append(claims, &claimed{t: t, claim: claim, rows: rs})
+			rows = append(rows, rs...)
+		}
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	p.publish(produceCtx, conn, rows, claims, p.sendOne)
+	// A failed publish: the sink sends nothing more until Abort, which
+	// waits for what was sent before.
+	var retry []*row
+	failed := false
+	for _, r := range rows {
+		if r.err != nil {
+			failed = true
+			if !collateral(r.err) && r.attempts >= p.cfg.MaxAttempts {
+				retry = append(retry, r)
+			}
+		}
+	}
+	if failed {
+		actx, cancel := context.WithTimeout(produceCtx, 30*time.Second)
+		err := p.sink.Abort(actx)
+		cancel()
+		if err != nil {
+			p.log.Warn("settle the failed records", "err", err)
+		}
+	}
+	if len(retry) > 0 && produceCtx.Err() == nil {
+		// Out of attempts: to the dead-letter topic.
+		for _, r := range retry {
+			r.e.Invalid = fmt.Errorf("failed %d times, last: %w", r.attempts, r.err)
+		}
+		p.publish(produceCtx, conn, retry, claims, func(ctx context.Context, r *row, done sink.Done) {
+			p.sink.DeadLetter(ctx, r.e, ReasonMaxAttempts, r.e.Invalid, done)
+		})
+		if slices.ContainsFunc(retry, func(r *row) bool { return r.err != nil }) {
+			actx, cancel := context.WithTimeout(produceCtx, 30*time.Second)
+			_ = p.sink.Abort(actx)
+			cancel()
+		}
+	}
+	p.checkOrder(rows)
+	// The marks go through even when ctx ends: the rows Kafka acknowledged
+	// must not be sent again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for i, c := range claims {
+		if err := p.mark(mctx, conn, c); err != nil {
+			p.unmarked = append(p.unmarked, claims[i:]...)
+			return len(rows), fmt.Errorf("mark rows of %s: %w", c.t.name, err)
+		}
+	}
+	return len(rows), nil
+}
+
+// claimed is one claim of one table, and once Kafka answered, its marks.
+type claimed struct {
+	t     *table
+	claim string
+	rows  []*row
+
+	m                   *marks
+	sent, retried, dead int
+}
+
+func (p *Poller) sendOne(ctx context.Context, r *row, done sink.Done) { p.sink.Publish(ctx, r.e, done) }
+
+// publish sends rows through send and waits for every answer, renewing the
+// claims' leases every third of a lease meanwhile.
+func (p *Poller) publish(ctx context.Context, conn *pgx.Conn, rows []*row, claims []*claimed, send func(context.Context, *row, sink.Done)) {
+	var wg sync.WaitGroup
+	p.inFlight.Add(int64(len(rows)))
+	defer func() {
+		p.outMu.Lock()
+		for _, r := range rows {
+			r.answered, r.d, r.err = r.cb.ok, r.cb.d, r.cb.err
+		}
+		p.outMu.Unlock()
+	}()
+	for _, r := range rows {
+		wg.Add(1)
+		p.outMu.Lock()
+		r.cb = answer{}
+		p.outMu.Unlock()
+		send(ctx, r, func(d sink.Delivery, err error) {
+			p.outMu.Lock()
+			r.cb = answer{true, d, err}
+			p.outMu.Unlock()
+			p.inFlight.Add(-1)
+			if err == nil {
+				p.cfg.Hooks.Acked(r.e.Source, d.Topic, d.DeadLetter, r.created)
+			} else if !collateral(err) {
+				kind := "transient"
+				if failure.IsFatal(err) {
+					kind = "fatal"
+				}
+				p.cfg.Hooks.PublishError(kind)
+			}
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	renew := time.NewTicker(p.cfg.Lease / 3)
+	defer renew.Stop()
+	stopping := ctx.Done()
+	var giveUp <-chan time.Time
+	for {
+		select {
+		case <-done:
+			return
+		case <-stopping:
+			// The shutdown timeout ended: records already sent may still
+			// be answered a moment later; then the rows not answered go
+			// back to PENDING (another claim may send them twice).
+			stopping, giveUp = nil, time.After(2*time.Second)
+		case <-giveUp:
+			return
+		case <-renew.C:
+			rctx, cancel := context.WithTimeout(ctx, p.cfg.Lease/3)
+			for _, c := range claims {
+				if err := c.t.renew(rctx, conn, c); err != nil {
+					p.log.Warn("renew the leases of a claim", "table", c.t.name, "claim", c.claim, "err", err)
+				}
+			}
+			cancel()
+		}
+	}
+}
+
+// collateral reports whether err failed a record only because an earlier
+// one failed, or because walrelay is stopping: not the row's own failure.
+func collateral(err error) bool {
+	return errors.Is(err, sink.ErrNotSent) || errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrAborting)
+}
+
+// checkOrder reports a row acknowledged on a partition after an earlier
+// row of its aggregate failed there: consumers would see the later one
+// first. The sink's rounds prevent it; this sees it if they do not.
+func (p *Poller) checkOrder(rows []*row) {
+	type key struct {
+		topic string
+		part  int32
+		agg   string
+	}
+	var failed map[key]bool
+	for _, r := range rows {
+		k := key{r.d.Topic, r.d.Partition, r.e.AggregateID}
+		switch {
+		case r.err != nil:
+			if failed == nil {
+				failed = map[key]bool{}
+			}
+			failed[k] = true
+		case failed[k]:
+			p.cfg.Hooks.OrderBreak()
+			p.log.Error("an event was acknowledged after an earlier event of its aggregate failed on its partition: consumers may see this aggregate's events out of order",
+				"id", r.e.ID, "aggregate_id", r.e.AggregateID, "topic", r.d.Topic, "partition", r.d.Partition)
+		}
+	}
+}
+
+// mark records the fate of a claim's rows, where the claim still holds
+// them.
+func (p *Poller) mark(ctx context.Context, conn *pgx.Conn, c *claimed) error {
+	if c.m == nil {
+		c.m = &marks{}
+		c.sent, c.retried, c.dead = p.fates(c.m, c.rows)
+	}
+	start := time.Now()
+	n, err := c.t.mark(ctx, conn, c.claim, c.m)
+	if err != nil {
+		return err
+	}
+	lost := len(c.rows) - int(n)
+	if lost > 0 {
+		p.log.Warn("rows claimed again by another worker before they were marked (their lease expired): they were sent twice", "table", c.t.name, "claim", c.claim, "rows", lost)
+	}
+	p.cfg.PollHooks.Marked(c.t.name, time.Since(start), c.sent, c.retried, c.dead, lost)
+	return nil
+}
+
+// fates fills m with the fate of each row as Kafka answered it, and counts
+// the rows to be SENT, back to PENDING and DEAD.
+func (p *Poller) fates(m *marks, rows []*row) (sent, retried, dead int) {
+	for _, r := range rows {
+		switch {
+		case !r.answered:
+			// Never answered (the shutdown timeout ended the wait): another
+			// claim takes it now, and may send it twice.
+			m.add(r.id, "PENDING", 0, 1, "")
+			retried++
+		case r.err == nil && r.d.DeadLetter != "":
+			m.add(r.id, "DEAD", 0, 0, "dead-lettered ("+r.d.DeadLetter+")"+errText(r.e.Invalid))
+			dead++
+		case r.err == nil:
+			m.add(r.id, "SENT", 0, 0, "")
+			sent++
+		case collateral(r.err):
+			m.add(r.id, "PENDING", 0, 1, "")
+			retried++
+		default:
+			base := float64(int(1) << min(r.attempts, 10))
+			m.add(r.id, "PENDING", base+rand.Float64()*base/4, 0, r.err.Error())
+			retried++
+		}
+	}
+	return sent, retried, dead
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + err.Error()
+}
+
+// release gives claimed rows back at once (PENDING, the attempt not
+// counted), best effort: their leases expire otherwise.
+func (p *Poller) release(conn *pgx.Conn, claims []*claimed) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, c := range claims {
+		var m marks
+		for _, r := range c.rows {
+			m.add(r.id, "PENDING", 0, 1, "")
+		}
+		if _, err := c.t.mark(ctx, conn, c.claim, &m); err != nil {
+			p.log.Warn("release claimed rows", "table", c.t.name, "err", err)
+		}
+	}
+}
+
+// marks are the columns of a mark statement's unnest.
+type marks struct {
+	ids, statuses, errs []string
+	delays              []float64
+	undo                []int32
+}
+
+func (m *marks) add(id, status string, delay float64, undo int32, err string) {
+	m.ids = append(m.ids, id)
+	m.statuses = append(m.statuses, status)
+	m.delays = append(m.delays, delay)
+	m.undo = append(m.undo, undo)
+	m.errs = append(m.errs, err)
+}
+
+// sortRows puts rows in insert order: created_at, then the id (as a
+// number when both are numbers).
+func sortRows(rows []*row) {
+	slices.SortStableFunc(rows, func(a, b *row) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		x, errX := strconv.ParseInt(a.id, 10, 64)
+		y, errY := strconv.ParseInt(b.id, 10, 64)
+		if errX == nil && errY == nil {
+			return cmp.Compare(x, y)
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+}

@@ -1,0 +1,139 @@
+package poll
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/recovery"
+)
+
+// table is one outbox table and the poller's statements on it.
+type table struct {
+	rt        *recovery.Table
+	name      string // schema.table
+	claimSQL  string
+	renewSQL  string
+	markSQL   string
+	batch     int
+	leaseSecs float64
+}
+
+// dueSQL is the condition of a row that may be claimed, of the table
+// aliased a.
+func dueSQL(a string) string {
+	return "((" + a + ".status = 'PENDING' AND " + a + ".available_at <= now()) OR (" + a + ".status = 'SENDING' AND " + a + ".lease_until <= now()))"
+}
+
+func newTable(rt *recovery.Table, cfg Config) *table {
+	l := rt.Layout()
+	t := &table{rt: rt, name: l.Name(), batch: cfg.BatchSize, leaseSecs: cfg.Lease.Seconds()}
+	q := pgx.Identifier{l.Schema, l.Table}.Sanitize()
+	id := pgx.Identifier{l.Columns.ID}.Sanitize()
+	agg := pgx.Identifier{l.Columns.AggregateID}.Sanitize()
+	idType := rt.IDType()
+	// An earlier row of c's aggregate that holds c back: unsent, and not
+	// due now (SENDING under a live lease, PENDING in backoff, DEAD when
+	// DEAD blocks). A due earlier row does not: it is claimed in the same
+	// batch, ahead of c, or (locked by another claim, or past the batch)
+	// the second test holds c back.
+	blocked := ""
+	held := ""
+	if cfg.Ordering == OrderAggregate {
+		final := "e.status <> 'SENT'"
+		if cfg.OnDead != DeadBlock {
+			final += " AND e.status <> 'DEAD'"
+		}
+		blocked = ` AND NOT EXISTS (SELECT 1 FROM ` + q + ` e WHERE e.` + agg + ` = c.` + agg + ` AND ` + final + `
+				AND (e.created_at, e.` + id + `) < (c.created_at, c.` + id + `) AND NOT ` + dueSQL("e") + `)`
+		held = ` WHERE NOT EXISTS (SELECT 1 FROM ` + q + ` e WHERE e.` + agg + ` = cand._wr_agg AND ` + final + `
+				AND (e.created_at, e.` + id + `) < (cand._wr_at, cand._wr_id) AND e.` + id + ` NOT IN (SELECT _wr_id FROM cand))`
+	}
+	t.claimSQL = `WITH cand AS (
+		SELECT c.` + id + ` AS _wr_id, c.` + agg + ` AS _wr_agg, c.created_at AS _wr_at, c.status AS _wr_prev
+		FROM ` + q + ` c
+		WHERE c.status IN ('PENDING', 'SENDING') AND ` + dueSQL("c") + blocked + `
+		ORDER BY c.created_at, c.` + id + `
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED
+	), ok AS (SELECT _wr_id, _wr_prev FROM cand` + held + `)
+	UPDATE ` + q + ` SET status = 'SENDING', claim_id = $2, lease_until = now() + make_interval(secs => $3), attempts = attempts + 1
+	FROM ok WHERE ` + q + `.` + id + ` = ok._wr_id
+	RETURNING ok._wr_prev, attempts::text, (extract(epoch FROM created_at) * 1000000)::int8::text, ` + q + `.` + id + `::text, ` + rt.SelectList()
+	t.renewSQL = `UPDATE ` + q + ` SET lease_until = now() + make_interval(secs => $3)
+	WHERE ` + id + ` = ANY($1::text[]::` + idType + `[]) AND claim_id = $2 AND status = 'SENDING'`
+	t.markSQL = `UPDATE ` + q + ` AS t SET status = m.st,
+		sent_at = CASE WHEN m.st = 'SENT' THEN now() ELSE t.sent_at END,
+		available_at = CASE WHEN m.st = 'PENDING' THEN now() + make_interval(secs => m.delay) ELSE t.available_at END,
+		attempts = t.attempts - m.undo,
+		last_error = COALESCE(NULLIF(m.err, ''), t.last_error),
+		lease_until = NULL
+	FROM unnest($1::text[], $2::text[], $3::float8[], $4::int4[], $5::text[]) AS m(id, st, delay, undo, err)
+	WHERE t.` + id + ` = m.id::` + idType + ` AND t.claim_id = $6 AND t.status = 'SENDING'`
+	return t
+}
+
+// claim claims due rows under claim, in one transaction, and returns them
+// in insert order with how many had an expired lease.
+func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row, int, error) {
+	var out []*row
+	expired := 0
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, t.claimSQL, t.batch, claim, t.leaseSecs)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			raw := rows.RawValues()
+			r := &row{t: t, claim: claim, id: string(raw[3])}
+			if string(raw[0]) == "SENDING" {
+				expired++
+			}
+			if r.attempts, err = strconv.Atoi(string(raw[1])); err != nil {
+				return fmt.Errorf("attempts %q: %w", raw[1], err)
+			}
+			us, err := strconv.ParseInt(string(raw[2]), 10, 64)
+			if err != nil {
+				return fmt.Errorf("created_at %q: %w", raw[2], err)
+			}
+			r.created = time.UnixMicro(us)
+			if r.e, err = t.rt.Event(raw[4:]); err != nil {
+				return err
+			}
+			// The header walrelay.commit_time carries the insert time: the
+			// poll source knows no commit.
+			r.e.CommitTime = r.created
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	sortRows(out)
+	return out, expired, nil
+}
+
+// renew extends the leases of c's rows that c still holds.
+func (t *table) renew(ctx context.Context, conn *pgx.Conn, c *claimed) error {
+	ids := make([]string, len(c.rows))
+	for i, r := range c.rows {
+		ids[i] = r.id
+	}
+	_, err := conn.Exec(ctx, t.renewSQL, ids, c.claim, t.leaseSecs)
+	return err
+}
+
+// mark applies m to the rows that claim still holds, and returns how many
+// it changed.
+func (t *table) mark(ctx context.Context, conn *pgx.Conn, claim string, m *marks) (int64, error) {
+	tag, err := conn.Exec(ctx, t.markSQL, m.ids, m.statuses, m.delays, m.undo, m.errs, claim)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
