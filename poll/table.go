@@ -35,31 +35,42 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	id := pgx.Identifier{l.Columns.ID}.Sanitize()
 	agg := pgx.Identifier{l.Columns.AggregateID}.Sanitize()
 	idType := rt.IDType()
-	// An earlier row of c's aggregate that holds c back: unsent, and not
-	// due now (SENDING under a live lease, PENDING in backoff, DEAD when
-	// DEAD blocks). A due earlier row does not: it is claimed in the same
-	// batch, ahead of c, or (locked by another claim, or past the batch)
-	// the second test holds c back.
-	blocked := ""
-	held := ""
+	// Order per aggregate: a due row c may be claimed when every earlier
+	// unsent row of its aggregate is claimed in the same batch, ahead of
+	// it. Two tests, each an index probe of the unsent rows by aggregate
+	// (unsent: not SENT, nor DEAD unless DEAD blocks):
+	//   - before the LIMIT, c is passed over when the first unsent row of
+	//     its aggregate precedes it and is not due (SENDING under a live
+	//     lease, PENDING in backoff, DEAD when it blocks), so that a held
+	//     aggregate's backlog does not fill the batch;
+	//   - after it, c is left out when an unsent row of its aggregate
+	//     that the batch lacks (locked by another claim, or held back)
+	//     precedes it.
+	first, held, keep := "", "", ""
 	if cfg.Ordering == OrderAggregate {
-		final := "e.status <> 'SENT'"
+		unsent := "e.status <> 'SENT'"
 		if cfg.OnDead != DeadBlock {
-			final += " AND e.status <> 'DEAD'"
+			unsent += " AND e.status <> 'DEAD'"
 		}
-		blocked = ` AND NOT EXISTS (SELECT 1 FROM ` + q + ` e WHERE e.` + agg + ` = c.` + agg + ` AND ` + final + `
-				AND (e.created_at, e.` + id + `) < (c.created_at, c.` + id + `) AND NOT ` + dueSQL("e") + `)`
-		held = ` WHERE NOT EXISTS (SELECT 1 FROM ` + q + ` e WHERE e.` + agg + ` = cand._wr_agg AND ` + final + `
-				AND (e.created_at, e.` + id + `) < (cand._wr_at, cand._wr_id) AND e.` + id + ` NOT IN (SELECT _wr_id FROM cand))`
+		first = ` AND NOT EXISTS (SELECT 1 FROM (SELECT e.status, e.available_at, e.lease_until, e.created_at, e.` + id + ` FROM ` + q + ` e
+				WHERE e.` + agg + ` = c.` + agg + ` AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
+			WHERE NOT ` + dueSQL("f") + ` AND (f.created_at, f.` + id + `) < (c.created_at, c.` + id + `))`
+		held = `, held AS (
+		SELECT a._wr_agg, f.created_at AS _wr_at, f.` + id + ` AS _wr_id FROM (SELECT DISTINCT _wr_agg FROM cand) a
+		CROSS JOIN LATERAL (SELECT e.created_at, e.` + id + ` FROM ` + q + ` e
+			WHERE e.` + agg + ` = a._wr_agg AND ` + unsent + ` AND e.` + id + ` NOT IN (SELECT _wr_id FROM cand)
+			ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
+	)`
+		keep = ` LEFT JOIN held h ON h._wr_agg = cand._wr_agg WHERE h._wr_agg IS NULL OR (cand._wr_at, cand._wr_id) < (h._wr_at, h._wr_id)`
 	}
 	t.claimSQL = `WITH cand AS (
 		SELECT c.` + id + ` AS _wr_id, c.` + agg + ` AS _wr_agg, c.created_at AS _wr_at, c.status AS _wr_prev
 		FROM ` + q + ` c
-		WHERE c.status IN ('PENDING', 'SENDING') AND ` + dueSQL("c") + blocked + `
+		WHERE c.status IN ('PENDING', 'SENDING') AND ` + dueSQL("c") + first + `
 		ORDER BY c.created_at, c.` + id + `
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
-	), ok AS (SELECT _wr_id, _wr_prev FROM cand` + held + `)
+	)` + held + `, ok AS (SELECT cand._wr_id, cand._wr_prev FROM cand` + keep + `)
 	UPDATE ` + q + ` SET status = 'SENDING', claim_id = $2, lease_until = now() + make_interval(secs => $3), attempts = attempts + 1
 	FROM ok WHERE ` + q + `.` + id + ` = ok._wr_id
 	RETURNING ok._wr_prev, attempts::text, (extract(epoch FROM created_at) * 1000000)::int8::text, ` + q + `.` + id + `::text, ` + rt.SelectList()

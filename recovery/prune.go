@@ -25,6 +25,9 @@ type Pruner struct {
 	Wait time.Duration
 	// Dry counts what it would delete.
 	Dry bool
+	// SentOnly is for the poll source (no slot): only rows whose status is
+	// SENT are deleted, and no slot is waited for.
+	SentOnly bool
 	// Progress, if set, is called after each batch.
 	Progress func(deleted int)
 }
@@ -41,7 +44,9 @@ type Pruned struct {
 }
 
 // Run deletes the rows older than olderThan, Batch at a time, in id order.
-// It deletes only rows whose transaction walrelay confirmed: it takes a
+// With SentOnly it deletes the rows marked SENT more than olderThan ago.
+// Else it deletes only rows
+// whose transaction walrelay confirmed: it takes a
 // snapshot, waits until the slot confirmed past the WAL position of that
 // moment (every transaction the snapshot sees committed before it, so
 // walrelay published each row of it), and deletes in transactions that
@@ -60,25 +65,33 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 		wait = 30 * time.Second
 	}
 	t := p.Table
-	cond, args, err := t.where(ctx, Window{Until: res.Cutoff})
+	w := Window{Until: res.Cutoff}
+	if p.SentOnly {
+		// Rows sent before the cutoff, whatever their own time.
+		w = Window{All: true, extra: "status = 'SENT' AND sent_at < '" + res.Cutoff.UTC().Format(time.RFC3339Nano) + "'::timestamptz"}
+	}
+	cond, args, err := t.where(ctx, w)
 	if err != nil {
 		return res, err
 	}
 	start := time.Now()
-	snap, err := t.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return res, fmt.Errorf("begin: %w", err)
-	}
-	defer snap.Rollback(context.Background()) //nolint:errcheck // read only
-	var snapshot string
-	if err := snap.QueryRow(ctx, "SELECT pg_export_snapshot(), pg_current_wal_lsn()::text").Scan(&snapshot, lsnScanner{&res.Start}); err != nil {
-		return res, fmt.Errorf("export a snapshot: %w", err)
-	}
-	var ok bool
-	var note string
-	res.Confirmed, ok, note = waitForSlot(ctx, snap, p.Slot, res.Start, wait)
-	if !ok {
-		return res, fmt.Errorf("prune deletes only rows walrelay confirmed: %s", note)
+	snapshot := ""
+	if !p.SentOnly {
+		snap, err := t.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return res, fmt.Errorf("begin: %w", err)
+		}
+		// The snapshot lives as long as this transaction.
+		defer snap.Rollback(context.Background()) //nolint:errcheck // read only
+		if err := snap.QueryRow(ctx, "SELECT pg_export_snapshot(), pg_current_wal_lsn()::text").Scan(&snapshot, lsnScanner{&res.Start}); err != nil {
+			return res, fmt.Errorf("export a snapshot: %w", err)
+		}
+		var ok bool
+		var note string
+		res.Confirmed, ok, note = waitForSlot(ctx, snap, p.Slot, res.Start, wait)
+		if !ok {
+			return res, fmt.Errorf("prune deletes only rows walrelay confirmed: %s", note)
+		}
 	}
 	conn, err := pgx.ConnectConfig(ctx, t.conn.Config())
 	if err != nil {
@@ -110,7 +123,9 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 		}
 		var n int
 		var max *string
-		_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'")
+		if snapshot != "" {
+			_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'")
+		}
 		if err == nil {
 			// Walk the primary key (see Table.Rows).
 			_, err = tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL jit = off")

@@ -5,9 +5,10 @@
 // event before it.
 //
 // Subcommands: run, migrate, demo, check, status, slot, lsn, publication,
-// version. This package parses the configuration, runs the relay (package
-// relay) with its metrics and admin listener, and runs the operator
-// commands; the pipeline itself is package relay's.
+// replay, reconcile, dlq, prune, poll, debezium, version. This package
+// parses the configuration, runs the relay (package relay; or with source
+// poll, package poll) with its metrics and admin listener, and runs the
+// operator commands; the pipelines themselves are those packages'.
 package main
 
 import (
@@ -48,6 +49,7 @@ const usage = `walrelay relays transactional outbox rows from PostgreSQL to Kafk
 Usage:
   walrelay run     [--config FILE] [--key value ...]   stream the outbox to Kafka
   walrelay migrate [--config FILE] [--key value ...]   create the outbox table, publication and slot
+  walrelay migrate --poll                              source poll: the outbox table, its poll columns, indexes and insert trigger (no slot)
   walrelay migrate --inbox [--inbox-table S.T]         create the inbox table of package inbox (consumer's database)
   walrelay demo    [--count N] [--crash]               a throwaway PostgreSQL and Kafka: orders, relay, shipping, end to end
   walrelay check                                       preflight: server settings, role, table, publication, brokers
@@ -58,7 +60,8 @@ Usage:
   walrelay replay --since TIME [--until TIME] [--aggregate-type T] | --ids FILE | --all  [--yes]
   walrelay reconcile --since TIME [--until TIME] [--aggregate-type T] [--replay] [--yes]   exit 2: rows missing
   walrelay dlq list [--since TIME] [--reason R] | show ID | replay (--id ID ... | --reason R | --all) [--yes]
-  walrelay prune --older-than DURATION [--batch N] [--yes]
+  walrelay prune --older-than DURATION [--batch N] [--yes]   source poll: SENT rows only
+  walrelay poll dead [--limit N] | retry (--id ID ... | --all) [--yes]   source poll: list DEAD rows, set them back to PENDING
   walrelay debezium import FILE [--worker FILE]         a Debezium outbox connector's configuration as walrelay's YAML
   walrelay version
 
@@ -109,6 +112,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = cmdPrune(ctx, args[1:], stdout, stderr)
 	case "debezium":
 		err = cmdDebezium(ctx, args[1:], stdout, stderr)
+	case "poll":
+		err = cmdPoll(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, versionLine())
 	case "help", "-h", "--help":

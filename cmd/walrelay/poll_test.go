@@ -192,3 +192,85 @@ func adminAddr(t *testing.T, p *proc) string {
 	}
 	return m[1]
 }
+
+// TestPollSIGKILL kills the poller three times while rows are written
+// without pause: every row arrives, rows left SENDING are claimed again
+// once their lease (1 s) ends, order per aggregate holds, and every row
+// ends SENT.
+func TestPollSIGKILL(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	conn := connect(t, pg.DSN)
+	e := pollEnv(pg, kc).with("WALRELAY_POLL_LEASE", "1s", "WALRELAY_POLL_BATCH_SIZE", "50")
+	w := newWriter(50, 21)
+	stop := w.writeInBackground(t.Context(), pg.DSN)
+	expired := 0
+	for i := range 3 {
+		p := polling(t, e)
+		time.Sleep(time.Duration(700+300*i) * time.Millisecond)
+		p.kill()
+		var sending int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM outbox WHERE status = 'SENDING'").Scan(&sending); err != nil {
+			t.Fatal(err)
+		}
+		expired += sending
+	}
+	polling(t, e)
+	time.Sleep(500 * time.Millisecond)
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	t.Logf("three SIGKILLs while writing: %s; %d rows were SENDING at the kills", c, expired)
+	if c.orderViolations != 0 || c.unexpected != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+	waitAllSent(t, conn)
+}
+
+// TestPollSeveralInstances runs two, then three pollers at once on the
+// same outbox, with 2 s leases, while four writers write: every event
+// arrives in order per aggregate, and an event is published twice only
+// where a lease expired (counted by the instances' walrelay_poll_rows_total
+// lease_expired and lost_claim).
+func TestPollSeveralInstances(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d_instances", n), func(t *testing.T) {
+			t.Parallel()
+			pg, kc, col := setupPoll(t)
+			conn := connect(t, pg.DSN)
+			var ps []*proc
+			var addrs []string
+			for i := range n {
+				p := polling(t, pollEnv(pg, kc).with("WALRELAY_POLL_LEASE", "2s", "WALRELAY_POLL_BATCH_SIZE", "100",
+					"WALRELAY_ADMIN_LISTEN", "127.0.0.1:0", "WALRELAY_POLL_WORKER_ID", fmt.Sprintf("w%d", i)))
+				ps = append(ps, p)
+				addrs = append(addrs, adminAddr(t, p))
+			}
+			ids := writeConcurrently(t, pg.DSN, 4, 100, 8000, 10)
+			c := waitAll(t, col, ids, 2*time.Minute)
+			waitAllSent(t, conn)
+			var expired, lost float64
+			claims := map[string]int{}
+			for i, a := range addrs {
+				expired += metric(t, a, "walrelay_poll_rows_total", `event="lease_expired"`)
+				lost += metric(t, a, "walrelay_poll_rows_total", `event="lost_claim"`)
+				claims[fmt.Sprintf("w%d", i)] = int(metric(t, a, "walrelay_poll_rows_total", `event="claimed"`))
+			}
+			t.Logf("%d instances: %s; rows claimed per instance %v; leases expired %v, claims lost %v", n, c, claims, expired, lost)
+			if c.orderViolations != 0 || c.unexpected != 0 {
+				t.Fatalf("order violations: %s", c)
+			}
+			if float64(c.duplicates) > expired {
+				t.Fatalf("%d events published twice, but only %v leases expired", c.duplicates, expired)
+			}
+			for _, p := range ps {
+				p.signal(syscall.SIGTERM)
+				if code := p.exit(30 * time.Second); code != 0 {
+					t.Fatalf("SIGTERM: exit %d", code)
+				}
+			}
+		})
+	}
+}

@@ -322,7 +322,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // knownReasons are the reasons walrelay dead-letters an event for.
-var knownReasons = []string{"invalid_event", "invalid_topic", "invalid_partition", "too_large", "invalid_record"}
+var knownReasons = []string{"invalid_event", "invalid_topic", "invalid_partition", "too_large", "invalid_record", "max_attempts"}
 
 func checkReason(r string) error {
 	if r == "" {
@@ -494,7 +494,7 @@ func cmdPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("--batch must be positive")
 	}
 	show := progress(stderr, "deleted")
-	p := &recovery.Pruner{Table: t, Slot: c.cfg.Postgres.Slot, Batch: *batch, Wait: *wait, Dry: !*c.yes, Progress: show}
+	p := &recovery.Pruner{Table: t, Slot: c.cfg.Postgres.Slot, Batch: *batch, Wait: *wait, Dry: !*c.yes, Progress: show, SentOnly: c.cfg.Source == "poll"}
 	res, err := p.Run(ctx, *olderThan)
 	if err != nil {
 		return err
@@ -507,9 +507,15 @@ func cmdPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !*c.yes {
 		verb = "would delete"
 	}
-	fmt.Fprintf(c.out, "%s %d rows of %s older than %s (before %s) in %d batches, %s; the longest batch held its locks %s; slot %s confirmed %s\n",
-		verb, res.Deleted, t.Name(), *olderThan, res.Cutoff.UTC().Format(time.RFC3339), res.Batches, res.Took.Round(time.Millisecond),
-		res.LongestBatch.Round(time.Millisecond), c.cfg.Postgres.Slot, res.Confirmed)
+	if c.cfg.Source == "poll" {
+		fmt.Fprintf(c.out, "%s %d SENT rows of %s sent more than %s ago (before %s) in %d batches, %s; the longest batch held its locks %s\n",
+			verb, res.Deleted, t.Name(), *olderThan, res.Cutoff.UTC().Format(time.RFC3339), res.Batches, res.Took.Round(time.Millisecond),
+			res.LongestBatch.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(c.out, "%s %d rows of %s older than %s (before %s) in %d batches, %s; the longest batch held its locks %s; slot %s confirmed %s\n",
+			verb, res.Deleted, t.Name(), *olderThan, res.Cutoff.UTC().Format(time.RFC3339), res.Batches, res.Took.Round(time.Millisecond),
+			res.LongestBatch.Round(time.Millisecond), c.cfg.Postgres.Slot, res.Confirmed)
+	}
 	if !*c.yes {
 		fmt.Fprintln(c.out, "dry run: add --yes to delete them")
 	}
