@@ -97,6 +97,7 @@ type Hooks struct {
 type Publisher interface {
 	relay.Publisher
 	DeadLetter(ctx context.Context, e *event.Event, reason string, cause error, done sink.Done)
+	Topic(e *event.Event) string
 }
 
 var _ Publisher = (*sink.Sink)(nil)
@@ -406,6 +407,8 @@ type row struct {
 	err      error
 	// The answer as the callback gives it, under the poller's outMu.
 	cb answer
+	// held is set for a row not published in this round (holdBack).
+	held bool
 }
 
 type answer struct {
@@ -458,7 +461,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	p.publish(produceCtx, conn, rows, claims, p.sendOne)
+	p.publish(produceCtx, conn, p.holdBack(rows), claims, p.sendOne)
 	// A failed publish: the sink sends nothing more until Abort, which
 	// waits for what was sent before.
 	var retry []*row
@@ -505,6 +508,42 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 		}
 	}
 	return len(rows), nil
+}
+
+// holdBack returns the rows to publish now: all of them, but for a row
+// behind an earlier row of its aggregate that goes to another topic (or to
+// a partition of its own): that one is not published (it goes back to
+// PENDING, its attempt not counted), so that an earlier row's failure
+// cannot let it overtake. Rows of an aggregate on one topic and key are
+// kept in order by the sink: after a failure it sends nothing more of the
+// partition.
+func (p *Poller) holdBack(rows []*row) []*row {
+	if p.cfg.Ordering != OrderAggregate {
+		return rows
+	}
+	type stream struct {
+		table, agg string
+	}
+	topic := map[stream]string{}
+	out := rows[:0:0]
+	for _, r := range rows {
+		k := stream{r.t.name, r.e.AggregateID}
+		tp := p.sink.Topic(r.e)
+		if r.e.HasPartition {
+			tp = "" // a partition of its own: no order with the others
+		}
+		first, seen := topic[k]
+		switch {
+		case !seen:
+			topic[k] = tp
+		case first == "" || first != tp:
+			r.held = true
+			topic[k] = "" // and every later row of the aggregate
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // claimed is one claim of one table, and once Kafka answered, its marks.
@@ -639,6 +678,9 @@ func (p *Poller) mark(ctx context.Context, conn *pgx.Conn, c *claimed) error {
 func (p *Poller) fates(m *marks, rows []*row) (sent, retried, dead int) {
 	for _, r := range rows {
 		switch {
+		case r.held:
+			m.add(r.id, "PENDING", 0, 1, "")
+			retried++
 		case !r.answered:
 			// Never answered (the shutdown timeout ended the wait): another
 			// claim takes it now, and may send it twice.

@@ -127,6 +127,7 @@ type Sink struct {
 type txnHeaders struct {
 	lsn                        pglogrepl.LSN
 	xid                        uint32
+	commit                     time.Time // events without a position (poll, replay) differ only in it
 	lsnText, xidText, timeText []byte
 	// stamp is the records' timestamp: the clock read once per transaction
 	// and again every stampEvery records of a large one, rather than once
@@ -444,12 +445,13 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 const commitTimeHeader = 4
 
 // headers builds the record headers; extra leaves room for more. The values
-// of the transaction's headers are formatted once per transaction and shared
-// by its records (the client does not modify them).
+// of the transaction's headers are formatted once per transaction (commit
+// LSN, xid and commit time) and shared by its records (the client does not
+// modify them).
 func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time) {
 	s.mu.Lock()
-	if t := &s.last; t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid {
-		*t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, lsnText: []byte(e.CommitLSN.String()),
+	if t := &s.last; t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid || !t.commit.Equal(e.CommitTime) {
+		*t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, commit: e.CommitTime, lsnText: []byte(e.CommitLSN.String()),
 			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: e.CommitTime.AppendFormat(nil, time.RFC3339Nano), stamp: time.Now()}
 	} else if t.uses++; t.uses == stampEvery {
 		t.stamp, t.uses = time.Now(), 0

@@ -295,7 +295,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	cs := config.NewSet(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	ready := fs.Bool("ready", false, "ask /readyz instead: exit 0 only while the instance streams (a container's health check)")
+	ready := fs.Bool("ready", false, "ask /readyz instead: exit 0 only while the instance streams or polls (a container's health check)")
 	standby := fs.Bool("standby", false, "with --ready: waiting for the slot another instance streams counts as ready")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -341,10 +341,18 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "state\t%s\n", st.State)
-	fmt.Fprintf(tw, "slot\t%s\n", st.Slot)
-	fmt.Fprintf(tw, "slot lag\t%s\n", orDash(st.SlotLagBytes, humanBytes))
-	fmt.Fprintf(tw, "retained WAL\t%s\n", orDash(st.RetainedWALBytes, humanBytes))
-	fmt.Fprintf(tw, "received / confirmed\t%s / %s\n", st.ReceivedLSN, st.ConfirmedLSN)
+	if st.Source == "poll" {
+		fmt.Fprintf(tw, "source\tpoll\n")
+		for _, p := range st.Poll {
+			fmt.Fprintf(tw, "%s: due / oldest due\t%d / %.1fs\n", p.Table, p.Due, p.OldestDueSeconds)
+			fmt.Fprintf(tw, "%s: pending / sending / expired leases / dead\t%d / %d / %d / %d\n", p.Table, p.Pending, p.Sending, p.ExpiredLeases, p.Dead)
+		}
+	} else {
+		fmt.Fprintf(tw, "slot\t%s\n", st.Slot)
+		fmt.Fprintf(tw, "slot lag\t%s\n", orDash(st.SlotLagBytes, humanBytes))
+		fmt.Fprintf(tw, "retained WAL\t%s\n", orDash(st.RetainedWALBytes, humanBytes))
+		fmt.Fprintf(tw, "received / confirmed\t%s / %s\n", st.ReceivedLSN, st.ConfirmedLSN)
+	}
 	fmt.Fprintf(tw, "events/s (last minute)\t%.1f\n", st.EventsPerSecond)
 	fmt.Fprintf(tw, "in flight\t%d\n", st.InFlight)
 	fmt.Fprintf(tw, "published / dead-lettered\t%d / %d\n", st.Published, st.DeadLettered)

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
 	waitfor "github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/outbox"
 )
 
 // setupPoll gives a test a PostgreSQL whose outbox has the poll source's
@@ -132,6 +134,19 @@ func TestPollEveryEventInOrder(t *testing.T) {
 	if c.duplicates != 0 || c.orderViolations != 0 || c.unexpected != 0 {
 		t.Fatalf("want no duplicates, no order violations: %s", c)
 	}
+	created := map[string]time.Time{}
+	rows, err := conn.Query(t.Context(), "SELECT id::text, created_at FROM outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			t.Fatal(err)
+		}
+		created[id] = at
+	}
 	for _, r := range col.Records() {
 		if want := javaPartition(r.Key, kafkatest.Partitions); r.Partition != want {
 			t.Fatalf("key %q on partition %d; the Java client's murmur2 puts it on %d", r.Key, r.Partition, want)
@@ -139,8 +154,10 @@ func TestPollEveryEventInOrder(t *testing.T) {
 		if got := string(kafkatest.Header(r, "type")); got != "OrderUpdated" {
 			t.Fatalf("type header %q", got)
 		}
-		if _, err := time.Parse(time.RFC3339Nano, string(kafkatest.Header(r, "walrelay.commit_time"))); err != nil {
-			t.Fatalf("commit_time header: %v", err)
+		// walrelay.commit_time is the row's created_at: the insert time.
+		at, err := time.Parse(time.RFC3339Nano, string(kafkatest.Header(r, "walrelay.commit_time")))
+		if id := string(kafkatest.Header(r, "id")); err != nil || !at.Equal(created[id]) {
+			t.Fatalf("commit_time header of %s: %s (%v), its row's created_at %s", id, kafkatest.Header(r, "walrelay.commit_time"), err, created[id])
 		}
 	}
 	waitAllSent(t, conn)
@@ -273,4 +290,234 @@ func TestPollSeveralInstances(t *testing.T) {
 			}
 		})
 	}
+}
+
+// insertRow inserts one outbox row and returns its id.
+func insertRow(t *testing.T, conn *pgx.Conn, aggType, aggID string, seq int) string {
+	t.Helper()
+	id := outbox.NewID()
+	if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'OrderUpdated', $4)",
+		id, aggType, aggID, fmt.Sprintf(`{"agg": %q, "seq": %d}`, aggID, seq)); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// rowStatus reads a row's status.
+func rowStatus(t *testing.T, conn *pgx.Conn, id string) string {
+	t.Helper()
+	var s string
+	if err := conn.QueryRow(t.Context(), "SELECT status FROM outbox WHERE id = $1", id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// recordOf returns the first record with event id id, if any.
+func recordOf(col *kafkatest.Collector, id string) *kgo.Record {
+	for _, r := range col.Records() {
+		if string(kafkatest.Header(r, "id")) == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// TestPollMaxAttempts: a row whose topic does not exist (topics are not
+// created) fails every attempt, backs off, and after poll.max_attempts goes
+// to the dead-letter topic (reason max_attempts) and DEAD; the later row of
+// its aggregate (on a topic that exists) follows poll.on_dead: skip sends
+// it after the row is DEAD, block holds it until walrelay poll retry (the
+// topic created meanwhile) sends the dead row, then it. Another aggregate
+// is never held.
+func TestPollMaxAttempts(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"skip", "block"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			pg, kc, col := setupPoll(t)
+			conn := connect(t, pg.DSN)
+			createTopic(t, kc.Addrs(), kc.topic("order"), nil)
+			createTopic(t, kc.Addrs(), kc.dlq(), nil)
+			e := pollEnv(pg, kc).with("WALRELAY_KAFKA_AUTO_CREATE_TOPICS", "false", "WALRELAY_POLL_MAX_ATTEMPTS", "2", "WALRELAY_POLL_ON_DEAD", policy)
+			p := polling(t, e)
+			ghost := insertRow(t, conn, "ghost", "A", 0)
+			// Once the row failed (it backs off), later rows of its
+			// aggregate may not be claimed. (Rows claimed in one batch are
+			// published together: a later row of the aggregate routed to
+			// another topic, another stream for consumers, would not wait
+			// for the earlier one's answer.)
+			waitfor.Until(t, time.Minute, "the first attempt to fail", func() bool {
+				var n int
+				err := conn.QueryRow(t.Context(), "SELECT attempts FROM outbox WHERE id = $1 AND status = 'PENDING' AND last_error IS NOT NULL", ghost).Scan(&n)
+				return err == nil && n == 1
+			})
+			later := insertRow(t, conn, "order", "A", 1)
+			other := insertRow(t, conn, "order", "B", 0)
+			waitfor.Until(t, time.Minute, "the other aggregate's row on its topic", func() bool { return recordOf(col, other) != nil })
+			if rowStatus(t, conn, later) == "SENT" {
+				t.Fatal("the later row of aggregate A was sent while its earlier row was failing")
+			}
+			waitfor.Until(t, 2*time.Minute, "the failing row DEAD", func() bool { return rowStatus(t, conn, ghost) == "DEAD" })
+			var attempts int
+			var lastErr string
+			if err := conn.QueryRow(t.Context(), "SELECT attempts, last_error FROM outbox WHERE id = $1", ghost).Scan(&attempts, &lastErr); err != nil {
+				t.Fatal(err)
+			}
+			dl := recordOf(col, ghost)
+			if dl == nil || dl.Topic != kc.dlq() || string(kafkatest.Header(dl, "walrelay.reason")) != "max_attempts" {
+				t.Fatalf("the dead row's dead letter: %v", dl)
+			}
+			t.Logf("dead after %d attempts: %s; dead letter error %q", attempts, lastErr, kafkatest.Header(dl, "walrelay.error"))
+			if attempts != 2 || !strings.Contains(lastErr, "max_attempts") {
+				t.Fatalf("attempts %d, last_error %q", attempts, lastErr)
+			}
+			if policy == "skip" {
+				waitfor.Until(t, time.Minute, "the later row sent", func() bool { return recordOf(col, later) != nil })
+				if r := recordOf(col, later); r.Timestamp.Before(dl.Timestamp) {
+					t.Fatalf("the later row was produced at %s, before the dead letter of the earlier one at %s", r.Timestamp, dl.Timestamp)
+				}
+				if r := recordOf(col, other); !r.Timestamp.Before(dl.Timestamp) {
+					t.Fatalf("the other aggregate's row was held until the dead letter (%s, %s)", r.Timestamp, dl.Timestamp)
+				}
+				waitAllSentBut(t, conn, 1)
+				return
+			}
+			time.Sleep(3 * time.Second)
+			if s := rowStatus(t, conn, later); s != "PENDING" || recordOf(col, later) != nil {
+				t.Fatalf("on_dead block: the later row is %s (on the topic: %v)", s, recordOf(col, later) != nil)
+			}
+			out := run1(t, e, "poll", "dead", "--json")
+			if !strings.Contains(out, ghost) || !strings.Contains(out, `"attempts": 2`) {
+				t.Fatalf("poll dead --json:\n%s", out)
+			}
+			createTopic(t, kc.Addrs(), kc.topic("ghost"), nil)
+			if out := run1(t, e, "poll", "retry", "--id", ghost); !strings.Contains(out, "would set 1 DEAD rows") {
+				t.Fatalf("poll retry without --yes:\n%s", out)
+			}
+			if out := run1(t, e, "poll", "retry", "--id", ghost, "--id", later, "--yes"); !strings.Contains(out, "set 1 DEAD rows") || !strings.Contains(out, later) {
+				t.Fatalf("poll retry --yes:\n%s", out)
+			}
+			waitfor.Until(t, time.Minute, "both rows of aggregate A sent", func() bool {
+				return recordOf(col, later) != nil && rowStatus(t, conn, ghost) == "SENT"
+			})
+			c := count(col.Records(), []string{ghost, later, other})
+			if c.orderViolations != 0 || c.missing != 0 {
+				t.Fatalf("after the retry: %s", c)
+			}
+			waitAllSent(t, conn)
+			p.signal(syscall.SIGTERM)
+			if code := p.exit(30 * time.Second); code != 0 {
+				t.Fatalf("SIGTERM: exit %d", code)
+			}
+		})
+	}
+}
+
+// waitAllSentBut waits until every row but dead ones (DEAD) is SENT.
+func waitAllSentBut(t *testing.T, conn *pgx.Conn, dead int) {
+	t.Helper()
+	waitfor.Until(t, time.Minute, fmt.Sprintf("every row SENT but %d DEAD", dead), func() bool {
+		c := statusCounts(t, conn)
+		return len(c) == 2 && c["DEAD"] == dead
+	})
+}
+
+// run1 runs a walrelay command to its end and returns its output; it must
+// exit 0.
+func run1(t *testing.T, e env, args ...string) string {
+	t.Helper()
+	p := start(t, e, args...)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("walrelay %s: exit %d:\n%s", strings.Join(args, " "), code, p.out.String())
+	}
+	return p.out.String()
+}
+
+// TestPollKafkaOutage takes the broker off the network for 10 s while rows
+// are written: the claimed rows wait (their leases renewed) or back off, and
+// every row is sent after, in order per aggregate.
+func TestPollKafkaOutage(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	fk := kc.net(t)
+	conn := connect(t, pg.DSN)
+	p := polling(t, pollEnv(pg, kc).with("WALRELAY_POLL_LEASE", "3s", "WALRELAY_ADMIN_LISTEN", "127.0.0.1:0"))
+	addr := adminAddr(t, p)
+	w := newWriter(30, 31)
+	if err := w.write(t.Context(), conn, 1000, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	fk.Down()
+	if err := w.write(t.Context(), conn, 2000, 10); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	if c := count(col.Records(), w.written()); c.missing == 0 {
+		t.Fatalf("every row arrived while the broker was down: %s", c)
+	}
+	fk.Up()
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	waitAllSent(t, conn)
+	t.Logf("after a 10 s outage: %s; rows retried %v, leases expired %v", c, metric(t, addr, "walrelay_poll_rows_total", `event="retried"`), metric(t, addr, "walrelay_poll_rows_total", `event="lease_expired"`))
+	if c.orderViolations != 0 || c.unexpected != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+}
+
+// TestPollZombie: the instance that claimed a row stops (SIGSTOP) while
+// Kafka is slow to answer, past its lease; the other instance claims the
+// row and marks it SENT. Resumed, the first one's mark matches no row (its
+// claim_id is stale): the row stays SENT under the second claim, and the
+// zombie counts a lost claim.
+func TestPollZombie(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	fk := kc.net(t)
+	conn := connect(t, pg.DSN)
+	e := pollEnv(pg, kc).with("WALRELAY_POLL_LEASE", "1s", "WALRELAY_POLL_INTERVAL", "200ms")
+	a := polling(t, e.with("WALRELAY_POLL_WORKER_ID", "A", "WALRELAY_ADMIN_LISTEN", "127.0.0.1:0"))
+	addrA := adminAddr(t, a)
+	b := polling(t, e.with("WALRELAY_POLL_WORKER_ID", "B", "WALRELAY_ADMIN_LISTEN", "127.0.0.1:0"))
+	addrB := adminAddr(t, b)
+	warm := insertRow(t, conn, "order", "warm", 0)
+	waitfor.Until(t, time.Minute, "a first row sent", func() bool { return recordOf(col, warm) != nil })
+	fk.Slow(3 * time.Second)
+	id := insertRow(t, conn, "order", "Z", 0)
+	var claim string
+	waitfor.Until(t, 10*time.Second, "the row claimed", func() bool {
+		err := conn.QueryRow(t.Context(), "SELECT coalesce(claim_id, '') FROM outbox WHERE id = $1 AND status = 'SENDING'", id).Scan(&claim)
+		return err == nil && claim != ""
+	})
+	zombie, other, otherName, zombieAddr := a, b, "B", addrA
+	if strings.HasPrefix(claim, "B:") {
+		zombie, other, otherName, zombieAddr = b, a, "A", addrB
+	}
+	zombie.signal(syscall.SIGSTOP)
+	waitfor.Until(t, 30*time.Second, "the other instance to send the row", func() bool {
+		var st, c string
+		err := conn.QueryRow(t.Context(), "SELECT status, claim_id FROM outbox WHERE id = $1", id).Scan(&st, &c)
+		return err == nil && st == "SENT" && strings.HasPrefix(c, otherName+":")
+	})
+	zombie.signal(syscall.SIGCONT)
+	fk.Up()
+	waitfor.Until(t, 30*time.Second, "the zombie to count a lost claim", func() bool {
+		return metric(t, zombieAddr, "walrelay_poll_rows_total", `event="lost_claim"`) == 1
+	})
+	var st, c string
+	if err := conn.QueryRow(t.Context(), "SELECT status, claim_id FROM outbox WHERE id = $1", id).Scan(&st, &c); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range col.Records() {
+		if string(kafkatest.Header(r, "id")) == id {
+			n++
+		}
+	}
+	t.Logf("zombie claim %s; row %s under claim %s; %d records of it on the topic", claim, st, c, n)
+	if st != "SENT" || !strings.HasPrefix(c, otherName+":") || c == claim {
+		t.Fatalf("the zombie's mark overwrote the newer claim: status %s claim %s", st, c)
+	}
+	_ = other
 }
