@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -520,4 +522,139 @@ func TestPollZombie(t *testing.T) {
 		t.Fatalf("the zombie's mark overwrote the newer claim: status %s claim %s", st, c)
 	}
 	_ = other
+}
+
+// receipts consumes topic from its start and notes when each event id
+// first arrived.
+type receipts struct {
+	mu   sync.Mutex
+	at   map[string]time.Time
+	stop func()
+}
+
+func receive(t *testing.T, addrs []string, topic string) *receipts {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(10*time.Millisecond), kgo.MetadataMinAge(50*time.Millisecond), kgo.MetadataMaxAge(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &receipts{at: map[string]time.Time{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			now := time.Now()
+			r.mu.Lock()
+			fs.EachRecord(func(rec *kgo.Record) {
+				id := string(kafkatest.Header(rec, "id"))
+				if _, ok := r.at[id]; !ok {
+					r.at[id] = now
+				}
+			})
+			r.mu.Unlock()
+		}
+	}()
+	r.stop = func() { cancel(); <-done; cl.Close() }
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *receipts) of(id string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.at[id]
+	return at, ok
+}
+
+// TestPollListenLatency measures commit-to-consume with LISTEN: with
+// poll.interval 10 s, rows written one at a time 300 ms apart each arrive
+// within 2 s (the notification wakes the poller; the interval alone would
+// take up to 10 s); then one-row transactions at 1,000/s for 5 s, whose
+// p50 and p99 it reports.
+func TestPollListenLatency(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setupPoll(t)
+	conn := connect(t, pg.DSN)
+	createTopic(t, kc.Addrs(), kc.topic("order"), nil)
+	rc := receive(t, kc.Addrs(), kc.topic("order"))
+	polling(t, pollEnv(pg, kc).with("WALRELAY_POLL_INTERVAL", "10s"))
+	time.Sleep(time.Second) // the first poll, at start, is done
+	var sparse []time.Duration
+	for i := range 20 {
+		id := insertRow(t, conn, "order", fmt.Sprintf("sparse-%d", i), 0)
+		committed := time.Now()
+		waitfor.Until(t, 15*time.Second, "row "+id, func() bool { _, ok := rc.of(id); return ok })
+		at, _ := rc.of(id)
+		sparse = append(sparse, at.Sub(committed))
+		time.Sleep(300 * time.Millisecond)
+	}
+	slices.Sort(sparse)
+	t.Logf("one row at a time, poll.interval 10s: commit to consume median %s, max %s", sparse[len(sparse)/2], sparse[len(sparse)-1])
+	if sparse[len(sparse)-1] > 2*time.Second {
+		t.Fatalf("a row took %s to arrive with poll.interval 10s: LISTEN did not wake the poller", sparse[len(sparse)-1])
+	}
+
+	const rate, secs = 1000, 5
+	ids := make([]string, 0, rate*secs)
+	commits := make([]time.Time, 0, rate*secs)
+	start := time.Now()
+	for i := range rate * secs {
+		if d := time.Until(start.Add(time.Duration(i) * time.Second / rate)); d > 0 {
+			time.Sleep(d)
+		}
+		ids = append(ids, insertRow(t, conn, "order", fmt.Sprintf("agg-%d", i%100), i/100))
+		commits = append(commits, time.Now())
+	}
+	achieved := float64(len(ids)) / time.Since(start).Seconds()
+	waitfor.Until(t, time.Minute, "every row consumed", func() bool { _, ok := rc.of(ids[len(ids)-1]); return ok && len(rc.at) >= len(ids)+len(sparse) })
+	lat := make([]time.Duration, len(ids))
+	for i, id := range ids {
+		at, ok := rc.of(id)
+		if !ok {
+			t.Fatalf("row %s not consumed", id)
+		}
+		lat[i] = at.Sub(commits[i])
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("one-row transactions at %.0f/s for %d s: commit to consume p50 %s, p99 %s, max %s", achieved, secs, p50, p99, lat[len(lat)-1])
+	if p99 > 5*time.Second {
+		t.Fatalf("p99 %s at %.0f events/s", p99, achieved)
+	}
+}
+
+// TestPollIdleLoad counts the transactions an idle poller (poll.interval
+// 1s, the stats read every 5 s) runs on the database over 20 s, from
+// pg_stat_database, and reports them per second.
+func TestPollIdleLoad(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setupPoll(t)
+	conn := connect(t, pg.DSN)
+	polling(t, pollEnv(pg, kc))
+	time.Sleep(3 * time.Second)
+	commits := func() int64 {
+		var n int64
+		// This session's own statistics first, so that its reads count
+		// (twice: subtracted below); the poller's connections report
+		// theirs at least every 10 s when idle.
+		if _, err := conn.Exec(t.Context(), "SELECT pg_stat_force_next_flush()"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(t.Context(), "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const window = 20 * time.Second
+	before := commits()
+	time.Sleep(window)
+	n := commits() - before - 2
+	qps := float64(n) / window.Seconds()
+	t.Logf("an idle poller: %d transactions in %s (%.2f/s) on the database", n, window, qps)
+	if qps > 5 {
+		t.Fatalf("an idle poller runs %.2f transactions/s", qps)
+	}
 }
