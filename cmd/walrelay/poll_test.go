@@ -389,15 +389,15 @@ func TestPollMaxAttempts(t *testing.T) {
 			if s := rowStatus(t, conn, later); s != "PENDING" || recordOf(col, later) != nil {
 				t.Fatalf("on_dead block: the later row is %s (on the topic: %v)", s, recordOf(col, later) != nil)
 			}
-			out := run1(t, e, "poll", "dead", "--json")
-			if !strings.Contains(out, ghost) || !strings.Contains(out, `"attempts": 2`) {
+			code, out := runCmd(t, e, "poll", "dead", "--json")
+			if code != 0 || !strings.Contains(out, ghost) || !strings.Contains(out, `"attempts": 2`) {
 				t.Fatalf("poll dead --json:\n%s", out)
 			}
 			createTopic(t, kc.Addrs(), kc.topic("ghost"), nil)
-			if out := run1(t, e, "poll", "retry", "--id", ghost); !strings.Contains(out, "would set 1 DEAD rows") {
+			if code, out := runCmd(t, e, "poll", "retry", "--id", ghost); code != 0 || !strings.Contains(out, "would set 1 DEAD rows") {
 				t.Fatalf("poll retry without --yes:\n%s", out)
 			}
-			if out := run1(t, e, "poll", "retry", "--id", ghost, "--id", later, "--yes"); !strings.Contains(out, "set 1 DEAD rows") || !strings.Contains(out, later) {
+			if code, out := runCmd(t, e, "poll", "retry", "--id", ghost, "--id", later, "--yes"); code != 0 || !strings.Contains(out, "set 1 DEAD rows") || !strings.Contains(out, later) {
 				t.Fatalf("poll retry --yes:\n%s", out)
 			}
 			waitfor.Until(t, time.Minute, "both rows of aggregate A sent", func() bool {
@@ -423,17 +423,6 @@ func waitAllSentBut(t *testing.T, conn *pgx.Conn, dead int) {
 		c := statusCounts(t, conn)
 		return len(c) == 2 && c["DEAD"] == dead
 	})
-}
-
-// run1 runs a walrelay command to its end and returns its output; it must
-// exit 0.
-func run1(t *testing.T, e env, args ...string) string {
-	t.Helper()
-	p := start(t, e, args...)
-	if code := p.exit(time.Minute); code != 0 {
-		t.Fatalf("walrelay %s: exit %d:\n%s", strings.Join(args, " "), code, p.out.String())
-	}
-	return p.out.String()
 }
 
 // TestPollKafkaOutage takes the broker off the network for 10 s while rows
@@ -656,5 +645,114 @@ func TestPollIdleLoad(t *testing.T) {
 	t.Logf("an idle poller: %d transactions in %s (%.2f/s) on the database", n, window, qps)
 	if qps > 5 {
 		t.Fatalf("an idle poller runs %.2f transactions/s", qps)
+	}
+}
+
+// TestPollCommands: run and check refuse an outbox without the poll
+// columns and name migrate --poll; migrate --poll adds them (again: nothing
+// to add); check passes without asking for logical replication; a row with
+// a NULL key goes to the dead-letter topic and DEAD at once; status shows
+// the rows by state; poll retry --all sets it back; prune deletes only SENT
+// rows.
+func TestPollCommands(t *testing.T) {
+	t.Parallel()
+	kc := newBroker(t)
+	pg := pgtest.Start(t)
+	e := pollEnv(pg, kc)
+	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	code, out := runCmd(t, e, "run")
+	if code != 1 || !strings.Contains(out, "lacks what the poll source needs") || !strings.Contains(out, "walrelay migrate --poll") {
+		t.Fatalf("run before migrate --poll: exit %d\n%s", code, out)
+	}
+	if code, out := runCmd(t, e, "check"); code != 1 || !strings.Contains(out, "walrelay migrate --poll") {
+		t.Fatalf("check before migrate --poll: exit %d\n%s", code, out)
+	}
+	if code, out := runCmd(t, e, "migrate", "--poll"); code != 0 || !strings.Contains(out, "added status, attempts") {
+		t.Fatalf("migrate --poll: exit %d\n%s", code, out)
+	}
+	if code, out := runCmd(t, e, "migrate"); code != 0 || !strings.Contains(out, "poll columns of public.outbox            present") {
+		t.Fatalf("migrate again (source poll implies --poll): exit %d\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "check")
+	if code != 0 || strings.Contains(out, "wal_level") || strings.Contains(out, "replication role") || strings.Contains(out, "max_replication_slots") || !strings.Contains(out, "poll table") {
+		t.Fatalf("check with source poll: exit %d\n%s", code, out)
+	}
+	conn := connect(t, pg.DSN)
+	q := regexp.QuoteMeta(kc.prefix)
+	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*|`+q+`walrelay\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	addr := freeAddr(t)
+	ea := e.with("WALRELAY_ADMIN_LISTEN", addr)
+	p := polling(t, ea)
+	good := insertRow(t, conn, "order", "A", 0)
+	bad := outbox.NewID()
+	if _, err := conn.Exec(t.Context(), "ALTER TABLE outbox ALTER COLUMN aggregateid DROP NOT NULL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', NULL, 'OrderUpdated', '{}')", bad); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, time.Minute, "the NULL-key row DEAD", func() bool { return rowStatus(t, conn, bad) == "DEAD" })
+	waitfor.Until(t, time.Minute, "its dead letter", func() bool { return recordOf(col, bad) != nil })
+	if dl := recordOf(col, bad); dl == nil || dl.Topic != kc.dlq() || string(kafkatest.Header(dl, "walrelay.reason")) != "invalid_event" {
+		t.Fatalf("the NULL-key row's dead letter: %v", dl)
+	}
+	waitfor.Until(t, time.Minute, "the good row SENT", func() bool { return rowStatus(t, conn, good) == "SENT" })
+	waitfor.Until(t, 30*time.Second, "status to count the DEAD row", func() bool {
+		code, out := runCmd(t, ea, "status", "--json")
+		return code == 0 && strings.Contains(out, `"source": "poll"`) && strings.Contains(out, `"dead_rows": 1`)
+	})
+	if code, out := runCmd(t, ea, "status"); code != 0 || !strings.Contains(out, "pending / sending / expired leases / dead") {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	if code, out := runCmd(t, ea, "status", "--ready"); code != 0 {
+		t.Fatalf("status --ready while polling: exit %d\n%s", code, out)
+	}
+	if code, out := runCmd(t, e, "poll", "dead"); code != 0 || !strings.Contains(out, bad) || !strings.Contains(out, "invalid_event") {
+		t.Fatalf("poll dead: exit %d\n%s", code, out)
+	}
+	if code, out := runCmd(t, e, "poll", "retry"); code != 2 {
+		t.Fatalf("poll retry without --id or --all: exit %d\n%s", code, out)
+	}
+	if code, out := runCmd(t, e, "poll", "retry", "--all", "--yes"); code != 0 || !strings.Contains(out, "set 1 DEAD rows") {
+		t.Fatalf("poll retry --all --yes: exit %d\n%s", code, out)
+	}
+	// Retried, it fails the same way: DEAD again after one attempt.
+	waitfor.Until(t, time.Minute, "the NULL-key row DEAD again", func() bool {
+		var st string
+		var n int
+		err := conn.QueryRow(t.Context(), "SELECT status, attempts FROM outbox WHERE id = $1", bad).Scan(&st, &n)
+		return err == nil && st == "DEAD" && n == 1
+	})
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(30 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	// Prune: rows sent long ago go, the DEAD row and a recent SENT row stay.
+	old := insertRow(t, conn, "order", "C", 0)
+	if _, err := conn.Exec(t.Context(), "UPDATE outbox SET status = 'SENT', sent_at = now() - interval '3 hours' WHERE id = $1 OR id = $2", old, good); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), "UPDATE outbox SET sent_at = now() - interval '3 hours' WHERE id = $1", bad); err != nil {
+		t.Fatal(err)
+	}
+	recent := insertRow(t, conn, "order", "D", 0)
+	if _, err := conn.Exec(t.Context(), "UPDATE outbox SET status = 'SENT', sent_at = now() WHERE id = $1", recent); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCmd(t, e, "prune", "--older-than", "2h", "--yes"); code != 0 || !strings.Contains(out, "deleted 2 SENT rows") {
+		t.Fatalf("prune: exit %d\n%s", code, out)
+	}
+	left := texts(t, conn, "SELECT id::text FROM outbox ORDER BY id")
+	slices.Sort(left)
+	want := []string{bad, recent}
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Fatalf("after prune: %v, want the DEAD row and the recent one %v", left, want)
 	}
 }
