@@ -380,6 +380,12 @@ func classify(err error) error {
 
 // describe reads each table's columns and prepares its statements.
 func (p *Poller) describe(ctx context.Context, db *pgx.Conn) error {
+	// The claims walk the indexes: a table just loaded has no statistics,
+	// and a plan that scans the whole backlog for every claim would make
+	// the catch-up quadratic.
+	if _, err := db.Exec(ctx, "SET enable_seqscan = off; SET enable_sort = off"); err != nil {
+		return fmt.Errorf("set the session's planner settings: %w", err)
+	}
 	p.tables = p.tables[:0]
 	for _, l := range p.cfg.Outbox.Layouts() {
 		t, err := recovery.Open(ctx, db, l, l.TimestampColumn)

@@ -46,7 +46,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	//   - after it, c is left out when an unsent row of its aggregate
 	//     that the batch lacks (locked by another claim, or held back)
 	//     precedes it.
-	first, held, keep := "", "", ""
+	first, held, ok := "", "", "SELECT _wr_id, _wr_prev FROM cand"
 	if cfg.Ordering == OrderAggregate {
 		unsent := "e.status <> 'SENT'"
 		if cfg.OnDead != DeadBlock {
@@ -55,13 +55,19 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		first = ` AND NOT EXISTS (SELECT 1 FROM (SELECT e.status, e.available_at, e.lease_until, e.created_at, e.` + id + ` FROM ` + q + ` e
 				WHERE e.` + agg + ` = c.` + agg + ` AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
 			WHERE NOT ` + dueSQL("f") + ` AND (f.created_at, f.` + id + `) < (c.created_at, c.` + id + `))`
-		held = `, held AS (
+		held = `, held AS MATERIALIZED (
 		SELECT a._wr_agg, f.created_at AS _wr_at, f.` + id + ` AS _wr_id FROM (SELECT DISTINCT _wr_agg FROM cand) a
 		CROSS JOIN LATERAL (SELECT e.created_at, e.` + id + ` FROM ` + q + ` e
 			WHERE e.` + agg + ` = a._wr_agg AND ` + unsent + ` AND e.` + id + ` NOT IN (SELECT _wr_id FROM cand)
 			ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
 	)`
-		keep = ` LEFT JOIN held h ON h._wr_agg = cand._wr_agg WHERE h._wr_agg IS NULL OR (cand._wr_at, cand._wr_id) < (h._wr_at, h._wr_id)`
+		// A window over the batch and the blockers, by aggregate in
+		// order: a row is held back when a blocker comes before it.
+		ok = `SELECT _wr_id, _wr_prev FROM (
+			SELECT u._wr_id, u._wr_prev, bool_or(u._wr_blocker) OVER (PARTITION BY u._wr_agg ORDER BY u._wr_at, u._wr_id ROWS UNBOUNDED PRECEDING) AS _wr_held
+			FROM (SELECT _wr_id, _wr_agg, _wr_at, _wr_prev, false AS _wr_blocker FROM cand
+				UNION ALL SELECT _wr_id, _wr_agg, _wr_at, NULL, true FROM held) u
+		) w WHERE NOT w._wr_held`
 	}
 	t.claimSQL = `WITH cand AS (
 		SELECT c.` + id + ` AS _wr_id, c.` + agg + ` AS _wr_agg, c.created_at AS _wr_at, c.status AS _wr_prev
@@ -70,7 +76,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		ORDER BY c.created_at, c.` + id + `
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
-	)` + held + `, ok AS (SELECT cand._wr_id, cand._wr_prev FROM cand` + keep + `)
+	)` + held + `, ok AS (` + ok + `)
 	UPDATE ` + q + ` SET status = 'SENDING', claim_id = $2, lease_until = now() + make_interval(secs => $3), attempts = attempts + 1
 	FROM ok WHERE ` + q + `.` + id + ` = ok._wr_id
 	RETURNING ok._wr_prev, attempts::text, (extract(epoch FROM created_at) * 1000000)::int8::text, ` + q + `.` + id + `::text, ` + rt.SelectList()

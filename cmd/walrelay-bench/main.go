@@ -58,6 +58,7 @@ type options struct {
 	exactlyOnce bool
 	txnInterval time.Duration
 	inboxEvents int // records of the inbox benchmark; 0: skip
+	pollEvents  int // rows of the poll-vs-WAL comparison; 0: skip
 	// shards, above 1, adds walrelay sharded across that many slots.
 	shards int
 	bigTxn int
@@ -86,6 +87,7 @@ func run() error {
 	flag.IntVar(&kfakeBrokerCount, "kfake-brokers", 1, "brokers of each kfake cluster (its partitions are spread over them)")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
 	flag.IntVar(&o.inboxEvents, "inbox", 0, "also time package inbox against a plain consumer on this many records (0: skip)")
+	flag.IntVar(&o.pollEvents, "poll", 0, "also compare the poll source with the WAL source on this many rows, per data set of -rows-per-txn (0: skip)")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
 	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
 	flag.Parse()
@@ -139,6 +141,15 @@ func run() error {
 			return fmt.Errorf("data set of %d rows per transaction: %w", rows, err)
 		}
 		tables = append(tables, t)
+	}
+	if o.pollEvents > 0 {
+		for _, rows := range o.shapes {
+			t, err := pollBench(ctx, o, rows)
+			if err != nil {
+				return fmt.Errorf("poll: %w", err)
+			}
+			tables = append(tables, t)
+		}
 	}
 	if o.inboxEvents > 0 {
 		t, err := inboxBench(ctx, o)

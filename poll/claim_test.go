@@ -1,0 +1,173 @@
+package poll
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/recovery"
+)
+
+// claimFixture is an outbox with the poll columns on a real PostgreSQL,
+// and the statements of a poller with cfg's ordering rules.
+func claimFixture(t *testing.T, cfg Config) (*pgx.Conn, *table) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.ApplyPoll(ctx, conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := recovery.Open(ctx, conn, decoder.Config{}.WithDefaults().Layouts()[0], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BatchSize = max(cfg.BatchSize, 100)
+	cfg.Lease = 30e9
+	return conn, newTable(rt, cfg)
+}
+
+// insert writes rows "<agg>-<n>" (aggregate agg, n its next number) in
+// order, one statement each, and adds their ids to ids by name.
+func insert(t *testing.T, conn *pgx.Conn, ids map[string]string, aggs ...string) {
+	t.Helper()
+	for _, agg := range aggs {
+		n := 0
+		for ids[fmt.Sprintf("%s-%d", agg, n)] != "" {
+			n++
+		}
+		name := fmt.Sprintf("%s-%d", agg, n)
+		var id string
+		if err := conn.QueryRow(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', $1, 'T', $2) RETURNING id::text",
+			agg, fmt.Sprintf(`{"name": %q}`, name)).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = id
+	}
+}
+
+// claimNames claims with tb and returns the claimed rows' names, in order.
+func claimNames(t *testing.T, conn *pgx.Conn, tb *table, claim string, ids map[string]string) []string {
+	t.Helper()
+	rows, _, err := tb.claim(t.Context(), conn, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rows {
+		for name, id := range ids {
+			if id == r.id {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+func set(t *testing.T, conn *pgx.Conn, id, assignments string) {
+	t.Helper()
+	if _, err := conn.Exec(t.Context(), "UPDATE outbox SET "+assignments+" WHERE id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClaimOrder checks the claim's rules on a real server: insert order;
+// an aggregate held by an earlier row that is not due (in backoff, under a
+// live lease, DEAD with on_dead block), while other aggregates go on; a DEAD
+// row passed over with on_dead skip; an expired lease claimed again; and an
+// earlier row locked by another claim, which holds its aggregate's later
+// rows (SKIP LOCKED must not let them overtake).
+func TestClaimOrder(t *testing.T) {
+	t.Parallel()
+	for _, onDead := range []string{DeadSkip, DeadBlock} {
+		t.Run(onDead, func(t *testing.T) {
+			t.Parallel()
+			conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, OnDead: onDead})
+			ids := map[string]string{}
+			insert(t, conn, ids, "a", "b", "a", "c", "a")
+			if got, want := claimNames(t, conn, tb, "w:1", ids), []string{"a-0", "b-0", "a-1", "c-0", "a-2"}; !slices.Equal(got, want) {
+				t.Fatalf("first claim %v, want %v", got, want)
+			}
+			// a-0 failed and backs off; a-1, a-2 went back (collateral).
+			set(t, conn, ids["a-0"], "status = 'PENDING', available_at = now() + interval '1 hour'")
+			set(t, conn, ids["a-1"], "status = 'PENDING'")
+			set(t, conn, ids["a-2"], "status = 'PENDING'")
+			set(t, conn, ids["b-0"], "status = 'SENT'")
+			set(t, conn, ids["c-0"], "status = 'SENT'")
+			insert(t, conn, ids, "b", "d")
+			if got, want := claimNames(t, conn, tb, "w:2", ids), []string{"b-1", "d-0"}; !slices.Equal(got, want) {
+				t.Fatalf("with a-0 in backoff: claimed %v, want %v", got, want)
+			}
+			// A live lease holds its aggregate too; an expired one is
+			// claimed again, ahead of the rows behind it.
+			set(t, conn, ids["b-1"], "status = 'SENDING', lease_until = now() + interval '1 hour'")
+			set(t, conn, ids["d-0"], "status = 'SENDING', lease_until = now() - interval '1 second'")
+			insert(t, conn, ids, "b", "d")
+			if got, want := claimNames(t, conn, tb, "w:3", ids), []string{"d-0", "d-1"}; !slices.Equal(got, want) {
+				t.Fatalf("b-1 under a live lease, d-0's expired: claimed %v, want %v", got, want)
+			}
+			// a-0 DEAD: skip lets a-1 and a-2 go; block holds them.
+			set(t, conn, ids["a-0"], "status = 'DEAD'")
+			set(t, conn, ids["b-1"], "status = 'SENT'")
+			want := []string{"a-1", "a-2", "b-2"}
+			if onDead == DeadBlock {
+				want = []string{"b-2"}
+			}
+			if got := claimNames(t, conn, tb, "w:4", ids); !slices.Equal(got, want) {
+				t.Fatalf("a-0 DEAD, on_dead %s: claimed %v, want %v", onDead, got, want)
+			}
+		})
+	}
+}
+
+// TestClaimSkipsLockedRowsInOrder: a row locked by another claim's
+// transaction is skipped, and so is every later row of its aggregate; the
+// other aggregates are claimed.
+func TestClaimSkipsLockedRowsInOrder(t *testing.T) {
+	t.Parallel()
+	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate})
+	ids := map[string]string{}
+	insert(t, conn, ids, "a", "b", "a", "b")
+	other, err := pgx.ConnectConfig(t.Context(), conn.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	tx, err := other.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // the test's lock
+	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM outbox WHERE id = $1 FOR UPDATE", ids["a-0"]); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := claimNames(t, conn, tb, "w:1", ids), []string{"b-0", "b-1"}; !slices.Equal(got, want) {
+		t.Fatalf("a-0 locked elsewhere: claimed %v, want %v", got, want)
+	}
+}
+
+// TestClaimWithoutOrdering: ordering none claims every due row, whatever
+// its aggregate's earlier rows.
+func TestClaimWithoutOrdering(t *testing.T) {
+	t.Parallel()
+	conn, tb := claimFixture(t, Config{Ordering: OrderNone})
+	ids := map[string]string{}
+	insert(t, conn, ids, "a", "a", "a")
+	set(t, conn, ids["a-0"], "status = 'PENDING', available_at = now() + interval '1 hour'")
+	if got, want := claimNames(t, conn, tb, "w:1", ids), []string{"a-1", "a-2"}; !slices.Equal(got, want) {
+		t.Fatalf("ordering none: claimed %v, want %v", got, want)
+	}
+}
