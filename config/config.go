@@ -293,7 +293,7 @@ func (c *Config) keys() []*key {
 
 	f, s = duration(&c.Poll.Interval, time.Second)
 	add("poll.interval", "source poll: the longest wait between polls when no insert notification comes (LISTEN wakes the poller at once)", f, s)
-	f, s = integer(&c.Poll.BatchSize, 500)
+	f, s = integer(&c.Poll.BatchSize, 1000)
 	add("poll.batch_size", "source poll: rows claimed per table at once", f, s)
 	f, s = duration(&c.Poll.Lease, 30*time.Second)
 	add("poll.lease", "source poll: how long a claim holds its rows (renewed while Kafka has not answered); a worker gone this long has its rows claimed by another", f, s)

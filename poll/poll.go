@@ -53,7 +53,7 @@ type Config struct {
 	// Interval is the longest wait between polls when no notification
 	// comes. Default 1s.
 	Interval time.Duration
-	// BatchSize is the most rows claimed per table at once. Default 500.
+	// BatchSize is the most rows claimed per table at once. Default 1000.
 	BatchSize int
 	// Lease is how long a claim holds its rows; it is renewed while Kafka
 	// has not answered. Default 30s.
@@ -132,7 +132,7 @@ func New(cfg Config) (*Poller, error) {
 		cfg.Interval = time.Second
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 500
+		cfg.BatchSize = 1000
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
@@ -440,6 +440,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 		}
 	}
 	conn := *db
+	roundAt := time.Now()
 	for len(p.unmarked) > 0 {
 		if err := p.mark(ctx, conn, p.unmarked[0]); err != nil {
 			return 0, fmt.Errorf("mark rows of %s: %w", p.unmarked[0].t.name, err)
@@ -467,7 +468,9 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 	if len(rows) == 0 {
 		return 0, nil
 	}
+	claimedAt := time.Now()
 	p.publish(produceCtx, conn, p.holdBack(rows), claims, p.sendOne)
+	publishedAt := time.Now()
 	// A failed publish: the sink sends nothing more until Abort, which
 	// waits for what was sent before.
 	var retry []*row
@@ -513,6 +516,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 			return len(rows), fmt.Errorf("mark rows of %s: %w", c.t.name, err)
 		}
 	}
+	p.log.Debug("round", "rows", len(rows), "claim", claimedAt.Sub(roundAt), "publish", publishedAt.Sub(claimedAt), "mark", time.Since(publishedAt))
 	return len(rows), nil
 }
 

@@ -93,42 +93,40 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	return t
 }
 
-// claim claims due rows under claim, in one transaction, and returns them
-// in insert order with how many had an expired lease.
+// claim claims due rows under claim and returns them in insert order with
+// how many had an expired lease. It is one statement, so one transaction
+// that commits before the rows are published.
 func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row, int, error) {
 	var out []*row
 	expired := 0
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, t.claimSQL, t.batch, claim, t.leaseSecs)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			raw := rows.RawValues()
-			r := &row{t: t, claim: claim, id: string(raw[3])}
-			if string(raw[0]) == "SENDING" {
-				expired++
-			}
-			if r.attempts, err = strconv.Atoi(string(raw[1])); err != nil {
-				return fmt.Errorf("attempts %q: %w", raw[1], err)
-			}
-			us, err := strconv.ParseInt(string(raw[2]), 10, 64)
-			if err != nil {
-				return fmt.Errorf("created_at %q: %w", raw[2], err)
-			}
-			r.created = time.UnixMicro(us)
-			if r.e, err = t.rt.Event(raw[4:]); err != nil {
-				return err
-			}
-			// The header walrelay.commit_time carries the insert time: the
-			// poll source knows no commit.
-			r.e.CommitTime = r.created
-			out = append(out, r)
-		}
-		return rows.Err()
-	})
+	rows, err := conn.Query(ctx, t.claimSQL, t.batch, claim, t.leaseSecs)
 	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		raw := rows.RawValues()
+		r := &row{t: t, claim: claim, id: string(raw[3])}
+		if string(raw[0]) == "SENDING" {
+			expired++
+		}
+		if r.attempts, err = strconv.Atoi(string(raw[1])); err != nil {
+			return nil, 0, fmt.Errorf("attempts %q: %w", raw[1], err)
+		}
+		us, err := strconv.ParseInt(string(raw[2]), 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("created_at %q: %w", raw[2], err)
+		}
+		r.created = time.UnixMicro(us)
+		if r.e, err = t.rt.Event(raw[4:]); err != nil {
+			return nil, 0, err
+		}
+		// The header walrelay.commit_time carries the insert time: the
+		// poll source knows no commit.
+		r.e.CommitTime = r.created
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, 0, err
 	}
 	sortRows(out)
