@@ -166,3 +166,38 @@ func TestReadmeListsEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// TestSourcePoll: source poll and its keys load from the file and the
+// environment into the poller's configuration; exactly-once, an unknown
+// source and bad poll settings are refused with the key named.
+func TestSourcePoll(t *testing.T) {
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
+	c, err := load(t, base+"source: poll\npoll:\n  lease: 5s\n  on_dead: block\n", "WALRELAY_POLL_BATCH_SIZE", "250")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := c.PollConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Source != "poll" || pc.Lease != 5*time.Second || pc.OnDead != "block" || pc.BatchSize != 250 || pc.MaxAttempts != 20 || pc.Ordering != "aggregate" || pc.Interval != time.Second ||
+		pc.ConnConfig.Database != "db" || pc.Outbox.Layout.Table != "outbox" {
+		t.Fatalf("poll config %+v", pc)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"source: poll\nkafka:\n  exactly_once: true\n", "kafka.exactly_once needs source wal"},
+		{"source: polling\n", `source "polling": want wal or poll`},
+		{"source: poll\npoll:\n  ordering: strict\n", `poll.ordering "strict"`},
+		{"source: poll\npoll:\n  on_dead: drop\n", `poll.on_dead "drop"`},
+		{"source: poll\npoll:\n  lease: 100ms\n", "poll.lease 100ms: want at least 1s"},
+		{"source: poll\npoll:\n  max_attempts: 0\n", "want at least 1"}, // (batch_size is set by the environment above)
+	} {
+		yaml := base + bad.yaml
+		if strings.Contains(bad.yaml, "kafka:") {
+			yaml = "postgres:\n  dsn: postgres://u@h/db\nsource: poll\nkafka:\n  brokers: [a:9092]\n  exactly_once: true\n"
+		}
+		if _, err := load(t, yaml); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: err = %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+}
