@@ -265,14 +265,11 @@ func (p *Poller) run(ctx context.Context) error {
 	if err := p.describe(ctx, db); err != nil {
 		return err
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	err = p.sink.Ping(pingCtx)
-	cancel()
-	if err != nil {
+	if err := relay.PingBrokers(ctx, p.sink); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("kafka.brokers: %w", err)
+		return err
 	}
 	listenCtx, stopListen := context.WithCancel(ctx)
 	var bg sync.WaitGroup
@@ -281,20 +278,8 @@ func (p *Poller) run(ctx context.Context) error {
 
 	// Records are produced on a context that outlives ctx by the shutdown
 	// timeout, so that a clean stop lets them be answered and marked.
-	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
+	produceCtx, cancelProduce := relay.Outlive(ctx, p.cfg.ShutdownTimeout)
 	defer cancelProduce()
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-produceCtx.Done():
-			return
-		}
-		select {
-		case <-time.After(p.cfg.ShutdownTimeout):
-			cancelProduce()
-		case <-produceCtx.Done():
-		}
-	}()
 	p.log.Info("polling the outbox", "tables", len(p.tables), "worker", p.cfg.WorkerID, "interval", p.cfg.Interval, "batch", p.cfg.BatchSize,
 		"lease", p.cfg.Lease, "ordering", p.cfg.Ordering, "on_dead", p.cfg.OnDead, "max_attempts", p.cfg.MaxAttempts)
 	p.state.Store("polling")

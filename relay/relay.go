@@ -215,14 +215,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.p.dec, err = decoder.New(dcfg); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	err = r.sink.Ping(pingCtx)
-	cancel()
-	if err != nil {
+	if err := PingBrokers(ctx, r.sink); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("kafka.brokers: %w", err)
+		return err
 	}
 
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -264,20 +261,8 @@ func (r *Relay) pump(ctx context.Context) error {
 	// the shutdown timeout, so that a clean stop lets buffered records
 	// finish instead of failing them (which would replay their whole
 	// transaction).
-	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
+	produceCtx, cancelProduce := Outlive(ctx, r.cfg.ShutdownTimeout)
 	defer cancelProduce()
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-produceCtx.Done():
-			return
-		}
-		select {
-		case <-time.After(r.cfg.ShutdownTimeout):
-			cancelProduce()
-		case <-produceCtx.Done():
-		}
-	}()
 	r.p.produceCtx = produceCtx
 	runErr := r.stream(ctx)
 	r.p.stop()
@@ -289,6 +274,37 @@ func (r *Relay) pump(ctx context.Context) error {
 	}
 	r.log.Info("walrelay stopped", "confirmed", r.p.tr.Confirmed().String(), "in_flight", r.p.tr.InFlight())
 	return nil
+}
+
+// PingBrokers asks p's brokers for their metadata, for up to 15 s: the
+// start-up check that they answer.
+func PingBrokers(ctx context.Context, p Publisher) error {
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := p.Ping(pingCtx); err != nil {
+		return fmt.Errorf("kafka.brokers: %w", err)
+	}
+	return nil
+}
+
+// Outlive returns a context that ends grace after ctx ends, or when its
+// cancel is called: what a source produces on, so that a stop lets the
+// records in flight be answered.
+func Outlive(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-out.Done():
+			return
+		}
+		select {
+		case <-time.After(grace):
+			cancel()
+		case <-out.Done():
+		}
+	}()
+	return out, cancel
 }
 
 // Run runs a relay of cfg until ctx is cancelled or a fatal error: New, then

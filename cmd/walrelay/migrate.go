@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/config"
+	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
@@ -35,55 +36,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *inbox {
 		return config.ScrubError(migrateInbox(ctx, cfg, *inboxTable, stdout), cfg.Secrets())
 	}
-	if *pollCols || cfg.Source == "poll" {
-		return config.ScrubError(migratePoll(ctx, cfg, stdout), cfg.Secrets())
-	}
-	return config.ScrubError(migrate(ctx, cfg, stdout), cfg.Secrets())
-}
-
-// migratePoll creates the outbox tables if missing and gives them what the
-// poll source needs, and says what it did.
-func migratePoll(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	conn, err := connectDSN(cctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	o := cfg.OutboxConfig()
-	res, err := migrations.Apply(cctx, conn, o)
-	if err != nil {
-		return err
-	}
-	for _, l := range o.Layouts() {
-		state := "already exists"
-		if slices.Contains(res.Created, l.Name()) {
-			state = "created"
-		}
-		fmt.Fprintf(stdout, "%-40s %s\n", "table "+l.Name(), state)
-	}
-	pres, err := migrations.ApplyPoll(cctx, conn, o)
-	if err != nil {
-		return err
-	}
-	for _, l := range o.Layouts() {
-		if err := poll.CheckTable(cctx, conn, l); err != nil {
-			return err
-		}
-		added := "present"
-		if a := pres.Added[l.Name()]; len(a) > 0 {
-			added = "added " + strings.Join(a, ", ")
-		}
-		fmt.Fprintf(stdout, "%-40s %s\n", "poll columns of "+l.Name(), added)
-		if n := pres.Pending[l.Name()]; n > 0 {
-			fmt.Fprintf(stdout, "%-40s %d rows that were there are PENDING: the poll source sends them (mark them SENT first if they were sent already)\n", "", n)
-		}
-		names := migrations.PollNamesOf(l)
-		fmt.Fprintf(stdout, "%-40s %s\n", "indexes "+names.DueIndex+", "+names.UnsentIndex, "present")
-		fmt.Fprintf(stdout, "%-40s %s\n", "trigger "+names.Trigger, "present (NOTIFY "+migrations.NotifyChannel+")")
-	}
-	return nil
+	return config.ScrubError(migrate(ctx, cfg, *pollCols || cfg.Source == "poll", stdout), cfg.Secrets())
 }
 
 // migrateInbox creates the inbox table schema.table and its claim
@@ -118,8 +71,10 @@ func migrateInbox(ctx context.Context, cfg *config.Config, name string, stdout i
 
 // migrate creates the outbox table, its publication and the slot, in that
 // order (a slot sees only a publication older than the changes it decodes),
-// and says for each whether it was created or already there.
-func migrate(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
+// and says for each whether it was created or already there. With poll
+// (source poll) it gives the tables the poll source's columns, indexes and
+// trigger instead of a publication and a slot.
+func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := connectDSN(cctx, cfg)
@@ -140,11 +95,17 @@ func migrate(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
 	}
 	for _, l := range cfg.OutboxConfig().Layouts() {
 		say("table "+l.Name(), slices.Contains(res.Created, l.Name()))
+		if poll {
+			continue // checked once it has the poll columns
+		}
 		// A table that existed is left as it is: it must have the
 		// configured layout.
 		if err := relay.CheckTable(cctx, conn, l); err != nil {
 			return err
 		}
+	}
+	if poll {
+		return migratePoll(cctx, conn, cfg.OutboxConfig(), stdout)
 	}
 	created, added, err := replication.EnsurePublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
 	for _, t := range added {
@@ -171,4 +132,30 @@ func connectDSN(ctx context.Context, cfg *config.Config) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("postgres.dsn: connect: %w", err)
 	}
 	return conn, nil
+}
+
+// migratePoll gives the outbox tables of o what the poll source needs, and
+// says what it did.
+func migratePoll(ctx context.Context, conn *pgx.Conn, o decoder.Config, stdout io.Writer) error {
+	res, err := migrations.ApplyPoll(ctx, conn, o)
+	if err != nil {
+		return err
+	}
+	for _, l := range o.Layouts() {
+		if err := poll.CheckTable(ctx, conn, l); err != nil {
+			return err
+		}
+		added := "present"
+		if a := res.Added[l.Name()]; len(a) > 0 {
+			added = "added " + strings.Join(a, ", ")
+		}
+		fmt.Fprintf(stdout, "%-40s %s\n", "poll columns of "+l.Name(), added)
+		if n := res.Pending[l.Name()]; n > 0 {
+			fmt.Fprintf(stdout, "%-40s %d rows that were there are PENDING: the poll source sends them (mark them SENT first if they were sent already)\n", "", n)
+		}
+		names := migrations.PollNamesOf(l)
+		fmt.Fprintf(stdout, "%-40s %s\n", "indexes "+names.DueIndex+", "+names.UnsentIndex, "present")
+		fmt.Fprintf(stdout, "%-40s %s\n", "trigger "+names.Trigger, "present (NOTIFY "+migrations.NotifyChannel+")")
+	}
+	return nil
 }

@@ -16,21 +16,35 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{"poll: want dead or retry"}
 	}
 	c := newRecoveryCmd("poll "+args[0], stdout, stderr, false)
+	var limit *int
+	var ids idList
+	var all *bool
 	switch args[0] {
 	case "dead":
-		limit := c.fs.Int("limit", 1000, "list at most this many rows")
-		if _, err := c.parse(args[1:], 0, false); err != nil {
-			return err
-		}
-		l, err := c.cfg.Layout(*c.table)
-		if err != nil {
-			return err
-		}
-		conn, err := c.connect(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
+		limit = c.fs.Int("limit", 1000, "list at most this many rows")
+	case "retry":
+		c.fs.Var(&ids, "id", "the id of a DEAD row to retry (repeatable)")
+		all = c.fs.Bool("all", false, "retry every DEAD row")
+	default:
+		return usageError{fmt.Sprintf("poll: unknown subcommand %q (want dead or retry)", args[0])}
+	}
+	if _, err := c.parse(args[1:], 0, false); err != nil {
+		return err
+	}
+	if all != nil && *all == (len(ids) > 0) {
+		return usageError{"poll retry: give --id ID (repeatable) or --all"}
+	}
+	l, err := c.cfg.Layout(*c.table)
+	if err != nil {
+		return err
+	}
+	conn, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	switch args[0] {
+	case "dead":
 		rows, err := poll.Dead(ctx, conn, l, *limit)
 		if err != nil {
 			return err
@@ -53,25 +67,7 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(c.out, "(the first %d; --limit N for more)\n", *limit)
 		}
 		return nil
-	case "retry":
-		var ids idList
-		c.fs.Var(&ids, "id", "the id of a DEAD row to retry (repeatable)")
-		all := c.fs.Bool("all", false, "retry every DEAD row")
-		if _, err := c.parse(args[1:], 0, false); err != nil {
-			return err
-		}
-		if *all == (len(ids) > 0) {
-			return usageError{"poll retry: give --id ID (repeatable) or --all"}
-		}
-		l, err := c.cfg.Layout(*c.table)
-		if err != nil {
-			return err
-		}
-		conn, err := c.connect(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
+	default:
 		n, notDead, err := poll.Retry(ctx, conn, l, ids, *all, !*c.yes)
 		if err != nil {
 			return err
@@ -95,5 +91,4 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return nil
 	}
-	return usageError{fmt.Sprintf("poll: unknown subcommand %q (want dead or retry)", args[0])}
 }
