@@ -24,7 +24,7 @@ func (p *Poller) listen(ctx context.Context) {
 		mine[l.Name()] = true
 	}
 	for ctx.Err() == nil {
-		conn, err := p.connect(ctx)
+		conn, err := p.connect(ctx, false)
 		if err != nil {
 			return
 		}

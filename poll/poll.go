@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,7 +249,7 @@ func (p *Poller) Run(ctx context.Context) error {
 }
 
 func (p *Poller) run(ctx context.Context) error {
-	db, err := p.connect(ctx)
+	db, err := p.connect(ctx, true)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -322,9 +323,11 @@ func (p *Poller) run(ctx context.Context) error {
 	return nil
 }
 
-// connect opens a connection with the session settings that the text
-// values are read in.
-func (p *Poller) connect(ctx context.Context) (*pgx.Conn, error) {
+// connect opens a connection, retrying with backoff while the server
+// cannot be reached; main says it is the claims' connection, whose
+// attempts the state and the reconnect count show (the notification
+// connection's do not).
+func (p *Poller) connect(ctx context.Context, main bool) (*pgx.Conn, error) {
 	for try := 0; ; try++ {
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		conn, err := pgx.ConnectConfig(cctx, p.cfg.ConnConfig.Copy())
@@ -338,8 +341,10 @@ func (p *Poller) connect(ctx context.Context) (*pgx.Conn, error) {
 		if try == 0 && failure.IsFatal(classify(err)) {
 			return nil, fmt.Errorf("postgres.dsn: connect: %w", err)
 		}
-		p.state.Store("reconnecting")
-		p.reconn.Add(1)
+		if main {
+			p.state.Store("reconnecting")
+			p.reconn.Add(1)
+		}
 		wait := backoff.Wait(100*time.Millisecond, 10*time.Second, try)
 		p.log.Warn("connect to PostgreSQL failed; retrying", "err", err, "in", wait)
 		select {
@@ -348,6 +353,17 @@ func (p *Poller) connect(ctx context.Context) (*pgx.Conn, error) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// changed marks fatal an error that says the table changed under the
+// poller (a column or the table gone, a type changed: SQLSTATE class 42):
+// retrying would fail the same way.
+func changed(err error, table string) error {
+	var pe interface{ SQLState() string }
+	if errors.As(err, &pe) && strings.HasPrefix(pe.SQLState(), "42") {
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w (the outbox table %s changed under walrelay: run walrelay check, and walrelay migrate --poll)", err, table))
+	}
+	return err
 }
 
 // classify marks a connection error fatal when retrying cannot fix it
@@ -414,7 +430,7 @@ type answer struct {
 // lost.
 func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, error) {
 	if (*db).IsClosed() {
-		c, err := p.connect(ctx)
+		c, err := p.connect(ctx, true)
 		if err != nil {
 			return 0, err
 		}
@@ -442,7 +458,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 			// Rows claimed from the tables before this one are released
 			// (their leases would hold them otherwise).
 			p.release(conn, claims)
-			return 0, fmt.Errorf("claim rows of %s: %w", t.name, err)
+			return 0, changed(fmt.Errorf("claim rows of %s: %w", t.name, err), t.name)
 		}
 		p.cfg.PollHooks.Claimed(t.name, len(rs), expired, time.Since(start))
 		if len(rs) > 0 {
@@ -498,7 +514,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 	for i, c := range claims {
 		if err := p.mark(mctx, conn, c); err != nil {
 			p.unmarked = append(p.unmarked, claims[i:]...)
-			return len(rows), fmt.Errorf("mark rows of %s: %w", c.t.name, err)
+			return len(rows), changed(fmt.Errorf("mark rows of %s: %w", c.t.name, err), c.t.name)
 		}
 	}
 	p.log.Debug("round", "rows", len(rows), "claim", claimedAt.Sub(roundAt), "publish", publishedAt.Sub(claimedAt), "mark", time.Since(publishedAt))

@@ -756,3 +756,49 @@ func TestPollCommands(t *testing.T) {
 		t.Fatalf("after prune: %v, want the DEAD row and the recent one %v", left, want)
 	}
 }
+
+// TestPollDatabaseCrash crashes PostgreSQL (an immediate stop) while rows
+// are written without pause, and starts it again 2 s later: the poller
+// connects again by itself, the rows it had claimed are claimed again
+// after their lease, and every committed row arrives, in order per
+// aggregate, and ends SENT. Then a column of the outbox is renamed under
+// the running poller: it stops with exit 1, naming the table and the
+// column.
+func TestPollDatabaseCrash(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	needThrowaway(t, pg, "crashes the server")
+	p := polling(t, pollEnv(pg, kc).with("WALRELAY_POLL_LEASE", "2s"))
+	w := newWriter(30, 41)
+	w.dsn = pg.DSN
+	stop := w.writeInBackground(t.Context(), pg.DSN)
+	time.Sleep(time.Second)
+	if err := pg.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := pg.StartServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	failed := stop()
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	conn := connect(t, pg.DSN)
+	ids := committedIDs(t, conn)
+	c = waitAll(t, col, ids, time.Minute)
+	t.Logf("a PostgreSQL crash while writing: %s; %d writes failed, %d rows committed", c, failed, len(ids))
+	if c.orderViolations != 0 || c.unexpected != 0 {
+		t.Fatalf("order violations: %s", c)
+	}
+	waitAllSent(t, conn)
+	if !strings.Contains(p.out.String(), "retrying") {
+		t.Fatalf("the poller logged no retry:\n%s", tail(p.out.String(), 3000))
+	}
+	if _, err := conn.Exec(t.Context(), "ALTER TABLE outbox RENAME COLUMN aggregateid TO aggregate_id"); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.exit(30 * time.Second); code != 1 || !strings.Contains(p.out.String(), "the outbox table public.outbox changed under walrelay") ||
+		!strings.Contains(p.out.String(), "aggregateid") {
+		t.Fatalf("a renamed column: exit %d\n%s", code, tail(p.out.String(), 3000))
+	}
+}
