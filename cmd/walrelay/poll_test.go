@@ -802,3 +802,55 @@ func TestPollDatabaseCrash(t *testing.T) {
 		t.Fatalf("a renamed column: exit %d\n%s", code, tail(p.out.String(), 3000))
 	}
 }
+
+// TestPollPartitionedOutbox: an outbox partitioned by created_at (the
+// application's own column, kept by migrate --poll) is polled through its
+// root: rows inserted through the root and straight into a partition (no
+// notification: the interval finds them), and into a partition attached
+// while walrelay runs, all arrive once, in created_at order per aggregate,
+// and end SENT.
+func TestPollPartitionedOutbox(t *testing.T) {
+	t.Parallel()
+	kc := newBroker(t)
+	pg := pgtest.Start(t)
+	conn := connect(t, pg.DSN)
+	execSQL(t, conn,
+		`CREATE TABLE outbox (id uuid, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL,
+			payload jsonb, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)`,
+		`CREATE TABLE outbox_2026_01 PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')`,
+		`CREATE TABLE outbox_2026_02 PARTITION OF outbox FOR VALUES FROM ('2026-02-01') TO ('2026-03-01')`)
+	e := pollEnv(pg, kc)
+	if code, out := runCmd(t, e, "migrate", "--poll"); code != 0 || !strings.Contains(out, "added status, attempts, available_at, claim_id, lease_until, last_error, sent_at") {
+		t.Fatalf("migrate --poll on a partitioned outbox: exit %d\n%s", code, out)
+	}
+	q := regexp.QuoteMeta(kc.prefix)
+	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	polling(t, e)
+	var ids []string
+	insertAt := func(table, agg string, seq int, at string) {
+		id := outbox.NewID()
+		if _, err := conn.Exec(t.Context(), "INSERT INTO "+table+" (id, aggregatetype, aggregateid, type, payload, created_at) VALUES ($1, 'order', $2, 'T', $3, $4)",
+			id, agg, fmt.Sprintf(`{"agg": %q, "seq": %d}`, agg, seq), at); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for i := range 20 {
+		insertAt("outbox", "a", i, fmt.Sprintf("2026-01-%02d", i+1))
+		insertAt("outbox", "b", i, fmt.Sprintf("2026-02-%02d", i+1))
+	}
+	insertAt("outbox_2026_02", "a", 20, "2026-02-25") // straight into the partition
+	execSQL(t, conn, `CREATE TABLE outbox_2026_03 (LIKE outbox INCLUDING ALL)`,
+		`ALTER TABLE outbox ATTACH PARTITION outbox_2026_03 FOR VALUES FROM ('2026-03-01') TO ('2026-04-01')`)
+	insertAt("outbox", "a", 21, "2026-03-02")
+	c := waitAll(t, col, ids, time.Minute)
+	t.Logf("a partitioned outbox: %s", c)
+	if c.duplicates != 0 || c.orderViolations != 0 || c.unexpected != 0 {
+		t.Fatalf("want each row once, in order: %s", c)
+	}
+	waitAllSent(t, conn)
+}
