@@ -90,6 +90,12 @@ func TestDeployFilesNameServedMetrics(t *testing.T) {
 	commit(event.Position{CommitLSN: 1}, time.Millisecond)
 	abort()
 	m.slotSafe.WithLabelValues().Set(1)
+	// Source poll's metrics.
+	ph := m.PollHooks()
+	ph.Claimed("public.outbox", 1, 0, time.Millisecond)
+	ph.Marked("public.outbox", time.Millisecond, 1, 0, 0, 0)
+	m.pollRows.WithLabelValues("public.outbox", "due").Set(0)
+	m.pollAge.WithLabelValues("public.outbox").Set(0)
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
