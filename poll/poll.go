@@ -453,7 +453,11 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 	for _, t := range p.tables {
 		claim := p.cfg.WorkerID + ":" + strconv.FormatUint(p.claims.Add(1), 10)
 		start := time.Now()
-		rs, expired, err := t.claim(ctx, conn, claim)
+		// Not cut by a stop: a claim cancelled after it committed would
+		// leave its rows SENDING, unknown to anyone, until the lease ends.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		rs, expired, err := t.claim(cctx, conn, claim)
+		cancel()
 		if err != nil {
 			// Rows claimed from the tables before this one are released
 			// (their leases would hold them otherwise).
