@@ -46,7 +46,7 @@ func TestAlertRules(t *testing.T) {
 		{"WalrelayNotStreaming", "walrelay_state{state=\"streaming\",pod=\"a\"} 1x5 0x20\nwalrelay_state{state=\"streaming\",pod=\"b\"} 0x25", 25, true},
 		{"WalrelayNotStreaming", "walrelay_state{state=\"streaming\",pod=\"a\"} 1x25\nwalrelay_state{state=\"streaming\",pod=\"b\"} 0x25", 25, false}, // one streams, one waits
 		{"WalrelayNotStreaming", `walrelay_state{state="waiting_for_slot",pod="a"} 1x25`, 25, true},                                                   // no streaming series at all
-		{"WalrelayNotStreaming", `walrelay_state{state="polling",pod="a"} 1x25`, 25, false}, // source poll
+		{"WalrelayNotStreaming", `walrelay_state{state="polling",pod="a"} 1x25`, 25, false},                                                           // source poll
 		{"WalrelayPollBacklogOld", `walrelay_poll_oldest_due_seconds{table="public.outbox"} 0+60x20`, 20, true},
 		{"WalrelayPollBacklogOld", `walrelay_poll_oldest_due_seconds{table="public.outbox"} 0+60x8 0x12`, 20, false},
 		{"WalrelayPollBacklogOld", `walrelay_poll_oldest_due_seconds{table="public.outbox"} 30x20`, 20, false},
