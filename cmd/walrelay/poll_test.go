@@ -854,3 +854,55 @@ func TestPollPartitionedOutbox(t *testing.T) {
 	}
 	waitAllSent(t, conn)
 }
+
+// TestPollWithoutLogicalReplication: on a server with wal_level=replica,
+// and as a role with neither REPLICATION nor ownership of the outbox (only
+// SELECT and UPDATE on it), check passes and the poll source relays every
+// row; the WAL source on the same server is refused, naming wal_level.
+func TestPollWithoutLogicalReplication(t *testing.T) {
+	t.Parallel()
+	kc := newBroker(t)
+	pg := pgtest.Start(t)
+	needThrowaway(t, pg, "changes wal_level")
+	conn := connect(t, pg.DSN)
+	execSQL(t, conn, "ALTER SYSTEM SET wal_level = replica")
+	if err := pg.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	conn = connect(t, pg.DSN)
+	var level string
+	if err := conn.QueryRow(t.Context(), "SHOW wal_level").Scan(&level); err != nil || level != "replica" {
+		t.Fatalf("wal_level %q (%v)", level, err)
+	}
+	if code, out := runCmd(t, pollEnv(pg, kc), "migrate", "--poll"); code != 0 {
+		t.Fatalf("migrate --poll: exit %d\n%s", code, out)
+	}
+	execSQL(t, conn, "CREATE ROLE poller LOGIN NOREPLICATION", "GRANT SELECT, UPDATE ON outbox TO poller")
+	dsn := strings.Replace(pg.DSN, "postgres://postgres@", "postgres://poller@", 1)
+	if dsn == pg.DSN {
+		t.Fatalf("cannot make the poller's DSN from %s", pg.DSN)
+	}
+	e := pollEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", dsn)
+	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "the role may select and update it") {
+		t.Fatalf("check as a role without REPLICATION on wal_level=replica: exit %d\n%s", code, out)
+	}
+	q := regexp.QuoteMeta(kc.prefix)
+	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	polling(t, e)
+	w := newWriter(20, 51)
+	if err := w.write(t.Context(), conn, 2000, 10); err != nil {
+		t.Fatal(err)
+	}
+	c := waitAll(t, col, w.written(), time.Minute)
+	if c.duplicates != 0 || c.orderViolations != 0 {
+		t.Fatalf("want each row once, in order: %s", c)
+	}
+	waitAllSent(t, conn)
+	if code, out := runCmd(t, baseEnv(pg, kc), "run"); code != 1 || !strings.Contains(out, "wal_level") {
+		t.Fatalf("the WAL source on wal_level=replica: exit %d\n%s", code, tail(out, 2000))
+	}
+}
