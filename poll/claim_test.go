@@ -36,6 +36,9 @@ func claimFixture(t *testing.T, cfg Config) (*pgx.Conn, *table) {
 		t.Fatal(err)
 	}
 	cfg.BatchSize = max(cfg.BatchSize, 100)
+	if cfg.MaxBatchBytes == 0 {
+		cfg.MaxBatchBytes = 8 << 20
+	}
 	cfg.Lease = 30e9
 	return conn, newTable(rt, cfg)
 }
@@ -169,5 +172,23 @@ func TestClaimWithoutOrdering(t *testing.T) {
 	set(t, conn, ids["a-0"], "status = 'PENDING', available_at = now() + interval '1 hour'")
 	if got, want := claimNames(t, conn, tb, "w:1", ids), []string{"a-1", "a-2"}; !slices.Equal(got, want) {
 		t.Fatalf("ordering none: claimed %v, want %v", got, want)
+	}
+}
+
+// TestClaimBoundedByBytes: a claim stops where its payloads pass
+// MaxBatchBytes, taking at least one row.
+func TestClaimBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, MaxBatchBytes: 100})
+	ids := map[string]string{}
+	insert(t, conn, ids, "a", "b", "a", "b", "c")
+	// Each payload is {"name": "x-n"}: 15 bytes as text.
+	tb.maxBytes = 40 // three rows start below 40 bytes
+	if got, want := claimNames(t, conn, tb, "w:1", ids), []string{"a-0", "b-0", "a-1"}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+	tb.maxBytes = 1 // the first row always goes (b-1 waits for b-0, claimed above)
+	if got, want := claimNames(t, conn, tb, "w:2", ids), []string{"c-0"}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want %v", got, want)
 	}
 }

@@ -56,6 +56,10 @@ type Config struct {
 	Interval time.Duration
 	// BatchSize is the most rows claimed per table at once. Default 1000.
 	BatchSize int
+	// MaxBatchBytes bounds a claim's payloads (their text), so that what
+	// the poller holds stays bounded whatever their size; a claim takes at
+	// least one row. Default half of the sink's MaxBufferedBytes (8 MiB).
+	MaxBatchBytes int
 	// Lease is how long a claim holds its rows; it is renewed while Kafka
 	// has not answered. Default 30s.
 	Lease time.Duration
@@ -137,6 +141,13 @@ func New(cfg Config) (*Poller, error) {
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
+	}
+	if cfg.MaxBatchBytes <= 0 {
+		buffered := cfg.Sink.MaxBufferedBytes
+		if buffered <= 0 {
+			buffered = 16 << 20 // the sink's default
+		}
+		cfg.MaxBatchBytes = buffered / 2
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 20

@@ -19,6 +19,7 @@ type table struct {
 	renewSQL  string
 	markSQL   string
 	batch     int
+	maxBytes  int64
 	leaseSecs float64
 }
 
@@ -30,7 +31,7 @@ func dueSQL(a string) string {
 
 func newTable(rt *recovery.Table, cfg Config) *table {
 	l := rt.Layout()
-	t := &table{rt: rt, name: l.Name(), batch: cfg.BatchSize, leaseSecs: cfg.Lease.Seconds()}
+	t := &table{rt: rt, name: l.Name(), batch: cfg.BatchSize, maxBytes: int64(cfg.MaxBatchBytes), leaseSecs: cfg.Lease.Seconds()}
 	q := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	id := pgx.Identifier{l.Columns.ID}.Sanitize()
 	agg := pgx.Identifier{l.Columns.AggregateID}.Sanitize()
@@ -69,13 +70,23 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 				UNION ALL SELECT _wr_id, _wr_agg, _wr_at, NULL, true FROM held) u
 		) w WHERE NOT w._wr_held`
 	}
-	t.claimSQL = `WITH cand AS (
-		SELECT c.` + id + ` AS _wr_id, c.` + agg + ` AS _wr_agg, c.created_at AS _wr_at, c.status AS _wr_prev
+	// The batch is also cut where its payloads pass maxBytes (the first
+	// row always goes): what a claim holds in memory stays bounded
+	// whatever the payloads' size. The rows cut off come after every row
+	// kept, so they hold none back; their locks end with the statement.
+	payload := pgx.Identifier{l.Columns.Payload}.Sanitize()
+	t.claimSQL = `WITH locked AS (
+		SELECT c.` + id + ` AS _wr_id, c.` + agg + ` AS _wr_agg, c.created_at AS _wr_at, c.status AS _wr_prev,
+			coalesce(octet_length(c.` + payload + `::text), 0) AS _wr_size
 		FROM ` + q + ` c
 		WHERE c.status IN ('PENDING', 'SENDING') AND ` + dueSQL("c") + first + `
 		ORDER BY c.created_at, c.` + id + `
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
+	), cand AS MATERIALIZED (
+		SELECT _wr_id, _wr_agg, _wr_at, _wr_prev FROM (
+			SELECT *, sum(_wr_size) OVER (ORDER BY _wr_at, _wr_id ROWS UNBOUNDED PRECEDING) - _wr_size AS _wr_before FROM locked
+		) s WHERE _wr_before < $4
 	)` + held + `, ok AS (` + ok + `)
 	UPDATE ` + q + ` SET status = 'SENDING', claim_id = $2, lease_until = now() + make_interval(secs => $3), attempts = attempts + 1
 	FROM ok WHERE ` + q + `.` + id + ` = ok._wr_id
@@ -99,7 +110,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row, int, error) {
 	var out []*row
 	expired := 0
-	rows, err := conn.Query(ctx, t.claimSQL, t.batch, claim, t.leaseSecs)
+	rows, err := conn.Query(ctx, t.claimSQL, t.batch, claim, t.leaseSecs, t.maxBytes)
 	if err != nil {
 		return nil, 0, err
 	}

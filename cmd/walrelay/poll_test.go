@@ -906,3 +906,32 @@ func TestPollWithoutLogicalReplication(t *testing.T) {
 		t.Fatalf("the WAL source on wal_level=replica: exit %d\n%s", code, tail(out, 2000))
 	}
 }
+
+// TestPollLargePayloadsMemory: 300 rows of 500 KiB payloads (150 MiB)
+// are relayed with a peak RSS under 64 MiB (without the race detector): a
+// claim stops where its payloads pass half the producer's buffer (8 MiB),
+// whatever poll.batch_size.
+func TestPollLargePayloadsMemory(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	conn := connect(t, pg.DSN)
+	w := newWriter(10, 61)
+	w.bytes = 500 << 10
+	if err := w.write(t.Context(), conn, 300, 1); err != nil {
+		t.Fatal(err)
+	}
+	p := polling(t, pollEnv(pg, kc))
+	c := waitAll(t, col, w.written(), 2*time.Minute)
+	rss := p.peakRSS()
+	t.Logf("300 rows of 500 KiB: %s; peak RSS %.1f MiB", c, float64(rss)/(1<<20))
+	if c.duplicates != 0 || c.orderViolations != 0 {
+		t.Fatalf("want each row once, in order: %s", c)
+	}
+	limit := int64(64 << 20)
+	if raceEnabled {
+		limit *= 4 // the race detector's shadow memory
+	}
+	if rss > limit {
+		t.Fatalf("peak RSS %.1f MiB, want under %d MiB", float64(rss)/(1<<20), limit>>20)
+	}
+}
