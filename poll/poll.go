@@ -510,7 +510,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 	if len(retry) > 0 && produceCtx.Err() == nil {
 		// Out of attempts: to the dead-letter topic.
 		for _, r := range retry {
-			r.e.Invalid = fmt.Errorf("failed %d times, last: %w", r.attempts, r.err)
+			r.e.Invalid = fmt.Errorf("attempt %d of %d failed: %w", r.attempts, p.cfg.MaxAttempts, r.err)
 		}
 		p.publish(produceCtx, conn, retry, claims, func(ctx context.Context, r *row, done sink.Done) {
 			p.sink.DeadLetter(ctx, r.e, ReasonMaxAttempts, r.e.Invalid, done)
