@@ -34,13 +34,19 @@ func setupPoll(t *testing.T) (*pgtest.Server, *broker, *kafkatest.Collector) {
 	if code := p.exit(60 * time.Second); code != 0 {
 		t.Fatalf("migrate --poll exited %d:\n%s", code, p.out.String())
 	}
+	return pg, kc, collector(t, kc)
+}
+
+// collector consumes the test's outbox topics and dead-letter topic.
+func collector(t *testing.T, kc *broker) *kafkatest.Collector {
+	t.Helper()
 	q := regexp.QuoteMeta(kc.prefix)
 	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*|`+q+`walrelay\.dlq`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	return pg, kc, col
+	return col
 }
 
 // pollEnv is baseEnv with source poll.
@@ -692,12 +698,7 @@ func TestPollCommands(t *testing.T) {
 		t.Fatalf("check with source poll: exit %d\n%s", code, out)
 	}
 	conn := connect(t, pg.DSN)
-	q := regexp.QuoteMeta(kc.prefix)
-	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*|`+q+`walrelay\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(col.Close)
+	col := collector(t, kc)
 	addr := freeAddr(t)
 	ea := e.with("WALRELAY_ADMIN_LISTEN", addr)
 	p := polling(t, ea)
@@ -836,12 +837,7 @@ func TestPollPartitionedOutbox(t *testing.T) {
 	if code, out := runCmd(t, e, "migrate", "--poll"); code != 0 || !strings.Contains(out, "added status, attempts, available_at, claim_id, lease_until, last_error, sent_at") {
 		t.Fatalf("migrate --poll on a partitioned outbox: exit %d\n%s", code, out)
 	}
-	q := regexp.QuoteMeta(kc.prefix)
-	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(col.Close)
+	col := collector(t, kc)
 	polling(t, e)
 	var ids []string
 	insertAt := func(table, agg string, seq int, at string) {
@@ -899,12 +895,7 @@ func TestPollWithoutLogicalReplication(t *testing.T) {
 	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "the role may select and update it") {
 		t.Fatalf("check as a role without REPLICATION on wal_level=replica: exit %d\n%s", code, out)
 	}
-	q := regexp.QuoteMeta(kc.prefix)
-	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(col.Close)
+	col := collector(t, kc)
 	polling(t, e)
 	w := newWriter(20, 51)
 	if err := w.write(t.Context(), conn, 2000, 10); err != nil {
