@@ -232,7 +232,7 @@ func TestPollSIGKILL(t *testing.T) {
 	expired := 0
 	for i := range 3 {
 		p := polling(t, e)
-		time.Sleep(time.Duration(700+300*i) * time.Millisecond)
+		time.Sleep(time.Duration(500+200*i) * time.Millisecond)
 		p.kill()
 		var sending int
 		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM outbox WHERE status = 'SENDING'").Scan(&sending); err != nil {
@@ -476,7 +476,7 @@ func TestPollKafkaOutage(t *testing.T) {
 }
 
 // TestPollZombie: the instance that claimed a row stops (SIGSTOP) while
-// Kafka is slow to answer, past its lease; the other instance claims the
+// Kafka answers 2 s late, past its 1 s lease; the other instance claims the
 // row and marks it SENT. Resumed, the first one's mark matches no row (its
 // claim_id is stale): the row stays SENT under the second claim, and the
 // zombie counts a lost claim.
@@ -492,7 +492,7 @@ func TestPollZombie(t *testing.T) {
 	addrB := adminAddr(t, b)
 	warm := insertRow(t, conn, "order", "warm", 0)
 	waitfor.Until(t, time.Minute, "a first row sent", func() bool { return recordOf(col, warm) != nil })
-	fk.Slow(3 * time.Second)
+	fk.Slow(2 * time.Second)
 	id := insertRow(t, conn, "order", "Z", 0)
 	var claim string
 	waitfor.Until(t, 10*time.Second, "the row claimed", func() bool {
@@ -911,7 +911,7 @@ func TestPollWithoutLogicalReplication(t *testing.T) {
 	}
 }
 
-// TestPollLargePayloadsMemory: 200 rows of 500 KiB payloads (100 MiB)
+// TestPollLargePayloadsMemory: 120 rows of 500 KiB payloads (60 MiB)
 // are relayed with a peak RSS under 64 MiB (without the race detector): a
 // claim stops where its payloads pass half the producer's buffer (8 MiB),
 // whatever poll.batch_size.
@@ -921,13 +921,13 @@ func TestPollLargePayloadsMemory(t *testing.T) {
 	conn := connect(t, pg.DSN)
 	w := newWriter(10, 61)
 	w.bytes = 500 << 10
-	if err := w.write(t.Context(), conn, 200, 1); err != nil {
+	if err := w.write(t.Context(), conn, 120, 1); err != nil {
 		t.Fatal(err)
 	}
 	p := polling(t, pollEnv(pg, kc))
 	c := waitAll(t, col, w.written(), 2*time.Minute)
 	rss := p.peakRSS()
-	t.Logf("200 rows of 500 KiB: %s; peak RSS %.1f MiB", c, float64(rss)/(1<<20))
+	t.Logf("120 rows of 500 KiB: %s; peak RSS %.1f MiB", c, float64(rss)/(1<<20))
 	if c.duplicates != 0 || c.orderViolations != 0 {
 		t.Fatalf("want each row once, in order: %s", c)
 	}
