@@ -66,14 +66,11 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 		return res, fmt.Errorf("list migrations: %w", err)
 	}
 	sort.Strings(names)
-	tx, err := conn.Begin(ctx)
+	tx, err := begin(ctx, conn)
 	if err != nil {
-		return res, fmt.Errorf("begin migration: %w", err)
+		return res, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
-		return res, fmt.Errorf("take migration lock: %w", err)
-	}
 	for i, l := range o.Layouts() {
 		schema, table, c := l.Schema, l.Table, l.Columns
 		var exists bool
@@ -110,6 +107,20 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 	return res, nil
 }
 
+// begin starts a migration's transaction and takes the migrations' lock
+// in it; the caller rolls it back unless it commits.
+func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin migration: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("take migration lock: %w", err)
+	}
+	return tx, nil
+}
+
 // run applies the migrations names of fsys in tx, with r filling their
 // placeholders.
 func run(ctx context.Context, tx pgx.Tx, fsys fs.FS, names []string, r *strings.Replacer) error {
@@ -140,14 +151,11 @@ func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error
 		return fmt.Errorf("list inbox migrations: %w", err)
 	}
 	sort.Strings(names)
-	tx, err := conn.Begin(ctx)
+	tx, err := begin(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("begin inbox migration: %w", err)
+		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
-		return fmt.Errorf("take migration lock: %w", err)
-	}
 	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(),
 		"{{index}}", pgx.Identifier{table + "_processed_at"}.Sanitize(),
 		"{{claim}}", InboxClaimFunction(schema, table))

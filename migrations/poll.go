@@ -64,14 +64,11 @@ type PollResult struct {
 func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResult, error) {
 	o = o.WithDefaults()
 	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}}
-	tx, err := conn.Begin(ctx)
+	tx, err := begin(ctx, conn)
 	if err != nil {
-		return res, fmt.Errorf("begin migration: %w", err)
+		return res, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
-		return res, fmt.Errorf("take migration lock: %w", err)
-	}
 	for i, l := range o.Layouts() {
 		name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 		have := map[string]string{}

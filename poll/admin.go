@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,7 +101,7 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 		missing = append(missing, "constraint "+n.StatusCheck)
 	}
 	for _, ix := range []string{n.DueIndex, n.UnsentIndex} {
-		if !containsPrefix(indexes, ix) {
+		if !slices.Contains(indexes, ix[:min(len(ix), 63)]) { // PostgreSQL cuts names to 63 bytes
 			missing = append(missing, "index "+ix)
 		}
 	}
@@ -111,20 +112,6 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 		return failure.Mark(failure.Fatal, fmt.Errorf("table %s lacks what the poll source needs: %s (run walrelay migrate --poll)", l.Name(), strings.Join(missing, ", ")))
 	}
 	return nil
-}
-
-// containsPrefix reports whether an index name is in names, as PostgreSQL
-// may have cut it to 63 bytes.
-func containsPrefix(names []string, name string) bool {
-	if len(name) > 63 {
-		name = name[:63]
-	}
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 // Stats are a table's rows by state, for metrics and status.
@@ -177,7 +164,8 @@ func Dead(ctx context.Context, conn *pgx.Conn, l decoder.Layout, limit int) ([]D
 	l = l.WithDefaults()
 	c := l.Columns
 	id := func(s string) string { return pgx.Identifier{s}.Sanitize() }
-	rows, err := conn.Query(ctx, `SELECT `+id(c.ID)+`::text, `+id(c.AggregateType)+`::text, `+id(c.AggregateID)+`::text, `+id(c.Type)+`::text,
+	text := func(s string) string { return "coalesce(" + id(s) + "::text, '')" }
+	rows, err := conn.Query(ctx, `SELECT `+id(c.ID)+`::text, `+text(c.AggregateType)+`, `+text(c.AggregateID)+`, `+text(c.Type)+`,
 		attempts, COALESCE(last_error, ''), created_at FROM `+pgx.Identifier{l.Schema, l.Table}.Sanitize()+`
 		WHERE status = 'DEAD' ORDER BY created_at, `+id(c.ID)+` LIMIT $1`, limit)
 	if err != nil {
@@ -185,18 +173,9 @@ func Dead(ctx context.Context, conn *pgx.Conn, l decoder.Layout, limit int) ([]D
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadRow, error) {
 		var d DeadRow
-		var at, aid, typ *string
-		err := r.Scan(&d.ID, &at, &aid, &typ, &d.Attempts, &d.LastError, &d.CreatedAt)
-		d.AggregateType, d.AggregateID, d.Type = deref(at), deref(aid), deref(typ)
+		err := r.Scan(&d.ID, &d.AggregateType, &d.AggregateID, &d.Type, &d.Attempts, &d.LastError, &d.CreatedAt)
 		return d, err
 	})
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // Retry sets DEAD rows of l's table back to PENDING with their attempts

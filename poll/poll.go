@@ -238,9 +238,6 @@ func (p *Poller) Err() error {
 	return p.err
 }
 
-// WorkerID is the worker id in this instance's claim ids.
-func (p *Poller) WorkerID() string { return p.cfg.WorkerID }
-
 // ConnConfig returns the configuration the poller connects with; callers
 // connect with a copy.
 func (p *Poller) ConnConfig() *pgx.ConnConfig { return p.cfg.ConnConfig }
