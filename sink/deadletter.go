@@ -35,6 +35,12 @@ const (
 	HeaderConsumer     = "walrelay.consumer"      // the inbox consumer's name
 )
 
+// ErrDeadLetterFailed wraps the failure of a dead letter to reach the
+// dead-letter topic: a refusal of it that Kafka does not call retriable
+// counts as persistent (Persistent), even one that concerns the record
+// alone, since there is no further place for it.
+var ErrDeadLetterFailed = errors.New("dead-letter")
+
 // Header returns the value of r's first header named key, "" if none: how
 // tools read walrelay's headers back (the id, the dead-letter reason).
 func Header(r *kgo.Record, key string) string {
@@ -51,13 +57,14 @@ func Header(r *kgo.Record, key string) string {
 // done reports it as Publish does. The poll source sends a row there that
 // failed too many times.
 func (s *Sink) DeadLetter(ctx context.Context, e *event.Event, reason string, cause error, done Done) {
-	s.deadLetter(ctx, e, reason, s.Topic(e), cause, done)
+	s.deadLetter(ctx, e, reason, s.Topic(e), cause, 0, done)
 }
 
 // deadLetter produces e to the dead-letter topic. If that record is too large
 // too, it goes again without its value, with the value's size in a header:
-// the row itself is still in the table and in the WAL at its position.
-func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string, cause error, done Done) {
+// the row itself is still in the table and in the WAL at its position. gen
+// is the queue's generation when e was published (0: any).
+func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string, cause error, gen uint64, done Done) {
 	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
 	h, _ := s.headers(e, 6) // the dead-letter record gets the clock's time
 	h = append(h,
@@ -68,26 +75,40 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(topic)},
 	)
 	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
+	omit := func() {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
+		r.Value = nil
+	}
 	var pos *event.Position
 	if s.tx != nil {
 		p := e.Position()
 		pos = &p
 		// A record the client refused would doom the transaction: one too
-		// large goes without its value at once.
-		if _, over := s.overCap(r); over {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
-			r.Value = nil
+		// large goes without its value at once, as does one the broker
+		// refused as too large in an earlier transaction.
+		if _, over := s.overCap(r); over || s.tx.omitValue(e) {
+			omit()
 		}
 	}
 	var produce func(try int)
 	produce = func(try int) {
-		s.q.push(ctx, r, false, pos, func(r *kgo.Record, err error) {
+		s.q.push(ctx, r, false, pos, gen, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
+				if s.tx != nil {
+					s.tx.unpoison(e) // committed
+				}
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, nil)
+			case errors.Is(err, errStale):
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: -1, DeadLetter: why}, err)
+			case s.tx != nil && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
+				// The transaction is doomed: the next time, in the
+				// next session, the dead letter goes without its value.
+				s.tx.poison(e, why, cause, true)
+				s.q.breakOn(err)
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(failure.Retriable, fmt.Errorf("dead-letter event %s to %s: too large (sent again without its value): %w", e.ID, s.cfg.DLQTopic, err)))
 			case try < deadLetterTries && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
-				r.Value = nil
+				omit()
 				go produce(try + 1)
 			default:
 				s.q.breakOn(err)
@@ -97,7 +118,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 				if kind != failure.Fatal {
 					kind = failure.Retriable
 				}
-				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(kind, fmt.Errorf("dead-letter event %s to %s (after %v): %w", e.ID, s.cfg.DLQTopic, cause, err)))
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(kind, fmt.Errorf("%w event %s to %s (after %v): %w", ErrDeadLetterFailed, e.ID, s.cfg.DLQTopic, cause, err)))
 			}
 		})
 	}

@@ -112,7 +112,7 @@ func kindOf(err error) failure.Kind {
 // few sessions in a row on the same event.
 func Persistent(err error) bool {
 	var ke *kerr.Error
-	return errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, ErrNotSent) && !perEvent(err)
+	return errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, ErrNotSent) && (!perEvent(err) || errors.Is(err, ErrDeadLetterFailed))
 }
 
 // perEvent reports whether err concerns this record only, so that the

@@ -37,6 +37,11 @@ import (
 // failed, or because the sink was aborted or closed.
 var ErrNotSent = errors.New("not sent")
 
+// errStale fails a record pushed for an event published before the last
+// Abort (queue.gen); it breaks nothing: the session that published the
+// event is over, and the event is published again.
+var errStale = fmt.Errorf("%w: its event was published before an abort, and is published again after it", ErrNotSent)
+
 // queued is a record waiting for its round, or an Abort barrier (r nil).
 type queued struct {
 	ctx     context.Context
@@ -52,14 +57,22 @@ type queued struct {
 
 // queue holds the records of the next round.
 type queue struct {
-	mu       sync.Mutex
-	items    []queued
-	bytes    int
-	firstAt  time.Time     // when the first queued record arrived
-	space    chan struct{} // closed, and replaced, when a round leaves the queue
-	work     chan struct{} // the queue needs the flusher's attention
-	broken   error         // set by a failure that fails later records; cleared by Abort
-	closed   bool
+	mu      sync.Mutex
+	items   []queued
+	bytes   int
+	firstAt time.Time     // when the first queued record arrived
+	space   chan struct{} // closed, and replaced, when a round leaves the queue
+	work    chan struct{} // the queue needs the flusher's attention
+	broken  error         // set by a failure that fails later records; cleared by Abort
+	closed  bool
+	// gen counts the Abort barriers the flusher has passed. A record
+	// pushed on behalf of an event published before the last barrier (a
+	// dead letter produced from a callback, after its event failed)
+	// carries the generation of its event and is refused: the caller
+	// resends that event after the barrier, and a record of it produced
+	// now could join, as its last record, a transaction whose position
+	// would then cover events still to be resent.
+	gen      uint64
 	maxRecs  int
 	maxBytes int
 	flushAt  int // bytes at which the flusher stops lingering
@@ -67,6 +80,7 @@ type queue struct {
 
 func newQueue(cfg Config) *queue {
 	return &queue{
+		gen:   1,
 		space: make(chan struct{}), work: make(chan struct{}, 1),
 		// The round in flight and the queue behind it share the buffer
 		// limits: half each.
@@ -83,16 +97,22 @@ func (q *queue) wake() {
 }
 
 // push queues a record, waiting within ctx for room. It fails the record if
-// the wait ends or the sink is closed. A record larger than the whole queue
-// is taken when the queue is empty. A record alone goes in a produce request
-// of its own.
-func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.Position, done func(*kgo.Record, error)) {
+// the wait ends or the sink is closed, or if gen (not 0) is not the
+// current generation: the record belongs to an event published before an
+// Abort. A record larger than the whole queue is taken when the queue is
+// empty. A record alone goes in a produce request of its own.
+func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.Position, gen uint64, done func(*kgo.Record, error)) {
 	size := recordSize(r)
 	for {
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()
 			done(r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
+			return
+		}
+		if gen != 0 && gen != q.gen {
+			q.mu.Unlock()
+			done(r, errStale)
 			return
 		}
 		if n := len(q.items); n == 0 || n < q.maxRecs && q.bytes+size <= q.maxBytes {
@@ -129,6 +149,13 @@ func (q *queue) backlog() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items) >= q.maxRecs || q.bytes >= q.flushAt
+}
+
+// generation returns the current generation (see queue.gen).
+func (q *queue) generation() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.gen
 }
 
 // brokenNow returns the error that breaks the sink, if any.
@@ -246,6 +273,7 @@ func (s *Sink) flush(ctx context.Context) {
 					s.endTxn(ctx, true)
 				}
 				s.q.mu.Lock()
+				s.q.gen++
 				if !s.q.closed {
 					s.q.broken = nil
 				}

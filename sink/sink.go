@@ -337,6 +337,7 @@ type Done func(d Delivery, err error)
 // records behind it (anything but a dead-lettered event), every record
 // published until Abort fails with ErrNotSent, unsent.
 func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
+	gen := s.q.generation()
 	var pos *event.Position
 	if s.tx != nil {
 		if s.tx.alreadyCommitted(e) {
@@ -347,17 +348,26 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		pos = &p
 	}
 	if e.Invalid != nil {
-		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, done)
+		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, gen, done)
 		return
 	}
 	rt := s.routeOf(e)
 	topic := rt.topic(e)
+	if s.tx != nil {
+		// Refused by the broker in an earlier transaction, which it
+		// doomed: this time it goes to the dead-letter topic, in a
+		// transaction that can commit.
+		if p, ok := s.tx.poisonOf(e); ok {
+			s.deadLetter(ctx, e, p.reason, topic, p.cause, gen, done)
+			return
+		}
+	}
 	if !s.topicInfoFor(ctx, topic).valid {
-		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, rt.template), done)
+		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, rt.template), gen, done)
 		return
 	}
 	if s.cfg.CloudEvents != "" && e.Type == "" {
-		s.deadLetter(ctx, e, "invalid_event", topic, errors.New("the event has no type, which a CloudEvent requires (ce_type)"), done)
+		s.deadLetter(ctx, e, "invalid_event", topic, errors.New("the event has no type, which a CloudEvent requires (ce_type)"), gen, done)
 		return
 	}
 	extra := 0
@@ -376,7 +386,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
 	if e.HasPartition && s.cfg.PlacedPartitions {
 		if n := s.partitionCount(ctx, topic, e.Partition); n > 0 && e.Partition >= n {
-			s.deadLetter(ctx, e, "invalid_partition", topic, fmt.Errorf("partition %d from the row's partition column: topic %s has %d partitions", e.Partition, topic, n), done)
+			s.deadLetter(ctx, e, "invalid_partition", topic, fmt.Errorf("partition %d from the row's partition column: topic %s has %d partitions", e.Partition, topic, n), gen, done)
 			return
 		}
 		r.Partition = e.Partition
@@ -401,12 +411,14 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		// A record the client refuses as too large would doom its whole
 		// transaction: it goes to the dead-letter topic instead, in it.
 		if size, over := s.overCap(r); over {
-			s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the record (%d bytes with its framing) is over the topic's batch cap %d", kerr.MessageTooLarge, size, s.batchCapOf(topic)), done)
+			s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the record (%d bytes with its framing) is over the topic's batch cap %d", kerr.MessageTooLarge, size, s.batchCapOf(topic)), gen, done)
 			return
 		}
 	}
-	s.q.push(ctx, r, alone, pos, func(r *kgo.Record, err error) {
+	s.q.push(ctx, r, alone, pos, gen, func(r *kgo.Record, err error) {
 		switch {
+		case errors.Is(err, errStale):
+			done(Delivery{Topic: topic, Partition: -1}, err)
 		case err == nil:
 			if alone {
 				s.suspects.clear(suspectOf(e))
@@ -428,11 +440,20 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			s.q.breakOn(err)
 			s.suspects.add(suspectOf(e))
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused its batch (sent again alone): %w", e.ID, topic, err)))
+		case kindOf(err) == failure.PerEvent && s.tx != nil:
+			// The refusal dooms the transaction, and every other event of
+			// it: the stream restarts, and this event, published again,
+			// goes to the dead-letter topic instead (poisonOf).
+			s.suspects.clear(suspectOf(e))
+			s.tx.poison(e, reason(err), err, false)
+			s.q.breakOn(err)
+			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused it (dead-lettered when sent again): %w", e.ID, topic, err)))
 		case kindOf(err) == failure.PerEvent:
 			s.suspects.clear(suspectOf(e))
 			// The promise must not block on the client: dead-letter from a
-			// goroutine of its own. This is the rare path.
-			go s.deadLetter(ctx, e, reason(err), topic, err, done)
+			// goroutine of its own. This is the rare path. After an Abort
+			// the dead letter is refused (gen): the event is resent.
+			go s.deadLetter(ctx, e, reason(err), topic, err, gen, done)
 		default:
 			s.q.breakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(kindOf(err), fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err)))

@@ -223,3 +223,52 @@ func TestExactlyOnceCommitCutByAnOutage(t *testing.T) {
 		})
 	}
 }
+
+// TestExactlyOnceLateDeadLetterCannotJoinTheNextTransaction forces the
+// interleaving of a dead letter produced after the abort barrier on behalf
+// of an event published before it (at 0/100#7, as the callback of a refused
+// record does): the stream resends from 0/100#0, and had the late dead
+// letter joined the next transaction as its last record, that transaction
+// would commit 0/100#7, and the resent 0/100#4 to #6 would be skipped as
+// in Kafka. The late dead letter is refused; the committed position is the
+// last resent event's, and the next one is produced.
+func TestExactlyOnceLateDeadLetterCannotJoinTheNextTransaction(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := txnSink(t, kc, "walrelay-late")
+	before := s.q.generation()
+	if err := s.Abort(t.Context()); err != nil { // the barrier of a restart
+		t.Fatal(err)
+	}
+	answers := make(chan error, 5)
+	for i := range 4 {
+		s.Publish(t.Context(), txnEvent(0x100, i), func(_ Delivery, err error) { answers <- err })
+	}
+	late := txnEvent(0x100, 7)
+	s.deadLetter(t.Context(), late, "invalid_record", s.Topic(late), errors.New("refused"), before, func(_ Delivery, err error) { answers <- err })
+	var lateErr error
+	for range 5 {
+		if err := <-answers; err != nil {
+			if lateErr != nil {
+				t.Fatalf("two failures: %v; %v", lateErr, err)
+			}
+			lateErr = err
+		}
+	}
+	if !errors.Is(lateErr, ErrNotSent) {
+		t.Fatalf("the late dead letter: %v, want ErrNotSent", lateErr)
+	}
+	if got := s.Committed(); got != (event.Position{CommitLSN: 0x100, Index: 3}) {
+		t.Fatalf("committed %s, want 0/100#3", got)
+	}
+	done := make(chan Delivery, 1)
+	s.Publish(t.Context(), txnEvent(0x100, 4), func(d Delivery, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		done <- d
+	})
+	if d := <-done; d.Skipped {
+		t.Fatal("0/100#4 was skipped as committed")
+	}
+}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/walrelay/walrelay/internal/kafkatest"
 	"github.com/walrelay/walrelay/internal/pgtest"
 	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // eosEnv is baseEnv in exactly-once mode, with an offsets topic of the
@@ -472,4 +475,91 @@ func TestExactlyOnceTransactionalIDACL(t *testing.T) {
 		t.Fatalf("run with the id refused: exit %d:\n%s", code, tail(p.out.String(), 2000))
 	}
 	t.Logf("run with the id refused: %s", lastLine(p.out.String()))
+}
+
+// TestExactlyOnceRefusedRecord: the broker refuses, with each of
+// INVALID_RECORD and CORRUPT_MESSAGE, every produce request that holds one
+// given row (as broker-side schema validation does; the dead-letter topic
+// has no such validation). In exactly-once mode that row goes to the
+// dead-letter topic with its reason, once; every other row reaches its
+// topic once, in order; no innocent row is dead-lettered; walrelay runs on
+// and the slot passes the refused row's transaction. (Before, every session
+// aborted its Kafka transaction and the slot never moved past it.)
+func TestExactlyOnceRefusedRecord(t *testing.T) {
+	t.Parallel()
+	for _, code := range []*kerr.Error{kerr.InvalidRecord, kerr.CorruptMessage} {
+		t.Run(code.Message, func(t *testing.T) {
+			t.Parallel()
+			pg, kc, _ := setup(t)
+			fk := kc.fake(t)
+			col := committedCollector(t, kc)
+			conn := connect(t, pg.DSN)
+			ctx := t.Context()
+			w := newWriter(10, 51)
+			for range 60 {
+				if err := w.txn(ctx, conn, 3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ids := w.written()
+			poisoned := ids[19*3+1] // the second row of transaction 20
+			fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				fk.KeepControl()
+				pr := req.(*kmsg.ProduceRequest)
+				for _, tp := range pr.Topics {
+					for _, p := range tp.Partitions {
+						// Produce v13 names topics by id: a dead letter is
+						// told by its header.
+						if bytes.Contains(p.Records, []byte(poisoned)) && !bytes.Contains(p.Records, []byte(sink.HeaderReason)) {
+							return kafkatest.RefuseProduce(pr, code.Code), nil, true
+						}
+					}
+				}
+				return nil, nil, false
+			})
+			// Uncompressed, so that the control sees the row's id.
+			p := streaming(t, eosEnv(pg, kc).with("WALRELAY_KAFKA_COMPRESSION", "none"))
+			innocent := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == poisoned })
+			c := waitAll(t, col, innocent, 2*time.Minute)
+			var dead []*kgo.Record
+			poll.Until(t, time.Minute, "the dead letter", func() bool {
+				dead = dead[:0]
+				for _, r := range col.Records() {
+					if r.Topic == kc.dlq() {
+						dead = append(dead, r)
+					}
+				}
+				return len(dead) > 0
+			})
+			time.Sleep(time.Second) // for a late duplicate to show
+			c = count(col.Records(), innocent)
+			t.Logf("one row refused with %s in exactly-once mode: %s; %d dead-lettered; %d transactions aborted", code.Message, c, len(dead),
+				strings.Count(p.out.String(), "kafka transaction aborted"))
+			// The dead-lettered row leaves one gap in its aggregate's
+			// sequence, which counts as one order violation.
+			if c.duplicates != 0 || c.orderViolations > 1 || c.unexpected != 0 {
+				t.Fatalf("the other rows: %s", c)
+			}
+			if len(dead) != 1 || string(kafkatest.Header(dead[0], "id")) != poisoned || string(kafkatest.Header(dead[0], sink.HeaderReason)) != "invalid_record" ||
+				!strings.Contains(string(kafkatest.Header(dead[0], sink.HeaderError)), code.Message) {
+				t.Fatalf("want the refused row alone on the dead-letter topic with reason invalid_record and the broker's error, got %d records: %v", len(dead), dead)
+			}
+			select {
+			case <-p.done:
+				t.Fatalf("walrelay stopped:\n%s", tail(p.out.String(), 3000))
+			default:
+			}
+			var end string
+			if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, time.Minute, "the slot past the refused row's transaction", func() bool {
+				var past bool
+				if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'", end).Scan(&past); err != nil {
+					t.Fatal(err)
+				}
+				return past
+			})
+		})
+	}
 }
