@@ -520,7 +520,7 @@ func TestExactlyOnceRefusedRecord(t *testing.T) {
 			// Uncompressed, so that the control sees the row's id.
 			p := streaming(t, eosEnv(pg, kc).with("WALRELAY_KAFKA_COMPRESSION", "none"))
 			innocent := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == poisoned })
-			c := waitAll(t, col, innocent, 2*time.Minute)
+			waitAll(t, col, innocent, 2*time.Minute)
 			var dead []*kgo.Record
 			poll.Until(t, time.Minute, "the dead letter", func() bool {
 				dead = dead[:0]
@@ -532,7 +532,7 @@ func TestExactlyOnceRefusedRecord(t *testing.T) {
 				return len(dead) > 0
 			})
 			time.Sleep(time.Second) // for a late duplicate to show
-			c = count(col.Records(), innocent)
+			c := count(col.Records(), innocent)
 			t.Logf("one row refused with %s in exactly-once mode: %s; %d dead-lettered; %d transactions aborted", code.Message, c, len(dead),
 				strings.Count(p.out.String(), "kafka transaction aborted"))
 			// The dead-lettered row leaves one gap in its aggregate's
