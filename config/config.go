@@ -71,6 +71,7 @@ type Config struct {
 		ExactlyOnce         bool
 		TransactionalID     string
 		TransactionInterval time.Duration
+		TransactionTimeout  time.Duration
 		OffsetsTopic        string
 		TLS                 struct {
 			Enabled                               bool
@@ -270,6 +271,8 @@ func (c *Config) keys() []*key {
 	add("kafka.transactional_id", "transactional id of kafka.exactly_once; empty: walrelay-<system identifier>-<database>-<slot>, stable across restarts", f, s)
 	f, s = duration(&c.Kafka.TransactionInterval, 10*time.Millisecond)
 	add("kafka.transaction_interval", "longest a Kafka transaction of kafka.exactly_once stays open once it holds an event (consumers see nothing before the commit)", f, s)
+	f, s = duration(&c.Kafka.TransactionTimeout, time.Minute)
+	add("kafka.transaction_timeout", "transaction timeout of kafka.exactly_once, after which the broker aborts an open transaction (at most the broker's transaction.max.timeout.ms); a transaction commits by a quarter of it, and kafka.transaction_interval must be under that", f, s)
 	f, s = str(&c.Kafka.OffsetsTopic, "walrelay.offsets")
 	add("kafka.offsets_topic", "compacted one-partition topic of the committed positions of kafka.exactly_once, keyed by slot; created if missing", f, s)
 	f, s = boolean(&c.Kafka.TLS.Enabled, false)
@@ -349,6 +352,9 @@ func (c *Config) validate(needKafka bool) error {
 	}
 	if c.Kafka.ExactlyOnce && c.Kafka.TransactionInterval <= 0 {
 		return fmt.Errorf("kafka.transaction_interval %s: want a positive duration", c.Kafka.TransactionInterval)
+	}
+	if c.Kafka.ExactlyOnce && c.Kafka.TransactionInterval >= c.Kafka.TransactionTimeout/4 {
+		return fmt.Errorf("kafka.transaction_interval %s must be under a quarter of kafka.transaction_timeout %s", c.Kafka.TransactionInterval, c.Kafka.TransactionTimeout)
 	}
 	if needKafka && len(c.Kafka.Brokers) == 0 {
 		return errors.New("kafka.brokers is not set (set " + EnvName("kafka.brokers") + ", --kafka.brokers or kafka.brokers in the config file)")

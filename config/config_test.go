@@ -201,3 +201,25 @@ func TestSourcePoll(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionTimeout: kafka.transaction_timeout loads into the sink's
+// transactions; an interval that would let a transaction near it is
+// refused, naming both keys.
+func TestTransactionTimeout(t *testing.T) {
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n  exactly_once: true\n"
+	c, err := load(t, base+"  transaction_timeout: 2m\n  transaction_interval: 20s\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := SinkConfig(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Transactions == nil || sc.Transactions.Timeout != 2*time.Minute || sc.Transactions.Interval != 20*time.Second {
+		t.Fatalf("transactions %+v", sc.Transactions)
+	}
+	_, err = load(t, base+"  transaction_interval: 15s\n")
+	if want := "kafka.transaction_interval 15s must be under a quarter of kafka.transaction_timeout 1m0s"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+}

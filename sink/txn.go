@@ -118,7 +118,15 @@ const txnStepTimeout = 30 * time.Second
 // The broker says the same (INVALID_PRODUCER_EPOCH) of a transaction it
 // aborted because it outlived the transaction timeout, during an outage
 // longer than that: the message names both.
-var ErrFenced = errors.New("another walrelay instance took over the transactional id (fenced), or the broker aborted a transaction that outlived the transaction timeout")
+var ErrFenced = errors.New("another walrelay instance took over the transactional id (fenced)")
+
+// ErrTransactionTimedOut stops a relay whose open transaction the broker
+// aborted because it outlived the transaction timeout: Kafka took longer
+// than that to accept it (an outage). The broker's answer is the one a
+// fence gets (INVALID_PRODUCER_EPOCH or PRODUCER_FENCED); the age of the
+// transaction tells them apart. Nothing of the transaction is committed;
+// a restart resumes from the committed position.
+var ErrTransactionTimedOut = errors.New("the broker aborted the kafka transaction: it was open longer than the transaction timeout")
 
 // txns is the sink's state in exactly-once mode.
 type txns struct {
@@ -274,18 +282,25 @@ func (s *Sink) produceInTxn(it queued) {
 // commitDue reports whether the open transaction should commit now: once
 // it is Interval old, unless a full round already waits behind it (a
 // catch-up, where each commit's round trip would cost throughput), then at
-// the latest once it is maxAgeFactor times Interval old; and once it holds
-// MaxRecords events.
+// the latest once it is maxAge old; and once it holds MaxRecords events.
 func (t *txns) commitDue(now time.Time, backlog bool) bool {
 	if !t.open {
 		return false
 	}
 	age := now.Sub(t.began)
-	return t.events >= t.cfg.MaxRecords || age >= maxAgeFactor*t.cfg.Interval || age >= t.cfg.Interval && !backlog
+	return t.events >= t.cfg.MaxRecords || age >= t.cfg.maxAge() || age >= t.cfg.Interval && !backlog
 }
 
 // maxAgeFactor bounds how long a catch-up stretches a transaction.
 const maxAgeFactor = 10
+
+// maxAge is the age at which a transaction commits whatever waits behind
+// it: maxAgeFactor times Interval, and at most a quarter of Timeout, so
+// that the round that ends it, the position record and the commit have
+// three quarters of the timeout left before the broker would abort it.
+func (t *Transactions) maxAge() time.Duration {
+	return min(maxAgeFactor*t.Interval, t.Timeout/4)
+}
 
 // commitBy returns when the open transaction must commit if nothing more
 // arrives (zero if none is open).
@@ -329,7 +344,10 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		cause = errors.Join(cause, fmt.Errorf("abort the kafka transaction: %w", err))
 	}
-	if fenced(cause) {
+	if age := time.Since(t.began); fenced(cause) && age >= t.cfg.Timeout {
+		cause = failure.Mark(failure.Fatal, fmt.Errorf("%w (open %s, kafka.transaction_timeout %s; Kafka did not take it sooner: an outage?); nothing of it is committed, and a restart resumes (raise kafka.transaction_timeout to outlast longer outages): %w",
+			ErrTransactionTimedOut, age.Round(time.Millisecond), t.cfg.Timeout, cause))
+	} else if fenced(cause) {
 		cause = failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, cause))
 	} else if unknown {
 		// The commit may have landed: the committed position says. While

@@ -19,7 +19,13 @@ import (
 
 func txnSink(t *testing.T, kc *kafkatest.Cluster, id string, opts ...kgo.Opt) *Sink {
 	t.Helper()
-	s := newSink(t, kc, Config{Transactions: &Transactions{ID: id, Key: "slot_a", Source: "db"}, Opts: opts})
+	return txnSinkOf(t, kc, Transactions{ID: id, Key: "slot_a", Source: "db"}, opts...)
+}
+
+// txnSinkOf is txnSink with the Transactions of tc.
+func txnSinkOf(t *testing.T, kc *kafkatest.Cluster, tc Transactions, opts ...kgo.Opt) *Sink {
+	t.Helper()
+	s := newSink(t, kc, Config{Transactions: &tc, Opts: opts})
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -270,5 +276,85 @@ func TestExactlyOnceLateDeadLetterCannotJoinTheNextTransaction(t *testing.T) {
 	})
 	if d := <-done; d.Skipped {
 		t.Fatal("0/100#4 was skipped as committed")
+	}
+}
+
+// TestExactlyOnceCatchUpCommitsWithinTheTimeout: with the longest
+// transaction interval accepted (just under a quarter of a 2 s transaction
+// timeout) and a catch-up of 100 KiB records to a broker that answers
+// 20 ms late (a full round always waits behind the transaction), no transaction reaches the timeout: every event
+// is committed, and the broker aborts none. (Before, a catch-up stretched a
+// transaction to ten times the interval, 4.9 s, and the broker aborted it:
+// the sink stopped, saying another instance had fenced it.)
+func TestExactlyOnceCatchUpCommitsWithinTheTimeout(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	var longest atomic.Int64
+	tc := Transactions{ID: "walrelay-catchup", Key: "slot_a", Source: "db", Timeout: 2 * time.Second, Interval: 490 * time.Millisecond, MaxRecords: 1 << 30}
+	s := txnSinkOf(t, kc, tc)
+	kc.Slow(20 * time.Millisecond) // the broker takes its time: a full round always waits
+	began := time.Now()
+	s.tx.cfg.OnCommit = func(_ event.Position, _ time.Duration) {
+		// The flusher runs OnCommit: the age of the transaction it ended.
+		longest.Store(max(longest.Load(), int64(time.Since(s.tx.began))))
+	}
+	payload := []byte(`{"pad":"` + strings.Repeat("x", 100<<10) + `"}`)
+	errs := make(chan error, 1)
+	var answered atomic.Int64
+	n := 0
+	for time.Since(began) < 6*time.Second {
+		e := txnEvent(pglogrepl.LSN(0x100+n), 0)
+		e.Payload = payload
+		n++
+		s.Publish(t.Context(), e, func(_ Delivery, err error) {
+			answered.Add(1)
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for answered.Load() < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("a catch-up of %d events: %v", n, err)
+	default:
+	}
+	got := time.Duration(longest.Load())
+	t.Logf("%d events of 100 KiB in %d transactions; the longest was open %s (timeout %s)", n, s.tx.commits, got.Round(time.Millisecond), tc.Timeout)
+	if answered.Load() != int64(n) || got >= tc.Timeout {
+		t.Fatalf("%d of %d events answered; the longest transaction was open %s", answered.Load(), n, got)
+	}
+}
+
+// TestExactlyOnceTimeoutIsToldFromAFence: the brokers are held without an
+// answer (a network partition) for longer than the transaction timeout
+// while a transaction is open; the broker aborts it. The sink stops with
+// ErrTransactionTimedOut, which names the timeout, not ErrFenced.
+func TestExactlyOnceTimeoutIsToldFromAFence(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := txnSinkOf(t, kc, Transactions{ID: "walrelay-timeout", Key: "slot_a", Source: "db", Timeout: 2 * time.Second, Interval: 100 * time.Millisecond})
+	if err := publish(t, s, txnEvent(0x100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.DropControl()
+		kc.Partition() // from the transaction's first record on
+		return nil, nil, false
+	})
+	go func() {
+		time.Sleep(4 * time.Second)
+		kc.Up()
+	}()
+	err := publish(t, s, txnEvent(0x200, 0))
+	t.Logf("a transaction held past its timeout: %v", err)
+	if !errors.Is(err, ErrTransactionTimedOut) || errors.Is(err, ErrFenced) || !failure.IsFatal(err) || !strings.Contains(err.Error(), "kafka.transaction_timeout 2s") {
+		t.Fatalf("got %v, want a fatal ErrTransactionTimedOut naming kafka.transaction_timeout", err)
 	}
 }
