@@ -70,6 +70,7 @@ type Config struct {
 		AutoCreateTopics    bool
 		ExactlyOnce         bool
 		TransactionalID     string
+		TakeoverID          string
 		TransactionInterval time.Duration
 		TransactionTimeout  time.Duration
 		OffsetsTopic        string
@@ -269,6 +270,8 @@ func (c *Config) keys() []*key {
 	add("kafka.exactly_once", "produce in Kafka transactions fenced by the source position: a read_committed consumer sees each event once, across crashes", f, s)
 	f, s = str(&c.Kafka.TransactionalID, "")
 	add("kafka.transactional_id", "transactional id of kafka.exactly_once; empty: walrelay-<system identifier>-<database>-<slot>, stable across restarts", f, s)
+	f, s = str(&c.Kafka.TakeoverID, "")
+	add("kafka.transactional_id_takeover", "transactional id whose committed position of the slot this relay takes over, fencing it (after a change of kafka.transactional_id); empty: a position committed under another id than kafka.transactional_id is refused", f, s)
 	f, s = duration(&c.Kafka.TransactionInterval, 10*time.Millisecond)
 	add("kafka.transaction_interval", "longest a Kafka transaction of kafka.exactly_once stays open once it holds an event (consumers see nothing before the commit)", f, s)
 	f, s = duration(&c.Kafka.TransactionTimeout, time.Minute)

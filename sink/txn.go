@@ -68,6 +68,13 @@ type Transactions struct {
 	Source string
 	// Timeout is the transaction timeout the broker enforces. Default 60s.
 	Timeout time.Duration
+	// Takeover names a transactional id whose committed position of Key
+	// this relay takes over: the first Resume fences it (initialises a
+	// producer of that id, which aborts its open transaction) and reads
+	// the position again. A position written under an id that is neither
+	// ID nor Takeover is refused: two instances of different ids would not
+	// fence each other.
+	Takeover string
 	// OnCommit and OnAbort, if set, observe each transaction committed
 	// (its last position and how long the commit took) and aborted; they
 	// run on the flusher and must not block.
@@ -128,12 +135,18 @@ var ErrFenced = errors.New("another walrelay instance took over the transactiona
 // a restart resumes from the committed position.
 var ErrTransactionTimedOut = errors.New("the broker aborted the kafka transaction: it was open longer than the transaction timeout")
 
+// ErrOtherTransactionalID stops a relay whose slot's committed position
+// was written under another transactional id than its own (and not the
+// one kafka.transactional_id_takeover names).
+var ErrOtherTransactionalID = errors.New("the committed position belongs to another transactional id")
+
 // txns is the sink's state in exactly-once mode.
 type txns struct {
 	cfg Transactions
 
 	mu        sync.Mutex
 	committed event.Position // every event at or before it is in Kafka
+	writer    string         // the transactional id that committed it, as read at start
 	failed    error          // the first failure of a record of the open transaction
 	held      []heldDone     // the open transaction's answers, given when it ends
 
@@ -377,7 +390,7 @@ func (s *Sink) committedTxn(last event.Position, took time.Duration) {
 	t := s.tx
 	t.mu.Lock()
 	if last.After(t.committed) {
-		t.committed = last
+		t.committed, t.writer = last, t.cfg.ID
 	}
 	t.commits++
 	t.mu.Unlock()
@@ -499,8 +512,46 @@ func (s *Sink) Resume(ctx context.Context, serverWAL pglogrepl.LSN) error {
 	if err := s.readCommitted(ctx); err != nil {
 		return err
 	}
+	t.mu.Lock()
+	w := t.writer
+	t.mu.Unlock()
+	if w != t.cfg.ID && w != "" {
+		// readCommitted refuses any other writer than Takeover.
+		if err := s.fence(ctx, w); err != nil {
+			return err
+		}
+		if err := s.readCommitted(ctx); err != nil {
+			return err
+		}
+		s.log.Warn("exactly-once: took over the committed position of another transactional id, which is fenced", "from", w, "transactional_id", t.cfg.ID, "position", s.Committed().String())
+	}
 	t.started = true
 	return s.checkHistory(serverWAL)
+}
+
+// fence initialises a producer of the transactional id id and closes it:
+// the broker aborts the open transaction of id, and a producer of id still
+// running is fenced (it can commit nothing more).
+func (s *Sink) fence(ctx context.Context, id string) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.ClientID(s.cfg.ClientID + "-takeover"),
+		kgo.TransactionalID(id),
+		kgo.TransactionTimeout(s.tx.cfg.Timeout),
+	}, s.cfg.Opts...)...)
+	if err != nil {
+		return fmt.Errorf("create a producer to fence transactional id %s: %w", id, err)
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
+	defer cancel()
+	if _, _, err := cl.ProducerID(pctx); err != nil {
+		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("fence transactional id %s (kafka.transactional_id_takeover): %w (grant WRITE on TransactionalId %s)", id, err, id))
+		}
+		return fmt.Errorf("fence transactional id %s (kafka.transactional_id_takeover): %w", id, err)
+	}
+	return nil
 }
 
 // checkHistory refuses a committed position beyond the server's WAL.
@@ -739,6 +790,7 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	defer cl.Close()
 	var pos event.Position
 	var found bool
+	var writer string // the transactional id of the position
 	read := int64(-1) // the last offset read
 	for {
 		rctx, cancel := context.WithTimeout(ctx, readIdleTimeout)
@@ -782,7 +834,7 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 					bad = fmt.Errorf("the offsets topic %s holds a position of slot %s on another database (%s, not %s): give this relay its own slot name or offsets topic", t.cfg.OffsetsTopic, pr.Slot, pr.Source, t.cfg.Source)
 					return
 				}
-				pos, found = event.Position{CommitLSN: lsn, Index: pr.Index}, true
+				pos, found, writer = event.Position{CommitLSN: lsn, Index: pr.Index}, true, pr.TransactionalID
 			}
 		})
 		if bad != nil {
@@ -792,9 +844,15 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 			break
 		}
 	}
+	if writer != "" && writer != t.cfg.ID && writer != t.cfg.Takeover {
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position of slot %s on %s (%s) was committed under transactional id %s, and this relay's is %s; "+
+			"instances of different transactional ids do not fence each other, so both could commit: give every instance of the slot the same kafka.transactional_id (empty: the default), "+
+			"or, after a change of the id, set kafka.transactional_id_takeover: %s to fence it and take over",
+			ErrOtherTransactionalID, t.cfg.Key, t.cfg.OffsetsTopic, pos, writer, t.cfg.ID, writer))
+	}
 	t.mu.Lock()
-	t.committed = pos
+	t.committed, t.writer = pos, writer
 	t.mu.Unlock()
-	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", found)
+	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", found, "committed_by", writer)
 	return nil
 }

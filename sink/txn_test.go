@@ -358,3 +358,48 @@ func TestExactlyOnceTimeoutIsToldFromAFence(t *testing.T) {
 		t.Fatalf("got %v, want a fatal ErrTransactionTimedOut naming kafka.transaction_timeout", err)
 	}
 }
+
+// TestExactlyOnceOtherTransactionalID: a sink of another transactional id
+// than the one that committed the slot's position refuses to start, naming
+// both (two ids never fence each other, so both could commit); with
+// Takeover naming the old id it fences it, reads the position again and
+// goes on, and the old instance can commit nothing more; the old id,
+// started again, is refused in its turn.
+func TestExactlyOnceOtherTransactionalID(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	a := txnSink(t, kc, "walrelay-pod-a")
+	if err := publish(t, a, txnEvent(0x100, 0)); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newSink(t, kc, Config{Transactions: &Transactions{ID: "walrelay-pod-b", Key: "slot_a", Source: "db"}})
+	err := b.Resume(t.Context(), 1<<40)
+	t.Logf("another id: %v", err)
+	if !errors.Is(err, ErrOtherTransactionalID) || !failure.IsFatal(err) || !strings.Contains(err.Error(), "walrelay-pod-a") || !strings.Contains(err.Error(), "walrelay-pod-b") {
+		t.Fatalf("Resume of another id: %v, want a fatal ErrOtherTransactionalID naming both ids", err)
+	}
+	// a goes on: the refusal fenced nothing.
+	if err := publish(t, a, txnEvent(0x200, 0)); err != nil {
+		t.Fatalf("the instance of the committed id after a refused one: %v", err)
+	}
+
+	b = txnSinkOf(t, kc, Transactions{ID: "walrelay-pod-b", Key: "slot_a", Source: "db", Takeover: "walrelay-pod-a"})
+	if got := b.Committed(); got != (event.Position{CommitLSN: 0x200}) {
+		t.Fatalf("the takeover read %s, want 0/200#0", got)
+	}
+	if err := publish(t, a, txnEvent(0x300, 0)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the instance taken over published: %v, want ErrFenced", err)
+	}
+	if err := publish(t, b, txnEvent(0x300, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(readCommittedIDs(t, kc, 3), ","); got != "e-0/100-0,e-0/200-0,e-0/300-0" {
+		t.Fatalf("read %s", got)
+	}
+
+	a2 := newSink(t, kc, Config{Transactions: &Transactions{ID: "walrelay-pod-a", Key: "slot_a", Source: "db"}})
+	if err := a2.Resume(t.Context(), 1<<40); !errors.Is(err, ErrOtherTransactionalID) || !strings.Contains(err.Error(), "walrelay-pod-b") {
+		t.Fatalf("the old id after the takeover: %v, want ErrOtherTransactionalID naming walrelay-pod-b", err)
+	}
+}

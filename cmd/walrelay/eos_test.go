@@ -134,6 +134,55 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	}
 }
 
+// TestExactlyOnceTwoTransactionalIDs: instances A and B of one slot are
+// given their own kafka.transactional_id (the pod-name habit), which would
+// fence nothing. A streams and is paused (SIGSTOP) with its session cut, a
+// zombie; B takes the slot and refuses to start, naming both ids. Started
+// with kafka.transactional_id_takeover naming A's id, B fences A and
+// streams; A, resumed, commits nothing more; a read_committed consumer sees
+// every row once.
+func TestExactlyOnceTwoTransactionalIDs(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	col := committedCollector(t, kc)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	e := eosEnv(pg, kc)
+	a := streaming(t, e.with("WALRELAY_KAFKA_TRANSACTIONAL_ID", "walrelay-pod-a"))
+	w := newWriter(20, 17)
+	w.bytes = 100
+	stop := w.keepWriting(ctx, pg.DSN)
+	poll.Until(t, time.Minute, "A publishing", func() bool { return len(col.Records()) > 200 })
+	a.signal(syscall.SIGSTOP)
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walrelay'"); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, e.with("WALRELAY_KAFKA_TRANSACTIONAL_ID", "walrelay-pod-b"), "run")
+	if code := b.exit(time.Minute); code != 1 || !strings.Contains(lastLine(b.out.String()), "committed under transactional id walrelay-pod-a, and this relay's is walrelay-pod-b") {
+		t.Fatalf("B of another id: exit %d:\n%s", code, tail(b.out.String(), 20))
+	}
+	t.Logf("B refused: %s", lastLine(b.out.String()))
+	b = streaming(t, e.with("WALRELAY_KAFKA_TRANSACTIONAL_ID", "walrelay-pod-b", "WALRELAY_KAFKA_TRANSACTIONAL_ID_TAKEOVER", "walrelay-pod-a"))
+	before := len(col.Records())
+	poll.Until(t, time.Minute, "B publishing", func() bool { return len(col.Records()) > before+200 })
+	a.signal(syscall.SIGCONT)
+	select {
+	case <-a.done:
+		if code := a.exit(time.Second); code != 1 {
+			t.Fatalf("A exited %d:\n%s", code, tail(a.out.String(), 20))
+		}
+	case <-time.After(5 * time.Second):
+		a.kill()
+	}
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	onceEach(t, col, conn, "two transactional ids, a takeover and a zombie")
+	if !strings.Contains(b.out.String(), "took over the committed position of another transactional id") {
+		t.Fatalf("B did not log the takeover:\n%s", tail(b.out.String(), 20))
+	}
+}
+
 // TestExactlyOnceCleanStop: two SIGTERM restarts mid-stream in
 // exactly-once mode: each exits 0 with its transaction ended, and nothing
 // arrives twice.
