@@ -11,6 +11,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,7 @@ type Config struct {
 		ExactlyOnce         bool
 		TransactionalID     string
 		TakeoverID          string
+		AcceptTimeline      int
 		TransactionInterval time.Duration
 		TransactionTimeout  time.Duration
 		OffsetsTopic        string
@@ -272,6 +274,8 @@ func (c *Config) keys() []*key {
 	add("kafka.transactional_id", "transactional id of kafka.exactly_once; empty: walrelay-<system identifier>-<database>-<slot>, stable across restarts", f, s)
 	f, s = str(&c.Kafka.TakeoverID, "")
 	add("kafka.transactional_id_takeover", "transactional id whose committed position of the slot this relay takes over, fencing it (after a change of kafka.transactional_id); empty: a position committed under another id than kafka.transactional_id is refused", f, s)
+	f, s = integer(&c.Kafka.AcceptTimeline, 0)
+	add("kafka.accept_timeline", "timeline of the database onto which exactly-once carries a committed position that lies past the end of its own timeline (after a failover or restore that lost WAL, once reconciled): this timeline's events from the switch on are published; 0: refused", f, s)
 	f, s = duration(&c.Kafka.TransactionInterval, 10*time.Millisecond)
 	add("kafka.transaction_interval", "longest a Kafka transaction of kafka.exactly_once stays open once it holds an event (consumers see nothing before the commit)", f, s)
 	f, s = duration(&c.Kafka.TransactionTimeout, time.Minute)
@@ -355,6 +359,9 @@ func (c *Config) validate(needKafka bool) error {
 	}
 	if c.Kafka.ExactlyOnce && c.Kafka.TransactionInterval <= 0 {
 		return fmt.Errorf("kafka.transaction_interval %s: want a positive duration", c.Kafka.TransactionInterval)
+	}
+	if c.Kafka.AcceptTimeline < 0 || c.Kafka.AcceptTimeline > math.MaxInt32 {
+		return fmt.Errorf("kafka.accept_timeline %d: want a timeline (1 or more), or 0", c.Kafka.AcceptTimeline)
 	}
 	if c.Kafka.ExactlyOnce && c.Kafka.TransactionInterval >= c.Kafka.TransactionTimeout/4 {
 		return fmt.Errorf("kafka.transaction_interval %s must be under a quarter of kafka.transaction_timeout %s", c.Kafka.TransactionInterval, c.Kafka.TransactionTimeout)

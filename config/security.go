@@ -187,7 +187,7 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	if k.ExactlyOnce {
 		// The key and the source, and the id by default, come from the
 		// database (relay.Run).
-		sc.Transactions = &sink.Transactions{ID: k.TransactionalID, Interval: k.TransactionInterval, Timeout: k.TransactionTimeout, Takeover: k.TakeoverID, OffsetsTopic: k.OffsetsTopic}
+		sc.Transactions = &sink.Transactions{ID: k.TransactionalID, Interval: k.TransactionInterval, Timeout: k.TransactionTimeout, Takeover: k.TakeoverID, AcceptTimeline: int32(k.AcceptTimeline), OffsetsTopic: k.OffsetsTopic}
 	}
 	return sc, nil
 }

@@ -76,3 +76,21 @@ func (p Position) After(q Position) bool {
 }
 
 func (p Position) String() string { return fmt.Sprintf("%s#%d", p.CommitLSN, p.Index) }
+
+// WALHistory identifies the WAL a replication session streams: the
+// server's system identifier, its timeline and flushed WAL position at the
+// session's start, and where each earlier timeline of its history ended
+// (its TIMELINE_HISTORY). WAL before the end of an earlier timeline is the
+// same on both; after it, the same LSNs hold other transactions.
+type WALHistory struct {
+	SystemID string
+	Timeline int32
+	Flushed  pglogrepl.LSN
+	// Ends maps each earlier timeline of the history to the LSN at which
+	// the next one began.
+	Ends map[int32]pglogrepl.LSN
+}
+
+func (h WALHistory) String() string {
+	return fmt.Sprintf("system %s timeline %d", h.SystemID, h.Timeline)
+}

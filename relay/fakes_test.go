@@ -144,7 +144,9 @@ type fakeSession struct {
 
 func (ss *fakeSession) From() pglogrepl.LSN { return ss.from }
 
-func (ss *fakeSession) ServerWAL() pglogrepl.LSN { return keepaliveLSN(len(ss.src.wal)) }
+func (ss *fakeSession) History() event.WALHistory {
+	return event.WALHistory{SystemID: "fake", Timeline: 1, Flushed: keepaliveLSN(len(ss.src.wal))}
+}
 
 func (ss *fakeSession) Next(ctx context.Context) (replication.Change, error) {
 	i := int(ss.next.Load())

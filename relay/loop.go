@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -22,13 +23,13 @@ type source interface {
 }
 
 // session is one replication session (*replication.Session): the server
-// streams everything after From, and had flushed WAL up to ServerWAL when
-// it started; Next yields its changes in WAL order;
+// streams everything after From, and History identifies its WAL when it
+// started; Next yields its changes in WAL order;
 // Confirm takes the positions that may be confirmed (ignored once closed);
 // Close ends it, cleanly when reason is nil (a last status update).
 type session interface {
 	From() pglogrepl.LSN
-	ServerWAL() pglogrepl.LSN
+	History() event.WALHistory
 	Next(ctx context.Context) (replication.Change, error)
 	Confirm(lsn pglogrepl.LSN)
 	Close(reason error)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/faultinject"
 	"github.com/walrelay/walrelay/sink"
@@ -192,7 +193,7 @@ func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) 
 		// The session holds the slot: the sink may fence an earlier
 		// instance, and ends its open transaction at every later session
 		// (sink.Sink.Resume).
-		if err := t.Resume(ctx, sess.ServerWAL()); err != nil {
+		if err := t.Resume(ctx, sess.History()); err != nil {
 			return fmt.Errorf("resume the kafka transactions: %w", err)
 		}
 	} else if failed {
@@ -324,5 +325,5 @@ func (p *pipeline) flush(ctx context.Context) error {
 // every session, once it holds the slot, instead of Abort.
 type transactional interface {
 	Transactional() bool
-	Resume(ctx context.Context, serverWAL pglogrepl.LSN) error
+	Resume(ctx context.Context, h event.WALHistory) error
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 )
 
@@ -23,7 +24,7 @@ type Session struct {
 	s         *Stream
 	conn      *pgconn.PgConn
 	from      pglogrepl.LSN
-	serverWAL pglogrepl.LSN // the server's flushed WAL position at the start
+	history   event.WALHistory // the server's WAL history at the start
 
 	confirmed atomic.Uint64 // the highest position Confirm was given
 	closed    atomic.Bool
@@ -48,11 +49,11 @@ type Session struct {
 // relation cache, an open transaction, the checkpoint) must be reset to it.
 func (ss *Session) From() pglogrepl.LSN { return ss.from }
 
-// ServerWAL returns the server's flushed WAL position when the session
-// started (IDENTIFY_SYSTEM): no committed transaction of this history lies
-// beyond it, so a position recorded elsewhere that does is of a history
-// that went back (a restored database).
-func (ss *Session) ServerWAL() pglogrepl.LSN { return ss.serverWAL }
+// History returns the server's WAL history when the session started
+// (IDENTIFY_SYSTEM and TIMELINE_HISTORY): no committed transaction of it
+// lies beyond its flushed position, and positions recorded on an earlier
+// timeline past that timeline's end are of WAL this server never had.
+func (ss *Session) History() event.WALHistory { return ss.history }
 
 // Confirm tells the session that every event up to lsn is acknowledged:
 // the next status update confirms it. It never moves the position back, and

@@ -370,6 +370,10 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("identify system: %w", err)
 	}
+	history, err := walHistory(ctx, conn, sys)
+	if err != nil {
+		return nil, err
+	}
 	from := s.resumeFrom(sys, slot.ConfirmedFlush)
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
@@ -399,7 +403,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	s.log.Info("streaming", "from", from.String(), "publication", s.cfg.Publication)
 	s.received.Store(max(s.received.Load(), uint64(from)))
 	s.confirmed.Store(uint64(from))
-	sess := &Session{s: s, conn: conn, from: from, serverWAL: sys.XLogPos, sent: from, statusErr: make(chan error, 1), stop: make(chan struct{})}
+	sess := &Session{s: s, conn: conn, from: from, history: history, sent: from, statusErr: make(chan error, 1), stop: make(chan struct{})}
 	sess.confirmed.Store(uint64(from))
 	if err := sess.sendStatus(time.Now(), true); err != nil {
 		return nil, err

@@ -75,6 +75,11 @@ type Transactions struct {
 	// ID nor Takeover is refused: two instances of different ids would not
 	// fence each other.
 	Takeover string
+	// AcceptTimeline, if not 0, is a timeline onto which a committed
+	// position of an earlier timeline, past that timeline's end, is
+	// carried: the events of this timeline from the switch on are
+	// published, once an operator has seen what the refusal reports.
+	AcceptTimeline int32
 	// OnCommit and OnAbort, if set, observe each transaction committed
 	// (its last position and how long the commit took) and aborted; they
 	// run on the flusher and must not block.
@@ -135,6 +140,10 @@ var ErrFenced = errors.New("another walrelay instance took over the transactiona
 // a restart resumes from the committed position.
 var ErrTransactionTimedOut = errors.New("the broker aborted the kafka transaction: it was open longer than the transaction timeout")
 
+// ErrWALHistory stops a relay whose committed position is not on the
+// database's WAL history (checkHistory).
+var ErrWALHistory = errors.New("the committed position is not on this database's WAL history")
+
 // ErrOtherTransactionalID stops a relay whose slot's committed position
 // was written under another transactional id than its own (and not the
 // one kafka.transactional_id_takeover names).
@@ -147,6 +156,8 @@ type txns struct {
 	mu        sync.Mutex
 	committed event.Position // every event at or before it is in Kafka
 	writer    string         // the transactional id that committed it, as read at start
+	onTL      int32          // the timeline it was committed on (0: not recorded)
+	timeline  int32          // the timeline of the session: that of the positions committed now
 	failed    error          // the first failure of a record of the open transaction
 	held      []heldDone     // the open transaction's answers, given when it ends
 
@@ -229,6 +240,7 @@ type positionRecord struct {
 	Source          string `json:"source,omitempty"`
 	CommitLSN       string `json:"commit_lsn"`
 	Index           int    `json:"index"`
+	Timeline        int32  `json:"timeline,omitempty"`
 	TransactionalID string `json:"transactional_id"`
 	CommittedAt     string `json:"committed_at"`
 }
@@ -390,7 +402,7 @@ func (s *Sink) committedTxn(last event.Position, took time.Duration) {
 	t := s.tx
 	t.mu.Lock()
 	if last.After(t.committed) {
-		t.committed, t.writer = last, t.cfg.ID
+		t.committed, t.writer, t.onTL = last, t.cfg.ID, t.timeline
 	}
 	t.commits++
 	t.mu.Unlock()
@@ -441,7 +453,10 @@ func fenced(err error) bool {
 // flushes, so that every record of it is answered.
 func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 	t := s.tx
-	v, err := json.Marshal(positionRecord{Slot: t.cfg.Key, Source: t.cfg.Source, CommitLSN: last.CommitLSN.String(), Index: last.Index,
+	t.mu.Lock()
+	tl := t.timeline
+	t.mu.Unlock()
+	v, err := json.Marshal(positionRecord{Slot: t.cfg.Key, Source: t.cfg.Source, CommitLSN: last.CommitLSN.String(), Index: last.Index, Timeline: tl,
 		TransactionalID: t.cfg.ID, CommittedAt: time.Now().UTC().Format(time.RFC3339Nano)})
 	if err != nil {
 		return err
@@ -471,11 +486,12 @@ func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 // at-least-once mode it does nothing. Waiting for the slot first keeps a
 // standby from fencing the instance that streams.
 //
-// serverWAL is the database's flushed WAL position: a committed position
-// beyond it belongs to a WAL history that went back (a restored database, a
-// standby promoted without the last WAL), whose new events at the same
-// positions would be skipped; that is refused.
-func (s *Sink) Resume(ctx context.Context, serverWAL pglogrepl.LSN) error {
+// h is the database's WAL history: a committed position that is not on it
+// (beyond its flushed WAL, or on an earlier timeline past that timeline's
+// end: a restored database, a standby promoted without the last WAL) is
+// of WAL this server never had, whose new events at the same positions
+// would be skipped; that is refused (checkHistory).
+func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 	t := s.tx
 	if t == nil {
 		return nil
@@ -495,7 +511,7 @@ func (s *Sink) Resume(ctx context.Context, serverWAL pglogrepl.LSN) error {
 			t.unresolved = false
 			t.mu.Unlock()
 		}
-		return s.checkHistory(serverWAL)
+		return s.checkHistory(h)
 	}
 	pctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
 	_, _, err := s.cl.ProducerID(pctx)
@@ -526,7 +542,7 @@ func (s *Sink) Resume(ctx context.Context, serverWAL pglogrepl.LSN) error {
 		s.log.Warn("exactly-once: took over the committed position of another transactional id, which is fenced", "from", w, "transactional_id", t.cfg.ID, "position", s.Committed().String())
 	}
 	t.started = true
-	return s.checkHistory(serverWAL)
+	return s.checkHistory(h)
 }
 
 // fence initialises a producer of the transactional id id and closes it:
@@ -554,12 +570,49 @@ func (s *Sink) fence(ctx context.Context, id string) error {
 	return nil
 }
 
-// checkHistory refuses a committed position beyond the server's WAL.
-func (s *Sink) checkHistory(serverWAL pglogrepl.LSN) error {
-	if c := s.Committed(); c.CommitLSN > serverWAL {
-		return failure.Mark(failure.Fatal, fmt.Errorf("the position committed to Kafka (%s, on %s) is beyond the database's WAL (%s): its WAL history went back (a restore, or a standby promoted without the last WAL), "+
-			"and new events at those positions would be skipped; check what the topics hold against the outbox table, then start with a new kafka.offsets_topic", c, s.tx.cfg.OffsetsTopic, serverWAL))
+// checkHistory refuses a committed position that is not on the server's
+// WAL history h: one on a later timeline than the server's, or on an
+// earlier one that is not in its history or that the server's history left
+// at or before the position (the same LSNs then hold other transactions),
+// or one beyond the server's flushed WAL. A position on an earlier timeline
+// past its end is carried to the switch when AcceptTimeline names h's
+// timeline. From here on, positions are committed on h's timeline.
+func (s *Sink) checkHistory(h event.WALHistory) error {
+	t := s.tx
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, tl := t.committed, t.onTL
+	topic := t.cfg.OffsetsTopic
+	if c == (event.Position{}) {
+		t.timeline = h.Timeline
+		return nil
 	}
+	end, inHistory := h.Ends[tl]
+	switch {
+	case tl == 0 || tl == h.Timeline:
+	case tl > h.Timeline || !inHistory:
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s) was committed on timeline %d, which is not in the history of this server (%s): "+
+			"a restore, or a standby of another history; new events at those positions would be skipped. "+
+			"Check what the topics hold against the outbox table (walrelay reconcile), then start with a new kafka.offsets_topic", ErrWALHistory, c, topic, tl, h))
+	case c.CommitLSN < end:
+		// On WAL both timelines share.
+	case t.cfg.AcceptTimeline == h.Timeline:
+		carried := event.Position{CommitLSN: end, Index: -1}
+		s.log.Warn("exactly-once: the committed position lies past the end of its timeline; carried to the switch (kafka.accept_timeline): the events of this timeline from the switch on are published",
+			"committed", c.String(), "committed_timeline", tl, "switch", end.String(), "history", h.String())
+		t.committed, t.onTL = carried, h.Timeline
+	default:
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s, timeline %d) lies at or past the end of timeline %d at %s in the history of this server (%s): "+
+			"it was promoted or restored without the WAL from %s on, so the events published from there to %s are of transactions this database does not have, "+
+			"and its own transactions at those positions would be skipped. Check what the topics hold against the outbox table (walrelay reconcile --since <a time before the switch>), "+
+			"then set kafka.accept_timeline: %d to publish this server's events from %s on",
+			ErrWALHistory, c, topic, tl, tl, end, h, end, c.CommitLSN, h.Timeline, end))
+	}
+	if t.committed.CommitLSN > h.Flushed {
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s) is beyond the database's WAL (%s, %s): its WAL history went back (a restore, or a standby promoted without the last WAL), "+
+			"and new events at those positions would be skipped; check what the topics hold against the outbox table, then start with a new kafka.offsets_topic", ErrWALHistory, t.committed, topic, h.Flushed, h))
+	}
+	t.timeline = h.Timeline
 	return nil
 }
 
@@ -791,6 +844,7 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	var pos event.Position
 	var found bool
 	var writer string // the transactional id of the position
+	var onTL int32    // and its timeline
 	read := int64(-1) // the last offset read
 	for {
 		rctx, cancel := context.WithTimeout(ctx, readIdleTimeout)
@@ -834,7 +888,7 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 					bad = fmt.Errorf("the offsets topic %s holds a position of slot %s on another database (%s, not %s): give this relay its own slot name or offsets topic", t.cfg.OffsetsTopic, pr.Slot, pr.Source, t.cfg.Source)
 					return
 				}
-				pos, found, writer = event.Position{CommitLSN: lsn, Index: pr.Index}, true, pr.TransactionalID
+				pos, found, writer, onTL = event.Position{CommitLSN: lsn, Index: pr.Index}, true, pr.TransactionalID, pr.Timeline
 			}
 		})
 		if bad != nil {
@@ -851,7 +905,7 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 			ErrOtherTransactionalID, t.cfg.Key, t.cfg.OffsetsTopic, pos, writer, t.cfg.ID, writer))
 	}
 	t.mu.Lock()
-	t.committed, t.writer = pos, writer
+	t.committed, t.writer, t.onTL = pos, writer, onTL
 	t.mu.Unlock()
 	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", found, "committed_by", writer)
 	return nil

@@ -31,7 +31,7 @@ func txnSinkOf(t *testing.T, kc *kafkatest.Cluster, tc Transactions, opts ...kgo
 	}
 	// As the relay does, a retriable failure of Resume is tried again.
 	deadline := time.Now().Add(2 * time.Minute)
-	for err := s.Resume(t.Context(), 1<<40); err != nil; err = s.Resume(t.Context(), 1<<40) {
+	for err := s.Resume(t.Context(), onTimeline1); err != nil; err = s.Resume(t.Context(), onTimeline1) {
 		if failure.IsFatal(err) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
@@ -39,6 +39,10 @@ func txnSinkOf(t *testing.T, kc *kafkatest.Cluster, tc Transactions, opts ...kgo
 	}
 	return s
 }
+
+// onTimeline1 is a database's WAL history on its first timeline, past
+// every position of the tests.
+var onTimeline1 = event.WALHistory{SystemID: "test", Timeline: 1, Flushed: 1 << 40}
 
 func txnEvent(lsn pglogrepl.LSN, index int) *event.Event {
 	e := newEvent(fmt.Sprintf("e-%s-%d", lsn, index))
@@ -160,7 +164,7 @@ func TestExactlyOnceRefusesAHistoryThatWentBack(t *testing.T) {
 	if err := second.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	err := second.Resume(t.Context(), 0x400)
+	err := second.Resume(t.Context(), event.WALHistory{SystemID: "test", Timeline: 1, Flushed: 0x400})
 	if !failure.IsFatal(err) || !strings.Contains(err.Error(), "WAL history went back") {
 		t.Fatalf("Resume with the database's WAL at 0/400 and 0/500#0 committed: %v, want a fatal refusal", err)
 	}
@@ -198,12 +202,12 @@ func TestExactlyOnceCommitCutByAnOutage(t *testing.T) {
 			if err == nil || failure.IsFatal(err) {
 				t.Fatalf("an event whose commit was cut: %v, want a retriable error", err)
 			}
-			if err := s.Resume(t.Context(), 1<<40); err == nil || failure.IsFatal(err) {
+			if err := s.Resume(t.Context(), onTimeline1); err == nil || failure.IsFatal(err) {
 				t.Fatalf("Resume while the brokers are away: %v, want a retriable error", err)
 			}
 			kc.Up()
 			deadline := time.Now().Add(30 * time.Second)
-			for err := s.Resume(t.Context(), 1<<40); err != nil; err = s.Resume(t.Context(), 1<<40) {
+			for err := s.Resume(t.Context(), onTimeline1); err != nil; err = s.Resume(t.Context(), onTimeline1) {
 				if failure.IsFatal(err) || time.Now().After(deadline) {
 					t.Fatalf("Resume once the brokers are back: %v", err)
 				}
@@ -374,7 +378,7 @@ func TestExactlyOnceOtherTransactionalID(t *testing.T) {
 	}
 
 	b := newSink(t, kc, Config{Transactions: &Transactions{ID: "walrelay-pod-b", Key: "slot_a", Source: "db"}})
-	err := b.Resume(t.Context(), 1<<40)
+	err := b.Resume(t.Context(), onTimeline1)
 	t.Logf("another id: %v", err)
 	if !errors.Is(err, ErrOtherTransactionalID) || !failure.IsFatal(err) || !strings.Contains(err.Error(), "walrelay-pod-a") || !strings.Contains(err.Error(), "walrelay-pod-b") {
 		t.Fatalf("Resume of another id: %v, want a fatal ErrOtherTransactionalID naming both ids", err)
@@ -399,7 +403,83 @@ func TestExactlyOnceOtherTransactionalID(t *testing.T) {
 	}
 
 	a2 := newSink(t, kc, Config{Transactions: &Transactions{ID: "walrelay-pod-a", Key: "slot_a", Source: "db"}})
-	if err := a2.Resume(t.Context(), 1<<40); !errors.Is(err, ErrOtherTransactionalID) || !strings.Contains(err.Error(), "walrelay-pod-b") {
+	if err := a2.Resume(t.Context(), onTimeline1); !errors.Is(err, ErrOtherTransactionalID) || !strings.Contains(err.Error(), "walrelay-pod-b") {
 		t.Fatalf("the old id after the takeover: %v, want ErrOtherTransactionalID naming walrelay-pod-b", err)
+	}
+}
+
+// TestExactlyOnceTimelineHistory: a position committed on timeline 1 is
+// checked against the history of the server a later session streams
+// from. On WAL timeline 2 shares (before the switch) it is taken; at or
+// past the switch, on a timeline not in the server's history, or on a
+// later timeline than the server's, it is refused, naming the switch and
+// kafka.accept_timeline; with AcceptTimeline naming the server's timeline
+// it is carried to the switch, so that the new timeline's events from the
+// switch on are published, and the positions committed then carry that
+// timeline.
+func TestExactlyOnceTimelineHistory(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	first := txnSink(t, kc, "walrelay-tl")
+	if err := publish(t, first, txnEvent(0x500, 0)); err != nil {
+		t.Fatal(err)
+	}
+	tl2 := func(end pglogrepl.LSN) event.WALHistory {
+		return event.WALHistory{SystemID: "test", Timeline: 2, Flushed: 1 << 40, Ends: map[int32]pglogrepl.LSN{1: end}}
+	}
+	resume := func(tc Transactions, h event.WALHistory) (*Sink, error) {
+		tc.ID, tc.Key, tc.Source = "walrelay-tl", "slot_a", "db"
+		s := newSink(t, kc, Config{Transactions: &tc})
+		return s, s.Resume(t.Context(), h)
+	}
+	if _, err := resume(Transactions{}, tl2(0x508)); err != nil {
+		t.Fatalf("a position before the switch: %v", err)
+	}
+	for _, bad := range []struct {
+		name string
+		h    event.WALHistory
+		want string
+	}{
+		{"at the switch", tl2(0x500), "lies at or past the end of timeline 1 at 0/500"},
+		{"past the switch", tl2(0x480), "set kafka.accept_timeline: 2 to publish this server's events from 0/480 on"},
+		{"a timeline not in the history", event.WALHistory{SystemID: "test", Timeline: 3, Flushed: 1 << 40, Ends: map[int32]pglogrepl.LSN{2: 0x900}}, "committed on timeline 1, which is not in the history"},
+	} {
+		_, err := resume(Transactions{}, bad.h)
+		t.Logf("%s: %v", bad.name, err)
+		if !errors.Is(err, ErrWALHistory) || !failure.IsFatal(err) || !strings.Contains(err.Error(), bad.want) {
+			t.Fatalf("%s: %v, want a fatal ErrWALHistory saying %q", bad.name, err, bad.want)
+		}
+	}
+
+	s, err := resume(Transactions{AcceptTimeline: 2}, tl2(0x480))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Committed(); got != (event.Position{CommitLSN: 0x480, Index: -1}) {
+		t.Fatalf("carried to %s, want 0/480#-1", got)
+	}
+	done := make(chan Delivery, 1)
+	s.Publish(t.Context(), txnEvent(0x470, 0), func(d Delivery, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		done <- d
+	})
+	if d := <-done; !d.Skipped {
+		t.Fatal("an event before the switch was produced again")
+	}
+	if err := publish(t, s, txnEvent(0x480, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(readCommittedIDs(t, kc, 2), ","); got != "e-0/500-0,e-0/480-0" {
+		t.Fatalf("read %s", got)
+	}
+	// Committed on timeline 2 now: taken on timeline 2 without the key,
+	// refused on timeline 1 (a server of the old history).
+	if _, err := resume(Transactions{}, tl2(0x480)); err != nil {
+		t.Fatalf("the position committed on timeline 2, on timeline 2: %v", err)
+	}
+	if _, err := resume(Transactions{}, onTimeline1); !errors.Is(err, ErrWALHistory) || !strings.Contains(err.Error(), "committed on timeline 2") {
+		t.Fatalf("the position of timeline 2 on timeline 1: %v", err)
 	}
 }

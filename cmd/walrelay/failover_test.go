@@ -166,8 +166,125 @@ func phantoms(t *testing.T, col *kafkatest.Collector, dsn string) int {
 		}
 	}
 	var missing int
-	if err := connect(t, dsn).QueryRow(t.Context(), "SELECT count(*) FROM unnest($1::uuid[]) id WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = id)", onTopic).Scan(&missing); err != nil {
+	if err := connect(t, dsn).QueryRow(t.Context(), "SELECT count(*) FROM unnest($1::uuid[]) AS t(id) WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = t.id)", onTopic).Scan(&missing); err != nil {
 		t.Fatal(err)
 	}
 	return missing
+}
+
+// TestExactlyOnceFailoverLosingWAL (PostgreSQL 17+): in exactly-once mode,
+// the standby's WAL receiver is cut, so that it lacks the last committed
+// transactions (an asynchronous standby, no synchronized_standby_slots),
+// walrelay publishes and commits them, and the standby is promoted with
+// its copy of the slot. The new primary's transactions take the same LSNs
+// on timeline 2, and its WAL passes the committed position. walrelay must
+// not skip them as already in Kafka: it stops, naming the switch and the
+// runbook; with kafka.accept_timeline: 2 it publishes every row of the new
+// primary once, and the events of the lost transactions are counted
+// (rows the new primary lacks).
+func TestExactlyOnceFailoverLosingWAL(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	needThrowaway(t, pg, "kills and replaces the server")
+	ctx := t.Context()
+	if v, err := pg.Version(ctx); err != nil {
+		t.Fatal(err)
+	} else if v < 17 {
+		t.Skipf("failover slots need PostgreSQL 17 or later; this is %d", v)
+	}
+	st, err := pg.Standby(ctx, "standby1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	col := committedCollector(t, kc)
+	u, _ := url.Parse(pg.DSN)
+	u.Host += fmt.Sprintf(",127.0.0.1:%d", st.Port())
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	e := eosEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", u.String(), "WALRELAY_POSTGRES_SLOT_FAILOVER", "true")
+	p := streaming(t, e)
+	primary, standby := connect(t, pg.DSN), connect(t, st.DSN)
+	w := newWriter(10, 23)
+	if err := w.write(ctx, primary, 100, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	poll.Until(t, 2*time.Minute, "the standby's synchronized copy of the slot", func() bool {
+		var synced bool
+		err := standby.QueryRow(ctx, "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&synced)
+		return err == nil && synced
+	})
+	// The standby's WAL receiver cut: what the primary commits now, the
+	// standby never has.
+	for _, sql := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
+		if _, err := standby.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, time.Minute, "the standby's WAL receiver to stop", func() bool {
+		var n int
+		return primary.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby'").Scan(&n) == nil && n == 0
+	})
+	if err := w.write(ctx, primary, 60, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	var lostEnd string
+	if err := primary.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&lostEnd); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	if err := pg.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The new primary's rows, on LSNs the lost transactions had, until its
+	// WAL passes the committed position.
+	standby = connect(t, st.DSN)
+	nw := newWriter(5, 29)
+	nw.prefix = "new-"
+	for {
+		if err := nw.write(ctx, standby, 10, 3); err != nil {
+			t.Fatal(err)
+		}
+		var past bool
+		if err := standby.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn() > $1::pg_lsn", lostEnd).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			break
+		}
+		if _, err := standby.Exec(ctx, "SELECT pg_switch_wal()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p = start(t, e, "run")
+	code := p.exit(time.Minute)
+	msg := lastLine(p.out.String())
+	t.Logf("after the promotion: exit %d: %s", code, msg)
+	if code != 1 || !strings.Contains(msg, "lies at or past the end of timeline 1") || !strings.Contains(msg, "walrelay reconcile") || !strings.Contains(msg, "kafka.accept_timeline: 2") {
+		t.Fatalf("walrelay on the promoted standby: exit %d, want a stop naming the timeline switch and the runbook:\n%s", code, tail(p.out.String(), 20))
+	}
+	p = streaming(t, e.with("WALRELAY_KAFKA_ACCEPT_TIMELINE", "2"))
+	want := committedIDs(t, standby)
+	waitAll(t, col, want, 2*time.Minute)
+	time.Sleep(time.Second) // for a late duplicate to show
+	c := count(col.Records(), want)
+	lost := phantoms(t, col, st.DSN)
+	t.Logf("with kafka.accept_timeline 2: the new primary's %d rows (%d written after the promotion): %s; %d events on the topic of transactions the failover lost",
+		len(want), len(nw.written()), c, lost)
+	if c.missing != 0 || c.duplicates != 0 || c.orderViolations != 0 || lost == 0 {
+		t.Fatalf("after the accepted switch: %s, %d lost events", c, lost)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
 }
