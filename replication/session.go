@@ -21,10 +21,10 @@ import (
 // between two Next calls (a Kafka outage), so that wal_sender_timeout does
 // not end the session.
 type Session struct {
-	s         *Stream
-	conn      *pgconn.PgConn
-	from      pglogrepl.LSN
-	history   event.WALHistory // the server's WAL history at the start
+	s       *Stream
+	conn    *pgconn.PgConn
+	from    pglogrepl.LSN
+	history event.WALHistory // the server's WAL history at the start
 
 	confirmed atomic.Uint64 // the highest position Confirm was given
 	closed    atomic.Bool
