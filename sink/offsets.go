@@ -1,0 +1,329 @@
+package sink
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
+)
+
+// The offsets topic of exactly-once mode: its creation and shape, the
+// checks of the brokers, and the reading of the committed position.
+
+// positionRecord is the value of a position on the offsets topic.
+type positionRecord struct {
+	Slot            string `json:"slot"`
+	Source          string `json:"source,omitempty"`
+	CommitLSN       string `json:"commit_lsn"`
+	Index           int    `json:"index"`
+	Timeline        int32  `json:"timeline,omitempty"`
+	TransactionalID string `json:"transactional_id"`
+	CommittedAt     string `json:"committed_at"`
+}
+
+// ensureOffsetsTopic creates the offsets topic if it is missing, compacted
+// with one partition, and refuses one of another shape.
+func (s *Sink) ensureOffsetsTopic(ctx context.Context) error {
+	topic := s.tx.cfg.OffsetsTopic
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, -1
+	for k, v := range map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "0"} {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 10000
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
+	}
+	// A topic just created may show no partitions for a moment.
+	for try := 0; ; try++ {
+		exists, err := s.offsetsTopicShape(ctx, topic)
+		if err != nil || exists || try == 50 {
+			if err == nil && !exists {
+				err = fmt.Errorf("the offsets topic %s does not show in the metadata after its creation", topic)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the offsets topic %s: %w", topic, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// offsetsTopicShape reports whether the offsets topic exists, and refuses
+// (fatal) one of another shape than one compacted partition. It changes
+// nothing.
+func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool, err error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, s.cl)
+	if err != nil {
+		return false, fmt.Errorf("read the offsets topic's metadata: %w", err)
+	}
+	n := len(mresp.Topics[0].Partitions)
+	if n == 0 {
+		return false, nil
+	}
+	if n != 1 {
+		return true, failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has %d partitions: it must have one (kafka.offsets_topic names another, or delete it when no relay uses it)", topic, n))
+	}
+	dreq := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	res.ConfigNames = []string{"cleanup.policy"}
+	dreq.Resources = append(dreq.Resources, res)
+	dresp, err := dreq.RequestWith(ctx, s.cl)
+	if err != nil || len(dresp.Resources) == 0 || dresp.Resources[0].ErrorCode != 0 {
+		s.log.Warn("cannot read the offsets topic's cleanup.policy", "topic", topic, "err", err)
+		return true, nil
+	}
+	for _, c := range dresp.Resources[0].Configs {
+		if c.Name == "cleanup.policy" && c.Value != nil && !strings.Contains(*c.Value, "compact") {
+			return true, failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s has cleanup.policy=%s: it must be compact (a deleted position would resend everything after it)", topic, *c.Value))
+		}
+	}
+	return true, nil
+}
+
+// CheckTransactions reports whether the brokers give what exactly-once
+// mode needs: transactions (the InitProducerId and EndTxn requests), the
+// right to use transactionalID where the brokers can tell (DescribeTransactions,
+// Kafka 3.0+: an ACL that grants WRITE on the transactional id implies
+// DESCRIBE), and an offsets topic of the right shape if it exists (Resume
+// creates a missing one). It changes nothing: it fences nobody.
+func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic, transactionalID string) (string, error) {
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, s.cl)
+	if err != nil {
+		return "", fmt.Errorf("ask the brokers' API versions: %w", err)
+	}
+	has := map[int16]bool{}
+	for _, k := range resp.ApiKeys {
+		has[k.ApiKey] = true
+	}
+	if !has[int16(kmsg.InitProducerID)] || !has[int16(kmsg.EndTxn)] || !has[int16(kmsg.AddPartitionsToTxn)] {
+		return "", errors.New("the brokers do not support transactions (InitProducerId, AddPartitionsToTxn, EndTxn)")
+	}
+	var parts []string
+	switch {
+	case transactionalID == "":
+		parts = append(parts, "transactional id not known (the database did not answer)")
+	case has[int16(kmsg.DescribeTransactions)]:
+		ok, err := s.mayUseTransactionalID(ctx, transactionalID)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "", fmt.Errorf("the brokers refuse transactional id %s to this principal (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): grant WRITE on TransactionalId %s, or set kafka.transactional_id to one it may use", transactionalID, transactionalID)
+		}
+		parts = append(parts, "transactional id "+transactionalID+" allowed")
+	default:
+		parts = append(parts, "transactional id "+transactionalID+" (the brokers cannot tell whether it is allowed)")
+	}
+	exists, err := s.offsetsTopicShape(ctx, offsetsTopic)
+	if err != nil {
+		return "", err
+	}
+	if !exists {
+		parts = append(parts, fmt.Sprintf("offsets topic %s will be created (compacted, one partition)", offsetsTopic))
+	} else {
+		parts = append(parts, fmt.Sprintf("offsets topic %s compacted, one partition", offsetsTopic))
+	}
+	return "transactions supported; " + strings.Join(parts, "; "), nil
+}
+
+// coordinatorWait bounds how long CheckTransactions waits for a
+// transaction coordinator: a broker that never served a transaction
+// creates its transaction state topic on this first request, and answers
+// COORDINATOR_NOT_AVAILABLE until it has.
+const coordinatorWait = 30 * time.Second
+
+// mayUseTransactionalID asks the transaction coordinator of id to describe
+// it: a principal that may not is refused with
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an id never used is not found,
+// which says nothing against it. A coordinator that is not ready yet is
+// asked again until coordinatorWait has passed.
+func (s *Sink) mayUseTransactionalID(ctx context.Context, id string) (bool, error) {
+	deadline := time.Now().Add(coordinatorWait)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		ok, err := s.describeTransactionalID(ctx, id)
+		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+			return ok, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w (waiting since: %w)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// describeTransactionalID makes one DescribeTransactions request for id.
+func (s *Sink) describeTransactionalID(ctx context.Context, id string) (bool, error) {
+	req := kmsg.NewPtrDescribeTransactionsRequest()
+	req.TransactionalIDs = []string{id}
+	for _, shard := range s.cl.RequestSharded(ctx, req) {
+		if shard.Err != nil {
+			if errors.Is(shard.Err, kerr.TransactionalIDAuthorizationFailed) {
+				return false, nil
+			}
+			return false, fmt.Errorf("describe transactional id %s: %w", id, shard.Err)
+		}
+		resp := shard.Resp.(*kmsg.DescribeTransactionsResponse)
+		for _, ts := range resp.TransactionStates {
+			switch err := kerr.ErrorForCode(ts.ErrorCode); {
+			case err == nil, errors.Is(err, kerr.TransactionalIDNotFound):
+			case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+				return false, nil
+			default:
+				return false, fmt.Errorf("describe transactional id %s: %w", id, err)
+			}
+		}
+	}
+	return true, nil
+}
+
+// readCommitted reads the committed position of Key: it commits a marker
+// of its own to the offsets topic, then reads the topic from its start with
+// read_committed isolation until the marker, so every position committed
+// before it is seen. It runs with nothing else produced meanwhile.
+func (s *Sink) readCommitted(ctx context.Context) error {
+	t := s.tx
+	nonce := make([]byte, 8)
+	rand.Read(nonce)
+	marker := hex.EncodeToString(nonce)
+	markerKey := t.cfg.Key + "#marker"
+	wctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
+	defer cancel()
+	// An earlier attempt that the broker cut may have left a transaction
+	// open in the client (nothing of it can commit): end it first.
+	if err := s.cl.EndTransaction(wctx, kgo.TryAbort); err != nil {
+		if fenced(err) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+		}
+		return fmt.Errorf("abort the kafka transaction: %w", err)
+	}
+	if err := s.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin a kafka transaction: %w", err)
+	}
+	// The client flushes manually (rounds.go): produce, then flush.
+	var err error
+	s.cl.Produce(wctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(markerKey), Value: []byte(marker)}, func(_ *kgo.Record, perr error) { err = perr })
+	if ferr := s.cl.Flush(wctx); ferr != nil && err == nil {
+		err = ferr
+	}
+	try := kgo.TryCommit
+	if err != nil {
+		try = kgo.TryAbort
+	}
+	if endErr := s.cl.EndTransaction(wctx, try); err == nil {
+		err = endErr
+	}
+	if err != nil {
+		if fenced(err) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+		}
+		return fmt.Errorf("write a marker to the offsets topic %s: %w", t.cfg.OffsetsTopic, err)
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.ClientID(s.cfg.ClientID + "-offsets"),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.cfg.OffsetsTopic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+	}, s.cfg.Opts...)...)
+	if err != nil {
+		return fmt.Errorf("create the offsets reader: %w", err)
+	}
+	defer cl.Close()
+	var pos event.Position
+	var found bool
+	var writer string // the transactional id of the position
+	var onTL int32    // and its timeline
+	read := int64(-1) // the last offset read
+	for {
+		rctx, cancel := context.WithTimeout(ctx, readIdleTimeout)
+		fs := cl.PollFetches(rctx)
+		idle := rctx.Err() != nil
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read the offsets topic %s to the marker of this instance: %w", t.cfg.OffsetsTopic, err)
+		}
+		if idle {
+			return fmt.Errorf("read the offsets topic %s to the marker of this instance: no record in %s after offset %d "+
+				"(an open transaction of another instance holds the topic until it ends)", t.cfg.OffsetsTopic, readIdleTimeout, read)
+		}
+		for _, fe := range fs.Errors() {
+			if !kerr.IsRetriable(fe.Err) {
+				return fmt.Errorf("read the offsets topic %s: %w", t.cfg.OffsetsTopic, fe.Err)
+			}
+		}
+		done := false
+		var bad error
+		fs.EachRecord(func(r *kgo.Record) {
+			read = r.Offset
+			switch string(r.Key) {
+			case markerKey:
+				done = done || string(r.Value) == marker
+			case t.cfg.Key:
+				if done {
+					return
+				}
+				var pr positionRecord
+				if err := json.Unmarshal(r.Value, &pr); err != nil {
+					bad = fmt.Errorf("position record at offset %d: %w", r.Offset, err)
+					return
+				}
+				lsn, err := pglogrepl.ParseLSN(pr.CommitLSN)
+				if err != nil {
+					bad = fmt.Errorf("position record at offset %d: %w", r.Offset, err)
+					return
+				}
+				if pr.Source != "" && t.cfg.Source != "" && pr.Source != t.cfg.Source {
+					bad = fmt.Errorf("the offsets topic %s holds a position of slot %s on another database (%s, not %s): give this relay its own slot name or offsets topic", t.cfg.OffsetsTopic, pr.Slot, pr.Source, t.cfg.Source)
+					return
+				}
+				pos, found, writer, onTL = event.Position{CommitLSN: lsn, Index: pr.Index}, true, pr.TransactionalID, pr.Timeline
+			}
+		})
+		if bad != nil {
+			return failure.Mark(failure.Fatal, bad)
+		}
+		if done {
+			break
+		}
+	}
+	if writer != "" && writer != t.cfg.ID && writer != t.cfg.Takeover {
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position of slot %s on %s (%s) was committed under transactional id %s, and this relay's is %s; "+
+			"instances of different transactional ids do not fence each other, so both could commit: give every instance of the slot the same kafka.transactional_id (empty: the default), "+
+			"or, after a change of the id, set kafka.transactional_id_takeover: %s to fence it and take over",
+			ErrOtherTransactionalID, t.cfg.Key, t.cfg.OffsetsTopic, pos, writer, t.cfg.ID, writer))
+	}
+	t.mu.Lock()
+	t.committed, t.writer, t.onTL = pos, writer, onTL
+	t.mu.Unlock()
+	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", found, "committed_by", writer)
+	return nil
+}
