@@ -33,14 +33,22 @@ type positionRecord struct {
 	CommittedAt     string `json:"committed_at"`
 }
 
+// offsetsSegmentBytes is the segment size of an offsets topic walrelay
+// creates: compaction cleans only closed segments, and at Kafka's default
+// (1 GiB) the open one would hold millions of positions; at 16 MiB it
+// holds tens of thousands (a position record with its transaction's
+// commit marker takes a few hundred bytes).
+const offsetsSegmentBytes = "16777216"
+
 // ensureOffsetsTopic creates the offsets topic if it is missing, compacted
-// with one partition, and refuses one of another shape.
+// with one partition and segments of offsetsSegmentBytes, and refuses one
+// of another shape.
 func (s *Sink) ensureOffsetsTopic(ctx context.Context) error {
 	topic := s.tx.cfg.OffsetsTopic
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, -1
-	for k, v := range map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "0"} {
+	for k, v := range map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.bytes": offsetsSegmentBytes} {
 		c := kmsg.NewCreateTopicsRequestTopicConfig()
 		c.Name, c.Value = k, kmsg.StringPtr(v)
 		rt.Configs = append(rt.Configs, c)
@@ -205,32 +213,94 @@ func (s *Sink) describeTransactionalID(ctx context.Context, id string) (bool, er
 	return true, nil
 }
 
+// offsetsWindow is the number of offsets readCommitted reads back from
+// the marker first; each further window reaches four times as far back,
+// so a position n offsets back costs about 4n/3 records read at most,
+// however long the topic is.
+const offsetsWindow = 256
+
 // readCommitted reads the committed position of Key: it commits a marker
-// of its own to the offsets topic, then reads the topic from its start with
-// read_committed isolation until the marker, so every position committed
-// before it is seen. It runs with nothing else produced meanwhile.
+// of its own to the offsets topic, then reads the topic with read_committed
+// isolation back from the marker, in windows that grow fourfold, until a
+// window holds a position of Key or the topic's start is reached. Every
+// position committed before the marker is below it, so the latest one of
+// Key is the position. It runs with nothing else produced meanwhile.
 func (s *Sink) readCommitted(ctx context.Context) error {
+	t := s.tx
+	markerAt, err := s.writeMarker(ctx)
+	if err != nil {
+		return err
+	}
+	var last *kgo.Record // the latest position record of Key below the marker
+	var read int64       // records read
+	for to, w := markerAt, int64(offsetsWindow); ; w *= 4 {
+		from := max(0, to-w)
+		r, n, err := s.readOffsets(ctx, from, to)
+		read += n
+		if err != nil {
+			return err
+		}
+		if r != nil || from == 0 {
+			last = r
+			break
+		}
+		to = from
+	}
+	var pos event.Position
+	var pr positionRecord
+	if last != nil {
+		if err := json.Unmarshal(last.Value, &pr); err != nil {
+			return failure.Mark(failure.Fatal, fmt.Errorf("the position record of %s at offset %d of %s: %w", t.cfg.Key, last.Offset, t.cfg.OffsetsTopic, err))
+		}
+		lsn, err := pglogrepl.ParseLSN(pr.CommitLSN)
+		if err != nil {
+			return failure.Mark(failure.Fatal, fmt.Errorf("the position record of %s at offset %d of %s: %w", t.cfg.Key, last.Offset, t.cfg.OffsetsTopic, err))
+		}
+		if pr.Source != "" && t.cfg.Source != "" && pr.Source != t.cfg.Source {
+			return failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s holds a position of slot %s on another database (%s, not %s): give this relay its own slot name or offsets topic", t.cfg.OffsetsTopic, pr.Slot, pr.Source, t.cfg.Source))
+		}
+		pos = event.Position{CommitLSN: lsn, Index: pr.Index}
+	}
+	writer := pr.TransactionalID
+	if writer != "" && writer != t.cfg.ID && writer != t.cfg.Takeover {
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position of slot %s on %s (%s) was committed under transactional id %s, and this relay's is %s; "+
+			"instances of different transactional ids do not fence each other, so both could commit: give every instance of the slot the same kafka.transactional_id (empty: the default), "+
+			"or, after a change of the id, set kafka.transactional_id_takeover: %s to fence it and take over",
+			ErrOtherTransactionalID, t.cfg.Key, t.cfg.OffsetsTopic, pos, writer, t.cfg.ID, writer))
+	}
+	t.mu.Lock()
+	t.committed, t.writer, t.onTL, t.readLast = pos, writer, pr.Timeline, read
+	t.mu.Unlock()
+	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", last != nil, "committed_by", writer,
+		"marker_offset", markerAt, "records_read", read)
+	return nil
+}
+
+// writeMarker commits a record of its own to the offsets topic, keyed
+// Key#marker, in a transaction of the transactional producer, and returns
+// its offset.
+func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	t := s.tx
 	nonce := make([]byte, 8)
 	rand.Read(nonce)
-	marker := hex.EncodeToString(nonce)
-	markerKey := t.cfg.Key + "#marker"
 	wctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
 	defer cancel()
 	// An earlier attempt that the broker cut may have left a transaction
 	// open in the client (nothing of it can commit): end it first.
 	if err := s.cl.EndTransaction(wctx, kgo.TryAbort); err != nil {
 		if fenced(err) {
-			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+			return 0, failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
 		}
-		return fmt.Errorf("abort the kafka transaction: %w", err)
+		return 0, fmt.Errorf("abort the kafka transaction: %w", err)
 	}
 	if err := s.cl.BeginTransaction(); err != nil {
-		return fmt.Errorf("begin a kafka transaction: %w", err)
+		return 0, fmt.Errorf("begin a kafka transaction: %w", err)
 	}
 	// The client flushes manually (rounds.go): produce, then flush.
 	var err error
-	s.cl.Produce(wctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(markerKey), Value: []byte(marker)}, func(_ *kgo.Record, perr error) { err = perr })
+	var at int64
+	s.cl.Produce(wctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key + "#marker"), Value: []byte(hex.EncodeToString(nonce))},
+		func(r *kgo.Record, perr error) { at, err = r.Offset, perr })
 	if ferr := s.cl.Flush(wctx); ferr != nil && err == nil {
 		err = ferr
 	}
@@ -243,87 +313,63 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	}
 	if err != nil {
 		if fenced(err) {
-			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+			return 0, failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
 		}
-		return fmt.Errorf("write a marker to the offsets topic %s: %w", t.cfg.OffsetsTopic, err)
+		return 0, fmt.Errorf("write a marker to the offsets topic %s: %w", t.cfg.OffsetsTopic, err)
 	}
+	return at, nil
+}
+
+// readOffsets reads the offsets topic from offset from with read_committed
+// isolation until a record at offset to or past it (the marker is one),
+// and returns the latest position record of Key below to, if any, and the
+// number of records read.
+func (s *Sink) readOffsets(ctx context.Context, from, to int64) (*kgo.Record, int64, error) {
+	t := s.tx
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.ClientID(s.cfg.ClientID + "-offsets"),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.cfg.OffsetsTopic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.cfg.OffsetsTopic: {0: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
 	}, s.cfg.Opts...)...)
 	if err != nil {
-		return fmt.Errorf("create the offsets reader: %w", err)
+		return nil, 0, fmt.Errorf("create the offsets reader: %w", err)
 	}
 	defer cl.Close()
-	var pos event.Position
-	var found bool
-	var writer string // the transactional id of the position
-	var onTL int32    // and its timeline
-	read := int64(-1) // the last offset read
+	var last *kgo.Record
+	var n int64
+	read := from - 1 // the last offset read
 	for {
 		rctx, cancel := context.WithTimeout(ctx, readIdleTimeout)
 		fs := cl.PollFetches(rctx)
 		idle := rctx.Err() != nil
 		cancel()
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("read the offsets topic %s to the marker of this instance: %w", t.cfg.OffsetsTopic, err)
+			return nil, n, fmt.Errorf("read the offsets topic %s to the marker of this instance: %w", t.cfg.OffsetsTopic, err)
 		}
 		if idle {
-			return fmt.Errorf("read the offsets topic %s to the marker of this instance: no record in %s after offset %d "+
+			return nil, n, fmt.Errorf("read the offsets topic %s to the marker of this instance: no record in %s after offset %d "+
 				"(an open transaction of another instance holds the topic until it ends)", t.cfg.OffsetsTopic, readIdleTimeout, read)
 		}
 		for _, fe := range fs.Errors() {
 			if !kerr.IsRetriable(fe.Err) {
-				return fmt.Errorf("read the offsets topic %s: %w", t.cfg.OffsetsTopic, fe.Err)
+				return nil, n, fmt.Errorf("read the offsets topic %s: %w", t.cfg.OffsetsTopic, fe.Err)
 			}
 		}
 		done := false
-		var bad error
 		fs.EachRecord(func(r *kgo.Record) {
-			read = r.Offset
-			switch string(r.Key) {
-			case markerKey:
-				done = done || string(r.Value) == marker
-			case t.cfg.Key:
-				if done {
-					return
-				}
-				var pr positionRecord
-				if err := json.Unmarshal(r.Value, &pr); err != nil {
-					bad = fmt.Errorf("position record at offset %d: %w", r.Offset, err)
-					return
-				}
-				lsn, err := pglogrepl.ParseLSN(pr.CommitLSN)
-				if err != nil {
-					bad = fmt.Errorf("position record at offset %d: %w", r.Offset, err)
-					return
-				}
-				if pr.Source != "" && t.cfg.Source != "" && pr.Source != t.cfg.Source {
-					bad = fmt.Errorf("the offsets topic %s holds a position of slot %s on another database (%s, not %s): give this relay its own slot name or offsets topic", t.cfg.OffsetsTopic, pr.Slot, pr.Source, t.cfg.Source)
-					return
-				}
-				pos, found, writer, onTL = event.Position{CommitLSN: lsn, Index: pr.Index}, true, pr.TransactionalID, pr.Timeline
+			if done || r.Offset >= to {
+				done = true
+				return
+			}
+			n, read = n+1, r.Offset
+			if string(r.Key) == t.cfg.Key {
+				last = r
 			}
 		})
-		if bad != nil {
-			return failure.Mark(failure.Fatal, bad)
-		}
 		if done {
-			break
+			return last, n, nil
 		}
 	}
-	if writer != "" && writer != t.cfg.ID && writer != t.cfg.Takeover {
-		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position of slot %s on %s (%s) was committed under transactional id %s, and this relay's is %s; "+
-			"instances of different transactional ids do not fence each other, so both could commit: give every instance of the slot the same kafka.transactional_id (empty: the default), "+
-			"or, after a change of the id, set kafka.transactional_id_takeover: %s to fence it and take over",
-			ErrOtherTransactionalID, t.cfg.Key, t.cfg.OffsetsTopic, pos, writer, t.cfg.ID, writer))
-	}
-	t.mu.Lock()
-	t.committed, t.writer, t.onTL = pos, writer, onTL
-	t.mu.Unlock()
-	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", found, "committed_by", writer)
-	return nil
 }

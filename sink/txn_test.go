@@ -483,3 +483,61 @@ func TestExactlyOnceTimelineHistory(t *testing.T) {
 		t.Fatalf("the position of timeline 2 on timeline 1: %v", err)
 	}
 }
+
+// TestExactlyOnceStartReadsBackFromTheMarker: the committed position is
+// read back from this start's marker in growing windows, not from the
+// offsets topic's start. With 20,000 positions of the slot on the topic a
+// start reads no more than the first window (under 1,000 records); with the slot's one
+// position behind 20,000 of another slot it is still found, in a few
+// windows; the position read is the latest.
+func TestExactlyOnceStartReadsBackFromTheMarker(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	a := txnSink(t, kc, "walrelay-a")
+	if err := publish(t, a, txnEvent(0x100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	// Positions as the transactions of a long run leave them, produced
+	// faster by a plain producer.
+	positions := func(slot string, n int, lsn func(int) pglogrepl.LSN) {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...), kgo.DefaultProduceTopic("walrelay.offsets"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for i := range n {
+			v := fmt.Sprintf(`{"slot":%q,"source":"db","commit_lsn":%q,"index":0,"transactional_id":"walrelay-a","committed_at":"2026-12-04T00:00:00Z"}`, slot, lsn(i))
+			cl.Produce(t.Context(), &kgo.Record{Key: []byte(slot), Value: []byte(v)}, nil)
+		}
+		if err := cl.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 20000
+	positions("slot_b", n, func(i int) pglogrepl.LSN { return pglogrepl.LSN(0x1000 + i) })
+	b := txnSink(t, kc, "walrelay-a")
+	if got := b.Committed(); got != (event.Position{CommitLSN: 0x100}) {
+		t.Fatalf("behind %d positions of another slot: read %s, want 0/100#0", n, got)
+	}
+	// 256 + 1,024 + 4,096 + 16,384 offsets reach 20,000 back.
+	if r := b.tx.readLast; r < n || r > 2*n {
+		t.Fatalf("behind %d positions of another slot: read %d records, want the windows that reach it", n, r)
+	}
+	t.Logf("the slot's position behind %d of another slot: %d records read", n, b.tx.readLast)
+	b.Close()
+
+	positions("slot_a", n, func(i int) pglogrepl.LSN { return pglogrepl.LSN(0x200 + i) })
+	c := txnSink(t, kc, "walrelay-a")
+	if got, want := c.Committed(), (event.Position{CommitLSN: pglogrepl.LSN(0x200 + n - 1)}); got != want {
+		t.Fatalf("after %d positions of the slot: read %s, want %s", n, got, want)
+	}
+	if r := c.tx.readLast; r > 1000 {
+		t.Fatalf("after %d positions of the slot: read %d records, want at most 1,000", n, r)
+	}
+	t.Logf("the slot's position after %d of its own: %d records read", n, c.tx.readLast)
+	if err := publish(t, c, txnEvent(0x200+n, 0)); err != nil {
+		t.Fatal(err)
+	}
+}

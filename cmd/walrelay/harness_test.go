@@ -235,12 +235,25 @@ func streaming(t *testing.T, e env) *proc {
 	return p
 }
 
-// exit waits for the process to end and returns its exit code.
+// exit waits for the process to end and returns its exit code. The wait
+// is counted in ticks of a ticker, which drops the ticks it cannot
+// deliver: a stall of the whole machine (a shared VM paused) counts as
+// one tick, not as the process hanging.
 func (p *proc) exit(timeout time.Duration) int {
 	p.t.Helper()
+	const tick = 100 * time.Millisecond
+	tk := time.NewTicker(tick)
+	defer tk.Stop()
+	for n := time.Duration(0); n < timeout; n += tick {
+		select {
+		case <-p.done:
+			return p.cmd.ProcessState.ExitCode()
+		case <-tk.C:
+		}
+	}
 	select {
 	case <-p.done:
-	case <-time.After(timeout):
+	default:
 		// SIGQUIT makes the Go runtime print every goroutine's stack:
 		// the output (logged at the test's end) then shows where it hung.
 		p.signal(syscall.SIGQUIT)
