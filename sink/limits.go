@@ -39,7 +39,7 @@ func (s *Sink) Ping(ctx context.Context) error {
 	}
 	s.topicInfoFor(ctx, s.cfg.DLQTopic)
 	if s.tx != nil {
-		return s.ensureOffsetsTopic(ctx)
+		return s.ensureOffsetsTopic(ctx, offsetsTopicConfigs)
 	}
 	return nil
 }

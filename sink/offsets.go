@@ -40,15 +40,18 @@ type positionRecord struct {
 // commit marker takes a few hundred bytes).
 const offsetsSegmentBytes = "16777216"
 
-// ensureOffsetsTopic creates the offsets topic if it is missing, compacted
-// with one partition and segments of offsetsSegmentBytes, and refuses one
-// of another shape.
-func (s *Sink) ensureOffsetsTopic(ctx context.Context) error {
+// offsetsTopicConfigs are the configs of an offsets topic walrelay creates.
+var offsetsTopicConfigs = map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.bytes": offsetsSegmentBytes}
+
+// ensureOffsetsTopic creates the offsets topic if it is missing, with one
+// partition and configs (offsetsTopicConfigs), and refuses one of another
+// shape.
+func (s *Sink) ensureOffsetsTopic(ctx context.Context, configs map[string]string) error {
 	topic := s.tx.cfg.OffsetsTopic
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, -1
-	for k, v := range map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.bytes": offsetsSegmentBytes} {
+	for k, v := range configs {
 		c := kmsg.NewCreateTopicsRequestTopicConfig()
 		c.Name, c.Value = k, kmsg.StringPtr(v)
 		rt.Configs = append(rt.Configs, c)
