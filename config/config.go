@@ -281,7 +281,7 @@ func (c *Config) keys() []*key {
 	f, s = duration(&c.Kafka.TransactionTimeout, time.Minute)
 	add("kafka.transaction_timeout", "transaction timeout of kafka.exactly_once, after which the broker aborts an open transaction (at most the broker's transaction.max.timeout.ms); a transaction commits by a quarter of it, and kafka.transaction_interval must be under that", f, s)
 	f, s = str(&c.Kafka.OffsetsTopic, "walrelay.offsets")
-	add("kafka.offsets_topic", "compacted one-partition topic of the committed positions of kafka.exactly_once, keyed by slot; created if missing", f, s)
+	add("kafka.offsets_topic", "compacted one-partition topic of the committed positions of kafka.exactly_once, keyed by slot; created if missing (16 MiB segments)", f, s)
 	f, s = boolean(&c.Kafka.TLS.Enabled, false)
 	add("kafka.tls.enabled", "connect to the brokers over TLS (on by itself when a kafka.tls file is set)", f, s)
 	f, s = str(&c.Kafka.TLS.CAFile, "")
