@@ -398,8 +398,25 @@ func contains(ps []int32, p int32) bool {
 	return false
 }
 
-// connectionTrouble reports whether err is the database connection's (or
-// the network's) rather than a record's: retried without limit.
+// handlerError is the failure of a handler, whatever it wraps (io.EOF of
+// an empty payload, a net.Error of a call to a service that is down): it
+// counts an attempt and ends in the dead-letter topic after MaxAttempts.
+// The inbox's own connection is known to be up when a handler's failure
+// is reported: the savepoint was rolled back on it.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+// isHandlerError reports whether err is a handler's failure.
+func isHandlerError(err error) bool {
+	var he *handlerError
+	return errors.As(err, &he)
+}
+
+// connectionTrouble reports whether err, a failure of the inbox's own
+// database work (never a handler's), is the connection's (or the
+// network's) rather than a record's: retried without limit.
 func connectionTrouble(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -2,8 +2,10 @@ package inbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -330,6 +332,77 @@ func TestFailuresRetriedThenDeadLettered(t *testing.T) {
 	}
 	if n := byReason["no_id"]; n == nil || string(kafkatest.Header(n, sink.HeaderOffset)) != "5" {
 		t.Fatalf("the record without id: %+v", n)
+	}
+}
+
+// TestHandlerErrorsOfAnyKindAreDeadLettered: handler failures that wrap
+// what a broken connection wraps (io.EOF from decoding an empty payload,
+// a net.Error from calling a service that is down, an error that says
+// "conn closed") are the handler's, not the database's: each is tried
+// MaxAttempts times and dead-lettered, and the partition goes on.
+func TestHandlerErrorsOfAnyKindAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	downAddr := down.Addr().String()
+	down.Close()
+	var recs []*kgo.Record
+	ids := make([]string, 12)
+	for i := range ids {
+		ids[i] = outbox.NewID()
+		recs = append(recs, event(ids[i], "order-"+strconv.Itoa(i%3), i+1))
+	}
+	failing := map[string]func() error{
+		ids[2]: func() error { var v map[string]any; return json.NewDecoder(strings.NewReader("")).Decode(&v) },
+		ids[5]: func() error { _, err := net.DialTimeout("tcp", downAddr, time.Second); return err },
+		ids[8]: func() error { return fmt.Errorf("call the payment service: %w", errors.New("conn closed")) },
+	}
+	runs := map[string]*atomic.Int32{}
+	want := map[string]bool{}
+	for _, id := range ids {
+		runs[id] = &atomic.Int32{}
+		if failing[id] == nil {
+			want[id] = true
+		}
+	}
+	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		runs[m.ID].Add(1)
+		if f := failing[m.ID]; f != nil {
+			err := f()
+			if err == nil {
+				t.Errorf("the failure of %s did not fail", m.ID)
+			}
+			return err
+		}
+		return record(ctx, tx, m)
+	}
+	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	e.produce(t, recs...)
+	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond}, h)
+	poll.Until(t, time.Minute, "9 handled", func() bool { return e.count(t) == 9 })
+	if _, err := dlq.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 3 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(t, want)
+	for id := range failing {
+		if n := runs[id].Load(); n != 3 {
+			t.Errorf("the handler of %s ran %d times, want MaxAttempts = 3", id, n)
+		}
+	}
+	for _, r := range dlq.Records() {
+		if got := string(kafkatest.Header(r, sink.HeaderReason)); got != "handler_failed" {
+			t.Errorf("dead letter of %s: reason %s, want handler_failed", kafkatest.Header(r, "id"), got)
+		}
 	}
 }
 

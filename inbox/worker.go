@@ -167,7 +167,7 @@ func (w *worker) run() {
 		switch {
 		case errors.Is(err, errNoID):
 			w.deadLetter(head, "no_id", err)
-		case connectionTrouble(err):
+		case !isHandlerError(err) && connectionTrouble(err):
 			w.connFails++
 			wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.connFails-1)
 			c.log.Warn("database unavailable; retrying", "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "err", err, "retry_in", wait)
@@ -233,7 +233,7 @@ func (w *worker) batch(recs []*kgo.Record) (int, error) {
 			if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT walrelay_inbox"); rerr != nil {
 				return 0, fmt.Errorf("roll back event %s after its handler failed (%v): %w", m.ID, err, rerr)
 			}
-			failure = fmt.Errorf("handle event %s (%s/%d at offset %d): %w", m.ID, r.Topic, r.Partition, r.Offset, err)
+			failure = &handlerError{fmt.Errorf("handle event %s (%s/%d at offset %d): %w", m.ID, r.Topic, r.Partition, r.Offset, err)}
 			break
 		}
 		handled++
