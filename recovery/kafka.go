@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -16,6 +18,11 @@ import (
 // isolation, and calls fn for each record. opts are the client's options
 // (brokers, TLS, SASL).
 func readTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time.Time, fn func(*kgo.Record) error) error {
+	return readTopicsStall(ctx, readStall, opts, topics, since, fn)
+}
+
+// readTopicsStall is readTopics failing when no partition moved for stall.
+func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, topics []string, since time.Time, fn func(*kgo.Record) error) error {
 	if len(topics) == 0 {
 		return nil
 	}
@@ -70,8 +77,11 @@ func readTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time
 	// Small fetches, one at a time: compressed batches of repetitive
 	// payloads inflate tenfold in memory, and a window of millions must
 	// read in bounded memory.
+	// Control records (transaction markers) are kept: they take offsets, so
+	// a partition that ends with one, or with an aborted transaction (whose
+	// abort marker comes after it), is seen to reach its end.
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumePartitions(from), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxBytes(256<<10), kgo.FetchMaxPartitionBytes(256<<10), kgo.MaxConcurrentFetches(1))...)
+		kgo.KeepControlRecords(), kgo.FetchMaxBytes(256<<10), kgo.FetchMaxPartitionBytes(256<<10), kgo.MaxConcurrentFetches(1))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -80,22 +90,31 @@ func readTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time
 	for _, ps := range left {
 		remaining += len(ps)
 	}
-	// A partition is done once a record at or past its end offset's
-	// predecessor came; one that ends with transaction markers (control
-	// records take offsets and are never returned) or aborted records is
-	// done when nothing more comes for idleEnd.
-	const idleEnd = 2 * time.Second
-	idleSince := time.Now()
-	for remaining > 0 && time.Since(idleSince) < idleEnd {
+	read := map[string]map[int32]int64{} // the next offset of each partition still to reach its end
+	for t, ps := range from {
+		read[t] = map[int32]int64{}
+		for p, o := range ps {
+			read[t][p] = o.EpochOffset().Offset
+		}
+	}
+	// A partition is done once the record before its end offset came. The
+	// read fails, naming what it did not read, only when no partition
+	// moved for stall: a slow cluster is waited for.
+	progress := time.Now()
+	for remaining > 0 {
+		if time.Since(progress) >= stall {
+			return fmt.Errorf("read %v: nothing came for %s, and %s not read to its end (a broker down, or a transaction still open): nothing was decided on a partial read",
+				topics, stall, unread(left, read))
+		}
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if err := ctx.Err(); err != nil {
-			return err
+			return fmt.Errorf("read %v (%s not read to its end): %w", topics, unread(left, read), err)
 		}
 		var ferr error
 		fs.EachError(func(topic string, p int32, err error) {
-			if ferr == nil && !errors.Is(err, context.DeadlineExceeded) {
+			if ferr == nil && !errors.Is(err, context.DeadlineExceeded) && !kerr.IsRetriable(err) {
 				ferr = fmt.Errorf("read %s partition %d: %w", topic, p, err)
 			}
 		})
@@ -108,12 +127,13 @@ func readTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time
 			if !ok || len(p.Records) == 0 {
 				return
 			}
-			idleSince = time.Now()
+			progress = time.Now()
 			for _, r := range p.Records {
 				if r.Offset >= end {
 					break
 				}
-				if cbErr == nil {
+				read[p.Topic][p.Partition] = r.Offset + 1
+				if cbErr == nil && !r.Attrs.IsControl() {
 					cbErr = fn(r)
 				}
 			}
@@ -127,4 +147,21 @@ func readTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time
 		}
 	}
 	return nil
+}
+
+// readStall is how long readTopics waits for any partition to move before
+// it fails.
+const readStall = 2 * time.Minute
+
+// unread names the partitions of left not read to their end, with the
+// offset reached and the end.
+func unread(left map[string]map[int32]int64, read map[string]map[int32]int64) string {
+	var parts []string
+	for t, ps := range left {
+		for p, end := range ps {
+			parts = append(parts, fmt.Sprintf("%s partition %d (at offset %d of %d)", t, p, read[t][p], end))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
