@@ -129,6 +129,59 @@ func TestLostSlotRunbook(t *testing.T) {
 	p.exit(time.Minute)
 }
 
+// TestLostSlotRunbookRandomIDs: the runbook on the table migrate creates,
+// written as the README's quick start writes it (gen_random_uuid ids, no
+// timestamp column): run's refusal and reconcile's refusal of a time
+// window name --all, and reconcile --all finds, replays and then no longer
+// finds the rows of the gap.
+func TestLostSlotRunbookRandomIDs(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	insert := func(n int, aggregate string) {
+		t.Helper()
+		if _, err := conn.Exec(t.Context(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			SELECT gen_random_uuid(), 'order', $1 || i, 'OrderCreated', '{"total": 12.5}' FROM generate_series(1, $2) i`, aggregate, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := streaming(t, e)
+	insert(20, "before-")
+	poll.Until(t, time.Minute, "20 published", func() bool { c, _ := onTopics(col, kc); return len(c) == 20 })
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if code, out := runCmd(t, e, "slot", "drop", "walrelay"); code != 0 {
+		t.Fatalf("slot drop: exit %d\n%s", code, out)
+	}
+	insert(15, "gap-")
+	if code, out := runCmd(t, e, "run"); code != 1 || !strings.Contains(lastLine(out), "--all on a table without outbox.timestamp_column or UUIDv7 ids") {
+		t.Fatalf("run after the drop: exit %d, want the refusal naming reconcile --all:\n%s", code, tail(out, 2000))
+	}
+	if code, out := runCmd(t, e, "slot", "create"); code != 0 {
+		t.Fatalf("slot create: exit %d\n%s", code, out)
+	}
+	p = streaming(t, e) // reconcile waits for the slot to confirm past its start
+	if code, out := runCmd(t, e, "reconcile", "--since", "10m"); code != 1 || !strings.Contains(out, "--all") {
+		t.Fatalf("reconcile --since on random ids: exit %d, want a refusal naming --all:\n%s", code, out)
+	}
+	code, out := runCmd(t, e, "reconcile", "--all")
+	if code != 2 || !strings.Contains(out, "15 missing") {
+		t.Fatalf("reconcile --all: exit %d, want the 15 rows of the gap missing:\n%s", code, out)
+	}
+	if code, out := runCmd(t, e, "reconcile", "--all", "--replay", "--yes"); code != 2 || !strings.Contains(out, "replayed the 15 missing rows") {
+		t.Fatalf("reconcile --all --replay --yes: exit %d:\n%s", code, out)
+	}
+	poll.Until(t, time.Minute, "35 on the topic", func() bool { c, _ := onTopics(col, kc); return len(c) == 35 })
+	if code, out := runCmd(t, e, "reconcile", "--all"); code != 0 || !strings.Contains(out, "0 missing") {
+		t.Fatalf("the second reconcile --all: exit %d:\n%s", code, out)
+	}
+	p.signal(syscall.SIGTERM)
+	p.exit(time.Minute)
+}
+
 // TestReplayWindow: replay of a time window and an aggregate type sends
 // exactly those rows again, with their headers and walrelay.replay; a dry
 // run counts them and sends nothing.
