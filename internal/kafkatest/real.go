@@ -84,17 +84,28 @@ func FetchJars(ctx context.Context, dir, name, pom string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("make the cache for %s: %w", name, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pom.xml"), []byte(pom), 0o644); err != nil {
+	// A fetch of its own directory and pom: tests and packages fetch at
+	// once on a fresh machine; the first complete one is renamed into place.
+	tmp, err := os.MkdirTemp(dir, "lib.tmp-")
+	if err != nil {
+		return "", fmt.Errorf("make the cache for %s: %w", name, err)
+	}
+	defer os.RemoveAll(tmp)
+	pomFile := tmp + ".pom.xml"
+	if err := os.WriteFile(pomFile, []byte(pom), 0o644); err != nil {
 		return "", err
 	}
-	os.RemoveAll(filepath.Join(dir, "lib.tmp"))
-	cmd := exec.CommandContext(ctx, "mvn", "-q", "-B", "dependency:copy-dependencies", "-DoutputDirectory=lib.tmp", "-DincludeScope=runtime")
+	defer os.Remove(pomFile)
+	cmd := exec.CommandContext(ctx, "mvn", "-q", "-B", "-f", filepath.Base(pomFile), "dependency:copy-dependencies", "-DoutputDirectory="+filepath.Base(tmp), "-DincludeScope=runtime")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("fetch %s with Maven (needs mvn and Maven Central): %v\n%s", name, err, out)
 	}
-	if err := os.Rename(filepath.Join(dir, "lib.tmp"), lib); err != nil {
-		return "", err
+	if err := os.Rename(tmp, lib); err != nil {
+		if _, serr := os.Stat(lib); serr == nil {
+			return lib, nil // another fetch finished first
+		}
+		return "", fmt.Errorf("put the jars of %s in place: %w", name, err)
 	}
 	return lib, nil
 }
