@@ -222,7 +222,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Outbox.PayloadColumn, "payload")
 	add("outbox.payload_column", "column of the Kafka value; NULL gives a tombstone", f, s)
 	f, s = list(&c.Outbox.HeaderColumns, nil)
-	add("outbox.header_columns", "extra columns copied into Kafka headers of the same name, comma-separated", f, s)
+	add("outbox.header_columns", "extra columns copied into Kafka headers of the same name, comma-separated; column:name names the header otherwise", f, s)
 	f, s = str(&c.Outbox.MessagePrefix, "walrelay")
 	add("outbox.message_prefix", "prefix of logical decoding messages published as events", f, s)
 	f, s = list(&c.Outbox.IgnorePrefixes, nil)

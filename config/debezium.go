@@ -350,8 +350,10 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		switch {
 		case len(f) >= 2 && f[1] == "header" && (len(f) == 2 || f[2] == f[0]):
 			headers = append(headers, f[0])
+		case len(f) == 3 && f[1] == "header" && f[2] != "":
+			headers = append(headers, f[0]+":"+f[2]) // the header's own name
 		case len(f) >= 2 && f[1] == "header":
-			refuse(pre+"table.fields.additional.placement", fmt.Sprintf("%s: walrelay names a header after its column (no alias %s)", p, f[2]))
+			refuse(pre+"table.fields.additional.placement", fmt.Sprintf("%s: want column:header or column:header:name", p))
 		case len(f) >= 2 && f[1] == "partition" && keys["outbox.partition_column"] == "":
 			keys["outbox.partition_column"] = f[0]
 		case len(f) >= 2 && f[1] == "partition":

@@ -31,7 +31,7 @@ transforms=outbox
 transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
 transforms.outbox.route.topic.replacement=events.${routedByValue}
 transforms.outbox.table.fields.additional.placement=trace_id:header,\
-  tenant:header:tenant
+  tenant:header:tenant,type:header:eventType
 transforms.outbox.table.field.event.timestamp=created_at
 transforms.outbox.table.op.invalid.behavior=warn
 `
@@ -45,7 +45,7 @@ func TestDebeziumImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := props["transforms.outbox.table.fields.additional.placement"]; got != "trace_id:header,tenant:header:tenant" {
+	if got := props["transforms.outbox.table.fields.additional.placement"]; got != "trace_id:header,tenant:header:tenant,type:header:eventType" {
 		t.Fatalf("a continued line: %q", got)
 	}
 	asJSON := `{"name": "outbox-connector", "config": {`
@@ -71,7 +71,7 @@ func TestDebeziumImport(t *testing.T) {
 		want := map[string]string{
 			"postgres.dsn": "postgres://dbz@db.internal:5433/orders?sslmode=require", "postgres.slot": "outbox_slot", "postgres.publication": "outbox_pub",
 			"postgres.table": "public.outbox", "heartbeat.interval": "10000ms", "kafka.topic": "events.{aggregatetype}",
-			"outbox.header_columns": "trace_id,tenant", "outbox.timestamp_column": "created_at", "kafka.brokers": "k1:9092,k2:9092",
+			"outbox.header_columns": "trace_id,tenant,type:eventType", "outbox.timestamp_column": "created_at", "kafka.brokers": "k1:9092,k2:9092",
 		}
 		for k, v := range want {
 			if keys[k] != v {
@@ -98,7 +98,10 @@ func TestDebeziumImport(t *testing.T) {
 			t.Fatalf("the password in the output:\n%s", out)
 		}
 		c := loadBack(t, out)
-		if c.Postgres.Slot != "outbox_slot" || strings.Join(c.Kafka.Brokers, ",") != "k1:9092,k2:9092" || strings.Join(c.Outbox.HeaderColumns, ",") != "trace_id,tenant" || c.Kafka.Topic != "events.{aggregatetype}" {
+		if c.Postgres.Slot != "outbox_slot" || strings.Join(c.Kafka.Brokers, ",") != "k1:9092,k2:9092" || strings.Join(c.Outbox.HeaderColumns, ",") != "trace_id,tenant,type:eventType" || c.Kafka.Topic != "events.{aggregatetype}" {
+			t.Fatalf("loaded back: %+v\n%s", c, out)
+		}
+		if l := c.OutboxConfig().Layout; strings.Join(l.HeaderColumns, ",") != "trace_id,tenant,type" || l.HeaderName("type") != "eventType" || l.HeaderName("tenant") != "tenant" {
 			t.Fatalf("loaded back: %+v\n%s", c, out)
 		}
 	}

@@ -31,8 +31,9 @@ func (c *Config) OutboxConfig() decoder.Config {
 		Columns: decoder.Columns{
 			ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn, Type: o.TypeColumn, Payload: o.PayloadColumn,
 		},
-		HeaderColumns: o.HeaderColumns, PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn, TraceColumn: o.TraceColumn,
+		PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn, TraceColumn: o.TraceColumn,
 	}
+	base.HeaderColumns, base.HeaderNames = headerColumns(o.HeaderColumns)
 	cfg := decoder.Config{MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes}
 	if len(o.Tables) == 0 {
 		cfg.Layout = base
@@ -118,4 +119,27 @@ func (c *Config) PollConfig(log *slog.Logger, extra ...kgo.Opt) (poll.Config, er
 		ConnConfig: connCfg, Outbox: c.OutboxConfig(), Interval: p.Interval, BatchSize: p.BatchSize, Lease: p.Lease, MaxAttempts: p.MaxAttempts,
 		Ordering: p.Ordering, OnDead: p.OnDead, WorkerID: p.WorkerID, ShutdownTimeout: c.ShutdownTimeout, Sink: scfg, Logger: log,
 	}, nil
+}
+
+// headerColumns splits the entries of a header_columns list, each a
+// column or column:header (the header's name when it is not the
+// column's, as Debezium's placement column:header:name gives it), into
+// the columns and the names that differ.
+func headerColumns(entries []string) ([]string, map[string]string) {
+	if entries == nil {
+		return nil, nil
+	}
+	cols := make([]string, 0, len(entries))
+	var names map[string]string
+	for _, e := range entries {
+		col, name, ok := strings.Cut(e, ":")
+		cols = append(cols, col)
+		if ok && name != col {
+			if names == nil {
+				names = map[string]string{}
+			}
+			names[col] = name
+		}
+	}
+	return cols, names
 }

@@ -123,7 +123,7 @@ func (t OutboxTable) layout(base decoder.Layout) decoder.Layout {
 	pick(&l.PartitionColumn, t.PartitionColumn)
 	pick(&l.TraceColumn, t.TraceColumn)
 	if t.HeaderColumns != nil {
-		l.HeaderColumns = t.HeaderColumns
+		l.HeaderColumns, l.HeaderNames = headerColumns(t.HeaderColumns)
 	}
 	return l
 }

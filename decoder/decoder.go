@@ -75,8 +75,12 @@ type Layout struct {
 	// say): its events' PayloadRequired.
 	PayloadNotNull bool
 	// HeaderColumns are extra columns copied into Kafka headers named after
-	// them. A listed column missing from the table is an error.
+	// them (or as HeaderNames says). A listed column missing from the table
+	// is an error.
 	HeaderColumns []string
+	// HeaderNames gives a header column's Kafka header another name than
+	// the column's (Debezium's placement column:header:name), by column.
+	HeaderNames map[string]string
 	// PartitionColumn, if set, is an integer column whose value is the
 	// Kafka partition of the row's record (Debezium's
 	// table.fields.additional.placement …:partition); NULL leaves the
@@ -93,6 +97,15 @@ type Layout struct {
 	// tracing.span.context.field holds). It becomes the traceparent and
 	// tracestate headers; a value without a valid traceparent gives none.
 	TraceColumn string
+}
+
+// HeaderName is the Kafka header of header column col: its HeaderNames
+// entry, or its name.
+func (l Layout) HeaderName(col string) string {
+	if n, ok := l.HeaderNames[col]; ok {
+		return n
+	}
+	return col
 }
 
 // Name is the table's schema.table: the Source of its events.
@@ -197,19 +210,20 @@ type Decoder struct {
 }
 
 type relation struct {
-	name    string // schema.table as the Relation message gave it
-	outbox  bool
-	source  string // the outbox table's configured schema.table: Event.Source
-	cols    []*pglogrepl.RelationMessageColumn
-	id      int // column indexes of the required columns
-	aggType int
-	aggID   int
-	typ     int
-	payload int
-	headers []int
-	part    int // the partition column's index, or -1
-	stamp   int // the timestamp column's index, or -1
-	trace   int // the trace column's index, or -1
+	name       string // schema.table as the Relation message gave it
+	outbox     bool
+	source     string // the outbox table's configured schema.table: Event.Source
+	cols       []*pglogrepl.RelationMessageColumn
+	id         int // column indexes of the required columns
+	aggType    int
+	aggID      int
+	typ        int
+	payload    int
+	headers    []int
+	headerKeys []string // the Kafka header of each of headers
+	part       int      // the partition column's index, or -1
+	stamp      int      // the timestamp column's index, or -1
+	trace      int      // the trace column's index, or -1
 	// payloadText and payloadBytes say whether the payload column is of a
 	// text type or bytea (Event.PayloadText, PayloadBytes).
 	payloadText, payloadBytes bool
@@ -247,12 +261,22 @@ func New(cfg Config) (*Decoder, error) {
 			return nil, fmt.Errorf("outbox table %s: listed twice", l.Name())
 		}
 		tables[l.Name()] = true
-		seen := map[string]bool{}
+		seen, named := map[string]bool{}, map[string]string{}
 		for _, h := range l.HeaderColumns {
 			if h == "" || seen[h] {
 				return nil, fmt.Errorf("header column %q of %s: empty or listed twice", h, l.Name())
 			}
 			seen[h] = true
+			name := l.HeaderName(h)
+			if other, ok := named[name]; ok || name == "" {
+				return nil, fmt.Errorf("header column %q of %s: its header %q is empty or also that of column %q", h, l.Name(), name, other)
+			}
+			named[name] = h
+		}
+		for c := range l.HeaderNames {
+			if !seen[c] {
+				return nil, fmt.Errorf("header name of column %q of %s: not a header column", c, l.Name())
+			}
 		}
 	}
 	return &Decoder{
@@ -389,6 +413,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 			return err
 		}
 		r.headers = append(r.headers, i)
+		r.headerKeys = append(r.headerKeys, l.HeaderName(h))
 	}
 	switch m.Columns[r.payload].DataType {
 	case oidText, oidVarchar, oidBpchar:

@@ -91,6 +91,34 @@ func TestInsertBecomesEvent(t *testing.T) {
 	}
 }
 
+// TestHeaderNames: a header column of another header name (Debezium's
+// placement type:header:eventType) is written under that name, the
+// event's type column included; names that clash, are empty, or name no
+// header column are refused.
+func TestHeaderNames(t *testing.T) {
+	t.Parallel()
+	d, err := New(Config{Layout: Layout{HeaderColumns: []string{"type", "tenant"}, HeaderNames: map[string]string{"type": "eventType"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	mustDecode(t, d, relationMsg(16384, "public", "outbox", outboxCols))
+	mustDecode(t, d, beginMsg(0x5000, at, 731))
+	e := mustDecode(t, d, insertMsg(16384, s(testID), s("order"), s("o-17"), s("OrderCreated"), s(`{}`), s("42"), nil, nil, nil)).(EventMessage)
+	if len(e.Headers) != 2 || e.Headers[0].Key != "eventType" || string(e.Headers[0].Value) != "OrderCreated" || e.Headers[1].Key != "tenant" || string(e.Headers[1].Value) != "42" {
+		t.Fatalf("headers %q, want eventType=OrderCreated and tenant=42", e.Headers)
+	}
+	for _, l := range []Layout{
+		{HeaderColumns: []string{"type", "tenant"}, HeaderNames: map[string]string{"type": "tenant"}},
+		{HeaderColumns: []string{"type"}, HeaderNames: map[string]string{"type": ""}},
+		{HeaderColumns: []string{"tenant"}, HeaderNames: map[string]string{"type": "eventType"}},
+	} {
+		if _, err := New(Config{Layout: l}); err == nil {
+			t.Errorf("%+v accepted", l)
+		}
+	}
+}
+
 func TestRowErrorsMarkTheEventInvalid(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

@@ -155,12 +155,12 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 	} else if vals[r.payload].kind != 'n' {
 		e.Payload = bytes.Clone(vals[r.payload].data) // keep what failed to parse for the dead-letter record
 	}
-	for _, i := range r.headers {
+	for k, i := range r.headers {
 		if vals[i].kind == 'n' {
 			// A null header, as Debezium's header placement writes one.
-			e.Headers = append(e.Headers, event.Header{Key: r.cols[i].Name})
+			e.Headers = append(e.Headers, event.Header{Key: r.headerKeys[k]})
 		} else if v, ok := value(i, false); ok {
-			e.Headers = append(e.Headers, event.Header{Key: r.cols[i].Name, Value: bytes.Clone(Format(v))})
+			e.Headers = append(e.Headers, event.Header{Key: r.headerKeys[k], Value: bytes.Clone(Format(v))})
 		}
 	}
 	if r.part >= 0 {
