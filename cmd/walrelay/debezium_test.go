@@ -242,7 +242,8 @@ func TestDebeziumSwitchOver(t *testing.T) {
 // TestDebeziumMappings runs Debezium and walrelay side by side, as
 // TestDebeziumParity does, with the EventRouter's mappings: a topic regex
 // with groups and a replacement, a partition placement from an integer
-// column (NULL: the key's partition), a header placement, the record
+// column (NULL: the key's partition), a header placement and one of
+// another header name (type:header:eventType), the record
 // timestamp from a timestamp column, and tombstones for a NULL payload
 // with the JsonConverter. walrelay is configured by `debezium import` of
 // Debezium's own files. Every event has the same topic, partition, key,
@@ -268,7 +269,7 @@ func TestDebeziumMappings(t *testing.T) {
 	worker["key.converter"], worker["value.converter"] = "org.apache.kafka.connect.json.JsonConverter", "org.apache.kafka.connect.json.JsonConverter"
 	worker["key.converter.schemas.enable"], worker["value.converter.schemas.enable"] = "false", "false"
 	for k, v := range map[string]string{
-		"route.topic.regex": regex, "table.fields.additional.placement": "shard:partition,version:header",
+		"route.topic.regex": regex, "table.fields.additional.placement": "shard:partition,version:header,type:header:eventType",
 		"route.tombstone.on.empty.payload": "true", "table.field.event.timestamp": "created_at",
 	} {
 		connector["transforms.outbox."+k] = v
@@ -340,6 +341,8 @@ func TestDebeziumMappings(t *testing.T) {
 			t.Fatalf("event %d: value %q, Debezium %q", i, x.Value, y.Value)
 		case headerState(x, "version") != headerState(y, "version"):
 			t.Fatalf("event %d: version header %s, Debezium %s", i, headerState(x, "version"), headerState(y, "version"))
+		case headerState(x, "eventType") != "=T" || headerState(y, "eventType") != "=T":
+			t.Fatalf("event %d: eventType header %s, Debezium %s, want =T from both", i, headerState(x, "eventType"), headerState(y, "eventType"))
 		case i%3 != 2 && !x.Timestamp.Equal(y.Timestamp):
 			t.Fatalf("event %d: timestamp %s, Debezium %s", i, x.Timestamp, y.Timestamp)
 		}
