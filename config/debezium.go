@@ -338,8 +338,11 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	default:
 		refuse(pre+"route.tombstone.on.empty.payload", "want true or false")
 	}
-	if v := r("table.expand.json.payload", "false"); v != "false" && keys["kafka.value_format"] == "" {
-		refuse(pre+"table.expand.json.payload", "with the StringConverter walrelay writes the payload as stored")
+	if v := r("table.expand.json.payload", "false"); v != "false" {
+		// Reported: Debezium 3.6.1 with the JsonConverter writes the
+		// payload as a JSON object where walrelay's json format writes a
+		// JSON string of it; no walrelay format writes the expanded form.
+		refuse(pre+"table.expand.json.payload", "walrelay writes the payload as stored (raw) or as a JSON string of it (json, json_schema), not as the expanded JSON object: consumers of Debezium's records would break at the switch")
 	}
 	var headers []string
 	for _, p := range strings.Split(r("table.fields.additional.placement", ""), ",") {
