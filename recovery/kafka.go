@@ -46,7 +46,7 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 		return fmt.Errorf("list the offsets of %v at %s: %w", topics, since.Format(time.RFC3339), err)
 	}
 	from := map[string]map[int32]kgo.Offset{}
-	left := map[string]map[int32]int64{} // the end offset still to reach
+	left := map[string]map[int32]*span{} // the partitions still to read to their end
 	var missingTopic error
 	ends.Each(func(o kadm.ListedOffset) {
 		if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
@@ -63,10 +63,10 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 			return // nothing to read
 		}
 		if from[o.Topic] == nil {
-			from[o.Topic], left[o.Topic] = map[int32]kgo.Offset{}, map[int32]int64{}
+			from[o.Topic], left[o.Topic] = map[int32]kgo.Offset{}, map[int32]*span{}
 		}
 		from[o.Topic][o.Partition] = kgo.NewOffset().At(s.Offset)
-		left[o.Topic][o.Partition] = o.Offset
+		left[o.Topic][o.Partition] = &span{next: s.Offset, end: o.Offset}
 	})
 	if missingTopic != nil {
 		return missingTopic
@@ -90,13 +90,6 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 	for _, ps := range left {
 		remaining += len(ps)
 	}
-	read := map[string]map[int32]int64{} // the next offset of each partition still to reach its end
-	for t, ps := range from {
-		read[t] = map[int32]int64{}
-		for p, o := range ps {
-			read[t][p] = o.EpochOffset().Offset
-		}
-	}
 	// A partition is done once the record before its end offset came. The
 	// read fails, naming what it did not read, only when no partition
 	// moved for stall: a slow cluster is waited for.
@@ -104,13 +97,13 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 	for remaining > 0 {
 		if time.Since(progress) >= stall {
 			return fmt.Errorf("read %v: nothing came for %s, and %s not read to its end (a broker down, or a transaction still open): nothing was decided on a partial read",
-				topics, stall, unread(left, read))
+				topics, stall, unread(left))
 		}
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("read %v (%s not read to its end): %w", topics, unread(left, read), err)
+			return fmt.Errorf("read %v (%s not read to its end): %w", topics, unread(left), err)
 		}
 		var ferr error
 		fs.EachError(func(topic string, p int32, err error) {
@@ -123,21 +116,21 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 		}
 		var cbErr error
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			end, ok := left[p.Topic][p.Partition]
+			sp, ok := left[p.Topic][p.Partition]
 			if !ok || len(p.Records) == 0 {
 				return
 			}
 			progress = time.Now()
 			for _, r := range p.Records {
-				if r.Offset >= end {
+				if r.Offset >= sp.end {
 					break
 				}
-				read[p.Topic][p.Partition] = r.Offset + 1
+				sp.next = r.Offset + 1
 				if cbErr == nil && !r.Attrs.IsControl() {
 					cbErr = fn(r)
 				}
 			}
-			if p.Records[len(p.Records)-1].Offset+1 >= end {
+			if p.Records[len(p.Records)-1].Offset+1 >= sp.end {
 				delete(left[p.Topic], p.Partition)
 				remaining--
 			}
@@ -153,13 +146,16 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 // it fails.
 const readStall = 2 * time.Minute
 
+// span is what is left to read of a partition: from next to end.
+type span struct{ next, end int64 }
+
 // unread names the partitions of left not read to their end, with the
 // offset reached and the end.
-func unread(left map[string]map[int32]int64, read map[string]map[int32]int64) string {
+func unread(left map[string]map[int32]*span) string {
 	var parts []string
 	for t, ps := range left {
-		for p, end := range ps {
-			parts = append(parts, fmt.Sprintf("%s partition %d (at offset %d of %d)", t, p, read[t][p], end))
+		for p, sp := range ps {
+			parts = append(parts, fmt.Sprintf("%s partition %d (at offset %d of %d)", t, p, sp.next, sp.end))
 		}
 	}
 	sort.Strings(parts)

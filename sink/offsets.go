@@ -252,10 +252,11 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	var pos event.Position
 	var pr positionRecord
 	if last != nil {
-		if err := json.Unmarshal(last.Value, &pr); err != nil {
-			return failure.Mark(failure.Fatal, fmt.Errorf("the position record of %s at offset %d of %s: %w", t.cfg.Key, last.Offset, t.cfg.OffsetsTopic, err))
+		var lsn pglogrepl.LSN
+		err := json.Unmarshal(last.Value, &pr)
+		if err == nil {
+			lsn, err = pglogrepl.ParseLSN(pr.CommitLSN)
 		}
-		lsn, err := pglogrepl.ParseLSN(pr.CommitLSN)
 		if err != nil {
 			return failure.Mark(failure.Fatal, fmt.Errorf("the position record of %s at offset %d of %s: %w", t.cfg.Key, last.Offset, t.cfg.OffsetsTopic, err))
 		}
