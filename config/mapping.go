@@ -31,7 +31,7 @@ func (c *Config) OutboxConfig() decoder.Config {
 		Columns: decoder.Columns{
 			ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn, Type: o.TypeColumn, Payload: o.PayloadColumn,
 		},
-		PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn, TraceColumn: o.TraceColumn,
+		PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn, OrderColumn: o.OrderColumn, TraceColumn: o.TraceColumn,
 	}
 	base.HeaderColumns, base.HeaderNames = headerColumns(o.HeaderColumns)
 	cfg := decoder.Config{MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes}

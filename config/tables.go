@@ -26,6 +26,7 @@ type OutboxTable struct {
 	PayloadColumn       string   `yaml:"payload_column" json:"payload_column,omitempty"`
 	HeaderColumns       []string `yaml:"header_columns" json:"header_columns,omitempty"`
 	TimestampColumn     string   `yaml:"timestamp_column" json:"timestamp_column,omitempty"`
+	OrderColumn         string   `yaml:"order_column" json:"order_column,omitempty"`
 	PartitionColumn     string   `yaml:"partition_column" json:"partition_column,omitempty"`
 	TraceColumn         string   `yaml:"trace_column" json:"trace_column,omitempty"`
 	Topic               string   `yaml:"topic" json:"topic,omitempty"`
@@ -65,7 +66,7 @@ func tablesJSON(ts []OutboxTable) string {
 }
 
 // tableFields names the fields of an outbox.tables entry.
-const tableFields = "id_column, aggregate_type_column, aggregate_id_column, type_column, payload_column, header_columns, timestamp_column, partition_column, trace_column, topic, topic_regex"
+const tableFields = "id_column, aggregate_type_column, aggregate_id_column, type_column, payload_column, header_columns, timestamp_column, order_column, partition_column, trace_column, topic, topic_regex"
 
 // splitTable splits schema.table; a bare name is in public.
 func splitTable(s string) (schema, name string, ok bool) {
@@ -120,6 +121,7 @@ func (t OutboxTable) layout(base decoder.Layout) decoder.Layout {
 	pick(&l.Columns.Type, t.TypeColumn)
 	pick(&l.Columns.Payload, t.PayloadColumn)
 	pick(&l.TimestampColumn, t.TimestampColumn)
+	pick(&l.OrderColumn, t.OrderColumn)
 	pick(&l.PartitionColumn, t.PartitionColumn)
 	pick(&l.TraceColumn, t.TraceColumn)
 	if t.HeaderColumns != nil {

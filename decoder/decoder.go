@@ -91,6 +91,11 @@ type Layout struct {
 	// table.field.event.timestamp; a timestamp without zone is taken as
 	// UTC); NULL leaves the time of publishing.
 	TimestampColumn string
+	// OrderColumn, if set, is a column whose order is the rows' insert
+	// order (an identity or sequence, a clock_timestamp() default). The
+	// decoder does not read it: it is the order in which package recovery
+	// replays rows.
+	OrderColumn string
 	// TraceColumn, if set, is a text column holding the writer's trace
 	// context: a W3C traceparent, or java.util.Properties text with
 	// traceparent and tracestate keys (what Debezium's

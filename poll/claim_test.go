@@ -31,7 +31,7 @@ func claimFixture(t *testing.T, cfg Config) (*pgx.Conn, *table) {
 	if _, err := migrations.ApplyPoll(ctx, conn, decoder.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := recovery.Open(ctx, conn, decoder.Config{}.WithDefaults().Layouts()[0], "")
+	rt, err := recovery.Open(ctx, conn, decoder.Config{}.WithDefaults().Layouts()[0])
 	if err != nil {
 		t.Fatal(err)
 	}

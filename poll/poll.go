@@ -397,7 +397,7 @@ func (p *Poller) describe(ctx context.Context, db *pgx.Conn) error {
 	}
 	p.tables = p.tables[:0]
 	for _, l := range p.cfg.Outbox.Layouts() {
-		t, err := recovery.Open(ctx, db, l, l.TimestampColumn)
+		t, err := recovery.Open(ctx, db, l)
 		if err != nil {
 			return failure.Mark(failure.Fatal, err)
 		}

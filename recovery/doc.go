@@ -8,6 +8,7 @@
 //
 // A window is a time range (the configured timestamp column, or the time
 // inside UUIDv7 ids), optionally one aggregate type, or a list of ids, or
-// the whole table. Rows are read in batches by primary key, so memory does
-// not grow with the window.
+// the whole table. Rows are read by one query, sorted by the server in
+// the order they were committed as far as the table can tell (Order), and
+// streamed, so memory does not grow with the window.
 package recovery

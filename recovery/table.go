@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,13 +47,16 @@ type Table struct {
 	idType    string // the id column's type, as format_type writes it
 	rows      *decoder.RowReader
 	idIsUUID  bool
+	tsIsDate  bool
 }
 
 // Open describes the outbox table of layout on conn, whose session it pins
-// to the replication session's text formats. timestampColumn, if set, must
-// be a timestamp or date column of the table.
-func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampColumn string) (*Table, error) {
+// to the replication session's text formats. The layout's timestamp
+// column, if set, must be a timestamp or date column of the table, and its
+// order column, if set, a column of it.
+func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, error) {
 	layout = layout.WithDefaults()
+	timestampColumn := layout.TimestampColumn
 	t := &Table{conn: conn, layout: layout, tsColumn: timestampColumn, name: pgx.Identifier{layout.Schema, layout.Table}.Sanitize()}
 	// jit off: the batches are small queries that a JIT compile would
 	// dominate.
@@ -65,7 +69,7 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampC
 		return nil, fmt.Errorf("read the columns of %s.%s: %w", layout.Schema, layout.Table, err)
 	}
 	var texts []string
-	tsType := ""
+	tsType, orderFound := "", false
 	for rows.Next() {
 		var name, typ string
 		var oid int64
@@ -85,6 +89,7 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampC
 		if name == timestampColumn {
 			tsType = typ
 		}
+		orderFound = orderFound || name == layout.OrderColumn
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the columns of %s.%s: %w", layout.Schema, layout.Table, err)
@@ -97,6 +102,10 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout, timestampC
 			return nil, fmt.Errorf("outbox.timestamp_column: table %s.%s has no column %q", layout.Schema, layout.Table, timestampColumn)
 		}
 		return nil, fmt.Errorf("outbox.timestamp_column: column %q of %s.%s is %s, not a timestamp", timestampColumn, layout.Schema, layout.Table, tsType)
+	}
+	t.tsIsDate = tsType == "date"
+	if layout.OrderColumn != "" && !orderFound {
+		return nil, fmt.Errorf("outbox.order_column: table %s.%s has no column %q", layout.Schema, layout.Table, layout.OrderColumn)
 	}
 	if t.rows, err = decoder.NewRowReader(layout, t.cols); err != nil {
 		return nil, err
@@ -193,18 +202,32 @@ func (t *Table) checkUUIDv7(ctx context.Context) error {
 	if !t.idIsUUID {
 		return fmt.Errorf("%w: the id column %s of %s is not uuid; set outbox.timestamp_column, or use --ids FILE or --all", ErrNoTime, t.layout.Columns.ID, t.Name())
 	}
-	var sample string
-	err := t.conn.QueryRow(ctx, "SELECT "+pgx.Identifier{t.layout.Columns.ID}.Sanitize()+"::text FROM "+t.name+" LIMIT 1").Scan(&sample)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
+	v7, sample, err := t.uuidV7(ctx)
 	if err != nil {
-		return fmt.Errorf("read an id of %s: %w", t.Name(), err)
+		return err
 	}
-	if _, ok := outbox.IDTime(sample); !ok {
+	if !v7 {
 		return fmt.Errorf("%w: the ids of %s are not UUIDv7 (%s); set outbox.timestamp_column, or use --ids FILE or --all", ErrNoTime, t.Name(), sample)
 	}
 	return nil
+}
+
+// uuidV7 tells whether the table's ids are UUIDv7, looking at one row (an
+// empty table's are), and returns the id it looked at.
+func (t *Table) uuidV7(ctx context.Context) (bool, string, error) {
+	if !t.idIsUUID {
+		return false, "", nil
+	}
+	var sample string
+	err := t.conn.QueryRow(ctx, "SELECT "+pgx.Identifier{t.layout.Columns.ID}.Sanitize()+"::text FROM "+t.name+" LIMIT 1").Scan(&sample)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, "", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("read an id of %s: %w", t.Name(), err)
+	}
+	_, ok := outbox.IDTime(sample)
+	return ok, sample, nil
 }
 
 // Row is one row of the window: its event (no WAL position, transaction
@@ -215,102 +238,102 @@ type Row struct {
 	Time  time.Time // zero if unknown
 }
 
-// Rows calls fn for each row of the window, in id order, reading batchRows
-// at a time. q, if set, runs the reads (a transaction's snapshot).
+// Order is the order in which Rows reads a table: the order its rows were
+// committed in, as far as the table can tell.
+type Order struct {
+	// By says what the order rests on, for the operator.
+	By string
+	// Unsure, if set, says why rows of one aggregate may still go out in
+	// another order than they were committed in.
+	Unsure string
+
+	sql string // the ORDER BY list
+}
+
+// Order is the order of the table's rows that Rows reads them in. An
+// order column is taken as it is; else the timestamp column or the time of
+// UUIDv7 ids orders the transactions, and the command id and then the
+// tuple's place order a transaction's rows (the order its statements ran
+// and, within one statement, the order it inserted them in an outbox whose
+// rows are never updated). A table with none of these is ordered by
+// transaction id, which is the order transactions first wrote, not always
+// the order they committed.
+func (t *Table) Order(ctx context.Context) (Order, error) {
+	id := t.name + "." + pgx.Identifier{t.layout.Columns.ID}.Sanitize()
+	// cid has no ordering operator; its text is its number.
+	inTx := t.name + ".cmin::text::int8, " + t.name + ".ctid"
+	switch {
+	case t.layout.OrderColumn != "":
+		return Order{By: "outbox.order_column " + t.layout.OrderColumn, sql: t.name + "." + pgx.Identifier{t.layout.OrderColumn}.Sanitize() + ", " + id}, nil
+	case t.tsColumn != "" && t.tsIsDate:
+		return Order{By: "outbox.timestamp_column " + t.tsColumn + ", then transaction id, then insert order",
+			Unsure: "the timestamp column is a date: rows of one day go out in the order their transactions first wrote, not always the order they committed; set outbox.order_column",
+			sql:    t.name + "." + pgx.Identifier{t.tsColumn}.Sanitize() + ", age(" + t.name + ".xmin) DESC, " + inTx}, nil
+	case t.tsColumn != "":
+		return Order{By: "outbox.timestamp_column " + t.tsColumn + ", then insert order", sql: t.name + "." + pgx.Identifier{t.tsColumn}.Sanitize() + ", " + inTx}, nil
+	}
+	v7, _, err := t.uuidV7(ctx)
+	if err != nil {
+		return Order{}, err
+	}
+	if v7 {
+		// Ids of a monotonic generator (PostgreSQL 18's uuidv7(),
+		// outbox.NewID) rise in the order they were made.
+		return Order{By: "UUIDv7 ids", sql: id}, nil
+	}
+	return Order{By: "transaction id, then insert order",
+		Unsure: "the table has no outbox.timestamp_column, outbox.order_column or UUIDv7 ids: transactions go out in the order they first wrote, not always the order they committed, and rows written under a savepoint after their transaction's others; set outbox.order_column",
+		sql:    "age(" + t.name + ".xmin) DESC, " + inTx}, nil
+}
+
+// Rows calls fn for each row of the window in the table's Order, read by
+// one query that the server sorts once. q, if set, runs the read (a
+// transaction's snapshot).
 func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error) error {
 	cond, args, err := t.where(ctx, w)
 	if err != nil {
 		return err
 	}
-	query := func(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-		if q != nil {
-			return q.Query(ctx, sql, args...)
-		}
-		return t.conn.Query(ctx, sql, args...)
-	}
-	id := pgx.Identifier{t.layout.Columns.ID}.Sanitize()
-	idCast := ""
-	if t.idIsUUID {
-		idCast = "::uuid"
-	}
-	idIndex := -1
-	tsIndex := -1
-	for i, c := range t.cols {
-		if c.Name == t.layout.Columns.ID {
-			idIndex = i
-		}
-		if c.Name == t.tsColumn {
-			tsIndex = i
-		}
-	}
-	// A table just loaded may have no statistics yet: a plan that sorts
-	// the whole window for every batch would make the read quadratic. The
-	// primary key's order is what the batches walk.
-	exec := func(sql string) error {
-		var err error
-		if q != nil {
-			_, err = q.Exec(ctx, sql)
-		} else {
-			_, err = t.conn.Exec(ctx, sql)
-		}
+	order, err := t.Order(ctx)
+	if err != nil {
 		return err
 	}
-	if err := exec("SET enable_seqscan = off; SET enable_sort = off"); err != nil {
+	tsIndex := slices.IndexFunc(t.cols, func(c decoder.Column) bool { return c.Name == t.tsColumn })
+	sql := t.selectSQL + " WHERE " + cond + " ORDER BY " + order.sql
+	var rows pgx.Rows
+	if q != nil {
+		rows, err = q.Query(ctx, sql, args...)
+	} else {
+		rows, err = t.conn.Query(ctx, sql, args...)
+	}
+	if err != nil {
 		return fmt.Errorf("read %s: %w", t.Name(), err)
 	}
-	defer exec("RESET enable_seqscan; RESET enable_sort") //nolint:errcheck // the session's own settings
-	var last *string
-	vals := make([][]byte, len(t.cols))
-	for {
-		sql := t.selectSQL + " WHERE " + cond
-		a := args
-		if last != nil {
-			a = append(append([]any(nil), args...), *last)
-			sql += fmt.Sprintf(" AND %s.%s > $%d%s", t.name, id, len(a), idCast)
-		}
-		// The table's column, not the select list's text of it.
-		sql += fmt.Sprintf(" ORDER BY %s.%s LIMIT %d", t.name, id, batchRows)
-		rows, err := query(ctx, sql, a...)
+	defer rows.Close()
+	for rows.Next() {
+		raw := rows.RawValues()
+		e, err := t.rows.Event(raw)
 		if err != nil {
-			return fmt.Errorf("read %s: %w", t.Name(), err)
+			return err
 		}
-		n := 0
-		for rows.Next() {
-			n++
-			raw := rows.RawValues()
-			for i := range vals {
-				vals[i] = raw[i]
-			}
-			e, err := t.rows.Event(vals)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			r := Row{Event: e}
-			if tsIndex >= 0 && raw[tsIndex] != nil {
-				if v, err := decoder.ParseText(t.cols[tsIndex].DataType, raw[tsIndex]); err == nil {
-					if tm, ok := v.(time.Time); ok {
-						r.Time = tm
-					}
+		r := Row{Event: e}
+		if tsIndex >= 0 && raw[tsIndex] != nil {
+			if v, err := decoder.ParseText(t.cols[tsIndex].DataType, raw[tsIndex]); err == nil {
+				if tm, ok := v.(time.Time); ok {
+					r.Time = tm
 				}
-			} else if tm, ok := outbox.IDTime(e.ID); ok && t.tsColumn == "" {
-				r.Time = tm
 			}
-			s := string(raw[idIndex])
-			last = &s
-			if err := fn(r); err != nil {
-				rows.Close()
-				return err
-			}
+		} else if tm, ok := outbox.IDTime(e.ID); ok && t.tsColumn == "" {
+			r.Time = tm
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read %s: %w", t.Name(), err)
-		}
-		if n < batchRows {
-			return nil
+		if err := fn(r); err != nil {
+			return err
 		}
 	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", t.Name(), err)
+	}
+	return nil
 }
 
 // uuidAt is the smallest UUIDv7 of time tm: ids at or after it are of tm

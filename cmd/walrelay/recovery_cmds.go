@@ -141,7 +141,7 @@ func (c *recoveryCmd) openTable(ctx context.Context, conn *pgx.Conn) (*recovery.
 	if err != nil {
 		return nil, err
 	}
-	return recovery.Open(ctx, conn, l, l.TimestampColumn)
+	return recovery.Open(ctx, conn, l)
 }
 
 // sink makes a producer as run's (at-least-once: a replay is a resend
@@ -225,6 +225,10 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer ws.close()
 	t, sk, w := ws.t, ws.sk, ws.w
+	order, err := t.Order(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	sent, err := recovery.Replay(ctx, t, sk, w, !*c.yes, progress(stderr, "read"))
 	if err != nil {
@@ -232,8 +236,10 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	took := time.Since(start)
 	if *c.json {
-		return c.printJSON(map[string]any{"dry_run": !*c.yes, "rows": sent.Rows, "topics": sent.Topics, "dead_lettered": sent.DeadLettered, "seconds": took.Seconds()})
+		return c.printJSON(map[string]any{"dry_run": !*c.yes, "rows": sent.Rows, "topics": sent.Topics, "dead_lettered": sent.DeadLettered, "seconds": took.Seconds(),
+			"order": order.By, "order_unsure": order.Unsure})
 	}
+	defer c.printOrder(order)
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tEVENTS")
 	for _, k := range sortedCounts(sent.Topics) {
@@ -286,6 +292,10 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ID, m.AggregateType, m.AggregateID, m.Time)
 		}}
+	order, err := t.Order(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	res, err := rc.Run(ctx, w)
 	if err != nil {
@@ -295,7 +305,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *c.json {
 		doc := map[string]any{"rows": res.Rows, "found": res.Found, "dead_lettered": res.DeadLettered, "missing": res.Missing, "missing_rows": missing,
 			"not_judged": res.NotJudged, "slot_caught_up": res.SlotCaughtUp, "slot_note": res.SlotNote, "start_lsn": res.Start.String(),
-			"replayed": res.Replayed.Rows, "seconds": took.Seconds()}
+			"replayed": res.Replayed.Rows, "seconds": took.Seconds(), "order": order.By, "order_unsure": order.Unsure}
 		if err := c.printJSON(doc); err != nil {
 			return err
 		}
@@ -314,11 +324,23 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		case res.Missing > 0 && *replay:
 			fmt.Fprintf(c.out, "would replay the %d missing rows (dry run: add --yes)\n", res.Missing)
 		}
+		if res.Missing > 0 && *replay {
+			c.printOrder(order)
+		}
 	}
 	if res.Missing > 0 {
 		return exitCode(2)
 	}
 	return nil
+}
+
+// printOrder says in which order a replay sends the rows, and why that
+// may not be the order they were committed in, when the table cannot tell.
+func (c *recoveryCmd) printOrder(o recovery.Order) {
+	fmt.Fprintf(c.out, "order: %s\n", o.By)
+	if o.Unsure != "" {
+		fmt.Fprintf(c.out, "note: an aggregate's rows may go out in another order than they were committed in: %s\n", o.Unsure)
+	}
 }
 
 // knownReasons are the reasons walrelay dead-letters an event for.

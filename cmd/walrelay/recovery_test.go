@@ -182,6 +182,94 @@ func TestLostSlotRunbookRandomIDs(t *testing.T) {
 	p.exit(time.Minute)
 }
 
+// replayOrder returns, per aggregate id, the payloads' n of the records
+// with the replay header, in the order the topic holds them, and how many
+// records came after a record of their aggregate with a higher n.
+func replayOrder(t *testing.T, col *kafkatest.Collector, kc *broker) (map[string][]int, int) {
+	t.Helper()
+	seqs, violations := map[string][]int{}, 0
+	for _, r := range col.Records() {
+		if r.Topic == kc.dlq() || kafkatest.Header(r, "walrelay.replay") == nil {
+			continue
+		}
+		var v struct{ N int }
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("record %s: %v", r.Value, err)
+		}
+		k := string(r.Key)
+		if s := seqs[k]; len(s) > 0 && s[len(s)-1] > v.N {
+			violations++
+		}
+		seqs[k] = append(seqs[k], v.N)
+	}
+	return seqs, violations
+}
+
+// TestReplayKeepsAggregateOrder: rows with random ids and no timestamp,
+// 120 of 5 aggregates in one transaction (one statement per row, then one
+// statement of many rows) and then two transactions more, are replayed in
+// the order they were committed, and replay says what the order rests on
+// and that the table cannot tell commit order for sure; with
+// outbox.order_column the column's order is the replay's.
+func TestReplayKeepsAggregateOrder(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	n := map[string]int{} // the next n of each aggregate
+	var sql strings.Builder
+	row := func(agg string) string {
+		v := fmt.Sprintf(`(gen_random_uuid(), 'order', '%s', 'T', '{"n": %d}')`, agg, n[agg])
+		n[agg]++
+		return v
+	}
+	insert := "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
+	sql.WriteString("BEGIN;")
+	for i := range 100 {
+		sql.WriteString(insert + row(fmt.Sprintf("agg-%d", i*7%5)) + ";")
+	}
+	var many []string
+	for i := range 20 {
+		many = append(many, row(fmt.Sprintf("agg-%d", i%5)))
+	}
+	sql.WriteString(insert + strings.Join(many, ", ") + "; COMMIT;")
+	for range 2 {
+		sql.WriteString("BEGIN;")
+		for i := range 20 {
+			sql.WriteString(insert + row(fmt.Sprintf("agg-%d", i%5)) + ";")
+		}
+		sql.WriteString("COMMIT;")
+	}
+	execSQL(t, conn, sql.String())
+	code, out := runCmd(t, e, "replay", "--all", "--yes")
+	if code != 0 || !strings.Contains(out, "sent 160 rows") || !strings.Contains(out, "order: transaction id, then insert order") ||
+		!strings.Contains(out, "note: an aggregate's rows may go out in another order than they were committed in: the table has no outbox.timestamp_column") {
+		t.Fatalf("replay --all --yes: exit %d:\n%s", code, out)
+	}
+	poll.Until(t, time.Minute, "160 replayed", func() bool { _, r := onTopics(col, kc); return len(r) == 160 })
+	if seqs, v := replayOrder(t, col, kc); v != 0 {
+		t.Fatalf("%d order violations: %v", v, seqs)
+	}
+
+	// An order column whose order is not the insert order: the column's
+	// order is the replay's.
+	sql.Reset()
+	sql.WriteString("ALTER TABLE outbox ADD COLUMN seq bigint; BEGIN;")
+	for i := range 20 {
+		sql.WriteString(fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, seq) VALUES (gen_random_uuid(), 'late', 'late-%d', 'T', '{"n": %d}', %d);`, i%2, 19-i, 19-i))
+	}
+	sql.WriteString("COMMIT;")
+	execSQL(t, conn, sql.String())
+	code, out = runCmd(t, e.with("WALRELAY_OUTBOX_ORDER_COLUMN", "seq"), "replay", "--all", "--aggregate-type", "late", "--yes")
+	if code != 0 || !strings.Contains(out, "sent 20 rows") || !strings.Contains(out, "order: outbox.order_column seq") || strings.Contains(out, "note:") {
+		t.Fatalf("replay --all --yes with outbox.order_column: exit %d:\n%s", code, out)
+	}
+	poll.Until(t, time.Minute, "180 replayed", func() bool { _, r := onTopics(col, kc); return len(r) == 180 })
+	if seqs, v := replayOrder(t, col, kc); v != 0 {
+		t.Fatalf("%d order violations by outbox.order_column: %v", v, seqs)
+	}
+}
+
 // TestReplayWindow: replay of a time window and an aggregate type sends
 // exactly those rows again, with their headers and walrelay.replay; a dry
 // run counts them and sends nothing.
@@ -419,6 +507,7 @@ func TestRecoveryRefusesBadInput(t *testing.T) {
 		{[]string{"replay", "--since", "1h", "--all"}, "give one of --since (with --until), --ids FILE or --all"},
 		{[]string{"prune", "--older-than", "5m", "--yes"}, "prune keeps at least 1h0m0s"},
 		{[]string{"replay", "--all", "--yes", "--outbox.timestamp_column", "type"}, `column "type" of public.outbox is character varying(255), not a timestamp`},
+		{[]string{"replay", "--all", "--yes", "--outbox.order_column", "seq"}, `outbox.order_column: table public.outbox has no column "seq"`},
 	} {
 		code, out := runCmd(t, e, c.args...)
 		if code != 1 || !strings.Contains(lastLine(out), c.want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
@@ -434,7 +523,7 @@ func TestRecoveryRefusesBadInput(t *testing.T) {
 // TestRecoveryAtScale runs reconcile and replay over a window of many rows
 // (WALRELAY_RECOVERY_ROWS, default 20,000; the README's figures are of
 // 1,000,000, without -race) and reports rows/s and peak RSS: both stream
-// the window in batches, so memory does not grow with it.
+// the window, so memory does not grow with it.
 func TestRecoveryAtScale(t *testing.T) {
 	t.Parallel()
 	rows := 20000
