@@ -58,6 +58,7 @@ type Config struct {
 		Topic               string
 		TopicRegex          string
 		TombstoneOnEmpty    bool
+		ExpandJSONPayload   bool
 		CloudEvents         string
 		CloudEventsSource   string
 		DLQTopic            string
@@ -251,6 +252,8 @@ func (c *Config) keys() []*key {
 	add("kafka.key_format", "the key as Kafka Connect's converters write it: raw (StringConverter), json or json_schema (JsonConverter, schemas.enable false or true)", f, s)
 	f, s = str(&c.Kafka.ValueFormat, "raw")
 	add("kafka.value_format", "the value likewise: raw (the payload as stored; NULL: a tombstone), json or json_schema", f, s)
+	f, s = boolean(&c.Kafka.ExpandJSONPayload, false)
+	add("kafka.expand_json_payload", "with kafka.value_format json or json_schema: a json, jsonb or text payload that is a JSON object or array is written as that JSON value (json_schema: with the schema Debezium infers from it) instead of a string of its text (Debezium's table.expand.json.payload)", f, s)
 	f, s = str(&c.Kafka.CloudEvents, "")
 	add("kafka.cloudevents", "binary: add the CloudEvents attributes as ce_ headers (the Kafka binding's binary mode; the value stays the payload); empty: none", f, s)
 	f, s = str(&c.Kafka.CloudEventsSource, "")
@@ -362,6 +365,9 @@ func (c *Config) validate(needKafka bool) error {
 	}
 	if c.Kafka.ExactlyOnce && c.Kafka.TransactionInterval <= 0 {
 		return fmt.Errorf("kafka.transaction_interval %s: want a positive duration", c.Kafka.TransactionInterval)
+	}
+	if c.Kafka.ExpandJSONPayload && (c.Kafka.ValueFormat == "" || c.Kafka.ValueFormat == string(sink.FormatRaw)) {
+		return errors.New("kafka.expand_json_payload needs kafka.value_format json or json_schema (raw writes the payload as stored)")
 	}
 	if c.Kafka.AcceptTimeline < 0 || c.Kafka.AcceptTimeline > math.MaxInt32 {
 		return fmt.Errorf("kafka.accept_timeline %d: want a timeline (1 or more), or 0", c.Kafka.AcceptTimeline)

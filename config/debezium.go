@@ -338,11 +338,24 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	default:
 		refuse(pre+"route.tombstone.on.empty.payload", "want true or false")
 	}
-	if v := r("table.expand.json.payload", "false"); v != "false" {
-		// Reported: Debezium 3.6.1 with the JsonConverter writes the
-		// payload as a JSON object where walrelay's json format writes a
-		// JSON string of it; no walrelay format writes the expanded form.
-		refuse(pre+"table.expand.json.payload", "walrelay writes the payload as stored (raw) or as a JSON string of it (json, json_schema), not as the expanded JSON object: consumers of Debezium's records would break at the switch")
+	switch v := r("table.expand.json.payload", "false"); v {
+	case "true":
+		if get("value.converter", "") == stringConverter {
+			refuse(pre+"table.expand.json.payload", "with the StringConverter Debezium writes the expanded payload as Kafka Connect's Struct text, which walrelay does not reproduce")
+			break
+		}
+		keys["kafka.expand_json_payload"] = "true"
+		for _, o := range []struct{ option, def string }{{"table.json.payload.null.behavior", "ignore"}, {"table.json.payload.empty.array.behavior", "ignore"}} {
+			if v := strings.ToLower(r(o.option, o.def)); v != o.def {
+				refuse(pre+o.option, fmt.Sprintf("%s: walrelay expands a payload as Debezium does by default (%s: such fields left out)", v, o.def))
+			}
+		}
+		if v := get("field.name.adjustment.mode", "none"); v != "none" {
+			refuse("field.name.adjustment.mode", fmt.Sprintf("%s: walrelay expands a payload with its field names as they are (none)", v))
+		}
+	case "false":
+	default:
+		refuse(pre+"table.expand.json.payload", "want true or false")
 	}
 	var headers []string
 	for _, p := range strings.Split(r("table.fields.additional.placement", ""), ",") {

@@ -116,13 +116,14 @@ func TestDebeziumImportRefuses(t *testing.T) {
 	props["transforms.outbox.route.topic.regex"] = "(?<routedByValue>(?!tmp).*)" // a lookahead: not in RE2
 	props["transforms.outbox.table.fields.additional.placement"] = "shard:partition,shard2:partition,extra:envelope"
 	props["transforms.outbox.table.expand.json.payload"] = "true"
+	props["transforms.outbox.table.json.payload.null.behavior"] = "optional_bytes"
 	props["column.mask.with.12.chars"] = "public.outbox.payload"
 	props["some.future.option"] = "x"
 	_, _, err := FromDebezium(props, nil)
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, o := range []string{"value.converter=", "route.topic.regex=", "shard2:partition: a second partition column", "extra:envelope: walrelay writes the payload alone", "table.expand.json.payload=", "column.mask.with.12.chars=", "some.future.option=x: an option walrelay does not know"} {
+	for _, o := range []string{"value.converter=", "route.topic.regex=", "shard2:partition: a second partition column", "extra:envelope: walrelay writes the payload alone", "table.json.payload.null.behavior=optional_bytes", "column.mask.with.12.chars=", "some.future.option=x: an option walrelay does not know"} {
 		if !strings.Contains(err.Error(), o) {
 			t.Fatalf("%q not named in: %v", o, err)
 		}
@@ -160,11 +161,16 @@ func TestDebeziumImportJSONConverter(t *testing.T) {
 	if err != nil || keys["kafka.key_format"] != "json_schema" || keys["kafka.value_format"] != "json" {
 		t.Fatalf("%v, %v", keys, err)
 	}
-	// An expanded payload is a JSON object in Debezium's records, which no
-	// walrelay format writes: refused, not imported as a JSON string.
+	// An expanded payload is a JSON object in Debezium's records:
+	// kafka.expand_json_payload; with the StringConverter, Connect's Struct
+	// text, refused.
 	props["transforms.outbox.table.expand.json.payload"] = "true"
-	if _, _, err := FromDebezium(props, nil); err == nil || !strings.Contains(err.Error(), "table.expand.json.payload") {
-		t.Fatalf("an expanded payload with the JsonConverter: %v, want a refusal", err)
+	if keys, _, err := FromDebezium(props, nil); err != nil || keys["kafka.expand_json_payload"] != "true" {
+		t.Fatalf("an expanded payload with the JsonConverter: %v, %v", keys, err)
+	}
+	props["value.converter"] = "org.apache.kafka.connect.storage.StringConverter"
+	if _, _, err := FromDebezium(props, nil); err == nil || !strings.Contains(err.Error(), "table.expand.json.payload=true: with the StringConverter") {
+		t.Fatalf("an expanded payload with the StringConverter: %v, want a refusal", err)
 	}
 }
 

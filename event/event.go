@@ -31,6 +31,9 @@ type Event struct {
 	// json_schema format then marks the value's schema required
 	// (optional false), as Debezium does.
 	PayloadRequired bool
+	// PayloadColumn is the payload column's name: the name of the schema
+	// inferred for an expanded JSON payload, as Debezium names it.
+	PayloadColumn string
 	Headers         []Header // configured extra columns, in configured order
 	// Partition is the value of the row's partition column when
 	// HasPartition (a column configured, its value not NULL): the Kafka

@@ -70,6 +70,11 @@ type Config struct {
 	// Connect's StringConverter), or as its JsonConverter (FormatJSON,
 	// FormatJSONSchema). Dead letters keep the raw form.
 	KeyFormat, ValueFormat Format
+	// ExpandJSONPayload writes a json or text payload that is a JSON object
+	// or array as that JSON value in the JSON formats, with its inferred
+	// schema in FormatJSONSchema, as Debezium's table.expand.json.payload
+	// does, instead of a string of its text.
+	ExpandJSONPayload bool
 	// Linger is how long the sink, with nothing in flight, waits for more
 	// records before it sends what it has. Default 5ms; negative sends at
 	// once.
@@ -400,6 +405,8 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))
+		} else if v, ok := s.expand(e); ok {
+			r.Value = v
 		} else {
 			r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema(e))
 		}

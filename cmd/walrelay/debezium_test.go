@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,13 +77,16 @@ func TestDebeziumParity(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name, converter, schemas, format, payloadType string
+		expand                                        bool
 	}{
-		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw", ""},
-		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json", ""},
-		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", ""},
-		{"json_schema_text", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text"},
-		{"json_schema_bytea", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "bytea"},
-		{"json_schema_not_null", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "jsonb NOT NULL"},
+		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw", "", false},
+		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", false},
+		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "", false},
+		{"json_schema_text", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", false},
+		{"json_schema_bytea", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "bytea", false},
+		{"json_schema_not_null", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "jsonb NOT NULL", false},
+		{"json_expand", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", true},
+		{"json_schema_text_expand", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -109,8 +113,13 @@ func TestDebeziumParity(t *testing.T) {
 			if c.schemas != "" {
 				worker["key.converter.schemas.enable"], worker["value.converter.schemas.enable"] = c.schemas, c.schemas
 			}
+			e := baseEnv(pg, kc).with("WALRELAY_KAFKA_KEY_FORMAT", c.format, "WALRELAY_KAFKA_VALUE_FORMAT", c.format)
+			if c.expand {
+				connector["transforms.outbox.table.expand.json.payload"] = "true"
+				e = e.with("WALRELAY_KAFKA_EXPAND_JSON_PAYLOAD", "true")
+			}
 			startDebezium(t, conn, worker, connector)
-			streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_KEY_FORMAT", c.format, "WALRELAY_KAFKA_VALUE_FORMAT", c.format))
+			streaming(t, e)
 
 			w := newWriter(20, 51)
 			if err := w.write(t.Context(), conn, 400, 10); err != nil {
@@ -118,6 +127,16 @@ func TestDebeziumParity(t *testing.T) {
 			}
 			odd := []*string{ptr(`{"text": "quote \" backslash \\ slash / tab \t newline \n"}`), ptr(`{"unicode": "é ß 中文 😀 \u2028", "n": 1.50, "e": 1e3}`),
 				ptr(`{"nested": {"a": [1, {"b": null}], "c": true}}`), ptr(`[1, 2, 3]`), ptr(`"just a string"`), ptr(`{"big": "` + strings.Repeat("x", 20000) + `"}`)}
+			if c.expand {
+				// Debezium's task fails on a top-level array (it infers
+				// an array schema and writes the string in it): leave it
+				// out, and compare what it expands and what it leaves a
+				// string.
+				odd = append(slices.DeleteFunc(odd, func(p *string) bool { return strings.HasPrefix(*p, "[") }),
+					ptr(`{"d": 12345678.9, "tiny": 0.0001, "h": 100.0, "neg": -2.5e-10, "big": 4294967296, "z": 0}`),
+					ptr(`{"l": [{"p": 1, "q": "x"}, {"p": 2, "q": "y"}, null], "m": [[1, 2], [3]], "e": [], "x": null, "o": {}}`),
+					ptr(`{"mixed": [1, "x"]}`), ptr(`{"kinds": [1, 2.5]}`), ptr(`{"nulls": [null]}`))
+			}
 			if c.format != "raw" && !notNull {
 				odd = append(odd, nil) // JSON null from both (the StringConverter's tombstone is compared elsewhere)
 			}

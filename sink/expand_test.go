@@ -1,0 +1,62 @@
+package sink
+
+import (
+	"testing"
+)
+
+// TestExpandJSON: a payload is expanded as Debezium's EventRouter and the
+// JsonConverter write it (Jackson's number kinds, Java's double text,
+// nulls and empty arrays left out, a struct's missing field null), and is
+// left a string where Debezium's expansion fails. Debezium's own records
+// are compared in TestDebeziumParity (cmd/walrelay, real Debezium).
+func TestExpandJSON(t *testing.T) {
+	for _, c := range []struct{ in, json, schema string }{
+		{`{"n": 1, "ok": true, "s": "a\"b\n", "x": null, "e": [], "f": 1.50}`, `{"n":1,"ok":true,"s":"a\"b\n","f":1.5}`,
+			`{"type":"struct","fields":[{"type":"int32","optional":true,"field":"n"},{"type":"boolean","optional":true,"field":"ok"},{"type":"string","optional":true,"field":"s"},{"type":"double","optional":true,"field":"f"}],"optional":true,"name":"payload"}`},
+		{`{"big": 4294967296, "d": 12345678.9, "tiny": 0.0001, "h": 100.0, "z": -0.0}`, `{"big":4294967296,"d":1.23456789E7,"tiny":1.0E-4,"h":100.0,"z":-0.0}`,
+			`{"type":"struct","fields":[{"type":"int64","optional":true,"field":"big"},{"type":"double","optional":true,"field":"d"},{"type":"double","optional":true,"field":"tiny"},{"type":"double","optional":true,"field":"h"},{"type":"double","optional":true,"field":"z"}],"optional":true,"name":"payload"}`},
+		{`{"o": {"a": {"b": 1}}, "l": [{"p": 1}, {"q": "x"}, null]}`, `{"o":{"a":{"b":1}},"l":[{"p":1,"q":null},{"p":null,"q":"x"},null]}`,
+			`{"type":"struct","fields":[{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":true,"field":"b"}],"optional":true,"name":"payload.o.a","field":"a"}],"optional":true,"name":"payload.o","field":"o"},{"type":"array","items":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"p"},{"type":"string","optional":true,"field":"q"}],"optional":true,"name":"payload.l"},"optional":true,"field":"l"}],"optional":true,"name":"payload"}`},
+		{`{"a": 1, "a": "two"}`, `{"a":"two"}`, `{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"}],"optional":true,"name":"payload"}`},
+		{`[1, 2, 3]`, `[1,2,3]`, `{"type":"array","items":{"type":"int32","optional":true},"optional":true}`},
+		{`{"u": "é 😀"}`, `{"u":"é \uD83D\uDE00"}`, `{"type":"struct","fields":[{"type":"string","optional":true,"field":"u"}],"optional":true,"name":"payload"}`},
+		// Left a string: not an object or array, mixed arrays, nulls only,
+		// an array of an empty array, text that does not parse.
+		{`"just a string"`, "", ""},
+		{`{"a": [1, "x"]}`, "", ""},
+		{`{"a": [1, 2.5]}`, "", ""},
+		{`{"a": [1, 4294967296]}`, "", ""},
+		{`{"a": [null]}`, "", ""},
+		{`{"a": [[]]}`, "", ""},
+		{`{"a": `, "", ""},
+		{` {"a": 1}`, "", ""},
+		{`[]`, "", ""},
+	} {
+		got, ok := FormatJSON.expandJSON([]byte(c.in), "payload")
+		if c.json == "" {
+			if ok {
+				t.Errorf("%s: expanded to %s, want it left a string", c.in, got)
+			}
+			continue
+		}
+		if !ok || string(got) != c.json {
+			t.Errorf("%s: json %s (%v), want %s", c.in, got, ok, c.json)
+		}
+		got, _ = FormatJSONSchema.expandJSON([]byte(c.in), "payload")
+		if want := `{"schema":` + c.schema + `,"payload":` + c.json + `}`; string(got) != want {
+			t.Errorf("%s: json_schema\n%s, want\n%s", c.in, got, want)
+		}
+	}
+}
+
+// TestJavaDouble: doubles are written as Java's Double.toString writes
+// them.
+func TestJavaDouble(t *testing.T) {
+	point1 := 0.1
+	for f, want := range map[float64]string{1: "1.0", 1.5: "1.5", 1e7: "1.0E7", 9999999.5: "9999999.5", 1e-3: "0.001", 9.99e-4: "9.99E-4",
+		123.456: "123.456", 1e21: "1.0E21", -2.5e-10: "-2.5E-10", point1 + 0.2: "0.30000000000000004", 5e-324: "4.9E-324", 1.7976931348623157e308: "1.7976931348623157E308"} {
+		if got := string(appendJavaDouble(nil, f)); got != want {
+			t.Errorf("%v: %s, want %s", f, got, want)
+		}
+	}
+}
