@@ -34,7 +34,7 @@ type Event struct {
 	// PayloadColumn is the payload column's name: the name of the schema
 	// inferred for an expanded JSON payload, as Debezium names it.
 	PayloadColumn string
-	Headers         []Header // configured extra columns, in configured order
+	Headers       []Header // configured extra columns, in configured order
 	// Partition is the value of the row's partition column when
 	// HasPartition (a column configured, its value not NULL): the Kafka
 	// partition to produce to instead of the key's.
