@@ -61,6 +61,24 @@ type Config struct {
 	// batches being handled; their handlers' context is then cancelled.
 	// Default 10s.
 	ShutdownTimeout time.Duration
+	// SessionTimeout is how long the group waits for a consumer that
+	// stopped heartbeating (a crash, a cut network) before its partitions
+	// move to the others; it heartbeats every tenth of it. Default 10s,
+	// against Kafka's 45s: a crashed consumer's partitions stand still
+	// that long, and a false alarm (a pause of the network or the process
+	// longer than this) costs only a rebalance, since the inbox handles
+	// every event once whoever holds its partition. The broker bounds it
+	// (group.min.session.timeout.ms, 6s by default).
+	SessionTimeout time.Duration
+	// InstanceID, if set, is a name of this consumer that stays the same
+	// across its restarts (a StatefulSet pod's name, a host's): Kafka's
+	// static membership. A consumer restarted under its InstanceID takes
+	// its partitions back at once, without a rebalance and without
+	// waiting for SessionTimeout; a static member that stops (even on
+	// SIGTERM) does not leave the group, so its partitions wait for it up
+	// to SessionTimeout. Two running consumers must not share one: the
+	// broker fences the older. Empty: dynamic membership.
+	InstanceID string
 	// Registerer, if set, registers the consumer's metrics
 	// (walrelay_inbox_*).
 	Registerer prometheus.Registerer
@@ -162,6 +180,9 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.MaxBufferedRecords <= 0 {
 		cfg.MaxBufferedRecords = 1000
 	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
@@ -257,7 +278,12 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		kgo.OnPartitionsLost(c.lost),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.AllowAutoTopicCreation(),
+		kgo.SessionTimeout(c.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(c.cfg.SessionTimeout / 10),
 	}, c.cfg.KafkaOpts...)
+	if c.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(c.cfg.InstanceID))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("inbox: kafka client: %w", err)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -142,6 +143,101 @@ func TestWholePatternOnce(t *testing.T) {
 	if unknown > 0 {
 		t.Fatalf("%d shipments of orders never placed", unknown)
 	}
+}
+
+// TestConsumerCrashResumes: examples/shipping, consuming with package inbox
+// while orders are placed, is SIGKILLed three times 1 to 3 s apart and
+// restarted each time; with a stable instance id (static membership) it
+// resumes (a shipment committed again) within a second or two of the last
+// kill: each restart takes the dead member's place. Without one (dynamic
+// membership, against the real broker only: it takes one to three session
+// timeouts, as the dead members that had joined are given partitions
+// before they expire) it is measured, not bounded. Every order is shipped
+// once. The figures are the README's "consumer crash" row.
+func TestConsumerCrashResumes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, instanceID string
+		bound            time.Duration // static: far above what it takes; dynamic: against a stuck group only
+	}{{"static", "shipping-0", 20 * time.Second}, {"dynamic", "", 3 * time.Minute}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if c.instanceID == "" && os.Getenv(kafkatest.EnvKafka) != "real" {
+				t.Skip("dynamic membership is measured against the real broker: WALRELAY_TEST_KAFKA=real")
+			}
+			pg, kc, _ := setup(t)
+			orders, shipping := exampleBin(t, "orders"), exampleBin(t, "shipping")
+			conn := connect(t, pg.DSN)
+			execSQL(t, conn, "CREATE DATABASE shipping")
+			shipConn := connect(t, pg.DSNFor("shipping"))
+			relay := &supervisor{t: t, bin: walrelayBin, env: baseEnv(pg, kc)}
+			relay.start()
+			defer relay.stop()
+			relay.current().waitLog("msg=streaming", time.Minute)
+			ship := &supervisor{t: t, bin: shipping, env: env{}, args: []string{"-dsn", pg.DSNFor("shipping"), "-brokers", strings.Join(kc.Addrs(), ","),
+				"-topic", kc.topic("order"), "-dlq", kc.prefix + "walrelay.inbox.dlq", "-instance-id", c.instanceID}}
+			ship.start()
+			defer ship.stop()
+			placing := startBin(t, orders, env{}, "-dsn", pg.DSN, "-count", "0", "-every", "5ms")
+			shipped := func() (shipments, distinct int) {
+				if err := shipConn.QueryRow(context.Background(), "SELECT count(*), count(DISTINCT order_id) FROM shipments").Scan(&shipments, &distinct); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			poll.Until(t, 2*time.Minute, "shipments", func() bool {
+				_, err := shipConn.Exec(context.Background(), "SELECT 1 FROM shipments LIMIT 1")
+				if err != nil {
+					return false
+				}
+				n, _ := shipped()
+				return n > 50
+			})
+			rng := rand.New(rand.NewPCG(3, 5))
+			for i := range 3 {
+				if i > 0 {
+					time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+				}
+				ship.current().kill()
+			}
+			killed := time.Now()
+			at, _ := shipped()
+			if !waitFor(c.bound, func() bool { n, _ := shipped(); return n > at }) {
+				t.Fatalf("no shipment %s after the last kill; shipping's log:\n%s", c.bound, tail(ship.current().out.String(), 6000))
+			}
+			resumed := time.Since(killed)
+			time.Sleep(time.Second)
+			placing.signal(syscall.SIGTERM)
+			if code := placing.exit(30 * time.Second); code != 0 {
+				t.Fatalf("orders exited %d:\n%s", code, placing.out.String())
+			}
+			stopped := time.Now()
+			var placed int
+			if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM orders").Scan(&placed); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, time.Minute, fmt.Sprintf("%d orders shipped", placed), func() bool { _, n := shipped(); return n >= placed })
+			drained := time.Since(stopped)
+			time.Sleep(500 * time.Millisecond) // room for a second shipment
+			shipments, distinct := shipped()
+			t.Logf("%s membership: resumed %.1f s after the last of 3 SIGKILLs; the last of %d orders shipped %.1f s after the writer stopped; %d shipments of %d orders; shipping started %d times",
+				c.name, resumed.Seconds(), placed, drained.Seconds(), shipments, distinct, ship.starts.Load())
+			if shipments != placed || distinct != placed {
+				t.Fatalf("want one shipment per order")
+			}
+		})
+	}
+}
+
+// waitFor polls cond every 20ms until it holds (true) or timeout passes
+// (false).
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
 }
 
 // TestOutboxWriterRollsBack: events written with package outbox in

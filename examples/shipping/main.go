@@ -32,14 +32,15 @@ func main() {
 	topic := flag.String("topic", "outbox.event.order", "the orders' topic")
 	group := flag.String("group", "shipping", "the consumer group (and the inbox's consumer name)")
 	dlq := flag.String("dlq", "walrelay.inbox.dlq", "the dead-letter topic")
-	session := flag.Duration("session-timeout", 45*time.Second, "the consumer group session timeout: how long a crashed member holds its partitions")
+	session := flag.Duration("session-timeout", 10*time.Second, "the consumer group session timeout: how long a crashed member holds its partitions")
 	rebalance := flag.Duration("rebalance-timeout", time.Minute, "how long a rebalance waits for the members to rejoin")
+	instance := flag.String("instance-id", os.Getenv("SHIPPING_INSTANCE_ID"), "a name that stays the same across restarts (a pod's name): a restarted consumer takes its partitions back at once; $SHIPPING_INSTANCE_ID")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := inbox.Config{Brokers: strings.Split(*brokers, ","), Topics: []string{*topic}, Group: *group, DeadLetterTopic: *dlq, Logger: log,
-		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(*session), kgo.RebalanceTimeout(*rebalance)}}
+		SessionTimeout: *session, InstanceID: *instance, KafkaOpts: []kgo.Opt{kgo.RebalanceTimeout(*rebalance)}}
 	if err := run(ctx, *dsn, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "shipping:", err)
 		os.Exit(1)
