@@ -77,6 +77,7 @@ type Config struct {
 		AcceptTimeline      int
 		TransactionInterval time.Duration
 		TransactionTimeout  time.Duration
+		RequestTimeout      time.Duration
 		OffsetsTopic        string
 		TLS                 struct {
 			Enabled                               bool
@@ -284,6 +285,8 @@ func (c *Config) keys() []*key {
 	add("kafka.accept_timeline", "timeline of the database onto which exactly-once carries a committed position that lies past the end of its own timeline (after a failover or restore that lost WAL, once reconciled): this timeline's events from the switch on are published; 0: refused", f, s)
 	f, s = duration(&c.Kafka.TransactionInterval, 10*time.Millisecond)
 	add("kafka.transaction_interval", "longest a Kafka transaction of kafka.exactly_once stays open once it holds an event (consumers see nothing before the commit)", f, s)
+	f, s = duration(&c.Kafka.RequestTimeout, 10*time.Second)
+	add("kafka.request_timeout", "how long walrelay waits for a broker's answer before it takes the broker as gone and retries on the partition's new leader (half the broker's wait for its in-sync replicas, half the network's); 10s notices a frozen or cut-off leader about when Kafka fences it (broker.session.timeout.ms, 9s by default): set it near that of your cluster; a slower broker is retried, each record kept once", f, s)
 	f, s = duration(&c.Kafka.TransactionTimeout, time.Minute)
 	add("kafka.transaction_timeout", "transaction timeout of kafka.exactly_once, after which the broker aborts an open transaction (at most the broker's transaction.max.timeout.ms); a transaction commits by a quarter of it, and kafka.transaction_interval must be under that", f, s)
 	f, s = str(&c.Kafka.OffsetsTopic, "walrelay.offsets")
@@ -368,6 +371,9 @@ func (c *Config) validate(needKafka bool) error {
 	}
 	if c.Kafka.ExpandJSONPayload && (c.Kafka.ValueFormat == "" || c.Kafka.ValueFormat == string(sink.FormatRaw)) {
 		return errors.New("kafka.expand_json_payload needs kafka.value_format json or json_schema (raw writes the payload as stored)")
+	}
+	if c.Kafka.RequestTimeout < time.Second {
+		return fmt.Errorf("kafka.request_timeout %s: want 1s or more", c.Kafka.RequestTimeout)
 	}
 	if c.Kafka.AcceptTimeline < 0 || c.Kafka.AcceptTimeline > math.MaxInt32 {
 		return fmt.Errorf("kafka.accept_timeline %d: want a timeline (1 or more), or 0", c.Kafka.AcceptTimeline)

@@ -155,7 +155,7 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)
 	}
 	sc := sink.Config{
-		KeyFormat: kf, ValueFormat: vf, ExpandJSONPayload: k.ExpandJSONPayload,
+		KeyFormat: kf, ValueFormat: vf, ExpandJSONPayload: k.ExpandJSONPayload, RequestTimeout: k.RequestTimeout,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty,
 		Compression: k.Compression, Linger: linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),

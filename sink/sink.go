@@ -75,6 +75,15 @@ type Config struct {
 	// schema in FormatJSONSchema, as Debezium's table.expand.json.payload
 	// does, instead of a string of its text.
 	ExpandJSONPayload bool
+	// RequestTimeout bounds how long the sink waits for a broker's answer
+	// before it takes the broker as gone and retries elsewhere, after
+	// fresh metadata: half of it the broker's own wait for the in-sync
+	// replicas, half the network's. Default 10s: a frozen or cut-off
+	// leader is noticed about when the cluster fences it (Kafka's
+	// broker.session.timeout.ms is 9s); a lower value notices sooner, and
+	// a broker slower than it is retried (idempotence keeps each record
+	// once).
+	RequestTimeout time.Duration
 	// Linger is how long the sink, with nothing in flight, waits for more
 	// records before it sends what it has. Default 5ms; negative sends at
 	// once.
@@ -156,6 +165,9 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.KeyFormat == "" {
 		cfg.KeyFormat = FormatRaw
 	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
 	if cfg.ValueFormat == "" {
 		cfg.ValueFormat = FormatRaw
 	}
@@ -233,6 +245,12 @@ func New(cfg Config) (*Sink, error) {
 		// every retry holds the slot's position back.
 		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),
 		kgo.WithLogger(slogAdapter{log}),
+		kgo.ProduceRequestTimeout(cfg.RequestTimeout / 2),
+		kgo.RequestTimeoutOverhead(cfg.RequestTimeout / 2),
+		// A leader that went away is looked up again within half a second
+		// (the client's default waits 5s between refreshes), so that
+		// publishing resumes as soon as the cluster has a new leader.
+		kgo.MetadataMinAge(500 * time.Millisecond),
 		// The broker answered OUT_OF_ORDER_SEQUENCE_NUMBER or
 		// UNKNOWN_PRODUCER_ID: records it had acknowledged may be gone.
 		// The client goes on with a new producer id; the sink fails what

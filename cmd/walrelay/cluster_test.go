@@ -13,13 +13,14 @@ import (
 )
 
 // TestKafkaCluster runs walrelay against a three-node Apache Kafka cluster
-// (replication factor 3, min.insync.replicas 2) while rows are written
-// without pause, through three faults, one per subtest: the leader of the
-// busiest partition killed with SIGKILL and started again; a rolling
-// restart of every node (SIGTERM, start, in sync again, the next); and the
-// leader of the busiest partition frozen (SIGSTOP, as a node cut off the
-// network) for 25 s, longer than the producer's request timeout (10 s plus
-// 10 s of overhead). After each, walrelay is killed with SIGKILL and started
+// (replication factor 3, min.insync.replicas 2, nodes fenced after 4 s)
+// while rows are written without pause, through four faults, one per
+// subtest: the leader of the busiest partition killed with SIGKILL and
+// started again; a rolling restart of every node (SIGTERM, start, in sync
+// again, the next); and the leader of the busiest partition frozen
+// (SIGSTOP, as a node cut off the network) for 25 s, with
+// kafka.request_timeout 4s (as the cluster's fencing) and with its
+// default, 10s. After each, walrelay is killed with SIGKILL and started
 // again, so that a slot confirmed past an event the cluster did not
 // acknowledge would show as a missing id. Each: every id, 0 order
 // violations; the longest stall of publishing is logged. It needs the
@@ -53,18 +54,25 @@ func TestKafkaCluster(t *testing.T) {
 				}
 			}
 		}},
-		{"leader_frozen", func(t *testing.T, leader *kafkatest.Node) {
-			if err := leader.Freeze(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(25 * time.Second)
-			if err := leader.Thaw(); err != nil {
-				t.Fatal(err)
-			}
-		}},
+		{"leader_frozen", freeze},
+		// The same with the default kafka.request_timeout (10s), longer
+		// than this cluster's fencing: the stall follows the timeout.
+		{"leader_frozen_default_request_timeout", freeze},
 	}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) { clusterFault(t, kc, f.name, f.do) })
+	}
+}
+
+// freeze freezes the leader (SIGSTOP, as a node cut off the network) for
+// 25 s.
+func freeze(t *testing.T, leader *kafkatest.Node) {
+	if err := leader.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(25 * time.Second)
+	if err := leader.Thaw(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -83,6 +91,11 @@ func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name string, fault fu
 		"WALRELAY_SHUTDOWN_TIMEOUT": "20s",
 		// Frequent status updates: the stall is measured on the slot.
 		"WALRELAY_POSTGRES_STATUS_INTERVAL": "100ms",
+		// As the cluster fences a node after 4 s.
+		"WALRELAY_KAFKA_REQUEST_TIMEOUT": "4s",
+	}
+	if strings.HasSuffix(name, "_default_request_timeout") {
+		delete(e, "WALRELAY_KAFKA_REQUEST_TIMEOUT")
 	}
 	p := streaming(t, e)
 	conn := connect(t, pg.DSN)
