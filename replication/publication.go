@@ -352,13 +352,15 @@ func CheckTableOwner(ctx context.Context, conn *pgx.Conn, schema, table string) 
 	return nil
 }
 
-// DropPublication drops the publication.
-func DropPublication(ctx context.Context, conn *pgx.Conn, name string) error {
-	if _, err := Publication(ctx, conn, name); err != nil {
-		return err
+// DropPublication drops the publication and returns what it published;
+// with dryRun it checks and reports without dropping.
+func DropPublication(ctx context.Context, conn *pgx.Conn, name string, dryRun bool) (PublicationInfo, error) {
+	p, err := Publication(ctx, conn, name)
+	if err != nil || dryRun {
+		return p, err
 	}
 	if _, err := conn.Exec(ctx, "DROP PUBLICATION "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return fmt.Errorf("drop publication %s: %w", name, err)
+		return p, fmt.Errorf("drop publication %s: %w", name, err)
 	}
-	return nil
+	return p, nil
 }

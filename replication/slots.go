@@ -235,19 +235,23 @@ func Slots(ctx context.Context, conn *pgx.Conn, name string) ([]SlotStatus, erro
 	return out, nil
 }
 
-// DropSlot drops a slot that no process streams.
-func DropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+// DropSlot drops a slot that no process streams and returns its state
+// before the drop; with dryRun it checks and reports without dropping.
+func DropSlot(ctx context.Context, conn *pgx.Conn, name string, dryRun bool) (SlotStatus, error) {
 	st, err := Slots(ctx, conn, name)
 	if err != nil {
-		return err
+		return SlotStatus{}, err
 	}
 	if st[0].Active {
-		return fmt.Errorf("slot %s is active in process %d: stop that walrelay first", name, deref(st[0].ActivePID))
+		return st[0], fmt.Errorf("slot %s is active in process %d: stop that walrelay first", name, deref(st[0].ActivePID))
+	}
+	if dryRun {
+		return st[0], nil
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", name); err != nil {
-		return fmt.Errorf("drop slot %s: %w", name, err)
+		return st[0], fmt.Errorf("drop slot %s: %w", name, err)
 	}
-	return nil
+	return st[0], nil
 }
 
 // AdvanceSlot moves a stopped slot's confirmed position forward to to,

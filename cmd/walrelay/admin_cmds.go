@@ -121,6 +121,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{"slot: want list, status, create or drop"}
 	}
 	a := newAdminCmd("slot "+args[0], stderr, stdout)
+	yes := a.fs.Bool("yes", false, "drop: really drop the slot (without it, only say what would be done)")
 	name, named, conn, err := a.open(ctx, args[1:], func(c *config.Config) string { return c.Postgres.Slot })
 	if err != nil {
 		return err
@@ -163,8 +164,14 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if !named {
 			return usageError{"slot drop: name the slot to drop"}
 		}
-		if err := replication.DropSlot(ctx, conn, name); err != nil {
+		st, err := replication.DropSlot(ctx, conn, name, !*yes)
+		if err != nil {
 			return err
+		}
+		if !*yes {
+			return a.say(map[string]any{"slot_name": name, "dropped": false, "dry_run": true},
+				"would drop slot %s (confirmed %s, retaining %s of WAL): rows committed after its position are then no longer in the WAL stream (dry run: add --yes to drop it)",
+				name, orDash(st.ConfirmedFlushLSN, func(s string) string { return s }), orDash(st.RetainedWALBytes, humanBytes))
 		}
 		return a.say(map[string]any{"slot_name": name, "dropped": true}, "slot %s dropped", name)
 	}
@@ -246,6 +253,7 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		return usageError{"publication: want show, create or drop"}
 	}
 	a := newAdminCmd("publication "+args[0], stderr, stdout)
+	yes := a.fs.Bool("yes", false, "drop: really drop the publication (without it, only say what would be done)")
 	name, named, conn, err := a.open(ctx, args[1:], func(c *config.Config) string { return c.Postgres.Publication })
 	if err != nil {
 		return err
@@ -260,11 +268,7 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		if *a.json {
 			return a.printJSON(p)
 		}
-		tables := strings.Join(p.Tables, ", ")
-		if p.AllTables {
-			tables = "all tables"
-		}
-		fmt.Fprintf(a.out, "publication %s\n  publish: %s\n  tables:  %s\n", p.Name, strings.Join(p.Publish, ", "), tables)
+		fmt.Fprintf(a.out, "publication %s\n  publish: %s\n  tables:  %s\n", p.Name, strings.Join(p.Publish, ", "), publicationTables(p))
 		return nil
 	case "create":
 		spec := a.cfg.PublicationSpec(name)
@@ -280,12 +284,25 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		if !named {
 			return usageError{"publication drop: name the publication to drop"}
 		}
-		if err := replication.DropPublication(ctx, conn, name); err != nil {
+		p, err := replication.DropPublication(ctx, conn, name, !*yes)
+		if err != nil {
 			return err
+		}
+		if !*yes {
+			return a.say(map[string]any{"name": name, "dropped": false, "dry_run": true},
+				"would drop publication %s (of %s): a slot streaming through it stops (dry run: add --yes to drop it)", name, publicationTables(p))
 		}
 		return a.say(map[string]any{"name": name, "dropped": true}, "publication %s dropped", name)
 	}
 	return usageError{fmt.Sprintf("publication %s: want show, create or drop", args[0])}
+}
+
+// publicationTables is the tables a publication publishes, as a phrase.
+func publicationTables(p replication.PublicationInfo) string {
+	if p.AllTables {
+		return "all tables"
+	}
+	return strings.Join(p.Tables, ", ")
 }
 
 // cmdStatus asks a running instance for its state through its admin

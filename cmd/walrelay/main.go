@@ -54,9 +54,9 @@ Usage:
   walrelay demo    [--count N] [--crash]               a throwaway PostgreSQL and Kafka: orders, relay, shipping, end to end
   walrelay check                                       preflight: server settings, role, table, publication, brokers
   walrelay status [--ready [--standby]]                one screen from a running instance (its admin listener); --ready: exit 0 only if ready
-  walrelay slot list | status [NAME] | create [NAME] | drop NAME
+  walrelay slot list | status [NAME] | create [NAME] | drop NAME [--yes]
   walrelay lsn show [NAME] | advance NAME (--to LSN | --to-current) [--yes]
-  walrelay publication show [NAME] | create [NAME] | drop NAME
+  walrelay publication show [NAME] | create [NAME] | drop NAME [--yes]
   walrelay replay --since TIME [--until TIME] [--aggregate-type T] | --ids FILE | --all  [--yes]
   walrelay reconcile (--since TIME [--until TIME] | --ids FILE | --all) [--aggregate-type T] [--replay] [--yes]   exit 2: rows missing
   walrelay dlq list [--since TIME] [--reason R] | show ID | replay (--id ID ... | --reason R | --all) [--yes]
@@ -66,8 +66,8 @@ Usage:
   walrelay version
 
 The operator commands take --json for one JSON document. TIME is RFC 3339
-(2026-12-03T04:00:00Z) or a duration before now (2h). Commands that write do
-nothing without --yes: they say what they would do.
+(2026-12-03T04:00:00Z) or a duration before now (2h). Commands that drop,
+move or send do nothing without --yes: they say what they would do.
 
 Every configuration key is also an environment variable (postgres.dsn is
 WALRELAY_POSTGRES_DSN) and a flag (--postgres.dsn). Run 'walrelay run -h' for

@@ -101,7 +101,7 @@ func TestOperatorCommands(t *testing.T) {
 	}
 
 	// Refusals while the slot is active.
-	code, out = runCmd(t, e, "slot", "drop", "walrelay")
+	code, out = runCmd(t, e, "slot", "drop", "walrelay", "--yes")
 	if code == 0 || !strings.Contains(out, fmt.Sprintf("is active in process %d", pid)) {
 		t.Fatalf("slot drop of an active slot: exit %d\n%s", code, out)
 	}
@@ -198,9 +198,24 @@ func TestOperatorCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "slot spare created") {
 		t.Fatalf("slot create: exit %d\n%s", code, out)
 	}
+	// Without --yes a drop only says what it would do.
 	code, out = runCmd(t, e, "slot", "drop", "spare")
+	if code != 0 || !strings.Contains(out, "would drop slot spare (confirmed ") || !strings.Contains(out, "dry run: add --yes") {
+		t.Fatalf("slot drop without --yes: exit %d\n%s", code, out)
+	}
+	if code, out = runCmd(t, e, "slot", "status", "spare"); code != 0 {
+		t.Fatalf("the slot is gone after a dry run: exit %d\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "slot", "drop", "spare", "--yes")
 	if code != 0 || !strings.Contains(out, "slot spare dropped") {
-		t.Fatalf("slot drop: exit %d\n%s", code, out)
+		t.Fatalf("slot drop --yes: exit %d\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "publication", "drop", "walrelay_outbox")
+	if code != 0 || !strings.Contains(out, "would drop publication walrelay_outbox (of public.outbox)") {
+		t.Fatalf("publication drop without --yes: exit %d\n%s", code, out)
+	}
+	if code, out = runCmd(t, e, "publication", "show"); code != 0 || !strings.Contains(out, "public.outbox") {
+		t.Fatalf("the publication is gone after a dry run: exit %d\n%s", code, out)
 	}
 }
 

@@ -58,7 +58,7 @@ func TestLostSlotRunbook(t *testing.T) {
 	if code := p.exit(time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if code, out := runCmd(t, e, "slot", "drop", "walrelay"); code != 0 {
+	if code, out := runCmd(t, e, "slot", "drop", "walrelay", "--yes"); code != 0 {
 		t.Fatalf("slot drop: exit %d\n%s", code, out)
 	}
 	gap := newWriter(5, 42)
@@ -153,7 +153,7 @@ func TestLostSlotRunbookRandomIDs(t *testing.T) {
 	if code := p.exit(time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if code, out := runCmd(t, e, "slot", "drop", "walrelay"); code != 0 {
+	if code, out := runCmd(t, e, "slot", "drop", "walrelay", "--yes"); code != 0 {
 		t.Fatalf("slot drop: exit %d\n%s", code, out)
 	}
 	insert(15, "gap-")
