@@ -248,8 +248,7 @@ func New(cfg Config) (*Sink, error) {
 		kgo.ProduceRequestTimeout(cfg.RequestTimeout / 2),
 		kgo.RequestTimeoutOverhead(cfg.RequestTimeout / 2),
 		// A leader that went away is looked up again within half a second
-		// (the client's default waits 5s between refreshes), so that
-		// publishing resumes as soon as the cluster has a new leader.
+		// (the client's default waits 5s between refreshes).
 		kgo.MetadataMinAge(500 * time.Millisecond),
 		// The broker answered OUT_OF_ORDER_SEQUENCE_NUMBER or
 		// UNKNOWN_PRODUCER_ID: records it had acknowledged may be gone.
