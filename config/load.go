@@ -163,16 +163,26 @@ func (cs *Set) checkEnv() error {
 
 // suggest names a known key that n is probably a misspelling of.
 func (cs *Set) suggest(n string) string {
+	names := make([]string, len(cs.keys))
+	for i, k := range cs.keys {
+		names[i] = k.name
+	}
+	if best := Suggest(n, names); best != "" {
+		return " (did you mean " + best + "?)"
+	}
+	return ""
+}
+
+// Suggest returns the one of names that n is probably a misspelling of
+// (fewer than 4 edits away, the closest), or "".
+func Suggest(n string, names []string) string {
 	best, bestD := "", 4
-	for _, k := range cs.keys {
-		if d := editDistance(n, k.name); d < bestD {
-			best, bestD = k.name, d
+	for _, k := range names {
+		if d := editDistance(n, k); d < bestD {
+			best, bestD = k, d
 		}
 	}
-	if best == "" {
-		return ""
-	}
-	return " (did you mean " + best + "?)"
+	return best
 }
 
 func editDistance(a, b string) int {

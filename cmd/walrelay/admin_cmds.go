@@ -40,19 +40,9 @@ func newAdminCmd(name string, stderr, stdout io.Writer) *adminCmd {
 // parse parses flags and positional arguments (at most maxArgs), which may
 // stand before or after the flags.
 func (a *adminCmd) parse(args []string, maxArgs int, needKafka bool) ([]string, error) {
-	var pos []string
-	for len(args) > 0 {
-		if err := a.fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageError{err.Error()}
-		}
-		args = a.fs.Args()
-		if len(args) > 0 {
-			pos = append(pos, args[0])
-			args = args[1:]
-		}
+	pos, err := parseArgs(a.fs, args)
+	if err != nil {
+		return nil, err
 	}
 	if len(pos) > maxArgs {
 		return nil, usageError{fmt.Sprintf("unexpected argument %q", pos[maxArgs])}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,19 +21,9 @@ func cmdDebezium(_ context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("debezium import", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	workerFile := fs.String("worker", "", "the Kafka Connect worker's properties (bootstrap servers, default converters)")
-	var pos []string
-	rest := args[1:]
-	for len(rest) > 0 {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return usageError{err.Error()}
-		}
-		rest = fs.Args()
-		if len(rest) > 0 {
-			pos, rest = append(pos, rest[0]), rest[1:]
-		}
+	pos, err := parseArgs(fs, args[1:])
+	if err != nil {
+		return err
 	}
 	if len(pos) != 1 {
 		return usageError{"debezium import: want one connector configuration FILE (.properties or Kafka Connect JSON)"}

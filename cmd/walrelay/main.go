@@ -20,7 +20,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
+
+	"github.com/walrelay/walrelay/config"
 )
 
 // version, commit and buildDate are set at build time with -ldflags
@@ -131,7 +134,7 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "walrelay: %v\n\n%s", err, usage)
+		fmt.Fprintf(stderr, "walrelay: %v; walrelay help lists the commands, walrelay COMMAND -h a command's flags\n", err)
 		return 2
 	default:
 		fmt.Fprintf(stderr, "walrelay: %v\n", err)
@@ -141,14 +144,50 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // parseFlags parses a subcommand's flags; a bad flag is a usage error.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	pos, err := parseArgs(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	return err
+}
+
+// parseArgs parses flags and the positional arguments among them, which
+// it returns. A mistake is one line naming the likely flag, not the flag
+// package's list of every flag; -h prints that list.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	out := fs.Output()
+	fs.SetOutput(io.Discard) // the flag package's own report of a mistake
+	defer fs.SetOutput(out)
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				fmt.Fprintf(out, "Usage of %s:\n", fs.Name())
+				fs.PrintDefaults()
+				return nil, err
+			}
+			return nil, usageError{fs.Name() + ": " + err.Error() + flagHint(fs, err)}
 		}
-		return usageError{err.Error()}
+		args = fs.Args()
+		if len(args) > 0 {
+			pos, args = append(pos, args[0]), args[1:]
+		}
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	return pos, nil
+}
+
+// flagHint names the defined flag an undefined one is likely a misspelling
+// of.
+func flagHint(fs *flag.FlagSet, err error) string {
+	_, name, ok := strings.Cut(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return ""
 	}
-	return nil
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if best := config.Suggest(strings.TrimLeft(name, "-"), names); best != "" {
+		return " (did you mean --" + best + "?)"
+	}
+	return ""
 }

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestMistakesAreOneLine: a mistyped flag, of any command, is refused in
+// one line naming the likely flag (not the flag package's list of every
+// flag), exit 2; -h still lists the flags.
+func TestMistakesAreOneLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--kafka.broker", "x"}, "walrelay: run: flag provided but not defined: -kafka.broker (did you mean --kafka.brokers?)"},
+		{[]string{"slot", "drop", "walrelay", "--yess"}, "(did you mean --yes?)"},
+		{[]string{"replay", "--al"}, "(did you mean --all?)"},
+		{[]string{"debezium", "import", "f", "--workr", "w"}, "(did you mean --worker?)"},
+		{[]string{"nosuch"}, `walrelay: unknown command "nosuch"`},
+		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+	} {
+		var out, errOut bytes.Buffer
+		code := realMain(t.Context(), c.args, &out, &errOut)
+		if code != 2 || !strings.Contains(errOut.String(), c.want) || strings.Count(errOut.String(), "\n") != 1 || out.Len() != 0 {
+			t.Errorf("%v: exit %d, want 2 and one line with %q:\n%s%s", c.args, code, c.want, out.String(), errOut.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := realMain(t.Context(), []string{"run", "-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "-kafka.brokers") {
+		t.Errorf("run -h: exit %d:\n%s", code, errOut.String())
+	}
+}
