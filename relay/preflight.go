@@ -63,6 +63,39 @@ func PublicationSpec(o decoder.Config, pub string, allowRowFilter bool) replicat
 	return spec
 }
 
+// ReplicationRole says whether the session's role may open a replication
+// connection: the REPLICATION attribute, a superuser, or (Amazon RDS)
+// membership of rds_replication.
+func ReplicationRole(ctx context.Context, conn *pgx.Conn) (role string, ok bool, err error) {
+	err = conn.QueryRow(ctx, `SELECT rolname, rolreplication OR rolsuper OR EXISTS (SELECT 1 FROM pg_roles r
+		WHERE r.rolname = 'rds_replication' AND pg_has_role(current_user, r.oid, 'member'))
+		FROM pg_roles WHERE rolname = current_user`).Scan(&role, &ok)
+	if err != nil {
+		return "", false, fmt.Errorf("read the role: %w", err)
+	}
+	return role, ok, nil
+}
+
+// CheckServer refuses a server walrelay cannot stream from, naming the
+// fix: wal_level below logical, a role that may not replicate.
+func CheckServer(ctx context.Context, conn *pgx.Conn) error {
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it (or use source: poll, which needs no logical replication)", walLevel)
+	}
+	role, ok, err := ReplicationRole(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("role %s lacks the REPLICATION attribute: ALTER ROLE %s REPLICATION", role, pgx.Identifier{role}.Sanitize())
+	}
+	return nil
+}
+
 // preflight checks the database before streaming, so that a mistake in the
 // configuration is one clear line at start rather than a retry loop, creates
 // what a first start needs, and returns the decoder's configuration with
@@ -76,12 +109,8 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 		return dcfg, fmt.Errorf("postgres.dsn: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	var walLevel string
-	if err := conn.QueryRow(cctx, "SHOW wal_level").Scan(&walLevel); err != nil {
-		return dcfg, fmt.Errorf("read wal_level: %w", err)
-	}
-	if walLevel != "logical" {
-		return dcfg, fmt.Errorf("the server has wal_level = %s: set wal_level = logical in postgresql.conf and restart it", walLevel)
+	if err := CheckServer(cctx, conn); err != nil {
+		return dcfg, err
 	}
 	// Layouts is a fresh slice with the defaults filled in: each table's
 	// oid and payload nullability are written into it.

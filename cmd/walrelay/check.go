@@ -113,11 +113,9 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		add("max_wal_senders", "fail", "all %d in use: raise max_wal_senders", maxSenders)
 	}
 
-	var role string
-	var repl, super bool
-	if err := conn.QueryRow(cctx, "SELECT rolname, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&role, &repl, &super); err != nil {
-		add("replication role", "fail", "read the role: %v", err)
-	} else if repl || super {
+	if role, ok, err := relay.ReplicationRole(cctx, conn); err != nil {
+		add("replication role", "fail", "%v", err)
+	} else if ok {
 		add("replication role", "ok", "role %s may replicate", role)
 	} else {
 		add("replication role", "fail", "role %s lacks the REPLICATION attribute: ALTER ROLE %s REPLICATION", role, pgx.Identifier{role}.Sanitize())

@@ -89,6 +89,13 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 		}
 		fmt.Fprintf(stdout, "%-40s %s\n", what, state)
 	}
+	if !poll {
+		// Checked first: a server walrelay cannot stream from is left as
+		// it was.
+		if err := relay.CheckServer(cctx, conn); err != nil {
+			return fmt.Errorf("%w; migrate changed nothing", err)
+		}
+	}
 	res, err := migrations.Apply(cctx, conn, cfg.OutboxConfig())
 	if err != nil {
 		return err

@@ -255,6 +255,11 @@ func TestCheck(t *testing.T) {
 			t.Errorf("%s: exit %d, want a line with %q:\n%s", tc.name, code, tc.want, out)
 		}
 	}
+	// run names the same fix as check, not PostgreSQL's raw error.
+	app := e.with("WALRELAY_POSTGRES_DSN", pg.DSNFor("postgres")+"&user=app")
+	if code, out := runCmd(t, app, "run"); code != 1 || !strings.Contains(lastLine(out), `lacks the REPLICATION attribute: ALTER ROLE "app" REPLICATION`) {
+		t.Errorf("run as a role without REPLICATION: exit %d:\n%s", code, tail(out, 2000))
+	}
 }
 
 // TestDemo builds the demo (the demo tag: the connector's binary leaves the

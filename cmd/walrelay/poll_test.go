@@ -883,6 +883,16 @@ func TestPollWithoutLogicalReplication(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), "SHOW wal_level").Scan(&level); err != nil || level != "replica" {
 		t.Fatalf("wal_level %q (%v)", level, err)
 	}
+	// migrate for the WAL source checks the server first and changes
+	// nothing.
+	if code, out := runCmd(t, baseEnv(pg, kc), "migrate"); code != 1 || !strings.Contains(lastLine(out), "wal_level = replica: set wal_level = logical") ||
+		!strings.Contains(lastLine(out), "migrate changed nothing") {
+		t.Fatalf("migrate on wal_level=replica: exit %d\n%s", code, out)
+	}
+	var exists bool
+	if err := conn.QueryRow(t.Context(), "SELECT to_regclass('public.outbox') IS NOT NULL OR EXISTS (SELECT 1 FROM pg_publication)").Scan(&exists); err != nil || exists {
+		t.Fatalf("a refused migrate left a table or a publication (%v)", err)
+	}
 	if code, out := runCmd(t, pollEnv(pg, kc), "migrate", "--poll"); code != 0 {
 		t.Fatalf("migrate --poll: exit %d\n%s", code, out)
 	}
