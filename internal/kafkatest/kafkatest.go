@@ -90,6 +90,19 @@ func (c *Cluster) each(fn func(*proxy.Gate)) {
 	}
 }
 
+// Node returns the gate of the broker listening on addr (one of Addrs), to
+// fault one broker of a cluster of several, or nil if none listens there.
+func (c *Cluster) Node(addr string) *proxy.Gate {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range c.gates {
+		if g.Addr().String() == addr {
+			return g
+		}
+	}
+	return nil
+}
+
 // Down cuts every connection to the brokers and refuses new ones until Up.
 func (c *Cluster) Down() { c.each((*proxy.Gate).Down) }
 
