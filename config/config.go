@@ -104,8 +104,9 @@ type Config struct {
 		Interval time.Duration
 	}
 	Log struct {
-		Level  string
-		Format string
+		Level            string
+		Format           string
+		ProgressInterval time.Duration
 	}
 	ShutdownTimeout time.Duration
 	MemoryLimit     int
@@ -335,6 +336,8 @@ func (c *Config) keys() []*key {
 	add("log.level", "debug, info, warn or error", f, s)
 	f, s = str(&c.Log.Format, "text")
 	add("log.format", "text or json", f, s)
+	f, s = duration(&c.Log.ProgressInterval, time.Minute)
+	add("log.progress_interval", "how often a progress line (events/s, in flight, the slot's lag and retained WAL) is logged at info level, every tenth time only while idle; 0 for none", f, s)
 	f, s = duration(&c.ShutdownTimeout, 20*time.Second)
 	add("shutdown_timeout", "how long a stop waits for the open transaction and in-flight events; keep it some seconds under the grace period before SIGKILL (Kubernetes: 30s by default)", f, s)
 	f, s = integer(&c.MemoryLimit, 0)

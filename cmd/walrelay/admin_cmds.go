@@ -83,22 +83,6 @@ func (a *adminCmd) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// humanBytes renders n in binary units.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit && n > -unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f := float64(n)
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		f /= unit
-		if f < unit && f > -unit {
-			return fmt.Sprintf("%.1f %s", f, u)
-		}
-	}
-	return fmt.Sprintf("%.1f PiB", f/unit)
-}
-
 func orDash[T any](p *T, f func(T) string) string {
 	if p == nil {
 		return "-"
@@ -135,8 +119,8 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		itoa := func(i int) string { return fmt.Sprint(i) }
 		for _, s := range slots {
 			fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.SlotName, s.Plugin, s.Active, orDash(s.ActivePID, itoa),
-				orDash(s.RestartLSN, str), orDash(s.ConfirmedFlushLSN, str), orDash(s.RetainedWALBytes, humanBytes), orDash(s.LagBytes, humanBytes),
-				orDash(s.WALStatus, str), orDash(s.SafeWALSize, humanBytes), orDash(s.InactiveSince, str))
+				orDash(s.RestartLSN, str), orDash(s.ConfirmedFlushLSN, str), orDash(s.RetainedWALBytes, admin.HumanBytes), orDash(s.LagBytes, admin.HumanBytes),
+				orDash(s.WALStatus, str), orDash(s.SafeWALSize, admin.HumanBytes), orDash(s.InactiveSince, str))
 		}
 		return tw.Flush()
 	case "create":
@@ -161,7 +145,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if !*yes {
 			return a.say(map[string]any{"slot_name": name, "dropped": false, "dry_run": true},
 				"would drop slot %s (confirmed %s, retaining %s of WAL): rows committed after its position are then no longer in the WAL stream (dry run: add --yes to drop it)",
-				name, orDash(st.ConfirmedFlushLSN, func(s string) string { return s }), orDash(st.RetainedWALBytes, humanBytes))
+				name, orDash(st.ConfirmedFlushLSN, func(s string) string { return s }), orDash(st.RetainedWALBytes, admin.HumanBytes))
 		}
 		return a.say(map[string]any{"slot_name": name, "dropped": true}, "slot %s dropped", name)
 	}
@@ -210,7 +194,7 @@ func cmdLSN(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			lag = *s.LagBytes
 		}
 		return a.say(map[string]any{"slot_name": name, "confirmed_flush_lsn": s.ConfirmedFlushLSN, "current_wal_lsn": s.CurrentWALLSN,
-			"lag_bytes": s.LagBytes}, "slot %s: confirmed %s, server at %s, %d bytes (%s) behind", name, confirmed, s.CurrentWALLSN, lag, humanBytes(lag))
+			"lag_bytes": s.LagBytes}, "slot %s: confirmed %s, server at %s, %d bytes (%s) behind", name, confirmed, s.CurrentWALLSN, lag, admin.HumanBytes(lag))
 	case "advance":
 		if (*to == "") == !*toCurrent {
 			return usageError{"lsn advance: give --to LSN or --to-current"}
@@ -231,9 +215,9 @@ func cmdLSN(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		doc := map[string]any{"slot_name": name, "from": was.String(), "to": now.String(), "skipped_bytes": skipped, "done": *yes}
 		if !*yes {
 			return a.say(doc, "would move slot %s from %s to %s, skipping %d bytes (%s) of WAL and every event in it (walrelay reconcile and replay can send them from the outbox table later); add --yes to do it",
-				name, was, now, skipped, humanBytes(skipped))
+				name, was, now, skipped, admin.HumanBytes(skipped))
 		}
-		return a.say(doc, "moved slot %s from %s to %s, skipping %d bytes (%s) of WAL; walrelay reconcile --since <a time before> lists the rows skipped that are still in the table, and --replay --yes sends them", name, was, now, skipped, humanBytes(skipped))
+		return a.say(doc, "moved slot %s from %s to %s, skipping %d bytes (%s) of WAL; walrelay reconcile --since <a time before> lists the rows skipped that are still in the table, and --replay --yes sends them", name, was, now, skipped, admin.HumanBytes(skipped))
 	}
 	return usageError{fmt.Sprintf("lsn %s: want show or advance", args[0])}
 }
@@ -348,6 +332,12 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "state\t%s\n", st.State)
+	fmt.Fprintf(tw, "waiting for\t%s\n", st.WaitingFor)
+	if st.Kafka.Answering {
+		fmt.Fprintf(tw, "kafka\tanswering\n")
+	} else {
+		fmt.Fprintf(tw, "kafka\tNOT ANSWERING since %s: %s\n", st.Kafka.Since, st.Kafka.Problem)
+	}
 	if st.Source == "poll" {
 		fmt.Fprintf(tw, "source\tpoll\n")
 		for _, p := range st.Poll {
@@ -356,8 +346,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	} else {
 		fmt.Fprintf(tw, "slot\t%s\n", st.Slot)
-		fmt.Fprintf(tw, "slot lag\t%s\n", orDash(st.SlotLagBytes, humanBytes))
-		fmt.Fprintf(tw, "retained WAL\t%s\n", orDash(st.RetainedWALBytes, humanBytes))
+		fmt.Fprintf(tw, "slot lag\t%s\n", orDash(st.SlotLagBytes, admin.HumanBytes))
+		fmt.Fprintf(tw, "retained WAL\t%s\n", orDash(st.RetainedWALBytes, admin.HumanBytes))
 		fmt.Fprintf(tw, "received / confirmed\t%s / %s\n", st.ReceivedLSN, st.ConfirmedLSN)
 	}
 	fmt.Fprintf(tw, "events/s (last minute)\t%.1f\n", st.EventsPerSecond)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
@@ -167,7 +168,7 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		if s.LagBytes != nil {
 			lag = *s.LagBytes
 		}
-		add("slot", "ok", "%s (pgoutput), %s behind the server", s.SlotName, humanBytes(lag))
+		add("slot", "ok", "%s (pgoutput), %s behind the server", s.SlotName, admin.HumanBytes(lag))
 	}
 
 	checkFailover(cctx, conn, cfg, add)

@@ -20,10 +20,15 @@ import (
 
 // TestKafkaOutage takes the broker off the network for 10 s mid-stream:
 // walrelay does not confirm what Kafka did not acknowledge, resumes by
-// itself, and nothing is lost.
+// itself, and nothing is lost. What the operator sees: walrelay status says
+// Kafka is not answering and what is held, the log says so in walrelay's
+// words when it happens and when Kafka answers again, and progress lines
+// come at log.progress_interval.
 func TestKafkaOutage(t *testing.T) {
 	t.Parallel()
-	_, col, fk, conn, w := warmStream(t, 5, 2000)
+	addr := freeAddr(t)
+	_, col, fk, conn, w, p, e := warmStreamWith(t, 5, 2000, "WALRELAY_ADMIN_LISTEN", addr, "WALRELAY_LOG_PROGRESS_INTERVAL", "1s")
+	p.waitLog(`msg=progress`, 30*time.Second)
 	fk.Down()
 	if err := w.write(t.Context(), conn, 3000, 20); err != nil {
 		t.Fatal(err)
@@ -34,6 +39,12 @@ func TestKafkaOutage(t *testing.T) {
 	after := slotConfirmed(t, conn, "walrelay")
 	if before != after {
 		t.Fatalf("confirmed_flush_lsn moved from %s to %s while Kafka was unreachable", before, after)
+	}
+	p.waitLog(`msg="Kafka is not answering`, 30*time.Second)
+	code, status := runCmd(t, e, "status")
+	t.Logf("walrelay status during the outage:\n%s", status)
+	if code != 0 || !strings.Contains(status, "NOT ANSWERING since") || !strings.Contains(status, "events held until it acknowledges them") {
+		t.Fatalf("walrelay status during a Kafka outage (exit %d) does not say so:\n%s", code, status)
 	}
 	var end string
 	if err := conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
@@ -46,6 +57,17 @@ func TestKafkaOutage(t *testing.T) {
 		t.Fatalf("order violations: %s", c)
 	}
 	waitConfirmedPast(t, conn, end)
+	p.waitLog(`msg="Kafka answers again"`, 30*time.Second)
+	if code, status := runCmd(t, e, "status"); code != 0 || !strings.Contains(status, "answering") || strings.Contains(status, "NOT ANSWERING") {
+		t.Fatalf("walrelay status after the outage (exit %d):\n%s", code, status)
+	}
+	var lines []string
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		if strings.Contains(l, "Kafka is not answering") || strings.Contains(l, "Kafka answers again") {
+			lines = append(lines, l)
+		}
+	}
+	t.Logf("walrelay's own lines about the outage:\n%s", strings.Join(lines, "\n"))
 }
 
 // TestBrokerDownWhileWriting takes the broker down, briefly and again and
@@ -79,16 +101,25 @@ func TestBrokerDownWhileWriting(t *testing.T) {
 // transactions of up to 20 rows) until all of them arrived.
 func warmStream(t *testing.T, seed uint64, rows int) (*pgtest.Server, *kafkatest.Collector, kafkatest.Network, *pgx.Conn, *writer) {
 	t.Helper()
+	pg, col, fk, conn, w, _, _ := warmStreamWith(t, seed, rows)
+	return pg, col, fk, conn, w
+}
+
+// warmStreamWith is warmStream with more variables (name, value pairs) in
+// walrelay's environment; it also returns the process and the environment.
+func warmStreamWith(t *testing.T, seed uint64, rows int, vars ...string) (*pgtest.Server, *kafkatest.Collector, kafkatest.Network, *pgx.Conn, *writer, *proc, env) {
+	t.Helper()
 	pg, kc, col := setup(t)
 	fk := kc.net(t)
 	conn := connect(t, pg.DSN)
-	streaming(t, baseEnv(pg, kc))
+	e := baseEnv(pg, kc).with(vars...)
+	p := streaming(t, e)
 	w := newWriter(30, seed)
 	if err := w.write(t.Context(), conn, rows, 20); err != nil {
 		t.Fatal(err)
 	}
 	waitAll(t, col, w.written(), time.Minute)
-	return pg, col, fk, conn, w
+	return pg, col, fk, conn, w, p, e
 }
 
 // TestNullAggregateIDIsDeadLettered: a row whose aggregateid is NULL goes to

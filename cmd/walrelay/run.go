@@ -77,6 +77,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { m.PollSlot(pollCtx, r.ConnConfig(), cfg.Postgres.Slot, 5*time.Second, log) })
+	bg.Go(func() { m.Watch(pollCtx, r, cfg.Log.ProgressInterval, log) })
 	err = r.Run(ctx)
 	stopPoll()
 	bg.Wait()
@@ -107,6 +108,7 @@ func runPoll(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	statsCtx, stopStats := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { m.PollTables(statsCtx, p.ConnConfig(), pcfg.Outbox, 5*time.Second, log) })
+	bg.Go(func() { m.Watch(statsCtx, p, cfg.Log.ProgressInterval, log) })
 	err = p.Run(ctx)
 	stopStats()
 	bg.Wait()

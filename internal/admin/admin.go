@@ -87,6 +87,8 @@ type Metrics struct {
 	kafkaReconnects atomic.Uint64
 	kafkaOK         atomic.Int64 // unix nanoseconds of the last broker success
 	kafkaFail       atomic.Int64 // unix nanoseconds of the last broker connect failure
+	kafkaDownAt     atomic.Int64 // unix nanoseconds of the first connect failure after a success
+	kafkaErr        atomic.Value // string: the last connect failure
 
 	publishedN, deadLetteredN atomic.Int64
 	newestAcked               atomic.Int64 // unix nanoseconds of the newest acknowledged commit
@@ -318,8 +320,20 @@ type Status struct {
 	// ExactlyOnce is set in exactly-once mode.
 	ExactlyOnce *ExactlyOnceStatus `json:"exactly_once,omitempty"`
 	// Poll is the outbox tables' rows by state, with source poll.
-	Poll  []poll.Stats `json:"poll,omitempty"`
-	Error string       `json:"error,omitempty"`
+	Poll []poll.Stats `json:"poll,omitempty"`
+	// Kafka is what the brokers' last answers say.
+	Kafka KafkaStatus `json:"kafka"`
+	// WaitingFor says what the pipeline waits for now.
+	WaitingFor string `json:"waiting_for"`
+	Error      string `json:"error,omitempty"`
+}
+
+// KafkaStatus is whether the brokers answer, and if not, why walrelay takes
+// them to be down and since when.
+type KafkaStatus struct {
+	Answering bool   `json:"answering"`
+	Problem   string `json:"problem,omitempty"`
+	Since     string `json:"since,omitempty"` // RFC 3339
 }
 
 // ExactlyOnceStatus is the state of exactly-once mode's Kafka transactions.
@@ -366,6 +380,12 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 		doc.Published = m.publishedN.Load()
 		doc.DeadLettered = m.deadLetteredN.Load()
 		doc.SecondsBehindSource = m.behind(r)
+		problem, since := m.kafkaState(r, time.Now())
+		doc.Kafka = KafkaStatus{Answering: problem == "", Problem: problem}
+		if problem != "" {
+			doc.Kafka.Since = since.UTC().Format(time.RFC3339)
+		}
+		doc.WaitingFor = m.waitingFor(r, problem)
 		if exactlyOnce {
 			pos, _ := m.committedPos.Load().(string)
 			doc.ExactlyOnce = &ExactlyOnceStatus{CommittedPosition: pos, TransactionsCommitted: m.txnCommitted.Load(), TransactionsAborted: m.txnAborted.Load()}
@@ -411,6 +431,12 @@ type kafkaHook struct{ m *Metrics }
 func (h kafkaHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	now := time.Now().UnixNano()
 	if err != nil {
+		if !h.m.kafkaReachable() {
+			h.m.kafkaDownAt.CompareAndSwap(0, now)
+		} else {
+			h.m.kafkaDownAt.Store(now)
+		}
+		h.m.kafkaErr.Store(err.Error())
 		h.m.kafkaFail.Store(now)
 		h.m.kafkaReconnects.Add(1)
 		h.m.publishErrors.WithLabelValues("connect").Inc()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // RealClusterSize is how many nodes a RealCluster has.
@@ -220,6 +221,54 @@ func (c *RealCluster) Leader(ctx context.Context, topic string, partition int32)
 		return nil, fmt.Errorf("%s/%d has no leader", topic, partition)
 	}
 	return c.Node(p.Leader), nil
+}
+
+// LeaderMoved asks the nodes other than from, every 100 ms, which node leads
+// partition of topic, and returns how long it took, from its call, until
+// one other than from did: the cluster's own failover, as its metadata
+// shows it. It returns an error if ctx ends first.
+func (c *RealCluster) LeaderMoved(ctx context.Context, topic string, partition, from int32) (time.Duration, error) {
+	began := time.Now()
+	var clients []*kgo.Client
+	defer func() {
+		for _, cl := range clients {
+			cl.Close()
+		}
+	}()
+	for _, n := range c.Nodes {
+		if n.ID == from {
+			continue
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr))
+		if err != nil {
+			return 0, err
+		}
+		clients = append(clients, cl)
+	}
+	for i := 0; ; i++ {
+		// One node at a time, the seed itself: a node frozen or killed
+		// is never asked.
+		cl := clients[i%len(clients)]
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := req.RequestWith(rctx, cl)
+		cancel()
+		if err == nil && len(resp.Topics) == 1 {
+			for _, p := range resp.Topics[0].Partitions {
+				if p.Partition == partition && p.Leader >= 0 && p.Leader != from {
+					return time.Since(began), nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("the leader of %s/%d did not move from node %d: %w", topic, partition, from, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Close stops every node and removes the cluster's files.
