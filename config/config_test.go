@@ -223,3 +223,72 @@ func TestTransactionTimeout(t *testing.T) {
 		t.Fatalf("err = %v, want %q", err, want)
 	}
 }
+
+// TestYAMLReadsBack: walrelay config's YAML says where each value came from
+// (default, the file, the environment, a flag), hides secrets, and read
+// back as a configuration file gives every key the same value.
+func TestYAMLReadsBack(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "walrelay.yaml")
+	if err := os.WriteFile(file, []byte(`postgres:
+  dsn: "postgres://u:s3cret@h/app"
+kafka:
+  brokers: [a:9092, "b:9092"]
+  sasl:
+    mechanism: SCRAM-SHA-512
+    username: relay
+    password: "p#w: d"
+outbox:
+  header_columns: [trace_id, "tenant:x-tenant"]
+  tables:
+    - table: public.orders_outbox
+      topic: orders.{aggregatetype}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WALRELAY_KAFKA_LINGER", "7ms")
+	fs := flag.NewFlagSet("config", flag.ContinueOnError)
+	cs := NewSet(fs)
+	if err := fs.Parse([]string{"--config", file, "--kafka.client_id", "relay 1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Load(fs, true); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cs.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`dsn: "postgres://u:redacted@h/app" # from ` + file, `linger: 7ms # from WALRELAY_KAFKA_LINGER`,
+		`client_id: relay 1 # from --kafka.client_id`, `slot: walrelay # default`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "s3cret") || strings.Contains(out, "p#w") {
+		t.Errorf("a secret is printed:\n%s", out)
+	}
+	back := filepath.Join(dir, "back.yaml")
+	if err := os.WriteFile(back, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Unsetenv("WALRELAY_KAFKA_LINGER")
+	fs2 := flag.NewFlagSet("config", flag.ContinueOnError)
+	cs2 := NewSet(fs2)
+	if err := fs2.Parse([]string{"--config", back}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs2.Load(fs2, true); err != nil {
+		t.Fatalf("read back: %v\n%s", err, out)
+	}
+	for i, k := range cs.keys {
+		if k.redact != nil && k.show() != "" {
+			continue
+		}
+		if got := cs2.keys[i].show(); got != k.show() {
+			t.Errorf("%s: %q read back as %q", k.name, k.show(), got)
+		}
+	}
+}

@@ -281,6 +281,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		{"migrate"}, {"check"}, {"slot", "list"}, {"slot", "status"}, {"lsn", "show"}, {"publication", "show"},
 		{"lsn", "advance", "walrelay", "--to", "0/1"}, {"slot", "drop", "nosuch"}, {"run", "--postgres.table", "a.b.c"},
 		{"check", "--postgres.dsn", strings.Replace(dsn, "127.0.0.1", "127.0.0.1:1:2", 1)},
+		{"config", "--kafka.sasl.password", pw},
 	} {
 		_, out := runCmd(t, e, args...)
 		noSecret(strings.Join(args, " "), out)

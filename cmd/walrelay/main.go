@@ -4,7 +4,7 @@
 // confirms a WAL position to the slot only after Kafka acknowledged every
 // event before it.
 //
-// Subcommands: run, migrate, demo, check, status, slot, lsn, publication,
+// Subcommands: run, migrate, demo, check, config, status, slot, lsn, publication,
 // replay, reconcile, dlq, prune, poll, debezium, version. This package
 // parses the configuration, runs the relay (package relay; or with source
 // poll, package poll) with its metrics and admin listener, and runs the
@@ -56,6 +56,7 @@ Usage:
   walrelay migrate --inbox [--inbox-table S.T]         create the inbox table of package inbox (consumer's database)
   walrelay demo    [--count N] [--crash]               a throwaway PostgreSQL and Kafka: orders, relay, shipping, end to end
   walrelay check                                       preflight: server settings, role, table, publication, brokers
+  walrelay config  [--config FILE] [--key value ...]   the effective configuration as YAML, secrets redacted, with where each value came from
   walrelay status [--ready [--standby]]                one screen from a running instance (its admin listener); --ready: exit 0 only if ready
   walrelay slot list | status [NAME] | create [NAME] | drop NAME [--yes]
   walrelay lsn show [NAME] | advance NAME (--to LSN | --to-current) [--yes]
@@ -103,6 +104,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = cmdPublication(ctx, args[1:], stdout, stderr)
 	case "check":
 		err = cmdCheck(ctx, args[1:], stdout, stderr)
+	case "config":
+		err = cmdConfig(args[1:], stdout, stderr)
 	case "status":
 		err = cmdStatus(ctx, args[1:], stdout, stderr)
 	case "replay":

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -31,9 +32,30 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := config.NewLogger(cfg, stderr)
-	log.Info("starting walrelay", append([]any{"version", version, "commit", commit, "go", runtime.Version()}, cs.Effective()...)...)
+	log.Info("starting walrelay", append([]any{"version", version, "commit", commit, "go", runtime.Version()}, cs.Summary()...)...)
+	log.Debug("configuration (walrelay config prints it with where each value came from)", cs.Effective()...)
 	limitMemory(cfg)
 	return config.ScrubError(run(ctx, cfg, log), cfg.Secrets())
+}
+
+// cmdConfig prints the effective configuration, as run would load it, as
+// YAML: secrets redacted, each value with where it came from.
+func cmdConfig(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cs := config.NewSet(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if _, err := cs.Load(fs, false); err != nil {
+		return err
+	}
+	out, err := cs.YAML()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "# walrelay %s: the effective configuration (secrets redacted), each value with where it came from\n%s", version, out)
+	return err
 }
 
 // limitMemory sets a soft memory limit unless GOMEMLIMIT does: the
