@@ -31,7 +31,7 @@ var ErrSlotMissing = errors.New("replication slot does not exist")
 // speaks only the simple query protocol; the name was validated by New.
 func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInfo, error) {
 	res, err := conn.Exec(ctx, "SELECT active, coalesce(active_pid, 0), coalesce(restart_lsn, '0/0'), coalesce(confirmed_flush_lsn, '0/0'), "+
-		"coalesce(wal_status, ''), database = current_database() FROM pg_replication_slots WHERE slot_name = '"+slot+"'").ReadAll()
+		"coalesce(wal_status, ''), database = current_database(), coalesce(database, ''), current_database() FROM pg_replication_slots WHERE slot_name = '"+slot+"'").ReadAll()
 	if err != nil {
 		if isFatalPgError(err) {
 			return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("inspect slot %s: %w", slot, err))
@@ -45,7 +45,7 @@ func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInf
 	}
 	row := res[0].Rows[0]
 	if string(row[5]) != "t" {
-		return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("slot %s belongs to another database", slot))
+		return SlotInfo{}, failure.Mark(failure.Fatal, SlotOfAnotherDatabase(slot, string(row[6]), string(row[7])))
 	}
 	info := SlotInfo{Name: slot, Active: string(row[0]) == "t", WALStatus: string(row[4])}
 	info.ActivePID, _ = strconv.Atoi(string(row[1]))
@@ -56,6 +56,41 @@ func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInf
 		return SlotInfo{}, fmt.Errorf("slot %s confirmed_flush_lsn: %w", slot, err)
 	}
 	return info, nil
+}
+
+// SlotOfAnotherDatabase is the error for a slot name that another database
+// of the cluster uses: slot names are the cluster's, a slot streams one
+// database.
+func SlotOfAnotherDatabase(slot, db, current string) error {
+	return fmt.Errorf("slot %s is the slot of database %q, not of %q: a cluster's databases share one namespace of slot names, and a slot streams one database; "+
+		"give this database's walrelay a slot of its own with postgres.slot (WALRELAY_POSTGRES_SLOT), for example walrelay_%s", slot, db, current, slotSuffix(current))
+}
+
+// CheckSlotOwner returns SlotOfAnotherDatabase's error if slot exists in
+// another database than conn's, else nil.
+func CheckSlotOwner(ctx context.Context, conn *pgx.Conn, slot string) error {
+	var db, cur string
+	err := conn.QueryRow(ctx, "SELECT coalesce(database, ''), current_database() FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&db, &cur)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("look up slot %s: %w", slot, err)
+	case db != cur:
+		return SlotOfAnotherDatabase(slot, db, cur)
+	}
+	return nil
+}
+
+// slotSuffix makes a database name usable in a slot name.
+func slotSuffix(db string) string {
+	b := []byte(strings.ToLower(db))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // ErrSlotDropped is wrapped when a slot that walrelay created (and recorded
@@ -88,8 +123,11 @@ func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot, pub string, recreate 
 		if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&cur); err != nil {
 			return false, fmt.Errorf("read current database: %w", err)
 		}
-		if plugin != "pgoutput" || db != cur {
-			return false, fmt.Errorf("slot %s exists with plugin %q in database %q; walrelay needs pgoutput in %q", slot, plugin, db, cur)
+		if db != cur {
+			return false, SlotOfAnotherDatabase(slot, db, cur)
+		}
+		if plugin != "pgoutput" {
+			return false, fmt.Errorf("slot %s exists with plugin %q; walrelay needs pgoutput: give walrelay a slot of its own (postgres.slot)", slot, plugin)
 		}
 		recordSlot(ctx, conn, pub, slot) // a slot of an earlier version, or created by hand
 		return false, nil

@@ -159,7 +159,9 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		} else {
 			add("slot", "fail", "slot %s does not exist and postgres.create_slot is false: run walrelay migrate", cfg.Postgres.Slot)
 		}
-	} else if s := st[0]; s.Plugin != "pgoutput" {
+	} else if s := st[0]; s.Database != conn.Config().Database {
+		add("slot", "fail", "%v", replication.SlotOfAnotherDatabase(s.SlotName, s.Database, conn.Config().Database))
+	} else if s.Plugin != "pgoutput" {
 		add("slot", "fail", "slot %s uses plugin %s; walrelay needs pgoutput", s.SlotName, s.Plugin)
 	} else if s.WALStatus != nil && *s.WALStatus == "lost" {
 		add("slot", "fail", "slot %s was invalidated (wal_status lost): drop and recreate it, then walrelay reconcile --since <a time before the loss> (--all on a table without outbox.timestamp_column or UUIDv7 ids) --replay --yes", s.SlotName)

@@ -95,6 +95,9 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 		if err := relay.CheckServer(cctx, conn); err != nil {
 			return fmt.Errorf("%w; migrate changed nothing", err)
 		}
+		if err := replication.CheckSlotOwner(cctx, conn, cfg.Postgres.Slot); err != nil {
+			return fmt.Errorf("%w; migrate changed nothing", err)
+		}
 	}
 	res, err := migrations.Apply(cctx, conn, cfg.OutboxConfig())
 	if err != nil {

@@ -306,3 +306,33 @@ func TestDebeziumImportCommand(t *testing.T) {
 		t.Fatalf("without the worker's converters: exit %d:\n%s", code, out)
 	}
 }
+
+// TestSlotOfAnotherDatabase: the default slot name, taken by walrelay in
+// another database of the same cluster, stops migrate, run and check with
+// the fix (postgres.slot) rather than a bare refusal.
+func TestSlotOfAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	pg, kc, _, conn := bareSetup(t)
+	execSQL(t, conn, "CREATE DATABASE billing")
+	billing := strings.Replace(pg.DSN, "/postgres?", "/billing?", 1)
+	e := baseEnv(pg, kc)
+	if code, out := runCmd(t, e.with("WALRELAY_POSTGRES_DSN", billing), "migrate"); code != 0 {
+		t.Fatalf("migrate in database billing: exit %d\n%s", code, out)
+	}
+	refused := func(args ...string) {
+		t.Helper()
+		code, out := runCmd(t, e, args...)
+		if code == 0 || !strings.Contains(out, `slot walrelay is the slot of database "billing", not of "postgres"`) || !strings.Contains(out, "postgres.slot") {
+			t.Errorf("%s with the slot name of another database: exit %d\n%s", args[0], code, out)
+		}
+		if args[0] == "migrate" && (strings.Contains(out, "created") || !strings.Contains(out, "migrate changed nothing")) {
+			t.Errorf("migrate changed something before it refused the slot name:\n%s", out)
+		}
+	}
+	refused("migrate")
+	if code, out := runCmd(t, e.with("WALRELAY_POSTGRES_SLOT", "walrelay_postgres"), "migrate"); code != 0 {
+		t.Fatalf("migrate with a slot of its own: exit %d\n%s", code, out)
+	}
+	refused("run")
+	refused("check")
+}
