@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,15 +21,10 @@ import (
 // another shape; Resume starts the transactions.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.cl.Ping(ctx); err != nil {
-		err = fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
 		if errors.Is(err, io.EOF) {
-			// A broker that closes the connection at once: a TLS listener
-			// reached without TLS, or a SASL handshake it refused (Apache
-			// Kafka answers SASL_AUTHENTICATION_FAILED, which says so
-			// itself; some brokers, kfake among them, just close).
-			err = fmt.Errorf("%w (the broker closed the connection: check whether its listener wants TLS (kafka.tls.enabled) and SASL (kafka.sasl.mechanism), and the SASL credentials)", err)
+			return &closedError{msg: fmt.Sprintf("reach kafka brokers %s: %s", strings.Join(s.cfg.Brokers, ","), s.closedAtOnce(ctx)), err: err}
 		}
-		return err
+		return fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
 	}
 	if n, err := s.brokerLimit(ctx); err != nil {
 		// Not fatal: a role may lack DescribeConfigs. The broker then
@@ -42,6 +38,64 @@ func (s *Sink) Ping(ctx context.Context) error {
 		return s.ensureOffsetsTopic(ctx, offsetsTopicConfigs)
 	}
 	return nil
+}
+
+// closedError is a broker closing the connection before it answered, told
+// in walrelay's words; it wraps the client's error.
+type closedError struct {
+	msg string
+	err error
+}
+
+func (e *closedError) Error() string { return e.msg }
+func (e *closedError) Unwrap() error { return e.err }
+
+// closedAtOnce says, for each configured broker, what it answers on a
+// connection of its own: nothing (it closed before its first answer, as a
+// listener that wants TLS does), Kafka's API versions without Produce (a
+// KRaft controller's listener), or API versions and then nothing (as a
+// listener that wants SASL does).
+func (s *Sink) closedAtOnce(ctx context.Context) string {
+	tlsCfg, _ := s.cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
+	sasl := len(s.cl.OptValues(kgo.SASL)) > 0 && s.cl.OptValues(kgo.SASL)[0] != nil
+	var seen []string
+	for _, addr := range s.cfg.Brokers {
+		seen = append(seen, addr+" "+probe(ctx, addr, tlsCfg, sasl))
+	}
+	return strings.Join(seen, "; ")
+}
+
+// probe asks the broker at addr for its API versions on a client of its own,
+// over TLS if tlsCfg is not nil and without SASL (a listener answers API
+// versions before authentication), and says what it saw.
+func probe(ctx context.Context, addr string, tlsCfg *tls.Config, sasl bool) string {
+	opts := []kgo.Opt{kgo.SeedBrokers(addr)}
+	if tlsCfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Sprintf("could not be asked: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	switch {
+	case err != nil && tlsCfg == nil:
+		return "closed the connection before it answered its first request (api versions), as a listener that wants TLS does: kafka.tls.enabled is false"
+	case err != nil:
+		return fmt.Sprintf("did not answer its first request (api versions) over TLS: check kafka.tls.* against the listener (%v)", err)
+	}
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == int16(kmsg.Produce) {
+			if sasl {
+				return "answered its API versions, then closed the connection: check kafka.sasl.mechanism and the SASL credentials against the listener"
+			}
+			return "answered its API versions, then closed the connection, as a listener that wants SASL does: kafka.sasl.mechanism is empty"
+		}
+	}
+	return "answers Kafka's protocol without Produce or Metadata, as a KRaft controller's listener (controller.listener.names) does: kafka.brokers must name the brokers' client listeners (their advertised.listeners)"
 }
 
 // brokerLimit reads message.max.bytes of a broker the client knows.

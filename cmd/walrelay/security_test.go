@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -203,4 +205,47 @@ func TestPostgresTLSVerifyFull(t *testing.T) {
 			t.Fatalf("%s: a password is in the output:\n%s", rc.name, out)
 		}
 	}
+}
+
+// TestWrongKafkaPort: kafka.brokers naming a KRaft controller's listener (a
+// port that speaks Kafka's protocol but serves no client) is refused with
+// what walrelay saw there and the fix, not the client library's guess ("is
+// SASL missing?"). Against the real broker its controller listener; against
+// kfake, a listener that answers as a controller does (API versions without
+// Produce or Metadata, then the connection closed).
+func TestWrongKafkaPort(t *testing.T) {
+	t.Parallel()
+	kc := newBroker(t)
+	addr := ""
+	if kc.real != nil {
+		addr = kc.real.ControllerAddr()
+	} else {
+		kc.ControlKey(int16(kmsg.ApiVersions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			kc.KeepControl()
+			resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+			resp.Version = req.GetVersion()
+			for _, key := range []int16{int16(kmsg.ApiVersions), int16(kmsg.Vote), int16(kmsg.Fetch)} {
+				k := kmsg.NewApiVersionsResponseApiKey()
+				k.ApiKey, k.MaxVersion = key, 3
+				resp.ApiKeys = append(resp.ApiKeys, k)
+			}
+			return resp, nil, true
+		})
+		kc.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+			kc.KeepControl()
+			return nil, errors.New("not a broker"), true
+		})
+		addr = kc.Addrs()[0]
+	}
+	pg := pgtest.Start(t)
+	e := env{"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_KAFKA_BROKERS": addr, "WALRELAY_ADMIN_LISTEN": ""}
+	if code, out := runCmd(t, e, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	code, out := runCmd(t, e, "run")
+	if code != 1 || !strings.Contains(lastLine(out), "as a KRaft controller's listener") || !strings.Contains(lastLine(out), "kafka.brokers must name the brokers' client listeners") ||
+		strings.Contains(lastLine(out), "SASL missing") {
+		t.Fatalf("run against a controller's listener: exit %d, last line %q", code, lastLine(out))
+	}
+	t.Logf("walrelay run against a controller's listener: %s", lastLine(out))
 }

@@ -27,10 +27,11 @@ const EnvKafka = "WALRELAY_TEST_KAFKA"
 // Real is a single-node Apache Kafka broker in KRaft mode, run with the
 // machine's Java from jars fetched from Maven Central.
 type Real struct {
-	addr string
-	cmd  *exec.Cmd
-	dir  string
-	done chan struct{}
+	addr       string
+	controller string // the controller listener: no client's port
+	cmd        *exec.Cmd
+	dir        string
+	done       chan struct{}
 	// faulty holds the proxies of the listeners that fault tests take, one
 	// test at a time each (Faulty).
 	faulty chan *proxy.Proxy
@@ -144,7 +145,7 @@ func NewReal(ctx context.Context) (*Real, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	r := &Real{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir, done: make(chan struct{}), faulty: make(chan *proxy.Proxy, FaultyListeners)}
+	r := &Real{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), controller: fmt.Sprintf("127.0.0.1:%d", ports[1]), dir: dir, done: make(chan struct{}), faulty: make(chan *proxy.Proxy, FaultyListeners)}
 	// Each faulty listener advertises its proxy's address, so a client that
 	// bootstraps through the proxy keeps talking through it.
 	listeners := []string{"PLAINTEXT://" + r.addr, fmt.Sprintf("CONTROLLER://127.0.0.1:%d", ports[1])}
@@ -232,6 +233,10 @@ func NewReal(ctx context.Context) (*Real, error) {
 
 // Addrs returns the broker's address.
 func (r *Real) Addrs() []string { return []string{r.addr} }
+
+// ControllerAddr returns the address of the node's controller listener, a
+// port that speaks Kafka's protocol but serves no client.
+func (r *Real) ControllerAddr() string { return r.controller }
 
 // Faulty gives a test, until it ends, a listener of its own behind a proxy:
 // the address to bootstrap from and the switches of that proxy. Other
