@@ -313,3 +313,33 @@ func TestOutboxWriterRollsBack(t *testing.T) {
 		t.Fatalf("%s", c)
 	}
 }
+
+// TestOrdersExampleKeepsToItsTable: examples/orders on a database that has
+// an orders table of its own refuses to write into it, and leaves it as it
+// was; on a database without one it creates its own and places orders.
+func TestOrdersExampleKeepsToItsTable(t *testing.T) {
+	t.Parallel()
+	pg, kc, _, conn := bareSetup(t)
+	if code, out := runCmd(t, baseEnv(pg, kc), "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	orders := exampleBin(t, "orders")
+	execSQL(t, conn, "CREATE TABLE orders (id bigint PRIMARY KEY, note text)", "INSERT INTO orders VALUES (1, 'a real order')")
+	p := startBin(t, orders, env{}, "-dsn", pg.DSN, "-count", "3")
+	if code := p.exit(time.Minute); code == 0 || !strings.Contains(p.out.String(), "a table orders exists that this example did not create") {
+		t.Fatalf("orders on a database with its own orders table: exit %d\n%s", code, p.out.String())
+	}
+	var n int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM orders").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the application's orders table holds %d rows (%v), want its 1", n, err)
+	}
+	execSQL(t, conn, "DROP TABLE orders")
+	for range 2 { // creates its table, then finds it its own
+		if p := startBin(t, orders, env{}, "-dsn", pg.DSN, "-count", "3"); p.exit(time.Minute) != 0 {
+			t.Fatalf("orders: %s", p.out.String())
+		}
+	}
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM orders").Scan(&n); err != nil || n != 6 {
+		t.Fatalf("orders placed %d (%v), want 6", n, err)
+	}
+}

@@ -3,8 +3,9 @@
 // one transaction with package outbox. walrelay publishes the events from
 // the WAL to the topic outbox.event.order; examples/shipping consumes them.
 //
-// Run `walrelay migrate` on the database first (the outbox table, the
-// publication, the slot), then:
+// It creates its own orders table and refuses to write into one it did not
+// create. Run `walrelay migrate` on the database first (the outbox table,
+// the publication, the slot), then:
 //
 //	go run ./examples/orders -dsn "$DATABASE_URL" -count 100
 package main
@@ -12,6 +13,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -51,12 +53,8 @@ func run(ctx context.Context, dsn string, count int, every time.Duration) error 
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (
-		id         uuid PRIMARY KEY,
-		customer   text NOT NULL,
-		total      numeric(12,2) NOT NULL,
-		created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("create the orders table: %w", err)
+	if err := ownTable(ctx, conn); err != nil {
+		return err
 	}
 	placed := 0
 	for count == 0 || placed < count {
@@ -80,6 +78,34 @@ func run(ctx context.Context, dsn string, count int, every time.Duration) error 
 		}
 	}
 	fmt.Printf("%d orders placed\n", placed)
+	return nil
+}
+
+// ordersMark is the comment that says this example created the orders table.
+const ordersMark = "created by the walrelay example examples/orders"
+
+// ownTable creates the orders table, or checks that this example created
+// the one there: an application's own orders table is never written to.
+func ownTable(ctx context.Context, conn *pgx.Conn) error {
+	var comment *string
+	err := conn.QueryRow(ctx, "SELECT obj_description(to_regclass('orders'), 'pg_class') FROM (SELECT to_regclass('orders') AS t) s WHERE t IS NOT NULL").Scan(&comment)
+	switch {
+	case err == nil && (comment == nil || *comment != ordersMark):
+		return errors.New("a table orders exists that this example did not create: it writes only into its own; run it on a database of its own (-dsn)")
+	case err == nil:
+		return nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("look for the orders table: %w", err)
+	}
+	_, err = conn.Exec(ctx, `CREATE TABLE orders (
+		id         uuid PRIMARY KEY,
+		customer   text NOT NULL,
+		total      numeric(12,2) NOT NULL,
+		created_at timestamptz NOT NULL DEFAULT now());
+		COMMENT ON TABLE orders IS '`+ordersMark+`'`)
+	if err != nil {
+		return fmt.Errorf("create the orders table: %w", err)
+	}
 	return nil
 }
 
