@@ -127,42 +127,35 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
-// TestReadmeListsEveryKey keeps the README's configuration table in step
-// with the keys: every key has a row, and a row that shows one key with a
-// plain default shows the default the key has.
-func TestReadmeListsEveryKey(t *testing.T) {
-	t.Parallel()
-	b, err := os.ReadFile("../README.md")
+var update = flag.Bool("update", false, "write docs/configuration.md's table of keys from the declaration")
+
+// TestConfigurationReference: the table of keys in docs/configuration.md is
+// the one Reference generates from the keys' declaration (-update writes
+// it), so every key has its row with its default and meaning.
+func TestConfigurationReference(t *testing.T) {
+	const page, begin, end = "../docs/configuration.md", "<!-- keys: begin -->\n", "<!-- keys: end -->"
+	b, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := map[string]string{} // key -> default cell
-	for _, line := range strings.Split(string(b), "\n") {
-		cells := strings.Split(line, " | ")
-		if !strings.HasPrefix(line, "| `") || len(cells) < 3 {
-			continue
-		}
-		keys := strings.Split(strings.TrimPrefix(cells[0], "| "), ", ")
-		for _, k := range keys {
-			k = strings.Trim(strings.Fields(k)[0], "`")
-			if len(keys) == 1 {
-				rows[k] = cells[1]
-			} else {
-				rows[k] = ""
-			}
-		}
+	doc := string(b)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no %q and %q around the table of keys", page, begin, end)
 	}
-	var c Config
-	for _, k := range c.keys() {
-		cell, ok := rows[k.name]
-		if !ok {
-			t.Errorf("README: no row for %s", k.name)
-			continue
+	want := doc[:i+len(begin)] + Reference() + doc[j:]
+	if *update {
+		if err := os.WriteFile(page, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
 		}
-		if v, plain := strings.CutPrefix(cell, "`"); plain && strings.HasSuffix(v, "`") && !strings.Contains(v, " ") {
-			if v = strings.TrimSuffix(v, "`"); v != k.show() {
-				t.Errorf("README: %s defaults to %q, the key to %q", k.name, v, k.show())
-			}
+		return
+	}
+	if doc != want {
+		t.Fatalf("%s: the table of keys is not the declaration's: go test ./config -run TestConfigurationReference -update", page)
+	}
+	for name := range defaultMeaning {
+		if !strings.Contains(Reference(), "| `"+name+"` ") {
+			t.Errorf("defaultMeaning names %s, which is no key", name)
 		}
 	}
 }

@@ -12,27 +12,31 @@ import (
 	"github.com/walrelay/walrelay/outbox"
 )
 
-// The aggregate version pattern of the README, compiled with the packages:
-// the writer puts the version in a header column, the consumer applies an
-// event only if it is newer than what it holds.
-func Example_aggregateVersion() {
-	write := func(ctx context.Context, tx pgx.Tx, id string, version int, payload []byte) error {
-		_, err := outbox.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: id, Type: "OrderShipped",
-			Payload: payload, Headers: map[string]string{"aggregate_version": strconv.Itoa(version)}})
-		return err
+// Writer: the version column is a header (outbox.header_columns: aggregate_version).
+func writeShipped(ctx context.Context, tx pgx.Tx, id string, version int, payload []byte) error {
+	_, err := outbox.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: id, Type: "OrderShipped",
+		Payload: payload, Headers: map[string]string{"aggregate_version": strconv.Itoa(version)}})
+	return err
+}
+
+// Consumer (inbox handler): a stale event changes nothing and is not retried.
+func apply(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+	v, err := strconv.ParseInt(string(m.Headers["aggregate_version"]), 10, 64)
+	if err != nil {
+		return fmt.Errorf("event %s: aggregate_version: %w", m.ID, err)
 	}
-	apply := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		v, err := strconv.ParseInt(string(m.Headers["aggregate_version"]), 10, 64)
-		if err != nil {
-			return fmt.Errorf("event %s: aggregate_version: %w", m.ID, err)
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO orders_view (order_id, version, state) VALUES ($1, $2, $3)
+	tag, err := tx.Exec(ctx, `INSERT INTO orders_view (order_id, version, state) VALUES ($1, $2, $3)
 		ON CONFLICT (order_id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state
 		WHERE orders_view.version < EXCLUDED.version`, string(m.Key), v, m.Type)
-		if err == nil && tag.RowsAffected() == 0 {
-			slog.Info("stale event ignored", "id", m.ID, "version", v)
-		}
-		return err
+	if err == nil && tag.RowsAffected() == 0 {
+		slog.Info("stale event ignored", "id", m.ID, "version", v)
 	}
-	_, _ = write, apply
+	return err
+}
+
+// The aggregate version pattern of docs/exactly-once.md, compiled with the
+// packages: the writer puts the version in a header column, the consumer
+// applies an event only if it is newer than what it holds.
+func Example_aggregateVersion() {
+	_, _ = writeShipped, apply
 }

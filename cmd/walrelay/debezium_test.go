@@ -213,7 +213,7 @@ func TestDebeziumParity(t *testing.T) {
 func ptr(s string) *string { return &s }
 
 // TestDebeziumSwitchOver switches from Debezium to walrelay mid-stream as
-// the README says: walrelay debezium import of Debezium's configuration,
+// docs/debezium.md says: walrelay debezium import of Debezium's configuration,
 // Debezium stopped while rows are written, walrelay started on Debezium's
 // slot with the imported configuration. Every row committed is on the
 // topic (what Debezium had sent but not confirmed comes again, with the

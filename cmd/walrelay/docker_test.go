@@ -107,6 +107,17 @@ func TestComposeAndDockerfile(t *testing.T) {
 	if w.Image == "" || m.Image != w.Image || m.Build != nil || m.PullPolicy != "never" || !slices.Equal(m.Command, []string{"migrate"}) {
 		t.Fatalf("migrate: image %q pull_policy %q command %q; want walrelay's image %q, never pulled, command migrate", m.Image, m.PullPolicy, m.Command, w.Image)
 	}
+	// The image it builds is stamped: the Dockerfile's build arguments.
+	if b, _ := w.Build.(map[string]any); b == nil || b["args"] == nil {
+		t.Fatalf("walrelay's build %v passes no build arguments: its image would say version dev", w.Build)
+	} else {
+		args, _ := b["args"].(map[string]any)
+		for _, arg := range []string{"VERSION", "COMMIT", "BUILD_DATE"} {
+			if v, _ := args[arg].(string); !strings.Contains(v, "${"+arg) {
+				t.Errorf("walrelay's build argument %s is %q: want it from the environment (${%s:-…})", arg, v, arg)
+			}
+		}
+	}
 	if w.Healthcheck == nil || !slices.Equal(w.Healthcheck.Test, []string{"CMD", "/walrelay", "status", "--ready"}) {
 		t.Fatalf("walrelay's health check %v: want walrelay status --ready (/readyz)", w.Healthcheck)
 	}

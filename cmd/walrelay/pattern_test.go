@@ -153,7 +153,7 @@ func TestWholePatternOnce(t *testing.T) {
 // membership, against the real broker only: it takes one to three session
 // timeouts, as the dead members that had joined are given partitions
 // before they expire) it is measured, not bounded. Every order is shipped
-// once. The figures are the README's "consumer crash" row.
+// once. The figures are docs/benchmarks.md's "consumer crash" row.
 func TestConsumerCrashResumes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

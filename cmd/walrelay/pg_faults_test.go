@@ -204,7 +204,7 @@ func TestRestoredServerResumesFromItsSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// walrelay reconnects before the restored server writes past its
-	// position (see the README's Limits for the case where it does not).
+	// position (see docs/guarantees.md, Limits, for the case where it does not).
 	sessions := strings.Count(p.out.String(), "msg=streaming")
 	if err := pg.StartServer(ctx); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func onTopics(col *kafkatest.Collector, kc *broker) (count map[string]int, repla
 	return count, replayed
 }
 
-// TestLostSlotRunbook follows the README's runbook "The slot was lost or
+// TestLostSlotRunbook follows the runbook of docs/operations.md "The slot was lost or
 // dropped": the slot dropped while walrelay is stopped and rows are
 // written; run refuses and points at the tools; the slot created again;
 // reconcile lists exactly the rows of the gap as missing (exit 2);
@@ -130,7 +130,7 @@ func TestLostSlotRunbook(t *testing.T) {
 }
 
 // TestLostSlotRunbookRandomIDs: the runbook on the table migrate creates,
-// written as the README's quick start writes it (gen_random_uuid ids, no
+// written as the README's example writes it (gen_random_uuid ids, no
 // timestamp column): run's refusal and reconcile's refusal of a time
 // window name --all, and reconcile --all finds, replays and then no longer
 // finds the rows of the gap.
@@ -521,7 +521,7 @@ func TestRecoveryRefusesBadInput(t *testing.T) {
 }
 
 // TestRecoveryAtScale runs reconcile and replay over a window of many rows
-// (WALRELAY_RECOVERY_ROWS, default 20,000; the README's figures are of
+// (WALRELAY_RECOVERY_ROWS, default 20,000; docs/benchmarks.md's figures are of
 // 1,000,000, without -race) and reports rows/s and peak RSS: both stream
 // the window, so memory does not grow with it.
 func TestRecoveryAtScale(t *testing.T) {
