@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
-
-	"github.com/jackc/pglogrepl"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -140,23 +136,6 @@ type Sink struct {
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
 }
-
-// txnHeaders are the header values shared by every event of a transaction,
-// formatted once, and the Kafka timestamp of its records.
-type txnHeaders struct {
-	lsn                        pglogrepl.LSN
-	xid                        uint32
-	commit                     time.Time // events without a position (poll, replay) differ only in it
-	lsnText, xidText, timeText []byte
-	// stamp is the records' timestamp: the clock read once per transaction
-	// and again every stampEvery records of a large one, rather than once
-	// per record as the client would (a clock read is 8% of walrelay's CPU
-	// while it catches up). Kafka timestamps are milliseconds.
-	stamp time.Time
-	uses  int
-}
-
-const stampEvery = 256
 
 // New checks cfg, fills its defaults and creates the client. It does not
 // contact the brokers; Ping does.
@@ -495,90 +474,4 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(kindOf(err), fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err)))
 		}
 	})
-}
-
-// commitTimeHeader is the index of walrelay.commit_time in what headers
-// returns.
-const commitTimeHeader = 4
-
-// headers builds the record headers; extra leaves room for more. The values
-// of the transaction's headers are formatted once per transaction (commit
-// LSN, xid and commit time) and shared by its records (the client does not
-// modify them).
-func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time) {
-	s.mu.Lock()
-	if t := &s.last; t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid || !t.commit.Equal(e.CommitTime) {
-		*t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, commit: e.CommitTime, lsnText: []byte(e.CommitLSN.String()),
-			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: e.CommitTime.AppendFormat(nil, time.RFC3339Nano), stamp: time.Now()}
-	} else if t.uses++; t.uses == stampEvery {
-		t.stamp, t.uses = time.Now(), 0
-	}
-	t := s.last
-	s.mu.Unlock()
-	h := make([]kgo.RecordHeader, 0, 5+len(e.Headers)+extra)
-	h = append(h,
-		kgo.RecordHeader{Key: "id", Value: readOnly(e.ID)},
-		kgo.RecordHeader{Key: "type", Value: readOnly(e.Type)},
-		kgo.RecordHeader{Key: "walrelay.lsn", Value: t.lsnText},
-		kgo.RecordHeader{Key: "walrelay.xid", Value: t.xidText},
-		kgo.RecordHeader{Key: "walrelay.commit_time", Value: t.timeText}, // at commitTimeHeader
-	)
-	for _, x := range e.Headers {
-		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
-	}
-	return h, t.stamp
-}
-
-// ceHeaders is how many headers cloudEventHeaders appends, at most.
-const ceHeaders = 7
-
-// cloudEventHeaders appends the CloudEvents binary-mode headers of e to h,
-// the headers that headers made.
-func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.RecordHeader {
-	h = append(h,
-		kgo.RecordHeader{Key: "ce_specversion", Value: []byte("1.0")},
-		kgo.RecordHeader{Key: "ce_id", Value: readOnly(e.ID)},
-		kgo.RecordHeader{Key: "ce_source", Value: s.ceSource(e)},
-		kgo.RecordHeader{Key: "ce_type", Value: readOnly(e.Type)},
-		kgo.RecordHeader{Key: "ce_subject", Value: readOnly(e.AggregateID)},
-		kgo.RecordHeader{Key: "content-type", Value: []byte(contentType(e))},
-	)
-	switch {
-	case !e.Time.IsZero():
-		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: e.Time.UTC().AppendFormat(nil, time.RFC3339Nano)})
-	case !e.CommitTime.IsZero(): // a replayed row without a timestamp column has no time
-		// The transaction's walrelay.commit_time, formatted once for it.
-		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: h[commitTimeHeader].Value})
-	}
-	return h
-}
-
-// contentType is the CloudEvents datacontenttype of e's value: a bytea
-// payload is bytes of no known type; json, jsonb and text payloads are
-// taken as JSON (text is how JSON is often stored).
-func contentType(e *event.Event) string {
-	if e.PayloadBytes {
-		return "application/octet-stream"
-	}
-	return "application/json"
-}
-
-// readOnly returns the bytes of s without copying them. The client only
-// reads a record's key and header values (it encodes them into a request),
-// and nothing else holds the slice, so the string's immutability is kept;
-// it saves three allocations per event.
-func readOnly(s string) []byte {
-	if s == "" {
-		return []byte{} // empty, not null: Kafka tells a null key from an empty one
-	}
-	return unsafe.Slice(unsafe.StringData(s), len(s))
-}
-
-// ceSource is the ce_source of e: CloudEventsSource with {table} replaced.
-func (s *Sink) ceSource(e *event.Event) []byte {
-	if s.ceTable < 0 {
-		return readOnly(s.cfg.CloudEventsSource)
-	}
-	src := s.cfg.CloudEventsSource
-	return []byte(src[:s.ceTable] + e.Source + src[s.ceTable+len("{table}"):])
 }

@@ -1,0 +1,153 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
+)
+
+// Resume is called at the start of every replication session, once the
+// session holds the slot, before anything of it is published. In
+// exactly-once mode the first call initialises the transactional producer,
+// which fences an earlier instance of the transactional id (a zombie that
+// lost the slot) and aborts its open transaction, and then reads the
+// committed position; later calls end the open transaction as Abort does,
+// so that an event the new session resends cannot join it twice. In
+// at-least-once mode it does nothing. Waiting for the slot first keeps a
+// standby from fencing the instance that streams.
+//
+// h is the database's WAL history: a committed position that is not on it
+// (beyond its flushed WAL, or on an earlier timeline past that timeline's
+// end: a restored database, a standby promoted without the last WAL) is
+// of WAL this server never had, whose new events at the same positions
+// would be skipped; that is refused (checkHistory).
+func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
+	t := s.tx
+	if t == nil {
+		return nil
+	}
+	if t.started {
+		if err := s.Abort(ctx); err != nil {
+			return err
+		}
+		t.mu.Lock()
+		unresolved := t.unresolved
+		t.mu.Unlock()
+		if unresolved {
+			if err := s.readCommitted(ctx); err != nil {
+				return fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err)
+			}
+			t.mu.Lock()
+			t.unresolved = false
+			t.mu.Unlock()
+		}
+		return s.checkHistory(h)
+	}
+	pctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
+	_, _, err := s.cl.ProducerID(pctx)
+	cancel()
+	if err != nil {
+		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w (grant WRITE on TransactionalId %s, or set kafka.transactional_id to one this principal may use)", t.cfg.ID, err, t.cfg.ID))
+		}
+		if fenced(err) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w", t.cfg.ID, err))
+		}
+		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", t.cfg.ID, err)
+	}
+	if err := s.readCommitted(ctx); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	w := t.writer
+	t.mu.Unlock()
+	if w != t.cfg.ID && w != "" {
+		// readCommitted refuses any other writer than Takeover.
+		if err := s.fence(ctx, w); err != nil {
+			return err
+		}
+		if err := s.readCommitted(ctx); err != nil {
+			return err
+		}
+		s.log.Warn("exactly-once: took over the committed position of another transactional id, which is fenced", "from", w, "transactional_id", t.cfg.ID, "position", s.Committed().String())
+	}
+	t.started = true
+	return s.checkHistory(h)
+}
+
+// fence initialises a producer of the transactional id id and closes it:
+// the broker aborts the open transaction of id, and a producer of id still
+// running is fenced (it can commit nothing more).
+func (s *Sink) fence(ctx context.Context, id string) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.ClientID(s.cfg.ClientID + "-takeover"),
+		kgo.TransactionalID(id),
+		kgo.TransactionTimeout(s.tx.cfg.Timeout),
+	}, s.cfg.Opts...)...)
+	if err != nil {
+		return fmt.Errorf("create a producer to fence transactional id %s: %w", id, err)
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
+	defer cancel()
+	if _, _, err := cl.ProducerID(pctx); err != nil {
+		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("fence transactional id %s (kafka.transactional_id_takeover): %w (grant WRITE on TransactionalId %s)", id, err, id))
+		}
+		return fmt.Errorf("fence transactional id %s (kafka.transactional_id_takeover): %w", id, err)
+	}
+	return nil
+}
+
+// checkHistory refuses a committed position that is not on the server's
+// WAL history h: one on a later timeline than the server's, or on an
+// earlier one that is not in its history or that the server's history left
+// at or before the position (the same LSNs then hold other transactions),
+// or one beyond the server's flushed WAL. A position on an earlier timeline
+// past its end is carried to the switch when AcceptTimeline names h's
+// timeline. From here on, positions are committed on h's timeline.
+func (s *Sink) checkHistory(h event.WALHistory) error {
+	t := s.tx
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, tl := t.committed, t.onTL
+	topic := t.cfg.OffsetsTopic
+	if c == (event.Position{}) {
+		t.timeline = h.Timeline
+		return nil
+	}
+	end, inHistory := h.Ends[tl]
+	switch {
+	case tl == 0 || tl == h.Timeline:
+	case tl > h.Timeline || !inHistory:
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s) was committed on timeline %d, which is not in the history of this server (%s): "+
+			"a restore, or a standby of another history; new events at those positions would be skipped. "+
+			"Check what the topics hold against the outbox table (walrelay reconcile), then start with a new kafka.offsets_topic", ErrWALHistory, c, topic, tl, h))
+	case c.CommitLSN < end:
+		// On WAL both timelines share.
+	case t.cfg.AcceptTimeline == h.Timeline:
+		carried := event.Position{CommitLSN: end, Index: -1}
+		s.log.Warn("exactly-once: the committed position lies past the end of its timeline; carried to the switch (kafka.accept_timeline): the events of this timeline from the switch on are published",
+			"committed", c.String(), "committed_timeline", tl, "switch", end.String(), "history", h.String())
+		t.committed, t.onTL = carried, h.Timeline
+	default:
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s, timeline %d) lies at or past the end of timeline %d at %s in the history of this server (%s): "+
+			"it was promoted or restored without the WAL from %s on, so the events published from there to %s are of transactions this database does not have, "+
+			"and its own transactions at those positions would be skipped. Check what the topics hold against the outbox table (walrelay reconcile --since <a time before the switch>), "+
+			"then set kafka.accept_timeline: %d to publish this server's events from %s on",
+			ErrWALHistory, c, topic, tl, tl, end, h, end, c.CommitLSN, h.Timeline, end))
+	}
+	if t.committed.CommitLSN > h.Flushed {
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s) is beyond the database's WAL (%s, %s): its WAL history went back (a restore, or a standby promoted without the last WAL), "+
+			"and new events at those positions would be skipped; check what the topics hold against the outbox table, then start with a new kafka.offsets_topic", ErrWALHistory, t.committed, topic, h.Flushed, h))
+	}
+	t.timeline = h.Timeline
+	return nil
+}
