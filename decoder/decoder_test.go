@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/apd/v3"
+
 	"github.com/walrelay/walrelay/event"
-	"github.com/walrelay/walrelay/internal/pgoutputtest"
+	"github.com/walrelay/walrelay/internal/testkit/pgoutputtest"
 )
 
 // The pgoutput encoders, under the names these tests use.

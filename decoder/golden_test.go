@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walrelay/walrelay/internal/pgtest"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 )
 
 var update = flag.Bool("update", false, "capture testdata/stream.hex from a real PostgreSQL and rewrite testdata/stream.golden")

@@ -21,9 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/inbox"
-	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/pgtest"
-	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -203,14 +203,14 @@ func TestEachEventOnce(t *testing.T) {
 	e.produce(t, recs[200:300]...) // the relay sent these again
 	reg := prometheus.NewRegistry()
 	stop := e.start(t, inbox.Config{Registerer: reg}, record)
-	poll.Until(t, time.Minute, "the first 300 handled", func() bool { return e.count(t) == 300 })
+	waitfor.Until(t, time.Minute, "the first 300 handled", func() bool { return e.count(t) == 300 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	e.produce(t, recs[300:]...)
 	e.produce(t, recs[:50]...) // and these, much later
 	stop = e.start(t, inbox.Config{}, record)
-	poll.Until(t, time.Minute, "all 600 handled", func() bool { return e.count(t) == 600 })
+	waitfor.Until(t, time.Minute, "all 600 handled", func() bool { return e.count(t) == 600 })
 	time.Sleep(300 * time.Millisecond) // room for a duplicate effect
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -297,7 +297,7 @@ func TestFailuresRetriedThenDeadLettered(t *testing.T) {
 	defer dlq.Close()
 	e.produce(t, recs...)
 	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, h)
-	poll.Until(t, time.Minute, "39 handled", func() bool { return e.count(t) == 39 })
+	waitfor.Until(t, time.Minute, "39 handled", func() bool { return e.count(t) == 39 })
 	dead, err := dlq.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 2 })
 	if err != nil {
 		t.Fatal(err)
@@ -386,7 +386,7 @@ func TestHandlerErrorsOfAnyKindAreDeadLettered(t *testing.T) {
 	defer dlq.Close()
 	e.produce(t, recs...)
 	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond}, h)
-	poll.Until(t, time.Minute, "9 handled", func() bool { return e.count(t) == 9 })
+	waitfor.Until(t, time.Minute, "9 handled", func() bool { return e.count(t) == 9 })
 	if _, err := dlq.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 3 }); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestRebalanceKeepsEachEventOnce(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	poll.Until(t, 2*time.Minute, "2000 handled", func() bool { return e.count(t) >= 2000 })
+	waitfor.Until(t, 2*time.Minute, "2000 handled", func() bool { return e.count(t) >= 2000 })
 	time.Sleep(300 * time.Millisecond)
 	if err := b(); err != nil {
 		t.Fatal(err)
@@ -538,12 +538,12 @@ func TestAFailingRecordBlocksOnlyItsPartition(t *testing.T) {
 	}
 	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond}, h)
 	// Partition 1's hundred, and partition 0's two before the poison.
-	poll.Until(t, time.Minute, "the other partition handled while the poison is retried", func() bool { return e.count(t) == 102 })
+	waitfor.Until(t, time.Minute, "the other partition handled while the poison is retried", func() bool { return e.count(t) == 102 })
 	if n := poisonRuns.Load(); n != 2 {
 		t.Fatalf("the poison ran %d times, want 2 (its second run still waiting)", n)
 	}
 	close(release)
-	poll.Until(t, time.Minute, "199 handled", func() bool { return e.count(t) == 199 })
+	waitfor.Until(t, time.Minute, "199 handled", func() bool { return e.count(t) == 199 })
 	time.Sleep(300 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)

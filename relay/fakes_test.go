@@ -17,7 +17,7 @@ import (
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/event"
-	"github.com/walrelay/walrelay/internal/pgoutputtest"
+	"github.com/walrelay/walrelay/internal/testkit/pgoutputtest"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/failure"
-	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 )
 
 // TestRestartResendsFromTheConfirmedPosition: a failed publish ends the
@@ -25,14 +25,14 @@ func TestRestartResendsFromTheConfirmedPosition(t *testing.T) {
 	defer cancel()
 	errc := pumpRelay(ctx, loopRelay(t, src, pub))
 	pub.waitPublished(t, "e1,e2,e3,e4")
-	poll.Until(t, 30*time.Second, "the first transaction confirmed", func() bool { return src.slotConfirmed() == endLSN(0) })
+	waitfor.Until(t, 30*time.Second, "the first transaction confirmed", func() bool { return src.slotConfirmed() == endLSN(0) })
 	pub.answer(t, "e3", errRefused)
 	first := <-src.opened
 	if err := first.closedWith(t); !errors.Is(err, errRefused) {
 		t.Fatalf("the session closed with %v, want the refusal", err)
 	}
 	pub.waitPublished(t, "e1,e2,e3,e4,abort,e3,e4")
-	poll.Until(t, 30*time.Second, "the keepalive confirmed", func() bool { return src.slotConfirmed() == keepaliveLSN(2) })
+	waitfor.Until(t, 30*time.Second, "the keepalive confirmed", func() bool { return src.slotConfirmed() == keepaliveLSN(2) })
 	if second := <-src.opened; second.from != endLSN(0) {
 		t.Fatalf("the second session streams from %s, want %s", second.from, endLSN(0))
 	}
@@ -76,7 +76,7 @@ func TestAFailureOfAnEarlierSessionIsIgnored(t *testing.T) {
 			// The second session confirms its transactions; its keepalive
 			// is not confirmed while the first session's e1 counts as in
 			// flight (checkpoint.Reset).
-			poll.Until(t, 30*time.Second, "the second session's transactions confirmed", func() bool { return src.slotConfirmed() == endLSN(1) })
+			waitfor.Until(t, 30*time.Second, "the second session's transactions confirmed", func() bool { return src.slotConfirmed() == endLSN(1) })
 			if n := r.p.tr.InFlight(); n != 1 {
 				t.Fatalf("%d in flight, want the first session's e1", n)
 			}
@@ -189,15 +189,15 @@ func TestKeepaliveConfirmsOnlyWhenIdle(t *testing.T) {
 	defer cancel()
 	errc := pumpRelay(ctx, loopRelay(t, src, pub))
 	pub.waitPublished(t, "e1,e2")
-	poll.Until(t, 30*time.Second, "the first transaction confirmed", func() bool { return src.slotConfirmed() == endLSN(0) })
+	waitfor.Until(t, 30*time.Second, "the first transaction confirmed", func() bool { return src.slotConfirmed() == endLSN(0) })
 	sess := <-src.opened
-	poll.Until(t, 30*time.Second, "the keepalive read", func() bool { return int(sess.next.Load()) == len(sess.changes) })
+	waitfor.Until(t, 30*time.Second, "the keepalive read", func() bool { return int(sess.next.Load()) == len(sess.changes) })
 	time.Sleep(50 * time.Millisecond)
 	if got := src.slotConfirmed(); got != endLSN(0) {
 		t.Fatalf("confirmed %s while e2 is in flight, want %s", got, endLSN(0))
 	}
 	pub.answer(t, "e2", nil)
-	poll.Until(t, 30*time.Second, "the second transaction confirmed", func() bool { return src.slotConfirmed() == endLSN(1) })
+	waitfor.Until(t, 30*time.Second, "the second transaction confirmed", func() bool { return src.slotConfirmed() == endLSN(1) })
 	cancel()
 	if err := result(t, errc); err != nil {
 		t.Fatalf("pump: %v", err)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
-	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 )
 
 func newSink(t *testing.T, kc *kafkatest.Cluster, cfg Config) *Sink {
@@ -332,9 +332,9 @@ func TestCloseAnswersEveryRecord(t *testing.T) {
 			})
 		}
 	}()
-	poll.Until(t, 30*time.Second, "10 records queued behind the round in flight", func() bool { return s.queued() >= 10 })
+	waitfor.Until(t, 30*time.Second, "10 records queued behind the round in flight", func() bool { return s.queued() >= 10 })
 	s.Close()
-	poll.Until(t, 30*time.Second, "every record answered after Close", func() bool { return answered.Load() == n })
+	waitfor.Until(t, 30*time.Second, "every record answered after Close", func() bool { return answered.Load() == n })
 	if a, f := answered.Load(), failed.Load(); a != n || f != n {
 		t.Fatalf("%d of %d records answered, %d failed, after Close; want all answered and failed", a, n, f)
 	}
@@ -467,7 +467,7 @@ func TestDataLossRestarts(t *testing.T) {
 	if err := publish(t, s, newEvent("retried")); err != nil {
 		t.Fatalf("the record of the refused request: %v (the client retries it under a new producer id)", err)
 	}
-	poll.Until(t, 30*time.Second, "the data loss to be counted", func() bool { return s.DataLosses() == 1 })
+	waitfor.Until(t, 30*time.Second, "the data loss to be counted", func() bool { return s.DataLosses() == 1 })
 	if err := publish(t, s, newEvent("next")); !errors.Is(err, ErrNotSent) || !strings.Contains(err.Error(), "may have lost") {
 		t.Fatalf("after the data loss: %v, want it failed unsent for a restart", err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
-	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
 func txnSink(t *testing.T, kc *kafkatest.Cluster, id string, opts ...kgo.Opt) *Sink {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
 // brokers gives one walrelay run its Kafka: the brokers' addresses, a

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/config"
-	"github.com/walrelay/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/replication"
 )
 

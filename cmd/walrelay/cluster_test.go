@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/internal/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
 // TestKafkaCluster runs walrelay against a three-node Apache Kafka cluster

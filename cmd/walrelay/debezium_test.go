@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/pgtest"
-	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
 )
 
@@ -231,7 +231,7 @@ func TestDebeziumSwitchOver(t *testing.T) {
 	w := newWriter(20, 52)
 	w.dsn = pg.DSN
 	stop := w.keepWriting(t.Context(), pg.DSN)
-	poll.Until(t, time.Minute, "Debezium publishing", func() bool { return len(col.Records()) >= 500 })
+	waitfor.Until(t, time.Minute, "Debezium publishing", func() bool { return len(col.Records()) >= 500 })
 	time.Sleep(time.Second)
 	dbz.Stop()
 	fromDebezium := len(col.Records())

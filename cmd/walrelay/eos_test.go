@@ -17,9 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/pgtest"
-	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -97,9 +97,9 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	w := newWriter(30, 13)
 	w.bytes = 100
 	stop := w.keepWriting(ctx, pg.DSN)
-	poll.Until(t, time.Minute, "A publishing", func() bool { return len(col.Records()) > 200 })
+	waitfor.Until(t, time.Minute, "A publishing", func() bool { return len(col.Records()) > 200 })
 	a.signal(syscall.SIGSTOP)
-	poll.Until(t, time.Minute, "the server dropping A's session", func() bool {
+	waitfor.Until(t, time.Minute, "the server dropping A's session", func() bool {
 		var senders int
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication").Scan(&senders); err != nil {
 			t.Fatal(err)
@@ -108,7 +108,7 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	})
 	b := streaming(t, e)
 	before := len(col.Records())
-	poll.Until(t, time.Minute, "B publishing", func() bool { return len(col.Records()) > before+200 })
+	waitfor.Until(t, time.Minute, "B publishing", func() bool { return len(col.Records()) > before+200 })
 	a.signal(syscall.SIGCONT)
 	var aExit string
 	select {
@@ -152,7 +152,7 @@ func TestExactlyOnceTwoTransactionalIDs(t *testing.T) {
 	w := newWriter(20, 17)
 	w.bytes = 100
 	stop := w.keepWriting(ctx, pg.DSN)
-	poll.Until(t, time.Minute, "A publishing", func() bool { return len(col.Records()) > 200 })
+	waitfor.Until(t, time.Minute, "A publishing", func() bool { return len(col.Records()) > 200 })
 	a.signal(syscall.SIGSTOP)
 	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walrelay'"); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestExactlyOnceTwoTransactionalIDs(t *testing.T) {
 	t.Logf("B refused: %s", lastLine(b.out.String()))
 	b = streaming(t, e.with("WALRELAY_KAFKA_TRANSACTIONAL_ID", "walrelay-pod-b", "WALRELAY_KAFKA_TRANSACTIONAL_ID_TAKEOVER", "walrelay-pod-a"))
 	before := len(col.Records())
-	poll.Until(t, time.Minute, "B publishing", func() bool { return len(col.Records()) > before+200 })
+	waitfor.Until(t, time.Minute, "B publishing", func() bool { return len(col.Records()) > before+200 })
 	a.signal(syscall.SIGCONT)
 	select {
 	case <-a.done:
@@ -422,7 +422,7 @@ func TestExactlyOnceLargeTransactionKilled(t *testing.T) {
 		FROM generate_series(1, 100000) AS i`); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 3*time.Minute, "a third of the transaction in Kafka", func() bool { return len(col.Records()) > 30000 })
+	waitfor.Until(t, 3*time.Minute, "a third of the transaction in Kafka", func() bool { return len(col.Records()) > 30000 })
 	rss1 := first.peakRSS()
 	first.kill()
 	t.Logf("killed with %d of 100,000 rows committed to Kafka; slot confirmed at %s", len(col.Records()), slotConfirmed(t, conn, "walrelay"))
@@ -571,7 +571,7 @@ func TestExactlyOnceRefusedRecord(t *testing.T) {
 			innocent := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == poisoned })
 			waitAll(t, col, innocent, 2*time.Minute)
 			var dead []*kgo.Record
-			poll.Until(t, time.Minute, "the dead letter", func() bool {
+			waitfor.Until(t, time.Minute, "the dead letter", func() bool {
 				dead = dead[:0]
 				for _, r := range col.Records() {
 					if r.Topic == kc.dlq() {
@@ -602,7 +602,7 @@ func TestExactlyOnceRefusedRecord(t *testing.T) {
 			if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
 				t.Fatal(err)
 			}
-			poll.Until(t, time.Minute, "the slot past the refused row's transaction", func() bool {
+			waitfor.Until(t, time.Minute, "the slot past the refused row's transaction", func() bool {
 				var past bool
 				if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'", end).Scan(&past); err != nil {
 					t.Fatal(err)

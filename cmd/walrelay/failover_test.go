@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 )
 
 // TestSlotFailover kills the primary while rows are written and promotes
@@ -74,7 +74,7 @@ func slotFailover(t *testing.T, failover bool) {
 	waitAll(t, col, w.written(), time.Minute)
 	standby := connect(t, st.DSN)
 	if failover {
-		poll.Until(t, 2*time.Minute, "the standby's synchronized copy of the slot", func() bool {
+		waitfor.Until(t, 2*time.Minute, "the standby's synchronized copy of the slot", func() bool {
 			var synced bool
 			err := standby.QueryRow(ctx, "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&synced)
 			return err == nil && synced
@@ -211,7 +211,7 @@ func TestExactlyOnceFailoverLosingWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAll(t, col, w.written(), time.Minute)
-	poll.Until(t, 2*time.Minute, "the standby's synchronized copy of the slot", func() bool {
+	waitfor.Until(t, 2*time.Minute, "the standby's synchronized copy of the slot", func() bool {
 		var synced bool
 		err := standby.QueryRow(ctx, "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&synced)
 		return err == nil && synced
@@ -223,7 +223,7 @@ func TestExactlyOnceFailoverLosingWAL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, time.Minute, "the standby's WAL receiver to stop", func() bool {
+	waitfor.Until(t, time.Minute, "the standby's WAL receiver to stop", func() bool {
 		var n int
 		return primary.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby'").Scan(&n) == nil && n == 0
 	})

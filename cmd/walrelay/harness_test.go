@@ -24,10 +24,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/pgtest"
-	"github.com/walrelay/walrelay/internal/poll"
-	"github.com/walrelay/walrelay/internal/proxy"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/internal/testkit/proxy"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
 )
 
@@ -706,7 +706,7 @@ func pendingChanges(t *testing.T, conn *pgx.Conn, slot, pub string) bool {
 // waitSlotInactive waits until no process streams the slot.
 func waitSlotInactive(t *testing.T, conn *pgx.Conn, slot string) {
 	t.Helper()
-	poll.Until(t, time.Minute, "slot "+slot+" to be inactive", func() bool {
+	waitfor.Until(t, time.Minute, "slot "+slot+" to be inactive", func() bool {
 		var active bool
 		err := conn.QueryRow(t.Context(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
 		return err == nil && !active
@@ -722,7 +722,7 @@ func waitSent(t *testing.T, conn *pgx.Conn) {
 	if err := conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, time.Minute, "the walsender to send up to "+end, func() bool {
+	waitfor.Until(t, time.Minute, "the walsender to send up to "+end, func() bool {
 		var sent bool
 		err := conn.QueryRow(t.Context(), `SELECT coalesce(bool_or(r.sent_lsn >= $1::pg_lsn), false) FROM pg_stat_replication r
 			JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = 'walrelay'`, end).Scan(&sent)

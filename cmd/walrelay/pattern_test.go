@@ -17,8 +17,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
-	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
 )
 
@@ -83,7 +83,7 @@ func TestWholePatternOnce(t *testing.T) {
 	// meanwhile.
 	time.Sleep(time.Second)
 	relay.current().kill()
-	poll.Until(t, 2*time.Minute, "the three crashes after a database commit", func() bool { return ship.starts.Load() >= 4 })
+	waitfor.Until(t, 2*time.Minute, "the three crashes after a database commit", func() bool { return ship.starts.Load() >= 4 })
 	// Then SIGKILLs at random moments: walrelay once more, shipping twice,
 	// each shipping process once it has its partitions (a crash loop that
 	// kills members in the middle of rebalances left kfake's group with
@@ -111,7 +111,7 @@ func TestWholePatternOnce(t *testing.T) {
 		}
 		return
 	}
-	poll.Until(t, 4*time.Minute, fmt.Sprintf("%d orders shipped", placed), func() bool { _, n := shipped(); return n >= placed })
+	waitfor.Until(t, 4*time.Minute, fmt.Sprintf("%d orders shipped", placed), func() bool { _, n := shipped(); return n >= placed })
 	time.Sleep(500 * time.Millisecond) // room for a second shipment
 	relay.stop()
 	ship.stop()
@@ -185,7 +185,7 @@ func TestConsumerCrashResumes(t *testing.T) {
 				}
 				return
 			}
-			poll.Until(t, 2*time.Minute, "shipments", func() bool {
+			waitfor.Until(t, 2*time.Minute, "shipments", func() bool {
 				_, err := shipConn.Exec(context.Background(), "SELECT 1 FROM shipments LIMIT 1")
 				if err != nil {
 					return false
@@ -216,7 +216,7 @@ func TestConsumerCrashResumes(t *testing.T) {
 			if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM orders").Scan(&placed); err != nil {
 				t.Fatal(err)
 			}
-			poll.Until(t, time.Minute, fmt.Sprintf("%d orders shipped", placed), func() bool { _, n := shipped(); return n >= placed })
+			waitfor.Until(t, time.Minute, fmt.Sprintf("%d orders shipped", placed), func() bool { _, n := shipped(); return n >= placed })
 			drained := time.Since(stopped)
 			time.Sleep(500 * time.Millisecond) // room for a second shipment
 			shipments, distinct := shipped()

@@ -14,8 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walrelay/walrelay/internal/kafkatest"
-	"github.com/walrelay/walrelay/internal/poll"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
 )
 
@@ -148,7 +148,7 @@ func TestLostSlotRunbookRandomIDs(t *testing.T) {
 	}
 	p := streaming(t, e)
 	insert(20, "before-")
-	poll.Until(t, time.Minute, "20 published", func() bool { c, _ := onTopics(col, kc); return len(c) == 20 })
+	waitfor.Until(t, time.Minute, "20 published", func() bool { c, _ := onTopics(col, kc); return len(c) == 20 })
 	p.signal(syscall.SIGTERM)
 	if code := p.exit(time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)
@@ -174,7 +174,7 @@ func TestLostSlotRunbookRandomIDs(t *testing.T) {
 	if code, out := runCmd(t, e, "reconcile", "--all", "--replay", "--yes"); code != 2 || !strings.Contains(out, "replayed the 15 missing rows") {
 		t.Fatalf("reconcile --all --replay --yes: exit %d:\n%s", code, out)
 	}
-	poll.Until(t, time.Minute, "35 on the topic", func() bool { c, _ := onTopics(col, kc); return len(c) == 35 })
+	waitfor.Until(t, time.Minute, "35 on the topic", func() bool { c, _ := onTopics(col, kc); return len(c) == 35 })
 	if code, out := runCmd(t, e, "reconcile", "--all"); code != 0 || !strings.Contains(out, "0 missing") {
 		t.Fatalf("the second reconcile --all: exit %d:\n%s", code, out)
 	}
@@ -246,7 +246,7 @@ func TestReplayKeepsAggregateOrder(t *testing.T) {
 		!strings.Contains(out, "note: an aggregate's rows may go out in another order than they were committed in: the table has no outbox.timestamp_column") {
 		t.Fatalf("replay --all --yes: exit %d:\n%s", code, out)
 	}
-	poll.Until(t, time.Minute, "160 replayed", func() bool { _, r := onTopics(col, kc); return len(r) == 160 })
+	waitfor.Until(t, time.Minute, "160 replayed", func() bool { _, r := onTopics(col, kc); return len(r) == 160 })
 	if seqs, v := replayOrder(t, col, kc); v != 0 {
 		t.Fatalf("%d order violations: %v", v, seqs)
 	}
@@ -264,7 +264,7 @@ func TestReplayKeepsAggregateOrder(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "sent 20 rows") || !strings.Contains(out, "order: outbox.order_column seq") || strings.Contains(out, "note:") {
 		t.Fatalf("replay --all --yes with outbox.order_column: exit %d:\n%s", code, out)
 	}
-	poll.Until(t, time.Minute, "180 replayed", func() bool { _, r := onTopics(col, kc); return len(r) == 180 })
+	waitfor.Until(t, time.Minute, "180 replayed", func() bool { _, r := onTopics(col, kc); return len(r) == 180 })
 	if seqs, v := replayOrder(t, col, kc); v != 0 {
 		t.Fatalf("%d order violations by outbox.order_column: %v", v, seqs)
 	}
@@ -309,7 +309,7 @@ func TestReplayWindow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "sent 30 rows") {
 		t.Fatalf("replay --yes: exit %d:\n%s", code, out)
 	}
-	poll.Until(t, time.Minute, "the 30 replayed records", func() bool { _, r := onTopics(col, kc); return len(r) == 30 })
+	waitfor.Until(t, time.Minute, "the 30 replayed records", func() bool { _, r := onTopics(col, kc); return len(r) == 30 })
 	time.Sleep(300 * time.Millisecond)
 	count, replayed := onTopics(col, kc)
 	for _, id := range orders {
@@ -346,7 +346,7 @@ func TestDLQReplay(t *testing.T) {
 		return id
 	}
 	orderID, customerID := big("order"), big("customer")
-	poll.Until(t, time.Minute, "two dead letters", func() bool {
+	waitfor.Until(t, time.Minute, "two dead letters", func() bool {
 		n := 0
 		for _, r := range col.Records() {
 			if r.Topic == kc.dlq() {
@@ -369,7 +369,7 @@ func TestDLQReplay(t *testing.T) {
 		t.Fatalf("dlq replay: exit %d:\n%s", code, out)
 	}
 	t.Logf("dlq replay: %s", out)
-	poll.Until(t, time.Minute, "the order on its topic", func() bool { c, _ := onTopics(col, kc); return c[orderID] == 1 })
+	waitfor.Until(t, time.Minute, "the order on its topic", func() bool { c, _ := onTopics(col, kc); return c[orderID] == 1 })
 	code, out = runCmd(t, e, "dlq", "replay", "--all", "--yes")
 	if code != 0 || !strings.Contains(out, "replayed 1 dead letters: 0 reached their topic") || !strings.Contains(out, "2 replayed before, skipped") {
 		t.Fatalf("the second dlq replay (only the new dead letter of the customer): exit %d:\n%s", code, out)
@@ -433,7 +433,7 @@ func TestPrune(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 5*time.Minute, "the old rows confirmed", func() bool {
+	waitfor.Until(t, 5*time.Minute, "the old rows confirmed", func() bool {
 		var done bool
 		if err := conn.QueryRow(t.Context(), "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'", end).Scan(&done); err != nil {
 			t.Fatal(err)
@@ -537,7 +537,7 @@ func TestRecoveryAtScale(t *testing.T) {
 	execSQL(t, conn, fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 		SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid,
 		'order', 'a-' || (i %% 1000), 'Created', jsonb_build_object('n', i, 'pad', repeat('x', 200)) FROM generate_series(1, %d) i`, rows))
-	poll.Until(t, 10*time.Minute, "every row on the topic", func() bool { return len(col.Records()) >= rows })
+	waitfor.Until(t, 10*time.Minute, "every row on the topic", func() bool { return len(col.Records()) >= rows })
 	p.signal(syscall.SIGTERM)
 	p.exit(time.Minute)
 	measure := func(args ...string) (float64, int64, string) {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/config"
-	"github.com/walrelay/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 )

@@ -21,8 +21,8 @@ import (
 func deployExprs(t *testing.T) []string {
 	t.Helper()
 	var exprs []string
-	dashboards, _ := filepath.Glob("../../deploy/grafana/*.json")
-	rules, _ := filepath.Glob("../../deploy/prometheus/*.yml")
+	dashboards, _ := filepath.Glob("../../../../deploy/grafana/*.json")
+	rules, _ := filepath.Glob("../../../../deploy/prometheus/*.yml")
 	if len(dashboards) == 0 || len(rules) == 0 {
 		t.Fatalf("dashboards %v, rules %v: want both", dashboards, rules)
 	}

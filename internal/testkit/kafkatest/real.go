@@ -14,7 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walrelay/walrelay/internal/proxy"
+	"github.com/walrelay/walrelay/internal/testkit/proxy"
 )
 
 // KafkaVersion is the Apache Kafka release that StartReal runs.

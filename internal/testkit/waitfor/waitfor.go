@@ -1,6 +1,6 @@
-// Package poll waits in tests for a condition instead of for a time: the
+// Package waitfor waits in tests for a condition instead of for a time: the
 // machines the tests run on are shared and their speed varies.
-package poll
+package waitfor
 
 import (
 	"testing"

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/walrelay/walrelay/internal/proxy"
+	"github.com/walrelay/walrelay/internal/testkit/proxy"
 )
 
 // Partitions is the partition count of auto-created topics.
