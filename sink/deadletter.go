@@ -92,7 +92,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 	}
 	var produce func(try int)
 	produce = func(try int) {
-		s.q.push(ctx, r, e.AggregateID, false, pos, gen, func(r *kgo.Record, err error) {
+		s.q.push(ctx, r, false, pos, gen, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
 				if s.tx != nil {

@@ -27,11 +27,8 @@
 // fix it (authorization, a topic that does not exist), else retriable; a
 // per-event error never reaches a Done (the event is dead-lettered).
 //
-// A record goes to the client only once the records of its key sent before
-// it are answered (keys.go), so that after a failure nothing of that key
-// published later is sent until the caller has called Abort and publishes
-// the failed event again: per-key order holds across failures. And one turn
-// of records is in flight per broker at a time, so a slow broker holds back
-// only the partitions it leads. In exactly-once mode records go in rounds
-// behind a manual flush, inside Kafka transactions (rounds.go, txn.go).
+// Records go to the client in rounds behind a manual flush (rounds.go), so
+// that after a failure nothing published later is sent until the caller has
+// called Abort and publishes the failed event again: per-key order holds
+// across failures.
 package sink

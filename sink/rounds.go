@@ -11,31 +11,27 @@ import (
 	"github.com/walrelay/walrelay/event"
 )
 
-// The sink hands records to the client so that no record can be written
-// ahead of an earlier one of its key that failed.
+// The sink hands records to the client in rounds, so that no record can be
+// written ahead of an earlier one of its partition that failed.
 //
 // When a produce request fails for good, the client fails every record it
 // holds for that partition, but walrelay learns of it only when the failed
 // record's callback runs, later, on another goroutine. A record produced in
 // between would start a new batch and could be written before the failed
-// record is sent again. So a record goes to the client only once every record
-// of its key sent before it has been answered (records of one key taken
-// together go together); the others wait for their key (keys.go). Records
-// published meanwhile wait in the queue. If a record failed in a way that
+// record is sent again. So the client flushes manually and never sends on its
+// own: the flusher takes every record queued so far (a round), hands all of
+// them to the client, and flushes; Flush returns once every record of the
+// round has been answered and its callback has run. Records published
+// meanwhile wait in the queue. If a record of the round failed in a way that
 // fails later ones (anything but a failure of that record alone, which is
-// dead-lettered), the sink is broken: every queued or waiting record is
-// failed with ErrNotSent, unsent, until Abort. The caller restarts from the
-// failed record.
+// dead-lettered), the sink is broken: every queued record is failed with
+// ErrNotSent, unsent, until Abort. The caller restarts from the failed record.
 //
-// So a slow broker holds back only the keys of the partitions it leads: the
-// other keys' records go to their brokers as they come. The client keeps up
-// to five produce requests in flight per broker and lingers to fill them.
-//
-// In exactly-once mode the client flushes manually, in rounds: the flusher
-// takes every record queued so far, hands all of them to the client and
-// flushes; Flush returns once every record of the round has been answered
-// and its callback has run. A Kafka transaction spans every partition, and
-// its commit waits for all of them anyway.
+// Rounds cost little against one broker: the client keeps one produce
+// request in flight per broker anyway, and while it is in flight the next
+// round gathers in the queue, as it would have in the client's buffer. What
+// they add is the time the round's callbacks take before the next round
+// goes and, with several brokers, a wait for the slowest of them.
 
 // ErrNotSent fails a record that was not sent because an earlier record
 // failed, or because the sink was aborted or closed.
@@ -46,13 +42,10 @@ var ErrNotSent = errors.New("not sent")
 // event is over, and the event is published again.
 var errStale = fmt.Errorf("%w: its event was published before an abort, and is published again after it", ErrNotSent)
 
-// queued is a record waiting to be sent, or an Abort barrier (r nil).
+// queued is a record waiting for its round, or an Abort barrier (r nil).
 type queued struct {
 	ctx     context.Context
 	r       *kgo.Record
-	key     string // what orders the record: its event's aggregate id
-	broker  int32  // the leader of its partition when first placed (keys.go), or -1
-	routed  bool   // broker is set
 	done    func(*kgo.Record, error)
 	alone   bool // sent in a request of its own
 	barrier chan struct{}
@@ -62,20 +55,16 @@ type queued struct {
 	hasPos bool
 }
 
-// queue holds the records not yet sent.
+// queue holds the records of the next round.
 type queue struct {
 	mu      sync.Mutex
 	items   []queued
 	bytes   int
 	firstAt time.Time     // when the first queued record arrived
-	space   chan struct{} // closed, and replaced, when records leave the queue and pushes wait
+	space   chan struct{} // closed, and replaced, when a round leaves the queue
 	work    chan struct{} // the queue needs the flusher's attention
 	broken  error         // set by a failure that fails later records; cleared by Abort
 	closed  bool
-	waiters int // pushes waiting for space
-	// held and heldBytes count the records taken from the queue that wait
-	// for their key (keys.go): they count against the queue's limits.
-	held, heldBytes int
 	// gen counts the Abort barriers the flusher has passed. A record
 	// pushed on behalf of an event published before the last barrier (a
 	// dead letter produced from a callback, after its event failed)
@@ -93,8 +82,8 @@ func newQueue(cfg Config) *queue {
 	return &queue{
 		gen:   1,
 		space: make(chan struct{}), work: make(chan struct{}, 1),
-		// The records with the client and those queued or waiting
-		// behind them share the buffer limits: half each (sink.go).
+		// The round in flight and the queue behind it share the buffer
+		// limits: half each.
 		maxRecs: max(cfg.MaxBufferedRecords/2, 1), maxBytes: max(cfg.MaxBufferedBytes/2, 1),
 		flushAt: int(cfg.BatchMaxBytes),
 	}
@@ -112,7 +101,7 @@ func (q *queue) wake() {
 // current generation: the record belongs to an event published before an
 // Abort. A record larger than the whole queue is taken when the queue is
 // empty. A record alone goes in a produce request of its own.
-func (q *queue) push(ctx context.Context, r *kgo.Record, key string, alone bool, pos *event.Position, gen uint64, done func(*kgo.Record, error)) {
+func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.Position, gen uint64, done func(*kgo.Record, error)) {
 	size := recordSize(r)
 	for {
 		q.mu.Lock()
@@ -126,78 +115,32 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, key string, alone bool,
 			done(r, errStale)
 			return
 		}
-		if n := len(q.items) + q.held; n == 0 || n < q.maxRecs && q.bytes+q.heldBytes+size <= q.maxBytes {
-			if len(q.items) == 0 {
+		if n := len(q.items); n == 0 || n < q.maxRecs && q.bytes+size <= q.maxBytes {
+			if n == 0 {
 				q.firstAt = time.Now()
 			}
-			it := queued{ctx: ctx, r: r, key: key, done: done, alone: alone}
+			it := queued{ctx: ctx, r: r, done: done, alone: alone}
 			if pos != nil {
 				it.pos, it.hasPos = *pos, true
 			}
 			q.items = append(q.items, it)
 			q.bytes += size
 			full := len(q.items) >= q.maxRecs || q.bytes >= q.flushAt
-			first := len(q.items) == 1
 			q.mu.Unlock()
-			if first || full {
+			if n == 0 || full {
 				q.wake()
 			}
 			return
 		}
 		space := q.space
-		q.waiters++
 		q.mu.Unlock()
 		select {
 		case <-space:
 		case <-ctx.Done():
-			q.mu.Lock()
-			q.waiters--
-			q.mu.Unlock()
 			done(r, fmt.Errorf("wait for room in the producer's buffer: %w", ctx.Err()))
 			return
 		}
-		q.mu.Lock()
-		q.waiters--
-		q.mu.Unlock()
 	}
-}
-
-// freed tells the pushes waiting for space that there may be some. The
-// caller holds q.mu.
-func (q *queue) freed() {
-	if q.waiters > 0 {
-		close(q.space)
-		q.space = make(chan struct{})
-	}
-}
-
-// hold and unhold count n records of size bytes out of the queue and
-// waiting for their key, or no longer.
-func (q *queue) hold(n, size int) {
-	q.mu.Lock()
-	q.held, q.heldBytes = q.held+n, q.heldBytes+size
-	q.mu.Unlock()
-}
-
-func (q *queue) unhold(n, size int) {
-	q.mu.Lock()
-	q.held, q.heldBytes = q.held-n, q.heldBytes-size
-	q.freed()
-	q.mu.Unlock()
-}
-
-// takeAll returns every queued record (none if none) with the error that
-// breaks the sink, if any; closed is true once the queue is closed.
-func (q *queue) takeAll(spare []queued) (round []queued, broken error, closed bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.items) == 0 {
-		return nil, q.broken, q.closed
-	}
-	round = q.items
-	q.items, q.bytes = spare[:0], 0
-	q.freed()
-	return round, q.broken, q.closed
 }
 
 // backlog reports whether a full round waits: as many records or bytes as
@@ -260,7 +203,8 @@ func (q *queue) take(linger time.Duration, spare []queued, until time.Time) (rou
 		if n > 0 && wait <= 0 {
 			round := q.items
 			q.items, q.bytes = spare[:0], 0
-			q.freed()
+			close(q.space)
+			q.space = make(chan struct{})
 			broken := q.broken
 			q.mu.Unlock()
 			return round, broken, true
@@ -287,44 +231,55 @@ func (q *queue) take(linger time.Duration, spare []queued, until time.Time) (rou
 	}
 }
 
-// flush sends what is queued until the queue is closed and empty: by key
-// and broker (keys.go) in at-least-once mode, in rounds in exactly-once
-// mode, where it also opens and ends the Kafka transactions (txn.go).
+// flush runs rounds until the queue is closed and empty. In exactly-once
+// mode it also opens and ends the Kafka transactions (txn.go).
 func (s *Sink) flush(ctx context.Context) {
 	defer close(s.flushed)
-	if s.tx == nil {
-		s.flushByKey(ctx)
-	} else {
-		s.flushRounds(ctx)
-	}
-}
-
-// flushRounds runs rounds, in Kafka transactions, until the queue is closed
-// and empty.
-func (s *Sink) flushRounds(ctx context.Context) {
 	var spare []queued
+	produce := func(it queued) {
+		if s.tx != nil {
+			s.produceInTxn(it)
+		} else {
+			s.cl.Produce(it.ctx, it.r, it.done)
+		}
+	}
 	for {
-		round, broken, ok := s.q.take(s.cfg.Linger, spare, s.tx.commitBy())
+		var until time.Time
+		if s.tx != nil {
+			until = s.tx.commitBy()
+		}
+		round, broken, ok := s.q.take(s.cfg.Linger, spare, until)
 		if !ok {
-			// Closed: what the caller did not wait for is aborted.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			s.endTxn(ctx, false)
-			cancel()
+			if s.tx != nil {
+				// Closed: what the caller did not wait for is aborted.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				s.endTxn(ctx, false)
+				cancel()
+			}
 			return
 		}
 		produced := false
 		for _, it := range round {
 			switch {
 			case it.barrier != nil:
-				// Everything queued before Abort is answered and the open
-				// transaction ended: produce again, unless the sink
-				// closed meanwhile.
+				// Everything queued before Abort is answered (and, in
+				// exactly-once mode, the open transaction ended): produce
+				// again, unless the sink closed meanwhile.
 				if produced {
 					_ = s.cl.Flush(ctx)
 					produced = false
 				}
-				s.endTxn(ctx, true)
-				broken = s.q.pass(it.barrier)
+				if s.tx != nil {
+					s.endTxn(ctx, true)
+				}
+				s.q.mu.Lock()
+				s.q.gen++
+				if !s.q.closed {
+					s.q.broken = nil
+				}
+				broken = s.q.broken
+				s.q.mu.Unlock()
+				close(it.barrier)
 			case broken != nil:
 				it.done(it.r, broken)
 			case it.alone:
@@ -339,11 +294,11 @@ func (s *Sink) flushRounds(ctx context.Context) {
 						continue
 					}
 				}
-				s.produceInTxn(it)
+				produce(it)
 				_ = s.cl.Flush(ctx)
 				broken = s.q.brokenNow()
 			default:
-				s.produceInTxn(it)
+				produce(it)
 				produced = true
 			}
 		}
@@ -352,29 +307,16 @@ func (s *Sink) flushRounds(ctx context.Context) {
 			// when Close cancels ctx (the client then fails the rest).
 			_ = s.cl.Flush(ctx)
 		}
-		if s.q.brokenNow() != nil {
-			s.endTxn(ctx, false) // a record failed: abort at once
-		} else if s.tx.commitDue(time.Now(), s.q.backlog()) {
-			s.endTxn(ctx, true)
+		if s.tx != nil {
+			if s.q.brokenNow() != nil {
+				s.endTxn(ctx, false) // a record failed: abort at once
+			} else if s.tx.commitDue(time.Now(), s.q.backlog()) {
+				s.endTxn(ctx, true)
+			}
 		}
 		clear(round)
 		spare = round[:0]
 	}
-}
-
-// pass lets an Abort's barrier b go, once everything queued before it is
-// answered: the generation moves on and the sink sends again, unless it
-// closed meanwhile. It returns the error that breaks the sink now.
-func (q *queue) pass(b chan struct{}) error {
-	q.mu.Lock()
-	q.gen++
-	if !q.closed {
-		q.broken = nil
-	}
-	broken := q.broken
-	q.mu.Unlock()
-	close(b)
-	return broken
 }
 
 // abort fails what is queued and what the client holds and has not sent,

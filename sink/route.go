@@ -236,36 +236,23 @@ func (r *regexRouter) topic(v string) string {
 	return t
 }
 
-// partitioner partitions a record that carries its own partition
-// (Event.HasPartition with Config.PlacedPartitions: Publish set
-// Record.Partition) there, and any other by its key as the Java client does.
-// A partition the topic lacks fails the record in the client; Publish
-// dead-letters those it can tell. It keeps each topic's partition count as
-// the client last gave it (in topics, by topic name), for the flusher to
-// tell a record's partition, and so its broker, before it sends it
-// (keys.go).
-type partitioner struct {
-	byKey  kgo.Partitioner
-	topics *sync.Map // topic name -> *topicPartitioner
+// placedPartitioner partitions a record that carries its own partition
+// (Event.HasPartition: Publish set Record.Partition) there, and any other
+// by its key as the Java client does. A partition the topic lacks fails
+// the record in the client; Publish dead-letters those it can tell.
+type placedPartitioner struct{ byKey kgo.Partitioner }
+
+func (p placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	return &placedTopicPartitioner{p.byKey.ForTopic(topic)}
 }
 
-func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	tp := &topicPartitioner{byKey: p.byKey.ForTopic(topic)}
-	p.topics.Store(topic, tp)
-	return tp
-}
+type placedTopicPartitioner struct{ byKey kgo.TopicPartitioner }
 
-type topicPartitioner struct {
-	byKey kgo.TopicPartitioner
-	n     atomic.Int32 // the partition count the client last gave
-}
-
-func (p *topicPartitioner) RequiresConsistency(r *kgo.Record) bool {
+func (p *placedTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
 	return r.Partition >= 0 || p.byKey.RequiresConsistency(r)
 }
 
-func (p *topicPartitioner) Partition(r *kgo.Record, n int) int {
-	p.n.Store(int32(n))
+func (p *placedTopicPartitioner) Partition(r *kgo.Record, n int) int {
 	if r.Partition >= 0 {
 		return int(r.Partition) // the client refuses one out of range
 	}
@@ -274,7 +261,7 @@ func (p *topicPartitioner) Partition(r *kgo.Record, n int) int {
 
 // OnNewBatch passes the client's new-batch signal on to the key
 // partitioner, which sticks keyless records to a partition between batches.
-func (p *topicPartitioner) OnNewBatch() {
+func (p *placedTopicPartitioner) OnNewBatch() {
 	if nb, ok := p.byKey.(kgo.TopicPartitionerOnNewBatch); ok {
 		nb.OnNewBatch()
 	}

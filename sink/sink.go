@@ -111,27 +111,22 @@ type Config struct {
 
 // Sink produces events. Its methods are safe for concurrent use.
 type Sink struct {
-	cfg  Config
-	cl   *kgo.Client
-	q    *queue  // records not yet sent (rounds.go)
-	keys keyGate // records held back for their key or broker (keys.go)
-	// partitions holds each topic's partitioner (route.go), byKey the
-	// flusher's own key hashing: a record's partition before it is sent.
-	partitions sync.Map
-	byKey      kgo.TopicPartitioner
-	stop       func()        // ends the flusher's wait for a round
-	flushed    chan struct{} // closed when the flusher returns
-	log        *slog.Logger
-	ceTable    int               // index of {table} in CloudEventsSource, or -1
-	route      *route            // Topic and TopicRegex
-	routes     map[string]*route // Routes; nil if none
-	counts     sync.Map          // topic name -> its partition count (int32), for placed partitions
-	topics     sync.Map          // topic name -> topicInfo, learnt at its first event
-	refused    sync.Map          // topic name -> the batch cap (int32) at which the broker refused a batch
-	suspects   suspects          // events failed by a refusal of their whole batch: send them alone
-	brokerMax  atomic.Int32      // the broker's message.max.bytes; 0 until Ping read it
-	dataLoss   atomic.Uint64
-	tx         *txns // exactly-once state; nil in at-least-once mode
+	cfg       Config
+	cl        *kgo.Client
+	q         *queue        // the next round (rounds.go)
+	stop      func()        // ends the flusher's wait for a round
+	flushed   chan struct{} // closed when the flusher returns
+	log       *slog.Logger
+	ceTable   int               // index of {table} in CloudEventsSource, or -1
+	route     *route            // Topic and TopicRegex
+	routes    map[string]*route // Routes; nil if none
+	counts    sync.Map          // topic name -> its partition count (int32), for placed partitions
+	topics    sync.Map          // topic name -> topicInfo, learnt at its first event
+	refused   sync.Map          // topic name -> the batch cap (int32) at which the broker refused a batch
+	suspects  suspects          // events failed by a refusal of their whole batch: send them alone
+	brokerMax atomic.Int32      // the broker's message.max.bytes; 0 until Ping read it
+	dataLoss  atomic.Uint64
+	tx        *txns // exactly-once state; nil in at-least-once mode
 
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
@@ -208,21 +203,23 @@ func New(cfg Config) (*Sink, error) {
 	}
 	log = log.With("component", "sink")
 	s := &Sink{cfg: cfg, log: log, route: rt, routes: routes, ceTable: strings.Index(cfg.CloudEventsSource, "{table}")}
-	// murmur2, as the Java client
-	s.byKey = kgo.StickyKeyPartitioner(nil).ForTopic("")
-	partitioner := partitioner{byKey: kgo.StickyKeyPartitioner(nil), topics: &s.partitions}
+	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
+	if cfg.PlacedPartitions {
+		partitioner = placedPartitioner{partitioner}
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(partitioner),
 		codecOpt,
+		// The flusher sends rounds (rounds.go); the client sends nothing
+		// on its own.
+		kgo.ManualFlushing(),
 		// Asked once per partition, after Publish learnt the topic.
 		kgo.ProducerBatchMaxBytesFn(s.batchCapOf),
-		// Half of each limit for the records with the client, half for
-		// those queued or waiting behind them (rounds.go).
-		kgo.MaxBufferedRecords(max(cfg.MaxBufferedRecords/2, 1)),
-		kgo.MaxBufferedBytes(max(cfg.MaxBufferedBytes/2, int(cfg.BatchMaxBytes))),
+		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
+		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		// Retry sooner than the client's default (250ms doubling to 5s):
 		// every retry holds the slot's position back.
 		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),
@@ -238,15 +235,6 @@ func New(cfg Config) (*Sink, error) {
 		// is queued, so that the stream restarts from its confirmed
 		// position.
 		kgo.ProducerOnDataLossDetected(s.lostData),
-	}
-	if cfg.Transactions == nil {
-		// The flusher hands records over as their keys allow (keys.go),
-		// and the client lingers to fill its requests.
-		opts = append(opts, kgo.ProducerLinger(cfg.Linger))
-	} else {
-		// The flusher sends rounds (rounds.go); the client sends nothing
-		// on its own.
-		opts = append(opts, kgo.ManualFlushing())
 	}
 	if !cfg.DisableAutoCreateTopics {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
@@ -430,7 +418,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			return
 		}
 	}
-	s.q.push(ctx, r, e.AggregateID, alone, pos, gen, func(r *kgo.Record, err error) {
+	s.q.push(ctx, r, alone, pos, gen, func(r *kgo.Record, err error) {
 		switch {
 		case errors.Is(err, errStale):
 			done(Delivery{Topic: topic, Partition: -1}, err)

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
@@ -181,7 +186,7 @@ func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name string, fault fu
 	}
 	c := waitAll(t, col, w.written(), 2*time.Minute)
 	if c.orderViolations != 0 {
-		t.Fatalf("%s: %s", name, c)
+		t.Fatalf("%s: %s; the first of them:\n%s", name, c, strings.Join(firstViolations(col.Records(), 5), "\n"))
 	}
 	moved := <-failover
 	t.Logf("%s (partition %d led by node %d): %s; fault and recovery took %s; the cluster moved the partition's leadership after %s; longest stall of the slot's confirmed position while rows were written %s (%s past the failover)",
@@ -190,4 +195,42 @@ func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name string, fault fu
 	if code := p.exit(time.Minute); code != 0 {
 		t.Fatalf("walrelay exited %d", code)
 	}
+}
+
+// firstViolations describes up to n first deliveries that came out of
+// sequence for their key, as count counts them: where each was and where
+// the one before it of the key was.
+func firstViolations(recs []*kgo.Record, n int) []string {
+	sorted := slices.Clone(recs)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		if a.Partition != b.Partition {
+			return a.Partition < b.Partition
+		}
+		return a.Offset < b.Offset
+	})
+	type at struct {
+		seq       int
+		partition int32
+		offset    int64
+	}
+	seen, last := map[string]bool{}, map[string]at{}
+	var out []string
+	for _, r := range sorted {
+		id := string(kafkatest.Header(r, "id"))
+		s, ok := seqOf(r.Value)
+		if seen[id] || !ok || !strings.Contains(r.Topic, "outbox.event.") {
+			continue
+		}
+		seen[id] = true
+		key := string(r.Key)
+		if prev, ok := last[key]; ok && s != prev.seq+1 && len(out) < n {
+			out = append(out, fmt.Sprintf("key %s: seq %d at %s[%d]@%d after seq %d at [%d]@%d", key, s, r.Topic, r.Partition, r.Offset, prev.seq, prev.partition, prev.offset))
+		}
+		last[key] = at{s, r.Partition, r.Offset}
+	}
+	return out
 }
