@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,17 +199,6 @@ func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name string, fault fu
 // sequence for their key, as count counts them: where each was and where
 // the one before it of the key was.
 func firstViolations(recs []*kgo.Record, n int) []string {
-	sorted := slices.Clone(recs)
-	sort.SliceStable(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		if a.Topic != b.Topic {
-			return a.Topic < b.Topic
-		}
-		if a.Partition != b.Partition {
-			return a.Partition < b.Partition
-		}
-		return a.Offset < b.Offset
-	})
 	type at struct {
 		seq       int
 		partition int32
@@ -219,10 +206,10 @@ func firstViolations(recs []*kgo.Record, n int) []string {
 	}
 	seen, last := map[string]bool{}, map[string]at{}
 	var out []string
-	for _, r := range sorted {
+	for _, r := range inLogOrder(recs) {
 		id := string(kafkatest.Header(r, "id"))
 		s, ok := seqOf(r.Value)
-		if seen[id] || !ok || !strings.Contains(r.Topic, "outbox.event.") {
+		if seen[id] || !ok {
 			continue
 		}
 		seen[id] = true

@@ -594,22 +594,7 @@ func count(recs []*kgo.Record, want []string) tally {
 	for _, id := range want {
 		wantSet[id] = true
 	}
-	sorted := make([]*kgo.Record, 0, len(recs))
-	for _, r := range recs {
-		if strings.Contains(r.Topic, "outbox.event.") {
-			sorted = append(sorted, r)
-		}
-	}
-	sort.SliceStable(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		if a.Topic != b.Topic {
-			return a.Topic < b.Topic
-		}
-		if a.Partition != b.Partition {
-			return a.Partition < b.Partition
-		}
-		return a.Offset < b.Offset
-	})
+	sorted := inLogOrder(recs)
 	c := tally{records: len(sorted)}
 	seen := map[string]bool{}
 	last := map[string]int{}
@@ -635,6 +620,28 @@ func count(recs []*kgo.Record, want []string) tally {
 	}
 	c.missing = len(wantSet) - c.distinct
 	return c
+}
+
+// inLogOrder returns the records of the outbox topics sorted by topic,
+// partition and offset.
+func inLogOrder(recs []*kgo.Record) []*kgo.Record {
+	sorted := make([]*kgo.Record, 0, len(recs))
+	for _, r := range recs {
+		if strings.Contains(r.Topic, "outbox.event.") {
+			sorted = append(sorted, r)
+		}
+	}
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		if a.Partition != b.Partition {
+			return a.Partition < b.Partition
+		}
+		return a.Offset < b.Offset
+	})
+	return sorted
 }
 
 // seqOf reads "seq" from a writer payload (jsonb normalizes the spacing).
