@@ -445,6 +445,15 @@ func (h kafkaHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.
 	h.m.kafkaOK.Store(now)
 }
 
+// OnBrokerRead implements kgo.HookBrokerRead: any answer of a broker shows
+// that Kafka answers, also while exactly-once mode holds the
+// acknowledgements of its open transaction.
+func (h kafkaHook) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	if err == nil {
+		h.m.kafkaOK.Store(time.Now().UnixNano())
+	}
+}
+
 // kafkaReachable reports whether the last word from the brokers was good.
 func (m *Metrics) kafkaReachable() bool { return m.kafkaOK.Load() >= m.kafkaFail.Load() }
 

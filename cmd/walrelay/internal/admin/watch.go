@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// kafkaSilence is how long events may wait for Kafka's acknowledgement,
-// with the brokers connected, before walrelay says Kafka is not answering.
+// kafkaSilence is how long events may wait with no broker answering any
+// request, the brokers connected, before walrelay says Kafka is not
+// answering.
 const kafkaSilence = 10 * time.Second
 
 // kafkaState is what the brokers' last answers say: "" while they answer,
@@ -24,7 +25,7 @@ func (m *Metrics) kafkaState(r Source, now time.Time) (problem string, since tim
 		return msg, time.Unix(0, m.kafkaDownAt.Load())
 	}
 	if n := r.InFlight(); n > 0 && ok > 0 && now.Sub(time.Unix(0, ok)) >= kafkaSilence {
-		return fmt.Sprintf("connected, but no acknowledgement for %s", now.Sub(time.Unix(0, ok)).Round(time.Second)), time.Unix(0, ok)
+		return fmt.Sprintf("connected, but no answer for %s", now.Sub(time.Unix(0, ok)).Round(time.Second)), time.Unix(0, ok)
 	}
 	return "", time.Time{}
 }
@@ -51,7 +52,7 @@ func (m *Metrics) waitingFor(r Source, kafkaProblem string) string {
 
 // Watch logs, in walrelay's own words, what an operator needs from a running
 // pipeline, until ctx ends: when Kafka stops answering (no broker connects,
-// or events wait for an acknowledgement for 10 s) and when it answers
+// or events wait while no broker answered for 10 s) and when it answers
 // again, with what walrelay holds meanwhile; when the stream runs again
 // after a reconnect, and after how long; and every progress (0: never) a
 // progress line (events/s, in flight, the slot's lag and retained WAL),
