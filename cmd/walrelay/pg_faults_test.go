@@ -174,6 +174,7 @@ func TestPostgresRestart(t *testing.T) {
 	if !strings.Contains(p.out.String(), "reconnecting") {
 		t.Fatalf("walrelay did not log a reconnect")
 	}
+	p.waitLog(`msg="the stream runs again"`, 30*time.Second)
 }
 
 // TestRestoredServerResumesFromItsSlot: the server's data directory is put

@@ -64,6 +64,7 @@ func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, l
 		kafkaDown            bool
 		kafkaDownAt, lostAt  time.Time
 		lastState            = r.State()
+		lastReconnects       = r.Reconnects()
 		lastProgress         = time.Now()
 		lastPublished, idles int64
 	)
@@ -82,17 +83,21 @@ func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, l
 				kafkaDown = false
 				log.Info("Kafka answers again", "after", now.Sub(kafkaDownAt).Round(100*time.Millisecond), "in_flight", r.InFlight())
 			}
-			state := r.State()
-			if state != lastState {
-				switch {
-				case ready(lastState) && !ready(state) && state != "stopped":
-					lostAt = now
-				case ready(state) && !lostAt.IsZero():
-					log.Info("the stream runs again", "state", state, "after", now.Sub(lostAt).Round(100*time.Millisecond))
-					lostAt = time.Time{}
-				}
-				lastState = state
+			// The stream went away if it left a working state, or if it
+			// reconnected between two looks.
+			state, reconnects := r.State(), r.Reconnects()
+			if ready(lastState) && !ready(state) && state != "stopped" {
+				lostAt = now
 			}
+			if ready(state) && (!lostAt.IsZero() || reconnects > lastReconnects) {
+				attrs := []any{"state", state, "reconnects", reconnects}
+				if !lostAt.IsZero() {
+					attrs = append(attrs, "after", now.Sub(lostAt).Round(100*time.Millisecond))
+				}
+				log.Info("the stream runs again", attrs...)
+				lostAt, lastReconnects = time.Time{}, reconnects
+			}
+			lastState = state
 			if progress <= 0 || now.Sub(lastProgress) < progress {
 				continue
 			}
