@@ -122,7 +122,7 @@ func New() *Metrics {
 	m.slotSafe = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walrelay_slot_safe_wal_bytes", Help: "WAL that can still be written before max_slot_wal_keep_size invalidates the slot (safe_wal_size); absent while it is unlimited."}, nil)
 	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_commit_to_ack_seconds", Help: "From an event's commit in PostgreSQL to Kafka's acknowledgement.",
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
-	m.orderBreaks = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_order_breaks_total", Help: "Events written ahead of an earlier event of their partition that failed to publish and was sent again after them (must stay 0; see Reconnects in the README)."})
+	m.orderBreaks = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_order_breaks_total", Help: "Events written ahead of an earlier event of their partition that failed to publish and was sent again after them (must stay 0; see Reconnects in docs/operations.md)."})
 	m.kafkaTxns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_kafka_transactions_total", Help: "Kafka transactions of exactly-once mode, by outcome (committed, aborted)."}, []string{"outcome"})
 	m.kafkaTxnTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walrelay_kafka_transaction_commit_seconds", Help: "How long a Kafka transaction's commit (EndTxn) took, in exactly-once mode.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}})
