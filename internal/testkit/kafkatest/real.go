@@ -67,6 +67,13 @@ func FetchKafka(ctx context.Context) (string, error) {
 	return FetchJars(ctx, os.Getenv("WALRELAY_KAFKA_CACHE"), "kafka-"+KafkaVersion, Pom("org.apache.kafka:kafka_2.13:"+KafkaVersion))
 }
 
+// FetchKafkaTools is FetchKafka for Apache Kafka's command-line tools
+// (kafka-tools: the console consumer and producer), in a cache directory
+// of their own.
+func FetchKafkaTools(ctx context.Context) (string, error) {
+	return FetchJars(ctx, os.Getenv("WALRELAY_KAFKA_TOOLS_CACHE"), "kafka-tools-"+KafkaVersion, Pom("org.apache.kafka:kafka-tools:"+KafkaVersion))
+}
+
 // FetchJars makes sure that the runtime dependencies of pom are in
 // dir/lib (dir default ~/.cache/walrelay/<name>), running Maven the first
 // time, and returns that lib directory.
