@@ -37,7 +37,9 @@ func NewSet(fs *flag.FlagSet) *Set {
 	cs.file = fs.String("config", "", "YAML configuration file")
 	for _, k := range cs.keys {
 		cs.byKey[k.name] = k
-		cs.flags[k.name] = fs.String(k.name, "", k.help+" (default "+strconv.Quote(k.show())+"; env "+EnvName(k.name)+")")
+		// The help without Markdown's backquotes, which the flag package
+		// would take for the name of the value.
+		cs.flags[k.name] = fs.String(k.name, "", strings.ReplaceAll(k.help, "`", "")+" (default "+strconv.Quote(k.show())+"; env "+EnvName(k.name)+")")
 	}
 	return cs
 }
