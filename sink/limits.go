@@ -56,7 +56,7 @@ func (e *closedError) Unwrap() error { return e.err }
 // KRaft controller's listener), or API versions and then nothing (as a
 // listener that wants SASL does).
 func (s *Sink) closedAtOnce(ctx context.Context) string {
-	tlsCfg, _ := s.cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
+	tlsCfg := s.tlsCfg
 	sasl := len(s.cl.OptValues(kgo.SASL)) > 0 && s.cl.OptValues(kgo.SASL)[0] != nil
 	var seen []string
 	for _, addr := range s.cfg.Brokers {

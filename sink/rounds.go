@@ -258,6 +258,7 @@ func (s *Sink) flush(ctx context.Context) {
 			}
 			return
 		}
+		s.waiting.Store(time.Now().UnixNano())
 		produced := false
 		for _, it := range round {
 			switch {
@@ -314,6 +315,7 @@ func (s *Sink) flush(ctx context.Context) {
 				s.endTxn(ctx, true)
 			}
 		}
+		s.waiting.Store(0)
 		clear(round)
 		spare = round[:0]
 	}

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -128,6 +129,10 @@ type Sink struct {
 	dataLoss  atomic.Uint64
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
+	fences  *fences      // the connections to each broker, fenced ones closed (fence.go)
+	tlsCfg  *tls.Config  // the dialer's TLS configuration, nil without TLS
+	waiting atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
+
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
 }
@@ -247,7 +252,14 @@ func New(cfg Config) (*Sink, error) {
 		s.tx = &txns{cfg: tc}
 		opts = append(opts, kgo.TransactionalID(tc.ID), kgo.TransactionTimeout(tc.Timeout))
 	}
+	dial, tlsCfg, err := watchedDialer(cfg.Opts)
+	if err != nil {
+		return nil, err
+	}
+	s.fences, s.tlsCfg = newFences(dial), tlsCfg
 	opts = append(append(opts, cfg.Opts...), cfg.ProducerOpts...)
+	// The dialer of cfg.Opts (TLS included), through the fences.
+	opts = append(opts, kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.dialContext), kgo.WithHooks(s.fences))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
@@ -258,6 +270,7 @@ func New(cfg Config) (*Sink, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	go s.flush(ctx)
+	go s.watch(ctx)
 	return s, nil
 }
 

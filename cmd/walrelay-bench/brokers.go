@@ -53,7 +53,7 @@ var (
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		fmt.Fprintln(os.Stderr, "starting a three-node Apache Kafka "+kafkatest.KafkaVersion+" cluster …")
-		return kafkatest.NewRealCluster(ctx)
+		return kafkatest.NewRealCluster(ctx, kafkatest.FastFencing)
 	})
 	clusterRuns atomic.Int64
 )

@@ -15,61 +15,91 @@ import (
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
-// TestKafkaCluster runs walrelay against a three-node Apache Kafka cluster
-// (replication factor 3, min.insync.replicas 2, nodes fenced after 4 s)
-// while rows are written without pause, through four faults, one per
-// subtest: the leader of the busiest partition killed with SIGKILL and
-// started again; a rolling restart of every node (SIGTERM, start, in sync
-// again, the next); and the leader of the busiest partition frozen
-// (SIGSTOP, as a node cut off the network) for 25 s, with
-// kafka.request_timeout 2s (half the cluster's fencing) and with its
-// default, 10s. After each, walrelay is killed with SIGKILL and started
-// again, so that a slot confirmed past an event the cluster did not
-// acknowledge would show as a missing id. Each: every id, 0 order
-// violations; the longest stall of publishing is logged. It needs the
-// cluster: WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run sets it).
+// TestKafkaCluster runs walrelay against three-node Apache Kafka clusters
+// (replication factor 3, min.insync.replicas 2) while rows are written
+// without pause, through one fault per subtest. On a cluster that fences a
+// silent node after 4 s: the leader of the busiest partition killed with
+// SIGKILL and started again; a rolling restart of every node (SIGTERM,
+// start, in sync again, the next); the leader frozen (SIGSTOP) for 25 s,
+// with kafka.request_timeout 2s and with its default, 10s; and the leader
+// cut off the network for 25 s (every connection to or from it black-holed
+// by the cluster's proxies: no FIN, no reset). On a cluster with Kafka's
+// own fencing (9 s): the leader frozen, and cut off, with walrelay's
+// defaults. After each, walrelay is killed with SIGKILL and started again,
+// so that a slot confirmed past an event the cluster did not acknowledge
+// would show as a missing id. Each: every id, 0 order violations; the
+// longest stall of publishing is logged beside the cluster's own failover.
+// It needs the clusters: WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run sets it).
 func TestKafkaCluster(t *testing.T) {
 	if os.Getenv("WALRELAY_TEST_KAFKA_CLUSTER") == "" {
 		t.Skip("starts a three-node Apache Kafka cluster: set WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run does)")
 	}
-	kc := kafkatest.StartRealCluster(t)
-	faults := []struct {
-		name string
-		do   func(t *testing.T, leader *kafkatest.Node)
-	}{
-		{"leader_killed", func(t *testing.T, leader *kafkatest.Node) {
-			leader.Kill()
-			time.Sleep(5 * time.Second)
-			if err := leader.Start(); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"rolling_restart", func(t *testing.T, _ *kafkatest.Node) {
-			for _, n := range kc.Nodes {
-				if err := n.Stop(); err != nil {
-					t.Fatal(err)
-				}
-				if err := n.Start(); err != nil {
-					t.Fatal(err)
-				}
-				if err := kc.WaitHealthy(t.Context(), nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}},
-		{"leader_frozen", freeze},
-		// The same with the default kafka.request_timeout (10s), longer
-		// than this cluster's fencing: the stall follows the timeout.
-		{"leader_frozen_default_request_timeout", freeze},
+	type fault struct {
+		name           string
+		requestTimeout string // kafka.request_timeout; empty for its default (10s)
+		do             func(t *testing.T, kc *kafkatest.RealCluster, leader *kafkatest.Node)
 	}
-	for _, f := range faults {
-		t.Run(f.name, func(t *testing.T) { clusterFault(t, kc, f.name, f.do) })
+	cut := func(t *testing.T, _ *kafkatest.RealCluster, leader *kafkatest.Node) {
+		leader.Cut()
+		time.Sleep(25 * time.Second)
+		leader.Mend()
+	}
+	clusters := []struct {
+		name    string
+		fencing kafkatest.Fencing
+		faults  []fault
+	}{
+		{"fast_fencing", kafkatest.FastFencing, []fault{
+			{"leader_killed", "2s", func(t *testing.T, _ *kafkatest.RealCluster, leader *kafkatest.Node) {
+				leader.Kill()
+				time.Sleep(5 * time.Second)
+				if err := leader.Start(); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"rolling_restart", "2s", func(t *testing.T, kc *kafkatest.RealCluster, _ *kafkatest.Node) {
+				for _, n := range kc.Nodes {
+					if err := n.Stop(); err != nil {
+						t.Fatal(err)
+					}
+					if err := n.Start(); err != nil {
+						t.Fatal(err)
+					}
+					if err := kc.WaitHealthy(t.Context(), nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}},
+			{"leader_frozen", "2s", freeze},
+			// The same with the default kafka.request_timeout (10s),
+			// longer than this cluster's fencing.
+			{"leader_frozen_default_request_timeout", "", freeze},
+			// The leader cut off the network, its process running:
+			// every connection to and from it silent, without FIN or
+			// reset.
+			{"leader_cut_default_request_timeout", "", cut},
+		}},
+		// Kafka's own fencing (9 s) and walrelay's defaults.
+		{"kafka_fencing", kafkatest.KafkaFencing, []fault{
+			{"leader_frozen", "", freeze},
+			{"leader_cut", "", cut},
+		}},
+	}
+	for _, c := range clusters {
+		t.Run(c.name, func(t *testing.T) {
+			kc := kafkatest.StartRealCluster(t, c.fencing)
+			for _, f := range c.faults {
+				t.Run(f.name, func(t *testing.T) {
+					clusterFault(t, kc, f.name, f.requestTimeout, func(t *testing.T, leader *kafkatest.Node) { f.do(t, kc, leader) })
+				})
+			}
+		})
 	}
 }
 
 // freeze freezes the leader (SIGSTOP, as a node cut off the network) for
 // 25 s.
-func freeze(t *testing.T, leader *kafkatest.Node) {
+func freeze(t *testing.T, _ *kafkatest.RealCluster, leader *kafkatest.Node) {
 	if err := leader.Freeze(); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +109,7 @@ func freeze(t *testing.T, leader *kafkatest.Node) {
 	}
 }
 
-func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name string, fault func(*testing.T, *kafkatest.Node)) {
+func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name, requestTimeout string, fault func(*testing.T, *kafkatest.Node)) {
 	prefix := "cluster." + name + "."
 	pg, col := setupWith(t, kc.Addrs(), prefix)
 	ctx := t.Context()
@@ -94,13 +124,9 @@ func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name string, fault fu
 		"WALRELAY_SHUTDOWN_TIMEOUT": "20s",
 		// Frequent status updates: the stall is measured on the slot.
 		"WALRELAY_POSTGRES_STATUS_INTERVAL": "100ms",
-		// Half the cluster's fencing (4 s): a request to a node that
-		// stopped answering is given up, and sent again to the new
-		// leader, within half of that past the failover.
-		"WALRELAY_KAFKA_REQUEST_TIMEOUT": "2s",
 	}
-	if strings.HasSuffix(name, "_default_request_timeout") {
-		delete(e, "WALRELAY_KAFKA_REQUEST_TIMEOUT")
+	if requestTimeout != "" {
+		e["WALRELAY_KAFKA_REQUEST_TIMEOUT"] = requestTimeout
 	}
 	p := streaming(t, e)
 	conn := connect(t, pg.DSN)

@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walrelay/walrelay/internal/testkit/proxy"
 )
 
 // RealClusterSize is how many nodes a RealCluster has.
@@ -25,17 +27,29 @@ const RealClusterSize = 3
 // RealCluster is a three-node Apache Kafka cluster in KRaft mode, each node a
 // broker and a controller, with replication factor 3 and
 // min.insync.replicas 2 for every topic, on loopback, with small heaps.
-// Its nodes can be killed, stopped, started again and frozen, one at a
-// time, while clients write.
+// Its nodes can be killed, stopped, started again, frozen and cut off the
+// network, one at a time, while clients write.
+//
+// Every connection between nodes, and every client's, goes through a proxy
+// (internal/testkit/proxy), so that a node can be cut off: each node's
+// client listener (which the nodes replicate over too) is advertised as a
+// proxy's address, and each node reaches each other controller through a
+// proxy of its own (controller.quorum.voters differs per node).
 type RealCluster struct {
-	Nodes []*Node
-	dir   string
+	Nodes   []*Node
+	dir     string
+	proxies []*proxy.Proxy
 }
 
 // Node is one node of a RealCluster.
 type Node struct {
 	ID   int32
-	Addr string // the client listener, host:port
+	Addr string // the client listener (its proxy), host:port
+
+	// links are the proxies of the node's connections, either way: its
+	// client listener's, its controller listener's for each other node,
+	// and its own to each other controller.
+	links []*proxy.Proxy
 
 	dir, conf string
 	java      string
@@ -46,12 +60,23 @@ type Node struct {
 	done chan struct{}
 }
 
+// Fencing is how soon a RealCluster fences a node that stopped heartbeating.
+type Fencing int
+
+const (
+	// FastFencing: heartbeats every 500 ms, fenced after 4 s.
+	FastFencing Fencing = iota
+	// KafkaFencing: Kafka's defaults, heartbeats every 2 s, fenced after 9 s
+	// (broker.heartbeat.interval.ms, broker.session.timeout.ms).
+	KafkaFencing
+)
+
 // StartRealCluster starts a cluster that is stopped when the test ends.
-func StartRealCluster(t TB) *RealCluster {
+func StartRealCluster(t TB, fencing Fencing) *RealCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := NewRealCluster(ctx)
+	c, err := NewRealCluster(ctx, fencing)
 	if err != nil {
 		t.Fatalf("start a three-node Apache Kafka cluster: %v", err)
 	}
@@ -62,7 +87,7 @@ func StartRealCluster(t TB) *RealCluster {
 // NewRealCluster fetches (once) the broker's jars, formats three nodes of one
 // cluster id and starts them, and waits until every node is a broker of
 // the cluster.
-func NewRealCluster(ctx context.Context) (*RealCluster, error) {
+func NewRealCluster(ctx context.Context, fencing Fencing) (*RealCluster, error) {
 	lib, err := FetchKafka(ctx)
 	if err != nil {
 		return nil, err
@@ -77,15 +102,46 @@ func NewRealCluster(ctx context.Context) (*RealCluster, error) {
 		c.Close()
 		return nil, err
 	}
-	var voters []string
+	link := func(port int) (*proxy.Proxy, error) {
+		p, err := proxy.New(fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.proxies = append(c.proxies, p)
+		}
+		return p, err
+	}
 	for i := range RealClusterSize {
-		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", i+1, ports[RealClusterSize+i]))
+		c.Nodes = append(c.Nodes, &Node{ID: int32(i + 1), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i+1))})
+	}
+	// voters[i] is node i's controller.quorum.voters: itself directly, the
+	// others through proxies of its own.
+	voters := make([][]string, RealClusterSize)
+	for i, n := range c.Nodes {
+		client, err := link(ports[i])
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		n.Addr = client.Addr()
+		n.links = append(n.links, client)
+		for j, m := range c.Nodes {
+			if i == j {
+				voters[i] = append(voters[i], fmt.Sprintf("%d@127.0.0.1:%d", n.ID, ports[RealClusterSize+i]))
+				continue
+			}
+			to, err := link(ports[RealClusterSize+j])
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			voters[i] = append(voters[i], fmt.Sprintf("%d@%s", m.ID, to.Addr()))
+			n.links = append(n.links, to) // n to m's controller
+			m.links = append(m.links, to) // m's controller from n
+		}
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:])
 	clusterID := base64.RawURLEncoding.EncodeToString(id[:])
-	for i := range RealClusterSize {
-		n := &Node{ID: int32(i + 1), Addr: fmt.Sprintf("127.0.0.1:%d", ports[i]), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i+1))}
+	for i, n := range c.Nodes {
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			c.Close()
 			return nil, err
@@ -97,11 +153,20 @@ func NewRealCluster(ctx context.Context) (*RealCluster, error) {
 		}
 		n.java = java
 		n.jvm = append([]string{"-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}, jvm...)
-		props := strings.Join([]string{
+		fence := []string{
+			// A node that stops answering is fenced, and its partitions'
+			// leadership moved, within seconds rather than the default 9.
+			"broker.heartbeat.interval.ms=500",
+			"broker.session.timeout.ms=4000",
+		}
+		if fencing == KafkaFencing {
+			fence = nil
+		}
+		props := strings.Join(append([]string{
 			"process.roles=broker,controller",
 			fmt.Sprintf("node.id=%d", n.ID),
-			"controller.quorum.voters=" + strings.Join(voters, ","),
-			fmt.Sprintf("listeners=PLAINTEXT://%s,CONTROLLER://127.0.0.1:%d", n.Addr, ports[RealClusterSize+i]),
+			"controller.quorum.voters=" + strings.Join(voters[i], ","),
+			fmt.Sprintf("listeners=PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", ports[i], ports[RealClusterSize+i]),
 			"advertised.listeners=PLAINTEXT://" + n.Addr,
 			"inter.broker.listener.name=PLAINTEXT",
 			"controller.listener.names=CONTROLLER",
@@ -116,11 +181,7 @@ func NewRealCluster(ctx context.Context) (*RealCluster, error) {
 			"unclean.leader.election.enable=false",
 			"auto.create.topics.enable=true",
 			"group.initial.rebalance.delay.ms=0",
-			// A node that stops answering is fenced, and its partitions'
-			// leadership moved, within seconds rather than the default 9.
-			"broker.heartbeat.interval.ms=500",
-			"broker.session.timeout.ms=4000",
-		}, "\n") + "\n"
+		}, fence...), "\n") + "\n"
 		n.conf = filepath.Join(n.dir, "server.properties")
 		if err := os.WriteFile(n.conf, []byte(props), 0o644); err != nil {
 			c.Close()
@@ -131,7 +192,6 @@ func NewRealCluster(ctx context.Context) (*RealCluster, error) {
 			c.Close()
 			return nil, fmt.Errorf("format node %d: %v\n%s", n.ID, err, out)
 		}
-		c.Nodes = append(c.Nodes, n)
 	}
 	for _, n := range c.Nodes {
 		if err := n.Start(); err != nil {
@@ -276,6 +336,9 @@ func (c *RealCluster) Close() {
 	for _, n := range c.Nodes {
 		n.Kill()
 	}
+	for _, p := range c.proxies {
+		p.Close()
+	}
 	os.RemoveAll(c.dir)
 }
 
@@ -340,6 +403,23 @@ func (n *Node) signalAndWait(sig syscall.Signal, timeout time.Duration) bool {
 // Freeze stops the node's process (SIGSTOP): it keeps its connections and
 // answers nothing, as a node cut off the network; Thaw resumes it.
 func (n *Node) Freeze() error { return n.signal(syscall.SIGSTOP) }
+
+// Cut cuts the node off the network while it runs: every connection to or
+// from it, through the cluster's proxies, stays open and lets nothing
+// through, and new ones are held without an answer, as a dead route does (no
+// FIN, no reset). Mend ends it.
+func (n *Node) Cut() {
+	for _, p := range n.links {
+		p.BlackHole()
+	}
+}
+
+// Mend ends Cut: held connections are closed, silent ones pass again.
+func (n *Node) Mend() {
+	for _, p := range n.links {
+		p.Up()
+	}
+}
 
 // Thaw resumes a frozen node (SIGCONT).
 func (n *Node) Thaw() error { return n.signal(syscall.SIGCONT) }

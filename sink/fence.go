@@ -1,0 +1,293 @@
+package sink
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// A leader that stops answering without closing its connections (a frozen
+// process, a cut network: no FIN, no RST) holds every request sent to it
+// until the request timeout, and the client, asked for metadata meanwhile,
+// may ask that same node and wait again. The cluster itself notices sooner
+// or later (it fences the node after broker.session.timeout.ms and moves its
+// partitions' leadership), but the client learns of it only at its next
+// metadata refresh that another node answers.
+//
+// So while a round waits, the sink asks every broker, on the client's own
+// connections, for the cluster's brokers (a metadata request of no topic),
+// every watchEvery. A broker that did not answer within watchWait, while
+// another answered with a list of brokers that lacks it, is fenced: the
+// sink closes the connections to it (failing what is in flight there, which
+// the client sends again, once, as idempotence allows), refuses new ones,
+// and has the client refresh its metadata, which names the new leaders. A
+// broker that answers is never fenced, however slow. The fence ends when
+// another broker lists it again. The stall after the cluster's own failover
+// is then about watchEvery, watchWait and one metadata refresh, whatever
+// the request timeout.
+
+const (
+	// watchAfter is how long a round waits before the sink starts asking.
+	watchAfter = 500 * time.Millisecond
+	// watchEvery is how often it asks while a round waits, or while a
+	// broker is fenced.
+	watchEvery = 250 * time.Millisecond
+	// watchWait is how long a broker may leave a request unanswered before
+	// it counts as silent (a healthy one answers in milliseconds).
+	watchWait = 500 * time.Millisecond
+)
+
+// dialFunc is the client's dialer.
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// fences tracks the client's connections per broker address, closes those of
+// a fenced broker, and refuses new ones to it.
+type fences struct {
+	dial   dialFunc
+	mu     sync.Mutex
+	conns  map[string]map[*fencedConn]struct{}
+	fenced map[string]int32 // address -> node id of the fenced broker
+	n      atomic.Int32     // len(fenced)
+	addrs  map[int32]string // node id -> the address the client dialed
+}
+
+// OnBrokerConnect implements kgo.HookBrokerConnect: it learns each node's
+// address.
+func (f *fences) OnBrokerConnect(m kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil || m.NodeID < 0 {
+		return
+	}
+	f.mu.Lock()
+	f.addrs[m.NodeID] = net.JoinHostPort(m.Host, strconv.Itoa(int(m.Port)))
+	f.mu.Unlock()
+}
+
+func newFences(dial dialFunc) *fences {
+	return &fences{dial: dial, conns: map[string]map[*fencedConn]struct{}{}, fenced: map[string]int32{}, addrs: map[int32]string{}}
+}
+
+// fencedConn is a connection the fences can close.
+type fencedConn struct {
+	net.Conn
+	f    *fences
+	addr string
+	once sync.Once
+}
+
+func (c *fencedConn) Close() error {
+	c.once.Do(func() {
+		c.f.mu.Lock()
+		delete(c.f.conns[c.addr], c)
+		c.f.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// dialContext is the client's dialer: it refuses a fenced broker at once.
+func (f *fences) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	f.mu.Lock()
+	id, fenced := f.fenced[addr]
+	f.mu.Unlock()
+	if fenced {
+		return nil, fmt.Errorf("broker %d (%s) is fenced: the cluster no longer lists it, and it does not answer", id, addr)
+	}
+	conn, err := f.dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &fencedConn{Conn: conn, f: f, addr: addr}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, fenced := f.fenced[addr]; fenced {
+		conn.Close()
+		return nil, fmt.Errorf("broker %d (%s) is fenced: the cluster no longer lists it, and it does not answer", id, addr)
+	}
+	if f.conns[addr] == nil {
+		f.conns[addr] = map[*fencedConn]struct{}{}
+	}
+	f.conns[addr][c] = struct{}{}
+	return c, nil
+}
+
+// fence closes every connection to addr and refuses new ones until lift.
+func (f *fences) fence(addr string, id int32) {
+	f.mu.Lock()
+	f.fenced[addr] = id
+	f.n.Store(int32(len(f.fenced)))
+	var open []*fencedConn
+	for c := range f.conns[addr] {
+		open = append(open, c)
+	}
+	f.mu.Unlock()
+	for _, c := range open {
+		c.Close()
+	}
+}
+
+// lift ends the fence of addr.
+func (f *fences) lift(addr string) {
+	f.mu.Lock()
+	delete(f.fenced, addr)
+	f.n.Store(int32(len(f.fenced)))
+	f.mu.Unlock()
+}
+
+// fencedAddrs returns the fenced addresses and their node ids.
+func (f *fences) fencedAddrs() map[string]int32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.fenced)
+}
+
+// watchedDialer returns the dialer the client would use with opts (TLS
+// included) and the TLS configuration among them, if any.
+func watchedDialer(opts []kgo.Opt) (dialFunc, *tls.Config, error) {
+	cl, err := kgo.NewClient(append(opts[:len(opts):len(opts)], kgo.SeedBrokers("127.0.0.1:9092"))...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	defer cl.Close()
+	dial, _ := cl.OptValue(kgo.Dialer).(dialFunc)
+	tlsCfg, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
+	if dial == nil {
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		dial = d.DialContext
+	}
+	return dial, tlsCfg, nil
+}
+
+// watch runs until ctx ends: while a round has waited watchAfter or more, or
+// a broker is fenced, it looks at the brokers every watchEvery (see fences).
+func (s *Sink) watch(ctx context.Context) {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	w := &watcher{s: s, asked: map[int32]time.Time{}, answers: map[int32]brokerList{}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		since := s.waiting.Load()
+		if (since == 0 || time.Since(time.Unix(0, since)) < watchAfter) && s.fences.n.Load() == 0 {
+			continue
+		}
+		w.look(ctx, time.Now())
+	}
+}
+
+// watcher asks each broker for the cluster's brokers, one request in
+// flight per broker, and judges by the answers it has.
+type watcher struct {
+	s       *Sink
+	mu      sync.Mutex
+	asked   map[int32]time.Time // node id -> when its request in flight was sent
+	answers map[int32]brokerList
+}
+
+// brokerList is a broker's last answer: the brokers it listed (node id ->
+// address), nil if its request failed, and when it came.
+type brokerList struct {
+	listed map[int32]string
+	at     time.Time
+}
+
+// look sends a request to each broker the client connected to that has none
+// in flight and is not fenced, then fences those silent for watchWait (or
+// whose last request failed) that another broker's fresh answer lacks, and
+// lifts the fence of those every fresh answer lists again.
+func (w *watcher) look(ctx context.Context, now time.Time) {
+	f := w.s.fences
+	fenced := f.fencedAddrs()
+	f.mu.Lock()
+	known := maps.Clone(f.addrs) // the brokers the client connected to
+	f.mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, addr := range known {
+		if _, ok := fenced[addr]; ok {
+			continue
+		}
+		if _, inFlight := w.asked[id]; inFlight {
+			continue
+		}
+		w.asked[id] = now
+		go w.ask(ctx, id)
+	}
+	// Fresh answers: those of this look's last round of requests.
+	var lists []map[int32]string
+	for id, a := range w.answers {
+		if a.listed != nil && now.Sub(a.at) < 2*watchEvery+watchWait {
+			if _, ok := fenced[known[id]]; !ok {
+				lists = append(lists, a.listed)
+			}
+		}
+	}
+	if len(lists) == 0 {
+		return // no broker answered: nothing to go by
+	}
+	unlisted := func(id int32) bool {
+		for _, l := range lists {
+			if _, ok := l[id]; !ok {
+				return true
+			}
+		}
+		return false
+	}
+	moved := false
+	for id, addr := range known {
+		if _, ok := fenced[addr]; ok {
+			continue
+		}
+		sent, inFlight := w.asked[id]
+		silent := inFlight && now.Sub(sent) >= watchWait
+		if a, ok := w.answers[id]; !inFlight && ok && a.listed == nil {
+			silent = true // its last request failed
+		}
+		if silent && unlisted(id) {
+			w.s.log.Warn("a broker stopped answering and the cluster fenced it: walrelay closes its connections to it and sends to the partitions' new leaders", "broker", id, "addr", addr)
+			f.fence(addr, id)
+			delete(w.answers, id)
+			moved = true
+		}
+	}
+	for addr, id := range fenced {
+		if !unlisted(id) {
+			w.s.log.Info("a fenced broker is in the cluster again", "broker", id, "addr", addr)
+			f.lift(addr)
+		}
+	}
+	if moved {
+		w.s.cl.ForceMetadataRefresh()
+	}
+}
+
+// ask sends broker id a metadata request of no topic (the brokers alone)
+// and keeps its answer.
+func (w *watcher) ask(ctx context.Context, id int32) {
+	rctx, cancel := context.WithTimeout(ctx, w.s.cfg.RequestTimeout)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	a := brokerList{}
+	if resp, err := w.s.cl.Broker(int(id)).Request(rctx, req); err == nil {
+		a.listed = map[int32]string{}
+		for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
+			a.listed[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+		}
+	}
+	a.at = time.Now()
+	w.mu.Lock()
+	delete(w.asked, id)
+	w.answers[id] = a
+	w.mu.Unlock()
+}
