@@ -83,8 +83,7 @@ type lanes struct {
 	gate   map[topicPartition]*gated
 	recs   int           // records held by the lanes
 	bytes  int           // and their size
-	room   chan struct{} // closed, and replaced, when the lanes answer a record and full is set
-	full   bool          // the flusher waits for room
+	room   chan struct{} // closed, and replaced, when the lanes answer records
 	closed bool
 
 	maxRecs, maxBytes int
@@ -147,11 +146,10 @@ func (ls *lanes) leader(topic string, partition int32) int32 {
 // room; release hands the lanes what was routed. leaders caches
 // partitions' leaders for the flusher's round. Only the flusher calls them.
 func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition]int32) {
-	size := it.size
+	size := recordSize(it.r)
 	ls.mu.Lock()
 	for ls.recs > 0 && (ls.recs >= ls.maxRecs || ls.bytes+size > ls.maxBytes) && !ls.closed {
 		room := ls.room
-		ls.full = true
 		ls.mu.Unlock()
 		ls.release() // what waits to go frees room once answered
 		select {
@@ -203,6 +201,7 @@ func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition
 		done(r, err) // first: a failure breaks the sink before the gate opens
 		ls.answered(key, size)
 	}
+	it.barrier = nil
 	l.pending = append(l.pending, it)
 	if len(l.pending) == 1 {
 		ls.routed = append(ls.routed, l)
@@ -243,11 +242,8 @@ func (ls *lanes) answered(key topicPartition, size int) {
 	}
 	ls.recs--
 	ls.bytes -= size
-	if ls.full {
-		ls.full = false
-		close(ls.room)
-		ls.room = make(chan struct{})
-	}
+	close(ls.room)
+	ls.room = make(chan struct{})
 }
 
 // drain returns once every record routed to a lane before it is answered.
