@@ -98,7 +98,7 @@ func (f *fences) dialContext(ctx context.Context, network, addr string) (net.Con
 	id, fenced := f.fenced[addr]
 	f.mu.Unlock()
 	if fenced {
-		return nil, fmt.Errorf("broker %d (%s) is fenced: the cluster no longer lists it, and it does not answer", id, addr)
+		return nil, fencedError(id, addr)
 	}
 	conn, err := f.dial(ctx, network, addr)
 	if err != nil {
@@ -107,15 +107,20 @@ func (f *fences) dialContext(ctx context.Context, network, addr string) (net.Con
 	c := &fencedConn{Conn: conn, f: f, addr: addr}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, fenced := f.fenced[addr]; fenced {
+	if id, fenced := f.fenced[addr]; fenced { // fenced while it dialed
 		conn.Close()
-		return nil, fmt.Errorf("broker %d (%s) is fenced: the cluster no longer lists it, and it does not answer", id, addr)
+		return nil, fencedError(id, addr)
 	}
 	if f.conns[addr] == nil {
 		f.conns[addr] = map[*fencedConn]struct{}{}
 	}
 	f.conns[addr][c] = struct{}{}
 	return c, nil
+}
+
+// fencedError refuses a dial to a fenced broker.
+func fencedError(id int32, addr string) error {
+	return fmt.Errorf("broker %d (%s) is fenced: the cluster no longer lists it, and it does not answer", id, addr)
 }
 
 // fence closes every connection to addr and refuses new ones until lift.
