@@ -30,5 +30,10 @@
 // Records go to the client in rounds behind a manual flush (rounds.go), so
 // that after a failure nothing published later is sent until the caller has
 // called Abort and publishes the failed event again: per-key order holds
-// across failures.
+// across failures. In at-least-once mode each broker has a client and rounds
+// of its own (lanes.go), so that a slow broker holds back only the
+// partitions it leads; in exactly-once mode one transactional client sends
+// every round. A leader that stops answering without closing its
+// connections is given up as soon as the cluster has fenced it (fence.go),
+// not after a request timeout.
 package sink

@@ -183,6 +183,9 @@ func (s *Sink) watch(ctx context.Context) {
 		case <-t.C:
 		}
 		since := s.waiting.Load()
+		if s.lanes != nil {
+			since = s.lanes.oldestWait()
+		}
 		if (since == 0 || time.Since(time.Unix(0, since)) < watchAfter) && s.fences.n.Load() == 0 {
 			continue
 		}
@@ -273,6 +276,9 @@ func (w *watcher) look(ctx context.Context, now time.Time) {
 	}
 	if moved {
 		w.s.cl.ForceMetadataRefresh()
+		if w.s.lanes != nil {
+			w.s.lanes.each((*kgo.Client).ForceMetadataRefresh)
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package sink
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -16,19 +15,16 @@ import (
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
-// TestSlowBrokerMeasure (WALRELAY_BENCH_SLOW_BROKER=1) measures what one
-// slow broker costs the partitions of the others: in a cluster of three
-// kfake brokers, events go at a steady rate to 48 keys over 6 partitions,
-// first with no slow broker, then with one that answers every request
-// 500 ms late, and the median publish-to-ack latency of each partition in
-// each phase is logged. Each publishing round waits for every broker it
-// sent to (rounds.go), so the healthy brokers' partitions wait about half
-// the slow broker's delay too. It measures and asserts no latency: it is
-// how a change to the rounds is judged.
-func TestSlowBrokerMeasure(t *testing.T) {
-	if os.Getenv("WALRELAY_BENCH_SLOW_BROKER") == "" {
-		t.Skip("a measurement: WALRELAY_BENCH_SLOW_BROKER=1")
-	}
+// TestSlowBroker: one slow broker costs only its own partitions. In a
+// cluster of three kfake brokers, events go at a steady rate to 48 keys over
+// 6 partitions, first with no slow broker, then with one that answers every
+// request 500 ms late; the median publish-to-ack latency of each partition
+// in each phase is logged, with its ratio. The partitions of the healthy
+// brokers must stay well below the slow broker's delay (a fifth of it): one
+// publishing round over every broker made them wait about half of it. That
+// bound is far from both (about 1 ms against 500 ms), so a noisy machine
+// does not move a partition across it; the ratio (1.0x) is the figure.
+func TestSlowBroker(t *testing.T) {
 	t.Parallel()
 	const topic = "outbox.event.order"
 	kc := kafkatest.Start(t, kfake.NumBrokers(3), kfake.SeedTopics(6, topic))
@@ -86,6 +82,9 @@ func TestSlowBrokerMeasure(t *testing.T) {
 		healthy := leaders[p] != slowNode
 		t.Logf("partition %d (leader %s, slow %v): median publish-to-ack %v with no slow broker, %v with one (%.1fx)",
 			p, leaders[p], !healthy, base[p].Round(100*time.Microsecond), slow[p].Round(100*time.Microsecond), float64(slow[p])/float64(base[p]))
+		if healthy && slow[p] > delay/5 {
+			t.Errorf("partition %d, led by a healthy broker, waited %v with one slow broker (%v late)", p, slow[p], delay)
+		}
 	}
 }
 

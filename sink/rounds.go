@@ -31,7 +31,10 @@ import (
 // request in flight per broker anyway, and while it is in flight the next
 // round gathers in the queue, as it would have in the client's buffer. What
 // they add is the time the round's callbacks take before the next round
-// goes and, with several brokers, a wait for the slowest of them.
+// goes and, with several brokers, a wait for the slowest of them, which the
+// lanes of at-least-once mode avoid (lanes.go): there the flusher hands each
+// round to the brokers' lanes without waiting, and each lane runs rounds of
+// its own as described here.
 
 // ErrNotSent fails a record that was not sent because an earlier record
 // failed, or because the sink was aborted or closed.
@@ -236,11 +239,23 @@ func (q *queue) take(linger time.Duration, spare []queued, until time.Time) (rou
 func (s *Sink) flush(ctx context.Context) {
 	defer close(s.flushed)
 	var spare []queued
+	leaders := map[topicPartition]int32{} // the lanes' leaders, learnt once a round
 	produce := func(it queued) {
-		if s.tx != nil {
+		switch {
+		case s.tx != nil:
 			s.produceInTxn(it)
-		} else {
+		case s.lanes != nil:
+			s.lanes.send(ctx, it, leaders)
+		default:
 			s.cl.Produce(it.ctx, it.r, it.done)
+		}
+	}
+	// flushAll returns once every record produced is answered.
+	flushAll := func() {
+		if s.lanes != nil {
+			s.lanes.drain(ctx)
+		} else {
+			_ = s.cl.Flush(ctx)
 		}
 	}
 	for {
@@ -258,7 +273,10 @@ func (s *Sink) flush(ctx context.Context) {
 			}
 			return
 		}
-		s.waiting.Store(time.Now().UnixNano())
+		clear(leaders)
+		if s.lanes == nil {
+			s.waiting.Store(time.Now().UnixNano())
+		}
 		produced := false
 		for _, it := range round {
 			switch {
@@ -266,8 +284,8 @@ func (s *Sink) flush(ctx context.Context) {
 				// Everything queued before Abort is answered (and, in
 				// exactly-once mode, the open transaction ended): produce
 				// again, unless the sink closed meanwhile.
-				if produced {
-					_ = s.cl.Flush(ctx)
+				if produced || s.lanes != nil { // lanes hold earlier rounds' records too
+					flushAll()
 					produced = false
 				}
 				if s.tx != nil {
@@ -283,6 +301,8 @@ func (s *Sink) flush(ctx context.Context) {
 				close(it.barrier)
 			case broken != nil:
 				it.done(it.r, broken)
+			case it.alone && s.lanes != nil:
+				produce(it) // its lane sends it alone
 			case it.alone:
 				// What the round produced so far goes first, then this
 				// record in a request of its own; a failure of either
@@ -303,7 +323,10 @@ func (s *Sink) flush(ctx context.Context) {
 				produced = true
 			}
 		}
-		if produced {
+		if s.lanes != nil {
+			s.lanes.release()
+		}
+		if produced && s.lanes == nil {
 			// Returns once every record of the round is answered, or
 			// when Close cancels ctx (the client then fails the rest).
 			_ = s.cl.Flush(ctx)
@@ -323,12 +346,10 @@ func (s *Sink) flush(ctx context.Context) {
 
 // abort fails what is queued and what the client holds and has not sent,
 // and returns once everything queued before it has been answered.
-func (q *queue) abort(ctx context.Context, cl *kgo.Client, transactional bool) error {
+func (q *queue) abort(ctx context.Context, abortBuffered func(context.Context) error) error {
 	q.breakOn(errors.New("aborted"))
-	// In a transaction the flusher ends it at the barrier instead: the
-	// client's transactional calls must not run concurrently.
-	if !transactional {
-		if err := cl.AbortBufferedRecords(ctx); err != nil {
+	if abortBuffered != nil {
+		if err := abortBuffered(ctx); err != nil {
 			return fmt.Errorf("abort records not yet sent: %w", err)
 		}
 	}

@@ -239,20 +239,35 @@ func (r *regexRouter) topic(v string) string {
 // placedPartitioner partitions a record that carries its own partition
 // (Event.HasPartition: Publish set Record.Partition) there, and any other
 // by its key as the Java client does. A partition the topic lacks fails
-// the record in the client; Publish dead-letters those it can tell.
-type placedPartitioner struct{ byKey kgo.Partitioner }
-
-func (p placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	return &placedTopicPartitioner{p.byKey.ForTopic(topic)}
+// the record in the client; Publish dead-letters those it can tell. With
+// counts, it keeps each topic's partition count as the client last gave it
+// (topic -> int32), for the flusher to tell a record's partition, and so its
+// lane, before it sends it (lanes.go).
+type placedPartitioner struct {
+	byKey  kgo.Partitioner
+	counts *sync.Map
 }
 
-type placedTopicPartitioner struct{ byKey kgo.TopicPartitioner }
+func (p placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	return &placedTopicPartitioner{byKey: p.byKey.ForTopic(topic), topic: topic, counts: p.counts}
+}
+
+type placedTopicPartitioner struct {
+	byKey  kgo.TopicPartitioner
+	topic  string
+	counts *sync.Map
+}
 
 func (p *placedTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
 	return r.Partition >= 0 || p.byKey.RequiresConsistency(r)
 }
 
 func (p *placedTopicPartitioner) Partition(r *kgo.Record, n int) int {
+	if p.counts != nil {
+		if v, ok := p.counts.Load(p.topic); !ok || v.(int32) != int32(n) {
+			p.counts.Store(p.topic, int32(n))
+		}
+	}
 	if r.Partition >= 0 {
 		return int(r.Partition) // the client refuses one out of range
 	}

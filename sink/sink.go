@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,9 +130,11 @@ type Sink struct {
 	dataLoss  atomic.Uint64
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
-	fences  *fences      // the connections to each broker, fenced ones closed (fence.go)
-	tlsCfg  *tls.Config  // the dialer's TLS configuration, nil without TLS
-	waiting atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
+	lanes      *lanes       // one client per broker, in at-least-once mode (lanes.go)
+	partitions sync.Map     // topic name -> its partition count (int32), as a lane's client saw it
+	fences     *fences      // the connections to each broker, fenced ones closed (fence.go)
+	tlsCfg     *tls.Config  // the dialer's TLS configuration, nil without TLS
+	waiting    atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
 
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
@@ -210,7 +213,7 @@ func New(cfg Config) (*Sink, error) {
 	s := &Sink{cfg: cfg, log: log, route: rt, routes: routes, ceTable: strings.Index(cfg.CloudEventsSource, "{table}")}
 	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
 	if cfg.PlacedPartitions {
-		partitioner = placedPartitioner{partitioner}
+		partitioner = placedPartitioner{byKey: partitioner}
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -257,18 +260,38 @@ func New(cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	s.fences, s.tlsCfg = newFences(dial), tlsCfg
-	opts = append(append(opts, cfg.Opts...), cfg.ProducerOpts...)
+	base := append(opts, cfg.Opts...)
 	// The dialer of cfg.Opts (TLS included), through the fences.
-	opts = append(opts, kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.dialContext), kgo.WithHooks(s.fences))
+	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.dialContext)}
+	opts = append(append(slices.Clip(base), cfg.ProducerOpts...), append(dialer, kgo.WithHooks(s.fences))...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
 	s.cl = cl
-	s.q = newQueue(cfg)
+	qcfg := cfg
+	if s.tx == nil {
+		// The lanes hold half of the limits (lanes.go); the queue and the
+		// flusher's round a quarter each.
+		qcfg.MaxBufferedRecords, qcfg.MaxBufferedBytes = max(cfg.MaxBufferedRecords/2, 1), max(cfg.MaxBufferedBytes/2, 1)
+	}
+	s.q = newQueue(qcfg)
 	s.flushed = make(chan struct{})
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
+	if s.tx == nil {
+		// One client per broker (lanes.go): the producer's hooks through a
+		// relay, records partitioned before they go to a lane.
+		hooks, _ := cl.OptValue(kgo.WithHooks).([]kgo.Hook)
+		laneOpts := append(slices.Clip(base), append(dialer,
+			kgo.WithHooks(hookRelay{hooks}),
+			kgo.RecordPartitioner(placedPartitioner{byKey: kgo.StickyKeyPartitioner(nil), counts: &s.partitions}))...)
+		if s.lanes, err = newLanes(ctx, s, laneOpts, &s.partitions); err != nil {
+			stop()
+			cl.Close()
+			return nil, err
+		}
+	}
 	go s.flush(ctx)
 	go s.watch(ctx)
 	return s, nil
@@ -298,7 +321,16 @@ func compression(name string) (kgo.Opt, error) {
 // refused as too large is then forgotten, so that its limit is read again
 // before its next record.
 func (s *Sink) Abort(ctx context.Context) error {
-	if err := s.q.abort(ctx, s.cl, s.tx != nil); err != nil {
+	abortBuffered := s.cl.AbortBufferedRecords
+	switch {
+	case s.lanes != nil:
+		abortBuffered = s.lanes.abortBuffered
+	case s.tx != nil:
+		// The flusher ends the transaction at the barrier instead: the
+		// client's transactional calls must not run concurrently.
+		abortBuffered = nil
+	}
+	if err := s.q.abort(ctx, abortBuffered); err != nil {
 		return err
 	}
 	var stale []string
@@ -312,6 +344,9 @@ func (s *Sink) Abort(ctx context.Context) error {
 		// The client asks ProducerBatchMaxBytesFn once per partition:
 		// purging the topics makes it ask again.
 		s.cl.PurgeTopicsFromClient(stale...)
+		if s.lanes != nil {
+			s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(stale...) })
+		}
 	}
 	return nil
 }
@@ -321,6 +356,9 @@ func (s *Sink) Close() {
 	s.q.close()
 	s.stop()
 	<-s.flushed
+	if s.lanes != nil {
+		s.lanes.close()
+	}
 	s.cl.Close()
 }
 

@@ -332,7 +332,7 @@ func TestCloseAnswersEveryRecord(t *testing.T) {
 			})
 		}
 	}()
-	waitfor.Until(t, 30*time.Second, "10 records queued behind the round in flight", func() bool { return s.queued() >= 10 })
+	waitfor.Until(t, 30*time.Second, "a full queue behind the round in flight", func() bool { return s.queued() >= s.q.maxRecs })
 	s.Close()
 	waitfor.Until(t, 30*time.Second, "every record answered after Close", func() bool { return answered.Load() == n })
 	if a, f := answered.Load(), failed.Load(); a != n || f != n {

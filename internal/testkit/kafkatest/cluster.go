@@ -283,18 +283,13 @@ func (c *RealCluster) Leader(ctx context.Context, topic string, partition int32)
 	return c.Node(p.Leader), nil
 }
 
-// LeaderMoved asks the nodes other than from, every 100 ms, which node leads
+// LeaderMoved asks the nodes other than from, in turn every 100 ms, which node leads
 // partition of topic, and returns how long it took, from its call, until
 // one other than from did: the cluster's own failover, as its metadata
 // shows it. It returns an error if ctx ends first.
 func (c *RealCluster) LeaderMoved(ctx context.Context, topic string, partition, from int32) (time.Duration, error) {
 	began := time.Now()
-	var clients []*kgo.Client
-	defer func() {
-		for _, cl := range clients {
-			cl.Close()
-		}
-	}()
+	var clients []*kgo.Broker
 	for _, n := range c.Nodes {
 		if n.ID == from {
 			continue
@@ -303,21 +298,25 @@ func (c *RealCluster) LeaderMoved(ctx context.Context, topic string, partition, 
 		if err != nil {
 			return 0, err
 		}
-		clients = append(clients, cl)
+		defer cl.Close()
+		// The seed itself (a seed broker's id), never a node the client
+		// learns of: a node frozen or killed is never asked.
+		clients = append(clients, cl.SeedBrokers()[0])
 	}
 	for i := 0; ; i++ {
-		// One node at a time, the seed itself: a node frozen or killed
-		// is never asked.
 		cl := clients[i%len(clients)]
 		req := kmsg.NewPtrMetadataRequest()
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr(topic)
 		req.Topics = append(req.Topics, rt)
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := req.RequestWith(rctx, cl)
+		resp, err := cl.Request(rctx, req)
 		cancel()
-		if err == nil && len(resp.Topics) == 1 {
-			for _, p := range resp.Topics[0].Partitions {
+		if err != nil {
+			resp = nil
+		}
+		if mr, ok := resp.(*kmsg.MetadataResponse); ok && len(mr.Topics) == 1 {
+			for _, p := range mr.Topics[0].Partitions {
 				if p.Partition == partition && p.Leader >= 0 && p.Leader != from {
 					return time.Since(began), nil
 				}

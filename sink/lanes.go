@@ -1,0 +1,460 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// In at-least-once mode each broker has a lane: a producer client of its
+// own, with rounds of its own (a manual flush, as rounds.go explains), for
+// the partitions that broker leads. A slow broker then holds back only its
+// own partitions: one client's Flush waits for every broker the round went
+// to, and a lane's rounds go to one broker. The flusher (rounds.go) takes
+// each round of the sink's queue and hands every record to a lane, without
+// waiting for the lanes' answers.
+//
+// Order per partition, and so per key, holds as with one client: a
+// partition's records go to one lane, and to another only once every record
+// of it handed to the first has been answered (the gate); within a lane a
+// partition has one batch per round, in one request. A record whose
+// partition is not known yet (the topic's first records: the flusher learns
+// a topic's partition count from a lane client's partitioner; a record
+// without a key) goes to the lane of no broker (-1), and so do the topic's
+// later records until those are answered. The partition a record goes to is
+// the one the Java client picks (murmur2 of the key), set on the record
+// before it goes to a lane. Its broker is the leader the lanes' clients last
+// learnt (the highest leader epoch among them); a partition keeps its lane
+// while it has records unanswered in it, even if its leader moved (that
+// lane's client sends them to the new leader).
+//
+// What the lanes hold, sent or not, counts against half of
+// MaxBufferedRecords and MaxBufferedBytes (the queue has the other half):
+// a slow broker that holds that much stops the flusher, and every lane.
+// After a failure every lane fails what it has not sent (the sink is
+// broken, queue.broken), and Abort waits for every lane.
+//
+// The lanes' clients share the sink's dialer (fence.go) and the hooks
+// given for the producer, but for HookNewClient: a hook that registers
+// metrics once (kprom) sees the sink's first client only, and the others'
+// events through this relay.
+
+// lane is one broker's client and the records queued for it.
+type lane struct {
+	broker  int32 // -1: records whose broker is not known
+	cl      *kgo.Client
+	q       *queue
+	waiting atomic.Int64 // when its round in flight began (unix ns), 0 between rounds
+	pending []queued     // routed to it, not yet released (the flusher's)
+}
+
+// topicPartition names a partition; partition -1 stands for the topic's
+// records whose partition is not known.
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// gated is a partition's lane and how many of its records that lane holds
+// unanswered.
+type gated struct {
+	lane *lane
+	n    int
+}
+
+// lanes are the sink's lanes. Only the flusher routes records; the lanes'
+// callbacks answer them.
+type lanes struct {
+	s      *Sink
+	opts   []kgo.Opt // a lane client's options
+	byKey  kgo.TopicPartitioner
+	counts *sync.Map // topic -> its partition count (int32), as a lane client last saw it
+	wg     sync.WaitGroup
+	routed []*lane // the lanes with records pending (the flusher's)
+
+	mu     sync.Mutex
+	all    map[int32]*lane
+	gate   map[topicPartition]*gated
+	recs   int           // records held by the lanes
+	bytes  int           // and their size
+	room   chan struct{} // closed, and replaced, when the lanes answer records
+	closed bool
+
+	maxRecs, maxBytes int
+}
+
+// newLanes makes the lanes and the lane of no broker, which runs until ctx
+// ends or close.
+func newLanes(ctx context.Context, s *Sink, opts []kgo.Opt, counts *sync.Map) (*lanes, error) {
+	ls := &lanes{
+		s: s, opts: opts, counts: counts,
+		byKey: kgo.StickyKeyPartitioner(nil).ForTopic(""), // murmur2 for keyed records
+		all:   map[int32]*lane{}, gate: map[topicPartition]*gated{},
+		room:    make(chan struct{}),
+		maxRecs: max(s.cfg.MaxBufferedRecords/2, 1), maxBytes: max(s.cfg.MaxBufferedBytes/2, 1),
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	ls.start(ctx, -1, cl)
+	return ls, nil
+}
+
+// start runs a lane of broker with its client; the caller holds ls.mu, or
+// is newLanes.
+func (ls *lanes) start(ctx context.Context, broker int32, cl *kgo.Client) *lane {
+	l := &lane{broker: broker, cl: cl, q: newQueue(Config{MaxBufferedRecords: math.MaxInt, MaxBufferedBytes: math.MaxInt})}
+	ls.all[broker] = l
+	ls.wg.Add(1)
+	go ls.run(ctx, l)
+	return l
+}
+
+// laneOf returns the lane of broker, creating it; the caller holds ls.mu.
+func (ls *lanes) laneOf(ctx context.Context, broker int32) *lane {
+	if l := ls.all[broker]; l != nil {
+		return l
+	}
+	cl, err := kgo.NewClient(ls.opts...)
+	if err != nil { // New made lane -1 with the same options: not seen
+		ls.s.log.Warn("cannot create a producer for a broker: its partitions go with the others", "broker", broker, "err", err)
+		return ls.laneOf(ctx, -1)
+	}
+	return ls.start(ctx, broker, cl)
+}
+
+// leader returns the leader of a partition as the lanes' clients last
+// learnt it, the highest leader epoch winning, or -1. The caller holds ls.mu.
+func (ls *lanes) leader(topic string, partition int32) int32 {
+	best, epoch := int32(-1), int32(-1)
+	for _, l := range ls.all {
+		if ld, ep, err := l.cl.PartitionLeader(topic, partition); err == nil && ld >= 0 && ep > epoch {
+			best, epoch = ld, ep
+		}
+	}
+	return best
+}
+
+// send routes a record to its lane (see lanes), waiting within ctx for
+// room; release hands the lanes what was routed. leaders caches
+// partitions' leaders for the flusher's round. Only the flusher calls them.
+func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition]int32) {
+	size := recordSize(it.r)
+	ls.mu.Lock()
+	for ls.recs > 0 && (ls.recs >= ls.maxRecs || ls.bytes+size > ls.maxBytes) && !ls.closed {
+		room := ls.room
+		ls.mu.Unlock()
+		ls.release() // what waits to go frees room once answered
+		select {
+		case <-room:
+		case <-ctx.Done():
+			it.done(it.r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
+			return
+		}
+		ls.mu.Lock()
+	}
+	if ls.closed {
+		ls.mu.Unlock()
+		it.done(it.r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
+		return
+	}
+	r := it.r
+	key := topicPartition{r.Topic, -1}
+	g := ls.gate[key]
+	if g == nil {
+		if r.Partition < 0 && r.Key != nil {
+			if n, ok := ls.counts.Load(r.Topic); ok {
+				r.Partition = int32(ls.byKey.Partition(r, int(n.(int32))))
+			}
+		}
+		if r.Partition >= 0 {
+			key.partition = r.Partition
+			g = ls.gate[key]
+		}
+	}
+	if g == nil {
+		broker := int32(-1)
+		if key.partition >= 0 {
+			var ok bool
+			if broker, ok = leaders[key]; !ok {
+				broker = ls.leader(key.topic, key.partition)
+				leaders[key] = broker
+			}
+		}
+		g = &gated{lane: ls.laneOf(ctx, broker)}
+		ls.gate[key] = g
+	}
+	g.n++
+	ls.recs++
+	ls.bytes += size
+	l := g.lane
+	ls.mu.Unlock()
+	done := it.done
+	it.done = func(r *kgo.Record, err error) {
+		done(r, err) // first: a failure breaks the sink before the gate opens
+		ls.answered(key, size)
+	}
+	it.barrier = nil
+	l.pending = append(l.pending, it)
+	if len(l.pending) == 1 {
+		ls.routed = append(ls.routed, l)
+	}
+}
+
+// release hands every lane the records routed to it since the last
+// release, in one piece: the lane sends them in one round if it is idle.
+func (ls *lanes) release() {
+	for _, l := range ls.routed {
+		l.q.mu.Lock()
+		closed := l.q.closed
+		if !closed {
+			l.q.items = append(l.q.items, l.pending...)
+		}
+		l.q.mu.Unlock()
+		if closed {
+			for _, it := range l.pending {
+				it.done(it.r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
+			}
+		}
+		l.q.wake()
+		clear(l.pending)
+		l.pending = l.pending[:0]
+	}
+	clear(ls.routed)
+	ls.routed = ls.routed[:0]
+}
+
+// answered counts a record of key answered.
+func (ls *lanes) answered(key topicPartition, size int) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if g := ls.gate[key]; g != nil {
+		if g.n--; g.n == 0 {
+			delete(ls.gate, key)
+		}
+	}
+	ls.recs--
+	ls.bytes -= size
+	close(ls.room)
+	ls.room = make(chan struct{})
+}
+
+// drain returns once every record routed to a lane before it is answered.
+func (ls *lanes) drain(ctx context.Context) {
+	ls.release()
+	ls.mu.Lock()
+	var bs []chan struct{}
+	for _, l := range ls.all {
+		b := make(chan struct{})
+		l.q.mu.Lock()
+		l.q.items = append(l.q.items, queued{barrier: b})
+		l.q.mu.Unlock()
+		l.q.wake()
+		bs = append(bs, b)
+	}
+	ls.mu.Unlock()
+	for _, b := range bs {
+		select {
+		case <-b:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// each calls f with every lane's client.
+func (ls *lanes) each(f func(*kgo.Client)) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, l := range ls.all {
+		f(l.cl)
+	}
+}
+
+// oldestWait returns when the oldest round in flight of a lane began (unix
+// ns), or 0 if none is.
+func (ls *lanes) oldestWait() int64 {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var oldest int64
+	for _, l := range ls.all {
+		if w := l.waiting.Load(); w != 0 && (oldest == 0 || w < oldest) {
+			oldest = w
+		}
+	}
+	return oldest
+}
+
+// abortBuffered fails every record the lanes' clients have not sent, and
+// waits for those in flight to be answered.
+func (ls *lanes) abortBuffered(ctx context.Context) error {
+	var first error
+	ls.each(func(cl *kgo.Client) {
+		if err := cl.AbortBufferedRecords(ctx); err != nil && first == nil {
+			first = err
+		}
+	})
+	return first
+}
+
+// close stops every lane once it has run what it holds, and closes its
+// client; records not answered by then are failed.
+func (ls *lanes) close() {
+	ls.mu.Lock()
+	ls.closed = true
+	all := make([]*lane, 0, len(ls.all))
+	for _, l := range ls.all {
+		all = append(all, l)
+	}
+	ls.mu.Unlock()
+	for _, l := range all {
+		l.q.close()
+	}
+	ls.wg.Wait()
+	for _, l := range all {
+		l.cl.Close()
+	}
+}
+
+// run sends a lane's rounds until its queue is closed and empty: what it
+// holds goes to its client, which is then flushed, unless the sink is
+// broken (rounds.go).
+func (ls *lanes) run(ctx context.Context, l *lane) {
+	defer ls.wg.Done()
+	var spare []queued
+	for {
+		round, _, ok := l.q.take(-1, spare, time.Time{})
+		if !ok {
+			return
+		}
+		l.waiting.Store(time.Now().UnixNano())
+		broken := ls.s.q.brokenNow()
+		produced := false
+		flush := func() {
+			if produced {
+				// Returns once every record produced is answered, or
+				// when Close cancels ctx (the client then fails the rest).
+				_ = l.cl.Flush(ctx)
+				produced = false
+			}
+			broken = ls.s.q.brokenNow()
+		}
+		for _, it := range round {
+			switch {
+			case it.barrier != nil:
+				flush()
+				close(it.barrier)
+			case broken != nil:
+				it.done(it.r, broken)
+			case it.alone:
+				// In a request of its own, after what the round produced.
+				flush()
+				if broken != nil {
+					it.done(it.r, broken)
+					continue
+				}
+				l.cl.Produce(it.ctx, it.r, it.done)
+				produced = true
+				flush()
+			default:
+				l.cl.Produce(it.ctx, it.r, it.done)
+				produced = true
+			}
+		}
+		flush()
+		l.waiting.Store(0)
+		clear(round)
+		spare = round[:0]
+	}
+}
+
+// hookRelay passes a lane client's producer and broker events on to the
+// hooks given for the producer, but not its creation (HookNewClient).
+type hookRelay struct{ hooks []kgo.Hook }
+
+func (h hookRelay) OnBrokerConnect(m kgo.BrokerMetadata, d time.Duration, c net.Conn, err error) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookBrokerConnect); ok {
+			y.OnBrokerConnect(m, d, c, err)
+		}
+	}
+}
+
+func (h hookRelay) OnBrokerDisconnect(m kgo.BrokerMetadata, c net.Conn) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookBrokerDisconnect); ok {
+			y.OnBrokerDisconnect(m, c)
+		}
+	}
+}
+
+func (h hookRelay) OnBrokerWrite(m kgo.BrokerMetadata, key int16, n int, wait, took time.Duration, err error) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookBrokerWrite); ok {
+			y.OnBrokerWrite(m, key, n, wait, took, err)
+		}
+	}
+}
+
+func (h hookRelay) OnBrokerRead(m kgo.BrokerMetadata, key int16, n int, wait, took time.Duration, err error) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookBrokerRead); ok {
+			y.OnBrokerRead(m, key, n, wait, took, err)
+		}
+	}
+}
+
+func (h hookRelay) OnBrokerE2E(m kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookBrokerE2E); ok {
+			y.OnBrokerE2E(m, key, e2e)
+		}
+	}
+}
+
+func (h hookRelay) OnBrokerThrottle(m kgo.BrokerMetadata, d time.Duration, after bool) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookBrokerThrottle); ok {
+			y.OnBrokerThrottle(m, d, after)
+		}
+	}
+}
+
+func (h hookRelay) OnProduceBatchWritten(m kgo.BrokerMetadata, topic string, partition int32, pm kgo.ProduceBatchMetrics) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookProduceBatchWritten); ok {
+			y.OnProduceBatchWritten(m, topic, partition, pm)
+		}
+	}
+}
+
+func (h hookRelay) OnProduceRecordBuffered(r *kgo.Record) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookProduceRecordBuffered); ok {
+			y.OnProduceRecordBuffered(r)
+		}
+	}
+}
+
+func (h hookRelay) OnProduceRecordPartitioned(r *kgo.Record, broker int32) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookProduceRecordPartitioned); ok {
+			y.OnProduceRecordPartitioned(r, broker)
+		}
+	}
+}
+
+func (h hookRelay) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	for _, x := range h.hooks {
+		if y, ok := x.(kgo.HookProduceRecordUnbuffered); ok {
+			y.OnProduceRecordUnbuffered(r, err)
+		}
+	}
+}
