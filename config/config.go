@@ -288,7 +288,7 @@ func (c *Config) keys() []*key {
 	f, s = duration(&c.Kafka.TransactionInterval, 10*time.Millisecond)
 	add("kafka.transaction_interval", "longest a Kafka transaction stays open once it holds an event: consumers see nothing of it before the commit", f, s)
 	f, s = duration(&c.Kafka.RequestTimeout, 10*time.Second)
-	add("kafka.request_timeout", "how long walrelay waits for a broker's answer before it takes the broker as gone and retries on the partition's new leader (half is the broker's own wait for its in-sync replicas); 10 s notices a frozen or cut-off leader about when Kafka fences it (`broker.session.timeout.ms`, 9 s by default): set it near your cluster's; a broker slower than it is retried, each record kept once by idempotence (see A Kafka cluster (docs/failover.md))", f, s)
+	add("kafka.request_timeout", "how long walrelay waits for a broker's answer before it gives the request up and sends it again (half is the broker's own wait for its in-sync replicas; each record is kept once by idempotence). It does not set how soon a silent leader is left: walrelay asks the other brokers while it waits, and leaves a silent leader as soon as the cluster has fenced it. Keep it above your brokers' slowest healthy answer: a lower value sends a slow broker's requests again, for nothing (see A Kafka cluster (docs/failover.md))", f, s)
 	f, s = duration(&c.Kafka.TransactionTimeout, time.Minute)
 	add("kafka.transaction_timeout", "transaction timeout of exactly-once mode, after which the broker aborts an open transaction (at most the broker's `transaction.max.timeout.ms`); a transaction commits by a quarter of it, and `kafka.transaction_interval` must be under that", f, s)
 	f, s = str(&c.Kafka.OffsetsTopic, "walrelay.offsets")

@@ -83,7 +83,8 @@ type lanes struct {
 	gate   map[topicPartition]*gated
 	recs   int           // records held by the lanes
 	bytes  int           // and their size
-	room   chan struct{} // closed, and replaced, when the lanes answer records
+	room   chan struct{} // closed, and replaced, when the lanes answer a record and full is set
+	full   bool          // the flusher waits for room
 	closed bool
 
 	maxRecs, maxBytes int
@@ -146,10 +147,11 @@ func (ls *lanes) leader(topic string, partition int32) int32 {
 // room; release hands the lanes what was routed. leaders caches
 // partitions' leaders for the flusher's round. Only the flusher calls them.
 func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition]int32) {
-	size := recordSize(it.r)
+	size := it.size
 	ls.mu.Lock()
 	for ls.recs > 0 && (ls.recs >= ls.maxRecs || ls.bytes+size > ls.maxBytes) && !ls.closed {
 		room := ls.room
+		ls.full = true
 		ls.mu.Unlock()
 		ls.release() // what waits to go frees room once answered
 		select {
@@ -201,7 +203,6 @@ func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition
 		done(r, err) // first: a failure breaks the sink before the gate opens
 		ls.answered(key, size)
 	}
-	it.barrier = nil
 	l.pending = append(l.pending, it)
 	if len(l.pending) == 1 {
 		ls.routed = append(ls.routed, l)
@@ -242,8 +243,11 @@ func (ls *lanes) answered(key topicPartition, size int) {
 	}
 	ls.recs--
 	ls.bytes -= size
-	close(ls.room)
-	ls.room = make(chan struct{})
+	if ls.full {
+		ls.full = false
+		close(ls.room)
+		ls.room = make(chan struct{})
+	}
 }
 
 // drain returns once every record routed to a lane before it is answered.

@@ -51,6 +51,7 @@ type queued struct {
 	r       *kgo.Record
 	done    func(*kgo.Record, error)
 	alone   bool // sent in a request of its own
+	size    int  // recordSize(r)
 	barrier chan struct{}
 	// pos is the position of the record's event, for the position record
 	// of an exactly-once transaction; hasPos is false for records of none.
@@ -122,7 +123,7 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.
 			if n == 0 {
 				q.firstAt = time.Now()
 			}
-			it := queued{ctx: ctx, r: r, done: done, alone: alone}
+			it := queued{ctx: ctx, r: r, done: done, alone: alone, size: size}
 			if pos != nil {
 				it.pos, it.hasPos = *pos, true
 			}

@@ -74,13 +74,11 @@ type Config struct {
 	// does, instead of a string of its text.
 	ExpandJSONPayload bool
 	// RequestTimeout bounds how long the sink waits for a broker's answer
-	// before it takes the broker as gone and retries elsewhere, after
-	// fresh metadata: half of it the broker's own wait for the in-sync
-	// replicas, half the network's. Default 10s: a frozen or cut-off
-	// leader is noticed about when the cluster fences it (Kafka's
-	// broker.session.timeout.ms is 9s); a lower value notices sooner, and
-	// a broker slower than it is retried (idempotence keeps each record
-	// once).
+	// before it gives the request up and sends it again: half of it the
+	// broker's own wait for the in-sync replicas, half the network's.
+	// Default 10s. A leader that the cluster fenced is left sooner, whatever
+	// this is (fence.go); a broker slower than it is retried (idempotence
+	// keeps each record once).
 	RequestTimeout time.Duration
 	// Linger is how long the sink, with nothing in flight, waits for more
 	// records before it sends what it has. Default 5ms; negative sends at

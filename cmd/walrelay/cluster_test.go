@@ -1,8 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,6 +207,7 @@ func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name, requestTimeout 
 	// Killed and started again: it resumes from the slot, which must not
 	// be past an event the cluster did not acknowledge.
 	waitAll(t, col, w.written(), 3*time.Minute)
+	t.Logf("%s: walrelay's warnings and errors through the fault: %s", name, warnings(p.out.String()))
 	p.kill()
 	p = streaming(t, e)
 	if err := w.write(ctx, conn, 100, 5); err != nil {
@@ -246,4 +251,25 @@ func firstViolations(recs []*kgo.Record, n int) []string {
 		last[key] = at{s, r.Partition, r.Offset}
 	}
 	return out
+}
+
+// warnings counts the lines of walrelay's log at level WARN or ERROR by
+// message, most frequent first.
+func warnings(log string) string {
+	counts := map[string]int{}
+	msg := regexp.MustCompile(`level=(WARN|ERROR) msg=("(?:[^"\\]|\\.)*"|\S+)`)
+	for _, line := range strings.Split(log, "\n") {
+		if m := msg.FindStringSubmatch(line); m != nil {
+			counts[m[1]+" "+m[2]]++
+		}
+	}
+	if len(counts) == 0 {
+		return "none"
+	}
+	keys := slices.SortedFunc(maps.Keys(counts), func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%d× %s", counts[k], k))
+	}
+	return strings.Join(out, "; ")
 }
