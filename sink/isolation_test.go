@@ -15,7 +15,7 @@ import (
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
-// TestSlowBroker: one slow broker costs only its own partitions. In a
+// TestSlowBrokerCostsOnlyItsPartitions: one slow broker costs only its own partitions. In a
 // cluster of three kfake brokers, events go at a steady rate to 48 keys over
 // 6 partitions, first with no slow broker, then with one that answers every
 // request 500 ms late; the median publish-to-ack latency of each partition
@@ -24,7 +24,7 @@ import (
 // publishing round over every broker made them wait about half of it. That
 // bound is far from both (about 1 ms against 500 ms), so a noisy machine
 // does not move a partition across it; the ratio (1.0x) is the figure.
-func TestSlowBroker(t *testing.T) {
+func TestSlowBrokerCostsOnlyItsPartitions(t *testing.T) {
 	t.Parallel()
 	const topic = "outbox.event.order"
 	kc := kafkatest.Start(t, kfake.NumBrokers(3), kfake.SeedTopics(6, topic))
