@@ -300,13 +300,20 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	if err := s.cl.BeginTransaction(); err != nil {
 		return 0, fmt.Errorf("begin a kafka transaction: %w", err)
 	}
-	// The client flushes manually (rounds.go): produce, then flush.
-	var err error
-	var at int64
+	// The client flushes manually (rounds.go): produce, then flush. The
+	// callback may run after a Flush cut by wctx: it answers on a channel.
+	type answer struct {
+		at  int64
+		err error
+	}
+	answered := make(chan answer, 1)
 	s.cl.Produce(wctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key + "#marker"), Value: []byte(hex.EncodeToString(nonce))},
-		func(r *kgo.Record, perr error) { at, err = r.Offset, perr })
-	if ferr := s.cl.Flush(wctx); ferr != nil && err == nil {
-		err = ferr
+		func(r *kgo.Record, perr error) { answered <- answer{r.Offset, perr} })
+	var at int64
+	err := s.cl.Flush(wctx)
+	if err == nil { // every record answered
+		a := <-answered
+		at, err = a.at, a.err
 	}
 	try := kgo.TryCommit
 	if err != nil {
