@@ -273,12 +273,18 @@ func (ls *lanes) drain(ctx context.Context) {
 	}
 }
 
-// each calls f with every lane's client.
+// each calls f with every lane's client, without holding ls.mu: f may
+// wait for records to be answered (AbortBufferedRecords), and their
+// callbacks take ls.mu (answered).
 func (ls *lanes) each(f func(*kgo.Client)) {
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	cls := make([]*kgo.Client, 0, len(ls.all))
 	for _, l := range ls.all {
-		f(l.cl)
+		cls = append(cls, l.cl)
+	}
+	ls.mu.Unlock()
+	for _, cl := range cls {
+		f(cl)
 	}
 }
 

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -231,6 +232,40 @@ func TestRefusedBatchIsTransient(t *testing.T) {
 	}
 	if id := string(kafkatest.Header(recs[0], "id")); id != "big" {
 		t.Fatalf("dead-lettered %q, want only big", id)
+	}
+}
+
+// TestAbortWithRecordsInFlight: Abort returns once the records in flight
+// are answered, and their callbacks run meanwhile. (Abort once held the
+// lanes' lock while it waited for the lanes' clients, and the callbacks
+// that answer the records take that lock: Abort waited for ever.)
+func TestAbortWithRecordsInFlight(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{Linger: time.Millisecond})
+	if err := publish(t, s, newEvent("warm")); err != nil {
+		t.Fatal(err)
+	}
+	kc.Slow(300 * time.Millisecond)
+	done := make(chan error, 1)
+	s.Publish(t.Context(), newEvent("late"), func(_ Delivery, err error) { done <- err })
+	time.Sleep(100 * time.Millisecond) // in flight, answered 300 ms late
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := s.Abort(ctx); err != nil {
+		t.Fatalf("Abort with a record in flight: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, ErrNotSent) && !errors.Is(err, kgo.ErrAborting) {
+			t.Fatalf("the record in flight: %v, want it acked, aborted or not sent", err)
+		}
+	default:
+		t.Fatal("Abort returned before the record in flight was answered")
+	}
+	kc.Up()
+	if err := publish(t, s, newEvent("after")); err != nil {
+		t.Fatalf("after Abort: %v", err)
 	}
 }
 
