@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
@@ -97,7 +98,133 @@ func TestKafkaCluster(t *testing.T) {
 					clusterFault(t, kc, f.name, f.requestTimeout, func(t *testing.T, leader *kafkatest.Node) { f.do(t, kc, leader) })
 				})
 			}
+			if c.fencing == kafkatest.FastFencing {
+				t.Run("slow_node", func(t *testing.T) { clusterSlowNode(t, kc) })
+			}
 		})
+	}
+}
+
+// clusterSlowNode measures what one slow node costs the partitions the
+// others lead. Rows are written at a steady rate (one a 20 ms), first with
+// no slow node, then with every answer of the leader of partition 0 500 ms
+// late (Node.Slow: its client listener's proxy; the cluster's replication
+// of other nodes' partitions is not slowed). The latency of an event is
+// measured from outside walrelay: from its transaction's commit in
+// PostgreSQL (walrelay.commit_time) to its append by the broker (the
+// topic's message.timestamp.type is LogAppendTime), for each partition its
+// median in each phase. A record appended late is one that waited for the
+// slow node: a partition whose leader answers on time stays as fast as
+// before, unless something held its records back. The healthy partitions'
+// medians must stay within 2 times their own, plus 50 ms for the noise of a
+// shared machine (one publishing round over every broker made them wait
+// about half of the delay).
+func clusterSlowNode(t *testing.T, kc *kafkatest.RealCluster) {
+	const prefix = "cluster.slow_node."
+	ctx := t.Context()
+	topic := prefix + "outbox.event.order"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	appendTime := "LogAppendTime"
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, kafkatest.Partitions, 3, map[string]*string{"message.timestamp.type": &appendTime}, topic); err != nil {
+		t.Fatal(err)
+	}
+	pg, col := setupWith(t, kc.Addrs(), prefix)
+	p := streaming(t, env{
+		"WALRELAY_KAFKA_TOPIC":              prefix + "outbox.event.{aggregatetype}",
+		"WALRELAY_KAFKA_DLQ_TOPIC":          prefix + "walrelay.dlq",
+		"WALRELAY_POSTGRES_DSN":             pg.DSN,
+		"WALRELAY_KAFKA_BROKERS":            strings.Join(kc.Addrs(), ","),
+		"WALRELAY_ADMIN_LISTEN":             "",
+		"WALRELAY_LOG_LEVEL":                "info",
+		"WALRELAY_KAFKA_LINGER":             "2ms",
+		"WALRELAY_POSTGRES_STATUS_INTERVAL": "100ms",
+	})
+	conn := connect(t, pg.DSN)
+	w := newWriter(20, 29)
+	if err := w.write(ctx, conn, 200, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	if err := kc.WaitHealthy(ctx, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[int32]int32{}
+	for part := range int32(kafkatest.Partitions) {
+		n, err := kc.Leader(ctx, topic, part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaders[part] = n.ID
+	}
+	slow := kc.Node(leaders[0])
+
+	// phase writes one-row transactions for 10 s and returns each
+	// partition's median latency.
+	phase := func() map[int32]time.Duration {
+		from := len(w.written())
+		tick := time.NewTicker(20 * time.Millisecond)
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+			<-tick.C
+			if err := w.txn(ctx, conn, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tick.Stop()
+		ids := w.written()
+		waitAll(t, col, ids, time.Minute)
+		mine := map[string]bool{}
+		for _, id := range ids[from:] {
+			mine[id] = true
+		}
+		lat := map[int32][]time.Duration{}
+		for _, r := range col.Records() {
+			if r.Topic != topic || !mine[string(kafkatest.Header(r, "id"))] {
+				continue
+			}
+			committed, err := time.Parse(time.RFC3339Nano, string(kafkatest.Header(r, "walrelay.commit_time")))
+			if err != nil {
+				t.Fatalf("walrelay.commit_time: %v", err)
+			}
+			lat[r.Partition] = append(lat[r.Partition], r.Timestamp.Sub(committed))
+		}
+		medians := map[int32]time.Duration{}
+		for part, ds := range lat {
+			slices.Sort(ds)
+			medians[part] = ds[len(ds)/2]
+		}
+		return medians
+	}
+	before := phase()
+	slow.Slow(500 * time.Millisecond)
+	during := phase()
+	slow.Slow(0)
+	var healthy int
+	for part := range int32(kafkatest.Partitions) {
+		b, d := before[part], during[part]
+		if b == 0 || d == 0 {
+			t.Fatalf("partition %d had no events in a phase: %v, %v", part, before, during)
+		}
+		t.Logf("slow_node: partition %d, led by node %d%s: median commit-to-append %s with no slow node, %s with node %d 500 ms late (%.1fx)",
+			part, leaders[part], map[bool]string{true: " (the slow node)"}[leaders[part] == slow.ID], b.Round(100*time.Microsecond), d.Round(100*time.Microsecond), slow.ID, float64(d)/float64(b))
+		if leaders[part] == slow.ID {
+			continue
+		}
+		healthy++
+		if d > 2*b+50*time.Millisecond {
+			t.Errorf("partition %d, led by healthy node %d: median %s with node %d slow, against %s without: a slow node holds back partitions it does not lead", part, leaders[part], d, slow.ID, b)
+		}
+	}
+	if healthy == 0 {
+		t.Fatalf("node %d leads every partition: nothing to compare", slow.ID)
+	}
+	t.Logf("slow_node: walrelay's warnings and errors: %s", warnings(p.out.String()))
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("walrelay exited %d", code)
 	}
 }
 

@@ -49,7 +49,8 @@ type Node struct {
 	// links are the proxies of the node's connections, either way: its
 	// client listener's, its controller listener's for each other node,
 	// and its own to each other controller.
-	links []*proxy.Proxy
+	links  []*proxy.Proxy
+	client *proxy.Proxy // its client listener's, among links
 
 	dir, conf string
 	java      string
@@ -121,7 +122,7 @@ func NewRealCluster(ctx context.Context, fencing Fencing) (*RealCluster, error) 
 			c.Close()
 			return nil, err
 		}
-		n.Addr = client.Addr()
+		n.Addr, n.client = client.Addr(), client
 		n.links = append(n.links, client)
 		for j, m := range c.Nodes {
 			if i == j {
@@ -419,6 +420,12 @@ func (n *Node) Mend() {
 		p.Up()
 	}
 }
+
+// Slow delays every answer the node gives on its client listener by d (0
+// ends it): to clients, and to the followers that fetch its partitions
+// from it. What it fetches as a follower, and its controller links, are not
+// slowed, so the partitions other nodes lead are as fast as before.
+func (n *Node) Slow(d time.Duration) { n.client.Slow(d) }
 
 // Thaw resumes a frozen node (SIGCONT).
 func (n *Node) Thaw() error { return n.signal(syscall.SIGCONT) }
