@@ -34,7 +34,8 @@ import (
 // so that a slot confirmed past an event the cluster did not acknowledge
 // would show as a missing id. Each: every id, 0 order violations; the
 // longest stall of publishing is logged beside the cluster's own failover.
-// It needs the clusters: WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run sets it).
+// Then, on the first cluster, what one slow node costs the partitions the
+// others lead (clusterSlowNode). It needs the clusters: WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run sets it).
 func TestKafkaCluster(t *testing.T) {
 	if os.Getenv("WALRELAY_TEST_KAFKA_CLUSTER") == "" {
 		t.Skip("starts a three-node Apache Kafka cluster: set WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run does)")
