@@ -134,16 +134,7 @@ func clusterSlowNode(t *testing.T, kc *kafkatest.RealCluster) {
 		t.Fatal(err)
 	}
 	pg, col := setupWith(t, kc.Addrs(), prefix)
-	p := streaming(t, env{
-		"WALRELAY_KAFKA_TOPIC":              prefix + "outbox.event.{aggregatetype}",
-		"WALRELAY_KAFKA_DLQ_TOPIC":          prefix + "walrelay.dlq",
-		"WALRELAY_POSTGRES_DSN":             pg.DSN,
-		"WALRELAY_KAFKA_BROKERS":            strings.Join(kc.Addrs(), ","),
-		"WALRELAY_ADMIN_LISTEN":             "",
-		"WALRELAY_LOG_LEVEL":                "info",
-		"WALRELAY_KAFKA_LINGER":             "2ms",
-		"WALRELAY_POSTGRES_STATUS_INTERVAL": "100ms",
-	})
+	p := streaming(t, clusterEnv(kc, pg.DSN, prefix))
 	conn := connect(t, pg.DSN)
 	w := newWriter(20, 29)
 	if err := w.write(ctx, conn, 200, 5); err != nil {
@@ -241,22 +232,28 @@ func freeze(t *testing.T, _ *kafkatest.RealCluster, leader *kafkatest.Node) {
 	}
 }
 
+// clusterEnv is walrelay's environment against kc: topics under prefix, a
+// short linger, and frequent status updates (the stall is measured on the
+// slot).
+func clusterEnv(kc *kafkatest.RealCluster, dsn, prefix string) env {
+	return env{
+		"WALRELAY_KAFKA_TOPIC":              prefix + "outbox.event.{aggregatetype}",
+		"WALRELAY_KAFKA_DLQ_TOPIC":          prefix + "walrelay.dlq",
+		"WALRELAY_POSTGRES_DSN":             dsn,
+		"WALRELAY_KAFKA_BROKERS":            strings.Join(kc.Addrs(), ","),
+		"WALRELAY_ADMIN_LISTEN":             "",
+		"WALRELAY_LOG_LEVEL":                "info",
+		"WALRELAY_KAFKA_LINGER":             "2ms",
+		"WALRELAY_SHUTDOWN_TIMEOUT":         "20s",
+		"WALRELAY_POSTGRES_STATUS_INTERVAL": "100ms",
+	}
+}
+
 func clusterFault(t *testing.T, kc *kafkatest.RealCluster, name, requestTimeout string, fault func(*testing.T, *kafkatest.Node)) {
 	prefix := "cluster." + name + "."
 	pg, col := setupWith(t, kc.Addrs(), prefix)
 	ctx := t.Context()
-	e := env{
-		"WALRELAY_KAFKA_TOPIC":      prefix + "outbox.event.{aggregatetype}",
-		"WALRELAY_KAFKA_DLQ_TOPIC":  prefix + "walrelay.dlq",
-		"WALRELAY_POSTGRES_DSN":     pg.DSN,
-		"WALRELAY_KAFKA_BROKERS":    strings.Join(kc.Addrs(), ","),
-		"WALRELAY_ADMIN_LISTEN":     "",
-		"WALRELAY_LOG_LEVEL":        "info",
-		"WALRELAY_KAFKA_LINGER":     "2ms",
-		"WALRELAY_SHUTDOWN_TIMEOUT": "20s",
-		// Frequent status updates: the stall is measured on the slot.
-		"WALRELAY_POSTGRES_STATUS_INTERVAL": "100ms",
-	}
+	e := clusterEnv(kc, pg.DSN, prefix)
 	if requestTimeout != "" {
 		e["WALRELAY_KAFKA_REQUEST_TIMEOUT"] = requestTimeout
 	}
