@@ -737,8 +737,9 @@ func waitSent(t *testing.T, conn *pgx.Conn) {
 	})
 }
 
-// createTopic creates a topic with Partitions partitions and the given
-// topic configs.
+// createTopic creates a topic with Partitions partitions, the brokers'
+// default replication factor (1 on one broker, 3 on a RealCluster) and the
+// given topic configs.
 func createTopic(t *testing.T, addrs []string, name string, configs map[string]string) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
@@ -748,7 +749,7 @@ func createTopic(t *testing.T, addrs []string, name string, configs map[string]s
 	defer cl.Close()
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, kafkatest.Partitions, 1
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, kafkatest.Partitions, -1
 	for k, v := range configs {
 		c := kmsg.NewCreateTopicsRequestTopicConfig()
 		c.Name, c.Value = k, kmsg.StringPtr(v)
