@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walrelay/walrelay/internal/faultinject"
@@ -85,6 +86,11 @@ func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 	}
 	if err := cs.cfg.validate(needKafka); err != nil {
 		return nil, err
+	}
+	// A DSN that does not parse is refused here, in pgconn's words without
+	// the DSN (which they would quote), before anything can print it.
+	if _, err := pgconn.ParseConfig(cs.cfg.Postgres.DSN); err != nil {
+		return nil, fmt.Errorf("postgres.dsn: %w", DSNError(err))
 	}
 	if k := cs.byKey["postgres.table"]; len(cs.cfg.Outbox.Tables) > 0 && k.setFrom != "default" {
 		return nil, fmt.Errorf("postgres.table (from the %s) and outbox.tables are both set: list every outbox table in outbox.tables", map[string]string{"file": "config file", "env": "environment", "flag": "flags"}[k.setFrom])

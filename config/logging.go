@@ -1,11 +1,14 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"net/url"
-	"regexp"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,72 +26,194 @@ func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-var (
-	// secretParam matches a connection parameter that carries a secret
-	// (libpq's password and sslpassword), in key=value form or in a URL's
-	// query, quoted or not.
-	secretParam = regexp.MustCompile(`(?i)\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
-	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)([^@\s]*)@`)
-)
-
-// RedactDSN hides every secret of a URL or key=value connection string (the
-// password in the URL's user part, password= and sslpassword= anywhere),
-// also of one that does not parse.
+// RedactDSN returns the connection that dsn describes, as pgconn parses it,
+// rebuilt in keyword/value form without its secrets: the hosts and ports,
+// user, database, the sslmode in effect, connect_timeout and the run-time
+// parameters; never the password, sslpassword, passfile or key files. A dsn
+// that does not parse is not shown: the result is "unparseable DSN" and
+// pgconn's reason, without the DSN or any part of it (DSNError). Nothing
+// is removed by pattern: what is shown is what parsing found.
 func RedactDSN(dsn string) string {
-	dsn = urlPassword.ReplaceAllString(dsn, "${1}redacted@")
-	return secretParam.ReplaceAllString(dsn, "${1}redacted")
+	if dsn == "" {
+		return ""
+	}
+	c, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return DSNError(err).Error()
+	}
+	return showConn(c)
 }
 
-// dsnHasPassword reports whether dsn itself carries a password (not
-// sslpassword, and not one from the environment).
+// DSNError returns err (pgconn's failure to parse a connection string) as
+// "unparseable DSN: " and pgconn's reason, with the connection string and
+// every part of it left out: pgconn's own message quotes the DSN (with
+// the password masked by pattern, which misses a password with a space,
+// an @ or a #) and its URL parser's error quotes it whole. An error that
+// is not pgconn's ParseConfigError gives "unparseable DSN" alone.
+func DSNError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return errors.New("unparseable DSN")
+	}
+	// pgconn's message is "cannot parse `DSN`: what (why)": with the DSN
+	// emptied, what remains is pgconn's words and its cause's.
+	bare := *pe
+	bare.ConnString = ""
+	msg := strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
+	if cause := errors.Unwrap(pe); cause != nil {
+		msg = strings.TrimSuffix(msg, " ("+cause.Error()+")") + " (" + parseCause(cause) + ")"
+	}
+	return errors.New("unparseable DSN: " + msg)
+}
+
+// parseCause describes the cause of a ParseConfigError without the parts
+// of the DSN it quotes.
+func parseCause(cause error) string {
+	var ue *url.Error
+	var ne *strconv.NumError
+	var esc url.EscapeError
+	var host url.InvalidHostError
+	const encode = "percent-encode @ # / ? % : and spaces in the user and password"
+	switch {
+	case errors.As(cause, &esc):
+		return "an invalid %-escape: " + encode
+	case errors.As(cause, &host):
+		return "an invalid character in the host: " + encode
+	case errors.As(cause, &ue):
+		switch s := ue.Err.Error(); {
+		case s == "net/url: invalid userinfo":
+			return "invalid characters in the user or password: " + encode
+		case strings.HasPrefix(s, "invalid port "):
+			return "an invalid port after the host: " + encode
+		default:
+			return "not a URL: " + encode
+		}
+	case errors.As(cause, &ne):
+		return ne.Err.Error() // the number itself left out
+	case strings.HasPrefix(cause.Error(), "failed to split host:port"):
+		return "a host that does not split into host:port"
+	}
+	// The keyword/value parser's, the TLS set-up's and the service file's
+	// causes are pgconn's fixed words, file paths and the x509 package's.
+	return cause.Error()
+}
+
+// showConn renders c as a keyword/value connection string without secrets.
+func showConn(c *pgconn.Config) string {
+	type hostPort struct {
+		host string
+		port uint16
+	}
+	var order []hostPort
+	tlsOf := map[hostPort][]*tls.Config{}
+	add := func(host string, port uint16, tc *tls.Config) {
+		hp := hostPort{host, port}
+		if _, ok := tlsOf[hp]; !ok {
+			order = append(order, hp)
+		}
+		tlsOf[hp] = append(tlsOf[hp], tc)
+	}
+	add(c.Host, c.Port, c.TLSConfig)
+	for _, f := range c.Fallbacks {
+		add(f.Host, f.Port, f.TLSConfig)
+	}
+	hosts, ports := make([]string, len(order)), make([]string, len(order))
+	for i, hp := range order {
+		hosts[i], ports[i] = hp.host, strconv.Itoa(int(hp.port))
+	}
+	kv := [][2]string{
+		{"host", strings.Join(hosts, ",")}, {"port", strings.Join(ports, ",")},
+		{"user", c.User}, {"dbname", c.Database}, {"sslmode", sslMode(tlsOf[order[0]])},
+	}
+	if c.ConnectTimeout > 0 {
+		kv = append(kv, [2]string{"connect_timeout", strconv.Itoa(int(c.ConnectTimeout.Seconds()))})
+	}
+	params := make([]string, 0, len(c.RuntimeParams))
+	for k := range c.RuntimeParams {
+		params = append(params, k)
+	}
+	slices.Sort(params)
+	for _, k := range params {
+		kv = append(kv, [2]string{k, c.RuntimeParams[k]})
+	}
+	var b strings.Builder
+	for i, p := range kv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(p[0] + "=" + quoteDSNValue(p[1]))
+	}
+	return b.String()
+}
+
+// sslMode names the sslmode whose TLS attempts pgconn made of one host's
+// (in order: the first, then its fallbacks): libpq's name for what is in
+// effect, so that require with sslrootcert shows as verify-ca.
+func sslMode(attempts []*tls.Config) string {
+	switch {
+	case len(attempts) == 2 && attempts[0] == nil:
+		return "allow"
+	case len(attempts) == 2:
+		return "prefer"
+	case attempts[0] == nil:
+		return "disable"
+	case !attempts[0].InsecureSkipVerify:
+		return "verify-full"
+	case attempts[0].VerifyPeerCertificate != nil:
+		return "verify-ca"
+	default:
+		return "require"
+	}
+}
+
+// quoteDSNValue quotes v for a keyword/value connection string as libpq
+// reads it: in single quotes, with \ and ' escaped, when it is empty or
+// holds a space, a quote or a backslash.
+func quoteDSNValue(v string) string {
+	if v != "" && !strings.ContainsAny(v, " \t\n\r\\'") {
+		return v
+	}
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}
+
+// dsnPassword returns the password that pgconn's parser finds for dsn:
+// written in it, or from PGPASSWORD, a service file or a passfile.
+func dsnPassword(dsn string) string {
+	if dsn == "" {
+		return ""
+	}
+	c, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return ""
+	}
+	return c.Password
+}
+
+// dsnHasPassword reports whether dsn gives a password of its own: one
+// pgconn's parser finds that is not PGPASSWORD's (written in the DSN, or
+// from its service file or passfile).
 func dsnHasPassword(dsn string) bool {
-	if urlPassword.MatchString(dsn) {
-		return true
-	}
-	for _, m := range secretParam.FindAllStringSubmatch(dsn, -1) {
-		if strings.HasPrefix(strings.ToLower(m[1]), "password") {
-			return true
-		}
-	}
-	return false
+	pw := dsnPassword(dsn)
+	return pw != "" && pw != os.Getenv("PGPASSWORD")
 }
 
-// dsnPasswords returns the secrets written in dsn, as written and decoded,
-// to scrub from errors that quote it; and the password pgconn's parser
-// finds (which also reads PGPASSWORD).
-func dsnPasswords(dsn string) []string {
-	var out []string
-	add := func(s string) {
-		if s == "" {
-			return
-		}
-		out = append(out, s)
-		if d, err := url.QueryUnescape(s); err == nil && d != s {
-			out = append(out, d)
-		}
-		if e := url.QueryEscape(s); e != s {
-			out = append(out, e)
-		}
-	}
-	for _, m := range urlPassword.FindAllStringSubmatch(dsn, -1) {
-		add(m[2])
-	}
-	for _, m := range secretParam.FindAllStringSubmatch(dsn, -1) {
-		add(strings.Trim(m[2], "'"))
-	}
-	if c, err := pgconn.ParseConfig(dsn); err == nil {
-		add(c.Password)
-	}
-	return out
-}
-
-// ScrubError is err with every secret replaced (Config.Secrets): the
-// drivers quote a connection string that does not parse.
+// ScrubError is err made safe to print: a ParseConfigError anywhere in its
+// chain is replaced by DSNError's text (pgconn's message quotes the DSN),
+// and then every one of secrets (Config.Secrets, the values themselves as
+// parsed) that its text still holds is replaced by "redacted".
 func ScrubError(err error, secrets []string) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if strings.Contains(msg, pe.Error()) {
+			msg = strings.ReplaceAll(msg, pe.Error(), DSNError(pe).Error())
+		} else {
+			msg = DSNError(pe).Error() // wrapped in a way that changed its text
+		}
+	}
 	for _, p := range secrets {
 		if len(p) >= 3 {
 			msg = strings.ReplaceAll(msg, p, "redacted")
