@@ -1,6 +1,9 @@
 package sqlquote
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Literal returns s as a PostgreSQL string literal that means s under
 // either setting of standard_conforming_strings: quotes doubled, and, if s
@@ -15,4 +18,15 @@ func Literal(s string) string {
 		return "'" + q + "'"
 	}
 	return "E'" + strings.ReplaceAll(q, `\`, `\\`) + "'"
+}
+
+// Dollar returns body dollar-quoted (a DO block's or a function's body)
+// with a tag that ends it only at its end: $$ or a name inside body (a
+// quoted identifier may hold one) cannot close it early.
+func Dollar(body string) string {
+	tag := "$body$"
+	for i := 1; strings.Index(body+tag, tag) != len(body); i++ {
+		tag = "$body" + strconv.Itoa(i) + "$"
+	}
+	return tag + body + tag
 }

@@ -37,4 +37,10 @@ func TestLiteralUnderBothSettings(t *testing.T) {
 			}
 		}
 	}
+	for _, v := range []string{"", "plain", "$$", "$body$", "x$body", "$body$$body1$", "body$"} {
+		res, err := conn.PgConn().Exec(t.Context(), "SELECT "+sqlquote.Dollar(v)+"::text").ReadAll()
+		if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != v {
+			t.Errorf("Dollar(%q) = %s read back as %v, %v", v, sqlquote.Dollar(v), res, err)
+		}
+	}
 }
