@@ -333,6 +333,9 @@ func (cs *Set) YAML() (string, error) {
 		case "flag":
 			from = "from --" + k.name
 		}
+		if k.name == "postgres.dsn" && v != "" {
+			from += "; as parsed, without its password, passfile and TLS files"
+		}
 		val := &yaml.Node{Kind: yaml.ScalarNode, Value: v, LineComment: from}
 		if v == "" || strings.ContainsAny(v, ":#{}[],&*!|>'\"%@`") || strings.TrimSpace(v) != v {
 			val.Style = yaml.DoubleQuotedStyle
