@@ -196,7 +196,7 @@ func (c *Config) keys() []*key {
 	f, s := str(&c.Source, "wal")
 	add("source", "where events come from: `wal`, a logical replication slot; `poll`, the outbox table polled, for databases without logical replication (see Without logical replication (docs/poll.md))", f, s)
 	dsn, dsnShow := str(&c.Postgres.DSN, "")
-	add("postgres.dsn", "connection string of the database with the outbox; its password is redacted in logs and errors", dsn, dsnShow).redact = RedactDSN
+	add("postgres.dsn", "connection string of the database with the outbox; shown only as parsed and rebuilt without its password (a URL's password with `@ # / ? % :` or a space percent-encoded; one that does not parse is refused at start)", dsn, dsnShow).redact = RedactDSN
 	f, s = str(&c.Postgres.Slot, "walrelay")
 	add("postgres.slot", "logical replication slot", f, s)
 	f, s = str(&c.Postgres.Publication, "walrelay_outbox")

@@ -2,11 +2,15 @@ package config
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestConfigPrecedence(t *testing.T) {
@@ -87,21 +91,95 @@ func TestMisspeltVariableIsRefused(t *testing.T) {
 	}
 }
 
+// TestRedactDSN: a DSN is shown as pgconn parses it, rebuilt without its
+// secrets, whatever the password holds; one that does not parse is not
+// shown at all, nor any part of it, in RedactDSN, DSNError, ScrubError or
+// Load's error. Every password is Sup3r, a separator and Secr3t. (Before,
+// a regular expression left "Secr3t" after & @ and a space, and "Sup3r"
+// before # and /, and pgconn's URL error quoted the DSN whole.)
 func TestRedactDSN(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"postgres://u:secret@h:5432/db":                           "postgres://u:redacted@h:5432/db",
-		"postgres://u@h/db":                                       "postgres://u@h/db",
-		"host=h user=u password=secret dbname=d":                  "host=h user=u password=redacted dbname=d",
-		"host=h password='se cret' dbname=d":                      "host=h password=redacted dbname=d",
-		"postgres://u:secret@[::1":                                "postgres://u:redacted@[::1",
-		"postgres://u@h/db?password=secret&sslmode=disable":       "postgres://u@h/db?password=redacted&sslmode=disable",
-		"postgres://u@h/db?sslpassword=k3y&PassWord=secret":       "postgres://u@h/db?sslpassword=redacted&PassWord=redacted",
-		"host=h sslpassword='k 3y' sslkey=/k password=x dbname=d": "host=h sslpassword=redacted sslkey=/k password=redacted dbname=d",
+	dir := t.TempDir()
+	passfile := dir + "/pgpass"
+	if err := os.WriteFile(passfile, []byte("*:*:*:*:Sup3r:Secr3t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const kv = "host=db port=5433 user=app dbname=shop "
+	const shown = "host=db port=5433 user=app dbname=shop sslmode="
+	for _, tc := range []struct {
+		dsn, pgpassword, want string
+	}{
+		{"postgres://app:Sup3r-Secr3t@db:5433/shop", "", shown + "prefer"},
+		{"postgres://app:Sup3r@Secr3t@db:5433/shop?sslmode=disable", "", shown + "disable"},
+		{"postgres://app:Sup3r%23Secr3t@db:5433/shop?sslmode=require", "", shown + "require"},
+		{"postgres://app:Sup3r%25Secr3t@db:5433/shop?sslmode=allow", "", shown + "allow"},
+		{"postgres://app:Sup3r&Secr3t@db:5433/shop?sslmode=verify-full&application_name=relay%201", "", shown + "verify-full application_name='relay 1'"},
+		{"postgres://app@db:5433/shop?password=Sup3r%26Secr3t&sslpassword=Sup3r%20Secr3t&sslmode=disable", "", shown + "disable"},
+		{"postgres://app:Sup3r@Secr3t@db:5433,db2:5434/shop?sslmode=disable&connect_timeout=3", "", "host=db,db2 port=5433,5434 user=app dbname=shop sslmode=disable connect_timeout=3"},
+		{kv + "password=Sup3r&Secr3t sslmode=disable", "", shown + "disable"},
+		{kv + "password='Sup3r Secr3t' sslmode=disable", "", shown + "disable"},
+		{kv + `password='Sup3r\' \\Secr3t' sslmode=disable`, "", shown + "disable"},
+		{kv + "password=Sup3r#Secr3t sslpassword='Sup3r Secr3t' sslmode=disable", "", shown + "disable"},
+		{kv + "passfile=" + passfile + " sslmode=disable", "", shown + "disable"},
+		{kv + "sslmode=disable", "Sup3r Secr3t", shown + "disable"},
+		{kv + "sslmode=disable search_path='a b\\c'", "", shown + `disable search_path='a b\\c'`},
+		{"postgres://app:Sup3r Secr3t@db:5433/shop", "", "unparseable DSN: failed to parse as URL (invalid characters in the user or password: percent-encode @ # / ? % : and spaces in the user and password)"},
+		{"postgres://app:Sup3r#Secr3t@db:5433/shop", "", "unparseable DSN: failed to parse as URL (an invalid port after the host: percent-encode @ # / ? % : and spaces in the user and password)"},
+		{"postgres://app:Sup3r/Secr3t@db:5433/shop", "", "unparseable DSN: failed to parse as URL (an invalid port after the host: percent-encode @ # / ? % : and spaces in the user and password)"},
+		{"postgres://app:Sup3r%zzSecr3t@db:5433/shop", "", "unparseable DSN: failed to parse as URL (an invalid %-escape: percent-encode @ # / ? % : and spaces in the user and password)"},
+		{kv + "password='Sup3r Secr3t", "", "unparseable DSN: failed to parse as DSN (unterminated quoted string in connection info string)"},
+		{kv + "password=Sup3r Secr3t", "", "unparseable DSN: failed to parse as DSN (invalid dsn)"},
+		{"host=db port=Sup3rSecr3t user=app", "", "unparseable DSN: invalid port (invalid syntax)"},
+		{"", "", ""},
 	} {
-		if got := RedactDSN(in); got != want {
-			t.Errorf("RedactDSN(%q) = %q, want %q", in, got, want)
-		}
+		t.Run(tc.dsn, func(t *testing.T) {
+			t.Setenv("PGPASSWORD", tc.pgpassword)
+			if tc.pgpassword == "" {
+				os.Unsetenv("PGPASSWORD")
+			}
+			noSecret := func(what, s string) {
+				t.Helper()
+				if strings.Contains(s, "Sup3r") || strings.Contains(s, "Secr3t") {
+					t.Errorf("%s shows the password: %s", what, s)
+				}
+			}
+			got := RedactDSN(tc.dsn)
+			noSecret("RedactDSN", got)
+			if got != tc.want {
+				t.Errorf("RedactDSN = %q, want %q", got, tc.want)
+			}
+			_, perr := pgconn.ParseConfig(tc.dsn)
+			if perr != nil {
+				noSecret("DSNError", DSNError(perr).Error())
+				noSecret("ScrubError", ScrubError(fmt.Errorf("connect: %w", perr), nil).Error())
+			}
+			if tc.dsn == "" {
+				return
+			}
+			t.Setenv("WALRELAY_POSTGRES_DSN", tc.dsn)
+			fs := flag.NewFlagSet("run", flag.ContinueOnError)
+			cs := NewSet(fs)
+			cfg, err := cs.Load(fs, false)
+			if err != nil {
+				noSecret("Load", err.Error())
+				if perr == nil || err.Error() != "postgres.dsn: "+tc.want {
+					t.Errorf("Load: %v, want postgres.dsn: %s", err, tc.want)
+				}
+				return
+			}
+			if perr != nil {
+				t.Fatalf("Load took a DSN pgconn refuses: %v", perr)
+			}
+			yml, err := cs.YAML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			noSecret("YAML", yml)
+			noSecret("Summary", fmt.Sprint(cs.Summary()...))
+			noSecret("Effective", fmt.Sprint(cs.Effective()...))
+			if c, _ := pgconn.ParseConfig(tc.dsn); c.Password != "" && !slices.Contains(cfg.Secrets(), c.Password) {
+				t.Errorf("Secrets() %d values, without the parsed password: it is not scrubbed from errors", len(cfg.Secrets()))
+			}
+		})
 	}
 }
 
@@ -253,7 +331,7 @@ outbox:
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		`dsn: "postgres://u:redacted@h/app" # from ` + file, `linger: 7ms # from WALRELAY_KAFKA_LINGER`,
+		`dsn: host=h port=5432 user=u dbname=app sslmode=prefer # from ` + file, `linger: 7ms # from WALRELAY_KAFKA_LINGER`,
 		`client_id: relay 1 # from --kafka.client_id`, `slot: walrelay # default`,
 	} {
 		if !strings.Contains(out, want) {

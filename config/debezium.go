@@ -20,9 +20,11 @@ import (
 
 // DebeziumNote is what the import says of one Debezium option it did not
 // map: ignored (it does not matter to walrelay, and Why says why) or
-// refused (walrelay does not reproduce it).
+// refused (walrelay does not reproduce it). It names the option and never
+// carries its value: an option walrelay does not know may hold a secret
+// under any name (a JAAS configuration, a keystore password, a token).
 type DebeziumNote struct {
-	Option, Value, Why string
+	Option, Why string
 }
 
 const (
@@ -142,7 +144,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	used := map[string]bool{}
 	var refused []string
 	refuse := func(option, why string) {
-		refused = append(refused, fmt.Sprintf("%s=%s: %s", option, opt[option], why))
+		refused = append(refused, option+": "+why) // the value left out: it may be a secret
 		used[option] = true
 	}
 	get := func(option, def string) string {
@@ -157,7 +159,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		return nil, nil, fmt.Errorf("connector.class %q: want %s (Debezium's PostgreSQL connector)", c, debeziumConnector)
 	}
 	if p := get("plugin.name", "decoderbufs"); p != "pgoutput" {
-		refuse("plugin.name", "walrelay reads pgoutput only (plugin.name defaults to decoderbufs in Debezium)")
+		refuse("plugin.name", p+": walrelay reads pgoutput only (plugin.name defaults to decoderbufs in Debezium)")
 	}
 
 	// The connection.
@@ -178,7 +180,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	u.RawQuery = q.Encode()
 	keys["postgres.dsn"] = u.String()
 	if _, ok := opt["database.password"]; !ok {
-		ignored = append(ignored, DebeziumNote{"database.password", "", "not set: give the password in postgres.password_file, or in WALRELAY_POSTGRES_DSN"})
+		ignored = append(ignored, DebeziumNote{"database.password", "not set: give the password in postgres.password_file, or in WALRELAY_POSTGRES_DSN"})
 	}
 
 	// The slot and the publication: Debezium's defaults when unset, so that
@@ -190,8 +192,8 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		keys["postgres.publication"] = pub
 	default:
 		keys["postgres.publication"] = "walrelay_outbox"
-		ignored = append(ignored, DebeziumNote{"publication.autocreate.mode", mode,
-			fmt.Sprintf("Debezium's publication %s publishes every table, which walrelay refuses; walrelay uses walrelay_outbox (walrelay migrate or walrelay publication create makes it): create it while Debezium still runs, so that the slot's position is after it when walrelay takes over", pub)})
+		ignored = append(ignored, DebeziumNote{"publication.autocreate.mode",
+			fmt.Sprintf(mode+": Debezium's publication %s publishes every table, which walrelay refuses; walrelay uses walrelay_outbox (walrelay migrate or walrelay publication create makes it): create it while Debezium still runs, so that the slot's position is after it when walrelay takes over", pub)})
 	}
 
 	// The outbox table.
@@ -255,14 +257,14 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	if v := get("bootstrap.servers", ""); v != "" {
 		keys["kafka.brokers"] = v
 	} else {
-		ignored = append(ignored, DebeziumNote{"bootstrap.servers", "", "not set (it is in the worker's configuration: --worker FILE); set kafka.brokers"})
+		ignored = append(ignored, DebeziumNote{"bootstrap.servers", "not set (it is in the worker's configuration: --worker FILE); set kafka.brokers"})
 	}
 	switch sp := get("security.protocol", "PLAINTEXT"); sp {
 	case "PLAINTEXT":
 	case "SSL", "SASL_SSL", "SASL_PLAINTEXT":
 		if sp != "SASL_PLAINTEXT" {
 			keys["kafka.tls.enabled"] = "true"
-			ignored = append(ignored, DebeziumNote{"security.protocol", sp, "TLS on: give the CA as PEM in kafka.tls.ca_file (walrelay reads no Java keystore)"})
+			ignored = append(ignored, DebeziumNote{"security.protocol", sp + ": TLS on: give the CA as PEM in kafka.tls.ca_file (walrelay reads no Java keystore)"})
 		}
 		if strings.HasPrefix(sp, "SASL") {
 			mech := get("sasl.mechanism", "GSSAPI")
@@ -271,17 +273,17 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 				if m := jaasUser.FindStringSubmatch(get("sasl.jaas.config", "")); m != nil {
 					keys["kafka.sasl.username"] = m[1]
 				}
-				ignored = append(ignored, DebeziumNote{"sasl.jaas.config", "", "the password is not copied: give it in kafka.sasl.password_file or WALRELAY_KAFKA_SASL_PASSWORD"})
+				ignored = append(ignored, DebeziumNote{"sasl.jaas.config", "the password is not copied: give it in kafka.sasl.password_file or WALRELAY_KAFKA_SASL_PASSWORD"})
 			} else {
-				refuse("sasl.mechanism", "walrelay speaks PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512")
+				refuse("sasl.mechanism", mech+": walrelay speaks PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512")
 			}
 		}
 	default:
-		refuse("security.protocol", "unknown")
+		refuse("security.protocol", sp+": unknown")
 	}
 	for k := range opt {
 		if strings.HasPrefix(k, "ssl.") {
-			ignored = append(ignored, DebeziumNote{k, "", "Java keystores are not read: give PEM files in kafka.tls.*"})
+			ignored = append(ignored, DebeziumNote{k, "Java keystores are not read: give PEM files in kafka.tls.*"})
 			used[k] = true
 		}
 	}
@@ -390,10 +392,10 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		"tracing.with.context.field.only":          "walrelay passes the writer's trace context on (outbox.trace_column) and starts no spans of its own",
 		"type":                                     "the EventRouter",
 	} {
-		if v, ok := opt[pre+option]; ok {
+		if _, ok := opt[pre+option]; ok {
 			used[pre+option] = true
 			if option != "type" {
-				ignored = append(ignored, DebeziumNote{pre + option, v, why})
+				ignored = append(ignored, DebeziumNote{pre + option, why})
 			}
 		}
 	}
@@ -412,12 +414,10 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		switch why, ok := ignoredWhy(k); {
 		case strings.HasPrefix(k, pre):
 			refuse(k, "an EventRouter option walrelay does not reproduce")
-		case ok && (strings.Contains(k, "password") || strings.Contains(k, "jaas")):
-			ignored = append(ignored, DebeziumNote{k, "", why}) // a secret: its value is not carried
 		case ok:
-			ignored = append(ignored, DebeziumNote{k, opt[k], why})
+			ignored = append(ignored, DebeziumNote{k, why})
 		case fromWorker && !fromConnector:
-			ignored = append(ignored, DebeziumNote{k, opt[k], "a Kafka Connect worker setting"})
+			ignored = append(ignored, DebeziumNote{k, "a Kafka Connect worker setting"})
 		default:
 			refuse(k, "an option walrelay does not know: it may change the records")
 		}

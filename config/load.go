@@ -1,8 +1,6 @@
 package config
 
 import (
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -11,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walrelay/walrelay/internal/faultinject"
@@ -86,28 +85,43 @@ func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 	if err := cs.cfg.validate(needKafka); err != nil {
 		return nil, err
 	}
+	// A DSN that does not parse is refused here, in pgconn's words without
+	// the DSN (which they would quote), before anything can print it.
+	if _, err := pgconn.ParseConfig(cs.cfg.Postgres.DSN); err != nil {
+		return nil, fmt.Errorf("postgres.dsn: %w", DSNError(err))
+	}
 	if k := cs.byKey["postgres.table"]; len(cs.cfg.Outbox.Tables) > 0 && k.setFrom != "default" {
 		return nil, fmt.Errorf("postgres.table (from the %s) and outbox.tables are both set: list every outbox table in outbox.tables", map[string]string{"file": "config file", "env": "environment", "flag": "flags"}[k.setFrom])
 	}
 	return &cs.cfg, cs.cfg.readSecrets()
 }
 
-// LoadFile applies the YAML configuration file at path.
+// LoadFile applies the YAML configuration file at path. Each value is
+// taken as written: the text of the YAML scalar, not YAML's reading of it
+// (0x1F stays 0x1F, 1.10 stays 1.10), and each key setter parses it as its
+// type requires. A key given twice, in any spelling (nested or dotted), is
+// refused with both lines.
 func (cs *Set) LoadFile(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read config file: %w", err)
 	}
-	var doc map[string]any
+	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
-	flat, structured := map[string]string{}, map[string]bool{}
-	if err := flatten("", doc, flat, structured); err != nil {
-		return fmt.Errorf("config file %s: %w", path, err)
+	f := flattener{flat: map[string]string{}, structured: map[string]bool{}, line: map[string]int{}}
+	if len(doc.Content) > 0 { // an empty file sets nothing
+		root := resolve(doc.Content[0])
+		if root.Kind != yaml.MappingNode {
+			return fmt.Errorf("config file %s: the file must be a YAML mapping", path)
+		}
+		if err := f.mapping("", root); err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
+		}
 	}
-	names := make([]string, 0, len(flat))
-	for n := range flat {
+	names := make([]string, 0, len(f.flat))
+	for n := range f.flat {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -116,10 +130,10 @@ func (cs *Set) LoadFile(path string) error {
 		if !ok {
 			return fmt.Errorf("config file %s: unknown key %q%s", path, n, cs.suggest(n))
 		}
-		if structured[n] && !k.structured {
+		if f.structured[n] && !k.structured {
 			return fmt.Errorf("config file %s: key %s: a list of plain values is expected", path, n)
 		}
-		if err := k.set(flat[n]); err != nil {
+		if err := k.set(f.flat[n]); err != nil {
 			return fmt.Errorf("config file %s: key %s: %w", path, n, err)
 		}
 		k.setFrom = "file"
@@ -207,47 +221,89 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// flatten turns nested YAML maps into dotted keys; scalar lists become
-// comma-separated values, and a list holding mappings its JSON text (the
-// key is then marked in structured).
-func flatten(prefix string, v any, out map[string]string, structured map[string]bool) error {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, x := range v {
-			name := k
-			if prefix != "" {
-				name = prefix + "." + k
-			}
-			if err := flatten(name, x, out, structured); err != nil {
-				return err
-			}
+// flattener turns nested YAML mappings into dotted keys, from the YAML
+// nodes themselves: a scalar is its text as written; a list of scalars
+// the texts comma-separated; a list holding mappings its YAML text (the
+// key is then marked in structured), which the key's setter decodes into
+// string fields, as written too. line holds where each key was given.
+type flattener struct {
+	flat       map[string]string
+	structured map[string]bool
+	line       map[string]int
+}
+
+// resolve follows an alias to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func (f *flattener) mapping(prefix string, m *yaml.Node) error {
+	here := map[string]int{} // this mapping's own keys: YAML forbids one twice
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		kn, vn := resolve(m.Content[i]), resolve(m.Content[i+1])
+		if kn.Kind != yaml.ScalarNode {
+			return fmt.Errorf("line %d: a key must be a plain name", kn.Line)
 		}
-	case []any:
-		if slices.ContainsFunc(v, func(x any) bool { _, ok := x.(map[string]any); return ok }) {
-			b, err := json.Marshal(v)
-			if err != nil {
-				return fmt.Errorf("key %s: %w", prefix, err)
-			}
-			out[prefix], structured[prefix] = string(b), true
-			return nil
+		name := kn.Value
+		if prefix != "" {
+			name = prefix + "." + kn.Value
 		}
-		parts := make([]string, 0, len(v))
-		for _, x := range v {
-			if _, ok := x.([]any); ok {
-				return fmt.Errorf("key %s: a list of plain values is expected", prefix)
-			}
-			parts = append(parts, fmt.Sprint(x))
+		if first, ok := here[kn.Value]; ok {
+			return fmt.Errorf("key %s is given twice: line %d and line %d", name, first, kn.Line)
 		}
-		out[prefix] = strings.Join(parts, ",")
-	case nil:
-		out[prefix] = ""
-	default:
-		if prefix == "" {
-			return errors.New("the file must be a YAML mapping")
+		here[kn.Value] = kn.Line
+		if err := f.value(name, kn.Line, vn); err != nil {
+			return err
 		}
-		out[prefix] = fmt.Sprint(v)
 	}
 	return nil
+}
+
+func (f *flattener) value(name string, line int, v *yaml.Node) error {
+	if v.Kind == yaml.MappingNode {
+		return f.mapping(name, v)
+	}
+	if first, ok := f.line[name]; ok {
+		return fmt.Errorf("key %s is given twice: line %d and line %d", name, first, line)
+	}
+	f.line[name] = line
+	switch v.Kind {
+	case yaml.SequenceNode:
+		if slices.ContainsFunc(v.Content, func(x *yaml.Node) bool { return resolve(x).Kind == yaml.MappingNode }) {
+			b, err := yaml.Marshal(v)
+			if err != nil {
+				return fmt.Errorf("key %s: %w", name, err)
+			}
+			f.flat[name], f.structured[name] = string(b), true
+			return nil
+		}
+		parts := make([]string, 0, len(v.Content))
+		for _, x := range v.Content {
+			x = resolve(x)
+			if x.Kind != yaml.ScalarNode {
+				return fmt.Errorf("key %s: a list of plain values is expected", name)
+			}
+			parts = append(parts, scalarText(x))
+		}
+		f.flat[name] = strings.Join(parts, ",")
+	case yaml.ScalarNode:
+		f.flat[name] = scalarText(v)
+	default:
+		return fmt.Errorf("key %s: line %d: a value, a list or a mapping is expected", name, v.Line)
+	}
+	return nil
+}
+
+// scalarText is a scalar's text as written; YAML's null (empty, ~ or null
+// unquoted) is empty.
+func scalarText(n *yaml.Node) string {
+	if n.ShortTag() == "!!null" {
+		return ""
+	}
+	return n.Value
 }
 
 // YAML renders the effective configuration as a YAML file that walrelay
@@ -276,6 +332,9 @@ func (cs *Set) YAML() (string, error) {
 			from = "from " + EnvName(k.name)
 		case "flag":
 			from = "from --" + k.name
+		}
+		if k.name == "postgres.dsn" && v != "" {
+			from += "; as parsed, without its password, passfile and TLS files"
 		}
 		val := &yaml.Node{Kind: yaml.ScalarNode, Value: v, LineComment: from}
 		if v == "" || strings.ContainsAny(v, ":#{}[],&*!|>'\"%@`") || strings.TrimSpace(v) != v {

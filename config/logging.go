@@ -4,11 +4,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/url"
-	"regexp"
+	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/internal/pgdsn"
 )
 
 // NewLogger returns the logger of cfg's log.level and log.format, writing
@@ -23,72 +24,43 @@ func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-var (
-	// secretParam matches a connection parameter that carries a secret
-	// (libpq's password and sslpassword), in key=value form or in a URL's
-	// query, quoted or not.
-	secretParam = regexp.MustCompile(`(?i)\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
-	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)([^@\s]*)@`)
-)
+// RedactDSN returns the connection that dsn describes, rebuilt from
+// pgconn's parse without its secrets, or "unparseable DSN" and pgconn's
+// reason without any part of dsn (pgdsn.Show).
+func RedactDSN(dsn string) string { return pgdsn.Show(dsn) }
 
-// RedactDSN hides every secret of a URL or key=value connection string (the
-// password in the URL's user part, password= and sslpassword= anywhere),
-// also of one that does not parse.
-func RedactDSN(dsn string) string {
-	dsn = urlPassword.ReplaceAllString(dsn, "${1}redacted@")
-	return secretParam.ReplaceAllString(dsn, "${1}redacted")
-}
+// DSNError returns pgconn's failure to parse a DSN without any part of the
+// DSN (pgdsn.ParseError).
+func DSNError(err error) error { return pgdsn.ParseError(err) }
 
-// dsnHasPassword reports whether dsn itself carries a password (not
-// sslpassword, and not one from the environment).
+// dsnPassword returns the password pgconn's parser finds for dsn.
+func dsnPassword(dsn string) string { return pgdsn.Password(dsn) }
+
+// dsnHasPassword reports whether dsn gives a password of its own: one
+// pgconn's parser finds that is not PGPASSWORD's (written in the DSN, or
+// from its service file or passfile).
 func dsnHasPassword(dsn string) bool {
-	if urlPassword.MatchString(dsn) {
-		return true
-	}
-	for _, m := range secretParam.FindAllStringSubmatch(dsn, -1) {
-		if strings.HasPrefix(strings.ToLower(m[1]), "password") {
-			return true
-		}
-	}
-	return false
+	pw := dsnPassword(dsn)
+	return pw != "" && pw != os.Getenv("PGPASSWORD")
 }
 
-// dsnPasswords returns the secrets written in dsn, as written and decoded,
-// to scrub from errors that quote it; and the password pgconn's parser
-// finds (which also reads PGPASSWORD).
-func dsnPasswords(dsn string) []string {
-	var out []string
-	add := func(s string) {
-		if s == "" {
-			return
-		}
-		out = append(out, s)
-		if d, err := url.QueryUnescape(s); err == nil && d != s {
-			out = append(out, d)
-		}
-		if e := url.QueryEscape(s); e != s {
-			out = append(out, e)
-		}
-	}
-	for _, m := range urlPassword.FindAllStringSubmatch(dsn, -1) {
-		add(m[2])
-	}
-	for _, m := range secretParam.FindAllStringSubmatch(dsn, -1) {
-		add(strings.Trim(m[2], "'"))
-	}
-	if c, err := pgconn.ParseConfig(dsn); err == nil {
-		add(c.Password)
-	}
-	return out
-}
-
-// ScrubError is err with every secret replaced (Config.Secrets): the
-// drivers quote a connection string that does not parse.
+// ScrubError is err made safe to print: a ParseConfigError anywhere in its
+// chain is replaced by DSNError's text (pgconn's message quotes the DSN),
+// and then every one of secrets (Config.Secrets, the values themselves as
+// parsed) that its text still holds is replaced by "redacted".
 func ScrubError(err error, secrets []string) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if strings.Contains(msg, pe.Error()) {
+			msg = strings.ReplaceAll(msg, pe.Error(), DSNError(pe).Error())
+		} else {
+			msg = DSNError(pe).Error() // wrapped in a way that changed its text
+		}
+	}
 	for _, p := range secrets {
 		if len(p) >= 3 {
 			msg = strings.ReplaceAll(msg, p, "redacted")

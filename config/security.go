@@ -23,7 +23,7 @@ import (
 func (c *Config) readSecrets() error {
 	if f := c.Postgres.PasswordFile; f != "" {
 		if dsnHasPassword(c.Postgres.DSN) {
-			return errors.New("postgres.password_file is set and postgres.dsn has a password too: keep one")
+			return errors.New("postgres.password_file is set and postgres.dsn gives a password too (written in it, or from its passfile or service file): keep one")
 		}
 		pw, err := readSecret("postgres.password_file", f)
 		if err != nil {
@@ -61,11 +61,12 @@ func readSecret(key, path string) (string, error) {
 	return s, nil
 }
 
-// Secrets lists the configuration's passwords, to scrub from errors that
-// quote them.
+// Secrets lists the configuration's passwords as parsed (the one pgconn
+// finds for the DSN, the password file's, the SASL password), for
+// ScrubError.
 func (c *Config) Secrets() []string {
-	out := dsnPasswords(c.Postgres.DSN)
-	for _, s := range []string{c.pgPassword, c.Kafka.SASL.Password} {
+	var out []string
+	for _, s := range []string{dsnPassword(c.Postgres.DSN), c.pgPassword, c.Kafka.SASL.Password} {
 		if s != "" {
 			out = append(out, s)
 		}

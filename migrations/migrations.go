@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 //go:embed *.sql
@@ -43,7 +44,10 @@ func EmitFunctionSQL(prefix string) string {
 	return "pg_logical_emit_message(true, " + quoteLiteral(prefix) + ","
 }
 
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// quoteLiteral quotes s as a string literal that reads the same whatever
+// the session's standard_conforming_strings (walrelay_emit's body is
+// parsed in its caller's session).
+func quoteLiteral(s string) string { return sqlquote.Literal(s) }
 
 // Result says what Apply found and did.
 type Result struct {
@@ -61,6 +65,9 @@ const tableMigration = "0001_outbox.sql"
 func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error) {
 	o = o.WithDefaults()
 	var res Result
+	if strings.Contains(quoteLiteral(o.MessagePrefix), "$$") {
+		return res, fmt.Errorf("outbox.message_prefix %q: $$ would end the body of walrelay_emit, where it is written", o.MessagePrefix)
+	}
 	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
 		return res, fmt.Errorf("list migrations: %w", err)

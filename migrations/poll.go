@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // The poll source's columns (`walrelay migrate --poll`), with the types and
@@ -130,11 +131,11 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 		id, agg := pgx.Identifier{l.Columns.ID}.Sanitize(), pgx.Identifier{l.Columns.AggregateID}.Sanitize()
 		statuses := "'" + strings.Join(PollStatuses, "', '") + "'"
 		stmts := []string{
-			`DO $$ BEGIN
-				IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = ` + quoteLiteral(name) + `::regclass AND conname = ` + quoteLiteral(n.StatusCheck) + `) THEN
-					ALTER TABLE ` + name + ` ADD CONSTRAINT ` + pgx.Identifier{n.StatusCheck}.Sanitize() + ` CHECK (status IN (` + statuses + `));
+			`DO ` + sqlquote.Dollar(` BEGIN
+				IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = `+quoteLiteral(name)+`::regclass AND conname = `+quoteLiteral(n.StatusCheck)+`) THEN
+					ALTER TABLE `+name+` ADD CONSTRAINT `+pgx.Identifier{n.StatusCheck}.Sanitize()+` CHECK (status IN (`+statuses+`));
 				END IF;
-			END $$`,
+			END `),
 			"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.DueIndex}.Sanitize() + " ON " + name + " (created_at, " + id + ") WHERE status IN ('PENDING', 'SENDING')",
 			"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.UnsentIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status <> 'SENT'",
 			"CREATE OR REPLACE FUNCTION " + pgx.Identifier{l.Schema, n.Function}.Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // MinPruneAge is the smallest age prune deletes: a reconcile or replay
@@ -68,7 +70,7 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 	w := Window{Until: res.Cutoff}
 	if p.SentOnly {
 		// Rows sent before the cutoff, whatever their own time.
-		w = Window{All: true, extra: "status = 'SENT' AND sent_at < '" + res.Cutoff.UTC().Format(time.RFC3339Nano) + "'::timestamptz"}
+		w = Window{All: true, extra: "status = 'SENT' AND sent_at < " + sqlquote.Literal(res.Cutoff.UTC().Format(time.RFC3339Nano)) + "::timestamptz"}
 	}
 	cond, args, err := t.where(ctx, w)
 	if err != nil {
@@ -124,7 +126,7 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 		var n int
 		var max *string
 		if snapshot != "" {
-			_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'")
+			_, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+sqlquote.Literal(snapshot)) // it takes no parameter
 		}
 		if err == nil {
 			// Walk the primary key (see Table.Rows).

@@ -15,6 +15,7 @@ import (
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/pgdsn"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -146,7 +147,7 @@ func New(cfg Config) (*Relay, error) {
 		}
 		c, err := pgx.ParseConfig(cfg.ConnString)
 		if err != nil {
-			return nil, fmt.Errorf("postgres.dsn: %w", err)
+			return nil, fmt.Errorf("postgres.dsn: %w", pgdsn.ParseError(err)) // pgconn's own text quotes the DSN
 		}
 		cfg.ConnConfig = c
 	}

@@ -25,8 +25,10 @@ func ident(parts ...string) string {
 	return strings.Join(parts, ".")
 }
 
-// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings
-// is on from PostgreSQL 9.1).
+// quoteLiteral quotes s as a string literal of a replication command
+// (START_REPLICATION's options), whose scanner reads a doubled quote as one and
+// knows no backslash escapes, whatever standard_conforming_strings says.
+// SQL statements use sqlquote.Literal.
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

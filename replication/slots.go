@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // SlotInfo is a logical slot's row of pg_replication_slots.
@@ -31,7 +33,7 @@ var ErrSlotMissing = errors.New("replication slot does not exist")
 // speaks only the simple query protocol; the name was validated by New.
 func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInfo, error) {
 	res, err := conn.Exec(ctx, "SELECT active, coalesce(active_pid, 0), coalesce(restart_lsn, '0/0'), coalesce(confirmed_flush_lsn, '0/0'), "+
-		"coalesce(wal_status, ''), database = current_database(), coalesce(database, ''), current_database() FROM pg_replication_slots WHERE slot_name = '"+slot+"'").ReadAll()
+		"coalesce(wal_status, ''), database = current_database(), coalesce(database, ''), current_database() FROM pg_replication_slots WHERE slot_name = "+sqlquote.Literal(slot)).ReadAll()
 	if err != nil {
 		if isFatalPgError(err) {
 			return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("inspect slot %s: %w", slot, err))
@@ -219,7 +221,9 @@ func recordSlot(ctx context.Context, conn *pgx.Conn, pub, slot string) {
 	}
 	slots = append(slots, slot)
 	text := strings.Join(append(rest, slotMarker+strings.Join(slots, ", ")), "\n")
-	_, _ = conn.Exec(ctx, "COMMENT ON PUBLICATION "+pgx.Identifier{pub}.Sanitize()+" IS "+quoteLiteral(text))
+	// COMMENT takes no parameter: the literal reads the same whatever the
+	// session's standard_conforming_strings.
+	_, _ = conn.Exec(ctx, "COMMENT ON PUBLICATION "+pgx.Identifier{pub}.Sanitize()+" IS "+sqlquote.Literal(text))
 }
 
 // SlotStatus is one logical slot as an operator sees it: pg_replication_slots

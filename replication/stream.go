@@ -17,6 +17,7 @@ import (
 
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/backoff"
+	"github.com/walrelay/walrelay/internal/pgdsn"
 )
 
 // Kind says what a Change is.
@@ -176,7 +177,7 @@ func New(cfg Config) (*Stream, error) {
 func ReplicationConfig(connString string) (*pgconn.Config, error) {
 	c, err := pgconn.ParseConfig(connString)
 	if err != nil {
-		return nil, fmt.Errorf("parse postgres dsn: %w", err)
+		return nil, fmt.Errorf("parse postgres dsn: %w", pgdsn.ParseError(err)) // pgconn's own text quotes the DSN
 	}
 	return replicationSession(c), nil
 }

@@ -51,11 +51,7 @@ func cmdDebezium(_ context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	keys, ignored, err := config.FromDebezium(connector, worker)
 	for _, n := range ignored {
-		v := ""
-		if n.Value != "" {
-			v = "=" + n.Value
-		}
-		fmt.Fprintf(stderr, "ignored: %s%s: %s\n", n.Option, v, n.Why)
+		fmt.Fprintf(stderr, "ignored: %s: %s\n", n.Option, n.Why)
 	}
 	if err != nil {
 		return err

@@ -1,0 +1,80 @@
+package migrations_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/migrations"
+)
+
+// TestEmitPrefixUnderBothSettings: walrelay_emit, whose body holds the
+// message prefix as a literal and is parsed in its caller's session,
+// emits under exactly the configured prefix, with a backslash and a
+// quote in it, for a caller with standard_conforming_strings on and for
+// one with it off. Before, the prefix was written with doubled quotes
+// only: a caller with the setting off got a syntax error. A prefix with
+// $$, which would end the function's body, is refused.
+func TestEmitPrefixUnderBothSettings(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	const prefix = `it's\walrelay`
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: prefix}); err != nil {
+		t.Fatal(err)
+	}
+	var src string
+	if err := conn.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'walrelay_emit'").Scan(&src); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(src, migrations.EmitFunctionSQL(prefix)) {
+		t.Fatalf("the function's source does not hold EmitFunctionSQL's text:\n%s", src)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot('quote_test', 'pgoutput')"); err != nil {
+		t.Fatal(err)
+	}
+	for _, scs := range []string{"on", "off"} {
+		if _, err := conn.Exec(ctx, "SET standard_conforming_strings = "+scs+"; SET escape_string_warning = off"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT walrelay_emit(gen_random_uuid(), 'orders', 'o-1', 'Placed', '{}')"); err != nil {
+			t.Errorf("standard_conforming_strings %s: walrelay_emit: %v", scs, err)
+		}
+	}
+	rows, err := conn.Query(ctx, `SELECT data FROM pg_logical_slot_get_binary_changes('quote_test', NULL, NULL,
+		'proto_version', '1', 'publication_names', 'walrelay_outbox', 'messages', 'true')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var messages int
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			t.Fatal(err)
+		}
+		if len(data) > 0 && data[0] == 'M' {
+			messages++
+			if !bytes.Contains(data, []byte(prefix+"\x00")) {
+				t.Errorf("a message under another prefix than %q: %q", prefix, data)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if messages != 2 {
+		t.Errorf("%d messages, want 2 (one per setting)", messages)
+	}
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: "a$$b"}); err == nil || !strings.Contains(err.Error(), "$$") {
+		t.Errorf("a prefix with $$: %v, want it refused", err)
+	}
+}
