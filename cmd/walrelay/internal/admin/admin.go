@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -397,12 +399,33 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 		_ = json.NewEncoder(w).Encode(doc)
 	})
 	if withPprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/", boundedProfile(pprof.Index)) // named profiles: ?seconds= gives a delta
+		mux.HandleFunc("/debug/pprof/profile", boundedProfile(pprof.Profile))
+		mux.HandleFunc("/debug/pprof/trace", boundedProfile(pprof.Trace))
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	}
 	return mux
+}
+
+// MaxProfileDuration is the longest profile or trace the admin listener
+// takes (?seconds=); a longer one is refused with 400. The listener's write
+// timeout leaves room for it.
+const MaxProfileDuration = 30 * time.Second
+
+// boundedProfile refuses a request whose ?seconds= is over
+// MaxProfileDuration before h starts the profile: without a bound, anyone
+// who reaches the port could hold a CPU profile (one at a time for the
+// whole process) or a trace for hours.
+func boundedProfile(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v := r.FormValue("seconds"); v != "" {
+			if sec, err := strconv.ParseFloat(v, 64); err == nil && (sec > MaxProfileDuration.Seconds() || math.IsNaN(sec)) {
+				http.Error(w, fmt.Sprintf("seconds=%s: a profile or trace lasts at most %d seconds on this listener", v, int(MaxProfileDuration.Seconds())), http.StatusBadRequest)
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // reconnectCollector reads the reconnect counts where they are kept.
@@ -457,13 +480,29 @@ func (h kafkaHook) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.
 // kafkaReachable reports whether the last word from the brokers was good.
 func (m *Metrics) kafkaReachable() bool { return m.kafkaOK.Load() >= m.kafkaFail.Load() }
 
-// Serve serves mux on addr until Close.
+// timeouts bound the admin listener's connections.
+type timeouts struct {
+	readHeader, read, write, idle time.Duration
+}
+
+// listenerTimeouts are the admin listener's: a request (a GET without a
+// body) is read within 10 s; an answer is written within the longest
+// profile and 10 s more; a keep-alive connection idle for 10 s is closed,
+// so that idle connections cannot pile up (a scraper opens a new one, at
+// the cost of a handshake per scrape).
+var listenerTimeouts = timeouts{readHeader: 5 * time.Second, read: 10 * time.Second, write: MaxProfileDuration + 10*time.Second, idle: 10 * time.Second}
+
+// Serve serves mux on addr until Close, with listenerTimeouts.
 func Serve(addr string, mux *http.ServeMux, log *slog.Logger) (*http.Server, error) {
+	return serve(addr, mux, listenerTimeouts, log)
+}
+
+func serve(addr string, mux *http.ServeMux, to timeouts, log *slog.Logger) (*http.Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin.listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: l.Addr().String(), Handler: mux, ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, WriteTimeout: to.write, IdleTimeout: to.idle}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin listener stopped", "err", err)
