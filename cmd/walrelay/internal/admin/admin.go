@@ -68,7 +68,8 @@ func ready(state string) bool { return state == "streaming" || state == "polling
 type Metrics struct {
 	reg           *prometheus.Registry
 	published     *prometheus.CounterVec
-	publishedBy   sync.Map // table -> *sync.Map of topic -> prometheus.Counter of published
+	publishedBy   sync.Map     // table -> *sync.Map of topic -> prometheus.Counter of published
+	topicSeries   atomic.Int64 // series of published, at most maxTopicSeries and one (other) per table
 	deadLettered  *prometheus.CounterVec
 	publishErrors *prometheus.CounterVec
 	orderBreaks   prometheus.Counter
@@ -114,7 +115,7 @@ type Metrics struct {
 func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
-	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic, by outbox table (schema.table; message for walrelay_emit)."}, []string{"table", "topic"})
+	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic, by outbox table (schema.table; message for walrelay_emit); past 1000 topics, the others' events under topic=\"(other)\"."}, []string{"table", "topic"})
 	m.deadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_dead_lettered_total", Help: "Events acknowledged on the dead-letter topic, by outbox table and reason."}, []string{"table", "reason"})
 	m.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_publish_errors_total", Help: "Errors publishing to Kafka, by kind (connect: a broker connection failed and is retried; fatal: the pipeline stopped)."}, []string{"kind"})
 	m.transactions = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_transactions_total", Help: "Transactions received from the slot."})
@@ -130,7 +131,10 @@ func New() *Metrics {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}})
 	committedLSN := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walrelay_kafka_committed_lsn", Help: "Exactly-once mode: the commit LSN of the last event in a committed Kafka transaction, as a number."},
 		func() float64 { return float64(m.committedAt.Load()) })
-	m.kafka = kprom.NewMetrics("walrelay_kafka", kprom.Registerer(m.reg), kprom.Gatherer(m.reg))
+	// By broker, not by topic: a row chooses its topic, and the topics'
+	// series would grow with every new one (walrelay_events_published_total
+	// counts by topic, bounded).
+	m.kafka = kprom.NewMetrics("walrelay_kafka", kprom.Registerer(m.reg), kprom.Gatherer(m.reg), kprom.FetchAndProduceDetail(kprom.ByNode, kprom.UncompressedBytes))
 	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.slotSafe, m.commitToAck,
 		m.kafkaTxns, m.kafkaTxnTime, committedLSN,
 		// The Go runtime's and the process's own (go_*, process_*: heap, GC,
@@ -212,6 +216,18 @@ func (m *Metrics) behind(r Source) float64 {
 	return time.Since(time.Unix(0, n)).Seconds()
 }
 
+// maxTopicSeries bounds the series of walrelay_events_published_total
+// with a topic of their own, over all tables: a row chooses its topic, so
+// rows with ever new aggregate types would otherwise add series (and
+// memory, here and in Prometheus) without end. The events of the topics
+// past it count under OtherTopic, one series per table.
+const maxTopicSeries = 1000
+
+// OtherTopic is the topic label of the events of the topics past
+// maxTopicSeries. Parentheses are not legal in a topic name, so it is no
+// topic's.
+const OtherTopic = "(other)"
+
 // publishedOn returns the published counter of a table's events on a
 // topic, remembered: a label lookup per event costs more than the rest of
 // acked.
@@ -224,9 +240,19 @@ func (m *Metrics) publishedOn(table, topic string) prometheus.Counter {
 	if c, ok := topics.Load(topic); ok {
 		return c.(prometheus.Counter)
 	}
-	c := m.published.WithLabelValues(table, topic)
-	topics.Store(topic, c)
-	return c
+	if m.topicSeries.Add(1) > maxTopicSeries {
+		m.topicSeries.Add(-1)
+		if c, ok := topics.Load(OtherTopic); ok {
+			return c.(prometheus.Counter)
+		}
+		c, _ := topics.LoadOrStore(OtherTopic, m.published.WithLabelValues(table, OtherTopic))
+		return c.(prometheus.Counter)
+	}
+	c, loaded := topics.LoadOrStore(topic, m.published.WithLabelValues(table, topic))
+	if loaded {
+		m.topicSeries.Add(-1) // another goroutine made it first
+	}
+	return c.(prometheus.Counter)
 }
 
 // acked records one acknowledged event.

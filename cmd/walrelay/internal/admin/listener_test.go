@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -112,4 +113,33 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// TestPublishedSeriesBounded: 10,000 distinct topics do not make 10,000
+// series of walrelay_events_published_total: past the cap, their events
+// count under topic="(other)", and every event is counted.
+func TestPublishedSeriesBounded(t *testing.T) {
+	t.Parallel()
+	m := New()
+	acked := m.Hooks().Acked
+	for i := range 10000 {
+		acked("public.outbox", fmt.Sprintf("outbox.event.t%d", i), "", time.Time{})
+	}
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series, total := 0, 0.0
+	for _, f := range families {
+		if f.GetName() != "walrelay_events_published_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			series++
+			total += s.GetCounter().GetValue()
+		}
+	}
+	if series > maxTopicSeries+1 || total != 10000 {
+		t.Fatalf("%d series counting %v events, want at most %d (and (other)) counting 10000", series, total, maxTopicSeries)
+	}
 }
