@@ -63,7 +63,7 @@ func TestAdminIdleConnectionClosed(t *testing.T) {
 
 // TestAdminProfileDurationBounded: with pprof on, a profile or trace
 // asked for longer than MaxProfileDuration is refused at once, and a short
-// one is served.
+// one is served; the command line is not.
 func TestAdminProfileDurationBounded(t *testing.T) {
 	t.Parallel()
 	m := New()
@@ -85,7 +85,17 @@ func TestAdminProfileDurationBounded(t *testing.T) {
 			t.Fatalf("GET %s: %s %q, want 400 naming the limit", path, resp.Status, body)
 		}
 	}
-	resp, err := http.Get("http://" + addr + "/debug/pprof/trace?seconds=0.1")
+	// The command line may hold a DSN with its password (--postgres.dsn):
+	// it is not served.
+	resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/cmdline: %s, want 404", resp.Status)
+	}
+	resp, err = http.Get("http://" + addr + "/debug/pprof/trace?seconds=0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
