@@ -3,9 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // TestCheckWarnsOfUnverifiedPostgres: walrelay check prints a WARN line for
@@ -59,5 +67,56 @@ func TestRunWarnsOfUnverifiedPostgres(t *testing.T) {
 		if warned != c.warn || strings.Contains(out, password) {
 			t.Fatalf("run, source %s: warned %v, want %v (and no password):\n%s", c.source, warned, c.warn, out)
 		}
+	}
+}
+
+// TestRowCannotChooseWalrelaysTopics: with a template that is the aggregate
+// type alone, rows whose aggregate type names the dead-letter topic, the
+// offsets topic or a topic outside kafka.allowed_topics are dead-lettered
+// (forbidden_topic) and nothing else reaches those topics; an allowed
+// topic gets its event. check reports the routing confined.
+func TestRowCannotChooseWalrelaysTopics(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	offsets, other := kc.prefix+"walrelay.offsets", kc.prefix+"app.commands"
+	e := baseEnv(pg, kc).with("WALRELAY_KAFKA_TOPIC", "{aggregatetype}", "WALRELAY_KAFKA_OFFSETS_TOPIC", offsets,
+		"WALRELAY_KAFKA_ALLOWED_TOPICS", kc.prefix+"outbox.event.*")
+	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "OK    topic routing") {
+		t.Fatalf("check: exit %d\n%s", code, out)
+	}
+	stray, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(offsets)+"|"+regexp.QuoteMeta(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stray.Close()
+	p := streaming(t, e)
+	conn := connect(t, pg.DSN)
+	for i, agg := range []string{kc.dlq(), offsets, other, kc.topic("order")} {
+		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'a', 'T', '{}')",
+			fmt.Sprintf("00000000-0000-7000-8000-%012d", i), agg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 4 })
+	if err != nil {
+		t.Fatalf("%v\n%s", err, p.out.String())
+	}
+	time.Sleep(300 * time.Millisecond) // a record that should not come would be here now
+	forbidden := 0
+	for _, r := range col.Records() {
+		switch {
+		case r.Topic == kc.dlq() && string(kafkatest.Header(r, sink.HeaderReason)) == sink.ReasonForbiddenTopic:
+			forbidden++
+		case r.Topic == kc.topic("order"):
+		default:
+			t.Fatalf("a record on %s, reason %q", r.Topic, kafkatest.Header(r, sink.HeaderReason))
+		}
+	}
+	if forbidden != 3 || len(recs) != 4 || len(stray.Records()) != 0 {
+		t.Fatalf("%d dead-lettered as forbidden of %d records, %d on the offsets or another topic: want 3 of 4, and none", forbidden, len(recs), len(stray.Records()))
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.out.String())
 	}
 }
