@@ -333,7 +333,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Admin.Listen, "127.0.0.1:8087")
 	add("admin.listen", "admin HTTP listener (`/healthz`, `/readyz`, `/metrics`, `/status`); empty turns it off", f, s)
 	f, s = boolean(&c.Admin.Pprof, false)
-	add("admin.pprof", "also serve Go's profiles under `/debug/pprof` on the admin listener", f, s)
+	add("admin.pprof", "also serve Go's profiles under `/debug/pprof` on the admin listener (`?seconds=` at most 30; without authentication: `run` and `check` warn when the listener is not on loopback)", f, s)
 	f, s = duration(&c.Heartbeat.Interval, 0)
 	add("heartbeat.interval", "write a heartbeat message into the WAL this often", f, s)
 	f, s = str(&c.Log.Level, "info")

@@ -16,7 +16,7 @@ import (
 // prints each as a line, walrelay run logs those not OK as warnings.
 type TrustCheck struct {
 	// Name is the check's name in walrelay check: "postgres tls",
-	// "kafka tls" or "topic routing".
+	// "kafka tls", "topic routing" or "admin listener".
 	Name string
 	// OK is false when the setting trusts the network or the rows more
 	// than it should.
@@ -30,8 +30,9 @@ type TrustCheck struct {
 // TLS of the PostgreSQL connection (anything but sslmode=verify-full to a
 // host that is not local lets a man in the middle read or change the
 // stream, and read a password sent in clear), SASL PLAIN without TLS to
-// Kafka (the password in clear on the wire), and a topic route that lets a
-// row choose the start of its topic without kafka.allowed_topics.
+// Kafka (the password in clear on the wire), a topic route that lets a
+// row choose the start of its topic without kafka.allowed_topics, and Go's
+// profiles served beyond loopback.
 func (c *Config) TrustChecks() []TrustCheck {
 	var out []TrustCheck
 	if pc := postgresTLS(c.Postgres.DSN); pc != nil {
@@ -41,7 +42,25 @@ func (c *Config) TrustChecks() []TrustCheck {
 		out = append(out, *kc)
 	}
 	out = append(out, c.routingCheck())
+	if ac := c.adminCheck(); ac != nil {
+		out = append(out, *ac)
+	}
 	return out
+}
+
+// adminCheck judges Go's profiles on an admin listener that is not on
+// loopback: the listener has no authentication, and a profile shows the
+// process's memory and code paths to whoever reaches the port. nil
+// without admin.pprof.
+func (c *Config) adminCheck() *TrustCheck {
+	if !c.Admin.Pprof || c.Admin.Listen == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.Admin.Listen)
+	if err == nil && host != "" && isLocal(host) {
+		return &TrustCheck{Name: "admin listener", OK: true, Detail: "profiles (admin.pprof) on loopback only"}
+	}
+	return &TrustCheck{Name: "admin listener", Detail: fmt.Sprintf("admin.pprof serves Go's profiles without authentication on %s, beyond loopback: turn it off when done, or keep the port private (a NetworkPolicy, a firewall)", c.Admin.Listen)}
 }
 
 // isLocal reports whether host is a unix socket directory or a loopback

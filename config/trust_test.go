@@ -13,7 +13,8 @@ import (
 // socket, a loopback host and verify-full are not. SASL PLAIN without TLS
 // to a broker that is not local is warned of; with TLS, to loopback, or
 // SCRAM, not. A route that lets a row choose the start of its topic is
-// warned of unless kafka.allowed_topics is set.
+// warned of unless kafka.allowed_topics is set. Profiles served beyond
+// loopback are warned of.
 func TestTrustChecks(t *testing.T) {
 	t.Parallel()
 	certs, err := tlstest.New(t.TempDir(), "db.example.com")
@@ -73,6 +74,9 @@ func TestTrustChecks(t *testing.T) {
 		{"a table's regex route", func(c *Config) {
 			c.Outbox.Tables = []OutboxTable{{Table: "billing.events", Topic: "billing.$1", TopicRegex: "(.*)"}}
 		}, []want{{"topic routing", "outbox.tables billing.events topic_regex"}}},
+		{"profiles on every interface", func(c *Config) { c.Admin.Listen, c.Admin.Pprof = "0.0.0.0:8087", true },
+			[]want{{"admin listener", "without authentication on 0.0.0.0:8087"}}},
+		{"profiles on loopback", func(c *Config) { c.Admin.Pprof = true }, []want{{"admin listener", ""}}},
 		{"a regex route confined", func(c *Config) {
 			c.Kafka.Topic, c.Kafka.TopicRegex, c.Kafka.AllowedTopics = "outbox.$1", "(.*)", []string{"outbox.*"}
 		}, []want{{"topic routing", ""}}},
