@@ -18,7 +18,9 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /walrelay /walrelay
 USER nonroot:nonroot
 # The admin listener (/healthz, /readyz, /metrics, /status) on every
-# interface of the container; publish it where you need it.
+# interface of the container, without authentication: publish it on a
+# private address only (docker run -p 127.0.0.1:8087:8087; on Kubernetes,
+# deploy/kubernetes's NetworkPolicy admits only Prometheus).
 ENV WALRELAY_ADMIN_LISTEN=0.0.0.0:8087
 EXPOSE 8087
 # Healthy while streaming (walrelay status --ready asks /readyz; the image

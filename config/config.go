@@ -58,6 +58,7 @@ type Config struct {
 		Brokers             []string
 		Topic               string
 		TopicRegex          string
+		AllowedTopics       []string
 		TombstoneOnEmpty    bool
 		ExpandJSONPayload   bool
 		CloudEvents         string
@@ -249,6 +250,8 @@ func (c *Config) keys() []*key {
 	add("kafka.topic", "topic template; `{aggregatetype}` and `{type}` are replaced; with `kafka.topic_regex`, the replacement of its groups", f, s)
 	f, s = str(&c.Kafka.TopicRegex, "")
 	add("kafka.topic_regex", "Debezium's `route.topic.regex` (Go's RE2 syntax, `(?<name>…)` groups): a routing value it matches whole goes to `kafka.topic` with `$1` and `${name}` replaced as Java replaces them (`\\` escapes); a value it does not match is itself the topic, as in Debezium", f, s)
+	f, s = list(&c.Kafka.AllowedTopics, nil)
+	add("kafka.allowed_topics", "topics events may go to, comma-separated: a name, or a prefix ending in `*` (`orders.*`); an event whose route (`kafka.topic`, `kafka.topic_regex`, an `outbox.tables` entry's) gives another topic is dead-lettered (reason `forbidden_topic`); empty: any topic. Whatever it says, no event goes to walrelay's own topics (`kafka.dlq_topic`, `kafka.offsets_topic`, `walrelay.dlq`, `walrelay.offsets`, `walrelay.inbox.dlq`) or to one named `__…`. Set it when a route lets the row choose the start of the topic (a regex, or a template that starts with `{aggregatetype}` or `{type}`): walrelay warns at start and `check` warns otherwise", f, s)
 	f, s = boolean(&c.Kafka.TombstoneOnEmpty, false)
 	add("kafka.tombstone_on_empty_payload", "Debezium's `route.tombstone.on.empty.payload`: a NULL or blank payload gives a tombstone (a null value) in every value format", f, s)
 	f, s = str(&c.Kafka.KeyFormat, "raw")
@@ -330,7 +333,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Admin.Listen, "127.0.0.1:8087")
 	add("admin.listen", "admin HTTP listener (`/healthz`, `/readyz`, `/metrics`, `/status`); empty turns it off", f, s)
 	f, s = boolean(&c.Admin.Pprof, false)
-	add("admin.pprof", "also serve Go's profiles under `/debug/pprof` on the admin listener", f, s)
+	add("admin.pprof", "also serve Go's profiles under `/debug/pprof` on the admin listener (`?seconds=` at most 30; without authentication: `run` and `check` warn when the listener is not on loopback)", f, s)
 	f, s = duration(&c.Heartbeat.Interval, 0)
 	add("heartbeat.interval", "write a heartbeat message into the WAL this often", f, s)
 	f, s = str(&c.Log.Level, "info")
@@ -400,6 +403,9 @@ func (c *Config) validate(needKafka bool) error {
 	}
 	if err := sink.CheckRouting(k.Topic, k.TopicRegex); err != nil {
 		return fmt.Errorf("kafka.topic, kafka.topic_regex: %w", err)
+	}
+	if err := sink.CheckAllowedTopics(k.AllowedTopics); err != nil {
+		return fmt.Errorf("kafka.allowed_topics: %w", err)
 	}
 	switch {
 	case k.BatchMaxBytes < 1024:

@@ -159,6 +159,9 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 		KeyFormat: kf, ValueFormat: vf, ExpandJSONPayload: k.ExpandJSONPayload, RequestTimeout: k.RequestTimeout,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty,
+		// The offsets topic is walrelay's own in either mode: a relay may
+		// turn exactly-once on later, or another read it.
+		AllowedTopics: k.AllowedTopics, ReservedTopics: []string{k.OffsetsTopic},
 		Compression: k.Compression, Linger: linger, BatchMaxBytes: int32(min(k.BatchMaxBytes, 1<<30)),
 		MaxBufferedRecords: k.MaxBufferedRecords, MaxBufferedBytes: k.MaxBufferedBytes,
 		DisableAutoCreateTopics: !k.AutoCreateTopics, Logger: log,

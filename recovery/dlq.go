@@ -143,6 +143,12 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 		case d.Record.Value == nil && sink.Header(d.Record, sink.HeaderOmitted) != "" || d.OriginalTopic == "":
 			res.NotReplayable = append(res.NotReplayable, fmt.Sprintf("%s: its row is gone from the table and the dead letter lacks its value or topic", d.ID))
 			continue
+		case forbidden(p, d.OriginalTopic) != nil:
+			// A row chose this topic (walrelay's own, Kafka's internal, or
+			// outside kafka.allowed_topics): the dead letter is not
+			// produced there by hand either.
+			res.NotReplayable = append(res.NotReplayable, fmt.Sprintf("%s: its row is gone from the table, and %v", d.ID, forbidden(p, d.OriginalTopic)))
+			continue
 		default:
 			res.FromDeadLetter++
 			r := &kgo.Record{Topic: d.OriginalTopic, Key: d.Record.Key, Value: d.Record.Value}
@@ -180,4 +186,14 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 		}
 	}
 	return res, nil
+}
+
+// forbidden returns why no event may go to topic, if p (a *sink.Sink)
+// says so: a dead letter replayed from its own value goes to the topic its
+// header names, which its row chose.
+func forbidden(p Publisher, topic string) error {
+	if c, ok := p.(interface{ CheckTopic(string) error }); ok {
+		return c.CheckTopic(topic)
+	}
+	return nil
 }

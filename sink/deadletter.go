@@ -15,7 +15,7 @@ import (
 // Dead-letter record headers, besides those of the event.
 const (
 	HeaderError     = "walrelay.error"     // the error text
-	HeaderReason    = "walrelay.reason"    // invalid_event, invalid_topic, invalid_partition, too_large, invalid_record, max_attempts
+	HeaderReason    = "walrelay.reason"    // invalid_event, invalid_topic, forbidden_topic, invalid_partition, too_large, invalid_record, max_attempts
 	HeaderSource    = "walrelay.table"     // schema.table, or "message"
 	HeaderWALStart  = "walrelay.wal_start" // LSN of the change itself
 	HeaderTopic     = "walrelay.topic"     // the topic it was meant for, if known

@@ -141,18 +141,32 @@ func (s *Sink) describeLimit(ctx context.Context, typ kmsg.ConfigResourceType, n
 
 // topicInfo is what the sink learns of a topic at its first event.
 type topicInfo struct {
-	valid    bool  // a legal Kafka topic name
-	batchCap int32 // the cap of its batches (batchCap)
+	valid     bool  // a legal Kafka topic name
+	forbidden error // why no event may go there (topicRules), nil if it may
+	batchCap  int32 // the cap of its batches (batchCap)
 }
 
+// maxCachedTopics bounds the topics whose topicInfo is remembered: a
+// stream has few, but a row chooses its topic, and rows with ever new
+// aggregate types, legal names or not, must not grow the sink without end.
+// Past it, one remembered topic is forgotten for each new one; a topic
+// forgotten is learnt again (one request) at its next event.
+const maxCachedTopics = 4096
+
 // topicInfoFor returns what the sink knows of a topic, learning it at the topic's
-// first event (a stream has few topics).
+// first event (a stream has few topics). A topic that no event may go to
+// costs no request.
 func (s *Sink) topicInfoFor(ctx context.Context, topic string) topicInfo {
 	if ti, ok := s.topics.Load(topic); ok {
 		return ti.(topicInfo)
 	}
 	ti := topicInfo{valid: ValidTopic(topic), batchCap: s.cfg.BatchMaxBytes}
 	if ti.valid {
+		// The dead-letter topic's too: Ping learns its cap here, and no
+		// event goes there by its route.
+		ti.forbidden = s.rules.check(topic)
+	}
+	if ti.valid && (ti.forbidden == nil || topic == s.cfg.DLQTopic) {
 		ti.batchCap = s.batchCap(ctx, topic)
 		if v, ok := s.refused.LoadAndDelete(topic); ok && ti.batchCap >= v.(int32) {
 			// The limit the broker enforces is lower than what could be
@@ -161,8 +175,28 @@ func (s *Sink) topicInfoFor(ctx context.Context, topic string) topicInfo {
 			s.log.Warn("the broker refused a batch for a topic whose lower limit could not be read; halving its batch cap", "topic", topic, "batch_cap", ti.batchCap)
 		}
 	}
-	v, _ := s.topics.LoadOrStore(topic, ti)
+	if s.topicsN.Load() >= maxCachedTopics {
+		s.forgetATopic()
+	}
+	v, loaded := s.topics.LoadOrStore(topic, ti)
+	if !loaded {
+		s.topicsN.Add(1)
+	}
 	return v.(topicInfo)
+}
+
+// forgetATopic forgets one remembered topic other than the dead-letter
+// topic, whichever the map yields first.
+func (s *Sink) forgetATopic() {
+	s.topics.Range(func(k, _ any) bool {
+		if k.(string) == s.cfg.DLQTopic {
+			return true
+		}
+		if _, ok := s.topics.LoadAndDelete(k); ok {
+			s.topicsN.Add(-1)
+		}
+		return false
+	})
 }
 
 // batchCapOf returns the batch cap learnt for a topic, or BatchMaxBytes if none

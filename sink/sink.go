@@ -40,6 +40,20 @@ type Config struct {
 	// table (Event.Source, schema.table); the rest go by Topic and
 	// TopicRegex.
 	Routes map[string]Route
+	// AllowedTopics, if set, confines the topics that events may be routed
+	// to, whatever the routing and the row say: a topic must equal an
+	// entry, or start with an entry that ends in * (a prefix, the * left
+	// out). An event routed elsewhere is dead-lettered
+	// (ReasonForbiddenTopic). Empty: any topic but the reserved ones.
+	AllowedTopics []string
+	// ReservedTopics are topics of walrelay's own besides DLQTopic and the
+	// offsets topic of Transactions (an offsets topic configured for
+	// another time, say). No event is routed to a reserved topic, to
+	// walrelay's default topic names (walrelay.dlq, walrelay.offsets,
+	// walrelay.inbox.dlq) or to a topic named as Kafka's internal ones are
+	// (__…), whatever AllowedTopics says: it is dead-lettered
+	// (ReasonForbiddenTopic).
+	ReservedTopics []string
 	// TombstoneOnEmpty makes a NULL or blank payload a tombstone (a null
 	// value) in every format, as Debezium's route.tombstone.on.empty.payload.
 	TombstoneOnEmpty bool
@@ -119,9 +133,11 @@ type Sink struct {
 	log       *slog.Logger
 	ceTable   int               // index of {table} in CloudEventsSource, or -1
 	route     *route            // Topic and TopicRegex
+	rules     *topicRules       // where events may go (confine.go)
 	routes    map[string]*route // Routes; nil if none
 	counts    sync.Map          // topic name -> its partition count (int32), for placed partitions
-	topics    sync.Map          // topic name -> topicInfo, learnt at its first event
+	topics    sync.Map          // topic name -> topicInfo, learnt at its first event; at most maxCachedTopics
+	topicsN   atomic.Int32      // entries of topics
 	refused   sync.Map          // topic name -> the batch cap (int32) at which the broker refused a batch
 	suspects  suspects          // events failed by a refusal of their whole batch: send them alone
 	brokerMax atomic.Int32      // the broker's message.max.bytes; 0 until Ping read it
@@ -169,6 +185,13 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Transactions != nil && cfg.Transactions.OffsetsTopic == "" {
+		cfg.Transactions.OffsetsTopic = "walrelay.offsets" // its default, reserved below
+	}
+	rules, err := newTopicRules(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var routes map[string]*route
 	for table, r := range cfg.Routes {
 		if routes == nil {
@@ -208,7 +231,7 @@ func New(cfg Config) (*Sink, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "sink")
-	s := &Sink{cfg: cfg, log: log, route: rt, routes: routes, ceTable: strings.Index(cfg.CloudEventsSource, "{table}")}
+	s := &Sink{cfg: cfg, log: log, route: rt, routes: routes, rules: rules, ceTable: strings.Index(cfg.CloudEventsSource, "{table}")}
 	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
 	if cfg.PlacedPartitions {
 		partitioner = placedPartitioner{byKey: partitioner}
@@ -334,6 +357,7 @@ func (s *Sink) Abort(ctx context.Context) error {
 	var stale []string
 	s.refused.Range(func(k, _ any) bool {
 		if _, ok := s.topics.LoadAndDelete(k); ok {
+			s.topicsN.Add(-1)
 			stale = append(stale, k.(string))
 		}
 		return true
@@ -412,8 +436,12 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			return
 		}
 	}
-	if !s.topicInfoFor(ctx, topic).valid {
+	switch ti := s.topicInfoFor(ctx, topic); {
+	case !ti.valid:
 		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, rt.template), gen, done)
+		return
+	case ti.forbidden != nil:
+		s.deadLetter(ctx, e, ReasonForbiddenTopic, topic, fmt.Errorf("topic from template %q: %w", rt.template, ti.forbidden), gen, done)
 		return
 	}
 	if s.cfg.CloudEvents != "" && e.Type == "" {

@@ -69,6 +69,15 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	add := func(check, status, format string, args ...any) {
 		out = append(out, checkResult{Check: check, Status: status, Detail: fmt.Sprintf(format, args...)})
 	}
+	// The settings whose trust is judged without connecting: TLS to both
+	// sides, and the topics a row can choose.
+	for _, tc := range cfg.TrustChecks() {
+		status := "ok"
+		if !tc.OK {
+			status = "warn"
+		}
+		add(tc.Name, status, "%s", tc.Detail)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, cfg.Postgres.DSN)

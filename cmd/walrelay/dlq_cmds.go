@@ -13,10 +13,11 @@ import (
 
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/recovery"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // knownReasons are the reasons walrelay dead-letters an event for.
-var knownReasons = []string{"invalid_event", "invalid_topic", "invalid_partition", "too_large", "invalid_record", "max_attempts"}
+var knownReasons = []string{"invalid_event", "invalid_topic", sink.ReasonForbiddenTopic, "invalid_partition", "too_large", "invalid_record", "max_attempts"}
 
 func checkReason(r string) error {
 	if r == "" {

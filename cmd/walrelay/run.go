@@ -72,6 +72,7 @@ func limitMemory(cfg *config.Config) {
 // run runs the relay of cfg, with its metrics and admin listener, until ctx
 // is cancelled (nil) or a fatal error.
 func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	warnOfTrust(cfg, log)
 	if cfg.Source == "poll" {
 		return runPoll(ctx, cfg, log)
 	}
@@ -135,4 +136,15 @@ func runPoll(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	stopStats()
 	bg.Wait()
 	return err
+}
+
+// warnOfTrust logs, at start, each setting that trusts the network or the
+// rows more than it should (config.TrustChecks; walrelay check prints the
+// same lines).
+func warnOfTrust(cfg *config.Config, log *slog.Logger) {
+	for _, tc := range cfg.TrustChecks() {
+		if !tc.OK {
+			log.Warn(tc.Name+": "+tc.Detail, "check", tc.Name)
+		}
+	}
 }

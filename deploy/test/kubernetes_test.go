@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -22,7 +23,7 @@ import (
 
 // manifests reads every document of deploy/kubernetes into its API type,
 // strictly: a field the type lacks (a typo, a wrong level) fails.
-func manifests(t *testing.T) (deps []*appsv1.Deployment, cms map[string]*corev1.ConfigMap, pdbs []*policyv1.PodDisruptionBudget, svcs []*corev1.Service) {
+func manifests(t *testing.T) (deps []*appsv1.Deployment, cms map[string]*corev1.ConfigMap, pdbs []*policyv1.PodDisruptionBudget, svcs []*corev1.Service, nps []*networkingv1.NetworkPolicy) {
 	t.Helper()
 	files, err := filepath.Glob("../kubernetes/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -52,6 +53,9 @@ func manifests(t *testing.T) (deps []*appsv1.Deployment, cms map[string]*corev1.
 			case "v1 Service":
 				s := &corev1.Service{}
 				svcs, obj = append(svcs, s), s
+			case "networking.k8s.io/v1 NetworkPolicy":
+				n := &networkingv1.NetworkPolicy{}
+				nps, obj = append(nps, n), n
 			default:
 				t.Fatalf("%s document %d: kind %q %q is not one this test knows", f, i+1, tm.APIVersion, tm.Kind)
 			}
@@ -63,7 +67,7 @@ func manifests(t *testing.T) (deps []*appsv1.Deployment, cms map[string]*corev1.
 			}
 		}
 	}
-	return deps, cms, pdbs, svcs
+	return deps, cms, pdbs, svcs, nps
 }
 
 // TestKubernetesManifests: the Deployment runs two replicas of walrelay run
@@ -71,11 +75,11 @@ func manifests(t *testing.T) (deps []*appsv1.Deployment, cms map[string]*corev1.
 // valid); its probes ask the admin listener's port for /healthz and
 // /readyz?standby=1; the secrets' files are where the configuration reads
 // them; the stop fits the grace period; the budget and the Service select
-// its pods.
+// its pods; a NetworkPolicy lets only selected peers reach the admin port.
 func TestKubernetesManifests(t *testing.T) {
-	deps, cms, pdbs, svcs := manifests(t)
-	if len(deps) != 1 || len(pdbs) != 1 || len(svcs) != 1 {
-		t.Fatalf("want one Deployment, PodDisruptionBudget and Service: %d, %d, %d", len(deps), len(pdbs), len(svcs))
+	deps, cms, pdbs, svcs, nps := manifests(t)
+	if len(deps) != 1 || len(pdbs) != 1 || len(svcs) != 1 || len(nps) != 1 {
+		t.Fatalf("want one Deployment, PodDisruptionBudget, Service and NetworkPolicy: %d, %d, %d, %d", len(deps), len(pdbs), len(svcs), len(nps))
 	}
 	d := deps[0]
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
@@ -232,6 +236,37 @@ func TestKubernetesManifests(t *testing.T) {
 	selects("the Service", s.Spec.Selector)
 	if len(s.Spec.Ports) != 1 || s.Spec.Ports[0].TargetPort.String() != portName || !s.Spec.PublishNotReadyAddresses {
 		t.Fatalf("Service ports %+v (want the admin port, and the waiting replica published too)", s.Spec.Ports)
+	}
+	// The NetworkPolicy: it selects the pods and filters their ingress;
+	// each rule names its peers (an empty from admits everyone) and admits
+	// the admin port alone.
+	np := nps[0]
+	selects("the NetworkPolicy", np.Spec.PodSelector.MatchLabels)
+	ingress := false
+	for _, pt := range np.Spec.PolicyTypes {
+		ingress = ingress || pt == networkingv1.PolicyTypeIngress
+	}
+	if !ingress || len(np.Spec.Ingress) == 0 {
+		t.Fatalf("NetworkPolicy policyTypes %v, ingress %d rules: want Ingress filtered, with a rule for the scraper", np.Spec.PolicyTypes, len(np.Spec.Ingress))
+	}
+	for i, rule := range np.Spec.Ingress {
+		if len(rule.From) == 0 {
+			t.Fatalf("NetworkPolicy ingress rule %d has no from: it admits every peer", i)
+		}
+		for _, peer := range rule.From {
+			if peer.IPBlock == nil && (peer.PodSelector == nil || len(peer.PodSelector.MatchLabels)+len(peer.PodSelector.MatchExpressions) == 0) &&
+				(peer.NamespaceSelector == nil || len(peer.NamespaceSelector.MatchLabels)+len(peer.NamespaceSelector.MatchExpressions) == 0) {
+				t.Fatalf("NetworkPolicy ingress rule %d admits every pod of a namespace or every namespace: %+v", i, peer)
+			}
+		}
+		if len(rule.Ports) == 0 {
+			t.Fatalf("NetworkPolicy ingress rule %d admits every port", i)
+		}
+		for _, p := range rule.Ports {
+			if p.Port == nil || (p.Port.String() != portName && p.Port.String() != port) {
+				t.Fatalf("NetworkPolicy ingress rule %d admits port %v, want the admin port %s alone", i, p.Port, portName)
+			}
+		}
 	}
 }
 

@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +68,8 @@ func ready(state string) bool { return state == "streaming" || state == "polling
 type Metrics struct {
 	reg           *prometheus.Registry
 	published     *prometheus.CounterVec
-	publishedBy   sync.Map // table -> *sync.Map of topic -> prometheus.Counter of published
+	publishedBy   sync.Map     // table -> *sync.Map of topic -> prometheus.Counter of published
+	topicSeries   atomic.Int64 // series of published, at most maxTopicSeries and one (other) per table
 	deadLettered  *prometheus.CounterVec
 	publishErrors *prometheus.CounterVec
 	orderBreaks   prometheus.Counter
@@ -112,7 +115,7 @@ type Metrics struct {
 func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
-	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic, by outbox table (schema.table; message for walrelay_emit)."}, []string{"table", "topic"})
+	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic, by outbox table (schema.table; message for walrelay_emit); past 1000 topics, the others' events under topic=\"(other)\"."}, []string{"table", "topic"})
 	m.deadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_dead_lettered_total", Help: "Events acknowledged on the dead-letter topic, by outbox table and reason."}, []string{"table", "reason"})
 	m.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_publish_errors_total", Help: "Errors publishing to Kafka, by kind (connect: a broker connection failed and is retried; fatal: the pipeline stopped)."}, []string{"kind"})
 	m.transactions = prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_transactions_total", Help: "Transactions received from the slot."})
@@ -128,7 +131,10 @@ func New() *Metrics {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}})
 	committedLSN := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walrelay_kafka_committed_lsn", Help: "Exactly-once mode: the commit LSN of the last event in a committed Kafka transaction, as a number."},
 		func() float64 { return float64(m.committedAt.Load()) })
-	m.kafka = kprom.NewMetrics("walrelay_kafka", kprom.Registerer(m.reg), kprom.Gatherer(m.reg))
+	// By broker, not by topic: a row chooses its topic, and the topics'
+	// series would grow with every new one (walrelay_events_published_total
+	// counts by topic, bounded).
+	m.kafka = kprom.NewMetrics("walrelay_kafka", kprom.Registerer(m.reg), kprom.Gatherer(m.reg), kprom.FetchAndProduceDetail(kprom.ByNode, kprom.UncompressedBytes))
 	for _, c := range []prometheus.Collector{m.published, m.deadLettered, m.publishErrors, m.orderBreaks, m.transactions, m.ignored, m.slotLag, m.slotRetained, m.slotSafe, m.commitToAck,
 		m.kafkaTxns, m.kafkaTxnTime, committedLSN,
 		// The Go runtime's and the process's own (go_*, process_*: heap, GC,
@@ -210,6 +216,18 @@ func (m *Metrics) behind(r Source) float64 {
 	return time.Since(time.Unix(0, n)).Seconds()
 }
 
+// maxTopicSeries bounds the series of walrelay_events_published_total
+// with a topic of their own, over all tables: a row chooses its topic, so
+// rows with ever new aggregate types would otherwise add series (and
+// memory, here and in Prometheus) without end. The events of the topics
+// past it count under OtherTopic, one series per table.
+const maxTopicSeries = 1000
+
+// OtherTopic is the topic label of the events of the topics past
+// maxTopicSeries. Parentheses are not legal in a topic name, so it is no
+// topic's.
+const OtherTopic = "(other)"
+
 // publishedOn returns the published counter of a table's events on a
 // topic, remembered: a label lookup per event costs more than the rest of
 // acked.
@@ -222,9 +240,19 @@ func (m *Metrics) publishedOn(table, topic string) prometheus.Counter {
 	if c, ok := topics.Load(topic); ok {
 		return c.(prometheus.Counter)
 	}
-	c := m.published.WithLabelValues(table, topic)
-	topics.Store(topic, c)
-	return c
+	if m.topicSeries.Add(1) > maxTopicSeries {
+		m.topicSeries.Add(-1)
+		if c, ok := topics.Load(OtherTopic); ok {
+			return c.(prometheus.Counter)
+		}
+		c, _ := topics.LoadOrStore(OtherTopic, m.published.WithLabelValues(table, OtherTopic))
+		return c.(prometheus.Counter)
+	}
+	c, loaded := topics.LoadOrStore(topic, m.published.WithLabelValues(table, topic))
+	if loaded {
+		m.topicSeries.Add(-1) // another goroutine made it first
+	}
+	return c.(prometheus.Counter)
 }
 
 // acked records one acknowledged event.
@@ -397,12 +425,33 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 		_ = json.NewEncoder(w).Encode(doc)
 	})
 	if withPprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/", boundedProfile(pprof.Index)) // named profiles: ?seconds= gives a delta
+		mux.HandleFunc("/debug/pprof/profile", boundedProfile(pprof.Profile))
+		mux.HandleFunc("/debug/pprof/trace", boundedProfile(pprof.Trace))
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	}
 	return mux
+}
+
+// MaxProfileDuration is the longest profile or trace the admin listener
+// takes (?seconds=); a longer one is refused with 400. The listener's write
+// timeout leaves room for it.
+const MaxProfileDuration = 30 * time.Second
+
+// boundedProfile refuses a request whose ?seconds= is over
+// MaxProfileDuration before h starts the profile: without a bound, anyone
+// who reaches the port could hold a CPU profile (one at a time for the
+// whole process) or a trace for hours.
+func boundedProfile(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v := r.FormValue("seconds"); v != "" {
+			if sec, err := strconv.ParseFloat(v, 64); err == nil && (sec > MaxProfileDuration.Seconds() || math.IsNaN(sec)) {
+				http.Error(w, fmt.Sprintf("seconds=%s: a profile or trace lasts at most %d seconds on this listener", v, int(MaxProfileDuration.Seconds())), http.StatusBadRequest)
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // reconnectCollector reads the reconnect counts where they are kept.
@@ -457,13 +506,29 @@ func (h kafkaHook) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.
 // kafkaReachable reports whether the last word from the brokers was good.
 func (m *Metrics) kafkaReachable() bool { return m.kafkaOK.Load() >= m.kafkaFail.Load() }
 
-// Serve serves mux on addr until Close.
+// timeouts bound the admin listener's connections.
+type timeouts struct {
+	readHeader, read, write, idle time.Duration
+}
+
+// listenerTimeouts are the admin listener's: a request (a GET without a
+// body) is read within 10 s; an answer is written within the longest
+// profile and 10 s more; a keep-alive connection idle for 10 s is closed,
+// so that idle connections cannot pile up (a scraper opens a new one, at
+// the cost of a handshake per scrape).
+var listenerTimeouts = timeouts{readHeader: 5 * time.Second, read: 10 * time.Second, write: MaxProfileDuration + 10*time.Second, idle: 10 * time.Second}
+
+// Serve serves mux on addr until Close, with listenerTimeouts.
 func Serve(addr string, mux *http.ServeMux, log *slog.Logger) (*http.Server, error) {
+	return serve(addr, mux, listenerTimeouts, log)
+}
+
+func serve(addr string, mux *http.ServeMux, to timeouts, log *slog.Logger) (*http.Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin.listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: l.Addr().String(), Handler: mux, ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, WriteTimeout: to.write, IdleTimeout: to.idle}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin listener stopped", "err", err)
