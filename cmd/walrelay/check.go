@@ -147,8 +147,17 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 			add("publication", "ok", "%s publishes %s alone (%s)", pub.Name, spec.Names(), strings.Join(pub.Publish, ", "))
 		}
 	}
-	if err := relay.CheckEmitFunction(cctx, conn, layouts[0].Schema, cfg.Outbox.MessagePrefix); err != nil {
+	ocfg := cfg.OutboxConfig()
+	if err := relay.CheckEmitFunction(cctx, conn, ocfg); err != nil {
 		add("walrelay_emit", "fail", "%v", err)
+	}
+	switch err := relay.CheckMessagePrivileges(cctx, conn, ocfg); {
+	case err != nil:
+		add("messages", "fail", "%v", err)
+	case ocfg.Messages:
+		add("messages", "ok", "on: only roles that may insert into %s may execute pg_logical_emit_message", layouts[0].Name())
+	default:
+		add("messages", "ok", "off (outbox.messages): logical decoding messages are not events, whoever emits them")
 	}
 
 	if st, err := replication.Slots(cctx, conn, cfg.Postgres.Slot); err != nil {
