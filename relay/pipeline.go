@@ -38,7 +38,7 @@ type pipeline struct {
 	// logged so far (once each), at most maxPrefixesLogged: any role can
 	// emit under any prefix. Only the receive goroutine uses it.
 	prefixesLogged map[string]bool
-	cur   *epoch // the publishing epoch of the session being read; set under mu by started
+	cur            *epoch // the publishing epoch of the session being read; set under mu by started
 
 	mu         sync.Mutex
 	err        error  // the first fatal error
