@@ -361,6 +361,9 @@ func (c *Config) validate(needKafka bool) error {
 		if c.Kafka.ExactlyOnce {
 			return errors.New("kafka.exactly_once needs source wal: the poll source marks rows in PostgreSQL after Kafka acknowledged them, outside any Kafka transaction, so it delivers at least once")
 		}
+		if c.Outbox.Messages {
+			return errors.New("outbox.messages needs source wal: the poll source reads no WAL, so no logical decoding message (walrelay_emit inserts a row there)")
+		}
 		if c.Poll.BatchSize < 1 || c.Poll.MaxAttempts < 1 {
 			return fmt.Errorf("poll.batch_size %d, poll.max_attempts %d: want at least 1", c.Poll.BatchSize, c.Poll.MaxAttempts)
 		}

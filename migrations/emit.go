@@ -92,13 +92,15 @@ func EmitMessageFunctions(ctx context.Context, conn *pgx.Conn) (sigs []string, o
 const EmitMessageGrant = "pg_catalog.pg_logical_emit_message(boolean, text, text)"
 
 // OutboxWriters lists the roles granted INSERT on the outbox table l (by
-// name, quoted where they must be; PUBLIC left out): the roles
-// SecureMessages grants EXECUTE on pg_logical_emit_message.
+// name, quoted where they must be; PUBLIC and superusers, who need no
+// grant, left out): the roles SecureMessages grants EXECUTE on
+// pg_logical_emit_message.
 func OutboxWriters(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([]string, error) {
 	l = l.WithDefaults()
 	rows, err := conn.Query(ctx, `SELECT DISTINCT a.grantee::regrole::text FROM pg_class c,
 		aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
-		WHERE c.oid = to_regclass($1) AND a.privilege_type = 'INSERT' AND a.grantee <> 0 ORDER BY 1`, pgx.Identifier{l.Schema, l.Table}.Sanitize())
+		WHERE c.oid = to_regclass($1) AND a.privilege_type = 'INSERT' AND a.grantee <> 0
+		AND NOT (SELECT rolsuper FROM pg_roles WHERE oid = a.grantee) ORDER BY 1`, pgx.Identifier{l.Schema, l.Table}.Sanitize())
 	if err == nil {
 		var roles []string
 		roles, err = pgx.CollectRows(rows, pgx.RowTo[string])

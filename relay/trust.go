@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -49,7 +50,7 @@ func CheckMessagePrivileges(ctx context.Context, conn *pgx.Conn, o decoder.Confi
 		return nil
 	}
 	o = o.WithDefaults()
-	table := pgx.Identifier{o.Schema, o.Table}.Sanitize()
+	table := sqlName(o.Schema) + "." + sqlName(o.Table)
 	sigs, oids, err := migrations.EmitMessageFunctions(ctx, conn)
 	if err != nil {
 		return err
@@ -116,6 +117,17 @@ func CheckMessagePrivileges(ctx context.Context, conn *pgx.Conn, o decoder.Confi
 	return nil
 }
 
+// sqlName is an identifier as a statement an error suggests writes it:
+// quoted only where it must be.
+func sqlName(s string) string {
+	if plainName.MatchString(s) {
+		return s
+	}
+	return pgx.Identifier{s}.Sanitize()
+}
+
+var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
 // CheckEmitFunction refuses every function named walrelay_emit in the
 // database (any schema, any overload) that is not the one walrelay migrate
 // writes for o, in the first outbox table's schema: one that emits under a
@@ -150,7 +162,7 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) er
 	msgSrc, rowSrc := migrations.EmitMessageSource(o.MessagePrefix), migrations.EmitInsertSource(o.Layout)
 	fix := "run walrelay migrate with this configuration to replace it"
 	for _, f := range fns {
-		name := pgx.Identifier{f.schema, migrations.EmitFunction}.Sanitize() + "(" + f.args + ")"
+		name := sqlName(f.schema) + "." + migrations.EmitFunction + "(" + f.args + ")"
 		switch {
 		case f.schema != o.Schema:
 			return fmt.Errorf("function %s is not walrelay's (that is in %s, the outbox's schema): an application with %s before %s on its search_path would call it, and its events would not reach walrelay: DROP FUNCTION %s",

@@ -409,4 +409,7 @@ func checkPoll(ctx context.Context, conn *pgx.Conn, cfg *config.Config, add func
 		}
 		add(name, "ok", "%s has the poll columns, indexes and insert trigger; the role may select and update it", l.Name())
 	}
+	if err := relay.CheckEmitFunction(ctx, conn, cfg.OutboxConfig()); err != nil {
+		add("walrelay_emit", "fail", "%v (source poll: walrelay migrate --poll)", err)
+	}
 }
