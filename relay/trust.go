@@ -128,20 +128,26 @@ func sqlName(s string) string {
 
 var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
-// CheckEmitFunction refuses every function named walrelay_emit in the
-// database (any schema, any overload) that is not the one walrelay migrate
-// writes for o, in the first outbox table's schema: one that emits under a
-// prefix walrelay does not read, or emits a message while the message
-// source is off, or writes anywhere else, would let its events pass
-// unpublished; one in another schema or with other argument types is what
-// an application's call may resolve to, depending on its search_path and
-// its arguments. A SECURITY DEFINER walrelay_emit is refused while a role
-// that may not insert into the outbox may execute it.
+// CheckEmitFunction refuses every function named walrelay_emit that an
+// application's call may resolve to and that is not the one walrelay
+// migrate writes for o, in the first outbox table's schema: one that emits
+// under a prefix walrelay does not read, or emits a message while the
+// message source is off, or writes anywhere else, would let its events
+// pass unpublished. It reads every overload in the outbox's schema, and
+// every walrelay_emit in a schema that may come first on a writer's
+// search_path (searchPathSchemas); one in a schema on no one's path is
+// left alone, so that a role that may create one there cannot keep
+// walrelay from starting. A SECURITY DEFINER walrelay_emit is refused
+// while a role that may not insert into the outbox may execute it.
 func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
 	o = o.WithDefaults()
+	schemas, err := searchPathSchemas(ctx, conn, o.Layout)
+	if err != nil {
+		return err
+	}
 	rows, err := conn.Query(ctx, `SELECT p.oid, n.nspname::text, oidvectortypes(p.proargtypes), l.lanname::text, p.prosrc, p.prosecdef
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
-		WHERE p.proname = $1 ORDER BY 2, 3`, migrations.EmitFunction)
+		WHERE p.proname = $1 AND (n.nspname = $2 OR n.nspname = ANY ($3)) ORDER BY 2, 3`, migrations.EmitFunction, o.Schema, schemas)
 	if err != nil {
 		return fmt.Errorf("look up function %s: %w", migrations.EmitFunction, err)
 	}
@@ -165,8 +171,8 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) er
 		name := sqlName(f.schema) + "." + migrations.EmitFunction + "(" + f.args + ")"
 		switch {
 		case f.schema != o.Schema:
-			return fmt.Errorf("function %s is not walrelay's (that is in %s, the outbox's schema): an application with %s before %s on its search_path would call it, and its events would not reach walrelay: DROP FUNCTION %s",
-				name, o.Schema, f.schema, o.Schema, name)
+			return fmt.Errorf("function %s is not walrelay's (that is in %s, the outbox's schema), and %s is on a search_path (of a role that may write the outbox, of this database, or walrelay's own): an application with %s before %s would call it, and its events would not reach walrelay: DROP FUNCTION %s",
+				name, o.Schema, f.schema, f.schema, o.Schema, name)
 		case f.args != migrations.EmitArgTypes:
 			return fmt.Errorf("function %s is an overload of walrelay's %s(%s): a call may resolve to it, and its events would not reach walrelay: DROP FUNCTION %s",
 				name, migrations.EmitFunction, migrations.EmitArgTypes, name)
@@ -195,4 +201,28 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) er
 		}
 	}
 	return nil
+}
+
+// searchPathSchemas lists the schemas that may come before the outbox's on
+// the search_path of a role that writes it: those of walrelay's own
+// session (the server's default, unless set for walrelay's role), those
+// of any search_path set for a role or for this database (ALTER ROLE …
+// SET, ALTER DATABASE … SET), and those named after a role that may insert
+// into the outbox l ("$user", the default's first entry). A search_path
+// that a client sets on its connection is not visible here.
+func searchPathSchemas(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([]string, error) {
+	var schemas []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT s), '{}') FROM (
+		SELECT unnest(current_schemas(false))::text AS s
+		UNION ALL
+		SELECT btrim(x, ' "') FROM pg_db_role_setting d, unnest(d.setconfig) c,
+			regexp_split_to_table(substring(c FROM '^search_path=(.*)$'), ',') x
+		WHERE d.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+		UNION ALL
+		SELECT r.rolname::text FROM pg_roles r WHERE has_table_privilege(r.oid, to_regclass($1), 'INSERT')) q`,
+		pgx.Identifier{l.Schema, l.Table}.Sanitize()).Scan(&schemas)
+	if err != nil {
+		return nil, fmt.Errorf("read the search_path settings: %w", err)
+	}
+	return schemas, nil
 }

@@ -162,11 +162,13 @@ func TestMessageSourceNeedsItsPrivileges(t *testing.T) {
 }
 
 // TestEmitFunctionCannotBeBypassed: a walrelay_emit that would not reach
-// walrelay, in the outbox's schema or another one an application may have
-// first on its search_path, or an overload that a call may resolve to, is
+// walrelay, in the outbox's schema or another one that a writer has first
+// on its search_path, or an overload that a call may resolve to, is
 // refused by check and run, and so is one that lets a role without INSERT
-// on the outbox write through its owner's rights. (Before, only the
-// function of the outbox's schema was read, and only its first overload.)
+// on the outbox write through its owner's rights. One in a schema on no
+// one's search_path is left alone: whoever may create it there cannot
+// keep walrelay from starting. (Before, only the function of the outbox's
+// schema was read, and only its first overload.)
 func TestEmitFunctionCannotBeBypassed(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
@@ -175,11 +177,15 @@ func TestEmitFunctionCannotBeBypassed(t *testing.T) {
 		t.Fatalf("migrate: exit %d\n%s", code, out)
 	}
 	const args = "(p_id uuid, p_aggregatetype text, p_aggregateid text, p_type text, p_payload jsonb)"
+	execSQL(t, su, "CREATE SCHEMA app", "CREATE FUNCTION app.walrelay_emit"+args+` RETURNS pg_lsn LANGUAGE sql AS $$
+    SELECT pg_logical_emit_message(true, 'elsewhere', json_build_object('id', p_id)::text) $$`)
+	if code, out := runCmd(t, e, "check"); code != 0 {
+		t.Fatalf("check with app.walrelay_emit on no one's search_path: exit %d\n%s", code, out)
+	}
 	for _, c := range []struct {
 		name, create, drop string
 	}{
-		{"another schema", "CREATE SCHEMA app; CREATE FUNCTION app.walrelay_emit" + args + ` RETURNS pg_lsn LANGUAGE sql AS $$
-    SELECT pg_logical_emit_message(true, 'elsewhere', json_build_object('id', p_id)::text) $$`, "DROP SCHEMA app CASCADE"},
+		{"another schema", "CREATE ROLE writer; GRANT INSERT ON outbox TO writer; ALTER ROLE writer SET search_path = app, public", "DROP SCHEMA app CASCADE"},
 		{"an overload", "CREATE FUNCTION public.walrelay_emit(p_id text, p_aggregatetype text, p_aggregateid text, p_type text, p_payload text)" + ` RETURNS pg_lsn LANGUAGE sql AS $$
     SELECT pg_logical_emit_message(true, 'elsewhere', p_payload) $$`, "DROP FUNCTION public.walrelay_emit(text, text, text, text, text)"},
 		{"security definer", "ALTER FUNCTION public.walrelay_emit" + args + " SECURITY DEFINER", "ALTER FUNCTION public.walrelay_emit" + args + " SECURITY INVOKER"},
