@@ -87,9 +87,18 @@ func EmitMessageFunctions(ctx context.Context, conn *pgx.Conn) (sigs []string, o
 	return sigs, oids, nil
 }
 
-// EmitMessageGrant is the signature of pg_logical_emit_message that
-// EmitFunction calls: the one the writers are granted.
-const EmitMessageGrant = "pg_catalog.pg_logical_emit_message(boolean, text, text)"
+// EmitMessageGrant is the signature of pg_logical_emit_message among sigs
+// (EmitMessageFunctions') that EmitFunction calls, the one the writers are
+// granted: (boolean, text, text), or from PostgreSQL 17 (boolean, text,
+// text, boolean), whose flush argument has a default.
+func EmitMessageGrant(sigs []string) string {
+	for _, s := range sigs {
+		if strings.HasPrefix(s, "pg_catalog.pg_logical_emit_message(boolean, text, text") {
+			return s
+		}
+	}
+	return "pg_catalog.pg_logical_emit_message(boolean, text, text)"
+}
 
 // OutboxWriters lists the roles granted INSERT on the outbox table l (by
 // name, quoted where they must be; PUBLIC and superusers, who need no
@@ -113,7 +122,7 @@ func OutboxWriters(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([]str
 
 // SecureMessages gives the privileges the message source needs: EXECUTE on
 // every signature of pg_logical_emit_message revoked from PUBLIC, and
-// granted (EmitMessageGrant) to the roles with INSERT on the first outbox
+// granted (the signature of EmitMessageGrant) to the roles with INSERT on the first outbox
 // table of o, so that only they can write an event as a message. It returns
 // the statements it ran. Only a superuser (the functions' owner) can
 // change them: for another role PostgreSQL warns and changes nothing, which
@@ -133,7 +142,7 @@ func SecureMessages(ctx context.Context, conn *pgx.Conn, o decoder.Config) ([]st
 		stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION "+sig+" FROM PUBLIC")
 	}
 	if len(writers) > 0 {
-		stmts = append(stmts, "GRANT EXECUTE ON FUNCTION "+EmitMessageGrant+" TO "+strings.Join(writers, ", "))
+		stmts = append(stmts, "GRANT EXECUTE ON FUNCTION "+EmitMessageGrant(sigs)+" TO "+strings.Join(writers, ", "))
 	}
 	tx, err := begin(ctx, conn)
 	if err != nil {

@@ -80,7 +80,7 @@ func CheckMessagePrivileges(ctx context.Context, conn *pgx.Conn, o decoder.Confi
 		}
 		return fmt.Errorf("outbox.messages is on, but every role may execute pg_logical_emit_message (PostgreSQL grants it to PUBLIC), so a role without INSERT on %s could publish events: "+
 			"as a superuser run %s; then GRANT EXECUTE ON FUNCTION %s TO %s (walrelay migrate does both); or turn outbox.messages off and write events as rows",
-			table, strings.Join(revokePublic, "; "), migrations.EmitMessageGrant, to)
+			table, strings.Join(revokePublic, "; "), migrations.EmitMessageGrant(sigs), to)
 	}
 	// A SECURITY DEFINER function that emits messages lends its owner's
 	// EXECUTE to whoever may call it.

@@ -160,7 +160,8 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		add("messages", "ok", "off (outbox.messages): logical decoding messages are not events, whoever emits them")
 	}
 	var mayEmit bool
-	if cfg.Heartbeat.Interval > 0 && conn.QueryRow(cctx, "SELECT has_function_privilege('pg_catalog.pg_logical_emit_message(boolean, text, text)', 'EXECUTE')").Scan(&mayEmit) == nil && !mayEmit {
+	if cfg.Heartbeat.Interval > 0 && conn.QueryRow(cctx, `SELECT coalesce(bool_or(has_function_privilege(oid, 'EXECUTE')), false) FROM pg_proc
+		WHERE proname = 'pg_logical_emit_message' AND pronamespace = 'pg_catalog'::regnamespace AND proargtypes[2] = 'text'::regtype`).Scan(&mayEmit) == nil && !mayEmit {
 		add("heartbeat", "warn", "heartbeat.interval is set, but the role may not execute pg_logical_emit_message (revoked from PUBLIC for outbox.messages): "+
 			"every heartbeat will fail; GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO <walrelay's role>, which outbox.messages accepts only with INSERT on the outbox too, or leave heartbeat.interval unset (keepalives move the slot)")
 	}
