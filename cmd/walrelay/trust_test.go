@@ -159,6 +159,13 @@ func TestMessageSourceNeedsItsPrivileges(t *testing.T) {
 	if code == 0 || !strings.Contains(lastLine(out), "mallory") || !strings.Contains(lastLine(out), "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, bytea) FROM mallory") {
 		t.Fatalf("run: exit %d, want mallory's EXECUTE refused:\n%s", code, tail(out, 3000))
 	}
+	// And one that inherits it from a group role: both named.
+	execSQL(t, su, "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea) FROM mallory",
+		"CREATE ROLE emitters", "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO emitters", "GRANT emitters TO mallory")
+	code, out = runCmd(t, e, "check")
+	if code == 0 || !strings.Contains(out, "role emitters may execute") || !strings.Contains(out, "role mallory may execute") {
+		t.Fatalf("check: exit %d, want emitters and mallory refused:\n%s", code, tail(out, 3000))
+	}
 }
 
 // TestEmitFunctionCannotBeBypassed: a walrelay_emit that would not reach
