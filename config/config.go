@@ -46,6 +46,7 @@ type Config struct {
 		TypeColumn          string
 		PayloadColumn       string
 		HeaderColumns       []string
+		Messages            bool
 		MessagePrefix       string
 		IgnorePrefixes      []string
 		TimestampColumn     string
@@ -229,10 +230,12 @@ func (c *Config) keys() []*key {
 	add("outbox.payload_column", "column of the value", f, s)
 	f, s = list(&c.Outbox.HeaderColumns, nil)
 	add("outbox.header_columns", "extra columns copied into headers, comma-separated; `column:name` names the header otherwise", f, s)
+	f, s = boolean(&c.Outbox.Messages, false)
+	add("outbox.messages", "publish the logical decoding messages under `outbox.message_prefix` as events (the outbox without a table: `walrelay_emit`); off, they are ignored and `walrelay_emit` inserts a row. On, `check` and `run` refuse to start while a role without `INSERT` on the outbox table (PUBLIC by default) may execute `pg_logical_emit_message`, and `migrate` revokes it (docs/outbox.md: Who can write events)", f, s)
 	f, s = str(&c.Outbox.MessagePrefix, "walrelay")
-	add("outbox.message_prefix", "prefix of logical decoding messages published as events (`<prefix>.heartbeat` is ignored)", f, s)
+	add("outbox.message_prefix", "prefix of logical decoding messages published as events with `outbox.messages` (`<prefix>.heartbeat` is ignored)", f, s)
 	f, s = list(&c.Outbox.IgnorePrefixes, nil)
-	add("outbox.ignore_message_prefixes", "prefixes of other programs' logical decoding messages, ignored; a message under any other prefix stops walrelay", f, s)
+	add("outbox.ignore_message_prefixes", "prefixes of other programs' logical decoding messages, ignored without a log line; a message under any other prefix walrelay does not read is ignored too, logged once per prefix; both are counted in `walrelay_changes_ignored_total`", f, s)
 	f, s = str(&c.Outbox.TimestampColumn, "")
 	add("outbox.timestamp_column", "a `timestamp`, `timestamptz` or `date` column (Debezium's `table.field.event.timestamp`; without a zone it is UTC): the Kafka record's timestamp (NULL: the time of publishing), and the time windows of `replay`, `reconcile` and `prune` (empty: the time in UUIDv7 ids)", f, s)
 	f, s = str(&c.Outbox.OrderColumn, "")
@@ -360,6 +363,9 @@ func (c *Config) validate(needKafka bool) error {
 	case "poll":
 		if c.Kafka.ExactlyOnce {
 			return errors.New("kafka.exactly_once needs source wal: the poll source marks rows in PostgreSQL after Kafka acknowledged them, outside any Kafka transaction, so it delivers at least once")
+		}
+		if c.Outbox.Messages {
+			return errors.New("outbox.messages needs source wal: the poll source reads no WAL, so no logical decoding message (walrelay_emit inserts a row there)")
 		}
 		if c.Poll.BatchSize < 1 || c.Poll.MaxAttempts < 1 {
 			return fmt.Errorf("poll.batch_size %d, poll.max_attempts %d: want at least 1", c.Poll.BatchSize, c.Poll.MaxAttempts)

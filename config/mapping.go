@@ -34,7 +34,7 @@ func (c *Config) OutboxConfig() decoder.Config {
 		PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn, OrderColumn: o.OrderColumn, TraceColumn: o.TraceColumn,
 	}
 	base.HeaderColumns, base.HeaderNames = headerColumns(o.HeaderColumns)
-	cfg := decoder.Config{MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes}
+	cfg := decoder.Config{Messages: o.Messages, MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes}
 	if len(o.Tables) == 0 {
 		cfg.Layout = base
 		cfg.Schema, cfg.Table, _ = c.Table()

@@ -22,11 +22,6 @@ var ErrMissingColumn = errors.New("required column missing")
 // otherwise pass unpublished.
 var ErrUnexpectedRelation = errors.New("the publication publishes a table that is not the outbox")
 
-// ErrUnexpectedPrefix is wrapped by the *Error returned for a logical
-// decoding message under a prefix that is neither read nor listed as
-// ignored: it may be an outbox event emitted under another prefix.
-var ErrUnexpectedPrefix = errors.New("logical decoding message under an unexpected prefix")
-
 // Error is a message the decoder cannot turn into events without risking a
 // lost event; the pipeline must stop (its kind is failure.Fatal).
 type Error struct {
@@ -143,12 +138,21 @@ type Config struct {
 	// More are further outbox tables read from the same stream, each with
 	// its own layout; their Table must be set.
 	More []Layout
+	// Messages turns the logical decoding messages under MessagePrefix into
+	// events (the outbox without a table, walrelay_emit). Default false:
+	// they are ignored (Ignored kind "message_source_off"), because
+	// PostgreSQL lets every role call pg_logical_emit_message unless its
+	// EXECUTE is revoked from PUBLIC; whoever turns it on must see that
+	// only the outbox's writers may (relay.CheckMessagePrivileges).
+	Messages bool
 	// MessagePrefix is the logical decoding message prefix whose messages
-	// become events. Default "walrelay". Messages with the prefix
-	// MessagePrefix+".heartbeat" are ignored as heartbeats.
+	// become events (with Messages). Default "walrelay". Messages with the
+	// prefix MessagePrefix+".heartbeat" are ignored as heartbeats.
 	MessagePrefix string
 	// IgnoredPrefixes are prefixes of other programs' logical decoding
-	// messages, ignored. A message under any other prefix is an error.
+	// messages, expected: ignored as kind "message_ignored_prefix". A
+	// message under any other prefix is ignored too, as kind
+	// "message_foreign_prefix", which the relay logs once per prefix.
 	IgnoredPrefixes []string
 }
 
@@ -185,8 +189,16 @@ type Commit struct {
 
 // Ignored is a message that yields no event. Kind names it for counting:
 // "relation", "type", "origin", "update", "delete", "truncate",
-// "heartbeat", "message_ignored_prefix".
-type Ignored struct{ Kind string }
+// "heartbeat", "message_ignored_prefix" (a prefix of IgnoredPrefixes),
+// "message_foreign_prefix" (any other prefix walrelay does not read),
+// "message_source_off" (under MessagePrefix, with Messages off).
+type Ignored struct {
+	Kind string
+	// Prefix is the prefix of an ignored logical decoding message, but a
+	// heartbeat's; empty for other kinds. Any role can choose it: bound
+	// what is kept of it.
+	Prefix string
+}
 
 // EventMessage carries an outbox event: a row of the outbox, or a logical
 // message under the read prefix.

@@ -35,7 +35,7 @@ const testID = "0b8c2a6e-5d36-4d43-9f53-6c0f3c7f1a11"
 
 func newDecoder(t *testing.T) *Decoder {
 	t.Helper()
-	d, err := New(Config{Layout: Layout{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}}})
+	d, err := New(Config{Layout: Layout{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}}, Messages: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestMissingColumnStopsTheStream(t *testing.T) {
 
 func TestOtherChangesAreIgnored(t *testing.T) {
 	t.Parallel()
-	d, err := New(Config{IgnoredPrefixes: []string{"debezium"}})
+	d, err := New(Config{Messages: true, IgnoredPrefixes: []string{"debezium"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,6 @@ func TestOtherChangesAreIgnored(t *testing.T) {
 	for data, kind := range map[string]string{
 		string(upd): "update", string(del): "delete", string(trunc): "truncate",
 		string(logicalMsg(false, 0x11, "walrelay.heartbeat", "{}")): "heartbeat",
-		string(logicalMsg(true, 0x11, "debezium", "{}")):            "message_ignored_prefix",
 	} {
 		if got := mustDecode(t, d, []byte(data)); got != (Ignored{Kind: kind}) {
 			t.Errorf("%q decoded to %#v, want Ignored %s", data[0], got, kind)
@@ -219,8 +218,8 @@ func TestOtherChangesAreIgnored(t *testing.T) {
 
 // TestWhatCouldHideAnEventStops: a table in the publication that is not the
 // outbox (a partition published under its own name, a table added by hand)
-// and a message under a prefix walrelay neither reads nor ignores stop the
-// stream, rather than letting their transactions be confirmed unpublished.
+// stops the stream, rather than letting its transactions be confirmed
+// unpublished.
 func TestWhatCouldHideAnEventStops(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
@@ -229,8 +228,6 @@ func TestWhatCouldHideAnEventStops(t *testing.T) {
 	}{
 		"partition under its own name": {insertMsg(7, s(testID), s("order"), s("a"), s("T"), s("{}"), nil, nil, nil, nil), ErrUnexpectedRelation},
 		"another table":                {insertMsg(8, s("1")), ErrUnexpectedRelation},
-		"another prefix":               {logicalMsg(true, 0x11, "walrelay", "{}"), ErrUnexpectedPrefix},
-		"another prefix, not in a txn": {logicalMsg(false, 0x11, "other", "{}"), ErrUnexpectedPrefix},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -249,6 +246,58 @@ func TestWhatCouldHideAnEventStops(t *testing.T) {
 				t.Fatalf("err = %v, want *Error wrapping %v", err, c.want)
 			}
 		})
+	}
+}
+
+// TestForeignPrefixesAreIgnored: a message under a prefix walrelay does not
+// read, which any role can emit, is ignored and named (for the log and the
+// count), inside a transaction or not; it never stops the stream. (Before,
+// it was an error that stopped walrelay, at every restart again.)
+func TestForeignPrefixesAreIgnored(t *testing.T) {
+	t.Parallel()
+	d, err := New(Config{Layout: Layout{RelationID: 1}, MessagePrefix: "orders", Messages: true, IgnoredPrefixes: []string{"debezium"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
+	for _, c := range []struct {
+		data []byte
+		want Ignored
+	}{
+		{logicalMsg(true, 0x11, "walrelay", "{}"), Ignored{Kind: "message_foreign_prefix", Prefix: "walrelay"}},
+		{logicalMsg(true, 0x12, "not-walrelay", "y"), Ignored{Kind: "message_foreign_prefix", Prefix: "not-walrelay"}},
+		{logicalMsg(false, 0x13, "other", "{}"), Ignored{Kind: "message_foreign_prefix", Prefix: "other"}},
+		{logicalMsg(true, 0x14, "debezium", "{}"), Ignored{Kind: "message_ignored_prefix", Prefix: "debezium"}},
+		{logicalMsg(false, 0x15, "orders.heartbeat", "beat"), Ignored{Kind: "heartbeat"}},
+	} {
+		m, err := d.Decode(0x42, c.data)
+		if err != nil || m != c.want {
+			t.Errorf("message %q: %#v, %v; want %#v", c.data, m, err, c.want)
+		}
+	}
+	if _, ok := mustDecode(t, d, logicalMsg(true, 0x16, "orders", `{"id":"x","aggregatetype":"a","aggregateid":"b"}`)).(EventMessage); !ok {
+		t.Fatal("a message under the read prefix is no event")
+	}
+}
+
+// TestMessagesAreOffUnlessConfigured: without Messages, a message under the
+// read prefix is no event, whoever emitted it: pg_logical_emit_message is
+// granted to every role, so only a configuration that says the writers
+// alone may call it (Messages) turns messages into events. (Before, every
+// message under the prefix was an event.)
+func TestMessagesAreOffUnlessConfigured(t *testing.T) {
+	t.Parallel()
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustDecode(t, d, beginMsg(0x10, time.Now(), 1))
+	forged := `{"id":"` + testID + `","aggregatetype":"payments","aggregateid":"acct-1","type":"RefundApproved","payload":{"amount":1000000}}`
+	for _, data := range [][]byte{logicalMsg(true, 0x11, "walrelay", forged), logicalMsg(false, 0x12, "walrelay", forged)} {
+		m, err := d.Decode(0x42, data)
+		if want := (Ignored{Kind: "message_source_off", Prefix: "walrelay"}); err != nil || m != want {
+			t.Errorf("message %q: %#v, %v; want %#v", data, m, err, want)
+		}
 	}
 }
 

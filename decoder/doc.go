@@ -11,19 +11,19 @@
 // columns found by the names of its Layout. An outbox table is known by its
 // OID (Layout.RelationID: it follows a rename, and a partitioned outbox
 // published via its root) or by its name; its events carry that name as
-// their Source. Logical decoding messages with the configured prefix
-// (pg_logical_emit_message(true, 'walrelay', '{…}')) become Events too: an
-// outbox without a table. Updates, deletes, truncates, heartbeats and
-// messages under a prefix listed as ignored are Ignored and named, so they
-// can be counted.
+// their Source. With Config.Messages, logical decoding messages with the
+// configured prefix (pg_logical_emit_message(true, 'walrelay', '{…}'))
+// become Events too: an outbox without a table. Updates, deletes,
+// truncates, heartbeats and every other message (under another prefix,
+// which any role can emit, or under the prefix with Messages off) are
+// Ignored and named, so they can be counted; none stops the stream.
 //
 // A row that breaks a rule of its own (a required column NULL, a value that
 // does not parse) still yields an Event, with Invalid set: the sink sends it
 // to the dead-letter topic, and the stream goes on. A message that breaks the
 // stream (malformed bytes, an insert for an unknown relation, an outbox table
 // without a required column, a row of a table that is not the outbox, which
-// may be a partition published under its own name, a message under a prefix
-// neither read nor ignored) is returned as an *Error, and the pipeline stops:
+// may be a partition published under its own name) is returned as an *Error, and the pipeline stops:
 // skipping it could lose events.
 //
 // pglogrepl.Parse panics on some malformed input; Decode recovers at exactly

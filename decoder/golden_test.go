@@ -58,7 +58,7 @@ func TestGolden(t *testing.T) {
 		t.Fatalf("%v (capture it with go test ./decoder -run TestGolden -update)", err)
 	}
 	defer f.Close()
-	d, err := New(Config{Layout: Layout{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}}})
+	d, err := New(Config{Layout: Layout{HeaderColumns: []string{"tenant", "amount", "created_at", "urgent"}}, Messages: true})
 	if err != nil {
 		t.Fatal(err)
 	}

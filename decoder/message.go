@@ -20,15 +20,20 @@ type messageBody struct {
 }
 
 func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMessage) (Message, error) {
+	// Any role can emit a message under any prefix: none but the read
+	// prefix with Messages on may be an event, and none may stop the
+	// stream. (A walrelay_emit emitting under a prefix walrelay does not
+	// read is caught before streaming: relay.CheckEmitFunction.)
 	switch {
+	case m.Prefix == d.cfg.MessagePrefix && d.cfg.Messages:
 	case m.Prefix == d.cfg.MessagePrefix:
+		return Ignored{Kind: "message_source_off", Prefix: m.Prefix}, nil
 	case m.Prefix == d.heartbeat:
 		return Ignored{Kind: "heartbeat"}, nil
 	case d.ignored[m.Prefix]:
-		return Ignored{Kind: "message_ignored_prefix"}, nil
+		return Ignored{Kind: "message_ignored_prefix", Prefix: m.Prefix}, nil
 	default:
-		return nil, fmt.Errorf("%w: %q; walrelay reads %q (outbox.message_prefix): if another program emits it, list it in outbox.ignore_message_prefixes",
-			ErrUnexpectedPrefix, m.Prefix, d.cfg.MessagePrefix)
+		return Ignored{Kind: "message_foreign_prefix", Prefix: m.Prefix}, nil
 	}
 	if m.Transactional && !d.inTxn {
 		return nil, errors.New("transactional message outside a transaction")

@@ -1,7 +1,8 @@
 // Package migrations holds walrelay's SQL: the outbox table in Debezium's
 // layout (or the configured column names: decoder.Config, the one
-// definition of the layout) and the walrelay_emit helper function (emitting
-// under the configured message prefix), embedded in the binary and applied
+// definition of the layout) and the walrelay_emit helper function
+// (EmitFunction: inserting a row, or emitting a message under the
+// configured prefix), embedded in the binary and applied
 // by Apply, which `walrelay migrate` calls; and the inbox table of package
 // inbox with its claim function, applied by ApplyInbox (`walrelay migrate
 // --inbox`, inbox.Migrate) in the consumer's database. The publication and
@@ -37,13 +38,6 @@ var inboxFiles embed.FS
 // ("walrelay" in ASCII).
 const lockKey = 0x77616c72656c6179
 
-// EmitFunctionSQL is the SQL of walrelay_emit's call to
-// pg_logical_emit_message for a prefix: a function whose source lacks it
-// emits under another prefix.
-func EmitFunctionSQL(prefix string) string {
-	return "pg_logical_emit_message(true, " + quoteLiteral(prefix) + ","
-}
-
 // quoteLiteral quotes s as a string literal that reads the same whatever
 // the session's standard_conforming_strings (walrelay_emit's body is
 // parsed in its caller's session).
@@ -59,9 +53,11 @@ type Result struct {
 const tableMigration = "0001_outbox.sql"
 
 // Apply creates each outbox table of o, the layout the decoder reads (if
-// missing; an existing table is left as it is), and the helper function in
-// the first table's schema emitting under o's message prefix, in one
-// transaction. Empty fields of o take the decoder's defaults.
+// missing; an existing table is left as it is), and the helper function
+// EmitFunction in the first table's schema (inserting into that table, or
+// with o.Messages emitting under o's message prefix), in one transaction.
+// Empty fields of o take the decoder's defaults. The privileges of the
+// message source are SecureMessages'.
 func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error) {
 	o = o.WithDefaults()
 	var res Result
@@ -103,6 +99,15 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 		}
 		if err := run(ctx, tx, files, apply, r); err != nil {
 			return res, err
+		}
+		if i == 0 {
+			src := EmitInsertSource(l)
+			if o.Messages {
+				src = EmitMessageSource(o.MessagePrefix)
+			}
+			if _, err := tx.Exec(ctx, createEmit(schema, src)); err != nil {
+				return res, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+			}
 		}
 		if !exists {
 			res.Created = append(res.Created, l.Name())

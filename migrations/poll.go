@@ -146,16 +146,9 @@ END $$`,
 			"CREATE OR REPLACE TRIGGER " + pgx.Identifier{n.Trigger}.Sanitize() + " AFTER INSERT ON " + name + " FOR EACH STATEMENT EXECUTE FUNCTION " + pgx.Identifier{l.Schema, n.Function}.Sanitize() + "()",
 		}
 		if i == 0 {
-			// walrelay_emit writes a WAL message, which the poll source
+			// walrelay_emit may write a WAL message, which the poll source
 			// never reads: it inserts a row instead.
-			c := l.Columns
-			stmts = append(stmts, "CREATE OR REPLACE FUNCTION "+pgx.Identifier{l.Schema, "walrelay_emit"}.Sanitize()+`(
-    p_id uuid, p_aggregatetype text, p_aggregateid text, p_type text, p_payload jsonb)
-RETURNS pg_lsn LANGUAGE sql AS $$
-    INSERT INTO `+name+` (`+strings.Join([]string{id, pgx.Identifier{c.AggregateType}.Sanitize(), agg, pgx.Identifier{c.Type}.Sanitize(), pgx.Identifier{c.Payload}.Sanitize()}, ", ")+`)
-    VALUES (p_id, p_aggregatetype, p_aggregateid, p_type, p_payload);
-    SELECT pg_current_wal_insert_lsn();
-$$`)
+			stmts = append(stmts, createEmit(l.Schema, EmitInsertSource(l)))
 		}
 		for _, s := range stmts {
 			if _, err := tx.Exec(ctx, s); err != nil {

@@ -29,15 +29,15 @@ func TestEmitPrefixUnderBothSettings(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close(ctx) })
 	const prefix = `it's\walrelay`
-	if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: prefix}); err != nil {
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: prefix, Messages: true}); err != nil {
 		t.Fatal(err)
 	}
 	var src string
 	if err := conn.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'walrelay_emit'").Scan(&src); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(src, migrations.EmitFunctionSQL(prefix)) {
-		t.Fatalf("the function's source does not hold EmitFunctionSQL's text:\n%s", src)
+	if src != migrations.EmitMessageSource(prefix) {
+		t.Fatalf("the function's source is not EmitMessageSource's text:\n%s", src)
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot('quote_test', 'pgoutput')"); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestEmitPrefixUnderBothSettings(t *testing.T) {
 	if messages != 2 {
 		t.Errorf("%d messages, want 2 (one per setting)", messages)
 	}
-	if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: "a$$b"}); err == nil || !strings.Contains(err.Error(), "$$") {
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: "a$$b", Messages: true}); err == nil || !strings.Contains(err.Error(), "$$") {
 		t.Errorf("a prefix with $$: %v, want it refused", err)
 	}
 }

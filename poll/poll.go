@@ -266,6 +266,13 @@ func (p *Poller) run(ctx context.Context) error {
 			return err
 		}
 	}
+	// A walrelay_emit that writes WAL messages, which this source never
+	// reads, would lose its events.
+	o := p.cfg.Outbox
+	o.Messages = false
+	if err := relay.CheckEmitFunction(ctx, db, o); err != nil {
+		return fmt.Errorf("%w (source poll: walrelay migrate --poll)", err)
+	}
 	if err := p.describe(ctx, db); err != nil {
 		return err
 	}

@@ -38,7 +38,10 @@
 //     sink's rounds prevent it, and the relay checks it (Hooks.OrderBreak)
 //     and logs it as an error.
 //   - Start (preflight): the table has every column walrelay reads, none
-//     generated; walrelay_emit emits under the configured prefix; the
+//     generated; every walrelay_emit a writer may call is migrate's for
+//     the configuration (CheckEmitFunction); with the message source on,
+//     only the outbox's writers may emit messages
+//     (CheckMessagePrivileges); the
 //     publication publishes the outbox alone, via the partition root; a slot
 //     walrelay created and that is gone is not created again. An UNLOGGED
 //     partition, at start or attached later, stops the relay.

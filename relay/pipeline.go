@@ -34,7 +34,11 @@ type pipeline struct {
 
 	txn   *checkpoint.Txn // the open transaction
 	hooks Hooks
-	cur   *epoch // the publishing epoch of the session being read; set under mu by started
+	// prefixesLogged are the prefixes of ignored logical decoding messages
+	// logged so far (once each), at most maxPrefixesLogged: any role can
+	// emit under any prefix. Only the receive goroutine uses it.
+	prefixesLogged map[string]bool
+	cur            *epoch // the publishing epoch of the session being read; set under mu by started
 
 	mu         sync.Mutex
 	err        error  // the first fatal error
@@ -294,10 +298,43 @@ func (p *pipeline) handle(walStart pglogrepl.LSN, data []byte) error {
 		if m.Kind != "relation" && m.Kind != "type" && m.Kind != "origin" {
 			p.hooks.Ignored(m.Kind)
 		}
+		if m.Kind == "message_foreign_prefix" || m.Kind == "message_source_off" {
+			p.ignoredMessage(m, walStart)
+		}
 		p.log.Debug("ignored change", "kind", m.Kind, "lsn", walStart.String())
 		return nil
 	}
 	return fmt.Errorf("decoder returned %T", msg)
+}
+
+// maxPrefixesLogged bounds the prefixes of ignored messages that are logged.
+const maxPrefixesLogged = 100
+
+// ignoredMessage logs an ignored logical decoding message the first time
+// its prefix is seen (every one is counted by the Ignored hook).
+func (p *pipeline) ignoredMessage(m decoder.Ignored, walStart pglogrepl.LSN) {
+	if p.prefixesLogged[m.Prefix] || len(p.prefixesLogged) > maxPrefixesLogged {
+		return
+	}
+	if p.prefixesLogged == nil {
+		p.prefixesLogged = map[string]bool{}
+	}
+	p.prefixesLogged[m.Prefix] = true
+	prefix := m.Prefix
+	if len(prefix) > 200 {
+		prefix = prefix[:200] + "…"
+	}
+	switch {
+	case len(p.prefixesLogged) > maxPrefixesLogged:
+		p.log.Warn("ignored logical decoding messages under more prefixes than walrelay logs: further prefixes are counted, not logged",
+			"kind", m.Kind, "counted_as", `walrelay_changes_ignored_total{kind="`+m.Kind+`"}`)
+	case m.Kind == "message_source_off":
+		p.log.Warn("ignored a logical decoding message under outbox.message_prefix: outbox.messages is off, so messages are no events (logged once)",
+			"prefix", prefix, "lsn", walStart.String())
+	default:
+		p.log.Info("ignored a logical decoding message under a prefix walrelay does not read (logged once per prefix)",
+			"prefix", prefix, "lsn", walStart.String())
+	}
 }
 
 // flush waits until every event handed to the sink is acknowledged, a fatal

@@ -1,10 +1,16 @@
 package relay
 
 import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/walrelay/walrelay/decoder"
 )
 
 // TestPersistentRefusalIsJudgedPerSession: only sessions that end on the
@@ -41,5 +47,27 @@ func TestPersistentRefusalIsJudgedPerSession(t *testing.T) {
 				t.Fatalf("err = %v, want fatal %v", err, c.fatal)
 			}
 		})
+	}
+}
+
+// TestIgnoredPrefixesAreLoggedOnceAndBounded: each prefix of an ignored
+// message is logged once; since any role chooses them, at most
+// maxPrefixesLogged are remembered and logged, then one line says that
+// further ones are only counted.
+func TestIgnoredPrefixesAreLoggedOnceAndBounded(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	p := &pipeline{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	for round := range 2 {
+		for i := range maxPrefixesLogged + 50 {
+			p.ignoredMessage(decoder.Ignored{Kind: "message_foreign_prefix", Prefix: fmt.Sprintf("p%d", i)}, pglogrepl.LSN(round*1000+i))
+		}
+	}
+	lines := strings.Count(buf.String(), "\n")
+	if once := strings.Count(buf.String(), "prefix=p7 "); once != 1 || lines != maxPrefixesLogged+1 || !strings.Contains(buf.String(), "further prefixes are counted, not logged") {
+		t.Fatalf("%d lines (p7 %d times), want %d and one about the rest:\n%s", lines, once, maxPrefixesLogged+1, buf.String())
+	}
+	if len(p.prefixesLogged) > maxPrefixesLogged+1 {
+		t.Fatalf("%d prefixes remembered", len(p.prefixesLogged))
 	}
 }

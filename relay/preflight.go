@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -126,7 +125,10 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 		}
 	}
 	dcfg.Layout, dcfg.More = layouts[0], layouts[1:]
-	if err := CheckEmitFunction(cctx, conn, dcfg.Schema, dcfg.MessagePrefix); err != nil {
+	if err := CheckEmitFunction(cctx, conn, dcfg); err != nil {
+		return dcfg, err
+	}
+	if err := CheckMessagePrivileges(cctx, conn, dcfg); err != nil {
 		return dcfg, err
 	}
 	spec := PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter)
@@ -195,25 +197,6 @@ func markFailover(ctx context.Context, conn *pgx.Conn, cfg *Config, log *slog.Lo
 	}
 	if marked {
 		log.Info("marked the replication slot for failover: a standby with sync_replication_slots keeps a copy", "slot", cfg.Slot)
-	}
-	return nil
-}
-
-// CheckEmitFunction refuses a walrelay_emit function in schema that emits
-// under another prefix than the configured one: its events would not be
-// read.
-func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, schema, prefix string) error {
-	var src string
-	err := conn.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'walrelay_emit' AND pronamespace = to_regnamespace($1)", pgx.Identifier{schema}.Sanitize()).Scan(&src)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read function %s.walrelay_emit: %w", schema, err)
-	}
-	if !strings.Contains(src, migrations.EmitFunctionSQL(prefix)) {
-		return fmt.Errorf("function %s.walrelay_emit emits under another prefix than outbox.message_prefix %q, so its events would not be published: "+
-			"run walrelay migrate with this configuration to replace it", schema, prefix)
 	}
 	return nil
 }

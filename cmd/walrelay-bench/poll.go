@@ -37,7 +37,8 @@ func pollBench(ctx context.Context, o options, rows int) (string, error) {
 	if _, err := migrations.ApplyPoll(ctx, conn, decoder.Config{}); err != nil {
 		return "", err
 	}
-	// walrelay_emit as the WAL source wants it (ApplyPoll makes it insert).
+	// The outbox as the WAL source wants it (walrelay_emit inserts a row
+	// for both sources while outbox.messages is off).
 	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
 		return "", err
 	}

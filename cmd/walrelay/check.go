@@ -156,8 +156,23 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 			add("publication", "ok", "%s publishes %s alone (%s)", pub.Name, spec.Names(), strings.Join(pub.Publish, ", "))
 		}
 	}
-	if err := relay.CheckEmitFunction(cctx, conn, layouts[0].Schema, cfg.Outbox.MessagePrefix); err != nil {
+	ocfg := cfg.OutboxConfig()
+	if err := relay.CheckEmitFunction(cctx, conn, ocfg); err != nil {
 		add("walrelay_emit", "fail", "%v", err)
+	}
+	switch err := relay.CheckMessagePrivileges(cctx, conn, ocfg); {
+	case err != nil:
+		add("messages", "fail", "%v", err)
+	case ocfg.Messages:
+		add("messages", "ok", "on: only roles that may insert into %s may execute pg_logical_emit_message", layouts[0].Name())
+	default:
+		add("messages", "ok", "off (outbox.messages): logical decoding messages are not events, whoever emits them")
+	}
+	var mayEmit bool
+	if cfg.Heartbeat.Interval > 0 && conn.QueryRow(cctx, `SELECT coalesce(bool_or(has_function_privilege(oid, 'EXECUTE')), false) FROM pg_proc
+		WHERE proname = 'pg_logical_emit_message' AND pronamespace = 'pg_catalog'::regnamespace AND proargtypes[2] = 'text'::regtype`).Scan(&mayEmit) == nil && !mayEmit {
+		add("heartbeat", "warn", "heartbeat.interval is set, but the role may not execute pg_logical_emit_message (revoked from PUBLIC for outbox.messages): "+
+			"every heartbeat will fail; GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO <walrelay's role>, which outbox.messages accepts only with INSERT on the outbox too, or leave heartbeat.interval unset (keepalives move the slot)")
 	}
 
 	if st, err := replication.Slots(cctx, conn, cfg.Postgres.Slot); err != nil {
@@ -408,5 +423,8 @@ func checkPoll(ctx context.Context, conn *pgx.Conn, cfg *config.Config, add func
 			continue
 		}
 		add(name, "ok", "%s has the poll columns, indexes and insert trigger; the role may select and update it", l.Name())
+	}
+	if err := relay.CheckEmitFunction(ctx, conn, cfg.OutboxConfig()); err != nil {
+		add("walrelay_emit", "fail", "%v (source poll: walrelay migrate --poll)", err)
 	}
 }

@@ -225,14 +225,18 @@ func TestBadInputsFailClearly(t *testing.T) {
 	}
 }
 
-// TestLogicalMessageEvents: walrelay_emit (a transactional logical decoding
-// message) publishes an event without a table row once its transaction
-// commits, and never when it rolls back.
+// TestLogicalMessageEvents: with outbox.messages on, walrelay_emit (a
+// transactional logical decoding message) publishes an event without a
+// table row once its transaction commits, and never when it rolls back.
 func TestLogicalMessageEvents(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
-	streaming(t, baseEnv(pg, kc))
+	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", "true")
+	if code, out := runCmd(t, e, "migrate"); code != 0 {
+		t.Fatalf("migrate with outbox.messages: exit %d\n%s", code, out)
+	}
+	streaming(t, e)
 	ctx := t.Context()
 	emit := `SELECT walrelay_emit($1, 'invoice', 'inv-9', 'InvoiceIssued', '{"amount": 12.5}')`
 	committed, rolledBack := outbox.NewID(), outbox.NewID()
@@ -256,6 +260,9 @@ func TestLogicalMessageEvents(t *testing.T) {
 	r := col.Records()[0]
 	if r.Topic != kc.topic("invoice") || string(r.Key) != "inv-9" || string(r.Value) != `{"amount": 12.5}` || string(kafkatest.Header(r, "type")) != "InvoiceIssued" {
 		t.Fatalf("record %s key %q value %q", r.Topic, r.Key, r.Value)
+	}
+	if rows := texts(t, conn, "SELECT id::text FROM outbox"); len(rows) != 0 {
+		t.Fatalf("walrelay_emit wrote rows %v, want a message", rows)
 	}
 }
 

@@ -103,7 +103,8 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 	if err != nil {
 		return err
 	}
-	for _, l := range cfg.OutboxConfig().Layouts() {
+	ocfg := cfg.OutboxConfig()
+	for _, l := range ocfg.Layouts() {
 		say("table "+l.Name(), slices.Contains(res.Created, l.Name()))
 		if poll {
 			continue // checked once it has the poll columns
@@ -115,7 +116,27 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 		}
 	}
 	if poll {
-		return migratePoll(cctx, conn, cfg.OutboxConfig(), stdout)
+		return migratePoll(cctx, conn, ocfg, stdout)
+	}
+	emit := ocfg.Schema + "." + migrations.EmitFunction
+	var privErr error
+	if !ocfg.Messages {
+		fmt.Fprintf(stdout, "%-40s %s\n", "function "+emit, "inserts a row into "+ocfg.Name()+" (outbox.messages off)")
+	} else {
+		stmts, err := migrations.SecureMessages(cctx, conn, ocfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%-40s %s\n", "function "+emit, "emits a logical decoding message under "+ocfg.MessagePrefix+" (outbox.messages on)")
+		for _, s := range stmts {
+			fmt.Fprintf(stdout, "%-40s %s\n", "privileges", s)
+		}
+		// PostgreSQL only warns when a role that may not change the
+		// privileges tries: see whether they are right now (the
+		// publication and the slot are made either way).
+		if err := relay.CheckMessagePrivileges(cctx, conn, ocfg); err != nil {
+			privErr = fmt.Errorf("%w (migrate could not change them: that needs a superuser)", err)
+		}
 	}
 	created, added, err := replication.EnsurePublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
 	for _, t := range added {
@@ -132,7 +153,7 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 		return err
 	}
 	say("replication slot "+cfg.Postgres.Slot, created)
-	return nil
+	return privErr
 }
 
 // connectDSN connects to postgres.dsn.

@@ -1,0 +1,228 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/migrations"
+)
+
+// The trust boundary: an event reaches Kafka only if a role that may insert
+// into the outbox table wrote it. For rows PostgreSQL's INSERT privilege
+// sees to it. For logical decoding messages, which any role may emit by
+// default, the message source is off unless configured
+// (decoder.Config.Messages), and on only where the privileges of
+// pg_logical_emit_message match the table's (CheckMessagePrivileges).
+
+// nonWriters says who may execute the function fn without INSERT on the
+// outbox table l: PUBLIC (every role), or else the roles that may (through
+// a grant to them or to a role they inherit from; a superuser may insert).
+func nonWriters(ctx context.Context, conn *pgx.Conn, fn uint32, l decoder.Layout) (public bool, roles []string, err error) {
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+		WHERE p.oid = $1 AND a.grantee = 0 AND a.privilege_type = 'EXECUTE')`, fn).Scan(&public)
+	if err != nil || public {
+		return public, nil, err
+	}
+	rows, err := conn.Query(ctx, `SELECT r.oid::regrole::text FROM pg_roles r
+		WHERE has_function_privilege(r.oid, $1::oid, 'EXECUTE') AND NOT has_table_privilege(r.oid, to_regclass($2), 'INSERT') ORDER BY 1`,
+		fn, pgx.Identifier{l.Schema, l.Table}.Sanitize())
+	if err == nil {
+		roles, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	return false, roles, err
+}
+
+// CheckMessagePrivileges refuses the message source (o.Messages) while a
+// role that may not insert into the first outbox table of o may execute
+// pg_logical_emit_message (any of its signatures; PUBLIC may, unless
+// revoked) or a SECURITY DEFINER function that calls it, naming the REVOKE
+// and the GRANT to run: such a role could publish events it may not write.
+// A superuser may do both. With the message source off it checks nothing:
+// messages are no events then.
+func CheckMessagePrivileges(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
+	if !o.Messages {
+		return nil
+	}
+	o = o.WithDefaults()
+	table := sqlName(o.Schema) + "." + sqlName(o.Table)
+	sigs, oids, err := migrations.EmitMessageFunctions(ctx, conn)
+	if err != nil {
+		return err
+	}
+	var revokePublic, problems []string
+	for i, sig := range sigs {
+		public, roles, err := nonWriters(ctx, conn, oids[i], o.Layout)
+		if err != nil {
+			return fmt.Errorf("read the privileges of %s: %w", sig, err)
+		}
+		if public {
+			revokePublic = append(revokePublic, "REVOKE EXECUTE ON FUNCTION "+sig+" FROM PUBLIC")
+		}
+		for _, r := range roles {
+			problems = append(problems, fmt.Sprintf("role %s may execute %s without INSERT on %s: REVOKE EXECUTE ON FUNCTION %s FROM %s (or from the role it inherits it from), or GRANT INSERT ON %s TO %s if it writes events",
+				r, sig, table, sig, r, table, r))
+		}
+	}
+	if len(revokePublic) > 0 {
+		writers, err := migrations.OutboxWriters(ctx, conn, o.Layout)
+		if err != nil {
+			return err
+		}
+		to := "<each role that writes events with walrelay_emit; it needs INSERT on " + table + " too>"
+		if len(writers) > 0 {
+			to = strings.Join(writers, ", ")
+		}
+		return fmt.Errorf("outbox.messages is on, but every role may execute pg_logical_emit_message (PostgreSQL grants it to PUBLIC), so a role without INSERT on %s could publish events: "+
+			"as a superuser run %s; then GRANT EXECUTE ON FUNCTION %s TO %s (walrelay migrate does both); or turn outbox.messages off and write events as rows",
+			table, strings.Join(revokePublic, "; "), migrations.EmitMessageGrant(sigs), to)
+	}
+	// A SECURITY DEFINER function that emits messages lends its owner's
+	// EXECUTE to whoever may call it.
+	rows, err := conn.Query(ctx, `SELECT p.oid, p.oid::regprocedure::text FROM pg_proc p
+		WHERE p.prosecdef AND p.prosrc ILIKE '%pg_logical_emit_message%' AND p.pronamespace <> 'pg_catalog'::regnamespace ORDER BY 2`)
+	if err != nil {
+		return fmt.Errorf("look up SECURITY DEFINER functions: %w", err)
+	}
+	type fn struct {
+		oid  uint32
+		name string
+	}
+	var fns []fn
+	var f fn
+	if _, err := pgx.ForEachRow(rows, []any{&f.oid, &f.name}, func() error { fns = append(fns, f); return nil }); err != nil {
+		return fmt.Errorf("look up SECURITY DEFINER functions: %w", err)
+	}
+	for _, f := range fns {
+		public, roles, err := nonWriters(ctx, conn, f.oid, o.Layout)
+		if err != nil {
+			return fmt.Errorf("read the privileges of %s: %w", f.name, err)
+		}
+		if public {
+			roles = []string{"PUBLIC"}
+		}
+		for _, r := range roles {
+			problems = append(problems, fmt.Sprintf("%s may execute %s, a SECURITY DEFINER function that calls pg_logical_emit_message, without INSERT on %s: REVOKE EXECUTE ON FUNCTION %s FROM %s",
+				r, f.name, table, f.name, r))
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New("outbox.messages is on, but " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// sqlName is an identifier as a statement an error suggests writes it:
+// quoted only where it must be.
+func sqlName(s string) string {
+	if plainName.MatchString(s) {
+		return s
+	}
+	return pgx.Identifier{s}.Sanitize()
+}
+
+var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// CheckEmitFunction refuses every function named walrelay_emit that an
+// application's call may resolve to and that is not the one walrelay
+// migrate writes for o, in the first outbox table's schema: one that emits
+// under a prefix walrelay does not read, or emits a message while the
+// message source is off, or writes anywhere else, would let its events
+// pass unpublished. It reads every overload in the outbox's schema, and
+// every walrelay_emit in a schema that may come first on a writer's
+// search_path (searchPathSchemas); one in a schema on no one's path is
+// left alone, so that a role that may create one there cannot keep
+// walrelay from starting. A SECURITY DEFINER walrelay_emit is refused
+// while a role that may not insert into the outbox may execute it.
+func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
+	o = o.WithDefaults()
+	schemas, err := searchPathSchemas(ctx, conn, o.Layout)
+	if err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT p.oid, n.nspname::text, oidvectortypes(p.proargtypes), l.lanname::text, p.prosrc, p.prosecdef
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
+		WHERE p.proname = $1 AND (n.nspname = $2 OR n.nspname = ANY ($3)) ORDER BY 2, 3`, migrations.EmitFunction, o.Schema, schemas)
+	if err != nil {
+		return fmt.Errorf("look up function %s: %w", migrations.EmitFunction, err)
+	}
+	type fn struct {
+		oid            uint32
+		schema, args   string
+		lang, src      string
+		securityDefine bool
+	}
+	var fns []fn
+	var g fn
+	if _, err := pgx.ForEachRow(rows, []any{&g.oid, &g.schema, &g.args, &g.lang, &g.src, &g.securityDefine}, func() error {
+		fns = append(fns, g)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("look up function %s: %w", migrations.EmitFunction, err)
+	}
+	msgSrc, rowSrc := migrations.EmitMessageSource(o.MessagePrefix), migrations.EmitInsertSource(o.Layout)
+	fix := "run walrelay migrate with this configuration to replace it"
+	for _, f := range fns {
+		name := sqlName(f.schema) + "." + migrations.EmitFunction + "(" + f.args + ")"
+		switch {
+		case f.schema != o.Schema:
+			return fmt.Errorf("function %s is not walrelay's (that is in %s, the outbox's schema), and %s is on a search_path (of a role that may write the outbox, of this database, or walrelay's own): an application with %s before %s would call it, and its events would not reach walrelay: DROP FUNCTION %s",
+				name, o.Schema, f.schema, f.schema, o.Schema, name)
+		case f.args != migrations.EmitArgTypes:
+			return fmt.Errorf("function %s is an overload of walrelay's %s(%s): a call may resolve to it, and its events would not reach walrelay: DROP FUNCTION %s",
+				name, migrations.EmitFunction, migrations.EmitArgTypes, name)
+		case f.lang == "sql" && f.src == msgSrc && !o.Messages:
+			return fmt.Errorf("function %s writes events as logical decoding messages, which walrelay ignores while outbox.messages is off: "+
+				"turn outbox.messages on (docs/outbox.md: Who can write events), or run walrelay migrate with this configuration to make it insert rows into the outbox", name)
+		case f.lang == "sql" && (f.src == msgSrc || f.src == rowSrc):
+		case strings.Contains(f.src, "pg_logical_emit_message"):
+			return fmt.Errorf("function %s emits under another prefix than outbox.message_prefix %q, or not as walrelay migrate writes it, so its events would not be published: %s", name, o.MessagePrefix, fix)
+		default:
+			return fmt.Errorf("function %s is not what walrelay migrate writes for this configuration (it inserts into %s.%s), so its events may not be published: %s", name, o.Schema, o.Table, fix)
+		}
+		if !f.securityDefine {
+			continue
+		}
+		public, roles, err := nonWriters(ctx, conn, f.oid, o.Layout)
+		if err != nil {
+			return fmt.Errorf("read the privileges of %s: %w", name, err)
+		}
+		if public {
+			roles = []string{"PUBLIC"}
+		}
+		if len(roles) > 0 {
+			return fmt.Errorf("function %s is SECURITY DEFINER, and %s may execute it without INSERT on %s.%s, so it writes events with its owner's rights: %s (it makes the function SECURITY INVOKER), or REVOKE EXECUTE ON FUNCTION %s FROM %s",
+				name, strings.Join(roles, ", "), o.Schema, o.Table, fix, name, strings.Join(roles, ", "))
+		}
+	}
+	return nil
+}
+
+// searchPathSchemas lists the schemas that may come before the outbox's on
+// the search_path of a role that writes it: those of walrelay's own
+// session (the server's default, unless set for walrelay's role), those
+// of any search_path set for a role or for this database (ALTER ROLE …
+// SET, ALTER DATABASE … SET), and those named after a role that may insert
+// into the outbox l ("$user", the default's first entry). A search_path
+// that a client sets on its connection is not visible here.
+func searchPathSchemas(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([]string, error) {
+	var schemas []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT s), '{}') FROM (
+		SELECT unnest(current_schemas(false))::text AS s
+		UNION ALL
+		SELECT btrim(x, ' "') FROM pg_db_role_setting d, unnest(d.setconfig) c,
+			regexp_split_to_table(substring(c FROM '^search_path=(.*)$'), ',') x
+		WHERE d.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+		UNION ALL
+		SELECT r.rolname::text FROM pg_roles r WHERE has_table_privilege(r.oid, to_regclass($1), 'INSERT')) q`,
+		pgx.Identifier{l.Schema, l.Table}.Sanitize()).Scan(&schemas)
+	if err != nil {
+		return nil, fmt.Errorf("read the search_path settings: %w", err)
+	}
+	return schemas, nil
+}
