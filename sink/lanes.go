@@ -52,6 +52,11 @@ type lane struct {
 	q       *queue
 	waiting atomic.Int64 // when its round in flight began (unix ns), 0 between rounds
 	pending []queued     // routed to it, not yet released (the flusher's)
+	// mu is held while the lane hands a record to its client, and taken
+	// by abortBuffered before it aborts the client's records: a record
+	// handed to the client after the sink broke could be sent after
+	// earlier ones of its partition that the abort failed.
+	mu sync.Mutex
 }
 
 // topicPartition names a partition; partition -1 stands for the topic's
@@ -303,15 +308,40 @@ func (ls *lanes) oldestWait() int64 {
 }
 
 // abortBuffered fails every record the lanes' clients have not sent, and
-// waits for those in flight to be answered.
+// waits for those in flight to be answered. The sink is broken already
+// (queue.abort): once abortBuffered has taken a lane's mu, the lane hands
+// its client nothing more until the Abort barrier, so nothing of a round
+// goes out after the records of it that the abort failed.
 func (ls *lanes) abortBuffered(ctx context.Context) error {
+	ls.mu.Lock()
+	all := make([]*lane, 0, len(ls.all))
+	for _, l := range ls.all {
+		all = append(all, l)
+	}
+	ls.mu.Unlock()
 	var first error
-	ls.each(func(cl *kgo.Client) {
-		if err := cl.AbortBufferedRecords(ctx); err != nil && first == nil {
+	for _, l := range all {
+		l.mu.Lock()
+		if err := l.cl.AbortBufferedRecords(ctx); err != nil && first == nil {
 			first = err
 		}
-	})
+		l.mu.Unlock()
+	}
 	return first
+}
+
+// produce hands a record to the lane's client unless the sink is broken,
+// and returns the error that breaks it if so (the caller fails the record).
+func (ls *lanes) produce(l *lane, it queued) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ls.s.q.isBroken.Load() {
+		if err := ls.s.q.brokenNow(); err != nil {
+			return err
+		}
+	}
+	l.cl.Produce(it.ctx, it.r, it.done)
+	return nil
 }
 
 // close stops every lane once it has run what it holds, and closes its
@@ -370,11 +400,19 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 					it.done(it.r, broken)
 					continue
 				}
-				l.cl.Produce(it.ctx, it.r, it.done)
+				if broken = ls.produce(l, it); broken != nil {
+					it.done(it.r, broken)
+					continue
+				}
 				produced = true
 				flush()
 			default:
-				l.cl.Produce(it.ctx, it.r, it.done)
+				// The sink may break while the round is handed over
+				// (a failure, Abort): nothing more of it then.
+				if broken = ls.produce(l, it); broken != nil {
+					it.done(it.r, broken)
+					continue
+				}
 				produced = true
 			}
 		}
