@@ -1,7 +1,11 @@
 package sink
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -116,4 +122,171 @@ func TestAbortMidRoundSendsNothingAfter(t *testing.T) {
 			firstFail, results[firstFail], len(acked), acked[0], acked[len(acked)-1])
 	}
 	t.Logf("first failure e%d, last acknowledged e%d", firstFail, lastAck)
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestAddedPartitionsMoveEachKeyOnce: a topic that gains partitions
+// (6 -> 12, on three kfake brokers) while walrelay streams moves each key
+// at most once, from its old partition to its new one, with no publish
+// failing. One lane's client learns the new count first (its metadata
+// refreshed by hand), the others only when they are handed a record of a
+// partition they do not know. Before the fix every lane client wrote its
+// own count into one value that the flusher partitioned by: records for
+// partitions 6..11 went to clients that knew 6 and failed ("invalid record
+// partitioning choice of 9 from 6 available"), and keys went back and
+// forth. The change is logged once, at one position of the stream.
+func TestAddedPartitionsMoveEachKeyOnce(t *testing.T) {
+	t.Parallel()
+	const topic, keys = "outbox.event.order", 48
+	kc := kafkatest.Start(t, kfake.NumBrokers(3), kfake.SeedTopics(6, topic))
+	var logs syncBuffer
+	s := newSink(t, kc, Config{Linger: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var mu sync.Mutex
+	var failed []error
+	next := 0
+	// publish publishes rounds of one event per key, and waits for each.
+	publish := func(rounds int) {
+		for range rounds {
+			var wg sync.WaitGroup
+			for k := range keys {
+				e := newEvent(fmt.Sprint("e", next))
+				e.AggregateID = fmt.Sprint("k", k)
+				e.CommitLSN, e.Index = pglogrepl.LSN(0x1000+next/keys), next%keys
+				next++
+				wg.Add(1)
+				s.Publish(t.Context(), e, func(_ Delivery, err error) {
+					defer wg.Done()
+					if err != nil {
+						mu.Lock()
+						failed = append(failed, err)
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			mu.Lock()
+			broke := len(failed) > 0
+			mu.Unlock()
+			if broke { // as the relay does: abort, and go on
+				if err := s.Abort(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	publish(10) // every broker's lane made, the topic's count known
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreatePartitions(t.Context(), 6, topic); err != nil {
+		t.Fatal(err)
+	}
+	// One lane's client learns of the new partitions, the others not yet.
+	s.lanes.mu.Lock()
+	var fresh *lane
+	for id, l := range s.lanes.all {
+		if id >= 0 && (fresh == nil || id < fresh.broker) {
+			fresh = l
+		}
+	}
+	s.lanes.mu.Unlock()
+	fresh.cl.ForceMetadataRefresh()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if ld, _, _ := fresh.cl.PartitionLeader(topic, 11); ld >= 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refreshed client does not know partition 11 after 10s")
+		}
+	}
+	publish(20)
+	// The stale lanes' clients learnt the new partitions when they were
+	// handed records of them (await), not 5 minutes later.
+	s.lanes.mu.Lock()
+	var knew []int32
+	for id, l := range s.lanes.all {
+		if ld, _, _ := l.cl.PartitionLeader(topic, 11); id >= 0 && ld >= 0 {
+			knew = append(knew, id)
+		}
+	}
+	s.lanes.mu.Unlock()
+	if len(knew) < 2 {
+		t.Errorf("only the lanes of brokers %v know partition 11: the stale ones were handed none of the new partitions' records", knew)
+	}
+	mu.Lock()
+	if len(failed) > 0 {
+		t.Errorf("%d of %d events failed, the first: %v", len(failed), next, failed[0])
+	}
+	mu.Unlock()
+
+	col, err := kafkatest.Collect(kc.Addrs(), `outbox\.event\.order`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	want := next - len(failed)
+	recs, err := col.Wait(ctx, func(r []*kgo.Record) bool { return len(r) >= want })
+	if err != nil {
+		t.Fatalf("read %d of %d records: %v", len(recs), want, err)
+	}
+	// Per key, its events in order: their partitions must be one, or two
+	// with every event in the first before every one in the second.
+	type placed struct {
+		i         int
+		partition int32
+	}
+	byKey := map[string][]placed{}
+	for _, r := range recs {
+		byKey[string(r.Key)] = append(byKey[string(r.Key)], placed{eventIndex(r), r.Partition})
+	}
+	moved := 0
+	for k, ps := range byKey {
+		slices.SortFunc(ps, func(a, b placed) int { return a.i - b.i })
+		var seq []int32 // the partitions, each once, in the order the key went to them
+		for _, p := range ps {
+			if len(seq) == 0 || seq[len(seq)-1] != p.partition {
+				seq = append(seq, p.partition)
+			}
+		}
+		switch {
+		case len(seq) > 2:
+			t.Errorf("key %s went to partitions %v, in that order", k, seq)
+		case len(seq) == 2:
+			moved++
+		}
+	}
+	t.Logf("%d records, %d of %d keys moved once", len(recs), moved, len(byKey))
+	if n := strings.Count(logs.String(), "gained partitions"); n != 1 {
+		t.Errorf("the change was logged %d times, want once:\n%s", n, logs.String())
+	} else {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "gained partitions") {
+				t.Log(line)
+				if !strings.Contains(line, "from=6 to=12") {
+					t.Errorf("the log line does not say 6 -> 12: %s", line)
+				}
+			}
+		}
+	}
 }

@@ -297,6 +297,9 @@ func (s *Sink) flush(ctx context.Context) {
 				if s.tx != nil {
 					s.endTxn(ctx, true)
 				}
+				if s.lanes != nil {
+					s.lanes.forget()
+				}
 				s.q.mu.Lock()
 				s.q.gen++
 				if !s.q.closed {
