@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // In at-least-once mode each broker has a lane: a producer client of its
@@ -69,6 +71,9 @@ type lane struct {
 	// handed to the client after the sink broke could be sent after
 	// earlier ones of its partition that the abort failed.
 	mu sync.Mutex
+	// retired is set when the lane's broker left the cluster (retire):
+	// the lane closes its client once it has run what it holds.
+	retired atomic.Bool
 }
 
 // topicPartition names a partition; partition -1 stands for the topic's
@@ -427,6 +432,9 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 	for {
 		round, _, ok := l.q.take(-1, spare, time.Time{})
 		if !ok {
+			if l.retired.Load() {
+				l.cl.Close()
+			}
 			return
 		}
 		l.waiting.Store(time.Now().UnixNano())
@@ -543,6 +551,61 @@ func (ls *lanes) forget() {
 		ls.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(topic) }) // loaded fresh at its next record
 		return true
 	})
+}
+
+// laneSweep is how often the sink asks the cluster for its brokers, to
+// close the lanes of those that left it (retire).
+const laneSweep = 30 * time.Second
+
+// retire closes the lanes of the brokers the cluster no longer lists
+// (listed: node id -> address) that hold no record unanswered; a lane's
+// client is closed once the lane has run what it holds. A broker that
+// comes back gets a lane anew when a partition it leads has a record.
+func (ls *lanes) retire(listed map[int32]string) {
+	ls.mu.Lock()
+	if ls.closed {
+		ls.mu.Unlock()
+		return
+	}
+	busy := map[*lane]bool{}
+	for _, g := range ls.gate {
+		busy[g.lane] = true
+	}
+	var gone []*lane
+	for id, l := range ls.all {
+		if _, ok := listed[id]; ok || id < 0 || busy[l] || l.waiting.Load() != 0 {
+			continue
+		}
+		delete(ls.all, id)
+		gone = append(gone, l)
+	}
+	ls.mu.Unlock()
+	for _, l := range gone {
+		ls.s.log.Info("a broker left the cluster: walrelay closes its producer", "broker", l.broker)
+		l.retired.Store(true)
+		l.q.close()
+	}
+}
+
+// sweepLanes asks a broker for the cluster's brokers and retires the lanes
+// of those it does not list.
+func (s *Sink) sweepLanes(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return fmt.Errorf("ask for the cluster's brokers: %w", err)
+	}
+	listed := map[int32]string{}
+	for _, b := range resp.Brokers {
+		listed[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+	}
+	if len(listed) > 0 {
+		s.lanes.retire(listed)
+	}
+	return nil
 }
 
 // hookRelay passes a lane client's producer and broker events on to the

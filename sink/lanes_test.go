@@ -3,6 +3,7 @@ package sink
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
@@ -124,6 +126,16 @@ func TestAbortMidRoundSendsNothingAfter(t *testing.T) {
 	t.Logf("first failure e%d, last acknowledged e%d", firstFail, lastAck)
 }
 
+// lead makes partitions from..to-1 of topic led by nodes, in turn.
+func lead(t *testing.T, kc *kafkatest.Cluster, topic string, from, to int32, nodes ...int32) {
+	t.Helper()
+	for p := from; p < to; p++ {
+		if err := kc.MoveTopicPartition(topic, p, nodes[int(p)%len(nodes)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -156,6 +168,7 @@ func TestAddedPartitionsMoveEachKeyOnce(t *testing.T) {
 	t.Parallel()
 	const topic, keys = "outbox.event.order", 48
 	kc := kafkatest.Start(t, kfake.NumBrokers(3), kfake.SeedTopics(6, topic))
+	lead(t, kc, topic, 0, 6, 0, 1, 2) // a lane for each broker
 	var logs syncBuffer
 	s := newSink(t, kc, Config{Linger: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	var mu sync.Mutex
@@ -200,14 +213,11 @@ func TestAddedPartitionsMoveEachKeyOnce(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreatePartitions(t.Context(), 6, topic); err != nil {
 		t.Fatal(err)
 	}
-	// One lane's client learns of the new partitions, the others not yet.
+	// Broker 0's lane's client learns of the new partitions, which
+	// brokers 1 and 2 lead, and the others' not yet.
+	lead(t, kc, topic, 6, 12, 1, 2)
 	s.lanes.mu.Lock()
-	var fresh *lane
-	for id, l := range s.lanes.all {
-		if id >= 0 && (fresh == nil || id < fresh.broker) {
-			fresh = l
-		}
-	}
+	fresh := s.lanes.all[0]
 	s.lanes.mu.Unlock()
 	fresh.cl.ForceMetadataRefresh()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -289,4 +299,62 @@ func TestAddedPartitionsMoveEachKeyOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLaneOfDepartedBrokerClosed: once a broker leaves the cluster, its
+// lane, idle, is closed with its client, and the sink goes on with the
+// others. Before, lanes were made per broker id and never removed, so
+// broker churn piled up clients until Close.
+func TestLaneOfDepartedBrokerClosed(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	kc := kafkatest.Start(t, kfake.NumBrokers(3), kfake.SeedTopics(6, topic))
+	lead(t, kc, topic, 0, 6, 0, 1, 2)
+	s := newSink(t, kc, Config{Linger: time.Millisecond})
+	publishAll := func(from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			e := newEvent(fmt.Sprint("e", i))
+			e.AggregateID = fmt.Sprint("k", i%24)
+			if err := publish(t, s, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publishAll(0, 48) // a lane for each broker
+	s.lanes.mu.Lock()
+	var gone *lane
+	for id, l := range s.lanes.all {
+		if id >= 0 && (gone == nil || id > gone.broker) {
+			gone = l
+		}
+	}
+	n := len(s.lanes.all)
+	s.lanes.mu.Unlock()
+	if n != 4 {
+		t.Fatalf("%d lanes, want one per broker and the lane of no broker", n)
+	}
+	if err := kc.RemoveNode(gone.broker); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sweepLanes(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.lanes.mu.Lock()
+	_, still := s.lanes.all[gone.broker]
+	s.lanes.mu.Unlock()
+	if still {
+		t.Fatalf("the lane of broker %d, which left the cluster, is still open", gone.broker)
+	}
+	// Its client is closed once the lane has stopped.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		req := kmsg.NewPtrMetadataRequest()
+		if _, err := req.RequestWith(t.Context(), gone.cl); errors.Is(err, kgo.ErrClientClosed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the departed broker's client is not closed after 10s")
+		}
+	}
+	publishAll(48, 48) // the others' lanes go on, the partitions' new leaders too
 }
