@@ -66,10 +66,10 @@ type lane struct {
 	q       *queue
 	waiting atomic.Int64 // when its round in flight began (unix ns), 0 between rounds
 	pending []queued     // routed to it, not yet released (the flusher's)
-	// mu is held while the lane hands a record to its client, and taken
-	// by abortBuffered before it aborts the client's records: a record
-	// handed to the client after the sink broke could be sent after
-	// earlier ones of its partition that the abort failed.
+	// mu is held while the lane hands a record to its client, and by
+	// abortBuffered while it aborts the client's records: a record
+	// handed to the client once the abort has failed earlier ones of its
+	// partition would be sent after them.
 	mu sync.Mutex
 	// retired is set when the lane's broker left the cluster (retire):
 	// the lane closes its client once it has run what it holds.
@@ -238,7 +238,7 @@ func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition
 }
 
 // countOf returns the partition count the flusher partitions the keys of
-// it's topic by, 0 if it knows none yet. When a lane's client has seen more
+// the record's topic by, 0 if it knows none yet. When a lane's client has seen more
 // partitions than that, it adopts that count, once every record routed
 // before is answered: the topic's keys then move at this record, and those
 // routed before are acknowledged (or failed, and the sink broken) first.
