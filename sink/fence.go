@@ -31,9 +31,12 @@ import (
 // the client sends again, once, as idempotence allows), refuses new ones,
 // and has the client refresh its metadata, which names the new leaders. A
 // broker that answers is never fenced, however slow. The fence ends when
-// another broker lists it again. The stall after the cluster's own failover
-// is then about watchEvery, watchWait and one metadata refresh, whatever
-// the request timeout.
+// the other brokers list it again; when they list another node id at its
+// address (a broker replaced under a new id); or when none has listed it
+// for fenceExpiry (a broker decommissioned, or fenced for good): the sink
+// then forgets the node, and stops asking the others every watchEvery. The
+// stall after the cluster's own failover is then about watchEvery,
+// watchWait and one metadata refresh, whatever the request timeout.
 
 const (
 	// watchAfter is how long a round waits before the sink starts asking.
@@ -44,6 +47,10 @@ const (
 	// watchWait is how long a broker may leave a request unanswered before
 	// it counts as silent (a healthy one answers in milliseconds).
 	watchWait = 500 * time.Millisecond
+	// fenceExpiry is how long a fenced broker that no broker lists stays
+	// fenced: by then every client of the sink has refreshed its
+	// metadata (the fence had them do so) and no longer dials it.
+	fenceExpiry = time.Minute
 )
 
 // dialFunc is the client's dialer.
@@ -55,9 +62,10 @@ type fences struct {
 	dial   dialFunc
 	mu     sync.Mutex
 	conns  map[string]map[*fencedConn]struct{}
-	fenced map[string]int32 // address -> node id of the fenced broker
-	n      atomic.Int32     // len(fenced)
-	addrs  map[int32]string // node id -> the address the client dialed
+	fenced map[string]int32     // address -> node id of the fenced broker
+	since  map[string]time.Time // address -> when it was fenced
+	n      atomic.Int32         // len(fenced)
+	addrs  map[int32]string     // node id -> the address the client dialed
 }
 
 // OnBrokerConnect implements kgo.HookBrokerConnect: it learns each node's
@@ -72,7 +80,7 @@ func (f *fences) OnBrokerConnect(m kgo.BrokerMetadata, _ time.Duration, _ net.Co
 }
 
 func newFences(dial dialFunc) *fences {
-	return &fences{dial: dial, conns: map[string]map[*fencedConn]struct{}{}, fenced: map[string]int32{}, addrs: map[int32]string{}}
+	return &fences{dial: dial, conns: map[string]map[*fencedConn]struct{}{}, fenced: map[string]int32{}, since: map[string]time.Time{}, addrs: map[int32]string{}}
 }
 
 // fencedConn is a connection the fences can close.
@@ -124,9 +132,10 @@ func fencedError(id int32, addr string) error {
 }
 
 // fence closes every connection to addr and refuses new ones until lift.
-func (f *fences) fence(addr string, id int32) {
+func (f *fences) fence(addr string, id int32, now time.Time) {
 	f.mu.Lock()
 	f.fenced[addr] = id
+	f.since[addr] = now
 	f.n.Store(int32(len(f.fenced)))
 	var open []*fencedConn
 	for c := range f.conns[addr] {
@@ -142,8 +151,28 @@ func (f *fences) fence(addr string, id int32) {
 func (f *fences) lift(addr string) {
 	f.mu.Lock()
 	delete(f.fenced, addr)
+	delete(f.since, addr)
 	f.n.Store(int32(len(f.fenced)))
 	f.mu.Unlock()
+}
+
+// forget ends the fence of addr and forgets node id, which the cluster no
+// longer lists: the watcher no longer asks it. If the node comes back, the
+// client's next connection to it names it again (OnBrokerConnect).
+func (f *fences) forget(addr string, id int32) {
+	f.lift(addr)
+	f.mu.Lock()
+	if f.addrs[id] == addr {
+		delete(f.addrs, id)
+	}
+	f.mu.Unlock()
+}
+
+// fencedSince returns when addr was fenced.
+func (f *fences) fencedSince(addr string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.since[addr]
 }
 
 // fencedAddrs returns the fenced addresses and their node ids.
@@ -176,11 +205,22 @@ func (s *Sink) watch(ctx context.Context) {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	w := &watcher{s: s, asked: map[int32]time.Time{}, answers: map[int32]brokerList{}}
+	var sweeping atomic.Bool
+	swept := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if s.lanes != nil && time.Since(swept) >= laneSweep && sweeping.CompareAndSwap(false, true) {
+			swept = time.Now()
+			go func() {
+				defer sweeping.Store(false)
+				if err := s.sweepLanes(ctx); err != nil && ctx.Err() == nil {
+					s.log.Debug("cannot look for brokers that left the cluster", "err", err)
+				}
+			}()
 		}
 		since := s.waiting.Load()
 		if s.lanes != nil {
@@ -210,9 +250,7 @@ type brokerList struct {
 }
 
 // look sends a request to each broker the client connected to that has none
-// in flight and is not fenced, then fences those silent for watchWait (or
-// whose last request failed) that another broker's fresh answer lacks, and
-// lifts the fence of those every fresh answer lists again.
+// in flight and is not fenced, then judges by the answers it has.
 func (w *watcher) look(ctx context.Context, now time.Time) {
 	f := w.s.fences
 	fenced := f.fencedAddrs()
@@ -231,6 +269,16 @@ func (w *watcher) look(ctx context.Context, now time.Time) {
 		w.asked[id] = now
 		go w.ask(ctx, id)
 	}
+	w.judge(now, known, fenced)
+}
+
+// judge fences the brokers silent for watchWait (or whose last request
+// failed) that another broker's fresh answer lacks, lifts the fence of
+// those every fresh answer lists again, and of a fenced address at which a
+// fresh answer lists another node id, and forgets a fenced broker that no
+// fresh answer has listed for fenceExpiry. The caller holds w.mu.
+func (w *watcher) judge(now time.Time, known map[int32]string, fenced map[string]int32) {
+	f := w.s.fences
 	// Fresh answers: those of this look's last round of requests.
 	var lists []map[int32]string
 	for id, a := range w.answers {
@@ -251,6 +299,21 @@ func (w *watcher) look(ctx context.Context, now time.Time) {
 		}
 		return false
 	}
+	// listed reports whether a fresh answer lists node id, and returns a
+	// node other than id that one lists at addr, or -1.
+	listed := func(id int32, addr string) (bool, int32) {
+		found, other := false, int32(-1)
+		for _, l := range lists {
+			for n, a := range l {
+				if n == id {
+					found = true
+				} else if a == addr {
+					other = n
+				}
+			}
+		}
+		return found, other
+	}
 	moved := false
 	for id, addr := range known {
 		if _, ok := fenced[addr]; ok {
@@ -263,7 +326,7 @@ func (w *watcher) look(ctx context.Context, now time.Time) {
 		}
 		if silent && unlisted(id) {
 			w.s.log.Warn("a broker stopped answering and the cluster fenced it: walrelay closes its connections to it and sends to the partitions' new leaders", "broker", id, "addr", addr)
-			f.fence(addr, id)
+			f.fence(addr, id, now)
 			delete(w.answers, id)
 			moved = true
 		}
@@ -272,6 +335,18 @@ func (w *watcher) look(ctx context.Context, now time.Time) {
 		if !unlisted(id) {
 			w.s.log.Info("a fenced broker is in the cluster again", "broker", id, "addr", addr)
 			f.lift(addr)
+			continue
+		}
+		found, other := listed(id, addr)
+		switch {
+		case other >= 0:
+			w.s.log.Info("the cluster lists another broker at a fenced broker's address: the fence ends", "broker", other, "fenced", id, "addr", addr)
+			f.forget(addr, id)
+			delete(w.answers, id)
+		case !found && now.Sub(f.fencedSince(addr)) >= fenceExpiry:
+			w.s.log.Info("a fenced broker has left the cluster: walrelay forgets it", "broker", id, "addr", addr, "fenced_for", now.Sub(f.fencedSince(addr)).Round(time.Second))
+			f.forget(addr, id)
+			delete(w.answers, id)
 		}
 	}
 	if moved {

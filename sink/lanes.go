@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // In at-least-once mode each broker has a lane: a producer client of its
@@ -24,15 +26,27 @@ import (
 // partition's records go to one lane, and to another only once every record
 // of it handed to the first has been answered (the gate); within a lane a
 // partition has one batch per round, in one request. A record whose
-// partition is not known yet (the topic's first records: the flusher learns
-// a topic's partition count from a lane client's partitioner; a record
-// without a key) goes to the lane of no broker (-1), and so do the topic's
-// later records until those are answered. The partition a record goes to is
-// the one the Java client picks (murmur2 of the key), set on the record
-// before it goes to a lane. Its broker is the leader the lanes' clients last
-// learnt (the highest leader epoch among them); a partition keeps its lane
-// while it has records unanswered in it, even if its leader moved (that
-// lane's client sends them to the new leader).
+// partition is not known yet (the topic's first records, before the flusher
+// knows the topic's partition count; a record without a key) goes to the
+// lane of no broker (-1), and so do the topic's later records until those
+// are answered. The partition a record goes to is the one the Java client
+// picks (murmur2 of the key), set on the record before it goes to a lane.
+// Its broker is the leader the lanes' clients last learnt (the highest
+// leader epoch among them); a partition keeps its lane while it has records
+// unanswered in it, even if its leader moved (that lane's client sends them
+// to the new leader).
+//
+// The partition count a topic's keys are partitioned by is the flusher's
+// (routing): the lanes' clients report the counts their metadata gives
+// (placedPartitioner), the highest kept, and the flusher adopts a higher
+// one only once every record it routed before is answered (a barrier: the
+// lanes drained). So a topic that gains partitions moves each key at most
+// once, from its old partition to its new one, at one position of the
+// stream, which the sink logs. Lane clients refresh their metadata each on
+// its own (every 5 minutes, or after an error), so a lane may be handed a
+// record of a partition its client does not know yet: it has its client
+// refresh its metadata and waits for the partition (await) rather than let
+// the client fail the record.
 //
 // What the lanes hold, sent or not, counts against half of
 // MaxBufferedRecords and MaxBufferedBytes (the queue has the other half):
@@ -52,6 +66,14 @@ type lane struct {
 	q       *queue
 	waiting atomic.Int64 // when its round in flight began (unix ns), 0 between rounds
 	pending []queued     // routed to it, not yet released (the flusher's)
+	// mu is held while the lane hands a record to its client, and by
+	// abortBuffered while it aborts the client's records: a record
+	// handed to the client once the abort has failed earlier ones of its
+	// partition would be sent after them.
+	mu sync.Mutex
+	// retired is set when the lane's broker left the cluster (retire):
+	// the lane closes its client once it has run what it holds.
+	retired atomic.Bool
 }
 
 // topicPartition names a partition; partition -1 stands for the topic's
@@ -71,12 +93,16 @@ type gated struct {
 // lanes are the sink's lanes. Only the flusher routes records; the lanes'
 // callbacks answer them.
 type lanes struct {
-	s      *Sink
-	opts   []kgo.Opt // a lane client's options
-	byKey  kgo.TopicPartitioner
-	counts *sync.Map // topic -> its partition count (int32), as a lane client last saw it
-	wg     sync.WaitGroup
-	routed []*lane // the lanes with records pending (the flusher's)
+	s     *Sink
+	opts  []kgo.Opt // a lane client's options
+	byKey kgo.TopicPartitioner
+	seen  *sync.Map // topic -> the highest partition count a lane's client saw (*atomic.Int32)
+	// routing is the partition count each topic's keys are partitioned
+	// by (the flusher's; see lanes): it only grows, at a barrier.
+	routing map[string]int32
+	relearn sync.Map // topic -> struct{}: its count is learnt again at the next Abort (forget)
+	wg      sync.WaitGroup
+	routed  []*lane // the lanes with records pending (the flusher's)
 
 	mu     sync.Mutex
 	all    map[int32]*lane
@@ -92,9 +118,9 @@ type lanes struct {
 
 // newLanes makes the lanes and the lane of no broker, which runs until ctx
 // ends or close.
-func newLanes(ctx context.Context, s *Sink, opts []kgo.Opt, counts *sync.Map) (*lanes, error) {
+func newLanes(ctx context.Context, s *Sink, opts []kgo.Opt, seen *sync.Map) (*lanes, error) {
 	ls := &lanes{
-		s: s, opts: opts, counts: counts,
+		s: s, opts: opts, seen: seen, routing: map[string]int32{},
 		byKey: kgo.StickyKeyPartitioner(nil).ForTopic(""), // murmur2 for keyed records
 		all:   map[int32]*lane{}, gate: map[topicPartition]*gated{},
 		room:    make(chan struct{}),
@@ -147,6 +173,12 @@ func (ls *lanes) leader(topic string, partition int32) int32 {
 // room; release hands the lanes what was routed. leaders caches
 // partitions' leaders for the flusher's round. Only the flusher calls them.
 func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition]int32) {
+	r := it.r
+	if r.Partition < 0 && r.Key != nil {
+		if n := ls.countOf(ctx, it); n > 0 {
+			r.Partition = int32(ls.byKey.Partition(r, int(n)))
+		}
+	}
 	size := it.size
 	ls.mu.Lock()
 	for ls.recs > 0 && (ls.recs >= ls.maxRecs || ls.bytes+size > ls.maxBytes) && !ls.closed {
@@ -167,18 +199,14 @@ func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition
 		it.done(it.r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
 		return
 	}
-	r := it.r
-	key := topicPartition{r.Topic, -1}
+	key := topicPartition{r.Topic, r.Partition}
 	g := ls.gate[key]
-	if g == nil {
-		if r.Partition < 0 && r.Key != nil {
-			if n, ok := ls.counts.Load(r.Topic); ok {
-				r.Partition = int32(ls.byKey.Partition(r, int(n.(int32))))
-			}
-		}
-		if r.Partition >= 0 {
-			key.partition = r.Partition
-			g = ls.gate[key]
+	if g == nil && key.partition >= 0 {
+		// The topic's records of no known partition are unanswered: this
+		// one follows them into their lane.
+		if g1 := ls.gate[topicPartition{r.Topic, -1}]; g1 != nil {
+			g = &gated{lane: g1.lane}
+			ls.gate[key] = g
 		}
 	}
 	if g == nil {
@@ -207,6 +235,40 @@ func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition
 	if len(l.pending) == 1 {
 		ls.routed = append(ls.routed, l)
 	}
+}
+
+// countOf returns the partition count the flusher partitions the keys of
+// the record's topic by, 0 if it knows none yet. When a lane's client has seen more
+// partitions than that, it adopts that count, once every record routed
+// before is answered: the topic's keys then move at this record, and those
+// routed before are acknowledged (or failed, and the sink broken) first.
+func (ls *lanes) countOf(ctx context.Context, it queued) int32 {
+	topic := it.r.Topic
+	cur := ls.routing[topic]
+	v, ok := ls.seen.Load(topic)
+	if !ok {
+		return cur
+	}
+	seen := v.(*atomic.Int32).Load()
+	if seen <= cur {
+		return cur
+	}
+	if cur > 0 {
+		ls.drain(ctx)
+		if ctx.Err() != nil {
+			return cur // closed: the record fails
+		}
+		args := []any{"topic", topic, "from", cur, "to", seen}
+		if it.hasPos {
+			args = append(args, "position", it.pos.String())
+		}
+		ls.s.log.Warn("a topic gained partitions: its keys move to their new partitions from this position on, every record before it acknowledged; a consumer group may read a key's old and new partition concurrently", args...)
+	}
+	// A first count needs no barrier: the topic's records so far went to
+	// the lane of no broker, and the gate holds its next ones there until
+	// those are answered.
+	ls.routing[topic] = seen
+	return seen
 }
 
 // release hands every lane the records routed to it since the last
@@ -303,15 +365,43 @@ func (ls *lanes) oldestWait() int64 {
 }
 
 // abortBuffered fails every record the lanes' clients have not sent, and
-// waits for those in flight to be answered.
+// waits for those in flight to be answered. The sink is broken already
+// (queue.abort): once abortBuffered has taken a lane's mu, the lane hands
+// its client nothing more until the Abort barrier, so nothing of a round
+// goes out after the records of it that the abort failed.
 func (ls *lanes) abortBuffered(ctx context.Context) error {
+	ls.mu.Lock()
+	all := make([]*lane, 0, len(ls.all))
+	for _, l := range ls.all {
+		all = append(all, l)
+	}
+	ls.mu.Unlock()
 	var first error
-	ls.each(func(cl *kgo.Client) {
-		if err := cl.AbortBufferedRecords(ctx); err != nil && first == nil {
+	for _, l := range all {
+		l.mu.Lock()
+		if err := l.cl.AbortBufferedRecords(ctx); err != nil && first == nil {
 			first = err
 		}
-	})
+		l.mu.Unlock()
+	}
 	return first
+}
+
+// produce hands a record to the lane's client unless the sink is broken,
+// and returns the error that breaks it if so (the caller fails the record).
+func (ls *lanes) produce(ctx context.Context, l *lane, it queued) error {
+	if it.r.Partition >= 0 {
+		ls.await(ctx, l, it.r)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ls.s.q.isBroken.Load() {
+		if err := ls.s.q.brokenNow(); err != nil {
+			return err
+		}
+	}
+	l.cl.Produce(it.ctx, it.r, it.done)
+	return nil
 }
 
 // close stops every lane once it has run what it holds, and closes its
@@ -342,6 +432,9 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 	for {
 		round, _, ok := l.q.take(-1, spare, time.Time{})
 		if !ok {
+			if l.retired.Load() {
+				l.cl.Close()
+			}
 			return
 		}
 		l.waiting.Store(time.Now().UnixNano())
@@ -370,11 +463,19 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 					it.done(it.r, broken)
 					continue
 				}
-				l.cl.Produce(it.ctx, it.r, it.done)
+				if broken = ls.produce(ctx, l, it); broken != nil {
+					it.done(it.r, broken)
+					continue
+				}
 				produced = true
 				flush()
 			default:
-				l.cl.Produce(it.ctx, it.r, it.done)
+				// The sink may break while the round is handed over
+				// (a failure, Abort): nothing more of it then.
+				if broken = ls.produce(ctx, l, it); broken != nil {
+					it.done(it.r, broken)
+					continue
+				}
 				produced = true
 			}
 		}
@@ -383,6 +484,128 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 		clear(round)
 		spare = round[:0]
 	}
+}
+
+const (
+	// awaitRefresh is how often a lane asks its client again for fresh
+	// metadata while it waits for a partition its client does not know.
+	awaitRefresh = 500 * time.Millisecond
+	// awaitPoll is how often it looks whether the client knows it now.
+	awaitPoll = 5 * time.Millisecond
+)
+
+// await returns once the lane's client knows partition r.Partition of
+// r.Topic, having it refresh its metadata (the flusher routes by the
+// highest count any lane's client saw: this one may not know the topic's
+// new partitions yet). It gives up after the request timeout, or when the
+// sink breaks or closes: the client then fails the record ("invalid record
+// partitioning choice"), which breaks the sink, and the topic's count is
+// learnt again after the Abort (a topic deleted and made again with fewer
+// partitions). A client that has not loaded the topic loads it when handed
+// the record.
+func (ls *lanes) await(ctx context.Context, l *lane, r *kgo.Record) {
+	var deadline, asked time.Time
+	for {
+		if ld, _, err := l.cl.PartitionLeader(r.Topic, r.Partition); ld >= 0 || err != nil {
+			return
+		}
+		if ld, _, err := l.cl.PartitionLeader(r.Topic, 0); ld < 0 && err == nil {
+			return // not loaded: the client loads it
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(ls.s.cfg.RequestTimeout)
+		}
+		if now.After(deadline) {
+			ls.s.log.Warn("a broker's client does not learn a partition of a topic: the record fails, and the topic's partition count is learnt again", "topic", r.Topic, "partition", r.Partition, "broker", l.broker)
+			ls.relearn.Store(r.Topic, struct{}{})
+			return
+		}
+		if ls.s.q.isBroken.Load() || ctx.Err() != nil {
+			return
+		}
+		if now.Sub(asked) >= awaitRefresh {
+			l.cl.ForceMetadataRefresh()
+			asked = now
+		}
+		t := time.NewTimer(awaitPoll)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// forget has the flusher learn again the partition count of each topic a
+// lane gave up waiting for (await); it runs at the Abort barrier, when
+// nothing is in flight.
+func (ls *lanes) forget() {
+	ls.relearn.Range(func(k, _ any) bool {
+		topic := k.(string)
+		ls.relearn.Delete(k)
+		delete(ls.routing, topic)
+		if v, ok := ls.seen.Load(topic); ok {
+			v.(*atomic.Int32).Store(0)
+		}
+		ls.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(topic) }) // loaded fresh at its next record
+		return true
+	})
+}
+
+// laneSweep is how often the sink asks the cluster for its brokers, to
+// close the lanes of those that left it (retire).
+const laneSweep = 30 * time.Second
+
+// retire closes the lanes of the brokers the cluster no longer lists
+// (listed: node id -> address) that hold no record unanswered; a lane's
+// client is closed once the lane has run what it holds. A broker that
+// comes back gets a lane anew when a partition it leads has a record.
+func (ls *lanes) retire(listed map[int32]string) {
+	ls.mu.Lock()
+	if ls.closed {
+		ls.mu.Unlock()
+		return
+	}
+	busy := map[*lane]bool{}
+	for _, g := range ls.gate {
+		busy[g.lane] = true
+	}
+	var gone []*lane
+	for id, l := range ls.all {
+		if _, ok := listed[id]; ok || id < 0 || busy[l] || l.waiting.Load() != 0 {
+			continue
+		}
+		delete(ls.all, id)
+		gone = append(gone, l)
+	}
+	ls.mu.Unlock()
+	for _, l := range gone {
+		ls.s.log.Info("a broker left the cluster: walrelay closes its producer", "broker", l.broker)
+		l.retired.Store(true)
+		l.q.close()
+	}
+}
+
+// sweepLanes asks a broker for the cluster's brokers and retires the lanes
+// of those it does not list.
+func (s *Sink) sweepLanes(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return fmt.Errorf("ask for the cluster's brokers: %w", err)
+	}
+	listed := map[int32]string{}
+	for _, b := range resp.Brokers {
+		listed[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+	}
+	if len(listed) > 0 {
+		s.lanes.retire(listed)
+	}
+	return nil
 }
 
 // hookRelay passes a lane client's producer and broker events on to the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -68,7 +69,10 @@ type queue struct {
 	space   chan struct{} // closed, and replaced, when a round leaves the queue
 	work    chan struct{} // the queue needs the flusher's attention
 	broken  error         // set by a failure that fails later records; cleared by Abort
-	closed  bool
+	// isBroken is broken != nil, read without mu: a lane looks at it
+	// before it hands each record to its client (lanes.go).
+	isBroken atomic.Bool
+	closed   bool
 	// gen counts the Abort barriers the flusher has passed. A record
 	// pushed on behalf of an event published before the last barrier (a
 	// dead letter produced from a callback, after its event failed)
@@ -177,6 +181,7 @@ func (q *queue) breakOn(err error) {
 		// must not be taken for one that failed itself (dead-lettered
 		// as too large, say).
 		q.broken = fmt.Errorf("%w: an earlier record failed: %v", ErrNotSent, err)
+		q.isBroken.Store(true)
 	}
 	q.mu.Unlock()
 }
@@ -292,10 +297,14 @@ func (s *Sink) flush(ctx context.Context) {
 				if s.tx != nil {
 					s.endTxn(ctx, true)
 				}
+				if s.lanes != nil {
+					s.lanes.forget()
+				}
 				s.q.mu.Lock()
 				s.q.gen++
 				if !s.q.closed {
 					s.q.broken = nil
+					s.q.isBroken.Store(false)
 				}
 				broken = s.q.broken
 				s.q.mu.Unlock()
@@ -377,6 +386,7 @@ func (q *queue) close() {
 	q.mu.Lock()
 	if q.broken == nil {
 		q.broken = fmt.Errorf("%w: the sink is closed", ErrNotSent)
+		q.isBroken.Store(true)
 	}
 	q.closed = true
 	q.mu.Unlock()

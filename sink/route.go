@@ -237,25 +237,29 @@ func (r *regexRouter) topic(v string) string {
 }
 
 // placedPartitioner partitions a record that carries its own partition
-// (Event.HasPartition: Publish set Record.Partition) there, and any other
-// by its key as the Java client does. A partition the topic lacks fails
-// the record in the client; Publish dead-letters those it can tell. With
-// counts, it keeps each topic's partition count as the client last gave it
-// (topic -> int32), for the flusher to tell a record's partition, and so its
-// lane, before it sends it (lanes.go).
+// (Event.HasPartition: Publish set Record.Partition, or the flusher did,
+// lanes.go) there, and any other by its key as the Java client does. A
+// partition the topic lacks fails the record in the client; Publish
+// dead-letters those it can tell. With counts, it keeps the highest
+// partition count any lane's client has given it for each topic (topic ->
+// *atomic.Int32): the flusher adopts a higher count at a barrier (lanes.go).
 type placedPartitioner struct {
 	byKey  kgo.Partitioner
 	counts *sync.Map
 }
 
 func (p placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	return &placedTopicPartitioner{byKey: p.byKey.ForTopic(topic), topic: topic, counts: p.counts}
+	tp := &placedTopicPartitioner{byKey: p.byKey.ForTopic(topic)}
+	if p.counts != nil {
+		v, _ := p.counts.LoadOrStore(topic, new(atomic.Int32))
+		tp.seen = v.(*atomic.Int32)
+	}
+	return tp
 }
 
 type placedTopicPartitioner struct {
-	byKey  kgo.TopicPartitioner
-	topic  string
-	counts *sync.Map
+	byKey kgo.TopicPartitioner
+	seen  *atomic.Int32 // the topic's highest partition count seen; nil: not kept
 }
 
 func (p *placedTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
@@ -263,9 +267,10 @@ func (p *placedTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
 }
 
 func (p *placedTopicPartitioner) Partition(r *kgo.Record, n int) int {
-	if p.counts != nil {
-		if v, ok := p.counts.Load(p.topic); !ok || v.(int32) != int32(n) {
-			p.counts.Store(p.topic, int32(n))
+	if p.seen != nil {
+		// Only ever up: a client whose metadata is older than another's
+		// does not take the count back.
+		for c := p.seen.Load(); int32(n) > c && !p.seen.CompareAndSwap(c, int32(n)); c = p.seen.Load() {
 		}
 	}
 	if r.Partition >= 0 {

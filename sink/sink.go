@@ -145,7 +145,7 @@ type Sink struct {
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
 	lanes      *lanes       // one client per broker, in at-least-once mode (lanes.go)
-	partitions sync.Map     // topic name -> its partition count (int32), as a lane's client saw it
+	partitions sync.Map     // topic name -> the highest partition count a lane's client saw (*atomic.Int32)
 	fences     *fences      // the connections to each broker, fenced ones closed (fence.go)
 	tlsCfg     *tls.Config  // the dialer's TLS configuration, nil without TLS
 	waiting    atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
@@ -412,14 +412,13 @@ type Done func(d Delivery, err error)
 // published until Abort fails with ErrNotSent, unsent.
 func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	gen := s.q.generation()
-	var pos *event.Position
-	if s.tx != nil {
-		if s.tx.alreadyCommitted(e) {
-			done(Delivery{Topic: s.Topic(e), Partition: -1, Skipped: true}, nil)
-			return
-		}
-		p := e.Position()
-		pos = &p
+	// The event's position: the position record of an exactly-once
+	// transaction; the log of a topic that gained partitions (lanes.go).
+	p := e.Position()
+	pos := &p
+	if s.tx != nil && s.tx.alreadyCommitted(e) {
+		done(Delivery{Topic: s.Topic(e), Partition: -1, Skipped: true}, nil)
+		return
 	}
 	if e.Invalid != nil {
 		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, gen, done)
