@@ -77,7 +77,8 @@ type Config struct {
 	// waiting for SessionTimeout; a static member that stops (even on
 	// SIGTERM) does not leave the group, so its partitions wait for it up
 	// to SessionTimeout. Two running consumers must not share one: the
-	// broker fences the older. Empty: dynamic membership.
+	// broker fences the older, whose Run then returns an error wrapping
+	// kerr.FencedInstanceID and naming the id. Empty: dynamic membership.
 	InstanceID string
 	// Registerer, if set, registers the consumer's metrics
 	// (walrelay_inbox_*).
@@ -251,7 +252,8 @@ func (c *Consumer) Prune(ctx context.Context, olderThan time.Duration) (int64, e
 
 // Run consumes until ctx ends (it then finishes the batches being handled,
 // commits their offsets, leaves the group and returns nil) or a fatal
-// error (the brokers refuse the group or a topic), which it returns.
+// error (the brokers refuse the group or a topic, or another consumer runs
+// with its InstanceID), which it returns.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("inbox: Run needs a handler")
@@ -304,6 +306,13 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 			}
 			if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed) {
 				c.fail(fmt.Errorf("consume %s: %w", topic, err))
+				return
+			}
+			if errors.Is(err, kerr.FencedInstanceID) {
+				// Another running consumer joined the group under this
+				// InstanceID. Rejoining would fence it in turn, and the
+				// two would take the slot from each other for ever.
+				c.fail(fmt.Errorf("group %s: another consumer is running with InstanceID %q (each must have its own): %w", c.cfg.Group, c.cfg.InstanceID, err))
 				return
 			}
 			c.log.Warn("fetch failed; retrying", "topic", topic, "partition", p, "err", err)
