@@ -68,7 +68,8 @@ type Config struct {
 	// that long, and a false alarm (a pause of the network or the process
 	// longer than this) costs only a rebalance, since the inbox handles
 	// every event once whoever holds its partition. The broker bounds it
-	// (group.min.session.timeout.ms, 6s by default).
+	// (group.min.session.timeout.ms, 6s by default): outside, Run returns
+	// an error wrapping kerr.InvalidSessionTimeout.
 	SessionTimeout time.Duration
 	// InstanceID, if set, is a name of this consumer that stays the same
 	// across its restarts (a StatefulSet pod's name, a host's): Kafka's
@@ -252,8 +253,8 @@ func (c *Consumer) Prune(ctx context.Context, olderThan time.Duration) (int64, e
 
 // Run consumes until ctx ends (it then finishes the batches being handled,
 // commits their offsets, leaves the group and returns nil) or a fatal
-// error (the brokers refuse the group or a topic, or another consumer runs
-// with its InstanceID), which it returns.
+// error (the brokers refuse the group, a topic or SessionTimeout, or
+// another consumer runs with its InstanceID), which it returns.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("inbox: Run needs a handler")
@@ -313,6 +314,10 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 				// InstanceID. Rejoining would fence it in turn, and the
 				// two would take the slot from each other for ever.
 				c.fail(fmt.Errorf("group %s: another consumer is running with InstanceID %q (each must have its own): %w", c.cfg.Group, c.cfg.InstanceID, err))
+				return
+			}
+			if errors.Is(err, kerr.InvalidSessionTimeout) {
+				c.fail(fmt.Errorf("group %s: the broker refuses SessionTimeout %s (outside group.min.session.timeout.ms and group.max.session.timeout.ms): %w", c.cfg.Group, c.cfg.SessionTimeout, err))
 				return
 			}
 			c.log.Warn("fetch failed; retrying", "topic", topic, "partition", p, "err", err)

@@ -605,3 +605,27 @@ func TestSharedInstanceIDStops(t *testing.T) {
 		t.Fatalf("consumer %s: %v", other.name, other.err)
 	}
 }
+
+// TestSessionTimeoutRefusedStops: a SessionTimeout outside the broker's
+// bounds (group.min.session.timeout.ms, 6 s by default) is refused at every
+// join: Run stops with an error that says so instead of retrying for ever.
+func TestSessionTimeoutRefusedStops(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	cfg := inbox.Config{SessionTimeout: 2 * time.Second, Group: "shipping"}
+	cfg.Postgres, cfg.Brokers, cfg.Topics = e.pool, e.kc.Addrs(), []string{topic}
+	c, err := inbox.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err = c.Run(ctx, record)
+	if ctx.Err() != nil {
+		t.Fatalf("Run still retrying 20 s after the broker refused SessionTimeout 2s (returned %v)", err)
+	}
+	if !errors.Is(err, kerr.InvalidSessionTimeout) || !strings.Contains(err.Error(), "SessionTimeout 2s") {
+		t.Fatalf("Run: %v; want kerr.InvalidSessionTimeout, naming SessionTimeout 2s", err)
+	}
+	t.Logf("Run: %v", err)
+}
