@@ -68,7 +68,8 @@ type Config struct {
 	// that long, and a false alarm (a pause of the network or the process
 	// longer than this) costs only a rebalance, since the inbox handles
 	// every event once whoever holds its partition. The broker bounds it
-	// (group.min.session.timeout.ms, 6s by default).
+	// (group.min.session.timeout.ms, 6s by default): outside, Run returns
+	// an error wrapping kerr.InvalidSessionTimeout.
 	SessionTimeout time.Duration
 	// InstanceID, if set, is a name of this consumer that stays the same
 	// across its restarts (a StatefulSet pod's name, a host's): Kafka's
@@ -77,7 +78,8 @@ type Config struct {
 	// waiting for SessionTimeout; a static member that stops (even on
 	// SIGTERM) does not leave the group, so its partitions wait for it up
 	// to SessionTimeout. Two running consumers must not share one: the
-	// broker fences the older. Empty: dynamic membership.
+	// broker fences the older, whose Run then returns an error wrapping
+	// kerr.FencedInstanceID and naming the id. Empty: dynamic membership.
 	InstanceID string
 	// Registerer, if set, registers the consumer's metrics
 	// (walrelay_inbox_*).
@@ -251,7 +253,8 @@ func (c *Consumer) Prune(ctx context.Context, olderThan time.Duration) (int64, e
 
 // Run consumes until ctx ends (it then finishes the batches being handled,
 // commits their offsets, leaves the group and returns nil) or a fatal
-// error (the brokers refuse the group or a topic), which it returns.
+// error (the brokers refuse the group, a topic or SessionTimeout, or
+// another consumer runs with its InstanceID), which it returns.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("inbox: Run needs a handler")
@@ -304,6 +307,17 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 			}
 			if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed) {
 				c.fail(fmt.Errorf("consume %s: %w", topic, err))
+				return
+			}
+			if errors.Is(err, kerr.FencedInstanceID) {
+				// Another running consumer joined the group under this
+				// InstanceID. Rejoining would fence it in turn, and the
+				// two would take the slot from each other for ever.
+				c.fail(fmt.Errorf("group %s: another consumer is running with InstanceID %q (each must have its own): %w", c.cfg.Group, c.cfg.InstanceID, err))
+				return
+			}
+			if errors.Is(err, kerr.InvalidSessionTimeout) {
+				c.fail(fmt.Errorf("group %s: the broker refuses SessionTimeout %s (outside group.min.session.timeout.ms and group.max.session.timeout.ms): %w", c.cfg.Group, c.cfg.SessionTimeout, err))
 				return
 			}
 			c.log.Warn("fetch failed; retrying", "topic", topic, "partition", p, "err", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -549,4 +550,82 @@ func TestAFailingRecordBlocksOnlyItsPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkOnce(t, want)
+}
+
+// TestSharedInstanceIDStops: two consumers started with one InstanceID
+// (a copy-pasted name, two pods given the same one) would fence each other
+// for ever, each rejoin taking the group slot from the other. The fenced
+// one stops with an error naming the id, and the other goes on handling
+// every event.
+func TestSharedInstanceIDStops(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2)
+	const id = "shipping-0"
+	cfg := inbox.Config{InstanceID: id, SessionTimeout: 6 * time.Second}
+	cfg.Postgres, cfg.Brokers, cfg.Topics, cfg.Group = e.pool, e.kc.Addrs(), []string{topic}, "shipping"
+	type result struct {
+		name string
+		err  error
+	}
+	done := make(chan result, 2)
+	var cancels []context.CancelFunc
+	run := func(name string) {
+		c, err := inbox.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels = append(cancels, cancel)
+		go func() { done <- result{name, c.Run(ctx, record)} }()
+	}
+	run("a")
+	e.produce(t, event(outbox.NewID(), "order-1", 1))
+	waitfor.Until(t, 30*time.Second, "the first consumer handling", func() bool { return e.count(t) == 1 })
+	run("b")
+	var fenced result
+	select {
+	case fenced = <-done:
+	case <-time.After(20 * time.Second):
+		for _, cancel := range cancels {
+			cancel()
+		}
+		t.Fatalf("neither consumer stopped within 20 s of the second one starting under InstanceID %s", id)
+	}
+	if !errors.Is(fenced.err, kerr.FencedInstanceID) || !strings.Contains(fenced.err.Error(), `"`+id+`"`) {
+		t.Fatalf("consumer %s stopped with %v; want kerr.FencedInstanceID, naming %q", fenced.name, fenced.err, id)
+	}
+	t.Logf("consumer %s: %v", fenced.name, fenced.err)
+	// The other one holds the id alone now and handles what comes.
+	e.produce(t, event(outbox.NewID(), "order-1", 2))
+	waitfor.Until(t, 30*time.Second, "the remaining consumer handling", func() bool { return e.count(t) == 2 })
+	for _, cancel := range cancels {
+		cancel()
+	}
+	if other := <-done; other.err != nil {
+		t.Fatalf("consumer %s: %v", other.name, other.err)
+	}
+}
+
+// TestSessionTimeoutRefusedStops: a SessionTimeout outside the broker's
+// bounds (group.min.session.timeout.ms, 6 s by default) is refused at every
+// join: Run stops with an error that says so instead of retrying for ever.
+func TestSessionTimeoutRefusedStops(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	cfg := inbox.Config{SessionTimeout: 2 * time.Second, Group: "shipping"}
+	cfg.Postgres, cfg.Brokers, cfg.Topics = e.pool, e.kc.Addrs(), []string{topic}
+	c, err := inbox.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err = c.Run(ctx, record)
+	if ctx.Err() != nil {
+		t.Fatalf("Run still retrying 20 s after the broker refused SessionTimeout 2s (returned %v)", err)
+	}
+	if !errors.Is(err, kerr.InvalidSessionTimeout) || !strings.Contains(err.Error(), "SessionTimeout 2s") {
+		t.Fatalf("Run: %v; want kerr.InvalidSessionTimeout, naming SessionTimeout 2s", err)
+	}
+	t.Logf("Run: %v", err)
 }

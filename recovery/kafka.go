@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -30,7 +31,10 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
-	defer admin.Close()
+	// Closed before the reader is made: a hook in opts that registers
+	// metrics for each client it sees created (kprom) sees one at a time.
+	closeAdmin := sync.OnceFunc(admin.Close)
+	defer closeAdmin()
 	adm := kadm.NewClient(admin)
 	ends, err := adm.ListEndOffsets(ctx, topics...)
 	if err != nil {
@@ -80,6 +84,7 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 	// Control records (transaction markers) are kept: they take offsets, so
 	// a partition that ends with one, or with an aborted transaction (whose
 	// abort marker comes after it), is seen to reach its end.
+	closeAdmin()
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumePartitions(from), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), kgo.FetchMaxBytes(256<<10), kgo.FetchMaxPartitionBytes(256<<10), kgo.MaxConcurrentFetches(1))...)
 	if err != nil {

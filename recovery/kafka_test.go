@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
@@ -102,5 +104,24 @@ func TestReadTopicsFailsNamingWhatItDidNotRead(t *testing.T) {
 	t.Logf("the read: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "orders partition 1 (at offset") || !strings.Contains(err.Error(), "not read to its end") {
 		t.Fatalf("a read held by an open transaction after %d records: %v, want an error naming partition 1", n, err)
+	}
+}
+
+// TestReadTopicsWithKprom: a library user's options with franz-go's kprom
+// hook, which registers its metrics when it sees a client created (and
+// panics on a second registration while the first client is open): the
+// read makes its clients one after the other.
+func TestReadTopicsWithKprom(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	produce(t, kc, "orders", 10)
+	m := kprom.NewMetrics("lib", kprom.Registerer(prometheus.NewRegistry()))
+	n := 0
+	err := readTopics(t.Context(), []kgo.Opt{kgo.SeedBrokers(kc.Addrs()...), kgo.WithHooks(m)}, []string{"orders"}, time.Time{}, func(*kgo.Record) error {
+		n++
+		return nil
+	})
+	if err != nil || n != 10 {
+		t.Fatalf("read %d records, %v; want 10", n, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/outbox"
 )
 
@@ -48,6 +49,7 @@ type Table struct {
 	rows      *decoder.RowReader
 	idIsUUID  bool
 	tsIsDate  bool
+	polled    bool // it has the poll source's columns (migrations.PollColumns)
 }
 
 // Open describes the outbox table of layout on conn, whose session it pins
@@ -70,6 +72,7 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 	}
 	var texts []string
 	tsType, orderFound := "", false
+	types := map[string]string{}
 	for rows.Next() {
 		var name, typ string
 		var oid int64
@@ -90,6 +93,7 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 			tsType = typ
 		}
 		orderFound = orderFound || name == layout.OrderColumn
+		types[name] = typ
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the columns of %s.%s: %w", layout.Schema, layout.Table, err)
@@ -104,6 +108,11 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 		return nil, fmt.Errorf("outbox.timestamp_column: column %q of %s.%s is %s, not a timestamp", timestampColumn, layout.Schema, layout.Table, tsType)
 	}
 	t.tsIsDate = tsType == "date"
+	t.polled = types["created_at"] == "timestamp with time zone"
+	for _, c := range migrations.PollColumns {
+		_, ok := types[c.Name]
+		t.polled = t.polled && ok
+	}
 	if layout.OrderColumn != "" && !orderFound {
 		return nil, fmt.Errorf("outbox.order_column: table %s.%s has no column %q", layout.Schema, layout.Table, layout.OrderColumn)
 	}
@@ -255,22 +264,35 @@ type Order struct {
 // UUIDv7 ids orders the transactions, and the command id and then the
 // tuple's place order a transaction's rows (the order its statements ran
 // and, within one statement, the order it inserted them in an outbox whose
-// rows are never updated). A table with none of these is ordered by
-// transaction id, which is the order transactions first wrote, not always
-// the order they committed.
+// rows are never updated). A table with the poll source's columns has its
+// rows updated by the poll source, which gives them the update's
+// transaction id, command id and place: its created_at (the time of each
+// row's insert), then the id, take their place. A table with none of these
+// is ordered by transaction id, which is the order transactions first
+// wrote, not always the order they committed.
 func (t *Table) Order(ctx context.Context) (Order, error) {
 	id := t.name + "." + pgx.Identifier{t.layout.Columns.ID}.Sanitize()
 	// cid has no ordering operator; its text is its number.
-	inTx := t.name + ".cmin::text::int8, " + t.name + ".ctid"
+	inTx, inTxBy := t.name+".cmin::text::int8, "+t.name+".ctid", "insert order"
+	wrote, wroteBy := firstWrote(t.name+".xmin")+", "+inTx, "transaction id, then insert order"
+	if t.polled {
+		inTx = t.name + "." + pgx.Identifier{"created_at"}.Sanitize() + ", " + id
+		inTxBy = "created_at (the poll source's insert order), then id"
+		wrote, wroteBy = inTx, inTxBy
+	}
+	const updated = "a row updated after its insert goes out as of its update (the transaction id and place are the update's)"
 	switch {
 	case t.layout.OrderColumn != "":
 		return Order{By: "outbox.order_column " + t.layout.OrderColumn, sql: t.name + "." + pgx.Identifier{t.layout.OrderColumn}.Sanitize() + ", " + id}, nil
 	case t.tsColumn != "" && t.tsIsDate:
-		return Order{By: "outbox.timestamp_column " + t.tsColumn + ", then transaction id, then insert order",
-			Unsure: "the timestamp column is a date: rows of one day go out in the order their transactions first wrote, not always the order they committed; set outbox.order_column",
-			sql:    t.name + "." + pgx.Identifier{t.tsColumn}.Sanitize() + ", age(" + t.name + ".xmin) DESC, " + inTx}, nil
+		unsure := "the timestamp column is a date: rows of one day go out in the order their transactions first wrote, not always the order they committed, " + updated + "; set outbox.order_column"
+		if t.polled {
+			unsure = "the timestamp column is a date: rows of one day go out in the order they were inserted (created_at), not always the order they committed; set outbox.order_column"
+		}
+		return Order{By: "outbox.timestamp_column " + t.tsColumn + ", then " + wroteBy, Unsure: unsure,
+			sql: t.name + "." + pgx.Identifier{t.tsColumn}.Sanitize() + ", " + wrote}, nil
 	case t.tsColumn != "":
-		return Order{By: "outbox.timestamp_column " + t.tsColumn + ", then insert order", sql: t.name + "." + pgx.Identifier{t.tsColumn}.Sanitize() + ", " + inTx}, nil
+		return Order{By: "outbox.timestamp_column " + t.tsColumn + ", then " + inTxBy, sql: t.name + "." + pgx.Identifier{t.tsColumn}.Sanitize() + ", " + inTx}, nil
 	}
 	v7, _, err := t.uuidV7(ctx)
 	if err != nil {
@@ -281,9 +303,26 @@ func (t *Table) Order(ctx context.Context) (Order, error) {
 		// outbox.NewID) rise in the order they were made.
 		return Order{By: "UUIDv7 ids", sql: id}, nil
 	}
-	return Order{By: "transaction id, then insert order",
-		Unsure: "the table has no outbox.timestamp_column, outbox.order_column or UUIDv7 ids: transactions go out in the order they first wrote, not always the order they committed, and rows written under a savepoint after their transaction's others; set outbox.order_column",
-		sql:    "age(" + t.name + ".xmin) DESC, " + inTx}, nil
+	if t.polled {
+		return Order{By: wroteBy,
+			Unsure: "created_at is the time of each row's insert: two transactions of an aggregate that committed in another order than they inserted go out in the order they inserted (the poll source's order), and rows that were in the table before walrelay migrate --poll share one created_at and go out in id order; set outbox.order_column",
+			sql:    wrote}, nil
+	}
+	return Order{By: wroteBy,
+		Unsure: "the table has no outbox.timestamp_column, outbox.order_column or UUIDv7 ids: transactions go out in the order they first wrote, not always the order they committed, rows written under a savepoint after their transaction's others, " + updated + ", and rows written more than 2^32 (4.3 billion) transactions ago, which PostgreSQL has frozen, in no reliable order; set outbox.order_column",
+		sql:    wrote}, nil
+}
+
+// firstWrote is an ORDER BY key of rows by the transaction id xmin (an
+// expression of type xid) that first wrote them, oldest first: by
+// age(xmin), the transactions since. A row older than 2^31 transactions is
+// frozen and keeps its xmin, whose age wraps to a negative number: 2^32 is
+// added back (right up to 2^32 transactions; beyond, the xid tells nothing).
+// A row frozen to the permanent xid 2 (by PostgreSQL before 9.4) is the
+// oldest.
+func firstWrote(xmin string) string {
+	age := "age(" + xmin + ")"
+	return "CASE WHEN " + xmin + "::text::int8 < 3 THEN 9223372036854775807 WHEN " + age + " < 0 THEN " + age + "::int8 + 4294967296 ELSE " + age + " END DESC"
 }
 
 // Rows calls fn for each row of the window in the table's Order, read by

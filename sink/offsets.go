@@ -343,7 +343,7 @@ func (s *Sink) readOffsets(ctx context.Context, from, to int64) (*kgo.Record, in
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.cfg.OffsetsTopic: {0: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
-	}, s.cfg.Opts...)...)
+	}, s.clientOpts()...)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("create the offsets reader: %w", err)
 	}

@@ -90,7 +90,7 @@ func (s *Sink) fence(ctx context.Context, id string) error {
 		kgo.ClientID(s.cfg.ClientID + "-takeover"),
 		kgo.TransactionalID(id),
 		kgo.TransactionTimeout(s.tx.cfg.Timeout),
-	}, s.cfg.Opts...)...)
+	}, s.clientOpts()...)...)
 	if err != nil {
 		return fmt.Errorf("create a producer to fence transactional id %s: %w", id, err)
 	}

@@ -117,6 +117,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Opts are extra client options (TLS, SASL), applied last to every
 	// client the sink makes; ProducerOpts (hooks) to the producer alone.
+	// Hooks given in Opts (kgo.WithHooks) are set on the producer alone,
+	// as those of ProducerOpts are, and see the broker and produce events
+	// of the sink's other clients (one per broker, the exactly-once offsets
+	// reader and fencer) but not their creation: a hook that registers
+	// metrics when it sees a client created, as kprom does, registers them
+	// once. Such a hook also sees one short-lived client created and
+	// closed while New looks for the hooks in Opts.
 	Opts, ProducerOpts []kgo.Opt
 	// Transactions, if set, produces exactly once, in Kafka transactions
 	// fenced by the source position (txn.go).
@@ -148,6 +155,8 @@ type Sink struct {
 	partitions sync.Map     // topic name -> the highest partition count a lane's client saw (*atomic.Int32)
 	fences     *fences      // the connections to each broker, fenced ones closed (fence.go)
 	tlsCfg     *tls.Config  // the dialer's TLS configuration, nil without TLS
+	opts       []kgo.Opt    // cfg.Opts but their hooks (hooks.go)
+	optHooks   []kgo.Hook   // the hooks of cfg.Opts: the producer's, relayed to the other clients
 	waiting    atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
 
 	mu   sync.Mutex // guards the header cache
@@ -276,15 +285,17 @@ func New(cfg Config) (*Sink, error) {
 		s.tx = &txns{cfg: tc}
 		opts = append(opts, kgo.TransactionalID(tc.ID), kgo.TransactionTimeout(tc.Timeout))
 	}
-	dial, tlsCfg, err := watchedDialer(cfg.Opts)
+	s.opts, s.optHooks = splitHooks(cfg.Opts)
+	dial, tlsCfg, err := watchedDialer(s.opts)
 	if err != nil {
 		return nil, err
 	}
 	s.fences, s.tlsCfg = newFences(dial), tlsCfg
-	base := append(opts, cfg.Opts...)
+	base := append(opts, s.opts...)
 	// The dialer of cfg.Opts (TLS included), through the fences.
 	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.dialContext)}
-	opts = append(append(slices.Clip(base), cfg.ProducerOpts...), append(dialer, kgo.WithHooks(s.fences))...)
+	opts = append(append(slices.Clip(base), kgo.WithHooks(s.optHooks...)), cfg.ProducerOpts...)
+	opts = append(opts, append(dialer, kgo.WithHooks(s.fences))...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
