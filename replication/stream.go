@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"reflect"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/backoff"
@@ -28,6 +30,12 @@ const (
 	// Keepalive is a primary keepalive: every Data before it has been
 	// yielded, so its WAL end is safe to confirm when nothing is in flight.
 	Keepalive
+	// TooLarge is an XLogData larger than MaxMessageBytes, which was never
+	// held: Data is its pgoutput message cut down (each value of an insert
+	// that did not fit given as NULL, a logical message's content cut
+	// short, another message's first bytes), Size its size, Cuts the values
+	// left out.
+	TooLarge
 )
 
 // Change is what Session.Next yields.
@@ -40,6 +48,10 @@ type Change struct {
 	Data []byte
 	// WALEnd is a Keepalive's server WAL end.
 	WALEnd pglogrepl.LSN
+	// Size is a TooLarge message's size in bytes, and Cuts the values left
+	// out of it.
+	Size int64
+	Cuts []Cut
 }
 
 // Config configures a Stream. Zero values mean the defaults.
@@ -72,9 +84,18 @@ type Config struct {
 	// wal_receiver_timeout does: a server cut off without a FIN or RST
 	// would otherwise leave the stream "streaming" until TCP gives up,
 	// minutes later. Halfway through it, the status update asks the server
-	// for a reply. Default 30s; at least 4 times StatusInterval.
+	// for a reply. Default 30s; at least 4 times StatusInterval. A message
+	// still arriving counts as something.
 	ReceiveTimeout time.Duration
+	// MaxMessageBytes is the largest message of the server held in memory.
+	// A larger XLogData is read as it arrives and dropped, its head kept
+	// (Change.Kind TooLarge); a larger message of another kind ends the
+	// session with a *ProtocolError. Default 16 MiB; at least 64.
+	MaxMessageBytes int64
 }
+
+// DefaultMaxMessageBytes is Config.MaxMessageBytes's default.
+const DefaultMaxMessageBytes = 16 << 20
 
 // Stream is the source of one slot: Open starts a session (reconnecting
 // with backoff while it cannot), and the session yields changes (Next) and
@@ -148,6 +169,12 @@ func New(cfg Config) (*Stream, error) {
 	}
 	if cfg.BackoffMin > cfg.BackoffMax {
 		return nil, fmt.Errorf("backoff min %s is above backoff max %s", cfg.BackoffMin, cfg.BackoffMax)
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxMessageBytes < 64 {
+		return nil, fmt.Errorf("max message bytes %d: want at least 64", cfg.MaxMessageBytes)
 	}
 	if cfg.ReceiveTimeout == 0 {
 		cfg.ReceiveTimeout = max(30*time.Second, 4*cfg.StatusInterval)
@@ -338,8 +365,16 @@ var activePIDRe = regexp.MustCompile(`active for PID (\d+)`)
 
 // open connects, checks the slot and starts replication.
 func (s *Stream) open(ctx context.Context) (*Session, error) {
+	// The frames of this connection: each connection gets a reader of its
+	// own under pgproto3's (the last built is the one that connected).
+	var frames *frameReader
+	parsed := s.parsed.Copy()
+	parsed.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		frames = newFrameReader(r, s.cfg.MaxMessageBytes)
+		return pgproto3.NewFrontend(frames, w)
+	}
 	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := pgconn.ConnectConfig(connectCtx, s.parsed)
+	conn, err := pgconn.ConnectConfig(connectCtx, parsed)
 	cancel()
 	if err != nil {
 		if isFatalPgError(err) {
@@ -403,7 +438,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	s.log.Info("streaming", "from", from.String(), "publication", s.cfg.Publication)
 	s.received.Store(max(s.received.Load(), uint64(from)))
 	s.confirmed.Store(uint64(from))
-	sess := &Session{s: s, conn: conn, from: from, history: history, sent: from, statusErr: make(chan error, 1), stop: make(chan struct{})}
+	sess := &Session{s: s, conn: conn, frames: frames, from: from, history: history, sent: from, statusErr: make(chan error, 1), stop: make(chan struct{})}
 	sess.confirmed.Store(uint64(from))
 	if err := sess.sendStatus(time.Now(), true); err != nil {
 		return nil, err
