@@ -272,14 +272,14 @@ func (f *frameReader) take() (oversized, bool) {
 
 // Cutter states.
 const (
-	cutXLog    = iota // the XLogData header
-	cutType           // the pgoutput message type
-	cutFixed          // a fixed part: need bytes into acc, then next
-	cutPrefix         // a logical message's prefix, to its NUL
-	cutKeep           // bytes kept: a value, a message's content or first bytes
-	cutSkip           // a value left out
-	cutKind           // a tuple value's kind
-	cutRest           // the rest, dropped
+	cutXLog   = iota // the XLogData header
+	cutType          // the pgoutput message type
+	cutFixed         // a fixed part: need bytes into acc, then next
+	cutPrefix        // a logical message's prefix, to its NUL
+	cutKeep          // bytes kept: a value, a message's content or first bytes
+	cutSkip          // a value left out
+	cutKind          // a tuple value's kind
+	cutRest          // the rest, dropped
 )
 
 // cutter reads an oversized XLogData as it arrives and keeps its head: the
