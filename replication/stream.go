@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -352,10 +353,10 @@ func isFatalPgError(err error) bool {
 	case pgErr.Code == "55006": // object in use: the slot is active
 		return false
 	case pgErr.Code == "55000", // object not in prerequisite state: wal_level, invalidated slot
-		pgErr.Code == "0A000",  // feature not supported
-		pgErr.Code[:2] == "28", // invalid authorization
-		pgErr.Code == "3D000",  // database does not exist
-		pgErr.Code[:2] == "42": // undefined object (slot, publication), insufficient privilege
+		pgErr.Code == "0A000",               // feature not supported
+		strings.HasPrefix(pgErr.Code, "28"), // invalid authorization (a hostile server may send a code of any length)
+		pgErr.Code == "3D000",               // database does not exist
+		strings.HasPrefix(pgErr.Code, "42"): // undefined object (slot, publication), insufficient privilege
 		return true
 	}
 	return false
