@@ -246,3 +246,54 @@ func tail(b []byte) []byte {
 	}
 	return b
 }
+
+// loop gives a stream over and over.
+type loop struct {
+	b []byte
+	i int
+}
+
+func (l *loop) Read(p []byte) (int, error) {
+	if l.i == len(l.b) {
+		l.i = 0
+	}
+	n := copy(p, l.b[l.i:])
+	l.i += n
+	return n, nil
+}
+
+// BenchmarkFrameReader receives a stream of outbox inserts of about 300
+// bytes, each in its XLogData, with a keepalive every 100: through
+// pgproto3's frontend alone, as before the frameReader, and through the
+// frameReader under it. One op is one message received.
+func BenchmarkFrameReader(b *testing.B) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var stream []byte
+	payload := `{"seq": 1, "pad": "` + strings.Repeat("x", 270) + `"}`
+	for i := range 1000 {
+		stream = append(stream, xlogData(pglogrepl.LSN(i*400), pgoutputtest.Insert(1, str("0b8c2a6e-5d36-4d43-9f53-6c0f3c7f1a11"), str("order"), str("agg-1"), str("OrderCreated"), &payload))...)
+		if i%100 == 0 {
+			stream = append(stream, keepalive(pglogrepl.LSN(i*400), false)...)
+			stream = append(stream, xlogData(pglogrepl.LSN(i*400), pgoutputtest.Begin(pglogrepl.LSN(i*400), at, uint32(i)))...)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		frame bool
+	}{{"pgproto3 alone", false}, {"through the frameReader", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var r io.Reader = &loop{b: stream}
+			if tc.frame {
+				r = newFrameReader(r, DefaultMaxMessageBytes)
+			}
+			fe := pgproto3.NewFrontend(r, io.Discard)
+			b.SetBytes(int64(len(stream)) / 1020)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := fe.Receive(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
