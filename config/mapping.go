@@ -127,7 +127,7 @@ func (c *Config) PollConfig(log *slog.Logger, extra ...kgo.Opt) (poll.Config, er
 	}
 	p := c.Poll
 	return poll.Config{
-		ConnConfig: connCfg, Outbox: c.OutboxConfig(), Interval: p.Interval, BatchSize: p.BatchSize, Lease: p.Lease, MaxAttempts: p.MaxAttempts,
+		ConnConfig: connCfg, Outbox: c.OutboxConfig(), Interval: p.Interval, BatchSize: p.BatchSize, Lease: p.Lease, MaxAttempts: p.MaxAttempts, MaxEventBytes: c.MaxMessageBytes(),
 		Ordering: p.Ordering, OnDead: p.OnDead, WorkerID: p.WorkerID, ShutdownTimeout: c.ShutdownTimeout, Sink: scfg, Logger: log,
 	}, nil
 }

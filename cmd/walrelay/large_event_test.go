@@ -79,3 +79,38 @@ func headerText(r *kgo.Record) string {
 	}
 	return b.String()
 }
+
+// TestPollLargeRowBoundedMemory: the poll source claims an outbox row whose
+// jsonb payload is 150 MB without reading the payload: the row is
+// dead-lettered (too_large) with its size and ends DEAD, the row after it is
+// published, and walrelay stays under the Kubernetes manifest's memory
+// limit.
+func TestPollLargeRowBoundedMemory(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	conn := connect(t, pg.DSN)
+	big, after := outbox.NewID(), outbox.NewID()
+	execSQL(t, conn,
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+big+`', 'big', 'r-1', 'Big', jsonb_build_object('pad', repeat('y', `+strconv.Itoa(largeEventBytes)+`)))`,
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+after+`', 'small', 's-1', 'Small', '{}')`,
+	)
+	p := polling(t, pollEnv(pg, kc))
+	waitAllSentBut(t, conn, 1)
+	rss := p.peakRSS()
+	t.Logf("a row with a %d-byte jsonb payload: walrelay peak RSS %.1f MiB", largeEventBytes, float64(rss)/(1<<20))
+	limit := int64(manifestMemoryLimit)
+	if raceEnabled {
+		limit *= 4 // the race detector's shadow memory
+	}
+	if rss > limit {
+		t.Fatalf("peak RSS %.1f MiB, over the manifest's limit of %d MiB", float64(rss)/(1<<20), limit>>20)
+	}
+	r := recordOf(col, big)
+	h := func(k string) string { return string(kafkatest.Header(r, k)) }
+	if omitted, _ := strconv.Atoi(h("walrelay.payload_omitted_bytes")); r.Topic != kc.dlq() || h("walrelay.reason") != "too_large" || omitted < largeEventBytes || len(r.Value) != 0 || string(r.Key) != "r-1" {
+		t.Fatalf("the large row: on %s, key %q, %d value bytes, headers %s", r.Topic, r.Key, len(r.Value), headerText(r))
+	}
+	if r := recordOf(col, after); r == nil || r.Topic != kc.topic("small") {
+		t.Fatalf("the row after it: %v", r)
+	}
+}
