@@ -96,6 +96,11 @@ func TestPollLargeRowBoundedMemory(t *testing.T) {
 	)
 	p := polling(t, pollEnv(pg, kc))
 	waitAllSentBut(t, conn, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := col.Wait(ctx, func([]*kgo.Record) bool { return recordOf(col, big) != nil && recordOf(col, after) != nil }); err != nil {
+		t.Fatalf("the two rows did not both arrive: %v", err)
+	}
 	rss := p.peakRSS()
 	t.Logf("a row with a %d-byte jsonb payload: walrelay peak RSS %.1f MiB", largeEventBytes, float64(rss)/(1<<20))
 	limit := int64(manifestMemoryLimit)
