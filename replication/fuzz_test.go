@@ -26,6 +26,12 @@ import (
 // client sends meanwhile (status updates) is read and dropped.
 func fakeServer(tb testing.TB, stream []byte) *pgconn.Config {
 	tb.Helper()
+	return fakeServerWriting(tb, func(conn net.Conn) { _, _ = conn.Write(stream) })
+}
+
+// fakeServerWriting is fakeServer with the stream written by write.
+func fakeServerWriting(tb testing.TB, write func(net.Conn)) *pgconn.Config {
+	tb.Helper()
 	cfg, err := pgconn.ParseConfig("host=fake.invalid user=walrelay database=shop sslmode=disable")
 	if err != nil {
 		tb.Fatal(err)
@@ -33,14 +39,14 @@ func fakeServer(tb testing.TB, stream []byte) *pgconn.Config {
 	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"192.0.2.1"}, nil }
 	cfg.DialFunc = func(context.Context, string, string) (net.Conn, error) {
 		client, server := net.Pipe()
-		go serve(server, stream)
+		go serve(server, write)
 		return client, nil
 	}
 	return cfg
 }
 
 // serve is fakeServer's side of one connection.
-func serve(conn net.Conn, stream []byte) {
+func serve(conn net.Conn, write func(net.Conn)) {
 	defer conn.Close()
 	be := pgproto3.NewBackend(conn, conn)
 	if _, err := be.ReceiveStartupMessage(); err != nil {
@@ -85,7 +91,7 @@ func serve(conn net.Conn, stream []byte) {
 				return
 			}
 			go func() { _, _ = io.Copy(io.Discard, conn) }()
-			_, _ = conn.Write(stream)
+			write(conn)
 			return
 		default:
 			return
