@@ -215,7 +215,7 @@ func (c *Config) keys() []*key {
 	f, s = duration(&c.Postgres.ReceiveTimeout, 30*time.Second)
 	add("postgres.receive_timeout", "reconnect when nothing, not even a keepalive, arrived from the server for this long (a dead host or route sends no FIN); halfway through walrelay asks the server for a reply; at least 4 status intervals", f, s)
 	f, s = integer(&c.Postgres.MaxMessageBytes, 0)
-	add("postgres.max_message_bytes", "the largest event walrelay holds in memory, in bytes (at least 65536): a larger outbox row or logical message is read as it arrives and dropped, and dead-lettered (`too_large`) without its payload, with its size (`walrelay.payload_omitted_bytes`), its position and the id, key and type that fit in its first 64 KiB; the poll source measures the payload in its claim and dead-letters a row whose payload is larger without reading the payload", f, s)
+	add("postgres.max_message_bytes", "the largest event walrelay holds in memory, in bytes (at least 65536): a larger outbox row or logical message is read as it arrives and dropped, and dead-lettered (`too_large`) without its payload, with its size (`walrelay.payload_omitted_bytes`), its position and the id, key and type that fit in its first 64 KiB; the poll source measures the payload in its claim and dead-letters a row whose payload is larger without reading the payload. An event under it may be held about three times over (as received, decoded and as a record): keep it well under the memory limit", f, s)
 	f, s = str(&c.Postgres.PasswordFile, "")
 	add("postgres.password_file", "file holding the PostgreSQL password (a final newline is dropped), used where the DSN has none; a password in the DSN as well is an error", f, s)
 
