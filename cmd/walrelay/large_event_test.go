@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,5 +118,44 @@ func TestPollLargeRowBoundedMemory(t *testing.T) {
 	}
 	if r := recordOf(col, after); r == nil || r.Topic != kc.topic("small") {
 		t.Fatalf("the row after it: %v", r)
+	}
+}
+
+// TestReplayLargeRowBoundedMemory: `walrelay replay` over a window that
+// holds a row with a 150 MB jsonb payload reads the row without its payload
+// and dead-letters it (too_large) with its size; the other row is sent
+// again, and the command stays under the Kubernetes manifest's memory limit
+// (it may run in walrelay's pod).
+func TestReplayLargeRowBoundedMemory(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	big, small := outbox.NewID(), outbox.NewID()
+	execSQL(t, conn,
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+big+`', 'big', 'r-1', 'Big', jsonb_build_object('pad', repeat('y', `+strconv.Itoa(largeEventBytes)+`)))`,
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+small+`', 'small', 's-1', 'Small', '{}')`,
+	)
+	p := start(t, baseEnv(pg, kc), "replay", "--all", "--yes")
+	if code := p.exit(2 * time.Minute); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, p.out.String())
+	}
+	rss := p.cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	t.Logf("replay of a row with a %d-byte jsonb payload: peak RSS %.1f MiB", largeEventBytes, float64(rss)/(1<<20))
+	limit := int64(manifestMemoryLimit)
+	if raceEnabled {
+		limit *= 4 // the race detector's shadow memory
+	}
+	if rss > limit {
+		t.Fatalf("peak RSS %.1f MiB, over the manifest's limit of %d MiB", float64(rss)/(1<<20), limit>>20)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := col.Wait(ctx, func([]*kgo.Record) bool { return recordOf(col, big) != nil && recordOf(col, small) != nil }); err != nil {
+		t.Fatalf("the two rows did not both arrive: %v", err)
+	}
+	r := recordOf(col, big)
+	h := func(k string) string { return string(kafkatest.Header(r, k)) }
+	if omitted, _ := strconv.Atoi(h("walrelay.payload_omitted_bytes")); r.Topic != kc.dlq() || h("walrelay.reason") != "too_large" || omitted < largeEventBytes || len(r.Value) != 0 {
+		t.Fatalf("the large row: on %s, %d value bytes, headers %s", r.Topic, len(r.Value), headerText(r))
 	}
 }
