@@ -47,11 +47,11 @@ type Table struct {
 	// maxPayload, if above 0, is the largest payload text Rows reads
 	// (LimitPayload).
 	maxPayload int64
-	list      string // every column as text
-	idType    string // the id column's type, as format_type writes it
-	rows      *decoder.RowReader
-	idIsUUID  bool
-	tsIsDate  bool
+	list       string // every column as text
+	idType     string // the id column's type, as format_type writes it
+	rows       *decoder.RowReader
+	idIsUUID   bool
+	tsIsDate   bool
 }
 
 // Open describes the outbox table of layout on conn, whose session it pins
