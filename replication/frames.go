@@ -14,7 +14,7 @@ import (
 // message of a type or shape the protocol does not have there, a message
 // larger than postgres.max_message_bytes that is not WAL data, or a copy
 // stream the server ended. The session ends, and the next one starts from
-// the confirmed position: a broken proxy or server must not stop walrelay
+// the confirmed position (it is retriable): a broken proxy or server must not stop walrelay
 // for good, nor make it allocate what the server claims.
 type ProtocolError struct {
 	Err error
@@ -29,7 +29,8 @@ type Cut struct {
 	// Column is the index of the value in an insert's tuple; for a logical
 	// decoding message, 0: its content.
 	Column int
-	// Size is the value's size in bytes.
+	// Size is the value's size in bytes; -1 when unknown (the content of a
+	// message whose prefix was too long to keep).
 	Size int64
 }
 
