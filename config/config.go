@@ -28,16 +28,17 @@ import (
 type Config struct {
 	Source   string
 	Postgres struct {
-		DSN            string
-		Slot           string
-		Publication    string
-		Table          string
-		CreateSlot     bool
-		SlotFailover   bool
-		AllowRowFilter bool
-		StatusInterval time.Duration
-		ReceiveTimeout time.Duration
-		PasswordFile   string
+		DSN             string
+		Slot            string
+		Publication     string
+		Table           string
+		CreateSlot      bool
+		SlotFailover    bool
+		AllowRowFilter  bool
+		StatusInterval  time.Duration
+		ReceiveTimeout  time.Duration
+		PasswordFile    string
+		MaxMessageBytes int
 	}
 	Outbox struct {
 		IDColumn            string
@@ -215,6 +216,8 @@ func (c *Config) keys() []*key {
 	add("postgres.status_interval", "longest time between standby status updates (10ms to 30s)", f, s)
 	f, s = duration(&c.Postgres.ReceiveTimeout, 30*time.Second)
 	add("postgres.receive_timeout", "reconnect when nothing, not even a keepalive, arrived from the server for this long (a dead host or route sends no FIN); halfway through walrelay asks the server for a reply; at least 4 status intervals", f, s)
+	f, s = integer(&c.Postgres.MaxMessageBytes, 0)
+	add("postgres.max_message_bytes", "the largest event walrelay holds in memory, in bytes (at least 65536): a larger outbox row or logical message is read as it arrives and dropped, and dead-lettered (`too_large`) without its payload, with its size (`walrelay.payload_omitted_bytes`), its position and the id, key and type that fit in its first 64 KiB; the poll source and `replay`, `reconcile` and `dlq replay` measure the payload in their query and dead-letter a row whose payload is larger without reading the payload. An event under it may be held about three times over (as received, decoded and as a record): keep it well under the memory limit", f, s)
 	f, s = str(&c.Postgres.PasswordFile, "")
 	add("postgres.password_file", "file holding the PostgreSQL password (a final newline is dropped), used where the DSN has none; a password in the DSN as well is an error", f, s)
 
@@ -420,6 +423,9 @@ func (c *Config) validate(needKafka bool) error {
 		return fmt.Errorf("kafka.max_buffered_records %d: want at least 2 (half in flight, half queued)", k.MaxBufferedRecords)
 	case k.MaxBufferedBytes < k.BatchMaxBytes:
 		return fmt.Errorf("kafka.max_buffered_bytes %d is below kafka.batch_max_bytes %d: a large record could never be buffered", k.MaxBufferedBytes, k.BatchMaxBytes)
+	}
+	if n := c.Postgres.MaxMessageBytes; n != 0 && n < 64<<10 {
+		return fmt.Errorf("postgres.max_message_bytes %d: want at least 65536, or 0 for 2 × kafka.batch_max_bytes + 1 MiB", n)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

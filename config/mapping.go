@@ -23,6 +23,17 @@ func (c *Config) SoftMemoryLimit() int64 {
 	return 2*int64(c.Kafka.MaxBufferedBytes) + 16<<20
 }
 
+// MaxMessageBytes is the largest event held in memory that
+// postgres.max_message_bytes gives: as set, or 2 × kafka.batch_max_bytes +
+// 1 MiB. A record larger than the batch cap is dead-lettered in any case,
+// and a bytea payload arrives as hex, twice the size of its record.
+func (c *Config) MaxMessageBytes() int64 {
+	if c.Postgres.MaxMessageBytes > 0 {
+		return int64(c.Postgres.MaxMessageBytes)
+	}
+	return 2*int64(c.Kafka.BatchMaxBytes) + 1<<20
+}
+
 // OutboxConfig is the outbox tables, their columns, and the message
 // prefixes.
 func (c *Config) OutboxConfig() decoder.Config {
@@ -89,7 +100,7 @@ func (c *Config) RelayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, 
 	p := c.Postgres
 	return relay.Config{
 		ConnString: p.DSN, Slot: p.Slot, Publication: p.Publication, CreateSlot: p.CreateSlot, SlotFailover: p.SlotFailover, AllowRowFilter: p.AllowRowFilter,
-		StatusInterval: p.StatusInterval, ReceiveTimeout: p.ReceiveTimeout,
+		StatusInterval: p.StatusInterval, ReceiveTimeout: p.ReceiveTimeout, MaxMessageBytes: c.MaxMessageBytes(),
 		Outbox: c.OutboxConfig(), Sink: scfg, HeartbeatInterval: c.Heartbeat.Interval, ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 	}, nil
 }
@@ -116,7 +127,7 @@ func (c *Config) PollConfig(log *slog.Logger, extra ...kgo.Opt) (poll.Config, er
 	}
 	p := c.Poll
 	return poll.Config{
-		ConnConfig: connCfg, Outbox: c.OutboxConfig(), Interval: p.Interval, BatchSize: p.BatchSize, Lease: p.Lease, MaxAttempts: p.MaxAttempts,
+		ConnConfig: connCfg, Outbox: c.OutboxConfig(), Interval: p.Interval, BatchSize: p.BatchSize, Lease: p.Lease, MaxAttempts: p.MaxAttempts, MaxEventBytes: c.MaxMessageBytes(),
 		Ordering: p.Ordering, OnDead: p.OnDead, WorkerID: p.WorkerID, ShutdownTimeout: c.ShutdownTimeout, Sink: scfg, Logger: log,
 	}, nil
 }

@@ -26,6 +26,13 @@
 // may be a partition published under its own name) is returned as an *Error, and the pipeline stops:
 // skipping it could lose events.
 //
+// A message too large to hold (over postgres.max_message_bytes) reaches
+// the decoder cut down by the replication stream: DecodeTooLarge makes the
+// event of an outbox insert or a message under the read prefix from what
+// was kept, Invalid with event.ErrTooLarge and without its payload, so that
+// it is dead-lettered as too_large; another message over the limit is an
+// *Error that names the setting.
+//
 // pglogrepl.Parse panics on some malformed input; Decode recovers at exactly
 // that boundary and returns an *Error. The fuzz target FuzzDecode holds it to
 // that.

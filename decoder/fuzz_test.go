@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walrelay/walrelay/event"
 )
 
 // FuzzDecode feeds arbitrary bytes to a decoder that knows the outbox
@@ -62,6 +64,19 @@ func FuzzDecode(f *testing.F) {
 		}
 		if len(data) > 0 && data[0] == 'I' {
 			sameInsert(t, data)
+		}
+		// The same bytes as what the replication stream kept of a message
+		// too large to hold, a value of it left out.
+		if len(data) > 0 {
+			cut := Cut{Column: int(data[len(data)-1]) % 12, Size: 1 << 30}
+			m, err := d.DecodeTooLarge(4, TooLarge{Head: data, Size: 1<<30 + 100, Limit: 1 << 20, Cuts: []Cut{cut}})
+			var de *Error
+			if err != nil && !errors.As(err, &de) {
+				t.Fatalf("too large: error of type %T: %v", err, err)
+			}
+			if em, ok := m.(EventMessage); ok && (em.Payload != nil || !errors.Is(em.Invalid, event.ErrTooLarge)) {
+				t.Fatalf("too large: an event with %d payload bytes, invalid %v", len(em.Payload), em.Invalid)
+			}
 		}
 	})
 }

@@ -4,6 +4,7 @@
 package event
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -58,9 +59,18 @@ type Event struct {
 	Transactional bool
 	// Invalid is non-nil when the row breaks a rule of its own (a required
 	// column NULL, a value that does not parse). The sink dead-letters such an
-	// event with this error instead of publishing it.
+	// event with this error instead of publishing it; one that wraps
+	// ErrTooLarge with reason too_large.
 	Invalid error
+	// OmittedBytes is, for an event too large to hold (Invalid wraps
+	// ErrTooLarge), the size of the payload left out: Payload is nil.
+	OmittedBytes int64
 }
+
+// ErrTooLarge is wrapped by the Invalid error of an event whose message was
+// over the size walrelay holds in memory (postgres.max_message_bytes): it
+// was read as it arrived and dropped, and only what identifies it was kept.
+var ErrTooLarge = errors.New("event too large")
 
 // Position is where an event is in the stream: its transaction's commit LSN
 // and its ordinal within the transaction. The server streams transactions in

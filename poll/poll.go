@@ -55,6 +55,11 @@ type Config struct {
 	// the poller holds stays bounded whatever their size; a claim takes at
 	// least one row. Default half of the sink's MaxBufferedBytes (8 MiB).
 	MaxBatchBytes int
+	// MaxEventBytes is the largest payload (its text) a claim reads: a row
+	// whose payload is larger is claimed without it and dead-lettered
+	// (too_large, with its size), so that one large row is never held in
+	// memory. Default 16 MiB.
+	MaxEventBytes int64
 	// Lease is how long a claim holds its rows; it is renewed while Kafka
 	// has not answered. Default 30s.
 	Lease time.Duration
@@ -136,6 +141,9 @@ func New(cfg Config) (*Poller, error) {
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
+	}
+	if cfg.MaxEventBytes <= 0 {
+		cfg.MaxEventBytes = 16 << 20
 	}
 	if cfg.MaxBatchBytes <= 0 {
 		buffered := cfg.Sink.MaxBufferedBytes

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/recovery"
 )
 
@@ -20,6 +22,7 @@ type table struct {
 	markSQL   string
 	batch     int
 	maxBytes  int64
+	maxEvent  int64 // a payload larger is not read: the row is dead-lettered too_large
 	leaseSecs float64
 }
 
@@ -31,7 +34,7 @@ func dueSQL(a string) string {
 
 func newTable(rt *recovery.Table, cfg Config) *table {
 	l := rt.Layout()
-	t := &table{rt: rt, name: l.Name(), batch: cfg.BatchSize, maxBytes: int64(cfg.MaxBatchBytes), leaseSecs: cfg.Lease.Seconds()}
+	t := &table{rt: rt, name: l.Name(), batch: cfg.BatchSize, maxBytes: int64(cfg.MaxBatchBytes), maxEvent: cfg.MaxEventBytes, leaseSecs: cfg.Lease.Seconds()}
 	q := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	id := pgx.Identifier{l.Columns.ID}.Sanitize()
 	agg := pgx.Identifier{l.Columns.AggregateID}.Sanitize()
@@ -47,7 +50,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	//   - after it, c is left out when an unsent row of its aggregate
 	//     that the batch lacks (locked by another claim, or held back)
 	//     precedes it.
-	first, held, ok := "", "", "SELECT _wr_id, _wr_prev FROM cand"
+	first, held, ok := "", "", "SELECT _wr_id, _wr_prev, _wr_size FROM cand"
 	if cfg.Ordering == OrderAggregate {
 		unsent := "e.status <> 'SENT'"
 		if cfg.OnDead != DeadBlock {
@@ -64,10 +67,10 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	)`
 		// A window over the batch and the blockers, by aggregate in
 		// order: a row is held back when a blocker comes before it.
-		ok = `SELECT _wr_id, _wr_prev FROM (
-			SELECT u._wr_id, u._wr_prev, bool_or(u._wr_blocker) OVER (PARTITION BY u._wr_agg ORDER BY u._wr_at, u._wr_id ROWS UNBOUNDED PRECEDING) AS _wr_held
-			FROM (SELECT _wr_id, _wr_agg, _wr_at, _wr_prev, false AS _wr_blocker FROM cand
-				UNION ALL SELECT _wr_id, _wr_agg, _wr_at, NULL, true FROM held) u
+		ok = `SELECT _wr_id, _wr_prev, _wr_size FROM (
+			SELECT u._wr_id, u._wr_prev, u._wr_size, bool_or(u._wr_blocker) OVER (PARTITION BY u._wr_agg ORDER BY u._wr_at, u._wr_id ROWS UNBOUNDED PRECEDING) AS _wr_held
+			FROM (SELECT _wr_id, _wr_agg, _wr_at, _wr_prev, _wr_size, false AS _wr_blocker FROM cand
+				UNION ALL SELECT _wr_id, _wr_agg, _wr_at, NULL, NULL, true FROM held) u
 		) w WHERE NOT w._wr_held`
 	}
 	// The batch is also cut where its payloads pass maxBytes (the first
@@ -84,13 +87,13 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
 	), cand AS MATERIALIZED (
-		SELECT _wr_id, _wr_agg, _wr_at, _wr_prev FROM (
+		SELECT _wr_id, _wr_agg, _wr_at, _wr_prev, _wr_size FROM (
 			SELECT *, sum(_wr_size) OVER (ORDER BY _wr_at, _wr_id ROWS UNBOUNDED PRECEDING) - _wr_size AS _wr_before FROM locked
 		) s WHERE _wr_before < $4
 	)` + held + `, ok AS (` + ok + `)
 	UPDATE ` + q + ` SET status = 'SENDING', claim_id = $2, lease_until = now() + make_interval(secs => $3), attempts = attempts + 1
 	FROM ok WHERE ` + q + `.` + id + ` = ok._wr_id
-	RETURNING ok._wr_prev, attempts::text, (extract(epoch FROM created_at) * 1000000)::int8::text, ` + q + `.` + id + `::text, ` + rt.SelectList()
+	RETURNING ok._wr_prev, attempts::text, (extract(epoch FROM created_at) * 1000000)::int8::text, ` + q + `.` + id + `::text, ok._wr_size::text, ` + cappedList(rt.SelectList(), payload)
 	t.renewSQL = `UPDATE ` + q + ` SET lease_until = now() + make_interval(secs => $3)
 	WHERE ` + id + ` = ANY($1::text[]::` + idType + `[]) AND claim_id = $2 AND status = 'SENDING'`
 	t.markSQL = `UPDATE ` + q + ` AS t SET status = m.st,
@@ -110,7 +113,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row, int, error) {
 	var out []*row
 	expired := 0
-	rows, err := conn.Query(ctx, t.claimSQL, t.batch, claim, t.leaseSecs, t.maxBytes)
+	rows, err := conn.Query(ctx, t.claimSQL, t.batch, claim, t.leaseSecs, t.maxBytes, t.maxEvent)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -129,8 +132,14 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 			return nil, 0, fmt.Errorf("created_at %q: %w", raw[2], err)
 		}
 		r.created = time.UnixMicro(us)
-		if r.e, err = t.rt.Event(raw[4:]); err != nil {
+		if r.e, err = t.rt.Event(raw[5:]); err != nil {
 			return nil, 0, err
+		}
+		if size, _ := strconv.ParseInt(string(raw[4]), 10, 64); size > t.maxEvent {
+			// Its payload was left out by the claim (cappedList): the row
+			// is dead-lettered without it, as the WAL source does.
+			r.e.Payload, r.e.OmittedBytes = nil, size
+			r.e.Invalid = fmt.Errorf("%w: the payload of %d bytes is over postgres.max_message_bytes (%d); it was not read", event.ErrTooLarge, size, t.maxEvent)
 		}
 		// The header walrelay.commit_time carries the insert time: the
 		// poll source knows no commit.
@@ -162,4 +171,18 @@ func (t *table) mark(ctx context.Context, conn *pgx.Conn, claim string, m *marks
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
+}
+
+// cappedList is list, a select list of text columns, with the payload's
+// item (payload, sanitized) given as NULL for a row whose payload text is
+// over the claim's fifth parameter: the claim measures it (_wr_size) without
+// sending it, so that one large row is never held in memory.
+func cappedList(list, payload string) string {
+	items := strings.Split(list, ", ")
+	for i, it := range items {
+		if it == payload+"::text" {
+			items[i] = "CASE WHEN ok._wr_size > $5::int8 THEN NULL ELSE " + it + " END"
+		}
+	}
+	return strings.Join(items, ", ")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,12 +45,15 @@ type Table struct {
 	name      string // schema.table, quoted
 	cols      []decoder.Column
 	selectSQL string // SELECT of every column as text
-	list      string // every column as text
-	idType    string // the id column's type, as format_type writes it
-	rows      *decoder.RowReader
-	idIsUUID  bool
-	tsIsDate  bool
-	polled    bool // it has the poll source's columns (migrations.PollColumns)
+	// maxPayload, if above 0, is the largest payload text Rows reads
+	// (LimitPayload).
+	maxPayload int64
+	list       string // every column as text
+	idType     string // the id column's type, as format_type writes it
+	rows       *decoder.RowReader
+	idIsUUID   bool
+	tsIsDate   bool
+	polled     bool // it has the poll source's columns (migrations.PollColumns)
 }
 
 // Open describes the outbox table of layout on conn, whose session it pins
@@ -123,6 +127,14 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 	t.selectSQL = "SELECT " + t.list + " FROM " + t.name
 	return t, nil
 }
+
+// LimitPayload makes Rows leave out a payload whose text is over n bytes
+// (none when n is 0): the server measures it and does not send it, and the
+// row's event is Invalid with event.ErrTooLarge, without a payload, its
+// size in OmittedBytes, as the WAL source makes an event too large to hold.
+// A command reading a window then never holds such a row
+// (postgres.max_message_bytes).
+func (t *Table) LimitPayload(n int64) { t.maxPayload = n }
 
 // Layout is the table's layout, its payload's nullability read.
 func (t *Table) Layout() decoder.Layout { return t.layout }
@@ -339,6 +351,21 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 	}
 	tsIndex := slices.IndexFunc(t.cols, func(c decoder.Column) bool { return c.Name == t.tsColumn })
 	sql := t.selectSQL + " WHERE " + cond + " ORDER BY " + order.sql
+	if t.maxPayload > 0 {
+		// The payload's text made once per row (a lateral subquery that
+		// OFFSET 0 keeps from being folded into each use), measured, and
+		// sent only under the limit.
+		args = append(args, t.maxPayload)
+		payload := pgx.Identifier{t.layout.Columns.Payload}.Sanitize()
+		items := strings.Split(t.list, ", ")
+		for i, it := range items {
+			if it == payload+"::text" {
+				items[i] = fmt.Sprintf("CASE WHEN octet_length(_wr_p._wr_text) > $%d::int8 THEN NULL ELSE _wr_p._wr_text END", len(args))
+			}
+		}
+		sql = "SELECT " + strings.Join(items, ", ") + ", coalesce(octet_length(_wr_p._wr_text), 0)::text FROM " + t.name +
+			" CROSS JOIN LATERAL (SELECT " + t.name + "." + payload + "::text AS _wr_text OFFSET 0) _wr_p WHERE " + cond + " ORDER BY " + order.sql
+	}
 	var rows pgx.Rows
 	if q != nil {
 		rows, err = q.Query(ctx, sql, args...)
@@ -351,9 +378,18 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 	defer rows.Close()
 	for rows.Next() {
 		raw := rows.RawValues()
+		var size int64
+		if t.maxPayload > 0 {
+			size, _ = strconv.ParseInt(string(raw[len(raw)-1]), 10, 64)
+			raw = raw[:len(raw)-1]
+		}
 		e, err := t.rows.Event(raw)
 		if err != nil {
 			return err
+		}
+		if t.maxPayload > 0 && size > t.maxPayload {
+			e.Payload, e.OmittedBytes = nil, size
+			e.Invalid = fmt.Errorf("%w: the payload of %d bytes is over postgres.max_message_bytes (%d); it was not read", event.ErrTooLarge, size, t.maxPayload)
 		}
 		r := Row{Event: e}
 		if tsIndex >= 0 && raw[tsIndex] != nil {

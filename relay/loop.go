@@ -114,9 +114,12 @@ func (r *Relay) session(ctx context.Context, sess session) (stop bool, err error
 // end to the checkpoint (safe to confirm when nothing is in flight: every
 // message before it was handled).
 func (r *Relay) handle(ch replication.Change) error {
-	if ch.Kind == replication.Keepalive {
+	switch ch.Kind {
+	case replication.Keepalive:
 		r.p.tr.AdvanceIfIdle(ch.WALEnd)
 		return nil
+	case replication.TooLarge:
+		return r.p.handleTooLarge(ch, r.cfg.MaxMessageBytes)
 	}
 	return r.p.handle(ch.WALStart, ch.Data)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/faultinject"
+	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -234,6 +235,27 @@ func (p *pipeline) handle(walStart pglogrepl.LSN, data []byte) error {
 	if err != nil {
 		return err
 	}
+	return p.handleMessage(walStart, msg)
+}
+
+// handleTooLarge is handle for a message too large to hold, of which the
+// replication stream kept the head (replication.TooLarge): its event is
+// dead-lettered without its payload.
+func (p *pipeline) handleTooLarge(ch replication.Change, limit int64) error {
+	m := decoder.TooLarge{Head: ch.Data, Size: ch.Size, Limit: limit, Cuts: make([]decoder.Cut, len(ch.Cuts))}
+	for i, c := range ch.Cuts {
+		m.Cuts[i] = decoder.Cut{Column: c.Column, Size: c.Size}
+	}
+	msg, err := p.dec.DecodeTooLarge(ch.WALStart, m)
+	if err != nil {
+		return err
+	}
+	return p.handleMessage(ch.WALStart, msg)
+}
+
+// handleMessage tracks and publishes one decoded message.
+func (p *pipeline) handleMessage(walStart pglogrepl.LSN, msg decoder.Message) error {
+	var err error
 	switch m := msg.(type) {
 	case decoder.Begin:
 		p.hooks.Transaction()

@@ -46,6 +46,11 @@ type Config struct {
 	// StatusInterval and ReceiveTimeout are replication.Config's. Defaults
 	// 1s and 30s.
 	StatusInterval, ReceiveTimeout time.Duration
+	// MaxMessageBytes is the largest message of the server held in memory
+	// (replication.Config's): the event of a larger insert or logical
+	// message is dead-lettered as too_large, without its payload, with its
+	// size and what identifies it. Default 16 MiB.
+	MaxMessageBytes int64
 	// Outbox is the outbox tables, their columns and the message
 	// prefixes; the tables' RelationIDs are read at start.
 	Outbox decoder.Config
@@ -177,13 +182,16 @@ func New(cfg Config) (*Relay, error) {
 		}
 		sk = k
 	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = replication.DefaultMaxMessageBytes
+	}
 	// In exactly-once mode the sink is made by Run, once the database's
 	// identity, part of the transactional id, is known.
 	r := &Relay{cfg: cfg, log: log, sink: sk}
 	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}}
 	stream, err := replication.New(replication.Config{
 		ConnConfig: &cfg.ConnConfig.Config, Slot: cfg.Slot, Publication: cfg.Publication,
-		StatusInterval: cfg.StatusInterval, ReceiveTimeout: cfg.ReceiveTimeout, Logger: log,
+		StatusInterval: cfg.StatusInterval, ReceiveTimeout: cfg.ReceiveTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: log,
 	})
 	if err != nil {
 		if sk != nil {

@@ -7,7 +7,8 @@
 // a session (reconnecting with backoff while it cannot), Session.Next yields
 // each XLogData payload and keepalive in WAL order, and Session.Confirm
 // takes the positions that may be confirmed (the checkpoint's), which the
-// status updates carry. It never parses pgoutput and never talks to Kafka.
+// status updates carry. It never talks to Kafka, and parses pgoutput in one
+// place only: the framing of an XLogData over MaxMessageBytes.
 //
 // Invariants:
 //   - The flush LSN sent to the server only ever comes from Confirm, never
@@ -35,6 +36,17 @@
 //     in the stream: a new one starts at the end of the WAL).
 //   - The publication must publish the outbox alone (CheckPublication),
 //     via the partition root.
+//   - No message of the server larger than MaxMessageBytes is held in
+//     memory, whatever its length field says: a frame reader under
+//     pgproto3's follows the framing without copying, reads an XLogData
+//     over the limit as it arrives and drops it, keeping its head (the
+//     values of an insert that fit, the start of a logical message's
+//     content: Change.Kind TooLarge), and refuses any other message over it
+//     (*ProtocolError). The stand-in it puts in the stream is a CopyData
+//     type the server never sends, and nothing in the WAL can make it.
+//   - A stream the session cannot read ends it with a *ProtocolError, a
+//     server's error with a *pgconn.PgError, a connection lost with the
+//     connection's error: FuzzStream holds it to that, and to no panic.
 //
 // The session pins DateStyle=ISO, TimeZone=UTC, extra_float_digits=3,
 // bytea_output=hex and IntervalStyle=postgres, so text values parse the same

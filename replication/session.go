@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ import (
 type Session struct {
 	s       *Stream
 	conn    *pgconn.PgConn
+	frames  *frameReader // under conn's frontend
 	from    pglogrepl.LSN
 	history event.WALHistory // the server's WAL history at the start
 
@@ -35,6 +38,7 @@ type Session struct {
 	sent         pglogrepl.LSN // highest flush LSN sent; starts at from
 	lastSent     time.Time
 	lastRecv     time.Time // since when the session waits for a message; zero: one just arrived
+	lastBytes    int64     // frames.received when lastRecv was set
 	pinged       bool      // a status update since lastRecv asked for a reply
 	replyDue     bool      // the last keepalive asked for a reply: the next Next sends it
 	readDeadline time.Time
@@ -187,16 +191,27 @@ func (ss *Session) Next(ctx context.Context) (Change, error) {
 		if err != nil {
 			if pgconn.Timeout(err) {
 				ss.readDeadline = time.Time{}
+				if n := ss.frames.received.Load(); n != ss.lastBytes {
+					// A message still arriving (a large one, a slow
+					// network): the server is there.
+					ss.lastBytes, ss.lastRecv, ss.pinged = n, time.Now(), false
+				}
 				continue // the deadline: the loop top decides
 			}
 			if isFatalPgError(err) {
 				return Change{}, failure.Mark(failure.Fatal, fmt.Errorf("receive from slot %s: %w", cfg.Slot, err))
 			}
+			if !connectionError(err) {
+				var pe *ProtocolError
+				if !errors.As(err, &pe) {
+					err = &ProtocolError{Err: err} // pgproto3's: a message it cannot decode
+				}
+			}
 			return Change{}, fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)
 		}
 		// The silence starts at the next wait, after the caller: time it
 		// spends waiting for Kafka is not the server's.
-		ss.lastRecv, ss.pinged = time.Time{}, false
+		ss.lastRecv, ss.pinged, ss.lastBytes = time.Time{}, false, ss.frames.received.Load()
 		ch, ok, err := ss.change(raw)
 		if err != nil || ok {
 			return ch, err
@@ -221,18 +236,27 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 	case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
 		return Change{}, false, nil
 	case *pgproto3.CopyDone:
-		return Change{}, false, fmt.Errorf("stream from slot %s: server ended the copy stream", cfg.Slot)
+		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, &ProtocolError{Err: errors.New("the server ended the copy stream")})
 	default:
-		return Change{}, false, fmt.Errorf("stream from slot %s: unexpected message %T", cfg.Slot, raw)
+		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, &ProtocolError{Err: fmt.Errorf("unexpected message %T", raw)})
 	}
 	if len(data) == 0 {
-		return Change{}, false, errors.New("replication stream: empty CopyData")
+		return Change{}, false, &ProtocolError{Err: errors.New("empty CopyData")}
 	}
 	switch data[0] {
+	case tooLargeTag:
+		o, ok := ss.frames.take()
+		if !ok || len(data) != 1 {
+			return Change{}, false, &ProtocolError{Err: errNoStandIn}
+		}
+		if end := uint64(o.walStart) + uint64(o.size); end > ss.s.received.Load() {
+			ss.s.received.Store(end)
+		}
+		return Change{Kind: TooLarge, WALStart: o.walStart, Data: o.head, Size: o.size, Cuts: o.cuts}, true, nil
 	case pglogrepl.PrimaryKeepaliveMessageByteID:
 		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
 		if err != nil {
-			return Change{}, false, fmt.Errorf("parse keepalive: %w", err)
+			return Change{}, false, &ProtocolError{Err: fmt.Errorf("parse keepalive: %w", err)}
 		}
 		if ka.ServerWALEnd > ss.s.ReceivedLSN() {
 			ss.s.received.Store(uint64(ka.ServerWALEnd))
@@ -242,7 +266,7 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 	case pglogrepl.XLogDataByteID:
 		xld, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
-			return Change{}, false, fmt.Errorf("parse xlogdata: %w", err)
+			return Change{}, false, &ProtocolError{Err: fmt.Errorf("parse xlogdata: %w", err)}
 		}
 		if end := uint64(xld.WALStart) + uint64(len(xld.WALData)); end > ss.s.received.Load() {
 			ss.s.received.Store(end)
@@ -250,6 +274,14 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 		return Change{Kind: Data, WALStart: xld.WALStart, Data: xld.WALData}, true, nil
 	}
 	return Change{}, false, nil
+}
+
+// connectionError reports whether err is the connection's end or failure
+// (EOF, a reset, a closed socket), not a message that could not be read.
+func connectionError(err error) bool {
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.ErrClosedPipe) || errors.As(err, &ne)
 }
 
 // Close ends the session. With a nil reason it is a clean stop: the last

@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/backoff"
@@ -29,6 +32,12 @@ const (
 	// Keepalive is a primary keepalive: every Data before it has been
 	// yielded, so its WAL end is safe to confirm when nothing is in flight.
 	Keepalive
+	// TooLarge is an XLogData larger than MaxMessageBytes, which was never
+	// held: Data is its pgoutput message cut down (each value of an insert
+	// that did not fit given as NULL, a logical message's content cut
+	// short, another message's first bytes), Size its size, Cuts the values
+	// left out.
+	TooLarge
 )
 
 // Change is what Session.Next yields.
@@ -41,6 +50,10 @@ type Change struct {
 	Data []byte
 	// WALEnd is a Keepalive's server WAL end.
 	WALEnd pglogrepl.LSN
+	// Size is a TooLarge message's size in bytes, and Cuts the values left
+	// out of it.
+	Size int64
+	Cuts []Cut
 }
 
 // Config configures a Stream. Zero values mean the defaults.
@@ -73,9 +86,18 @@ type Config struct {
 	// wal_receiver_timeout does: a server cut off without a FIN or RST
 	// would otherwise leave the stream "streaming" until TCP gives up,
 	// minutes later. Halfway through it, the status update asks the server
-	// for a reply. Default 30s; at least 4 times StatusInterval.
+	// for a reply. Default 30s; at least 4 times StatusInterval. A message
+	// still arriving counts as something.
 	ReceiveTimeout time.Duration
+	// MaxMessageBytes is the largest message of the server held in memory.
+	// A larger XLogData is read as it arrives and dropped, its head kept
+	// (Change.Kind TooLarge); a larger message of another kind ends the
+	// session with a *ProtocolError. Default 16 MiB; at least 64.
+	MaxMessageBytes int64
 }
+
+// DefaultMaxMessageBytes is Config.MaxMessageBytes's default.
+const DefaultMaxMessageBytes = 16 << 20
 
 // Stream is the source of one slot: Open starts a session (reconnecting
 // with backoff while it cannot), and the session yields changes (Next) and
@@ -149,6 +171,12 @@ func New(cfg Config) (*Stream, error) {
 	}
 	if cfg.BackoffMin > cfg.BackoffMax {
 		return nil, fmt.Errorf("backoff min %s is above backoff max %s", cfg.BackoffMin, cfg.BackoffMax)
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxMessageBytes < 64 {
+		return nil, fmt.Errorf("max message bytes %d: want at least 64", cfg.MaxMessageBytes)
 	}
 	if cfg.ReceiveTimeout == 0 {
 		cfg.ReceiveTimeout = max(30*time.Second, 4*cfg.StatusInterval)
@@ -326,10 +354,10 @@ func isFatalPgError(err error) bool {
 	case pgErr.Code == "55006": // object in use: the slot is active
 		return false
 	case pgErr.Code == "55000", // object not in prerequisite state: wal_level, invalidated slot
-		pgErr.Code == "0A000",  // feature not supported
-		pgErr.Code[:2] == "28", // invalid authorization
-		pgErr.Code == "3D000",  // database does not exist
-		pgErr.Code[:2] == "42": // undefined object (slot, publication), insufficient privilege
+		pgErr.Code == "0A000",               // feature not supported
+		strings.HasPrefix(pgErr.Code, "28"), // invalid authorization (a hostile server may send a code of any length)
+		pgErr.Code == "3D000",               // database does not exist
+		strings.HasPrefix(pgErr.Code, "42"): // undefined object (slot, publication), insufficient privilege
 		return true
 	}
 	return false
@@ -339,8 +367,16 @@ var activePIDRe = regexp.MustCompile(`active for PID (\d+)`)
 
 // open connects, checks the slot and starts replication.
 func (s *Stream) open(ctx context.Context) (*Session, error) {
+	// The frames of this connection: each connection gets a reader of its
+	// own under pgproto3's (the last built is the one that connected).
+	var frames *frameReader
+	parsed := s.parsed.Copy()
+	parsed.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		frames = newFrameReader(r, s.cfg.MaxMessageBytes)
+		return pgproto3.NewFrontend(frames, w)
+	}
 	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := pgconn.ConnectConfig(connectCtx, s.parsed)
+	conn, err := pgconn.ConnectConfig(connectCtx, parsed)
 	cancel()
 	if err != nil {
 		if isFatalPgError(err) {
@@ -404,7 +440,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	s.log.Info("streaming", "from", from.String(), "publication", s.cfg.Publication)
 	s.received.Store(max(s.received.Load(), uint64(from)))
 	s.confirmed.Store(uint64(from))
-	sess := &Session{s: s, conn: conn, from: from, history: history, sent: from, statusErr: make(chan error, 1), stop: make(chan struct{})}
+	sess := &Session{s: s, conn: conn, frames: frames, from: from, history: history, sent: from, statusErr: make(chan error, 1), stop: make(chan struct{})}
 	sess.confirmed.Store(uint64(from))
 	if err := sess.sendStatus(time.Now(), true); err != nil {
 		return nil, err

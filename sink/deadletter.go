@@ -75,7 +75,14 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(topic)},
 	)
 	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
+	if e.OmittedBytes > 0 {
+		// Too large to hold: the payload was never read.
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, e.OmittedBytes, 10)})
+	}
 	omit := func() {
+		if r.Value == nil {
+			return
+		}
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
 		r.Value = nil
 	}

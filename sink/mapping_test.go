@@ -1,6 +1,8 @@
 package sink
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,6 +233,45 @@ func TestRoutesByTable(t *testing.T) {
 		}
 		if err := publish(t, s, e); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestTooLargeEventDeadLettered: an event the source could not hold (its
+// Invalid wraps event.ErrTooLarge) goes to the dead-letter topic as
+// too_large, without a value, with the payload's size in
+// walrelay.payload_omitted_bytes; an invalid event of another kind stays
+// invalid_event.
+func TestTooLargeEventDeadLettered(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{})
+	big, bad := newEvent("big"), newEvent("bad")
+	big.Payload, big.OmittedBytes = nil, 150_000_000
+	big.Invalid = fmt.Errorf("%w: over postgres.max_message_bytes", event.ErrTooLarge)
+	bad.Invalid = errors.New("column id is NULL")
+	for _, e := range []*event.Event{big, bad} {
+		if err := publish(t, s, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		reason, omitted := Header(r, HeaderReason), Header(r, HeaderOmitted)
+		switch Header(r, "id") {
+		case "big":
+			if reason != "too_large" || omitted != "150000000" || r.Value != nil || !strings.Contains(Header(r, HeaderError), "postgres.max_message_bytes") {
+				t.Fatalf("too large: reason %s, omitted %q, value %q", reason, omitted, r.Value)
+			}
+		case "bad":
+			if reason != "invalid_event" || omitted != "" {
+				t.Fatalf("invalid: reason %s, omitted %q", reason, omitted)
+			}
 		}
 	}
 }

@@ -432,7 +432,11 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		return
 	}
 	if e.Invalid != nil {
-		s.deadLetter(ctx, e, "invalid_event", "", e.Invalid, gen, done)
+		why := "invalid_event"
+		if errors.Is(e.Invalid, event.ErrTooLarge) {
+			why = "too_large" // read and dropped as it arrived: no payload to send
+		}
+		s.deadLetter(ctx, e, why, "", e.Invalid, gen, done)
 		return
 	}
 	rt := s.routeOf(e)

@@ -141,7 +141,12 @@ func (c *recoveryCmd) openTable(ctx context.Context, conn *pgx.Conn) (*recovery.
 	if err != nil {
 		return nil, err
 	}
-	return recovery.Open(ctx, conn, l)
+	t, err := recovery.Open(ctx, conn, l)
+	if err != nil {
+		return nil, err
+	}
+	t.LimitPayload(c.cfg.MaxMessageBytes())
+	return t, nil
 }
 
 // sink makes a producer as run's (at-least-once: a replay is a resend
