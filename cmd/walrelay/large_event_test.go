@@ -23,15 +23,31 @@ const largeEventBytes = 150_000_000
 const manifestMemoryLimit = 128 << 20
 
 // TestLargeEventsBoundedMemory sends a logical message of 150 MB
-// (pg_logical_emit_message, which any role may call) and an outbox row whose
-// jsonb payload is 150 MB: walrelay stays under the Kubernetes manifest's
-// memory limit, dead-letters each (too_large) with its size, its position and
-// what identifies it, and publishes the event after them.
+// (pg_logical_emit_message, which any role may call unless the message
+// source is on) and an outbox row whose jsonb payload is 150 MB: walrelay
+// stays under the Kubernetes manifest's memory limit, dead-letters the row
+// (too_large) with its size, its position and what identifies it, and
+// publishes the event after them. With outbox.messages on, the message is
+// dead-lettered the same way; with it off (the default), it is ignored, as a
+// message of any size is: nothing of it reaches Kafka.
 func TestLargeEventsBoundedMemory(t *testing.T) {
 	t.Parallel()
+	for _, messages := range []bool{true, false} {
+		t.Run("messages="+strconv.FormatBool(messages), func(t *testing.T) {
+			t.Parallel()
+			largeEventsBoundedMemory(t, messages)
+		})
+	}
+}
+
+func largeEventsBoundedMemory(t *testing.T, messages bool) {
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
-	p := streaming(t, baseEnv(pg, kc))
+	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", strconv.FormatBool(messages))
+	if code, out := runCmd(t, e, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	p := streaming(t, e)
 	msgID, rowID, after := outbox.NewID(), outbox.NewID(), outbox.NewID()
 	pad := strconv.Itoa(largeEventBytes)
 	execSQL(t, conn,
@@ -42,9 +58,9 @@ func TestLargeEventsBoundedMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	if _, err := col.Wait(ctx, func([]*kgo.Record) bool {
-		return recordOf(col, msgID) != nil && recordOf(col, rowID) != nil && recordOf(col, after) != nil
+		return (!messages || recordOf(col, msgID) != nil) && recordOf(col, rowID) != nil && recordOf(col, after) != nil
 	}); err != nil {
-		t.Fatalf("the two large events and the one after them did not all arrive: %v", err)
+		t.Fatalf("the large events and the one after them did not all arrive: %v", err)
 	}
 	rss := p.peakRSS()
 	t.Logf("a %d-byte logical message and a %d-byte jsonb payload: walrelay peak RSS %.1f MiB", largeEventBytes, largeEventBytes, float64(rss)/(1<<20))
@@ -55,7 +71,13 @@ func TestLargeEventsBoundedMemory(t *testing.T) {
 	if rss > limit {
 		t.Fatalf("peak RSS %.1f MiB, over the manifest's limit of %d MiB", float64(rss)/(1<<20), limit>>20)
 	}
-	for _, c := range []struct{ id, key, source string }{{msgID, "m-1", "message"}, {rowID, "r-1", "public.outbox"}} {
+	dead := []struct{ id, key, source string }{{rowID, "r-1", "public.outbox"}}
+	if messages {
+		dead = append(dead, struct{ id, key, source string }{msgID, "m-1", "message"})
+	} else if r := recordOf(col, msgID); r != nil {
+		t.Fatalf("with outbox.messages off, the message reached %s: headers %s", r.Topic, headerText(r))
+	}
+	for _, c := range dead {
 		r := recordOf(col, c.id)
 		if r.Topic != kc.dlq() {
 			t.Fatalf("event %s on %s, want the dead-letter topic", c.id, r.Topic)
