@@ -105,6 +105,12 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 			if o.Messages {
 				src = EmitMessageSource(o.MessagePrefix)
 			}
+			// An existing table may lack a configured column: the body is
+			// not checked here, so that migrate goes on to name the column
+			// (relay.CheckTable) instead of failing on the function.
+			if _, err := tx.Exec(ctx, "SET LOCAL check_function_bodies = off"); err != nil {
+				return res, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+			}
 			if _, err := tx.Exec(ctx, createEmit(schema, src)); err != nil {
 				return res, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
 			}

@@ -132,8 +132,9 @@ var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // application's call may resolve to and that is not the one walrelay
 // migrate writes for o, in the first outbox table's schema: one that emits
 // under a prefix walrelay does not read, or emits a message while the
-// message source is off, or writes anywhere else, would let its events
-// pass unpublished. It reads every overload in the outbox's schema, and
+// message source is off, or emits in any other way, would let its events
+// pass unpublished. One in the outbox's schema that inserts rows (into
+// this outbox or another walrelay's) is accepted: rows are durable. It reads every overload in the outbox's schema, and
 // every walrelay_emit in a schema that may come first on a writer's
 // search_path (searchPathSchemas); one in a schema on no one's path is
 // left alone, so that a role that may create one there cannot keep
@@ -183,7 +184,9 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) er
 		case strings.Contains(f.src, "pg_logical_emit_message"):
 			return fmt.Errorf("function %s emits under another prefix than outbox.message_prefix %q, or not as walrelay migrate writes it, so its events would not be published: %s", name, o.MessagePrefix, fix)
 		default:
-			return fmt.Errorf("function %s is not what walrelay migrate writes for this configuration (it inserts into %s.%s), so its events may not be published: %s", name, o.Schema, o.Table, fix)
+			// It writes rows, perhaps into another outbox of the schema
+			// (another walrelay's): they are durable in that table, not
+			// lost as a message nobody reads would be.
 		}
 		if !f.securityDefine {
 			continue

@@ -195,7 +195,7 @@ func TestPostgresTLSVerifyFull(t *testing.T) {
 	}{
 		{"host not in the certificate", e.with("WALRELAY_POSTGRES_DSN", dsn("127.0.0.1"), "WALRELAY_POSTGRES_SLOT", "other"), "certificate"},
 		{"wrong password", e.with("WALRELAY_POSTGRES_PASSWORD_FILE", wrongPw, "WALRELAY_POSTGRES_SLOT", "other"), "password authentication failed"},
-		{"password twice", e.with("WALRELAY_POSTGRES_DSN", strings.Replace(dsn("localhost"), "postgres@", "postgres:"+password+"@", 1)), "postgres.password_file is set and postgres.dsn has a password too"},
+		{"password twice", e.with("WALRELAY_POSTGRES_DSN", strings.Replace(dsn("localhost"), "postgres@", "postgres:"+password+"@", 1)), "postgres.password_file is set and postgres.dsn gives a password too"},
 	} {
 		code, out := runCmd(t, rc.env, "run")
 		if code != 1 || !strings.Contains(lastLine(out), rc.want) {
