@@ -297,12 +297,12 @@ func TestDebeziumImportCommand(t *testing.T) {
 	writeFile(t, worker, "bootstrap.servers=kafka:9092\nkey.converter=org.apache.kafka.connect.storage.StringConverter\nvalue.converter=org.apache.kafka.connect.storage.StringConverter\n")
 	code, out := runCmd(t, env{}, "debezium", "import", conn, "--worker", worker)
 	if code != 0 || !strings.Contains(out, "dsn: postgres://dbz@db:5432/app") || !strings.Contains(out, "slot: debezium") ||
-		!strings.Contains(out, "brokers: ['kafka:9092']") || !strings.Contains(out, "ignored: tasks.max=1") || strings.Contains(out, "pg-s3cret") {
+		!strings.Contains(out, "brokers: ['kafka:9092']") || !strings.Contains(out, "ignored: tasks.max:") || strings.Contains(out, "tasks.max=") || strings.Contains(out, "pg-s3cret") {
 		t.Fatalf("debezium import: exit %d:\n%s", code, out)
 	}
 	t.Logf("debezium import:\n%s", out)
 	code, out = runCmd(t, env{}, "debezium", "import", conn) // Connect's default converter is the JsonConverter
-	if code != 1 || !strings.Contains(lastLine(out), "key.converter=") || !strings.Contains(lastLine(out), "value.converter=") {
+	if code != 1 || !strings.Contains(lastLine(out), "key.converter") || !strings.Contains(lastLine(out), "value.converter") {
 		t.Fatalf("without the worker's converters: exit %d:\n%s", code, out)
 	}
 }
