@@ -20,6 +20,10 @@ const MinPruneAge = time.Hour
 type Pruner struct {
 	Table *Table
 	Slot  string
+	// Ignore are logical slots of the database that do not read the
+	// outbox table: not waited for. Every other one is: the slots of the
+	// shards of a sharded outbox, another reader's.
+	Ignore []string
 	// Batch is how many rows a transaction deletes. Default 1000.
 	Batch int
 	// Wait bounds how long to wait for the slot to confirm past the
@@ -49,8 +53,8 @@ type Pruned struct {
 // With SentOnly it deletes the rows marked SENT more than olderThan ago.
 // Else it deletes only rows
 // whose transaction walrelay confirmed: it takes a
-// snapshot, waits until the slot confirmed past the WAL position of that
-// moment (every transaction the snapshot sees committed before it, so
+// snapshot, waits until its slot and every other logical slot of the
+// database (but Ignore) confirmed past the WAL position of that moment (every transaction the snapshot sees committed before it, so
 // walrelay published each row of it), and deletes in transactions that
 // import that snapshot, so a row committed later (an old row of a long
 // transaction) is not seen. It refuses when the slot does not catch up.
@@ -90,7 +94,7 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 		}
 		var ok bool
 		var note string
-		res.Confirmed, ok, note = waitForSlot(ctx, snap, p.Slot, res.Start, wait)
+		res.Confirmed, ok, note = waitForSlots(ctx, snap, p.Slot, p.Ignore, res.Start, wait)
 		if !ok {
 			return res, fmt.Errorf("prune deletes only rows walrelay confirmed: %s", note)
 		}

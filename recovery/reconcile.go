@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -22,6 +23,9 @@ type Reconciler struct {
 	Kafka     []kgo.Opt // the brokers and their security
 	DLQTopic  string
 	Slot      string
+	// IgnoreSlots are logical slots of the database that do not read the
+	// outbox table: not waited for. Every other one is (waitForSlots).
+	IgnoreSlots []string
 	// Wait bounds how long to wait for the slot to confirm past the
 	// reconcile's start. Default 30s.
 	Wait time.Duration
@@ -83,7 +87,7 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(lsnScanner{&res.Start}); err != nil {
 		return res, fmt.Errorf("read the WAL position: %w", err)
 	}
-	res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlot(ctx, tx, rc.Slot, res.Start, wait)
+	res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlots(ctx, tx, rc.Slot, rc.IgnoreSlots, res.Start, wait)
 
 	// The window's topics, from its rows' routing fields.
 	at, typ := pgx.Identifier{t.layout.Columns.AggregateType}.Sanitize(), pgx.Identifier{t.layout.Columns.Type}.Sanitize()
@@ -190,6 +194,41 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	}
 	res.NotJudged = max(0, now-res.Rows)
 	return res, nil
+}
+
+// waitForSlots waits, up to wait in all, until every logical slot of the
+// database has confirmed past lsn: own (which must exist) and every other
+// one but those of ignore. An outbox sharded over several slots (a row
+// filter each) has each row published through one of them, and a slot of
+// another reader of the table (Debezium, a second walrelay) has its rows
+// too: which tables a slot reads is known only to its consumer, so every
+// slot is waited for unless named in ignore. It returns the lowest
+// position confirmed, and why not when it is not past lsn.
+func waitForSlots(ctx context.Context, q pgx.Tx, own string, ignore []string, lsn pglogrepl.LSN, wait time.Duration) (pglogrepl.LSN, bool, string) {
+	deadline := time.Now().Add(wait)
+	rows, err := q.Query(ctx, "SELECT slot_name::text FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() AND slot_name <> $1 AND NOT slot_name::text = ANY($2::text[]) ORDER BY slot_name", own, append([]string{}, ignore...))
+	if err != nil {
+		return 0, false, fmt.Sprintf("list the logical slots: %v", err)
+	}
+	others, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, false, fmt.Sprintf("list the logical slots: %v", err)
+	}
+	lowest, ok, note := waitForSlot(ctx, q, own, lsn, wait)
+	if !ok {
+		return lowest, false, note
+	}
+	for _, s := range others {
+		c, ok, note := waitForSlot(ctx, q, s, lsn, max(time.Until(deadline), 0))
+		if !ok {
+			if strings.Contains(note, "does not exist") {
+				continue // dropped meanwhile: it reads nothing more
+			}
+			return c, false, note + fmt.Sprintf(" (slot %s may read the outbox: every logical slot of the database is waited for; name one that does not with --ignore-slot %s)", s, s)
+		}
+		lowest = min(lowest, c)
+	}
+	return lowest, true, ""
 }
 
 // waitForSlot waits until slot has confirmed past lsn, up to wait.
