@@ -54,8 +54,10 @@ type Pruned struct {
 // Else it deletes only rows
 // whose transaction walrelay confirmed: it takes a
 // snapshot, waits until its slot and every other logical slot of the
-// database (but Ignore) confirmed past the WAL position of that moment (every transaction the snapshot sees committed before it, so
-// walrelay published each row of it), and deletes in transactions that
+// database (but Ignore) confirmed past the WAL insert position of that
+// moment (every transaction the snapshot sees committed before it, so
+// walrelay published each row of it; the insert position, not the write
+// position, covers a transaction committed with synchronous_commit off), and deletes in transactions that
 // import that snapshot, so a row committed later (an old row of a long
 // transaction) is not seen. It refuses when the slot does not catch up.
 func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, error) {
@@ -89,7 +91,7 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 		}
 		// The snapshot lives as long as this transaction.
 		defer snap.Rollback(context.Background()) //nolint:errcheck // read only
-		if err := snap.QueryRow(ctx, "SELECT pg_export_snapshot(), pg_current_wal_lsn()::text").Scan(&snapshot, lsnScanner{&res.Start}); err != nil {
+		if err := snap.QueryRow(ctx, "SELECT pg_export_snapshot(), "+currentLSN).Scan(&snapshot, lsnScanner{&res.Start}); err != nil {
 			return res, fmt.Errorf("export a snapshot: %w", err)
 		}
 		var ok bool

@@ -79,12 +79,12 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 		return res, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // it only read and made a temporary table
-	// The snapshot is taken by the first query; the WAL position after it
-	// is past every transaction it sees.
+	// The snapshot is taken by the first query; the WAL insert position
+	// after it is past every transaction it sees (currentLSN).
 	if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+cond, args...).Scan(&res.Rows); err != nil {
 		return res, fmt.Errorf("count the window's rows: %w", err)
 	}
-	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(lsnScanner{&res.Start}); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT "+currentLSN).Scan(lsnScanner{&res.Start}); err != nil {
 		return res, fmt.Errorf("read the WAL position: %w", err)
 	}
 	res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlots(ctx, tx, rc.Slot, rc.IgnoreSlots, res.Start, wait)
@@ -196,6 +196,34 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	return res, nil
 }
 
+// currentLSN is the WAL position past every transaction a snapshot taken
+// before it sees: the insert position. A transaction committed with
+// synchronous_commit off is visible once its commit record is in the WAL
+// buffers, before the WAL writer writes it (up to three wal_writer_delay
+// later), so the write position (pg_current_wal_lsn) can be behind its
+// commit: a slot confirmed past that has not published it.
+const currentLSN = "pg_current_wal_insert_lsn()::text"
+
+// pageStart returns the start of lsn's page when lsn is the end of that
+// page's header (SizeOfXLogLongPHD, 40 bytes, on a segment's first page,
+// else SizeOfXLogShortPHD, 24), where the insert position of a server
+// rests when its last record ended at the previous page's end; else lsn.
+// No record ends there (the tail of a record continued from the previous
+// page ends after at least one byte of data).
+func pageStart(lsn pglogrepl.LSN, block, segment int64) pglogrepl.LSN {
+	if block <= 0 || segment <= 0 {
+		return lsn
+	}
+	header := int64(24)
+	if int64(lsn)%segment < block {
+		header = 40
+	}
+	if int64(lsn)%block == header {
+		return lsn - pglogrepl.LSN(header)
+	}
+	return lsn
+}
+
 // waitForSlots waits, up to wait in all, until every logical slot of the
 // database has confirmed past lsn: own (which must exist) and every other
 // one but those of ignore. An outbox sharded over several slots (a row
@@ -214,6 +242,15 @@ func waitForSlots(ctx context.Context, q pgx.Tx, own string, ignore []string, ls
 	if err != nil {
 		return 0, false, fmt.Sprintf("list the logical slots: %v", err)
 	}
+	// The insert position of an idle server whose last record ended at a
+	// page's end is past the next page's header, which no slot confirms
+	// until another record comes: no commit ends within a header, so the
+	// page's start is as good.
+	var block, segment int64
+	if err := q.QueryRow(ctx, "SELECT current_setting('wal_block_size')::int8, pg_size_bytes(current_setting('wal_segment_size'))").Scan(&block, &segment); err != nil {
+		return 0, false, fmt.Sprintf("read wal_block_size: %v", err)
+	}
+	lsn = pageStart(lsn, block, segment)
 	lowest, ok, note := waitForSlot(ctx, q, own, lsn, wait)
 	if !ok {
 		return lowest, false, note
