@@ -51,7 +51,15 @@ type Reconciled struct {
 	SlotCaughtUp bool          // the slot confirmed past Start: a missing row is not in flight
 	SlotNote     string        // why not, if not
 	Replayed     Sent
+	// Trimmed says why records of published rows may be gone from the
+	// topics read (trimmedTopics): a row counted missing may then only be
+	// superseded or expired. Replay is refused when it is not empty.
+	Trimmed []string
 }
+
+// ErrTrimmed refuses reconcile --replay on topics that lose records
+// (Reconciled.Trimmed).
+var ErrTrimmed = errors.New("reconcile --replay refused")
 
 // Run reconciles the window w. It takes a snapshot of the table, waits
 // (up to Wait) for the slot to confirm past the WAL position of that
@@ -125,6 +133,12 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	since := w.Since
 	if !since.IsZero() {
 		since = since.Add(-margin)
+	}
+	if res.Trimmed, err = trimmedTopics(ctx, rc.Kafka, topics, since); err != nil {
+		return res, err
+	}
+	if rc.Replay && len(res.Trimmed) > 0 {
+		return res, fmt.Errorf("%w: %s; a row counted missing there may have been published; list them with reconcile without --replay, and send the rows you know are missing with walrelay replay --ids FILE", ErrTrimmed, strings.Join(res.Trimmed, "; "))
 	}
 	batch := make([][]any, 0, 10000)
 	flush := func() error {

@@ -312,7 +312,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *c.json {
 		doc := map[string]any{"rows": res.Rows, "found": res.Found, "dead_lettered": res.DeadLettered, "missing": res.Missing, "missing_rows": missing,
 			"not_judged": res.NotJudged, "slot_caught_up": res.SlotCaughtUp, "slot_note": res.SlotNote, "start_lsn": res.Start.String(),
-			"replayed": res.Replayed.Rows, "seconds": took.Seconds(), "order": order.By, "order_unsure": order.Unsure}
+			"replayed": res.Replayed.Rows, "seconds": took.Seconds(), "order": order.By, "order_unsure": order.Unsure, "trimmed_topics": res.Trimmed}
 		if err := c.printJSON(doc); err != nil {
 			return err
 		}
@@ -324,6 +324,9 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		if !res.SlotCaughtUp {
 			fmt.Fprintln(c.out, "note: "+res.SlotNote)
+		}
+		for _, n := range res.Trimmed {
+			fmt.Fprintln(c.out, "warning: "+n+" (reconcile --replay refuses such topics)")
 		}
 		switch {
 		case res.Missing > 0 && *replay && *c.yes:
