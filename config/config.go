@@ -334,7 +334,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Poll.OnDead, "skip")
 	add("poll.on_dead", "`source: poll` with `poll.ordering: aggregate`: `skip` (the later rows of a `DEAD` row's aggregate go on) or `block` (they wait until `walrelay poll retry`)", f, s)
 	f, s = str(&c.Poll.WorkerID, "")
-	add("poll.worker_id", "`source: poll`: this instance's name in `claim_id`", f, s)
+	add("poll.worker_id", "`source: poll`: this instance's name in `claim_id` (which adds a random token of each start, so ids need not be unique)", f, s)
 
 	f, s = str(&c.Admin.Listen, "127.0.0.1:8087")
 	add("admin.listen", "admin HTTP listener (`/healthz`, `/readyz`, `/metrics`, `/status`); empty turns it off", f, s)

@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -53,6 +54,45 @@ func PollNamesOf(l decoder.Layout) PollNames {
 type PollResult struct {
 	Added   map[string][]string // columns added
 	Pending map[string]int64    // rows that were there and are PENDING now
+	// Redefaulted holds, for a created_at column that was there with a
+	// transaction-time default (TransactionTime), that default: ApplyPoll
+	// set it to clock_timestamp().
+	Redefaulted map[string]string
+}
+
+// TransactionTime reports whether def, a column default as pg_get_expr
+// writes it, is the time of the transaction or of the statement (now(),
+// CURRENT_TIMESTAMP, transaction_timestamp(), statement_timestamp(),
+// LOCALTIMESTAMP): every row of one transaction (or one statement) gets
+// the same created_at, and the poll source, which orders an aggregate's
+// rows by created_at, would fall back on their ids. created_at must
+// default to clock_timestamp(), the time of each row's insert.
+func TransactionTime(def string) bool {
+	d := strings.ToLower(def)
+	for _, f := range []string{"now()", "current_timestamp", "transaction_timestamp()", "statement_timestamp()", "localtimestamp"} {
+		if strings.Contains(d, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// ColumnDefault returns the default of column col of table (quoted
+// schema.table), as pg_get_expr writes it, or "" when it has none.
+func ColumnDefault(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, table, col string) (string, error) {
+	var def *string
+	err := q.QueryRow(ctx, `SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`, table, col).Scan(&def)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && def == nil {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the default of %s.%s: %w", table, col, err)
+	}
+	return *def, nil
 }
 
 // ApplyPoll gives each outbox table of o the poll source's columns
@@ -64,7 +104,7 @@ type PollResult struct {
 // transaction, under the migrations' lock; re-running changes nothing.
 func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResult, error) {
 	o = o.WithDefaults()
-	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}}
+	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}, Redefaulted: map[string]string{}}
 	tx, err := begin(ctx, conn)
 	if err != nil {
 		return res, err
@@ -119,10 +159,26 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 				return res, fmt.Errorf("add the poll columns to %s: %w", l.Name(), err)
 			}
 		}
+		// Rows that were there share the migration's time (their ids order
+		// them); each new row gets the time of its insert. A volatile
+		// default on ADD COLUMN would rewrite the table. A created_at that
+		// was there with the transaction's time as its default gets the
+		// insert's time too: else the rows of one transaction share a time
+		// and go out in the order of their ids.
+		redefault := false
 		if _, ok := have["created_at"]; !ok {
-			// Rows that were there share the migration's time (their ids
-			// order them); each new row gets the time of its insert. A
-			// volatile default on ADD COLUMN would rewrite the table.
+			redefault = true
+		} else {
+			def, err := ColumnDefault(ctx, tx, name, "created_at")
+			if err != nil {
+				return res, err
+			}
+			if TransactionTime(def) {
+				redefault = true
+				res.Redefaulted[l.Name()] = def
+			}
+		}
+		if redefault {
 			if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN created_at SET DEFAULT clock_timestamp()"); err != nil {
 				return res, fmt.Errorf("set the default of %s.created_at: %w", l.Name(), err)
 			}

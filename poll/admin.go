@@ -111,6 +111,16 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 	if len(missing) > 0 {
 		return failure.Mark(failure.Fatal, fmt.Errorf("table %s lacks what the poll source needs: %s (run walrelay migrate --poll)", l.Name(), strings.Join(missing, ", ")))
 	}
+	// The order of an aggregate's rows is created_at's: a default of the
+	// transaction's time gives one transaction's rows one time, and their
+	// ids would order them.
+	def, err := migrations.ColumnDefault(ctx, conn, q, "created_at")
+	if err != nil {
+		return err
+	}
+	if migrations.TransactionTime(def) {
+		return failure.Mark(failure.Fatal, fmt.Errorf("table %s: created_at defaults to %s, the time of the transaction, so the rows of one transaction would share it and go out in the order of their ids, not the order they were inserted in: it must default to clock_timestamp() (run walrelay migrate --poll, or ALTER TABLE %s ALTER COLUMN created_at SET DEFAULT clock_timestamp())", l.Name(), def, q))
+	}
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 
 // claimFixture is an outbox with the poll columns on a real PostgreSQL,
 // and the statements of a poller with cfg's ordering rules.
-func claimFixture(t *testing.T, cfg Config) (*pgx.Conn, *table) {
+func claimFixture(t testing.TB, cfg Config) (*pgx.Conn, *table) {
 	t.Helper()
 	pg := pgtest.Start(t)
 	ctx := t.Context()

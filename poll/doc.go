@@ -7,7 +7,8 @@
 //   - Claim: one short transaction selects due rows (PENDING and
 //     available_at reached, or SENDING with an expired lease) in insert
 //     order (created_at, then the id) with FOR UPDATE SKIP LOCKED, sets them
-//     SENDING with a fresh claim id (the worker id and a claim number),
+//     SENDING with a fresh claim id (the worker id, a random token of this
+//     start and a claim number: unique even where worker ids are not),
 //     lease_until and attempts + 1, and commits before anything is
 //     published: no row lock is held while Kafka is written.
 //   - Order per aggregate (Ordering "aggregate"): a row is not claimed while

@@ -2,6 +2,8 @@ package poll
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,7 +72,9 @@ type Config struct {
 	Ordering string
 	// OnDead is DeadSkip (default) or DeadBlock.
 	OnDead string
-	// WorkerID names this instance in claim_id. Default host-pid.
+	// WorkerID names this instance in claim_id. Default host-pid. Claim
+	// ids are unique whatever it is: each Poller adds a random token of
+	// its own.
 	WorkerID string
 	// ShutdownTimeout bounds the wait for Kafka's answers when ctx ends.
 	// Default 20s.
@@ -117,6 +121,7 @@ type Poller struct {
 	inFlight atomic.Int64
 	reconn   atomic.Uint64
 	claims   atomic.Uint64
+	start    string // a random token of this Poller, in every claim id
 	errMu    sync.Mutex
 	err      error
 	outMu    sync.Mutex // guards the rows' callback answers (row.cb)
@@ -197,7 +202,12 @@ func New(cfg Config) (*Poller, error) {
 		}
 		sk = k
 	}
-	p := &Poller{cfg: cfg, log: log, sink: sk, wake: make(chan struct{}, 1)}
+	var token [8]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		sk.Close()
+		return nil, fmt.Errorf("poll: a token for the claim ids: %w", err)
+	}
+	p := &Poller{cfg: cfg, log: log, sink: sk, wake: make(chan struct{}, 1), start: hex.EncodeToString(token[:])}
 	p.state.Store("starting")
 	return p, nil
 }
@@ -299,7 +309,7 @@ func (p *Poller) run(ctx context.Context) error {
 	// timeout, so that a clean stop lets them be answered and marked.
 	produceCtx, cancelProduce := relay.Outlive(ctx, p.cfg.ShutdownTimeout)
 	defer cancelProduce()
-	p.log.Info("polling the outbox", "tables", len(p.tables), "worker", p.cfg.WorkerID, "interval", p.cfg.Interval, "batch", p.cfg.BatchSize,
+	p.log.Info("polling the outbox", "tables", len(p.tables), "worker", p.cfg.WorkerID, "claim_prefix", p.cfg.WorkerID+":"+p.start, "interval", p.cfg.Interval, "batch", p.cfg.BatchSize,
 		"lease", p.cfg.Lease, "ordering", p.cfg.Ordering, "on_dead", p.cfg.OnDead, "max_attempts", p.cfg.MaxAttempts)
 	p.state.Store("polling")
 	fails := 0

@@ -67,7 +67,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 	var rows []*row
 	var claims []*claimed
 	for _, t := range p.tables {
-		claim := p.cfg.WorkerID + ":" + strconv.FormatUint(p.claims.Add(1), 10)
+		claim := p.nextClaim()
 		start := time.Now()
 		// Not cut by a stop: a claim cancelled after it committed would
 		// leave its rows SENDING, unknown to anyone, until the lease ends.
@@ -139,6 +139,15 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 	}
 	p.log.Debug("round", "rows", len(rows), "claim", claimedAt.Sub(roundAt), "publish", publishedAt.Sub(claimedAt), "mark", time.Since(publishedAt))
 	return len(rows), nil
+}
+
+// nextClaim returns a new claim id: the worker id, the token of this
+// start and the claim's number. The token makes it unique to this Poller
+// even where worker ids are not (containers that share a hostname and run
+// as pid 1, one WALRELAY_POLL_WORKER_ID for several instances), so that a
+// zombie's mark never matches a later owner's claim.
+func (p *Poller) nextClaim() string {
+	return p.cfg.WorkerID + ":" + p.start + ":" + strconv.FormatUint(p.claims.Add(1), 10)
 }
 
 // holdBack returns the rows to publish now: all of them, but for a row

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
@@ -81,6 +82,9 @@ type DLQReplayed struct {
 	NotReplayable  []string // ids, and why
 	FromTable      int      // re-read from the outbox table
 	FromDeadLetter int      // sent as the dead letter held it (the row is gone)
+	// MarkedSent counts the rows of a table with the poll source's
+	// columns that were DEAD and, replayed, are SENT now.
+	MarkedSent int
 }
 
 // ReplayDLQ republishes the dead letters that pick selects and no earlier
@@ -89,9 +93,11 @@ type DLQReplayed struct {
 // HeaderReplayedFromDLQ; a row that is gone goes to its original topic as
 // the dead letter holds it (key, value and headers, walrelay's dead-letter
 // headers removed). A dead letter that fails again is dead-lettered again
-// with its new error. Each one replayed is then marked on the dead-letter
-// topic (HeaderDLQReplayed), so that a second replay skips it. One at a
-// time: the dead-letter topic is small.
+// with its new error. A row of a table with the poll source's columns that
+// is DEAD and reached its topic is set SENT (claim_id "dlq-replay:" and the
+// dead letter's reference). Each one replayed is then marked on the
+// dead-letter topic (HeaderDLQReplayed), so that a second replay skips it.
+// One at a time: the dead-letter topic is small.
 func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic string, pick func(DeadLetter) bool, dry bool) (DLQReplayed, error) {
 	var res DLQReplayed
 	var todo []DeadLetter
@@ -140,6 +146,13 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 				return res, err
 			}
 			deadAgain = len(sent.DeadLettered) > 0
+			if !deadAgain {
+				n, err := t.markReplayed(ctx, d.ID, d.Ref())
+				if err != nil {
+					return res, err
+				}
+				res.MarkedSent += n
+			}
 		case d.Record.Value == nil && sink.Header(d.Record, sink.HeaderOmitted) != "" || d.OriginalTopic == "":
 			res.NotReplayable = append(res.NotReplayable, fmt.Sprintf("%s: its row is gone from the table and the dead letter lacks its value or topic", d.ID))
 			continue
@@ -186,6 +199,22 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 		}
 	}
 	return res, nil
+}
+
+// markReplayed sets the row id of a table with the poll source's columns
+// SENT, if it is DEAD: dlq replay sent it. Else it would stay DEAD,
+// holding its aggregate under poll.on_dead block, sent again by poll
+// retry, and never pruned. It returns how many rows it set (0 or 1).
+func (t *Table) markReplayed(ctx context.Context, id, ref string) (int, error) {
+	if !t.polled {
+		return 0, nil
+	}
+	tag, err := t.conn.Exec(ctx, "UPDATE "+t.name+" SET status = 'SENT', sent_at = now(), lease_until = NULL, claim_id = $2 WHERE "+
+		pgx.Identifier{t.layout.Columns.ID}.Sanitize()+" = $1::text::"+t.idType+" AND status = 'DEAD'", id, "dlq-replay:"+ref)
+	if err != nil {
+		return 0, fmt.Errorf("mark row %s of %s SENT after its replay: %w", id, t.Name(), err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // forbidden returns why no event may go to topic, if p (a *sink.Sink)

@@ -166,3 +166,63 @@ func unread(left map[string]map[int32]*span) string {
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
 }
+
+// trimmedTopics says, for each of topics, why a record of a row may be gone
+// from it though it was published: a compacted topic (cleanup.policy
+// compact) keeps only the latest record of a key, and a partition whose log
+// starts after offset 0 lost the records before it (retention, a deletion)
+// where they may be of a window from since (the whole log when zero).
+// reconcile would count such a row missing. A topic that does not exist
+// has nothing to say.
+func trimmedTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time.Time) ([]string, error) {
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var notes []string
+	cfgs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("describe the configs of %v: %w", topics, err)
+	}
+	for _, rc := range cfgs {
+		if rc.Err != nil {
+			continue // an unknown topic: nothing on it
+		}
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+				notes = append(notes, fmt.Sprintf("topic %s has cleanup.policy=%s: a record superseded by a later one of its key is gone, so its row counts as missing, and replaying it would make an old event its key's latest value", rc.Name, *c.Value))
+			}
+		}
+	}
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("list the start offsets of %v: %w", topics, err)
+	}
+	var after kadm.ListedOffsets
+	if !since.IsZero() {
+		if after, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topics...); err != nil {
+			return nil, fmt.Errorf("list the offsets of %v at %s: %w", topics, since.Format(time.RFC3339), err)
+		}
+	}
+	var trimmed []string
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil || o.Offset <= 0 {
+			return
+		}
+		if !since.IsZero() {
+			// The window starts after the first record kept: what was
+			// deleted is older than the window (as far as timestamps go).
+			if a, ok := after.Lookup(o.Topic, o.Partition); ok && a.Err == nil && a.Offset > o.Offset {
+				return
+			}
+		}
+		trimmed = append(trimmed, fmt.Sprintf("topic %s partition %d starts at offset %d: the records before it are gone (retention, or a deletion), and rows of the window published there count as missing", o.Topic, o.Partition, o.Offset))
+	})
+	sort.Strings(trimmed)
+	return append(notes, trimmed...), nil
+}

@@ -20,6 +20,10 @@ const MinPruneAge = time.Hour
 type Pruner struct {
 	Table *Table
 	Slot  string
+	// Ignore are logical slots of the database that do not read the
+	// outbox table: not waited for. Every other one is: the slots of the
+	// shards of a sharded outbox, another reader's.
+	Ignore []string
 	// Batch is how many rows a transaction deletes. Default 1000.
 	Batch int
 	// Wait bounds how long to wait for the slot to confirm past the
@@ -49,9 +53,11 @@ type Pruned struct {
 // With SentOnly it deletes the rows marked SENT more than olderThan ago.
 // Else it deletes only rows
 // whose transaction walrelay confirmed: it takes a
-// snapshot, waits until the slot confirmed past the WAL position of that
+// snapshot, waits until its slot and every other logical slot of the
+// database (but Ignore) confirmed past the WAL insert position of that
 // moment (every transaction the snapshot sees committed before it, so
-// walrelay published each row of it), and deletes in transactions that
+// walrelay published each row of it; the insert position, not the write
+// position, covers a transaction committed with synchronous_commit off), and deletes in transactions that
 // import that snapshot, so a row committed later (an old row of a long
 // transaction) is not seen. It refuses when the slot does not catch up.
 func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, error) {
@@ -85,12 +91,12 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 		}
 		// The snapshot lives as long as this transaction.
 		defer snap.Rollback(context.Background()) //nolint:errcheck // read only
-		if err := snap.QueryRow(ctx, "SELECT pg_export_snapshot(), pg_current_wal_lsn()::text").Scan(&snapshot, lsnScanner{&res.Start}); err != nil {
+		if err := snap.QueryRow(ctx, "SELECT pg_export_snapshot(), "+currentLSN).Scan(&snapshot, lsnScanner{&res.Start}); err != nil {
 			return res, fmt.Errorf("export a snapshot: %w", err)
 		}
 		var ok bool
 		var note string
-		res.Confirmed, ok, note = waitForSlot(ctx, snap, p.Slot, res.Start, wait)
+		res.Confirmed, ok, note = waitForSlots(ctx, snap, p.Slot, p.Ignore, res.Start, wait)
 		if !ok {
 			return res, fmt.Errorf("prune deletes only rows walrelay confirmed: %s", note)
 		}

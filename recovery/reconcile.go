@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -22,6 +23,9 @@ type Reconciler struct {
 	Kafka     []kgo.Opt // the brokers and their security
 	DLQTopic  string
 	Slot      string
+	// IgnoreSlots are logical slots of the database that do not read the
+	// outbox table: not waited for. Every other one is (waitForSlots).
+	IgnoreSlots []string
 	// Wait bounds how long to wait for the slot to confirm past the
 	// reconcile's start. Default 30s.
 	Wait time.Duration
@@ -47,7 +51,15 @@ type Reconciled struct {
 	SlotCaughtUp bool          // the slot confirmed past Start: a missing row is not in flight
 	SlotNote     string        // why not, if not
 	Replayed     Sent
+	// Trimmed says why records of published rows may be gone from the
+	// topics read (trimmedTopics): a row counted missing may then only be
+	// superseded or expired. Replay is refused when it is not empty.
+	Trimmed []string
 }
+
+// ErrTrimmed refuses reconcile --replay on topics that lose records
+// (Reconciled.Trimmed).
+var ErrTrimmed = errors.New("reconcile --replay refused")
 
 // Run reconciles the window w. It takes a snapshot of the table, waits
 // (up to Wait) for the slot to confirm past the WAL position of that
@@ -75,15 +87,15 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 		return res, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // it only read and made a temporary table
-	// The snapshot is taken by the first query; the WAL position after it
-	// is past every transaction it sees.
+	// The snapshot is taken by the first query; the WAL insert position
+	// after it is past every transaction it sees (currentLSN).
 	if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+cond, args...).Scan(&res.Rows); err != nil {
 		return res, fmt.Errorf("count the window's rows: %w", err)
 	}
-	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(lsnScanner{&res.Start}); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT "+currentLSN).Scan(lsnScanner{&res.Start}); err != nil {
 		return res, fmt.Errorf("read the WAL position: %w", err)
 	}
-	res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlot(ctx, tx, rc.Slot, res.Start, wait)
+	res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlots(ctx, tx, rc.Slot, rc.IgnoreSlots, res.Start, wait)
 
 	// The window's topics, from its rows' routing fields.
 	at, typ := pgx.Identifier{t.layout.Columns.AggregateType}.Sanitize(), pgx.Identifier{t.layout.Columns.Type}.Sanitize()
@@ -121,6 +133,12 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	since := w.Since
 	if !since.IsZero() {
 		since = since.Add(-margin)
+	}
+	if res.Trimmed, err = trimmedTopics(ctx, rc.Kafka, topics, since); err != nil {
+		return res, err
+	}
+	if rc.Replay && len(res.Trimmed) > 0 {
+		return res, fmt.Errorf("%w: %s; a row counted missing there may have been published; list them with reconcile without --replay, and send the rows you know are missing with walrelay replay --ids FILE", ErrTrimmed, strings.Join(res.Trimmed, "; "))
 	}
 	batch := make([][]any, 0, 10000)
 	flush := func() error {
@@ -190,6 +208,78 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	}
 	res.NotJudged = max(0, now-res.Rows)
 	return res, nil
+}
+
+// currentLSN is the WAL position past every transaction a snapshot taken
+// before it sees: the insert position. A transaction committed with
+// synchronous_commit off is visible once its commit record is in the WAL
+// buffers, before the WAL writer writes it (up to three wal_writer_delay
+// later), so the write position (pg_current_wal_lsn) can be behind its
+// commit: a slot confirmed past that has not published it.
+const currentLSN = "pg_current_wal_insert_lsn()::text"
+
+// pageStart returns the start of lsn's page when lsn is the end of that
+// page's header (SizeOfXLogLongPHD, 40 bytes, on a segment's first page,
+// else SizeOfXLogShortPHD, 24), where the insert position of a server
+// rests when its last record ended at the previous page's end; else lsn.
+// No record ends there (the tail of a record continued from the previous
+// page ends after at least one byte of data).
+func pageStart(lsn pglogrepl.LSN, block, segment int64) pglogrepl.LSN {
+	if block <= 0 || segment <= 0 {
+		return lsn
+	}
+	header := int64(24)
+	if int64(lsn)%segment < block {
+		header = 40
+	}
+	if int64(lsn)%block == header {
+		return lsn - pglogrepl.LSN(header)
+	}
+	return lsn
+}
+
+// waitForSlots waits, up to wait in all, until every logical slot of the
+// database has confirmed past lsn: own (which must exist) and every other
+// one but those of ignore. An outbox sharded over several slots (a row
+// filter each) has each row published through one of them, and a slot of
+// another reader of the table (Debezium, a second walrelay) has its rows
+// too: which tables a slot reads is known only to its consumer, so every
+// slot is waited for unless named in ignore. It returns the lowest
+// position confirmed, and why not when it is not past lsn.
+func waitForSlots(ctx context.Context, q pgx.Tx, own string, ignore []string, lsn pglogrepl.LSN, wait time.Duration) (pglogrepl.LSN, bool, string) {
+	deadline := time.Now().Add(wait)
+	rows, err := q.Query(ctx, "SELECT slot_name::text FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() AND slot_name <> $1 AND NOT slot_name::text = ANY($2::text[]) ORDER BY slot_name", own, append([]string{}, ignore...))
+	if err != nil {
+		return 0, false, fmt.Sprintf("list the logical slots: %v", err)
+	}
+	others, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, false, fmt.Sprintf("list the logical slots: %v", err)
+	}
+	// The insert position of an idle server whose last record ended at a
+	// page's end is past the next page's header, which no slot confirms
+	// until another record comes: no commit ends within a header, so the
+	// page's start is as good.
+	var block, segment int64
+	if err := q.QueryRow(ctx, "SELECT current_setting('wal_block_size')::int8, pg_size_bytes(current_setting('wal_segment_size'))").Scan(&block, &segment); err != nil {
+		return 0, false, fmt.Sprintf("read wal_block_size: %v", err)
+	}
+	lsn = pageStart(lsn, block, segment)
+	lowest, ok, note := waitForSlot(ctx, q, own, lsn, wait)
+	if !ok {
+		return lowest, false, note
+	}
+	for _, s := range others {
+		c, ok, note := waitForSlot(ctx, q, s, lsn, max(time.Until(deadline), 0))
+		if !ok {
+			if strings.Contains(note, "does not exist") {
+				continue // dropped meanwhile: it reads nothing more
+			}
+			return c, false, note + fmt.Sprintf(" (slot %s may read the outbox: every logical slot of the database is waited for; name one that does not with --ignore-slot %s)", s, s)
+		}
+		lowest = min(lowest, c)
+	}
+	return lowest, true, ""
 }
 
 // waitForSlot waits until slot has confirmed past lsn, up to wait.

@@ -157,7 +157,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		if *c.json {
 			return c.printJSON(map[string]any{"dry_run": !*c.yes, "sent": res.Sent, "failed_again": res.FailedAgain, "skipped_replayed_before": res.Skipped,
-				"from_table": res.FromTable, "from_dead_letter": res.FromDeadLetter, "not_replayable": res.NotReplayable})
+				"from_table": res.FromTable, "from_dead_letter": res.FromDeadLetter, "not_replayable": res.NotReplayable, "dead_rows_marked_sent": res.MarkedSent})
 		}
 		if !*c.yes {
 			fmt.Fprintf(c.out, "would replay %d dead letters (%d replayed before, skipped; dry run: add --yes)\n", res.Sent, res.Skipped)
@@ -165,6 +165,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprintf(c.out, "replayed %d dead letters: %d reached their topic (%d re-read from %s, %d as the dead letter held them), %d failed again and are dead-lettered with the new error; %d replayed before, skipped\n",
 			res.Sent+res.FailedAgain, res.Sent, res.FromTable, t.Name(), res.FromDeadLetter, res.FailedAgain, res.Skipped)
+		if res.MarkedSent > 0 {
+			fmt.Fprintf(c.out, "%d DEAD rows of %s that reached their topic are SENT now\n", res.MarkedSent, t.Name())
+		}
 		for _, n := range res.NotReplayable {
 			fmt.Fprintln(c.out, "not replayable: "+n)
 		}

@@ -181,6 +181,9 @@ func migratePoll(ctx context.Context, conn *pgx.Conn, o decoder.Config, stdout i
 			added = "added " + strings.Join(a, ", ")
 		}
 		fmt.Fprintf(stdout, "%-40s %s\n", "poll columns of "+l.Name(), added)
+		if def, ok := res.Redefaulted[l.Name()]; ok {
+			fmt.Fprintf(stdout, "%-40s default was %s (the transaction's time): set to clock_timestamp(), so that one transaction's rows keep their insert order\n", "created_at of "+l.Name(), def)
+		}
 		if n := res.Pending[l.Name()]; n > 0 {
 			fmt.Fprintf(stdout, "%-40s %d rows that were there are PENDING: the poll source sends them (mark them SENT first if they were sent already)\n", "", n)
 		}

@@ -952,3 +952,51 @@ func TestPollLargePayloadsMemory(t *testing.T) {
 		t.Fatalf("peak RSS %.1f MiB, want under %d MiB", float64(rss)/(1<<20), limit>>20)
 	}
 }
+
+// TestPollDLQReplay: under poll.on_dead block, a row dead-lettered (a NULL
+// key), then repaired, holds the later row of its aggregate; dlq replay
+// sends it from the table and marks it SENT, so the later row goes, poll
+// retry finds nothing to send again, and prune may delete it. Before, the
+// row stayed DEAD after its replay: its aggregate stayed blocked.
+func TestPollDLQReplay(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	conn := connect(t, pg.DSN)
+	e := pollEnv(pg, kc).with("WALRELAY_POLL_ON_DEAD", "block")
+	p := polling(t, e)
+	if _, err := conn.Exec(t.Context(), "ALTER TABLE outbox ALTER COLUMN aggregateid DROP NOT NULL"); err != nil {
+		t.Fatal(err)
+	}
+	bad := outbox.NewID()
+	if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', NULL, 'OrderCreated', '{}')", bad); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, time.Minute, "the NULL-key row DEAD", func() bool { return rowStatus(t, conn, bad) == "DEAD" })
+	waitfor.Until(t, time.Minute, "its dead letter", func() bool { return recordOf(col, bad) != nil })
+	if _, err := conn.Exec(t.Context(), "UPDATE outbox SET aggregateid = 'A' WHERE id = $1", bad); err != nil {
+		t.Fatal(err)
+	}
+	later := insertRow(t, conn, "order", "A", 1)
+	other := insertRow(t, conn, "order", "B", 0)
+	waitfor.Until(t, time.Minute, "the other aggregate's row", func() bool { return recordOf(col, other) != nil })
+	if s := rowStatus(t, conn, later); s != "PENDING" {
+		t.Fatalf("on_dead block: the later row is %s before the replay", s)
+	}
+	if code, out := runCmd(t, e, "dlq", "replay", "--id", bad, "--yes"); code != 0 || !strings.Contains(out, "1 reached their topic") {
+		t.Fatalf("dlq replay: exit %d\n%s", code, out)
+	}
+	if s := rowStatus(t, conn, bad); s != "SENT" {
+		t.Fatalf("after dlq replay the row is %s, want SENT", s)
+	}
+	c := waitAll(t, col, []string{bad, later, other}, time.Minute)
+	if c.orderViolations != 0 {
+		t.Fatalf("after the replay: %s", c)
+	}
+	if code, out := runCmd(t, e, "poll", "retry", "--id", bad, "--yes"); code != 0 || !strings.Contains(out, "set 0 DEAD rows") {
+		t.Fatalf("poll retry of the replayed row: exit %d\n%s", code, out)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(30 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+}

@@ -265,7 +265,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newRecoveryCmd("reconcile", stdout, stderr, true)
 	replay := c.fs.Bool("replay", false, "republish the missing rows (with --yes)")
-	wait := c.fs.Duration("wait", 30*time.Second, "how long to wait for the slot to confirm past the reconcile's start")
+	wait := c.fs.Duration("wait", 30*time.Second, "how long to wait for the slots to confirm past the reconcile's start")
+	var ignore idList
+	c.fs.Var(&ignore, "ignore-slot", "a logical slot of the database that does not read the outbox: not waited for (repeatable; every other one is)")
 	ws, err := c.windowSession(ctx, args)
 	if err != nil {
 		return err
@@ -281,7 +283,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var missing []missingRow
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	header := false
-	rc := &recovery.Reconciler{Table: t, Publisher: sk, Kafka: opts, DLQTopic: c.cfg.Kafka.DLQTopic, Slot: c.cfg.Postgres.Slot, Wait: *wait, Replay: *replay && *c.yes,
+	rc := &recovery.Reconciler{Table: t, Publisher: sk, Kafka: opts, DLQTopic: c.cfg.Kafka.DLQTopic, Slot: c.cfg.Postgres.Slot, IgnoreSlots: ignore, Wait: *wait, Replay: *replay && *c.yes,
 		OnMissing: func(r recovery.Row) {
 			m := missingRow{ID: r.Event.ID, AggregateType: r.Event.AggregateType, AggregateID: r.Event.AggregateID}
 			if !r.Time.IsZero() {
@@ -310,7 +312,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *c.json {
 		doc := map[string]any{"rows": res.Rows, "found": res.Found, "dead_lettered": res.DeadLettered, "missing": res.Missing, "missing_rows": missing,
 			"not_judged": res.NotJudged, "slot_caught_up": res.SlotCaughtUp, "slot_note": res.SlotNote, "start_lsn": res.Start.String(),
-			"replayed": res.Replayed.Rows, "seconds": took.Seconds(), "order": order.By, "order_unsure": order.Unsure}
+			"replayed": res.Replayed.Rows, "seconds": took.Seconds(), "order": order.By, "order_unsure": order.Unsure, "trimmed_topics": res.Trimmed}
 		if err := c.printJSON(doc); err != nil {
 			return err
 		}
@@ -322,6 +324,9 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		if !res.SlotCaughtUp {
 			fmt.Fprintln(c.out, "note: "+res.SlotNote)
+		}
+		for _, n := range res.Trimmed {
+			fmt.Fprintln(c.out, "warning: "+n+" (reconcile --replay refuses such topics)")
 		}
 		switch {
 		case res.Missing > 0 && *replay && *c.yes:
@@ -352,7 +357,9 @@ func cmdPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c := newRecoveryCmd("prune", stdout, stderr, false)
 	olderThan := c.fs.Duration("older-than", 0, "delete rows older than this (at least 1h)")
 	batch := c.fs.Int("batch", 1000, "rows a transaction deletes")
-	wait := c.fs.Duration("wait", 30*time.Second, "how long to wait for the slot to confirm past the prune's start")
+	wait := c.fs.Duration("wait", 30*time.Second, "how long to wait for the slots to confirm past the prune's start")
+	var ignore idList
+	c.fs.Var(&ignore, "ignore-slot", "a logical slot of the database that does not read the outbox: not waited for (repeatable; every other one is)")
 	conn, t, err := c.open(ctx, args)
 	if err != nil {
 		return err
@@ -365,7 +372,7 @@ func cmdPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("--batch must be positive")
 	}
 	show := progress(stderr, "deleted")
-	p := &recovery.Pruner{Table: t, Slot: c.cfg.Postgres.Slot, Batch: *batch, Wait: *wait, Dry: !*c.yes, Progress: show, SentOnly: c.cfg.Source == "poll"}
+	p := &recovery.Pruner{Table: t, Slot: c.cfg.Postgres.Slot, Ignore: ignore, Batch: *batch, Wait: *wait, Dry: !*c.yes, Progress: show, SentOnly: c.cfg.Source == "poll"}
 	res, err := p.Run(ctx, *olderThan)
 	if err != nil {
 		return err

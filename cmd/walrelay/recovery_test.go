@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
@@ -585,4 +586,62 @@ func TestRecoveryAtScale(t *testing.T) {
 		t.Fatalf("replay:\n%s", tail(out, 2000))
 	}
 	t.Logf("replay of %d rows: %.1f s, %.0f rows/s, peak RSS %.1f MiB", rows, secs, float64(rows)/secs, float64(rss)/(1<<20))
+}
+
+// TestReconcileRefusesTrimmedTopics: on a compacted topic a record
+// superseded by a later one of its key is gone, so its row counts as
+// missing, and replaying it would make an old event its key's latest value
+// (which compaction then keeps); on a topic whose log starts after offset 0
+// (retention, a deletion), rows of the window published before it count as
+// missing too. reconcile warns of both, and reconcile --replay refuses.
+// Before, it replayed the rows.
+func TestReconcileRefusesTrimmedTopics(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	insert := func(aggType string) {
+		t.Helper()
+		if _, err := conn.Exec(t.Context(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			SELECT gen_random_uuid(), $1, 'k' || i, 'T', '{}' FROM generate_series(1, 3) i`, aggType); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createTopic(t, kc.Addrs(), kc.topic("order"), map[string]string{"cleanup.policy": "compact"})
+	insert("order")
+	code, out := runCmd(t, e, "reconcile", "--all", "--wait", "1s")
+	if code != 2 || !strings.Contains(out, "cleanup.policy") {
+		t.Fatalf("reconcile on a compacted topic: exit %d, want 2 and a warning naming cleanup.policy:\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "reconcile", "--all", "--wait", "1s", "--replay", "--yes")
+	if code != 1 || !strings.Contains(out, "cleanup.policy") || strings.Contains(out, "replayed the") {
+		t.Fatalf("reconcile --replay on a compacted topic: exit %d, want a refusal naming cleanup.policy:\n%s", code, out)
+	}
+
+	// A topic whose partition 0 starts at offset 1.
+	if _, err := conn.Exec(t.Context(), "DELETE FROM outbox"); err != nil {
+		t.Fatal(err)
+	}
+	createTopic(t, kc.Addrs(), kc.topic("invoice"), nil)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for range 2 {
+		if err := cl.ProduceSync(t.Context(), &kgo.Record{Topic: kc.topic("invoice"), Partition: 0, Value: []byte("{}")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	var del kadm.Offsets
+	del.Add(kadm.Offset{Topic: kc.topic("invoice"), Partition: 0, At: 1})
+	if _, err := adm.DeleteRecords(t.Context(), del); err != nil {
+		t.Fatal(err)
+	}
+	insert("invoice")
+	code, out = runCmd(t, e, "reconcile", "--all", "--wait", "1s", "--replay", "--yes")
+	if code != 1 || !strings.Contains(out, "starts at offset 1") || strings.Contains(out, "replayed the") {
+		t.Fatalf("reconcile --replay on a topic that starts at offset 1: exit %d, want a refusal naming it:\n%s", code, out)
+	}
 }
