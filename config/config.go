@@ -406,6 +406,9 @@ func (c *Config) validate(needKafka bool) error {
 	if err := c.checkTables(); err != nil {
 		return err
 	}
+	if err := c.OutboxConfig().Validate(); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
 	k := c.Kafka
 	if k.CloudEvents != "" && k.CloudEvents != "binary" {
 		return fmt.Errorf("kafka.cloudevents %q: want binary, or empty for none", k.CloudEvents)
