@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,11 +85,20 @@ func TestIDsUniquePerTopic(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
 	ctx := t.Context()
-	if _, err := e.pool.Exec(ctx, `DROP TABLE walrelay_inbox;
+	if _, err := e.pool.Exec(ctx, `DROP TABLE walrelay_inbox; DROP FUNCTION walrelay_inbox_claim(text, text, text);
 		CREATE TABLE walrelay_inbox (consumer text NOT NULL, event_id text NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, event_id));
 		CREATE INDEX walrelay_inbox_processed_at ON walrelay_inbox (consumer, processed_at);
 		INSERT INTO walrelay_inbox (consumer, event_id) VALUES ('shipping', 'old-1')`); err != nil {
 		t.Fatal(err)
+	}
+	old, err := inbox.New(inbox.Config{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{topic}, Group: "shipping"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := old.Run(rctx, record); err == nil || !strings.Contains(err.Error(), "earlier layout") {
+		t.Fatalf("Run on an inbox table not migrated: %v, want refused", err)
 	}
 	for range 2 {
 		if err := inbox.Migrate(ctx, e.pool); err != nil {

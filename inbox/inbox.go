@@ -318,7 +318,8 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if !exists {
 		return fmt.Errorf("inbox: the inbox table %s does not exist: run walrelay migrate --inbox, or inbox.Migrate", c.table)
 	}
-	if err := c.cfg.Postgres.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", c.claim+"(text, text, text)").Scan(&exists); err != nil {
+	if err := c.cfg.Postgres.QueryRow(ctx, `SELECT to_regprocedure($2) IS NOT NULL AND EXISTS (
+		SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'topic' AND NOT attisdropped)`, c.table, c.claim+"(text, text, text)").Scan(&exists); err != nil {
 		return fmt.Errorf("inbox: look up the claim function %s: %w", c.claim, err)
 	}
 	if !exists {

@@ -496,6 +496,7 @@ func TestPruneAndRefusals(t *testing.T) {
 		{Postgres: e.pool, Brokers: e.kc.Addrs(), Group: "g"},
 		{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{topic}},
 		{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{"walrelay.inbox.dlq"}, Group: "g"},
+		{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{topic}, Group: "g", Retention: time.Minute},
 	} {
 		if _, err := inbox.New(cfg); err == nil {
 			t.Fatalf("New(%+v) accepted", cfg)
@@ -505,6 +506,10 @@ func TestPruneAndRefusals(t *testing.T) {
 	var first, again bool
 	if err := e.pool.QueryRow(ctx, "SELECT walrelay_inbox_claim('billing', 'x-1'), walrelay_inbox_claim('billing', 'x-1')").Scan(&first, &again); err != nil || !first || again {
 		t.Fatalf("walrelay_inbox_claim twice: %v, %v, %v", first, again, err)
+	}
+	var other1, other2, sameAgain bool
+	if err := e.pool.QueryRow(ctx, "SELECT walrelay_inbox_claim('billing', 't1', 'x-2'), walrelay_inbox_claim('billing', 't2', 'x-2'), walrelay_inbox_claim('billing', 't1', 'x-2')").Scan(&other1, &other2, &sameAgain); err != nil || !other1 || !other2 || sameAgain {
+		t.Fatalf("walrelay_inbox_claim with topics t1, t2, t1: %v, %v, %v, %v", other1, other2, sameAgain, err)
 	}
 }
 
