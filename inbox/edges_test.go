@@ -85,7 +85,7 @@ func TestIDsUniquePerTopic(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
 	ctx := t.Context()
-	if _, err := e.pool.Exec(ctx, `DROP TABLE walrelay_inbox; DROP FUNCTION walrelay_inbox_claim(text, text, text);
+	if _, err := e.pool.Exec(ctx, `DROP TABLE walrelay_inbox; DROP FUNCTION IF EXISTS walrelay_inbox_claim(text, text, text);
 		CREATE TABLE walrelay_inbox (consumer text NOT NULL, event_id text NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, event_id));
 		CREATE INDEX walrelay_inbox_processed_at ON walrelay_inbox (consumer, processed_at);
 		INSERT INTO walrelay_inbox (consumer, event_id) VALUES ('shipping', 'old-1')`); err != nil {
