@@ -262,6 +262,8 @@ func TestSourcePoll(t *testing.T) {
 		{"source: poll\npoll:\n  on_dead: drop\n", `poll.on_dead "drop"`},
 		{"source: poll\npoll:\n  lease: 100ms\n", "poll.lease 100ms: want at least 1s"},
 		{"source: poll\npoll:\n  max_attempts: 0\n", "want at least 1"}, // (batch_size is set by the environment above)
+		{"source: poll\noutbox:\n  header_columns: [correlation_id:id]\n", `its header "id" is reserved`},
+		{"outbox:\n  header_columns: [walrelay.table]\n", `its header "walrelay.table" is reserved`},
 	} {
 		yaml := base + bad.yaml
 		if strings.Contains(bad.yaml, "kafka:") {

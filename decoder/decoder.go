@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -256,6 +257,69 @@ func (cfg Config) WithDefaults() Config {
 	return cfg
 }
 
+// ReservedHeaders are the Kafka headers walrelay writes on every record
+// (and, with CloudEvents on, the ce_* ones and content-type): a header
+// column published under one of these names, or under any name that
+// starts with "walrelay.", is refused, since a consumer would read two
+// values under one name (package inbox would take a correlation id for
+// the event id). The comparison ignores case.
+var ReservedHeaders = []string{"id", "type", "content-type",
+	"ce_specversion", "ce_id", "ce_source", "ce_type", "ce_subject", "ce_time"}
+
+// reservedHeader reports why header name is walrelay's, or "".
+func reservedHeader(l Layout, name string) string {
+	lower := strings.ToLower(name)
+	switch {
+	case slices.Contains(ReservedHeaders, lower):
+		return "walrelay writes it"
+	case strings.HasPrefix(lower, "walrelay."):
+		return "the walrelay.* headers are walrelay's"
+	case l.TraceColumn != "" && (lower == "traceparent" || lower == "tracestate"):
+		return "the trace column " + l.TraceColumn + " writes it"
+	}
+	return ""
+}
+
+// Validate checks cfg's tables and header columns, as New does; the
+// configuration calls it whatever the source, so that the poll source
+// refuses what the relay would.
+func (cfg Config) Validate() error {
+	cfg = cfg.WithDefaults()
+	tables := map[string]bool{}
+	for i, l := range cfg.More {
+		if l.Table == "" {
+			return fmt.Errorf("outbox table %d: no table name", i+2)
+		}
+	}
+	for _, l := range cfg.Layouts() {
+		if tables[l.Name()] {
+			return fmt.Errorf("outbox table %s: listed twice", l.Name())
+		}
+		tables[l.Name()] = true
+		seen, named := map[string]bool{}, map[string]string{}
+		for _, h := range l.HeaderColumns {
+			if h == "" || seen[h] {
+				return fmt.Errorf("header column %q of %s: empty or listed twice", h, l.Name())
+			}
+			seen[h] = true
+			name := l.HeaderName(h)
+			if other, ok := named[name]; ok || name == "" {
+				return fmt.Errorf("header column %q of %s: its header %q is empty or also that of column %q", h, l.Name(), name, other)
+			}
+			if why := reservedHeader(l, name); why != "" {
+				return fmt.Errorf("header column %q of %s: its header %q is reserved (%s): name it otherwise (column:name)", h, l.Name(), name, why)
+			}
+			named[name] = h
+		}
+		for c := range l.HeaderNames {
+			if !seen[c] {
+				return fmt.Errorf("header name of column %q of %s: not a header column", c, l.Name())
+			}
+		}
+	}
+	return nil
+}
+
 // New returns a Decoder for cfg, with defaults filled in.
 func New(cfg Config) (*Decoder, error) {
 	cfg = cfg.WithDefaults()
@@ -266,36 +330,10 @@ func New(cfg Config) (*Decoder, error) {
 		}
 		ignored[p] = true
 	}
-	tables := map[string]bool{}
-	for i, l := range cfg.More {
-		if l.Table == "" {
-			return nil, fmt.Errorf("outbox table %d: no table name", i+2)
-		}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	layouts := cfg.Layouts()
-	for _, l := range layouts {
-		if tables[l.Name()] {
-			return nil, fmt.Errorf("outbox table %s: listed twice", l.Name())
-		}
-		tables[l.Name()] = true
-		seen, named := map[string]bool{}, map[string]string{}
-		for _, h := range l.HeaderColumns {
-			if h == "" || seen[h] {
-				return nil, fmt.Errorf("header column %q of %s: empty or listed twice", h, l.Name())
-			}
-			seen[h] = true
-			name := l.HeaderName(h)
-			if other, ok := named[name]; ok || name == "" {
-				return nil, fmt.Errorf("header column %q of %s: its header %q is empty or also that of column %q", h, l.Name(), name, other)
-			}
-			named[name] = h
-		}
-		for c := range l.HeaderNames {
-			if !seen[c] {
-				return nil, fmt.Errorf("header name of column %q of %s: not a header column", c, l.Name())
-			}
-		}
-	}
 	return &Decoder{
 		cfg:       cfg,
 		layouts:   layouts,

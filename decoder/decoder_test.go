@@ -594,3 +594,37 @@ func TestSeveralTables(t *testing.T) {
 		}
 	}
 }
+
+// TestReservedHeadersRefused: a header column published under the name
+// of a header walrelay writes (id, type, walrelay.*, the CloudEvents ones,
+// the trace headers when a trace column writes them), whatever its case,
+// is refused: a consumer would read two values under one name.
+func TestReservedHeadersRefused(t *testing.T) {
+	t.Parallel()
+	for _, l := range []Layout{
+		{HeaderColumns: []string{"id"}},
+		{HeaderColumns: []string{"correlation_id"}, HeaderNames: map[string]string{"correlation_id": "id"}},
+		{HeaderColumns: []string{"Type"}},
+		{HeaderColumns: []string{"tenant"}, HeaderNames: map[string]string{"tenant": "walrelay.table"}},
+		{HeaderColumns: []string{"walrelay.lsn"}},
+		{HeaderColumns: []string{"ce_id"}},
+		{HeaderColumns: []string{"content-type"}},
+		{HeaderColumns: []string{"traceparent"}, TraceColumn: "trace"},
+	} {
+		if _, err := New(Config{Layout: l}); err == nil || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("%+v: %v, want refused as reserved", l, err)
+		}
+		if err := (Config{More: []Layout{{Table: "more"}}, Layout: l}).Validate(); err == nil {
+			t.Errorf("%+v: Validate accepted it", l)
+		}
+	}
+	for _, l := range []Layout{
+		{HeaderColumns: []string{"type"}, HeaderNames: map[string]string{"type": "eventType"}},
+		{HeaderColumns: []string{"traceparent"}},
+		{HeaderColumns: []string{"ce_tenant", "correlation_id"}},
+	} {
+		if _, err := New(Config{Layout: l}); err != nil {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+}

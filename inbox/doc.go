@@ -1,9 +1,10 @@
 // Package inbox is the consume side of the outbox pattern: a Kafka
 // consumer that handles each event exactly once in its own database.
 //
-// For each record it claims the event id (the record's "id" header) for
-// the consumer in the inbox table and runs the handler in the same
-// database transaction; it marks the Kafka offset only after that
+// For each record it claims the event id (the record's one "id" header:
+// a record with none, an empty one or several is dead-lettered) of the
+// record's topic for the consumer in the inbox table, and runs the
+// handler in the same database transaction; it marks the Kafka offset only after that
 // transaction committed. A record that Kafka delivers again (after a crash
 // or a rebalance) or that a relay sent twice (the same id at another
 // offset) finds its id claimed and is skipped, so the handler's changes in
@@ -15,5 +16,7 @@
 // (a savepoint each, so one failure undoes only its own record); a
 // failing record is retried with backoff and, after MaxAttempts, goes to
 // a dead-letter topic, and its partition moves on while the others never
-// wait for it. Package inbox knows nothing of the WAL.
+// wait for it. A stop or a rebalance waits for a handler ShutdownTimeout
+// and a short grace at most. Rows older than Retention are deleted while
+// the consumer runs. Package inbox knows nothing of the WAL.
 package inbox

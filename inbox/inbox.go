@@ -40,13 +40,19 @@ type Config struct {
 	Schema, Table string
 	// MaxAttempts is how many times a record's handler runs before the
 	// record is dead-lettered. Default 5. Errors of the database
-	// connection itself are retried without limit and not counted.
+	// connection itself are retried without limit and not counted, unless
+	// the connection broke after the record's handler ran in it while the
+	// database still answers (the handler outlived
+	// idle_in_transaction_session_timeout, or ended its own backend): that
+	// counts as the handler's failure.
 	MaxAttempts int
 	// RetryBackoffMin and RetryBackoffMax bound the wait before a retry
 	// (capped exponential, with jitter). Default 100ms and 10s.
 	RetryBackoffMin, RetryBackoffMax time.Duration
-	// DeadLetterTopic receives the records that failed MaxAttempts times
-	// or carry no id header. Default "walrelay.inbox.dlq".
+	// DeadLetterTopic receives the records that failed MaxAttempts times,
+	// and those whose event id cannot be read: no "id" header (reason
+	// no_id), an empty one (empty_id) or several (several_ids). Default
+	// "walrelay.inbox.dlq".
 	DeadLetterTopic string
 	// BatchMaxRecords bounds how many records of a partition share one
 	// database transaction. Default 100.
@@ -58,9 +64,23 @@ type Config struct {
 	// its records wait to be handled. Default 1000.
 	MaxBufferedRecords int
 	// ShutdownTimeout bounds how long a stop or a rebalance waits for the
-	// batches being handled; their handlers' context is then cancelled.
-	// Default 10s.
+	// batches being handled; their handlers' context is then cancelled
+	// (their transactions roll back: their records are handled again by
+	// the partition's next owner), and a handler that still has not
+	// returned min(ShutdownTimeout, 2s) later is abandoned: the backend
+	// of its transaction is ended (pg_terminate_backend), which releases
+	// its event's claim, and its goroutine is left to return when it
+	// will, its work undone. Default 10s.
 	ShutdownTimeout time.Duration
+	// Retention is how long the consumer's inbox rows are kept: while
+	// Run runs, it deletes those processed longer ago, at its start and
+	// then every Retention/24 (an hour at most), as Prune does. An event
+	// delivered again after its row was deleted is handled again, so keep
+	// rows longer than any redelivery can come: at least the topics'
+	// retention.ms (Kafka's default is 7 days; a group whose offsets
+	// expired reads its topics again from their start). Default 30 days;
+	// at least an hour; negative: never deleted (call Prune yourself).
+	Retention time.Duration
 	// SessionTimeout is how long the group waits for a consumer that
 	// stopped heartbeating (a crash, a cut network) before its partitions
 	// move to the others; it heartbeats every tenth of it. Default 10s,
@@ -90,9 +110,13 @@ type Config struct {
 	KafkaOpts []kgo.Opt
 }
 
+// DefaultRetention is Config.Retention's default: 30 days, four times
+// Kafka's default retention.ms.
+const DefaultRetention = 30 * 24 * time.Hour
+
 // Message is one Kafka record handed to the handler.
 type Message struct {
-	ID        string // the "id" header: the event id
+	ID        string // the "id" header, the event id: the record's only one, not empty
 	Type      string // the "type" header
 	Key       []byte
 	Value     []byte // nil for a tombstone
@@ -188,6 +212,12 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
+	switch {
+	case cfg.Retention == 0:
+		cfg.Retention = DefaultRetention
+	case cfg.Retention > 0 && cfg.Retention < time.Hour:
+		return nil, fmt.Errorf("inbox: Retention %s: want an hour or more (at least the topics' retention), or negative to keep every row", cfg.Retention)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -251,6 +281,28 @@ func (c *Consumer) Prune(ctx context.Context, olderThan time.Duration) (int64, e
 	}
 }
 
+// retain deletes the inbox rows older than Retention until ctx ends: at
+// once, then every Retention/24 (an hour at most).
+func (c *Consumer) retain(ctx context.Context) {
+	every := min(c.cfg.Retention/24, time.Hour)
+	for {
+		n, err := c.Prune(ctx, c.cfg.Retention)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			c.log.Warn("delete the inbox rows past retention; trying again later", "retention", c.cfg.Retention, "err", err)
+		case n > 0:
+			c.log.Info("deleted the inbox rows past retention", "rows", n, "retention", c.cfg.Retention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
 // Run consumes until ctx ends (it then finishes the batches being handled,
 // commits their offsets, leaves the group and returns nil) or a fatal
 // error (the brokers refuse the group, a topic or SessionTimeout, or
@@ -266,8 +318,26 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if !exists {
 		return fmt.Errorf("inbox: the inbox table %s does not exist: run walrelay migrate --inbox, or inbox.Migrate", c.table)
 	}
+	if err := c.cfg.Postgres.QueryRow(ctx, `SELECT to_regprocedure($2) IS NOT NULL AND EXISTS (
+		SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'topic' AND NOT attisdropped)`, c.table, c.claim+"(text, text, text)").Scan(&exists); err != nil {
+		return fmt.Errorf("inbox: look up the claim function %s: %w", c.claim, err)
+	}
+	if !exists {
+		return fmt.Errorf("inbox: the inbox table %s is of an earlier layout (keyed on the event id alone, not the topic too): run walrelay migrate --inbox, or inbox.Migrate", c.table)
+	}
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	var retaining sync.WaitGroup
+	defer func() {
+		stop()
+		retaining.Wait() // a Prune in flight ends with runCtx
+	}()
+	if c.cfg.Retention > 0 {
+		retaining.Add(1)
+		go func() {
+			defer retaining.Done()
+			c.retain(runCtx)
+		}()
+	}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(c.cfg.Brokers...),
 		kgo.ConsumerGroup(c.cfg.Group),
@@ -401,7 +471,11 @@ func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 }
 
 // stopWorkers stops the workers of parts (all when nil) and waits for
-// them: after their current batch, or at once when abort is set.
+// them: after their current batch, or at once when abort is set. It waits
+// ShutdownTimeout at most, then cancels the batches' handlers (their
+// transactions roll back) and waits for them min(ShutdownTimeout, 2s)
+// more; a worker still running then (its handler ignores its context) is
+// abandoned (worker.abandon), so a stop or a rebalance never waits longer.
 func (c *Consumer) stopWorkers(parts map[string][]int32, abort bool) {
 	c.mu.Lock()
 	var ws []*worker
@@ -416,17 +490,41 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, abort bool) {
 	for _, w := range ws {
 		w.stop(abort)
 	}
-	deadline := time.After(c.cfg.ShutdownTimeout)
-	for _, w := range ws {
-		select {
-		case <-w.done:
-		case <-deadline:
+	if late := waitWorkers(ws, c.cfg.ShutdownTimeout); len(late) > 0 {
+		for _, w := range late {
 			w.stop(true)
-			<-w.done
 		}
+		for _, w := range waitWorkers(late, min(abortGrace, c.cfg.ShutdownTimeout)) {
+			w.abandon()
+		}
+	}
+	for _, w := range ws {
 		w.resume()
 		c.m.lag.DeleteLabelValues(w.tp.topic, fmt.Sprint(w.tp.partition))
 	}
+}
+
+// waitWorkers waits up to d for the workers ws to end, and returns those
+// still running.
+func waitWorkers(ws []*worker, d time.Duration) []*worker {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for i, w := range ws {
+		select {
+		case <-w.done:
+		case <-t.C:
+			var late []*worker
+			for _, w := range ws[i:] {
+				select {
+				case <-w.done:
+				default:
+					late = append(late, w)
+				}
+			}
+			return late
+		}
+	}
+	return nil
 }
 
 func contains(ps []int32, p int32) bool {

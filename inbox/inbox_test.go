@@ -34,6 +34,7 @@ const topic = "outbox.event.order"
 // env is a consumer's database (with the inbox and an effects table that
 // the handlers write) and a kfake cluster with the topic.
 type env struct {
+	dsn  string
 	pool *pgxpool.Pool
 	kc   *kafkatest.Cluster
 	prod *kgo.Client
@@ -63,7 +64,7 @@ func setup(t *testing.T, partitions int) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(prod.Close)
-	return &env{pool: pool, kc: kc, prod: prod}
+	return &env{dsn: pg.DSN, pool: pool, kc: kc, prod: prod}
 }
 
 // event is a record as walrelay writes it: key the aggregate, id and type
@@ -91,11 +92,17 @@ func record(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 	return err
 }
 
-// start runs a consumer of cfg (its Postgres, Brokers, Topics and Group
-// filled in) until the returned stop is called, which returns Run's error.
+// start runs a consumer of cfg (its Brokers, and its Postgres, Topics and
+// Group if empty, filled in) until the returned stop is called, which returns Run's error.
 func (e *env) start(t *testing.T, cfg inbox.Config, h inbox.Handler) (stop func() error) {
 	t.Helper()
-	cfg.Postgres, cfg.Brokers, cfg.Topics = e.pool, e.kc.Addrs(), []string{topic}
+	if cfg.Postgres == nil {
+		cfg.Postgres = e.pool
+	}
+	if cfg.Topics == nil {
+		cfg.Topics = []string{topic}
+	}
+	cfg.Brokers = e.kc.Addrs()
 	if cfg.Group == "" {
 		cfg.Group = "shipping"
 	}
@@ -489,6 +496,7 @@ func TestPruneAndRefusals(t *testing.T) {
 		{Postgres: e.pool, Brokers: e.kc.Addrs(), Group: "g"},
 		{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{topic}},
 		{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{"walrelay.inbox.dlq"}, Group: "g"},
+		{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{topic}, Group: "g", Retention: time.Minute},
 	} {
 		if _, err := inbox.New(cfg); err == nil {
 			t.Fatalf("New(%+v) accepted", cfg)
@@ -498,6 +506,10 @@ func TestPruneAndRefusals(t *testing.T) {
 	var first, again bool
 	if err := e.pool.QueryRow(ctx, "SELECT walrelay_inbox_claim('billing', 'x-1'), walrelay_inbox_claim('billing', 'x-1')").Scan(&first, &again); err != nil || !first || again {
 		t.Fatalf("walrelay_inbox_claim twice: %v, %v, %v", first, again, err)
+	}
+	var other1, other2, sameAgain bool
+	if err := e.pool.QueryRow(ctx, "SELECT walrelay_inbox_claim('billing', 't1', 'x-2'), walrelay_inbox_claim('billing', 't2', 'x-2'), walrelay_inbox_claim('billing', 't1', 'x-2')").Scan(&other1, &other2, &sameAgain); err != nil || !other1 || !other2 || sameAgain {
+		t.Fatalf("walrelay_inbox_claim with topics t1, t2, t1: %v, %v, %v, %v", other1, other2, sameAgain, err)
 	}
 }
 
@@ -613,7 +625,13 @@ func TestSessionTimeoutRefusedStops(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
 	cfg := inbox.Config{SessionTimeout: 2 * time.Second, Group: "shipping"}
-	cfg.Postgres, cfg.Brokers, cfg.Topics = e.pool, e.kc.Addrs(), []string{topic}
+	if cfg.Postgres == nil {
+		cfg.Postgres = e.pool
+	}
+	if cfg.Topics == nil {
+		cfg.Topics = []string{topic}
+	}
+	cfg.Brokers = e.kc.Addrs()
 	c, err := inbox.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -18,9 +18,64 @@ import (
 	"github.com/walrelay/walrelay/sink"
 )
 
-// errNoID is the failure of a record without an id header: it cannot be
-// deduplicated, so it is dead-lettered instead of handled.
-var errNoID = errors.New(`the record has no "id" header: it cannot be deduplicated`)
+// The failures of a record whose event id cannot be read: it cannot be
+// deduplicated, so it is dead-lettered (with the reason idReason gives)
+// instead of handled.
+var (
+	errNoID       = errors.New(`the record has no "id" header: it cannot be deduplicated`)
+	errEmptyID    = errors.New(`the record's "id" header is empty: it cannot be deduplicated`)
+	errSeveralIDs = errors.New(`the record has several "id" headers (a header column published as "id"?): which one is the event id is unknown`)
+)
+
+// eventID is r's event id: the value of its one "id" header, the only
+// reading of it (the claim, the handler's Message, logs and dead
+// letters). A record with none, an empty one or several fails with
+// errNoID, errEmptyID or errSeveralIDs.
+func eventID(r *kgo.Record) (string, error) {
+	var id []byte
+	n := 0
+	for _, h := range r.Headers {
+		if h.Key == "id" {
+			id = h.Value
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return "", errNoID
+	case n > 1:
+		return "", errSeveralIDs
+	case len(id) == 0:
+		return "", errEmptyID
+	}
+	return string(id), nil
+}
+
+// idReason is the dead-letter reason of an eventID failure, "" for any
+// other error.
+func idReason(err error) string {
+	switch {
+	case errors.Is(err, errNoID):
+		return "no_id"
+	case errors.Is(err, errEmptyID):
+		return "empty_id"
+	case errors.Is(err, errSeveralIDs):
+		return "several_ids"
+	}
+	return ""
+}
+
+// logID is r's event id for a log line or a dead letter's log: "" if it
+// has none or several.
+func logID(r *kgo.Record) string {
+	id, _ := eventID(r)
+	return id
+}
+
+// abortGrace bounds how long a stop waits for a batch whose handlers'
+// context it cancelled, ShutdownTimeout at most: a handler that ignores
+// its context is then abandoned (worker.abandon).
+const abortGrace = 2 * time.Second
 
 // worker handles one partition's records, in order, until stopped.
 type worker struct {
@@ -40,15 +95,23 @@ type worker struct {
 	cancel   context.CancelFunc // cancels ctx: an abort
 	done     chan struct{}
 
+	// The batch in flight (under mu): the backend of its transaction and
+	// the record whose handler runs, for abandon.
+	pid     uint32
+	current *kgo.Record
+
 	// The worker goroutine's own: failures of the record at the head.
 	attempts  int
 	firstFail time.Time
 	connFails int
+	// isolate: records up to this offset are handled one per transaction,
+	// to find which handler broke the connection of a batch.
+	isolate int64
 }
 
 func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &worker{c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), stopCh: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return &worker{c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), stopCh: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), isolate: -1}
 }
 
 // push queues records fetched for the partition; fetching pauses while
@@ -116,7 +179,7 @@ func (w *worker) next() []*kgo.Record {
 		}
 		w.mu.Lock()
 		n := min(len(w.queue), w.c.cfg.BatchMaxRecords)
-		if w.attempts > 0 {
+		if w.attempts > 0 || (n > 0 && w.queue[0].Offset <= w.isolate) {
 			n = min(n, 1)
 		}
 		recs := w.queue[:n:n]
@@ -151,7 +214,7 @@ func (w *worker) run() {
 		if recs == nil {
 			return
 		}
-		n, err := w.batch(recs)
+		n, ran, err := w.batch(recs)
 		if n > 0 {
 			w.pop(n)
 			w.attempts = 0
@@ -164,9 +227,24 @@ func (w *worker) run() {
 			return // aborted: the batch rolled back
 		}
 		head := recs[n]
+		if !isHandlerError(err) && connectionTrouble(err) && len(ran) > 0 && w.databaseUp() {
+			// The connection broke after handlers ran, and the database
+			// answers: a handler's doing (it outlived
+			// idle_in_transaction_session_timeout, or ended its
+			// backend), counted as its failure. Which handler's, when
+			// several ran, is found by handling them one at a time.
+			if len(ran) > 1 || ran[0] != 0 {
+				w.isolate = recs[ran[len(ran)-1]].Offset
+				c.log.Warn("the database connection broke after handlers ran; handling those records one per transaction to find which broke it",
+					"topic", w.tp.topic, "partition", w.tp.partition, "from_offset", head.Offset, "to_offset", w.isolate, "err", err)
+				continue
+			}
+			err = &handlerError{fmt.Errorf("the database connection of event %s (%s/%d at offset %d) broke after its handler ran (did it outlive idle_in_transaction_session_timeout, or end its own backend?): %w",
+				logID(head), head.Topic, head.Partition, head.Offset, err)}
+		}
 		switch {
-		case errors.Is(err, errNoID):
-			w.deadLetter(head, "no_id", err)
+		case idReason(err) != "":
+			w.deadLetter(head, idReason(err), err)
 		case !isHandlerError(err) && connectionTrouble(err):
 			w.connFails++
 			wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.connFails-1)
@@ -183,7 +261,7 @@ func (w *worker) run() {
 			}
 			c.m.retries.WithLabelValues(w.tp.topic).Inc()
 			wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.attempts-1)
-			c.log.Warn("handler failed; retrying", "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", sink.Header(head, "id"),
+			c.log.Warn("handler failed; retrying", "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", logID(head),
 				"attempt", w.attempts, "max_attempts", c.cfg.MaxAttempts, "err", err, "retry_in", wait)
 			w.sleep(wait)
 		}
@@ -191,47 +269,53 @@ func (w *worker) run() {
 }
 
 // batch handles recs in order in one transaction, a savepoint per record,
-// until one fails, BatchMaxTime passes, or a record without id comes
-// after the first. It commits the records before the failure and marks
-// the last one's offset, and returns how many it committed and the
-// failure of recs[n], if any.
-func (w *worker) batch(recs []*kgo.Record) (int, error) {
+// until one fails, BatchMaxTime passes, or a record whose id cannot be
+// read comes after the first. It commits the records before the failure
+// and marks the last one's offset, and returns how many it committed, the
+// indexes of the records whose handlers ran in a transaction that did not
+// commit, and the failure of recs[n], if any.
+func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 	c := w.c
 	ctx := w.ctx
-	if sink.Header(recs[0], "id") == "" {
-		return 0, errNoID
+	if _, err := eventID(recs[0]); err != nil {
+		return 0, nil, err
 	}
 	start := time.Now()
 	tx, err := c.cfg.Postgres.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("begin a transaction: %w", err)
+		return 0, nil, fmt.Errorf("begin a transaction: %w", err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
+	defer w.busy(0, nil)                    // before the rollback: abandon never ends a backend the pool handed on
 	done, handled, dups := 0, 0, 0
+	var ran []int
 	var failure error
 	for i, r := range recs {
 		if i > 0 && time.Since(start) >= c.cfg.BatchMaxTime {
 			break
 		}
-		m := message(r, 1)
-		if m.ID == "" {
+		id, err := eventID(r)
+		if err != nil {
 			break // at the head of the next batch: dead-lettered
 		}
+		m := message(r, id, 1)
 		if i == 0 {
 			m.Attempt = w.attempts + 1
 		}
-		fresh, err := w.claim(ctx, tx, m.ID, i > 0)
+		fresh, err := w.claim(ctx, tx, r.Topic, m.ID, i > 0)
 		if err != nil {
-			return 0, fmt.Errorf("claim event %s in %s: %w", m.ID, c.table, err)
+			return 0, ran, fmt.Errorf("claim event %s of %s in %s: %w", m.ID, r.Topic, c.table, err)
 		}
 		if !fresh {
 			dups++
 			done = i + 1
 			continue
 		}
+		ran = append(ran, i)
+		w.busy(tx.Conn().PgConn().PID(), r)
 		if err := w.call(ctx, tx, m); err != nil {
 			if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT walrelay_inbox"); rerr != nil {
-				return 0, fmt.Errorf("roll back event %s after its handler failed (%v): %w", m.ID, err, rerr)
+				return 0, ran, fmt.Errorf("roll back event %s after its handler failed (%v): %w", m.ID, err, rerr)
 			}
 			failure = &handlerError{fmt.Errorf("handle event %s (%s/%d at offset %d): %w", m.ID, r.Topic, r.Partition, r.Offset, err)}
 			break
@@ -240,30 +324,77 @@ func (w *worker) batch(recs []*kgo.Record) (int, error) {
 		done = i + 1
 	}
 	if done == 0 {
-		return 0, failure
+		return 0, nil, failure
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, nil, fmt.Errorf("the batch was aborted: %w", err) // rolled back: its records are handled again by the next owner
+	}
+	w.busy(0, nil) // the connection goes back to the pool with the commit
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit the inbox transaction: %w", err)
+		return 0, ran, fmt.Errorf("commit the inbox transaction: %w", err)
 	}
 	faultinject.Reached("inbox_committed")
 	w.mark(recs[done-1])
 	c.m.commits.Inc()
 	c.m.handled.WithLabelValues(w.tp.topic).Add(float64(handled))
 	c.m.duplicates.WithLabelValues(w.tp.topic).Add(float64(dups))
-	return done, failure
+	return done, nil, failure
 }
 
-// claim claims id for the consumer in tx, after a savepoint that undoes
+// busy records the backend of the batch's transaction and the record
+// whose handler runs there (0 and nil: none).
+func (w *worker) busy(pid uint32, r *kgo.Record) {
+	w.mu.Lock()
+	w.pid, w.current = pid, r
+	w.mu.Unlock()
+}
+
+// abandon gives up on a worker whose handler ignores its context's end:
+// it ends the backend of the handler's transaction, so that the
+// transaction rolls back and the event's claim is released at once (the
+// partition's next owner would otherwise wait on it), and leaves the
+// handler's goroutine to return when it will; nothing of its batch
+// commits, and its offset is not marked, so the event is handled again by
+// whoever consumes the partition next.
+func (w *worker) abandon() {
+	c := w.c
+	w.mu.Lock() // held while ending the backend: batch cannot hand its connection back to the pool meanwhile
+	defer w.mu.Unlock()
+	args := []any{"topic", w.tp.topic, "partition", w.tp.partition}
+	if r := w.current; r != nil {
+		args = append(args, "offset", r.Offset, "id", logID(r))
+	}
+	if w.pid == 0 {
+		c.log.Error("a partition's worker did not stop in time; abandoning it", args...)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.cfg.Postgres.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(w.pid))
+	c.log.Error("a handler ignored the end of its context; ending its transaction's backend and abandoning it: the event is handled again by the partition's next owner",
+		append(args, "backend_pid", w.pid, "terminate_err", err)...)
+}
+
+// databaseUp reports whether the consumer's database answers a query on
+// another connection than the batch's.
+func (w *worker) databaseUp() bool {
+	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.c.cfg.Postgres.Exec(ctx, "SELECT 1")
+	return err == nil
+}
+
+// claim claims id of topic for the consumer in tx, after a savepoint that undoes
 // the claim with the record's changes if its handler fails; release
 // releases the previous record's savepoint first. One round trip.
-func (w *worker) claim(ctx context.Context, tx pgx.Tx, id string, release bool) (bool, error) {
+func (w *worker) claim(ctx context.Context, tx pgx.Tx, topic, id string, release bool) (bool, error) {
 	b := &pgx.Batch{}
 	if release {
 		b.Queue("RELEASE SAVEPOINT walrelay_inbox")
 	}
 	b.Queue("SAVEPOINT walrelay_inbox")
 	var fresh bool
-	b.Queue("SELECT "+w.c.claim+"($1, $2)", w.c.cfg.Consumer, id).QueryRow(func(row pgx.Row) error { return row.Scan(&fresh) })
+	b.Queue("SELECT "+w.c.claim+"($1, $2, $3)", w.c.cfg.Consumer, topic, id).QueryRow(func(row pgx.Row) error { return row.Scan(&fresh) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return false, err
 	}
@@ -316,7 +447,7 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 		kgo.RecordHeader{Key: sink.HeaderConsumer, Value: []byte(c.cfg.Consumer)},
 	)
 	dl := &kgo.Record{Topic: c.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: h}
-	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", sink.Header(r, "id"), "reason", reason, "attempts", w.attempts, "err", cause)
+	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", logID(r), "reason", reason, "attempts", w.attempts, "err", cause)
 	for try := 0; ; try++ {
 		err := w.cl.ProduceSync(w.ctx, dl).FirstErr()
 		if err == nil {
@@ -345,13 +476,13 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 	c.m.deadLettered.WithLabelValues(r.Topic, reason).Inc()
 }
 
-// message is the Message of r.
-func message(r *kgo.Record, attempt int) Message {
-	m := Message{Key: r.Key, Value: r.Value, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
+// message is the Message of r, whose event id is id.
+func message(r *kgo.Record, id string, attempt int) Message {
+	m := Message{ID: id, Key: r.Key, Value: r.Value, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
 		Headers: make(map[string][]byte, len(r.Headers)), Attempt: attempt}
 	for _, h := range r.Headers {
 		m.Headers[h.Key] = h.Value
 	}
-	m.ID, m.Type = string(m.Headers["id"]), string(m.Headers["type"])
+	m.Type = string(m.Headers["type"])
 	return m
 }

@@ -161,7 +161,9 @@ func InboxClaimFunction(schema, table string) string {
 }
 
 // ApplyInbox creates the inbox table schema.table (if missing) and its
-// claim function (InboxClaimFunction), in one transaction. It needs
+// claim functions (InboxClaimFunction), or migrates a table of an earlier
+// layout (0002_inbox_topic.sql: keyed on the topic too), in one
+// transaction. It needs
 // nothing of the outbox: it runs in the consumer's database.
 func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error {
 	names, err := fs.Glob(inboxFiles, "inbox/*.sql")
@@ -175,6 +177,7 @@ func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(),
+		"{{table_literal}}", quoteLiteral(pgx.Identifier{schema, table}.Sanitize()),
 		"{{index}}", pgx.Identifier{table + "_processed_at"}.Sanitize(),
 		"{{claim}}", InboxClaimFunction(schema, table))
 	if err := run(ctx, tx, inboxFiles, names, r); err != nil {
