@@ -402,3 +402,17 @@ func recordSize(r *kgo.Record) int {
 	}
 	return n
 }
+
+// batchOverhead is at least what a record batch takes beyond its records:
+// its header (61 bytes in the v2 format) and what a produce request adds
+// around it.
+const batchOverhead = 128
+
+// wireSize is at least what a record takes in a batch: recordSize and, at
+// most, the varints and fields around them (length, attributes, timestamp
+// and offset deltas, key and value lengths, header count: 36 bytes; 10 per
+// header), which also covers the older message format's 34 bytes of
+// overhead.
+func wireSize(r *kgo.Record) int {
+	return recordSize(r) + 36 + 10*len(r.Headers)
+}
