@@ -25,7 +25,9 @@ import (
 // Order per partition, and so per key, holds as with one client: a
 // partition's records go to one lane, and to another only once every record
 // of it handed to the first has been answered (the gate); within a lane a
-// partition has one batch per round, in one request. A record whose
+// partition's keyed records go to the client one batch's worth between two
+// flushes (run: a round past that is flushed in parts), so a partition has
+// one batch, in one request, in flight. A record whose
 // partition is not known yet (the topic's first records, before the flusher
 // knows the topic's partition count; a record without a key) goes to the
 // lane of no broker (-1), and so do the topic's later records until those

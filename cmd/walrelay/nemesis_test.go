@@ -469,3 +469,69 @@ func judge(out string, want []string, once bool) verdict {
 	v.once = once
 	return v
 }
+
+// TestNemesisJudge: the nemesis's judge finds each kind of violation in
+// console consumer output, and lets through what at-least-once allows (a
+// replay's repeats, a key's one move).
+func TestNemesisJudge(t *testing.T) {
+	t.Parallel()
+	id := func(n int) string { return fmt.Sprintf("00000000-0000-0000-0000-%012d", n) }
+	// line prints row n (key k, sequence seq) at partition p, offset o.
+	type row struct{ p, o, n int }
+	seqs := map[int]int{} // row -> seq, in the key "k"
+	out := func(rows ...row) string {
+		var b strings.Builder
+		b.WriteString("[2026-12-06 02:00:00,000] WARN something the tool logs\n")
+		for _, r := range rows {
+			fmt.Fprintf(&b, "Partition:%d\tOffset:%d\tid:%s,walrelay.commit_time:2026-12-06T02:00:00Z\tk\t{\"agg\": \"k\", \"seq\": %d, \"pad\": \"\"}\n", r.p, r.o, id(r.n), seqs[r.n])
+		}
+		b.WriteString("Processed a total of 9 messages\n")
+		return b.String()
+	}
+	for n := range 10 {
+		seqs[n] = n
+	}
+	all := func(n int) []string {
+		var ids []string
+		for i := range n {
+			ids = append(ids, id(i))
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		name string
+		out  string
+		want []string
+		once bool
+		bad  string // the counter that must be 1 (empty: no violation)
+	}{
+		{"in order", out(row{0, 0, 0}, row{0, 1, 1}, row{0, 2, 2}), all(3), false, ""},
+		{"a replay repeats earlier rows", out(row{0, 0, 0}, row{0, 1, 1}, row{0, 2, 2}, row{0, 3, 1}, row{0, 4, 2}, row{0, 5, 3}), all(4), false, ""},
+		{"a replay's repeats are duplicates in exactly-once mode", out(row{0, 0, 0}, row{0, 1, 1}, row{0, 2, 1}), all(2), true, "duplicates"},
+		{"a key moved once, its replay into the new partition", out(row{0, 0, 0}, row{0, 1, 1}, row{0, 2, 2}, row{3, 0, 1}, row{3, 1, 2}, row{3, 2, 3}), all(4), false, ""},
+		{"a row missing", out(row{0, 0, 0}, row{0, 1, 2}), all(3), false, "missing"},
+		{"reordered within a partition", out(row{0, 0, 0}, row{0, 1, 2}, row{0, 2, 1}), all(3), false, "order"},
+		{"back in the old partition", out(row{0, 0, 0}, row{0, 1, 1}, row{3, 0, 2}, row{3, 1, 3}, row{0, 2, 4}), all(5), false, "back"},
+		{"in three partitions", out(row{0, 0, 0}, row{3, 0, 1}, row{5, 0, 2}), all(3), false, "three"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judge(tc.out, tc.want, tc.once)
+			got := map[string]int{"missing": v.missing, "order": v.orderViolations, "back": v.backInOld, "three": v.threePartitions}
+			if tc.once {
+				got["duplicates"] = v.duplicates
+			}
+			for k, n := range got {
+				want := 0
+				if k == tc.bad {
+					want = 1
+				}
+				if n != want {
+					t.Errorf("%s = %d, want %d (%s; %v)", k, n, want, v, v.first)
+				}
+			}
+			if (tc.bad == "") != (v.violations() == 0) {
+				t.Errorf("violations %d (%s)", v.violations(), v)
+			}
+		})
+	}
+}
