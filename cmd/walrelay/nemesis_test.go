@@ -21,12 +21,12 @@ import (
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
-// nemesisStep is one fault of a nemesis schedule: it returns the node it
-// took leadership from (nil if none), so that the cluster's own failover
-// can be measured beside walrelay's stall.
+// nemesisStep is one fault of a nemesis schedule, given the leader of a
+// partition picked at random (the victim); it returns once the fault is
+// over.
 type nemesisStep struct {
-	// leader: the step faults the leader of a partition picked at
-	// random (passed as n), and the cluster moves that leadership.
+	// leader: the step takes the victim's leadership away (the
+	// cluster's failover is measured beside walrelay's stall).
 	leader bool
 	do     func(t *testing.T, nc *nemesisCtx, n *kafkatest.Node)
 }
@@ -256,6 +256,7 @@ func nemesis(t *testing.T, kc *kafkatest.RealCluster, mode string, schedule []st
 	})
 	nc := &nemesisCtx{kc: kc, topic: topic, rng: rand.New(rand.NewPCG(seed, 3))}
 	var worst time.Duration
+	unmoved := 0 // leader steps whose leadership the cluster did not move
 	for i, name := range schedule {
 		step := nemesisSteps[name]
 		time.Sleep(2 * time.Second)
@@ -268,15 +269,16 @@ func nemesis(t *testing.T, kc *kafkatest.RealCluster, mode string, schedule []st
 			t.Fatal(err)
 		}
 		// The cluster's own failover: until its metadata names another
-		// leader of that partition (0 for a step that moves none).
+		// leader of that partition, looked for while the fault lasts (if
+		// it did not move by then, it does not: walrelay can only wait
+		// for the fault's end). A step that takes no leader has none.
 		failover := make(chan time.Duration, 1)
+		fctx, stopLooking := context.WithCancel(ctx)
 		if step.leader {
 			go func() {
-				fctx, cancel := context.WithTimeout(ctx, time.Minute)
-				defer cancel()
 				d, err := kc.LeaderMoved(fctx, topic, part, victim.ID)
 				if err != nil {
-					d = 0
+					d = -1
 				}
 				failover <- d
 			}()
@@ -284,15 +286,25 @@ func nemesis(t *testing.T, kc *kafkatest.RealCluster, mode string, schedule []st
 			failover <- 0
 		}
 		step.do(t, nc, victim)
+		fault := time.Since(began)
+		stopLooking()
 		if err := kc.WaitHealthy(ctx, []string{topic}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second)
 		s, f := time.Duration(stall.Load()), <-failover
-		past := max(s-f, 0)
+		ref, what := f, fmt.Sprintf("the cluster's failover %s", f.Round(10*time.Millisecond))
+		switch {
+		case !step.leader:
+			what = "no failover"
+		case f < 0:
+			ref, what = fault, fmt.Sprintf("the cluster did not move the leadership during the fault (%s)", fault.Round(100*time.Millisecond))
+			unmoved++
+		}
+		past := max(s-ref, 0)
 		worst = max(worst, past)
-		t.Logf("nemesis %s step %d %s (victim node %d): took %s; longest stall of the slot's confirmed position %s; the cluster's failover %s; %s past it",
-			mode, i+1, name, victim.ID, time.Since(began).Round(100*time.Millisecond), s.Round(10*time.Millisecond), f, past.Round(10*time.Millisecond))
+		t.Logf("nemesis %s step %d %s (victim node %d, partition %d): took %s; longest stall of the slot's confirmed position %s; %s; %s past it",
+			mode, i+1, name, victim.ID, part, time.Since(began).Round(100*time.Millisecond), s.Round(10*time.Millisecond), what, past.Round(10*time.Millisecond))
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -312,8 +324,8 @@ func nemesis(t *testing.T, kc *kafkatest.RealCluster, mode string, schedule []st
 		"--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true",
 		"--formatter-property", "print.headers=true", "--formatter-property", "print.key=true"})
 	j := judge(out, want, mode == "exactly_once")
-	t.Logf("nemesis %s: %d steps %v; %d rows committed; the console consumer printed %d records; %s; longest stall past the cluster's failover %s",
-		mode, len(schedule), schedule, len(want), j.records, j, worst.Round(10*time.Millisecond))
+	t.Logf("nemesis %s: %d steps %v; %d rows committed; the console consumer printed %d records; %s; longest stall past the cluster's failover (or the fault's end, or the step's start) %s; leader faults the cluster did not fail over %d",
+		mode, len(schedule), schedule, len(want), j.records, j, worst.Round(10*time.Millisecond), unmoved)
 	if j.violations() != 0 {
 		t.Fatalf("nemesis %s: %s; the first of them:\n%s", mode, j, strings.Join(j.first, "\n"))
 	}
