@@ -228,7 +228,7 @@ func nemesis(t *testing.T, kc *kafkatest.RealCluster, mode string, schedule []st
 	conn := connect(t, pg.DSN)
 	w := newWriter(40, seed+7)
 	w.dsn = pg.DSN
-	w.bytes = 200
+	w.bytes = 1000 // a lane's round after a stall holds megabytes: several batches of a partition
 	if err := w.write(ctx, conn, 200, 5); err != nil {
 		t.Fatal(err)
 	}
