@@ -155,8 +155,8 @@ func nemesisAdmin(t *testing.T, kc *kafkatest.RealCluster) (*kadm.Client, func()
 // in its new one). It logs, per step, the longest stall of the slot's
 // confirmed position and the cluster's own failover.
 //
-// By default a short fixed schedule runs (.ci/run); WALRELAY_NEMESIS_SEED
-// set to a number draws a random one of WALRELAY_NEMESIS_STEPS steps (10
+// By default a short fixed schedule runs (.ci/run); WALRELAY_TEST_NEMESIS_SEED
+// set to a number draws a random one of WALRELAY_TEST_NEMESIS_STEPS steps (10
 // unless set) per mode from that seed, which is printed: the same seed
 // runs the same schedule again. It needs the cluster:
 // WALRELAY_TEST_KAFKA_CLUSTER=1.
@@ -169,15 +169,15 @@ func TestKafkaNemesis(t *testing.T) {
 		"exactly_once":  {"leader_frozen", "add_partitions", "node_cut", "leaders_moved"},
 	}
 	seed := uint64(0)
-	if s := os.Getenv("WALRELAY_NEMESIS_SEED"); s != "" {
+	if s := os.Getenv("WALRELAY_TEST_NEMESIS_SEED"); s != "" {
 		var err error
 		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("WALRELAY_NEMESIS_SEED: %v", err)
+			t.Fatalf("WALRELAY_TEST_NEMESIS_SEED: %v", err)
 		}
 		steps := 10
-		if s := os.Getenv("WALRELAY_NEMESIS_STEPS"); s != "" {
+		if s := os.Getenv("WALRELAY_TEST_NEMESIS_STEPS"); s != "" {
 			if steps, err = strconv.Atoi(s); err != nil {
-				t.Fatalf("WALRELAY_NEMESIS_STEPS: %v", err)
+				t.Fatalf("WALRELAY_TEST_NEMESIS_STEPS: %v", err)
 			}
 		}
 		rng := rand.New(rand.NewPCG(seed, 2))
@@ -204,7 +204,7 @@ func TestKafkaNemesis(t *testing.T) {
 			schedules[mode] = s
 		}
 	}
-	t.Logf("nemesis: seed %d (WALRELAY_NEMESIS_SEED=%d runs these schedules again); at_least_once %v; exactly_once %v", seed, seed, schedules["at_least_once"], schedules["exactly_once"])
+	t.Logf("nemesis: seed %d (WALRELAY_TEST_NEMESIS_SEED=%d runs these schedules again); at_least_once %v; exactly_once %v", seed, seed, schedules["at_least_once"], schedules["exactly_once"])
 	kc := kafkatest.StartRealCluster(t, kafkatest.FastFencing)
 	for _, mode := range []string{"at_least_once", "exactly_once"} {
 		t.Run(mode, func(t *testing.T) { nemesis(t, kc, mode, schedules[mode], seed) })
