@@ -246,7 +246,7 @@ func (s *Sink) flush(ctx context.Context) {
 	defer close(s.flushed)
 	var spare []queued
 	leaders := map[topicPartition]int32{} // the lanes' leaders, learnt once a round
-	handed := map[string]int{} // exactly-once mode: a topic's keyed records handed since the last flush (wireSize)
+	handed := map[string]int{}            // exactly-once mode: a topic's keyed records handed since the last flush (wireSize)
 	produce := func(it queued) {
 		switch {
 		case s.tx != nil:
