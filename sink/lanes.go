@@ -25,7 +25,9 @@ import (
 // Order per partition, and so per key, holds as with one client: a
 // partition's records go to one lane, and to another only once every record
 // of it handed to the first has been answered (the gate); within a lane a
-// partition has one batch per round, in one request. A record whose
+// partition's keyed records go to the client one batch's worth between two
+// flushes (run: a round past that is flushed in parts), so a partition has
+// one batch, in one request, in flight. A record whose
 // partition is not known yet (the topic's first records, before the flusher
 // knows the topic's partition count; a record without a key) goes to the
 // lane of no broker (-1), and so do the topic's later records until those
@@ -429,6 +431,13 @@ func (ls *lanes) close() {
 func (ls *lanes) run(ctx context.Context, l *lane) {
 	defer ls.wg.Done()
 	var spare []queued
+	// handed is what each partition's keyed records handed to the client
+	// since its last flush take in a batch (wireSize): one batch's worth
+	// at most, so that the flush sends a partition one batch, in one
+	// request. More would be split over batches that the idempotent
+	// client sends in requests in flight together (up to five per
+	// broker): the split-in-flight pattern behind reorders (KAFKA-15591).
+	handed := map[topicPartition]int{}
 	for {
 		round, _, ok := l.q.take(-1, spare, time.Time{})
 		if !ok {
@@ -446,6 +455,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 				// when Close cancels ctx (the client then fails the rest).
 				_ = l.cl.Flush(ctx)
 				produced = false
+				clear(handed)
 			}
 			broken = ls.s.q.brokenNow()
 		}
@@ -470,6 +480,20 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 				produced = true
 				flush()
 			default:
+				if it.r.Key != nil {
+					// A keyed record past its partition's batch: what
+					// was handed goes first (records without a key
+					// have no order to keep).
+					tp, w := topicPartition{it.r.Topic, it.r.Partition}, wireSize(it.r)
+					if n := handed[tp]; n > 0 && n+w > int(ls.s.batchCapOf(tp.topic))-batchOverhead {
+						flush()
+						if broken != nil {
+							it.done(it.r, broken)
+							continue
+						}
+					}
+					handed[tp] += w
+				}
 				// The sink may break while the round is handed over
 				// (a failure, Abort): nothing more of it then.
 				if broken = ls.produce(ctx, l, it); broken != nil {

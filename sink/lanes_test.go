@@ -358,3 +358,108 @@ func TestLaneOfDepartedBrokerClosed(t *testing.T) {
 	}
 	publishAll(48, 48) // the others' lanes go on, the partitions' new leaders too
 }
+
+// inflightHook counts the produce requests a client has written and not
+// yet read the answer of, per broker, and keeps the highest count.
+type inflightHook struct {
+	mu       sync.Mutex
+	inflight map[int32]int
+	most     int
+	requests int
+}
+
+func (h *inflightHook) OnBrokerWrite(m kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != int16(kmsg.Produce) || err != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inflight == nil {
+		h.inflight = map[int32]int{}
+	}
+	h.inflight[m.NodeID]++
+	h.requests++
+	h.most = max(h.most, h.inflight[m.NodeID])
+}
+
+func (h *inflightHook) OnBrokerRead(m kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	if key != int16(kmsg.Produce) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inflight[m.NodeID] > 0 {
+		h.inflight[m.NodeID]--
+	}
+}
+
+// TestLaneRoundOneBatchPerPartition: a lane hands its client at most one
+// batch's worth of a partition's records between two flushes, so that a
+// partition's records are never split over produce requests in flight
+// together (the idempotent client pipelines up to five per broker, the
+// pattern of KAFKA-15591, and kgo.MaxProduceRequestsInflightPerBroker does
+// not apply to an idempotent client). One key, one partition, batches
+// capped at 16 KiB, every answer of the broker 50 ms late so that the next
+// round gathers 400 events of 1 KiB (about 400 KiB) while the first is in
+// flight. Before the fix that round went to the client whole and was sent
+// as some 25 batches in up to five requests in flight at once; now one
+// produce request at a time, each with one batch of the partition. The
+// same in exactly-once mode, where the transactional client is handed one
+// batch's worth of a topic's keyed records between two flushes.
+func TestLaneRoundOneBatchPerPartition(t *testing.T) {
+	t.Parallel()
+	for _, exactlyOnce := range []bool{false, true} {
+		t.Run(fmt.Sprint("exactly_once=", exactlyOnce), func(t *testing.T) {
+			t.Parallel()
+			const topic, n = "outbox.event.order", 400
+			kc := kafkatest.Start(t, kfake.SeedTopics(1, topic))
+			h := &inflightHook{}
+			cfg := Config{BatchMaxBytes: 16 << 10, MaxBufferedBytes: 8 << 20, MaxBufferedRecords: 100000, ProducerOpts: []kgo.Opt{kgo.WithHooks(h)}}
+			if exactlyOnce {
+				cfg.Transactions = &Transactions{ID: "walrelay-one-batch", Key: "slot_a", Source: "db"}
+			}
+			s := newSink(t, kc, cfg)
+			if exactlyOnce {
+				if err := s.Ping(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Resume(t.Context(), onTimeline1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := publish(t, s, newEvent("warm")); err != nil {
+				t.Fatal(err)
+			}
+			kc.Slow(50 * time.Millisecond)
+			payload := []byte(`{"a":"` + strings.Repeat("x", 1024) + `"}`)
+			var wg sync.WaitGroup
+			var failed atomic.Int32
+			for i := range n {
+				e := newEvent(fmt.Sprint("e", i))
+				e.Payload = payload
+				e.CommitLSN += pglogrepl.LSN(i + 1)
+				wg.Add(1)
+				s.Publish(t.Context(), e, func(_ Delivery, err error) {
+					defer wg.Done()
+					if err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			kc.Up()
+			if failed.Load() != 0 {
+				t.Fatalf("%d of %d events failed", failed.Load(), n)
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			t.Logf("%d produce requests, at most %d in flight to one broker", h.requests, h.most)
+			if h.most > 1 {
+				t.Fatalf("one partition's records went in %d produce requests in flight at once: a round was split over pipelined requests", h.most)
+			}
+			if h.requests < n*1024/(16<<10) {
+				t.Fatalf("%d produce requests for %d KiB in batches of 16 KiB: the test did not exercise the cap", h.requests, n)
+			}
+		})
+	}
+}

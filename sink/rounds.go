@@ -246,6 +246,7 @@ func (s *Sink) flush(ctx context.Context) {
 	defer close(s.flushed)
 	var spare []queued
 	leaders := map[topicPartition]int32{} // the lanes' leaders, learnt once a round
+	handed := map[string]int{}            // exactly-once mode: a topic's keyed records handed since the last flush (wireSize)
 	produce := func(it queued) {
 		switch {
 		case s.tx != nil:
@@ -284,7 +285,28 @@ func (s *Sink) flush(ctx context.Context) {
 			s.waiting.Store(time.Now().UnixNano())
 		}
 		produced := false
+		clear(handed)
 		for _, it := range round {
+			if s.tx != nil && it.barrier == nil && broken == nil && !it.alone && it.r.Key != nil {
+				// Exactly-once mode: one transactional client, which
+				// partitions the records itself. A topic's keyed records
+				// past one batch's worth wait until what was handed is
+				// answered, so that no partition's records are split
+				// over produce requests in flight together (see lanes.run;
+				// by topic, as the partition is not known yet: a round
+				// trip per batch of a topic, only for rounds past that).
+				w := wireSize(it.r)
+				if n := handed[it.r.Topic]; n > 0 && n+w > int(s.batchCapOf(it.r.Topic))-batchOverhead {
+					_ = s.cl.Flush(ctx)
+					produced = false
+					clear(handed)
+					if broken = s.q.brokenNow(); broken != nil {
+						it.done(it.r, broken)
+						continue
+					}
+				}
+				handed[it.r.Topic] += w
+			}
 			switch {
 			case it.barrier != nil:
 				// Everything queued before Abort is answered (and, in
@@ -401,4 +423,18 @@ func recordSize(r *kgo.Record) int {
 		n += len(h.Key) + len(h.Value)
 	}
 	return n
+}
+
+// batchOverhead is at least what a record batch takes beyond its records:
+// its header (61 bytes in the v2 format) and what a produce request adds
+// around it.
+const batchOverhead = 128
+
+// wireSize is at least what a record takes in a batch: recordSize and, at
+// most, the varints and fields around them (length, attributes, timestamp
+// and offset deltas, key and value lengths, header count: 36 bytes; 10 per
+// header), which also covers the older message format's 34 bytes of
+// overhead.
+func wireSize(r *kgo.Record) int {
+	return recordSize(r) + 36 + 10*len(r.Headers)
 }

@@ -20,16 +20,6 @@ import (
 // with a client no one here wrote.
 func consoleConsumerIDs(t *testing.T, kc *broker, topic string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	lib, err := kafkatest.FetchKafkaTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	java, jvm, err := kafkatest.JVM(t.TempDir(), lib)
-	if err != nil {
-		t.Fatal(err)
-	}
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -48,11 +38,7 @@ func consoleConsumerIDs(t *testing.T, kc *broker, topic string) []string {
 			args[i+1] = topic
 		}
 	}
-	args = append(append(append(jvm, "org.apache.kafka.tools.consumer.ConsoleConsumer"), args...), "--isolation-level", "read_committed", "--timeout-ms", "10000")
-	out, err := exec.CommandContext(ctx, java, args...).CombinedOutput()
-	if !strings.Contains(string(out), "Processed a total of") {
-		t.Fatalf("the console consumer (%v): %s", err, out)
-	}
+	out := consoleConsumer(t, args)
 	if strings.Contains(string(out), "DEPRECATED") || strings.Contains(strings.ToLower(string(out)), "deprecated") {
 		t.Errorf("the README's console consumer line uses a deprecated flag:\n%s", out)
 	}
@@ -61,4 +47,28 @@ func consoleConsumerIDs(t *testing.T, kc *broker, topic string) []string {
 		ids = append(ids, id[1])
 	}
 	return ids
+}
+
+// consoleConsumer runs Apache Kafka's console consumer (kafka-tools,
+// fetched from Maven Central) with args and --isolation-level
+// read_committed, until it has seen nothing for 10 s, and returns what it
+// printed.
+func consoleConsumer(t *testing.T, args []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	lib, err := kafkatest.FetchKafkaTools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	java, jvm, err := kafkatest.JVM(t.TempDir(), lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(append(append(jvm, "org.apache.kafka.tools.consumer.ConsoleConsumer"), args...), "--isolation-level", "read_committed", "--timeout-ms", "10000")
+	out, err := exec.CommandContext(ctx, java, args...).CombinedOutput()
+	if !strings.Contains(string(out), "Processed a total of") {
+		t.Fatalf("the console consumer (%v): %s", err, out)
+	}
+	return string(out)
 }
