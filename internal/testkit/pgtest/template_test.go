@@ -1,0 +1,45 @@
+package pgtest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestServersHaveTheirOwnSystemIdentifier: servers copied from the template
+// start, take writes and WAL, and each has a system identifier of its own
+// (as with initdb), which pg_control and the WAL agree on.
+func TestServersHaveTheirOwnSystemIdentifier(t *testing.T) {
+	if _, err := FindBinDir(); err != nil && os.Getenv(EnvDSN) == "" {
+		t.Skip("no PostgreSQL server binaries")
+	}
+	seen := map[string]bool{}
+	for range 3 {
+		s := Start(t)
+		if s.External() {
+			t.Skip("the server of " + EnvDSN + " is not made here")
+		}
+		conn, err := pgx.Connect(t.Context(), s.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		if err := conn.QueryRow(t.Context(), "SELECT system_identifier::text FROM pg_control_system()").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(t.Context(), "CREATE TABLE t AS SELECT generate_series(1, 10000) AS n; SELECT pg_switch_wal(); CHECKPOINT"); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close(t.Context())
+		if seen[id] {
+			t.Fatalf("system identifier %s twice", id)
+		}
+		seen[id] = true
+		// A restart reads pg_control and the WAL again.
+		if err := s.Restart(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("system identifiers: %v", seen)
+}
