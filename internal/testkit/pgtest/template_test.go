@@ -9,13 +9,14 @@ import (
 
 // TestServersHaveTheirOwnSystemIdentifier: servers copied from the template
 // start, take writes and WAL, and each has a system identifier of its own
-// (as with initdb), which pg_control and the WAL agree on.
+// (as with initdb), which pg_control and the WAL agree on (a start reads
+// both; the restart, the segments written since).
 func TestServersHaveTheirOwnSystemIdentifier(t *testing.T) {
 	if _, err := FindBinDir(); err != nil && os.Getenv(EnvDSN) == "" {
 		t.Skip("no PostgreSQL server binaries")
 	}
 	seen := map[string]bool{}
-	for range 3 {
+	for i := range 2 {
 		s := Start(t)
 		if s.External() {
 			t.Skip("the server of " + EnvDSN + " is not made here")
@@ -36,9 +37,10 @@ func TestServersHaveTheirOwnSystemIdentifier(t *testing.T) {
 			t.Fatalf("system identifier %s twice", id)
 		}
 		seen[id] = true
-		// A restart reads pg_control and the WAL again.
-		if err := s.Restart(t.Context()); err != nil {
-			t.Fatal(err)
+		if i == 0 {
+			if err := s.Restart(t.Context()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	t.Logf("system identifiers: %v", seen)
