@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,6 +40,7 @@ func (s *Server) initdb(ctx context.Context) error {
 		tmpl, err := templates.get(ctx, s)
 		if err == nil {
 			if err = s.copyTemplate(ctx, tmpl); err == nil {
+				templateCopies.Add(1)
 				return nil
 			}
 			_ = os.RemoveAll(s.data)
@@ -70,6 +72,10 @@ type templateCache struct {
 }
 
 var templates templateCache
+
+// templateCopies counts the servers made from a template (for its test:
+// a failure falls back to initdb silently).
+var templateCopies atomic.Int64
 
 // get returns the template data directory for s's binaries and user,
 // making it first if no process has.

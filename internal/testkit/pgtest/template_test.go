@@ -15,6 +15,7 @@ func TestServersHaveTheirOwnSystemIdentifier(t *testing.T) {
 	if _, err := FindBinDir(); err != nil && os.Getenv(EnvDSN) == "" {
 		t.Skip("no PostgreSQL server binaries")
 	}
+	copies := templateCopies.Load()
 	seen := map[string]bool{}
 	for i := range 2 {
 		s := Start(t)
@@ -42,6 +43,9 @@ func TestServersHaveTheirOwnSystemIdentifier(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	if n := templateCopies.Load() - copies; n != 2 && os.Getenv(EnvNoTemplate) == "" {
+		t.Fatalf("%d of 2 servers copied from the template (the others ran initdb)", n)
 	}
 	t.Logf("system identifiers: %v", seen)
 }
