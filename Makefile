@@ -17,10 +17,10 @@ check:
 # Kafka broker (WALRELAY_SOAK sets the length), in at-least-once and in
 # exactly-once mode.
 soak:
-	WALRELAY_SOAK=10m go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
-	WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
-	WALRELAY_SOAK=10m go test -count=1 -v -timeout 30m -run '^TestChaosExactlyOnce$$' ./cmd/walrelay/
-	WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaosExactlyOnce$$' ./cmd/walrelay/
+	WALRELAY_TEST_LONG=1 WALRELAY_SOAK=10m go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
+	WALRELAY_TEST_LONG=1 WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./cmd/walrelay/
+	WALRELAY_TEST_LONG=1 WALRELAY_SOAK=10m go test -count=1 -v -timeout 30m -run '^TestChaosExactlyOnce$$' ./cmd/walrelay/
+	WALRELAY_TEST_LONG=1 WALRELAY_SOAK=10m WALRELAY_TEST_KAFKA=real go test -count=1 -v -timeout 30m -run '^TestChaosExactlyOnce$$' ./cmd/walrelay/
 
 # Static binaries for linux/amd64 and linux/arm64 with checksums, in dist/:
 # what the README's install section tells users to get. VERSION defaults to

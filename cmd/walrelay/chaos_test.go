@@ -36,11 +36,17 @@ const EnvSoak = "WALRELAY_SOAK"
 // replication connection cut, walrelay paused past wal_sender_timeout. A supervisor restarts walrelay whenever it
 // dies, as systemd or Kubernetes would. Afterwards every committed id must
 // be on the topic, in order per aggregate.
-func TestChaos(t *testing.T) { chaos(t, false) }
+func TestChaos(t *testing.T) {
+	long(t)
+	chaos(t, false)
+}
 
 // TestChaosExactlyOnce is TestChaos in exactly-once mode, read with
 // read_committed isolation: duplicates too must be 0.
-func TestChaosExactlyOnce(t *testing.T) { chaos(t, true) }
+func TestChaosExactlyOnce(t *testing.T) {
+	long(t)
+	chaos(t, true)
+}
 
 func chaos(t *testing.T, exactlyOnce bool) {
 	dur := 40 * time.Second

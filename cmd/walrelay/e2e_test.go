@@ -148,6 +148,7 @@ func TestRollbackAndDeleteInTransaction(t *testing.T) {
 // TestLargeTransactionStreamsInBoundedMemory sends one transaction of
 // 100,000 rows through and reports walrelay's peak RSS.
 func TestLargeTransactionStreamsInBoundedMemory(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)

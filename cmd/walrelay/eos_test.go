@@ -273,6 +273,7 @@ func TestExactlyOnceRefusesABadOffsetsTopic(t *testing.T) {
 // the commit; after the commit (the acknowledgement) and before the
 // checkpoint heard of it. A read_committed consumer sees every row once.
 func TestExactlyOnceCrashPoints(t *testing.T) {
+	long(t)
 	t.Parallel()
 	bin, err := faultBin()
 	if err != nil {
@@ -321,6 +322,7 @@ func TestExactlyOnceCrashPoints(t *testing.T) {
 // last two need kfake's controls). A read_committed consumer sees every row
 // once, in order.
 func TestExactlyOnceBrokerFaults(t *testing.T) {
+	long(t)
 	t.Parallel()
 	for _, fault := range []struct {
 		name   string
@@ -430,6 +432,7 @@ func TestExactlyOnceBrokerFaults(t *testing.T) {
 // slot. The next start skips what Kafka has: every row once, and the peak
 // RSS of both processes under 64 MiB.
 func TestExactlyOnceLargeTransactionKilled(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, _ := setup(t)
 	col := committedCollector(t, kc)

@@ -25,6 +25,7 @@ import (
 // words when it happens and when Kafka answers again, and progress lines
 // come at log.progress_interval.
 func TestKafkaOutage(t *testing.T) {
+	long(t)
 	t.Parallel()
 	addr := freeAddr(t)
 	_, col, fk, conn, w, p, e := warmStreamWith(t, 5, 2000, "WALRELAY_ADMIN_LISTEN", addr, "WALRELAY_LOG_PROGRESS_INTERVAL", "1s")
@@ -76,6 +77,7 @@ func TestKafkaOutage(t *testing.T) {
 // none of what walrelay produced after the failure may reach the topic before
 // the failed record is sent again.
 func TestBrokerDownWhileWriting(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, col, fk, _, w := warmStream(t, 6, 500)
 	stop := w.keepWriting(t.Context(), pg.DSN)
@@ -326,9 +328,7 @@ func TestRetriableBrokerErrors(t *testing.T) {
 // keep the replication session alive (same walsender before and after),
 // nothing is confirmed past what Kafka has, and everything arrives after.
 func TestLongKafkaPartition(t *testing.T) {
-	if testing.Short() {
-		t.Skip("65 s of partition")
-	}
+	long(t) // 65 s of partition
 	t.Parallel()
 	_, col, fk, conn, w := warmStream(t, 14, 1000)
 	ctx := t.Context()
@@ -367,9 +367,7 @@ func TestLongKafkaPartition(t *testing.T) {
 // the slowness (a slow broker is not an outage), and afterwards every id is
 // there in order.
 func TestSlowBroker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("30 s of slowness")
-	}
+	long(t) // 30 s of slowness
 	t.Parallel()
 	_, col, fk, conn, w := warmStream(t, 15, 500)
 	ctx := t.Context()

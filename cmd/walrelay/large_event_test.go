@@ -30,6 +30,7 @@ const manifestMemoryLimit = 128 << 20
 // dead-lettered the same way; with it off (the default), it is ignored, as a
 // message of any size is: nothing of it reaches Kafka.
 func TestLargeEventsBoundedMemory(t *testing.T) {
+	long(t)
 	t.Parallel()
 	for _, messages := range []bool{true, false} {
 		t.Run("messages="+strconv.FormatBool(messages), func(t *testing.T) {
@@ -108,6 +109,7 @@ func headerText(r *kgo.Record) string {
 // published, and walrelay stays under the Kubernetes manifest's memory
 // limit.
 func TestPollLargeRowBoundedMemory(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setupPoll(t)
 	conn := connect(t, pg.DSN)
@@ -148,6 +150,7 @@ func TestPollLargeRowBoundedMemory(t *testing.T) {
 // again, and the command stays under the Kubernetes manifest's memory limit
 // (it may run in walrelay's pod).
 func TestReplayLargeRowBoundedMemory(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
 )
 
@@ -317,9 +319,18 @@ func TestBatchRefusalDeadLettersNothing(t *testing.T) {
 	stop := w.keepWriting(t.Context(), pg.DSN)
 	for _, code := range []int16{kerr.InvalidRecord.Code, kerr.CorruptMessage.Code, kerr.InvalidTopicException.Code} {
 		time.Sleep(700 * time.Millisecond)
+		var refused atomic.Bool
 		fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			refused.Store(true)
 			return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), code), nil, true
 		})
+		// The next refusal waits until this one was made and what it
+		// refused was sent again and landed: on a loaded machine the
+		// records sent again alone could otherwise be the request the
+		// next refusal takes, and a record refused alone is rightly
+		// dead-lettered.
+		waitfor.Until(t, time.Minute, "a produce request to be refused", refused.Load)
+		waitAll(t, col, w.written(), 2*time.Minute)
 	}
 	time.Sleep(700 * time.Millisecond)
 	if n := stop(); n != 0 {

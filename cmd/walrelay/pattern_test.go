@@ -55,6 +55,7 @@ func exampleBin(t *testing.T, name string) string {
 // twice more with SIGKILL at random moments. Every order gets exactly one
 // shipment.
 func TestWholePatternOnce(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setup(t)
 	orders, shipping := exampleBin(t, "orders"), exampleBin(t, "shipping")

@@ -277,6 +277,7 @@ func TestSecondInstanceWaitsForTheSlot(t *testing.T) {
 // writes (100 to 320 MiB/s here): the slot must pass 100 MiB of another
 // table's WAL before 1 GiB is written.
 func TestIdleOutboxDoesNotHoldWAL(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, _ := setup(t)
 	conn := connect(t, pg.DSN)
@@ -457,6 +458,7 @@ func TestPausedPastSenderTimeout(t *testing.T) {
 // checkpoint heard of it, three times: the events Kafka has but PostgreSQL
 // was never told of come again, and nothing is lost.
 func TestKilledBetweenAckAndConfirm(t *testing.T) {
+	long(t)
 	t.Parallel()
 	bin, err := faultBin()
 	if err != nil {

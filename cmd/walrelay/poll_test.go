@@ -450,6 +450,7 @@ func waitAllSentBut(t *testing.T, conn *pgx.Conn, dead int) {
 // are written: the claimed rows wait (their leases renewed) or back off, and
 // every row is sent after, in order per aggregate.
 func TestPollKafkaOutage(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setupPoll(t)
 	fk := kc.net(t)
@@ -484,6 +485,7 @@ func TestPollKafkaOutage(t *testing.T) {
 // claim_id is stale): the row stays SENT under the second claim, and the
 // zombie counts a lost claim.
 func TestPollZombie(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setupPoll(t)
 	fk := kc.net(t)
@@ -585,6 +587,7 @@ func (r *receipts) of(id string) (time.Time, bool) {
 // take up to 10 s); then one-row transactions at 1,000/s for 4 s, whose
 // p50 and p99 it reports.
 func TestPollListenLatency(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, _ := setupPoll(t)
 	conn := connect(t, pg.DSN)
@@ -640,6 +643,7 @@ func TestPollListenLatency(t *testing.T) {
 // 1s, the stats read every 5 s) runs on the database over 12 s, from
 // pg_stat_database, and reports them per second.
 func TestPollIdleLoad(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, _ := setupPoll(t)
 	conn := connect(t, pg.DSN)
@@ -781,6 +785,7 @@ func TestPollCommands(t *testing.T) {
 // the running poller: it stops with exit 1, naming the table and the
 // column.
 func TestPollDatabaseCrash(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setupPoll(t)
 	needThrowaway(t, pg, "crashes the server")
@@ -929,6 +934,7 @@ func TestPollWithoutLogicalReplication(t *testing.T) {
 // claim stops where its payloads pass half the producer's buffer (8 MiB),
 // whatever poll.batch_size.
 func TestPollLargePayloadsMemory(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setupPoll(t)
 	conn := connect(t, pg.DSN)

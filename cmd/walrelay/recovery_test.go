@@ -407,6 +407,7 @@ func TestDLQReplay(t *testing.T) {
 // stopped and rows are unconfirmed, then deletes every old row in batches
 // and no new one; the stream is not disturbed.
 func TestPrune(t *testing.T) {
+	long(t)
 	t.Parallel()
 	rows := 100000
 	if n, err := strconv.Atoi(os.Getenv("WALRELAY_PRUNE_ROWS")); err == nil && n > 0 {
@@ -526,6 +527,7 @@ func TestRecoveryRefusesBadInput(t *testing.T) {
 // 1,000,000, without -race) and reports rows/s and peak RSS: both stream
 // the window, so memory does not grow with it.
 func TestRecoveryAtScale(t *testing.T) {
+	long(t)
 	t.Parallel()
 	rows := 20000
 	if n, err := strconv.Atoi(os.Getenv("WALRELAY_RECOVERY_ROWS")); err == nil && n > 0 {

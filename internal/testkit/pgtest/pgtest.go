@@ -110,9 +110,9 @@ func New(ctx context.Context) (*Server, error) {
 			return nil, err
 		}
 	}
-	if out, err := s.run(ctx, "initdb", "--no-sync", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "-D", s.data); err != nil {
+	if err := s.initdb(ctx); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+		return nil, err
 	}
 	s.port, err = freePort()
 	if err != nil {
