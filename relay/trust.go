@@ -83,9 +83,14 @@ func CheckMessagePrivileges(ctx context.Context, conn *pgx.Conn, o decoder.Confi
 			table, strings.Join(revokePublic, "; "), migrations.EmitMessageGrant(sigs), to)
 	}
 	// A SECURITY DEFINER function that emits messages lends its owner's
-	// EXECUTE to whoever may call it.
+	// EXECUTE to whoever may call it. Its body is read as written
+	// (prosrc), or as PostgreSQL parsed it for an SQL-standard body (BEGIN
+	// ATOMIC, whose prosrc is empty). A body that builds the call as
+	// dynamic SQL, or a function in C, is not seen: docs/security.md.
 	rows, err := conn.Query(ctx, `SELECT p.oid, p.oid::regprocedure::text FROM pg_proc p
-		WHERE p.prosecdef AND p.prosrc ILIKE '%pg_logical_emit_message%' AND p.pronamespace <> 'pg_catalog'::regnamespace ORDER BY 2`)
+		WHERE p.prosecdef AND p.pronamespace <> 'pg_catalog'::regnamespace
+		AND (p.prosrc ILIKE '%pg_logical_emit_message%' OR (p.prosqlbody IS NOT NULL AND pg_get_function_sqlbody(p.oid) ILIKE '%pg_logical_emit_message%'))
+		ORDER BY 2`)
 	if err != nil {
 		return fmt.Errorf("look up SECURITY DEFINER functions: %w", err)
 	}
@@ -136,9 +141,11 @@ var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // pass unpublished. One in the outbox's schema that inserts rows (into
 // this outbox or another walrelay's) is accepted: rows are durable. It reads every overload in the outbox's schema, and
 // every walrelay_emit in a schema that may come first on a writer's
-// search_path (searchPathSchemas); one in a schema on no one's path is
+// search_path (searchPathSchemas); one in a schema on no writer's path is
 // left alone, so that a role that may create one there cannot keep
-// walrelay from starting. A SECURITY DEFINER walrelay_emit is refused
+// walrelay from starting. Only overloads that a call with five arguments
+// may resolve to count: five parameters, or more with defaults for the
+// rest, or a VARIADIC one; another cannot take an application's call. A SECURITY DEFINER walrelay_emit is refused
 // while a role that may not insert into the outbox may execute it.
 func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
 	o = o.WithDefaults()
@@ -148,7 +155,9 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) er
 	}
 	rows, err := conn.Query(ctx, `SELECT p.oid, n.nspname::text, oidvectortypes(p.proargtypes), l.lanname::text, p.prosrc, p.prosecdef
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
-		WHERE p.proname = $1 AND (n.nspname = $2 OR n.nspname = ANY ($3)) ORDER BY 2, 3`, migrations.EmitFunction, o.Schema, schemas)
+		WHERE p.proname = $1 AND (n.nspname = $2 OR n.nspname = ANY ($3))
+		AND (p.pronargs = 5 OR (p.pronargs > 5 AND p.pronargs - p.pronargdefaults <= 5) OR (p.provariadic <> 0 AND p.pronargs <= 6))
+		ORDER BY 2, 3`, migrations.EmitFunction, o.Schema, schemas)
 	if err != nil {
 		return fmt.Errorf("look up function %s: %w", migrations.EmitFunction, err)
 	}
@@ -209,8 +218,11 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) er
 // searchPathSchemas lists the schemas that may come before the outbox's on
 // the search_path of a role that writes it: those of walrelay's own
 // session (the server's default, unless set for walrelay's role), those
-// of any search_path set for a role or for this database (ALTER ROLE …
-// SET, ALTER DATABASE … SET), and those named after a role that may insert
+// of any search_path set for this database or for every role (ALTER
+// DATABASE … SET, ALTER ROLE ALL … SET), or for a role that may insert
+// into the outbox or walrelay's own (ALTER ROLE … SET: any role may set
+// its own, so a role that writes no events is not read), and those named
+// after a role that may insert
 // into the outbox l ("$user", the default's first entry). A search_path
 // that a client sets on its connection is not visible here.
 func searchPathSchemas(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([]string, error) {
@@ -221,6 +233,7 @@ func searchPathSchemas(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([
 		SELECT btrim(x, ' "') FROM pg_db_role_setting d, unnest(d.setconfig) c,
 			regexp_split_to_table(substring(c FROM '^search_path=(.*)$'), ',') x
 		WHERE d.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+		AND (d.setrole = 0 OR d.setrole = (SELECT oid FROM pg_roles WHERE rolname = current_user) OR has_table_privilege(d.setrole, to_regclass($1), 'INSERT'))
 		UNION ALL
 		SELECT r.rolname::text FROM pg_roles r WHERE has_table_privilege(r.oid, to_regclass($1), 'INSERT')) q`,
 		pgx.Identifier{l.Schema, l.Table}.Sanitize()).Scan(&schemas)
