@@ -131,6 +131,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	if err := CheckMessagePrivileges(cctx, conn, dcfg); err != nil {
 		return dcfg, err
 	}
+	if dcfg.MessagesFrom, dcfg.XidNow, err = CheckMessageHorizon(cctx, conn, dcfg); err != nil {
+		return dcfg, err
+	}
 	spec := PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter)
 	if cfg.CreateSlot {
 		// The publication first: a slot only sees a publication created

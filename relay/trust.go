@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -241,4 +242,35 @@ func searchPathSchemas(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([
 		return nil, fmt.Errorf("read the search_path settings: %w", err)
 	}
 	return schemas, nil
+}
+
+// CheckMessageHorizon reads, with the message source on, the horizon
+// walrelay migrate recorded once only the outbox's writers could execute
+// pg_logical_emit_message (migrations.MessageHorizon), and a recent full
+// transaction id of the server: decoder.Config.MessagesFrom and XidNow.
+// It refuses when none is recorded (the privileges set by hand, say): a
+// message that any role emitted before then, in a transaction walrelay
+// has not read yet, would be published. With the source off it reads
+// nothing.
+func CheckMessageHorizon(ctx context.Context, conn *pgx.Conn, o decoder.Config) (from, now uint64, err error) {
+	if !o.Messages {
+		return 0, 0, nil
+	}
+	from, ok, err := migrations.MessageHorizon(ctx, conn, o)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !ok {
+		o = o.WithDefaults()
+		return 0, 0, fmt.Errorf("outbox.messages is on, but no horizon is recorded on %s.%s (walrelay migrate records, once the privileges of pg_logical_emit_message are right, from which transaction messages are trusted: any role may have emitted one before, still unread): run walrelay migrate with this configuration, as a superuser, even if you set the privileges by hand",
+			sqlName(o.Schema), migrations.EmitFunction)
+	}
+	var s string
+	if err := conn.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").Scan(&s); err != nil {
+		return 0, 0, fmt.Errorf("read the server's transaction id: %w", err)
+	}
+	if now, err = strconv.ParseUint(s, 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("read the server's transaction id %q: %w", s, err)
+	}
+	return from, now, nil
 }

@@ -160,11 +160,16 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	if err := relay.CheckEmitFunction(cctx, conn, ocfg); err != nil {
 		add("walrelay_emit", "fail", "%v", err)
 	}
-	switch err := relay.CheckMessagePrivileges(cctx, conn, ocfg); {
+	var from uint64
+	err = relay.CheckMessagePrivileges(cctx, conn, ocfg)
+	if err == nil {
+		from, _, err = relay.CheckMessageHorizon(cctx, conn, ocfg)
+	}
+	switch {
 	case err != nil:
 		add("messages", "fail", "%v", err)
 	case ocfg.Messages:
-		add("messages", "ok", "on: only roles that may insert into %s may execute pg_logical_emit_message", layouts[0].Name())
+		add("messages", "ok", "on: only roles that may insert into %s may execute pg_logical_emit_message, since transaction %d (messages of older transactions are dead-lettered)", layouts[0].Name(), from)
 	default:
 		add("messages", "ok", "off (outbox.messages): logical decoding messages are not events, whoever emits them")
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/outbox"
 )
 
@@ -87,4 +89,79 @@ func TestDefinerWithSQLBodyRefused(t *testing.T) {
 		t.Errorf("run starts with public.refund executable by PUBLIC")
 	}
 	_ = outbox.NewID
+}
+
+// TestMessagesBeforePrivilegesDeadLettered: while PUBLIC may execute
+// pg_logical_emit_message (the default, walrelay running with the message
+// source off), a role without INSERT emits a forged event that commits
+// before walrelay last confirmed nothing of it, and another in a
+// transaction it keeps open. The operator turns outbox.messages on as
+// documented (migrate as superuser, restart); both forged events are
+// dead-lettered as message_before_privileges, not published; an event
+// written with walrelay_emit after the migrate is published. Without the
+// horizon migrate records, run refuses to start, naming walrelay migrate.
+func TestMessagesBeforePrivilegesDeadLettered(t *testing.T) {
+	t.Parallel()
+	pg, kc, col, su := bareSetup(t)
+	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	e := baseEnv(pg, kc)
+	p := streaming(t, e)
+	p.signal(15)
+	p.exit(time.Minute)
+	mallory := asRole(t, pg, su, "mallory")
+	committed, open := outbox.NewID(), outbox.NewID()
+	execSQL(t, mallory, "SELECT pg_logical_emit_message(true, 'walrelay', '"+forgedEvent(committed)+"')")
+	tx, err := mallory.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "SELECT pg_logical_emit_message(true, 'walrelay', '"+forgedEvent(open)+"')"); err != nil {
+		t.Fatal(err)
+	}
+	em := e.with("WALRELAY_OUTBOX_MESSAGES", "true")
+	if code, out := runCmd(t, em, "migrate"); code != 0 {
+		t.Fatalf("migrate with outbox.messages: exit %d\n%s", code, out)
+	}
+	p = streaming(t, em)
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	real := outbox.NewID()
+	execSQL(t, su, "SELECT walrelay_emit('"+real+"', 'payments', 'acct-1', 'Captured', '{}')")
+	waitAll(t, col, []string{real}, time.Minute)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var dead []string
+		for _, r := range col.Records() {
+			if strings.Contains(string(r.Value), "1000000") && r.Topic != kc.dlq() {
+				t.Fatalf("mallory's message, emitted before the REVOKE, was published: topic %s value %s", r.Topic, r.Value)
+			}
+			if r.Topic == kc.dlq() && string(kafkatest.Header(r, "walrelay.reason")) == "message_before_privileges" {
+				dead = append(dead, string(kafkatest.Header(r, "id")))
+			}
+		}
+		if slices.Contains(dead, committed) && slices.Contains(dead, open) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the forged messages were not dead-lettered as message_before_privileges: %v", dead)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p.running()
+	p.signal(15)
+	p.exit(time.Minute)
+	// Privileges right, but no horizon recorded (fixed by hand, say).
+	execSQL(t, su, "COMMENT ON FUNCTION walrelay_emit(uuid, text, text, text, jsonb) IS NULL")
+	p = start(t, em, "run")
+	select {
+	case <-p.done:
+		if out := p.out.String(); !strings.Contains(out, "walrelay migrate") {
+			t.Errorf("run exits without naming walrelay migrate: %s", lastLine(out))
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("run starts without the horizon migrate records")
+	}
 }
