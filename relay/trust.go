@@ -274,3 +274,82 @@ func CheckMessageHorizon(ctx context.Context, conn *pgx.Conn, o decoder.Config) 
 	}
 	return from, now, nil
 }
+
+// CheckChildPrivileges refuses an outbox table l with a partition or an
+// inheritance child (at any depth) on which a role, or PUBLIC, may insert
+// without INSERT on l itself, naming the REVOKE: the publication publishes
+// a partition's rows as l's, so the right to write any partition is the
+// right to write the outbox (a grant by ALTER DEFAULT PRIVILEGES on each
+// new partition, say). Only l's owner may add a partition or a child, so
+// no untrusted role can keep walrelay from starting this way.
+func CheckChildPrivileges(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
+	l = l.WithDefaults()
+	rows, err := conn.Query(ctx, `WITH RECURSIVE tree(oid) AS (
+			SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1)
+			UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid)
+		SELECT t.oid::regclass::text, 'PUBLIC' FROM tree t JOIN pg_class c ON c.oid = t.oid, aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
+			WHERE a.grantee = 0 AND a.privilege_type = 'INSERT'
+		UNION
+		SELECT t.oid::regclass::text, r.oid::regrole::text FROM tree t, pg_roles r
+			WHERE has_table_privilege(r.oid, t.oid, 'INSERT') AND NOT has_table_privilege(r.oid, to_regclass($1), 'INSERT')
+		ORDER BY 1, 2`, pgx.Identifier{l.Schema, l.Table}.Sanitize())
+	if err != nil {
+		return fmt.Errorf("read the privileges of the partitions of %s: %w", l.Name(), err)
+	}
+	var child, role string
+	var problems []string
+	if _, err := pgx.ForEachRow(rows, []any{&child, &role}, func() error {
+		problems = append(problems, fmt.Sprintf("%s may insert into %s: REVOKE INSERT ON %s FROM %s (and, if ALTER DEFAULT PRIVILEGES gave it, ALTER DEFAULT PRIVILEGES … REVOKE INSERT ON TABLES FROM %s), or GRANT INSERT ON %s TO %s if it writes events",
+			role, child, child, role, role, sqlName(l.Schema)+"."+sqlName(l.Table), role))
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read the privileges of the partitions of %s: %w", l.Name(), err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("a role that may not insert into %s may insert into a partition (or inheritance child) of it, whose rows walrelay publishes as the outbox's: %s",
+			l.Name(), strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// CheckMessageTableRules refuses, with the message source on, an outbox
+// table (the first of o) with row-level security enabled or a CHECK
+// constraint: they confine what a writer may insert, and a writer's
+// message (pg_logical_emit_message, walrelay_emit) writes no row, so they
+// would not apply to it. A BEFORE INSERT trigger, which may validate a row
+// or only fill it in, is returned as a warning. With the source off it
+// checks nothing.
+func CheckMessageTableRules(ctx context.Context, conn *pgx.Conn, o decoder.Config) (warnings []string, err error) {
+	if !o.Messages {
+		return nil, nil
+	}
+	o = o.WithDefaults()
+	name := pgx.Identifier{o.Schema, o.Table}.Sanitize()
+	var rls bool
+	var checks, triggers []string
+	err = conn.QueryRow(ctx, `SELECT c.relrowsecurity,
+			coalesce((SELECT array_agg(conname::text ORDER BY conname) FROM pg_constraint WHERE conrelid = c.oid AND contype = 'c'), '{}'),
+			coalesce((SELECT array_agg(tgname::text ORDER BY tgname) FROM pg_trigger WHERE tgrelid = c.oid AND NOT tgisinternal AND tgtype & 2 = 2 AND tgtype & 4 = 4), '{}')
+		FROM pg_class c WHERE c.oid = to_regclass($1)`, name).Scan(&rls, &checks, &triggers)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // CheckTable says it is missing
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the rules of %s: %w", o.Name(), err)
+	}
+	var problems []string
+	if rls {
+		problems = append(problems, "row-level security is enabled on it (ALTER TABLE "+name+" DISABLE ROW LEVEL SECURITY, once no writer relies on it)")
+	}
+	for _, c := range checks {
+		problems = append(problems, "CHECK constraint "+sqlName(c)+" (ALTER TABLE "+name+" DROP CONSTRAINT "+sqlName(c)+")")
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("outbox.messages is on, but %s confines what a writer may insert, and a message writes no row, so it would not apply to the events written as messages: %s; or turn outbox.messages off and write events as rows",
+			o.Name(), strings.Join(problems, "; "))
+	}
+	for _, tg := range triggers {
+		warnings = append(warnings, fmt.Sprintf("outbox.messages is on, and BEFORE INSERT trigger %s on %s does not run for events written as messages (no row is written): if it validates rows, a writer's message bypasses it; turn outbox.messages off to keep it", sqlName(tg), o.Name()))
+	}
+	return warnings, nil
+}

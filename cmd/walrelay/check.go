@@ -165,6 +165,18 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	if err == nil {
 		from, _, err = relay.CheckMessageHorizon(cctx, conn, ocfg)
 	}
+	for _, l := range layouts {
+		if err := relay.CheckChildPrivileges(cctx, conn, l); err != nil {
+			add("partitions", "fail", "%v", err)
+		}
+	}
+	if err == nil {
+		var warnings []string
+		warnings, err = relay.CheckMessageTableRules(cctx, conn, ocfg)
+		for _, w := range warnings {
+			add("messages", "warn", "%s", w)
+		}
+	}
 	switch {
 	case err != nil:
 		add("messages", "fail", "%v", err)

@@ -165,3 +165,75 @@ func TestMessagesBeforePrivilegesDeadLettered(t *testing.T) {
 		t.Errorf("run starts without the horizon migrate records")
 	}
 }
+
+// TestPartitionPrivilegeRefused: a role given INSERT on each new table of
+// the schema (ALTER DEFAULT PRIVILEGES) holds it on a partition of the
+// outbox, not on the outbox: its rows in the partition would be published
+// as the outbox's. check fails and run refuses to start, naming the
+// partition and the REVOKE.
+func TestPartitionPrivilegeRefused(t *testing.T) {
+	t.Parallel()
+	pg, kc, _, su := bareSetup(t)
+	asRole(t, pg, su, "etl", "ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT, INSERT ON TABLES TO etl")
+	execSQL(t, su,
+		`CREATE TABLE outbox (id uuid, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL,
+			payload jsonb, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)`,
+		"REVOKE ALL ON outbox FROM etl",
+		`CREATE TABLE outbox_2026_01 PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')`)
+	e := baseEnv(pg, kc)
+	if code, out := runCmd(t, e, "check"); code == 0 || !strings.Contains(out, "REVOKE INSERT ON outbox_2026_01 FROM etl") {
+		t.Errorf("check passes (exit %d) with etl's INSERT on a partition of the outbox: %s", code, lastLine(out))
+	}
+	p := start(t, e, "run")
+	select {
+	case <-p.done:
+		if out := p.out.String(); !strings.Contains(out, "outbox_2026_01") {
+			t.Errorf("run exits without naming the partition: %s", lastLine(out))
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("run starts with etl's INSERT on a partition of the outbox")
+	}
+	execSQL(t, su, "REVOKE INSERT ON outbox_2026_01 FROM etl")
+	if code, out := runCmd(t, e, "check"); strings.Contains(out, "partitions") && code != 0 {
+		t.Errorf("check still fails after the REVOKE: %s", lastLine(out))
+	}
+}
+
+// TestMessagesBypassTableRulesRefused: with outbox.messages on, a message
+// writes no row, so row-level security and CHECK constraints on the outbox
+// would not confine it: check fails and run refuses to start; a BEFORE
+// INSERT trigger is a warning.
+func TestMessagesBypassTableRulesRefused(t *testing.T) {
+	t.Parallel()
+	pg, kc, _, su := bareSetup(t)
+	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", "true")
+	if code, out := runCmd(t, e, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	execSQL(t, su, "CREATE FUNCTION public.stamp() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'",
+		"CREATE TRIGGER stamp BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION public.stamp()")
+	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "BEFORE INSERT trigger stamp") {
+		t.Errorf("check with a BEFORE INSERT trigger: exit %d, want 0 and a warning naming it: %s", code, tail(out, 1500))
+	}
+	for _, c := range []struct{ name, set, fix, want string }{
+		{"row security", "ALTER TABLE outbox ENABLE ROW LEVEL SECURITY", "ALTER TABLE outbox DISABLE ROW LEVEL SECURITY", "row-level security"},
+		{"check", "ALTER TABLE outbox ADD CONSTRAINT tenant CHECK (aggregatetype <> 'payments')", "ALTER TABLE outbox DROP CONSTRAINT tenant", "CHECK constraint tenant"},
+	} {
+		execSQL(t, su, c.set)
+		if code, out := runCmd(t, e, "check"); code == 0 || !strings.Contains(out, c.want) {
+			t.Errorf("%s: check passes (exit %d) though messages would bypass it: %s", c.name, code, lastLine(out))
+		}
+		p := start(t, e, "run")
+		select {
+		case <-p.done:
+			if out := p.out.String(); !strings.Contains(out, c.want) {
+				t.Errorf("%s: run exits without naming it: %s", c.name, lastLine(out))
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s: run starts though messages would bypass it", c.name)
+			p.signal(15)
+			p.exit(time.Minute)
+		}
+		execSQL(t, su, c.fix)
+	}
+}
