@@ -236,8 +236,8 @@ type Decoder struct {
 	txn       Begin
 	index     int // events of the open transaction so far
 	inTxn     bool
-	txnXid    uint64 // the open transaction's full xid (widen)
-	lastXid   uint64 // the newest full xid widened so far
+	txnXid    uint64       // the open transaction's full xid (widen)
+	lastXid   uint64       // the newest full xid widened so far
 	vals      []tupleValue // reused by each insert
 	scratch   []byte       // reused by each insert
 }
