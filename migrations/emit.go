@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -204,8 +205,15 @@ func MessageHorizon(ctx context.Context, conn *pgx.Conn, o decoder.Config) (xid 
 // begins now, after the privileges of pg_logical_emit_message were
 // secured (SecureMessages, committed): any transaction that emitted a
 // message before that had its id assigned before, so it is older, and
-// every later transaction is at or above it. It returns the id.
+// every later transaction is at or above it. A statement already running
+// when the privileges changed had its EXECUTE checked as it started, and
+// may emit (and get its id) later: it first waits for every statement of
+// this database that began before now to end (pg_stat_activity; a
+// superuser sees them all), or for ctx. It returns the id.
 func RecordMessageHorizon(ctx context.Context, conn *pgx.Conn, o decoder.Config) (uint64, error) {
+	if err := waitForStatementsBefore(ctx, conn); err != nil {
+		return 0, err
+	}
 	tx, err := begin(ctx, conn)
 	if err != nil {
 		return 0, err
@@ -226,4 +234,30 @@ func RecordMessageHorizon(ctx context.Context, conn *pgx.Conn, o decoder.Config)
 		return 0, fmt.Errorf("record the horizon of the message source on %s: %w", emitName(o), err)
 	}
 	return xid, nil
+}
+
+// waitForStatementsBefore waits until no client session of this database
+// but conn's runs a statement that began before it was called.
+func waitForStatementsBefore(ctx context.Context, conn *pgx.Conn) error {
+	var since time.Time
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&since); err != nil {
+		return fmt.Errorf("read the time: %w", err)
+	}
+	for {
+		var pids []int32
+		err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(pid ORDER BY pid), '{}') FROM pg_stat_activity
+			WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+			AND state = 'active' AND query_start < $1`, since).Scan(&pids)
+		if err != nil {
+			return fmt.Errorf("wait for the statements begun before the privileges of pg_logical_emit_message changed: %w", err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the statements of sessions %v began before the privileges of pg_logical_emit_message changed and still run, and may emit messages as before: end them (pg_cancel_backend) and run walrelay migrate again: %w", pids, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -120,9 +121,22 @@ func TestMessagesBeforePrivilegesDeadLettered(t *testing.T) {
 	if _, err := tx.Exec(t.Context(), "SELECT pg_logical_emit_message(true, 'walrelay', '"+forgedEvent(open)+"')"); err != nil {
 		t.Fatal(err)
 	}
+	// A statement running across the REVOKE: its EXECUTE was checked
+	// when it started, and it emits (and gets its xid) after.
+	slow := outbox.NewID()
+	mallory2 := asRole(t, pg, su, "mallory2")
+	slowDone := make(chan error, 1)
+	go func() {
+		_, err := mallory2.Exec(context.Background(), "SELECT pg_logical_emit_message(true, 'walrelay', x) FROM (SELECT pg_sleep(3)::text || '"+forgedEvent(slow)+"' AS x) s")
+		slowDone <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
 	em := e.with("WALRELAY_OUTBOX_MESSAGES", "true")
 	if code, out := runCmd(t, em, "migrate"); code != 0 {
 		t.Fatalf("migrate with outbox.messages: exit %d\n%s", code, out)
+	}
+	if err := <-slowDone; err != nil {
+		t.Fatalf("the statement running across the REVOKE: %v", err)
 	}
 	p = streaming(t, em)
 	if err := tx.Commit(t.Context()); err != nil {
@@ -142,7 +156,7 @@ func TestMessagesBeforePrivilegesDeadLettered(t *testing.T) {
 				dead = append(dead, string(kafkatest.Header(r, "id")))
 			}
 		}
-		if slices.Contains(dead, committed) && slices.Contains(dead, open) {
+		if slices.Contains(dead, committed) && slices.Contains(dead, open) && slices.Contains(dead, slow) {
 			break
 		}
 		if time.Now().After(deadline) {
