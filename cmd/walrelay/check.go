@@ -425,6 +425,9 @@ func checkPoll(ctx context.Context, conn *pgx.Conn, cfg *config.Config, add func
 		if len(layouts) > 1 {
 			name += " " + l.Name()
 		}
+		if err := relay.CheckChildPrivileges(ctx, conn, l); err != nil {
+			add("partitions", "fail", "%v", err)
+		}
 		if err := poll.CheckTable(ctx, conn, l); err != nil {
 			add(name, "fail", "%v", err)
 			continue

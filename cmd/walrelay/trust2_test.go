@@ -207,6 +207,9 @@ func TestPartitionPrivilegeRefused(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Errorf("run starts with etl's INSERT on a partition of the outbox")
 	}
+	if code, out := runCmd(t, pollEnv(pg, kc), "check"); code == 0 || !strings.Contains(out, "REVOKE INSERT ON outbox_2026_01 FROM etl") {
+		t.Errorf("check with source poll passes (exit %d) with etl's INSERT on a partition of the outbox: %s", code, lastLine(out))
+	}
 	execSQL(t, su, "REVOKE INSERT ON outbox_2026_01 FROM etl")
 	if code, out := runCmd(t, e, "check"); strings.Contains(out, "partitions") && code != 0 {
 		t.Errorf("check still fails after the REVOKE: %s", lastLine(out))
