@@ -1,6 +1,7 @@
 package decoder
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -155,6 +156,19 @@ type Config struct {
 	// message under any other prefix is ignored too, as kind
 	// "message_foreign_prefix", which the relay logs once per prefix.
 	IgnoredPrefixes []string
+	// MessagesFrom is, with Messages, the full transaction id (xid8) from
+	// which messages under MessagePrefix are trusted: every transaction
+	// that began before only the outbox's writers could execute
+	// pg_logical_emit_message has an older one (walrelay migrate records
+	// it: migrations.MessageHorizon). A message from an older transaction
+	// is an event whose Invalid wraps event.ErrBeforePrivileges, which the
+	// sink dead-letters. Zero trusts every transaction.
+	MessagesFrom uint64
+	// XidNow is a recent full transaction id of the server (the relay
+	// reads it at start), from which the 32-bit xids of the stream are
+	// widened to compare them with MessagesFrom across xid wraparound.
+	// Zero means MessagesFrom.
+	XidNow uint64
 }
 
 // Layouts returns every outbox table of cfg, the first first, defaults
@@ -223,6 +237,8 @@ type Decoder struct {
 	txn       Begin
 	index     int // events of the open transaction so far
 	inTxn     bool
+	txnXid    uint64       // the open transaction's full xid (widen)
+	lastXid   uint64       // the newest full xid widened so far
 	vals      []tupleValue // reused by each insert
 	scratch   []byte       // reused by each insert
 }
@@ -340,7 +356,21 @@ func New(cfg Config) (*Decoder, error) {
 		heartbeat: cfg.MessagePrefix + ".heartbeat",
 		ignored:   ignored,
 		rels:      map[uint32]*relation{},
+		lastXid:   cmp.Or(cfg.XidNow, cfg.MessagesFrom),
 	}, nil
+}
+
+// widen is the full transaction id (epoch and xid) of the 32-bit xid x,
+// taken as the one nearest to the full id last: the stream's transactions
+// are all within 2^31 of each other and of the server's next xid
+// (PostgreSQL's wraparound protection, which the slot's catalog_xmin holds
+// back), as TransactionIdPrecedes assumes.
+func widen(last uint64, x uint32) uint64 {
+	f := int64(last) + int64(int32(x-uint32(last)))
+	if f < 0 {
+		return uint64(x)
+	}
+	return uint64(f)
 }
 
 // Reset forgets the relation cache and any open transaction. Call it before
@@ -407,6 +437,8 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, m pglogrepl.Message) (Message, 
 			return nil, fmt.Errorf("begin of xid %d inside xid %d", m.Xid, d.txn.Xid)
 		}
 		d.txn = Begin{FinalLSN: m.FinalLSN, Xid: m.Xid, CommitTime: m.CommitTime.UTC()}
+		d.txnXid = widen(d.lastXid, m.Xid)
+		d.lastXid = max(d.lastXid, d.txnXid)
 		d.inTxn = true
 		d.index = 0
 		return d.txn, nil

@@ -50,6 +50,7 @@ func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMe
 	if err := json.Unmarshal(m.Content, &b); err != nil {
 		e.Payload = bytes.Clone(m.Content)
 		e.Invalid = fmt.Errorf("message content is not a JSON object: %w", err)
+		d.beforePrivileges(e)
 		return EventMessage{e}, nil
 	}
 	var problems []error
@@ -72,5 +73,21 @@ func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMe
 	if len(problems) > 0 {
 		e.Invalid = errors.Join(problems...)
 	}
+	d.beforePrivileges(e)
 	return EventMessage{e}, nil
+}
+
+// beforePrivileges marks e, a message of the open transaction, as one to
+// dead-letter with event.ErrBeforePrivileges (whatever else is wrong with
+// it) when the transaction is older than Config.MessagesFrom: any role
+// may have emitted it.
+func (d *Decoder) beforePrivileges(e *event.Event) {
+	if d.cfg.MessagesFrom == 0 || d.txnXid >= d.cfg.MessagesFrom {
+		return
+	}
+	err := fmt.Errorf("%w: transaction %d, messages are trusted from transaction %d (walrelay migrate recorded it)", event.ErrBeforePrivileges, d.txnXid, d.cfg.MessagesFrom)
+	if e.Invalid != nil {
+		err = errors.Join(err, e.Invalid)
+	}
+	e.Invalid = err
 }

@@ -122,8 +122,8 @@ func (d *Decoder) tooLargeMessage(walStart pglogrepl.LSN, m TooLarge) (Message, 
 	}
 	e.Payload, e.OmittedBytes = nil, m.Cuts[0].Size
 	invalid := tooLargeError("the message", m, []string{fmt.Sprintf("its content (%d bytes)", m.Cuts[0].Size)})
-	if !lm.Transactional {
-		invalid = errors.Join(invalid, e.Invalid) // non-transactional as well
+	if !lm.Transactional || errors.Is(e.Invalid, event.ErrBeforePrivileges) {
+		invalid = errors.Join(invalid, e.Invalid) // non-transactional, or untrusted, as well
 	}
 	e.Invalid = invalid
 	return msg, nil

@@ -72,6 +72,13 @@ type Event struct {
 // was read as it arrived and dropped, and only what identifies it was kept.
 var ErrTooLarge = errors.New("event too large")
 
+// ErrBeforePrivileges is wrapped by the Invalid error of a logical
+// decoding message event from a transaction older than the point from
+// which only the outbox's writers could emit messages (the horizon walrelay
+// migrate records): any role may have written it, so it is dead-lettered
+// with reason message_before_privileges, never published.
+var ErrBeforePrivileges = errors.New("message from a transaction before the privileges of pg_logical_emit_message were secured")
+
 // Position is where an event is in the stream: its transaction's commit LSN
 // and its ordinal within the transaction. The server streams transactions in
 // commit order, so positions grow along the stream.

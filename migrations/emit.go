@@ -3,7 +3,10 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -158,4 +161,103 @@ func SecureMessages(ctx context.Context, conn *pgx.Conn, o decoder.Config) ([]st
 		return nil, fmt.Errorf("commit the privileges of pg_logical_emit_message: %w", err)
 	}
 	return stmts, nil
+}
+
+// horizonComment is the comment on EmitFunction in which
+// RecordMessageHorizon records the horizon; horizonPattern reads it back.
+const horizonComment = "walrelay: messages are trusted from transaction %d (walrelay migrate recorded it once only the outbox's writers could execute pg_logical_emit_message)"
+
+var horizonPattern = regexp.MustCompile(`^walrelay: messages are trusted from transaction ([0-9]+) `)
+
+// emitName is EmitFunction of the first outbox table of o with its
+// argument types, as COMMENT ON FUNCTION names it.
+func emitName(o decoder.Config) string {
+	o = o.WithDefaults()
+	return pgx.Identifier{o.Schema, EmitFunction}.Sanitize() + "(" + EmitArgTypes + ")"
+}
+
+// MessageHorizon reads the horizon RecordMessageHorizon recorded for the
+// outbox o: the full transaction id from which logical decoding messages
+// may be trusted as events (decoder.Config.MessagesFrom). ok is false when
+// none is recorded (walrelay migrate has not secured the message source,
+// or EmitFunction was dropped and created again).
+func MessageHorizon(ctx context.Context, conn *pgx.Conn, o decoder.Config) (xid uint64, ok bool, err error) {
+	var c *string
+	if err := conn.QueryRow(ctx, `SELECT obj_description(to_regprocedure($1), 'pg_proc')`, emitName(o)).Scan(&c); err != nil {
+		return 0, false, fmt.Errorf("read the comment on %s: %w", emitName(o), err)
+	}
+	if c == nil {
+		return 0, false, nil
+	}
+	m := horizonPattern.FindStringSubmatch(*c)
+	if m == nil {
+		return 0, false, nil
+	}
+	xid, err = strconv.ParseUint(m[1], 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("read the horizon on %s: %w", emitName(o), err)
+	}
+	return xid, true, nil
+}
+
+// RecordMessageHorizon records, as the comment on EmitFunction (which only
+// its owner or a superuser may change), the full id of a transaction it
+// begins now, after the privileges of pg_logical_emit_message were
+// secured (SecureMessages, committed): any transaction that emitted a
+// message before that had its id assigned before, so it is older, and
+// every later transaction is at or above it. A statement already running
+// when the privileges changed had its EXECUTE checked as it started, and
+// may emit (and get its id) later: it first waits for every statement of
+// this database that began before now to end (pg_stat_activity; a
+// superuser sees them all), or for ctx. It returns the id.
+func RecordMessageHorizon(ctx context.Context, conn *pgx.Conn, o decoder.Config) (uint64, error) {
+	if err := waitForStatementsBefore(ctx, conn); err != nil {
+		return 0, err
+	}
+	tx, err := begin(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	var s string
+	if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&s); err != nil {
+		return 0, fmt.Errorf("read the transaction id: %w", err)
+	}
+	xid, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read the transaction id %q: %w", s, err)
+	}
+	if _, err := tx.Exec(ctx, "COMMENT ON FUNCTION "+emitName(o)+" IS "+quoteLiteral(fmt.Sprintf(horizonComment, xid))); err != nil {
+		return 0, fmt.Errorf("record the horizon of the message source on %s: %w", emitName(o), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("record the horizon of the message source on %s: %w", emitName(o), err)
+	}
+	return xid, nil
+}
+
+// waitForStatementsBefore waits until no client session of this database
+// but conn's runs a statement that began before it was called.
+func waitForStatementsBefore(ctx context.Context, conn *pgx.Conn) error {
+	var since time.Time
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&since); err != nil {
+		return fmt.Errorf("read the time: %w", err)
+	}
+	for {
+		var pids []int32
+		err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(pid ORDER BY pid), '{}') FROM pg_stat_activity
+			WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+			AND state = 'active' AND query_start < $1`, since).Scan(&pids)
+		if err != nil {
+			return fmt.Errorf("wait for the statements begun before the privileges of pg_logical_emit_message changed: %w", err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the statements of sessions %v began before the privileges of pg_logical_emit_message changed and still run, and may emit messages as before: end them (pg_cancel_backend) and run walrelay migrate again: %w", pids, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

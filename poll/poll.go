@@ -283,6 +283,9 @@ func (p *Poller) run(ctx context.Context) error {
 		if err := CheckTable(ctx, db, l); err != nil {
 			return err
 		}
+		if err := relay.CheckChildPrivileges(ctx, db, l); err != nil {
+			return err
+		}
 	}
 	// A walrelay_emit that writes WAL messages, which this source never
 	// reads, would lose its events.

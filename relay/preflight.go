@@ -119,6 +119,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 		if err := CheckTable(cctx, conn, *l); err != nil {
 			return dcfg, err
 		}
+		if err := CheckChildPrivileges(cctx, conn, *l); err != nil {
+			return dcfg, err
+		}
 		if err := conn.QueryRow(cctx, `SELECT to_regclass($1)::oid, coalesce((SELECT attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2), false)`,
 			pgx.Identifier{l.Schema, l.Table}.Sanitize(), l.Columns.Payload).Scan(&l.RelationID, &l.PayloadNotNull); err != nil {
 			return dcfg, fmt.Errorf("read the oid of %s: %w", l.Name(), err)
@@ -130,6 +133,16 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	}
 	if err := CheckMessagePrivileges(cctx, conn, dcfg); err != nil {
 		return dcfg, err
+	}
+	if dcfg.MessagesFrom, dcfg.XidNow, err = CheckMessageHorizon(cctx, conn, dcfg); err != nil {
+		return dcfg, err
+	}
+	warnings, err := CheckMessageTableRules(cctx, conn, dcfg)
+	if err != nil {
+		return dcfg, err
+	}
+	for _, w := range warnings {
+		log.Warn(w)
 	}
 	spec := PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter)
 	if cfg.CreateSlot {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -83,9 +84,14 @@ func CheckMessagePrivileges(ctx context.Context, conn *pgx.Conn, o decoder.Confi
 			table, strings.Join(revokePublic, "; "), migrations.EmitMessageGrant(sigs), to)
 	}
 	// A SECURITY DEFINER function that emits messages lends its owner's
-	// EXECUTE to whoever may call it.
+	// EXECUTE to whoever may call it. Its body is read as written
+	// (prosrc), or as PostgreSQL parsed it for an SQL-standard body (BEGIN
+	// ATOMIC, whose prosrc is empty). A body that builds the call as
+	// dynamic SQL, or a function in C, is not seen: docs/security.md.
 	rows, err := conn.Query(ctx, `SELECT p.oid, p.oid::regprocedure::text FROM pg_proc p
-		WHERE p.prosecdef AND p.prosrc ILIKE '%pg_logical_emit_message%' AND p.pronamespace <> 'pg_catalog'::regnamespace ORDER BY 2`)
+		WHERE p.prosecdef AND p.pronamespace <> 'pg_catalog'::regnamespace
+		AND (p.prosrc ILIKE '%pg_logical_emit_message%' OR (p.prosqlbody IS NOT NULL AND pg_get_function_sqlbody(p.oid) ILIKE '%pg_logical_emit_message%'))
+		ORDER BY 2`)
 	if err != nil {
 		return fmt.Errorf("look up SECURITY DEFINER functions: %w", err)
 	}
@@ -136,9 +142,11 @@ var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // pass unpublished. One in the outbox's schema that inserts rows (into
 // this outbox or another walrelay's) is accepted: rows are durable. It reads every overload in the outbox's schema, and
 // every walrelay_emit in a schema that may come first on a writer's
-// search_path (searchPathSchemas); one in a schema on no one's path is
+// search_path (searchPathSchemas); one in a schema on no writer's path is
 // left alone, so that a role that may create one there cannot keep
-// walrelay from starting. A SECURITY DEFINER walrelay_emit is refused
+// walrelay from starting. Only overloads that a call with five arguments
+// may resolve to count: five parameters, or more with defaults for the
+// rest, or a VARIADIC one; another cannot take an application's call. A SECURITY DEFINER walrelay_emit is refused
 // while a role that may not insert into the outbox may execute it.
 func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) error {
 	o = o.WithDefaults()
@@ -148,7 +156,9 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) er
 	}
 	rows, err := conn.Query(ctx, `SELECT p.oid, n.nspname::text, oidvectortypes(p.proargtypes), l.lanname::text, p.prosrc, p.prosecdef
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
-		WHERE p.proname = $1 AND (n.nspname = $2 OR n.nspname = ANY ($3)) ORDER BY 2, 3`, migrations.EmitFunction, o.Schema, schemas)
+		WHERE p.proname = $1 AND (n.nspname = $2 OR n.nspname = ANY ($3))
+		AND (p.pronargs = 5 OR (p.pronargs > 5 AND p.pronargs - p.pronargdefaults <= 5) OR (p.provariadic <> 0 AND p.pronargs <= 6))
+		ORDER BY 2, 3`, migrations.EmitFunction, o.Schema, schemas)
 	if err != nil {
 		return fmt.Errorf("look up function %s: %w", migrations.EmitFunction, err)
 	}
@@ -209,8 +219,11 @@ func CheckEmitFunction(ctx context.Context, conn *pgx.Conn, o decoder.Config) er
 // searchPathSchemas lists the schemas that may come before the outbox's on
 // the search_path of a role that writes it: those of walrelay's own
 // session (the server's default, unless set for walrelay's role), those
-// of any search_path set for a role or for this database (ALTER ROLE …
-// SET, ALTER DATABASE … SET), and those named after a role that may insert
+// of any search_path set for this database or for every role (ALTER
+// DATABASE … SET, ALTER ROLE ALL … SET), or for a role that may insert
+// into the outbox or walrelay's own (ALTER ROLE … SET: any role may set
+// its own, so a role that writes no events is not read), and those named
+// after a role that may insert
 // into the outbox l ("$user", the default's first entry). A search_path
 // that a client sets on its connection is not visible here.
 func searchPathSchemas(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([]string, error) {
@@ -221,6 +234,7 @@ func searchPathSchemas(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([
 		SELECT btrim(x, ' "') FROM pg_db_role_setting d, unnest(d.setconfig) c,
 			regexp_split_to_table(substring(c FROM '^search_path=(.*)$'), ',') x
 		WHERE d.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+		AND (d.setrole = 0 OR d.setrole = (SELECT oid FROM pg_roles WHERE rolname = current_user) OR has_table_privilege(d.setrole, to_regclass($1), 'INSERT'))
 		UNION ALL
 		SELECT r.rolname::text FROM pg_roles r WHERE has_table_privilege(r.oid, to_regclass($1), 'INSERT')) q`,
 		pgx.Identifier{l.Schema, l.Table}.Sanitize()).Scan(&schemas)
@@ -228,4 +242,114 @@ func searchPathSchemas(ctx context.Context, conn *pgx.Conn, l decoder.Layout) ([
 		return nil, fmt.Errorf("read the search_path settings: %w", err)
 	}
 	return schemas, nil
+}
+
+// CheckMessageHorizon reads, with the message source on, the horizon
+// walrelay migrate recorded once only the outbox's writers could execute
+// pg_logical_emit_message (migrations.MessageHorizon), and a recent full
+// transaction id of the server: decoder.Config.MessagesFrom and XidNow.
+// It refuses when none is recorded (the privileges set by hand, say): a
+// message that any role emitted before then, in a transaction walrelay
+// has not read yet, would be published. With the source off it reads
+// nothing.
+func CheckMessageHorizon(ctx context.Context, conn *pgx.Conn, o decoder.Config) (from, now uint64, err error) {
+	if !o.Messages {
+		return 0, 0, nil
+	}
+	from, ok, err := migrations.MessageHorizon(ctx, conn, o)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !ok {
+		o = o.WithDefaults()
+		return 0, 0, fmt.Errorf("outbox.messages is on, but no horizon is recorded on %s.%s (walrelay migrate records, once the privileges of pg_logical_emit_message are right, from which transaction messages are trusted: any role may have emitted one before, still unread): run walrelay migrate with this configuration, as a superuser, even if you set the privileges by hand",
+			sqlName(o.Schema), migrations.EmitFunction)
+	}
+	var s string
+	if err := conn.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").Scan(&s); err != nil {
+		return 0, 0, fmt.Errorf("read the server's transaction id: %w", err)
+	}
+	if now, err = strconv.ParseUint(s, 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("read the server's transaction id %q: %w", s, err)
+	}
+	return from, now, nil
+}
+
+// CheckChildPrivileges refuses an outbox table l with a partition or an
+// inheritance child (at any depth) on which a role, or PUBLIC, may insert
+// without INSERT on l itself, naming the REVOKE: the publication publishes
+// a partition's rows as l's, so the right to write any partition is the
+// right to write the outbox (a grant by ALTER DEFAULT PRIVILEGES on each
+// new partition, say). Only l's owner may add a partition or a child, so
+// no untrusted role can keep walrelay from starting this way.
+func CheckChildPrivileges(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
+	l = l.WithDefaults()
+	rows, err := conn.Query(ctx, `WITH RECURSIVE tree(oid) AS (
+			SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1)
+			UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid)
+		SELECT t.oid::regclass::text, 'PUBLIC' FROM tree t JOIN pg_class c ON c.oid = t.oid, aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
+			WHERE a.grantee = 0 AND a.privilege_type = 'INSERT'
+		UNION
+		SELECT t.oid::regclass::text, r.oid::regrole::text FROM tree t, pg_roles r
+			WHERE has_table_privilege(r.oid, t.oid, 'INSERT') AND NOT has_table_privilege(r.oid, to_regclass($1), 'INSERT')
+		ORDER BY 1, 2`, pgx.Identifier{l.Schema, l.Table}.Sanitize())
+	if err != nil {
+		return fmt.Errorf("read the privileges of the partitions of %s: %w", l.Name(), err)
+	}
+	var child, role string
+	var problems []string
+	if _, err := pgx.ForEachRow(rows, []any{&child, &role}, func() error {
+		problems = append(problems, fmt.Sprintf("%s may insert into %s: REVOKE INSERT ON %s FROM %s (and, if ALTER DEFAULT PRIVILEGES gave it, ALTER DEFAULT PRIVILEGES … REVOKE INSERT ON TABLES FROM %s), or GRANT INSERT ON %s TO %s if it writes events",
+			role, child, child, role, role, sqlName(l.Schema)+"."+sqlName(l.Table), role))
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read the privileges of the partitions of %s: %w", l.Name(), err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("a role that may not insert into %s may insert into a partition (or inheritance child) of it, whose rows walrelay publishes as the outbox's: %s",
+			l.Name(), strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// CheckMessageTableRules refuses, with the message source on, an outbox
+// table (the first of o) with row-level security enabled or a CHECK
+// constraint: they confine what a writer may insert, and a writer's
+// message (pg_logical_emit_message, walrelay_emit) writes no row, so they
+// would not apply to it. A BEFORE INSERT trigger, which may validate a row
+// or only fill it in, is returned as a warning. With the source off it
+// checks nothing.
+func CheckMessageTableRules(ctx context.Context, conn *pgx.Conn, o decoder.Config) (warnings []string, err error) {
+	if !o.Messages {
+		return nil, nil
+	}
+	o = o.WithDefaults()
+	name := pgx.Identifier{o.Schema, o.Table}.Sanitize()
+	var rls bool
+	var checks, triggers []string
+	err = conn.QueryRow(ctx, `SELECT c.relrowsecurity,
+			coalesce((SELECT array_agg(conname::text ORDER BY conname) FROM pg_constraint WHERE conrelid = c.oid AND contype = 'c'), '{}'),
+			coalesce((SELECT array_agg(tgname::text ORDER BY tgname) FROM pg_trigger WHERE tgrelid = c.oid AND NOT tgisinternal AND tgtype & 2 = 2 AND tgtype & 4 = 4), '{}')
+		FROM pg_class c WHERE c.oid = to_regclass($1)`, name).Scan(&rls, &checks, &triggers)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // CheckTable says it is missing
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the rules of %s: %w", o.Name(), err)
+	}
+	var problems []string
+	if rls {
+		problems = append(problems, "row-level security is enabled on it (ALTER TABLE "+name+" DISABLE ROW LEVEL SECURITY, once no writer relies on it)")
+	}
+	for _, c := range checks {
+		problems = append(problems, "CHECK constraint "+sqlName(c)+" (ALTER TABLE "+name+" DROP CONSTRAINT "+sqlName(c)+")")
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("outbox.messages is on, but %s confines what a writer may insert, and a message writes no row, so it would not apply to the events written as messages: %s; or turn outbox.messages off and write events as rows",
+			o.Name(), strings.Join(problems, "; "))
+	}
+	for _, tg := range triggers {
+		warnings = append(warnings, fmt.Sprintf("outbox.messages is on, and BEFORE INSERT trigger %s on %s does not run for events written as messages (no row is written): if it validates rows, a writer's message bypasses it; turn outbox.messages off to keep it", sqlName(tg), o.Name()))
+	}
+	return warnings, nil
 }

@@ -12,10 +12,16 @@ import (
 	"github.com/walrelay/walrelay/failure"
 )
 
+// ReasonMessageBeforePrivileges is the dead-letter reason (HeaderReason) of
+// a logical decoding message from a transaction older than the horizon
+// walrelay migrate recorded once only the outbox's writers could emit
+// messages (event.ErrBeforePrivileges): any role may have written it.
+const ReasonMessageBeforePrivileges = "message_before_privileges"
+
 // Dead-letter record headers, besides those of the event.
 const (
 	HeaderError     = "walrelay.error"     // the error text
-	HeaderReason    = "walrelay.reason"    // invalid_event, invalid_topic, forbidden_topic, invalid_partition, too_large, invalid_record, max_attempts
+	HeaderReason    = "walrelay.reason"    // invalid_event, invalid_topic, forbidden_topic, invalid_partition, too_large, invalid_record, max_attempts, message_before_privileges
 	HeaderSource    = "walrelay.table"     // schema.table, or "message"
 	HeaderWALStart  = "walrelay.wal_start" // LSN of the change itself
 	HeaderTopic     = "walrelay.topic"     // the topic it was meant for, if known

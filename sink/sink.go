@@ -436,6 +436,9 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		if errors.Is(e.Invalid, event.ErrTooLarge) {
 			why = "too_large" // read and dropped as it arrived: no payload to send
 		}
+		if errors.Is(e.Invalid, event.ErrBeforePrivileges) {
+			why = ReasonMessageBeforePrivileges
+		}
 		s.deadLetter(ctx, e, why, "", e.Invalid, gen, done)
 		return
 	}

@@ -160,11 +160,28 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	if err := relay.CheckEmitFunction(cctx, conn, ocfg); err != nil {
 		add("walrelay_emit", "fail", "%v", err)
 	}
-	switch err := relay.CheckMessagePrivileges(cctx, conn, ocfg); {
+	var from uint64
+	err = relay.CheckMessagePrivileges(cctx, conn, ocfg)
+	if err == nil {
+		from, _, err = relay.CheckMessageHorizon(cctx, conn, ocfg)
+	}
+	for _, l := range layouts {
+		if err := relay.CheckChildPrivileges(cctx, conn, l); err != nil {
+			add("partitions", "fail", "%v", err)
+		}
+	}
+	if err == nil {
+		var warnings []string
+		warnings, err = relay.CheckMessageTableRules(cctx, conn, ocfg)
+		for _, w := range warnings {
+			add("messages", "warn", "%s", w)
+		}
+	}
+	switch {
 	case err != nil:
 		add("messages", "fail", "%v", err)
 	case ocfg.Messages:
-		add("messages", "ok", "on: only roles that may insert into %s may execute pg_logical_emit_message", layouts[0].Name())
+		add("messages", "ok", "on: only roles that may insert into %s may execute pg_logical_emit_message, since transaction %d (messages of older transactions are dead-lettered)", layouts[0].Name(), from)
 	default:
 		add("messages", "ok", "off (outbox.messages): logical decoding messages are not events, whoever emits them")
 	}
@@ -407,6 +424,9 @@ func checkPoll(ctx context.Context, conn *pgx.Conn, cfg *config.Config, add func
 		name := "poll table"
 		if len(layouts) > 1 {
 			name += " " + l.Name()
+		}
+		if err := relay.CheckChildPrivileges(ctx, conn, l); err != nil {
+			add("partitions", "fail", "%v", err)
 		}
 		if err := poll.CheckTable(ctx, conn, l); err != nil {
 			add(name, "fail", "%v", err)

@@ -17,7 +17,7 @@ import (
 )
 
 // knownReasons are the reasons walrelay dead-letters an event for.
-var knownReasons = []string{"invalid_event", "invalid_topic", sink.ReasonForbiddenTopic, "invalid_partition", "too_large", "invalid_record", "max_attempts"}
+var knownReasons = []string{"invalid_event", "invalid_topic", sink.ReasonForbiddenTopic, "invalid_partition", "too_large", "invalid_record", "max_attempts", sink.ReasonMessageBeforePrivileges}
 
 func checkReason(r string) error {
 	if r == "" {

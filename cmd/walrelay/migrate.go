@@ -123,6 +123,14 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 	if !ocfg.Messages {
 		fmt.Fprintf(stdout, "%-40s %s\n", "function "+emit, "inserts a row into "+ocfg.Name()+" (outbox.messages off)")
 	} else {
+		// Whether the message source was secure already, with its horizon
+		// recorded: then the horizon stays, and messages that writers
+		// emitted since and walrelay has not read yet are still published.
+		wasSecure := relay.CheckMessagePrivileges(cctx, conn, ocfg) == nil
+		horizon, had, err := migrations.MessageHorizon(cctx, conn, ocfg)
+		if err != nil {
+			return err
+		}
 		stmts, err := migrations.SecureMessages(cctx, conn, ocfg)
 		if err != nil {
 			return err
@@ -136,6 +144,21 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 		// publication and the slot are made either way).
 		if err := relay.CheckMessagePrivileges(cctx, conn, ocfg); err != nil {
 			privErr = fmt.Errorf("%w (migrate could not change them: that needs a superuser)", err)
+		} else {
+			recorded := !wasSecure || !had
+			if recorded {
+				// Any role may have emitted a message before now, in a
+				// transaction committed since walrelay last confirmed or
+				// still open: from here on only writers can.
+				if horizon, err = migrations.RecordMessageHorizon(cctx, conn, ocfg); err != nil {
+					return err
+				}
+			}
+			now := ""
+			if recorded {
+				now = ", recorded now"
+			}
+			fmt.Fprintf(stdout, "%-40s messages are trusted from transaction %d; those of older transactions are dead-lettered (message_before_privileges)%s\n", "message horizon", horizon, now)
 		}
 	}
 	created, added, err := replication.EnsurePublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
