@@ -196,3 +196,26 @@ func TestReplayLargeRowBoundedMemory(t *testing.T) {
 		t.Fatalf("the large row: on %s, %d value bytes, headers %s", r.Topic, len(r.Value), headerText(r))
 	}
 }
+
+// TestForeignPrefixesBoundedMemory: a role without any privilege emits 60
+// messages, each under its own prefix of 2.5 MB (under
+// postgres.max_message_bytes, so each is read whole). walrelay ignores
+// them and keeps only a short form of the prefixes it logs: it stays under
+// the manifest's limit, and the next row is published.
+func TestForeignPrefixesBoundedMemory(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	su := connect(t, pg.DSN)
+	mallory := asRole(t, pg, su, "mallory")
+	p := streaming(t, baseEnv(pg, kc))
+	execSQL(t, mallory, "SELECT count(pg_logical_emit_message(true, repeat('x', 2500000) || i, 'y')) FROM generate_series(1, 60) i")
+	id := outbox.NewID()
+	execSQL(t, su, "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('"+id+"', 'payments', 'acct-1', 'Captured', '{}')")
+	waitAll(t, col, []string{id}, time.Minute)
+	peak := p.peakRSS()
+	t.Logf("peak RSS %d MiB", peak>>20)
+	p.running()
+	if peak > manifestMemoryLimit {
+		t.Fatalf("peak RSS %d MiB after 60 ignored messages from a role without privileges, over the manifest's %d MiB", peak>>20, manifestMemoryLimit>>20)
+	}
+}
