@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walrelay/walrelay/internal/faultinject"
+	"github.com/walrelay/walrelay/internal/pgdsn"
 )
 
 // EnvName returns the environment variable of a key.
@@ -89,9 +90,13 @@ func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 		return nil, err
 	}
 	// A DSN that does not parse is refused here, in pgconn's words without
-	// the DSN (which they would quote), before anything can print it.
+	// the DSN (which they would quote), before anything can print it; so is
+	// one that parses only as a mangled password would (pgdsn.Check).
 	if _, err := pgconn.ParseConfig(cs.cfg.Postgres.DSN); err != nil {
 		return nil, fmt.Errorf("postgres.dsn: %w", DSNError(err))
+	}
+	if err := pgdsn.Check(cs.cfg.Postgres.DSN); err != nil {
+		return nil, fmt.Errorf("postgres.dsn: %w", err)
 	}
 	if k := cs.byKey["postgres.table"]; len(cs.cfg.Outbox.Tables) > 0 && k.setFrom != "default" {
 		return nil, fmt.Errorf("postgres.table (from the %s) and outbox.tables are both set: list every outbox table in outbox.tables", map[string]string{"file": "config file", "env": "environment", "flag": "flags"}[k.setFrom])
