@@ -11,7 +11,8 @@ import (
 // TestYAMLNullAndDocuments: a value is the text as written. An unquoted
 // null, Null, NULL or ~ (YAML's null, a plausible password or prefix) is
 // refused, naming the key, its line and how to write it, rather than read
-// as empty; nothing written and ” are empty; a quoted 'null' is the text.
+// as empty; nothing written, or an empty quoted string, is empty; a quoted
+// 'null' is the text.
 // A second YAML document is refused with its line rather than ignored.
 func TestYAMLNullAndDocuments(t *testing.T) {
 	t.Parallel()
