@@ -50,6 +50,6 @@ func TestForgottenTopicsPurgedFromClients(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d events to %d topics in %s, %d failed; the largest metadata request named %d topics", n, n, time.Since(start), failed.Load(), most.Load())
 	if most.Load() > maxCachedTopics+purgeBatch {
-		t.Fatalf("the client's metadata requests name %d topics, past the sink's cap of %d (and %d forgotten, not yet purged): the client remembers every topic a row chose", most.Load(), maxCachedTopics, purgeBatch)
+		t.Fatalf("the client's metadata requests name %d topics, past the sink's cap of %d and a purge batch of %d: the client remembers every topic a row chose", most.Load(), maxCachedTopics, purgeBatch)
 	}
 }

@@ -158,8 +158,11 @@ type topicInfo struct {
 const maxCachedTopics = 4096
 
 // purgeBatch is how many forgotten topics are purged from the Kafka
-// clients at once (forgetATopic): the clients know at most maxCachedTopics
-// + purgeBatch topics (and those with records in flight when forgotten).
+// clients at once (forgetATopic). The topics remembered and those
+// forgotten but not yet purged are at most maxCachedTopics together; a
+// client's metadata request was seen naming up to maxCachedTopics + 52
+// (requests made while a purge runs), never more than that and
+// purgeBatch.
 const purgeBatch = 64
 
 // topicInfoFor returns what the sink knows of a topic, learning it at the topic's
@@ -192,7 +195,7 @@ func (s *Sink) topicInfoFor(ctx context.Context, topic string) topicInfo {
 			s.log.Warn("the broker refused a batch for a topic whose lower limit could not be read; halving its batch cap", "topic", topic, "batch_cap", ti.batchCap)
 		}
 	}
-	if s.topicsN.Load() >= maxCachedTopics {
+	if int(s.topicsN.Load())+len(s.forgotten) >= maxCachedTopics {
 		s.forgetATopic()
 	}
 	v, loaded := s.topics.LoadOrStore(topic, ti)
