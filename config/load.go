@@ -1,8 +1,11 @@
 package config
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sort"
@@ -13,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walrelay/walrelay/internal/faultinject"
+	"github.com/walrelay/walrelay/internal/pgdsn"
 )
 
 // EnvName returns the environment variable of a key.
@@ -86,9 +90,13 @@ func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
 		return nil, err
 	}
 	// A DSN that does not parse is refused here, in pgconn's words without
-	// the DSN (which they would quote), before anything can print it.
+	// the DSN (which they would quote), before anything can print it; so is
+	// one that parses only as a mangled password would (pgdsn.Check).
 	if _, err := pgconn.ParseConfig(cs.cfg.Postgres.DSN); err != nil {
 		return nil, fmt.Errorf("postgres.dsn: %w", DSNError(err))
+	}
+	if err := pgdsn.Check(cs.cfg.Postgres.DSN); err != nil {
+		return nil, fmt.Errorf("postgres.dsn: %w", err)
 	}
 	if k := cs.byKey["postgres.table"]; len(cs.cfg.Outbox.Tables) > 0 && k.setFrom != "default" {
 		return nil, fmt.Errorf("postgres.table (from the %s) and outbox.tables are both set: list every outbox table in outbox.tables", map[string]string{"file": "config file", "env": "environment", "flag": "flags"}[k.setFrom])
@@ -107,7 +115,15 @@ func (cs *Set) LoadFile(path string) error {
 		return fmt.Errorf("read config file: %w", err)
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	// One document: the keys of a second one would be ignored.
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil && len(next.Content) > 0 && resolve(next.Content[0]).ShortTag() != "!!null" {
+		return fmt.Errorf("config file %s: line %d: a second YAML document (after ---): walrelay reads one; put every key in one document", path, next.Content[0].Line)
+	} else if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
 	f := flattener{flat: map[string]string{}, structured: map[string]bool{}, line: map[string]int{}}
@@ -286,24 +302,37 @@ func (f *flattener) value(name string, line int, v *yaml.Node) error {
 			if x.Kind != yaml.ScalarNode {
 				return fmt.Errorf("key %s: a list of plain values is expected", name)
 			}
-			parts = append(parts, scalarText(x))
+			t, err := scalarText(name, x)
+			if err != nil {
+				return err
+			}
+			parts = append(parts, t)
 		}
 		f.flat[name] = strings.Join(parts, ",")
 	case yaml.ScalarNode:
-		f.flat[name] = scalarText(v)
+		t, err := scalarText(name, v)
+		if err != nil {
+			return err
+		}
+		f.flat[name] = t
 	default:
 		return fmt.Errorf("key %s: line %d: a value, a list or a mapping is expected", name, v.Line)
 	}
 	return nil
 }
 
-// scalarText is a scalar's text as written; YAML's null (empty, ~ or null
-// unquoted) is empty.
-func scalarText(n *yaml.Node) string {
+// scalarText is a scalar's text as written, the value of key name; nothing
+// written is empty. YAML reads an unquoted ~, null, Null or NULL as its
+// null, which would be empty too, silently, where the text meant may be a
+// password or a prefix: refused, naming the two ways to write it.
+func scalarText(name string, n *yaml.Node) (string, error) {
 	if n.ShortTag() == "!!null" {
-		return ""
+		if n.Value == "" {
+			return "", nil
+		}
+		return "", fmt.Errorf("key %s: line %d: an unquoted %s is YAML's null, not text: write '' for an empty value, or quote it ('%s') for the text", name, n.Line, n.Value, n.Value)
 	}
-	return n.Value
+	return n.Value, nil
 }
 
 // YAML renders the effective configuration as a YAML file that walrelay

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walrelay/walrelay/event"
@@ -19,6 +20,19 @@ type messageBody struct {
 	Payload       json.RawMessage `json:"payload"`
 }
 
+// maxPrefixKept bounds what is kept of an ignored message's prefix.
+const maxPrefixKept = 200
+
+// ShortPrefix is prefix, or its first bytes and "…" when it is longer than
+// walrelay keeps: any role chooses a message's prefix, and it may be
+// megabytes long. The result shares no memory with prefix.
+func ShortPrefix(prefix string) string {
+	if len(prefix) <= maxPrefixKept {
+		return strings.Clone(prefix)
+	}
+	return strings.ToValidUTF8(prefix[:maxPrefixKept], "") + "…"
+}
+
 func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMessage) (Message, error) {
 	// Any role can emit a message under any prefix: none but the read
 	// prefix with Messages on may be an event, and none may stop the
@@ -27,13 +41,13 @@ func (d *Decoder) message(walStart pglogrepl.LSN, m *pglogrepl.LogicalDecodingMe
 	switch {
 	case m.Prefix == d.cfg.MessagePrefix && d.cfg.Messages:
 	case m.Prefix == d.cfg.MessagePrefix:
-		return Ignored{Kind: "message_source_off", Prefix: m.Prefix}, nil
+		return Ignored{Kind: "message_source_off", Prefix: ShortPrefix(m.Prefix)}, nil
 	case m.Prefix == d.heartbeat:
 		return Ignored{Kind: "heartbeat"}, nil
 	case d.ignored[m.Prefix]:
-		return Ignored{Kind: "message_ignored_prefix", Prefix: m.Prefix}, nil
+		return Ignored{Kind: "message_ignored_prefix", Prefix: ShortPrefix(m.Prefix)}, nil
 	default:
-		return Ignored{Kind: "message_foreign_prefix", Prefix: m.Prefix}, nil
+		return Ignored{Kind: "message_foreign_prefix", Prefix: ShortPrefix(m.Prefix)}, nil
 	}
 	if m.Transactional && !d.inTxn {
 		return nil, errors.New("transactional message outside a transaction")

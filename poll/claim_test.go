@@ -2,13 +2,16 @@ package poll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/recovery"
@@ -182,13 +185,62 @@ func TestClaimBoundedByBytes(t *testing.T) {
 	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, MaxBatchBytes: 100})
 	ids := map[string]string{}
 	insert(t, conn, ids, "a", "b", "a", "b", "c")
-	// Each payload is {"name": "x-n"}: 15 bytes as text.
-	tb.maxBytes = 40 // three rows start below 40 bytes
+	// A row's size is every column's text; the rows are nearly alike (uuid ids,
+	// one-letter aggregates, names "x-n").
+	var size int64
+	if err := conn.QueryRow(t.Context(), "SELECT max("+recovery.SizeSQL(strings.Split(tb.rt.SelectList(), ", "))+") FROM outbox").Scan(&size); err != nil {
+		t.Fatal(err)
+	}
+	tb.maxBytes = 2*size + 1 // three rows start below it
 	if got, want := claimNames(t, conn, tb, "w:1", ids), []string{"a-0", "b-0", "a-1"}; !slices.Equal(got, want) {
 		t.Fatalf("claimed %v, want %v", got, want)
 	}
 	tb.maxBytes = 1 // the first row always goes (b-1 waits for b-0, claimed above)
 	if got, want := claimNames(t, conn, tb, "w:2", ids), []string{"c-0"}; !slices.Equal(got, want) {
 		t.Fatalf("claimed %v, want %v", got, want)
+	}
+}
+
+// TestClaimLeavesOutLargeColumns: a row whose columns together are over
+// MaxEventBytes is claimed without them and dead-lettered too_large,
+// whichever column is large (a header column here, the payload small):
+// the claim measures every column it reads, so one row is never held.
+func TestClaimLeavesOutLargeColumns(t *testing.T) {
+	t.Parallel()
+	conn, _ := claimFixture(t, Config{})
+	if _, err := conn.Exec(t.Context(), "ALTER TABLE outbox ADD COLUMN tenant text"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant)
+		VALUES (gen_random_uuid(), 'order', 'o-1', 'T', '{}', repeat('k', 5000)), (gen_random_uuid(), 'order', 'o-2', 'T', '{}', 'small')`); err != nil {
+		t.Fatal(err)
+	}
+	l := decoder.Config{}.WithDefaults().Layouts()[0]
+	l.HeaderColumns = []string{"tenant"}
+	rt, err := recovery.Open(t.Context(), conn, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := newTable(rt, Config{BatchSize: 100, MaxBatchBytes: 8 << 20, MaxEventBytes: 1000, Lease: 30e9})
+	rows, _, err := tb.claim(t.Context(), conn, "w:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("claimed %d rows, want 2", len(rows))
+	}
+	for _, r := range rows {
+		large := r.e.AggregateID == "o-1"
+		if got := errors.Is(r.e.Invalid, event.ErrTooLarge); got != large {
+			t.Fatalf("row %s: too_large %v (%v), want %v", r.e.AggregateID, got, r.e.Invalid, large)
+		}
+		for _, h := range r.e.Headers {
+			if len(h.Value) > 1000 {
+				t.Fatalf("row %s: header %s of %d bytes read", r.e.AggregateID, h.Key, len(h.Value))
+			}
+		}
+		if large && (r.e.OmittedBytes < 5000 || r.e.ID == "" || r.e.AggregateType != "order" || r.e.Type != "T") {
+			t.Fatalf("the large row: omitted %d bytes, id %q, aggregate type %q, type %q", r.e.OmittedBytes, r.e.ID, r.e.AggregateType, r.e.Type)
+		}
 	}
 }

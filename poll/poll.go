@@ -53,14 +53,15 @@ type Config struct {
 	Interval time.Duration
 	// BatchSize is the most rows claimed per table at once. Default 1000.
 	BatchSize int
-	// MaxBatchBytes bounds a claim's payloads (their text), so that what
-	// the poller holds stays bounded whatever their size; a claim takes at
+	// MaxBatchBytes bounds a claim's rows (every column's text), so that
+	// what the poller holds stays bounded whatever their size; a claim takes at
 	// least one row. Default half of the sink's MaxBufferedBytes (8 MiB).
 	MaxBatchBytes int
-	// MaxEventBytes is the largest payload (its text) a claim reads: a row
-	// whose payload is larger is claimed without it and dead-lettered
-	// (too_large, with its size), so that one large row is never held in
-	// memory. Default 16 MiB.
+	// MaxEventBytes is the largest row (every column's text) a claim reads:
+	// a row larger is claimed without its columns (but the short ones that
+	// name it) and dead-lettered (too_large, with its size), so that one
+	// large row is never held in memory, whichever column is large.
+	// Default 16 MiB.
 	MaxEventBytes int64
 	// Lease is how long a claim holds its rows; it is renewed while Kafka
 	// has not answered. Default 30s.

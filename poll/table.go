@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/recovery"
 )
 
@@ -22,7 +21,7 @@ type table struct {
 	markSQL   string
 	batch     int
 	maxBytes  int64
-	maxEvent  int64 // a payload larger is not read: the row is dead-lettered too_large
+	maxEvent  int64 // a row larger (its columns' text) is not read: it is dead-lettered too_large
 	leaseSecs float64
 }
 
@@ -73,14 +72,18 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 				UNION ALL SELECT _wr_id, _wr_agg, _wr_at, NULL, NULL, true FROM held) u
 		) w WHERE NOT w._wr_held`
 	}
-	// The batch is also cut where its payloads pass maxBytes (the first
-	// row always goes): what a claim holds in memory stays bounded
-	// whatever the payloads' size. The rows cut off come after every row
+	// The batch is also cut where its rows (every column's text) pass
+	// maxBytes (the first row always goes): what a claim holds in memory
+	// stays bounded whatever the rows' size. The rows cut off come after every row
 	// kept, so they hold none back; their locks end with the statement.
-	payload := pgx.Identifier{l.Columns.Payload}.Sanitize()
+	items := strings.Split(rt.SelectList(), ", ")
+	locked, returned := make([]string, len(items)), make([]string, len(items))
+	for i, it := range items {
+		locked[i], returned[i] = "c."+it, q+"."+it
+	}
 	t.claimSQL = `WITH locked AS (
 		SELECT c.` + id + ` AS _wr_id, c.` + agg + ` AS _wr_agg, c.created_at AS _wr_at, c.status AS _wr_prev,
-			coalesce(octet_length(c.` + payload + `::text), 0) AS _wr_size
+			` + recovery.SizeSQL(locked) + ` AS _wr_size
 		FROM ` + q + ` c
 		WHERE c.status IN ('PENDING', 'SENDING') AND ` + dueSQL("c") + first + `
 		ORDER BY c.created_at, c.` + id + `
@@ -93,7 +96,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	)` + held + `, ok AS (` + ok + `)
 	UPDATE ` + q + ` SET status = 'SENDING', claim_id = $2, lease_until = now() + make_interval(secs => $3), attempts = attempts + 1
 	FROM ok WHERE ` + q + `.` + id + ` = ok._wr_id
-	RETURNING ok._wr_prev, attempts::text, (extract(epoch FROM created_at) * 1000000)::int8::text, ` + q + `.` + id + `::text, ok._wr_size::text, ` + cappedList(rt.SelectList(), payload)
+	RETURNING ok._wr_prev, attempts::text, (extract(epoch FROM created_at) * 1000000)::int8::text, ` + q + `.` + id + `::text, ok._wr_size::text, ` + rt.CappedList(returned, "ok._wr_size", "$5::int8")
 	t.renewSQL = `UPDATE ` + q + ` SET lease_until = now() + make_interval(secs => $3)
 	WHERE ` + id + ` = ANY($1::text[]::` + idType + `[]) AND claim_id = $2 AND status = 'SENDING'`
 	t.markSQL = `UPDATE ` + q + ` AS t SET status = m.st,
@@ -136,10 +139,10 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 			return nil, 0, err
 		}
 		if size, _ := strconv.ParseInt(string(raw[4]), 10, 64); size > t.maxEvent {
-			// Its payload was left out by the claim (cappedList): the row
-			// is dead-lettered without it, as the WAL source does.
+			// Its columns were left out by the claim (CappedList): the row
+			// is dead-lettered without them, as the WAL source does.
 			r.e.Payload, r.e.OmittedBytes = nil, size
-			r.e.Invalid = fmt.Errorf("%w: the payload of %d bytes is over postgres.max_message_bytes (%d); it was not read", event.ErrTooLarge, size, t.maxEvent)
+			r.e.Invalid = recovery.TooLargeError(size, t.maxEvent)
 		}
 		// The header walrelay.commit_time carries the insert time: the
 		// poll source knows no commit.
@@ -171,18 +174,4 @@ func (t *table) mark(ctx context.Context, conn *pgx.Conn, claim string, m *marks
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
-}
-
-// cappedList is list, a select list of text columns, with the payload's
-// item (payload, sanitized) given as NULL for a row whose payload text is
-// over the claim's fifth parameter: the claim measures it (_wr_size) without
-// sending it, so that one large row is never held in memory.
-func cappedList(list, payload string) string {
-	items := strings.Split(list, ", ")
-	for i, it := range items {
-		if it == payload+"::text" {
-			items[i] = "CASE WHEN ok._wr_size > $5::int8 THEN NULL ELSE " + it + " END"
-		}
-	}
-	return strings.Join(items, ", ")
 }

@@ -87,6 +87,11 @@ type DLQReplayed struct {
 	MarkedSent int
 }
 
+// maxReplayHeld bounds the bytes of the dead letters (keys, values and
+// headers) that ReplayDLQ holds at once: the command may run in walrelay's
+// pod, under its memory limit. A variable for the tests.
+var maxReplayHeld = 64 << 20
+
 // ReplayDLQ republishes the dead letters that pick selects and no earlier
 // replay sent: a row still in the outbox table is read again (a repaired
 // NULL column is then fixed) and published through p as run would, with
@@ -97,10 +102,13 @@ type DLQReplayed struct {
 // is DEAD and reached its topic is set SENT (claim_id "dlq-replay:" and the
 // dead letter's reference). Each one replayed is then marked on the
 // dead-letter topic (HeaderDLQReplayed), so that a second replay skips it.
-// One at a time: the dead-letter topic is small.
+// One at a time: the dead-letter topic is small. The dead letters picked
+// are held until sent: past maxReplayHeld bytes of them, nothing is sent
+// and the error names the flags that pick fewer.
 func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic string, pick func(DeadLetter) bool, dry bool) (DLQReplayed, error) {
 	var res DLQReplayed
 	var todo []DeadLetter
+	held := 0
 	err := ReadDLQ(ctx, opts, topic, time.Time{}, func(d DeadLetter) error {
 		if !pick(d) {
 			return nil
@@ -108,6 +116,13 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 		if d.Replayed {
 			res.Skipped++
 			return nil
+		}
+		held += len(d.Record.Key) + len(d.Record.Value)
+		for _, h := range d.Record.Headers {
+			held += len(h.Key) + len(h.Value)
+		}
+		if held > maxReplayHeld {
+			return fmt.Errorf("the dead letters picked (%d so far) hold over %d MiB of keys, values and headers, more than dlq replay holds at once: pick fewer with --reason or --id, and replay the rest after", len(todo)+1, maxReplayHeld>>20)
 		}
 		todo = append(todo, d)
 		return nil

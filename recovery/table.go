@@ -128,13 +128,55 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 	return t, nil
 }
 
-// LimitPayload makes Rows leave out a payload whose text is over n bytes
-// (none when n is 0): the server measures it and does not send it, and the
-// row's event is Invalid with event.ErrTooLarge, without a payload, its
-// size in OmittedBytes, as the WAL source makes an event too large to hold.
-// A command reading a window then never holds such a row
-// (postgres.max_message_bytes).
+// LimitPayload makes Rows leave out the columns of a row whose columns,
+// as text, are over n bytes together (none when n is 0): the server
+// measures them and does not send them (but the id, aggregate type,
+// aggregate id and type, each when at most maxNameText bytes), and the
+// row's event is Invalid with event.ErrTooLarge, without a payload, the
+// row's size in OmittedBytes, as the WAL source makes an event too large
+// to hold. A command reading a window then never holds such a row
+// (postgres.max_message_bytes), whichever column is large.
 func (t *Table) LimitPayload(n int64) { t.maxPayload = n }
+
+// maxNameText bounds each of the columns that name a row (id, aggregate
+// type, aggregate id, type) that a row over the limit keeps.
+const maxNameText = 1024
+
+// SizeSQL is the SQL expression of a row's size: the sum of the lengths
+// of texts, the SQL expressions of its columns' text.
+func SizeSQL(texts []string) string {
+	terms := make([]string, len(texts))
+	for i, x := range texts {
+		terms[i] = "coalesce(octet_length(" + x + "), 0)"
+	}
+	return strings.Join(terms, " + ")
+}
+
+// CappedList is the select list of texts, the SQL expressions of every
+// column's text in SelectList's order, each given as NULL when size (an
+// SQL expression) is over limit (another), but for the columns that name
+// the row (id, aggregate type, aggregate id, type), kept when each is at
+// most maxNameText bytes: one large row is never sent whole, whichever
+// column is large, and its dead letter still names it.
+func (t *Table) CappedList(texts []string, size, limit string) string {
+	c := t.layout.Columns
+	names := map[string]bool{c.ID: true, c.AggregateType: true, c.AggregateID: true, c.Type: true}
+	items := make([]string, len(texts))
+	for i, x := range texts {
+		if names[t.cols[i].Name] {
+			items[i] = fmt.Sprintf("CASE WHEN (%s) > %s AND octet_length(%s) > %d THEN NULL ELSE %s END", size, limit, x, maxNameText, x)
+		} else {
+			items[i] = fmt.Sprintf("CASE WHEN (%s) > %s THEN NULL ELSE %s END", size, limit, x)
+		}
+	}
+	return strings.Join(items, ", ")
+}
+
+// TooLargeError is the Invalid error of a row of size bytes (its columns'
+// text) left out for being over limit (postgres.max_message_bytes).
+func TooLargeError(size, limit int64) error {
+	return fmt.Errorf("%w: the row's columns are %d bytes as text, over postgres.max_message_bytes (%d); they were not read", event.ErrTooLarge, size, limit)
+}
 
 // Layout is the table's layout, its payload's nullability read.
 func (t *Table) Layout() decoder.Layout { return t.layout }
@@ -352,19 +394,21 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 	tsIndex := slices.IndexFunc(t.cols, func(c decoder.Column) bool { return c.Name == t.tsColumn })
 	sql := t.selectSQL + " WHERE " + cond + " ORDER BY " + order.sql
 	if t.maxPayload > 0 {
-		// The payload's text made once per row (a lateral subquery that
-		// OFFSET 0 keeps from being folded into each use), measured, and
-		// sent only under the limit.
+		// Every column's text made once per row (a lateral subquery that
+		// OFFSET 0 keeps from being folded into each use), measured
+		// together, and sent only when the row is under the limit (but
+		// the short columns that name it).
 		args = append(args, t.maxPayload)
-		payload := pgx.Identifier{t.layout.Columns.Payload}.Sanitize()
 		items := strings.Split(t.list, ", ")
+		texts := make([]string, len(items))
+		as := make([]string, len(items))
 		for i, it := range items {
-			if it == payload+"::text" {
-				items[i] = fmt.Sprintf("CASE WHEN octet_length(_wr_p._wr_text) > $%d::int8 THEN NULL ELSE _wr_p._wr_text END", len(args))
-			}
+			texts[i] = fmt.Sprintf("_wr_p._wr_%d", i)
+			as[i] = t.name + "." + it + " AS " + fmt.Sprintf("_wr_%d", i)
 		}
-		sql = "SELECT " + strings.Join(items, ", ") + ", coalesce(octet_length(_wr_p._wr_text), 0)::text FROM " + t.name +
-			" CROSS JOIN LATERAL (SELECT " + t.name + "." + payload + "::text AS _wr_text OFFSET 0) _wr_p WHERE " + cond + " ORDER BY " + order.sql
+		size := SizeSQL(texts)
+		sql = "SELECT " + t.CappedList(texts, size, fmt.Sprintf("$%d::int8", len(args))) + ", (" + size + ")::text FROM " + t.name +
+			" CROSS JOIN LATERAL (SELECT " + strings.Join(as, ", ") + " OFFSET 0) _wr_p WHERE " + cond + " ORDER BY " + order.sql
 	}
 	var rows pgx.Rows
 	if q != nil {
@@ -389,7 +433,7 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 		}
 		if t.maxPayload > 0 && size > t.maxPayload {
 			e.Payload, e.OmittedBytes = nil, size
-			e.Invalid = fmt.Errorf("%w: the payload of %d bytes is over postgres.max_message_bytes (%d); it was not read", event.ErrTooLarge, size, t.maxPayload)
+			e.Invalid = TooLargeError(size, t.maxPayload)
 		}
 		r := Row{Event: e}
 		if tsIndex >= 0 && raw[tsIndex] != nil {

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/migrations"
 )
@@ -116,5 +118,55 @@ func TestFirstWroteOrder(t *testing.T) {
 			}
 			t.Fatalf("ordered %s; want oldest first", strings.Join(names, ", "))
 		}
+	}
+}
+
+// TestRowsLeaveOutLargeColumns: with LimitPayload, a row whose columns
+// together are over the limit is read without them and is too_large,
+// whichever column is large (a header column here, the payload small).
+func TestRowsLeaveOutLargeColumns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ALTER TABLE outbox ADD COLUMN tenant text;
+		INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant)
+		VALUES (gen_random_uuid(), 'order', 'o-1', 'T', '{}', repeat('k', 5000)), (gen_random_uuid(), 'order', 'o-2', 'T', '{}', 'small')`); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, conn, decoder.Layout{HeaderColumns: []string{"tenant"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.LimitPayload(1000)
+	n := 0
+	if err := tb.Rows(ctx, nil, Window{All: true}, func(r Row) error {
+		n++
+		e := r.Event
+		large := e.AggregateID == "o-1"
+		if got := errors.Is(e.Invalid, event.ErrTooLarge); got != large {
+			return fmt.Errorf("row %s: too_large %v (%v), want %v", e.AggregateID, got, e.Invalid, large)
+		}
+		for _, h := range e.Headers {
+			if len(h.Value) > 1000 {
+				return fmt.Errorf("row %s: header %s of %d bytes read", e.AggregateID, h.Key, len(h.Value))
+			}
+		}
+		if large && (e.OmittedBytes < 5000 || e.ID == "" || e.AggregateType != "order" || e.Type != "T") {
+			return fmt.Errorf("the large row: omitted %d bytes, id %q, aggregate type %q, type %q", e.OmittedBytes, e.ID, e.AggregateType, e.Type)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d rows read, want 2", n)
 	}
 }

@@ -36,8 +36,9 @@ type pipeline struct {
 	txn   *checkpoint.Txn // the open transaction
 	hooks Hooks
 	// prefixesLogged are the prefixes of ignored logical decoding messages
-	// logged so far (once each), at most maxPrefixesLogged: any role can
-	// emit under any prefix. Only the receive goroutine uses it.
+	// logged so far (once each, shortened by decoder.ShortPrefix), at most
+	// maxPrefixesLogged: any role can emit under any prefix, of any length.
+	// Only the receive goroutine uses it.
 	prefixesLogged map[string]bool
 	cur            *epoch // the publishing epoch of the session being read; set under mu by started
 
@@ -335,17 +336,16 @@ const maxPrefixesLogged = 100
 // ignoredMessage logs an ignored logical decoding message the first time
 // its prefix is seen (every one is counted by the Ignored hook).
 func (p *pipeline) ignoredMessage(m decoder.Ignored, walStart pglogrepl.LSN) {
-	if p.prefixesLogged[m.Prefix] || len(p.prefixesLogged) > maxPrefixesLogged {
+	// The decoder hands on a short prefix already; shortened again here so
+	// that what is remembered stays bounded in bytes whatever the source.
+	prefix := decoder.ShortPrefix(m.Prefix)
+	if p.prefixesLogged[prefix] || len(p.prefixesLogged) > maxPrefixesLogged {
 		return
 	}
 	if p.prefixesLogged == nil {
 		p.prefixesLogged = map[string]bool{}
 	}
-	p.prefixesLogged[m.Prefix] = true
-	prefix := m.Prefix
-	if len(prefix) > 200 {
-		prefix = prefix[:200] + "…"
-	}
+	p.prefixesLogged[prefix] = true
 	switch {
 	case len(p.prefixesLogged) > maxPrefixesLogged:
 		p.log.Warn("ignored logical decoding messages under more prefixes than walrelay logs: further prefixes are counted, not logged",

@@ -71,3 +71,27 @@ func TestIgnoredPrefixesAreLoggedOnceAndBounded(t *testing.T) {
 		t.Fatalf("%d prefixes remembered", len(p.prefixesLogged))
 	}
 }
+
+// TestIgnoredPrefixesHeldBoundedByBytes: a prefix of an ignored message
+// may be megabytes (any role chooses it, and a message under
+// postgres.max_message_bytes is read whole); what the pipeline remembers
+// of the prefixes it logged is bounded in bytes, not only in number.
+func TestIgnoredPrefixesHeldBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	p := &pipeline{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	const size = 100 << 10
+	for i := range maxPrefixesLogged + 50 {
+		p.ignoredMessage(decoder.Ignored{Kind: "message_foreign_prefix", Prefix: fmt.Sprintf("%d", i) + strings.Repeat("x", size)}, pglogrepl.LSN(i))
+	}
+	held := 0
+	for k := range p.prefixesLogged {
+		held += len(k)
+	}
+	if limit := (maxPrefixesLogged + 1) * 512; held > limit {
+		t.Fatalf("%d bytes of prefixes held, want at most %d", held, limit)
+	}
+	if len(buf.String()) > (maxPrefixesLogged+1)*1024 {
+		t.Fatalf("%d bytes logged", len(buf.String()))
+	}
+}

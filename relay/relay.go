@@ -154,6 +154,9 @@ func New(cfg Config) (*Relay, error) {
 		if err != nil {
 			return nil, fmt.Errorf("postgres.dsn: %w", pgdsn.ParseError(err)) // pgconn's own text quotes the DSN
 		}
+		if err := pgdsn.Check(cfg.ConnString); err != nil {
+			return nil, fmt.Errorf("postgres.dsn: %w", err)
+		}
 		cfg.ConnConfig = c
 	}
 	if cfg.Slot == "" {

@@ -207,6 +207,9 @@ func ReplicationConfig(connString string) (*pgconn.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse postgres dsn: %w", pgdsn.ParseError(err)) // pgconn's own text quotes the DSN
 	}
+	if err := pgdsn.Check(connString); err != nil {
+		return nil, fmt.Errorf("parse postgres dsn: %w", err)
+	}
 	return replicationSession(c), nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -144,6 +145,9 @@ type topicInfo struct {
 	valid     bool  // a legal Kafka topic name
 	forbidden error // why no event may go there (topicRules), nil if it may
 	batchCap  int32 // the cap of its batches (batchCap)
+	// inflight counts its records handed to the queue and not yet
+	// answered: a topic forgotten with none is purged from the clients.
+	inflight *atomic.Int64
 }
 
 // maxCachedTopics bounds the topics whose topicInfo is remembered: a
@@ -153,6 +157,14 @@ type topicInfo struct {
 // forgotten is learnt again (one request) at its next event.
 const maxCachedTopics = 4096
 
+// purgeBatch is how many forgotten topics are purged from the Kafka
+// clients at once (forgetATopic). The topics remembered and those
+// forgotten but not yet purged are at most maxCachedTopics together; a
+// client's metadata request was seen naming up to maxCachedTopics + 52
+// (requests made while a purge runs), never more than that and
+// purgeBatch.
+const purgeBatch = 64
+
 // topicInfoFor returns what the sink knows of a topic, learning it at the topic's
 // first event (a stream has few topics). A topic that no event may go to
 // costs no request.
@@ -160,7 +172,15 @@ func (s *Sink) topicInfoFor(ctx context.Context, topic string) topicInfo {
 	if ti, ok := s.topics.Load(topic); ok {
 		return ti.(topicInfo)
 	}
-	ti := topicInfo{valid: ValidTopic(topic), batchCap: s.cfg.BatchMaxBytes}
+	// Learnt under forgetMu: a topic being forgotten and purged is not
+	// learnt again (and produced to) until it is purged.
+	s.forgetMu.Lock()
+	defer s.forgetMu.Unlock()
+	if ti, ok := s.topics.Load(topic); ok {
+		return ti.(topicInfo)
+	}
+	delete(s.forgotten, topic) // not to be purged: it is used again
+	ti := topicInfo{valid: ValidTopic(topic), batchCap: s.cfg.BatchMaxBytes, inflight: new(atomic.Int64)}
 	if ti.valid {
 		// The dead-letter topic's too: Ping learns its cap here, and no
 		// event goes there by its route.
@@ -175,7 +195,7 @@ func (s *Sink) topicInfoFor(ctx context.Context, topic string) topicInfo {
 			s.log.Warn("the broker refused a batch for a topic whose lower limit could not be read; halving its batch cap", "topic", topic, "batch_cap", ti.batchCap)
 		}
 	}
-	if s.topicsN.Load() >= maxCachedTopics {
+	if int(s.topicsN.Load())+len(s.forgotten) >= maxCachedTopics {
 		s.forgetATopic()
 	}
 	v, loaded := s.topics.LoadOrStore(topic, ti)
@@ -186,17 +206,85 @@ func (s *Sink) topicInfoFor(ctx context.Context, topic string) topicInfo {
 }
 
 // forgetATopic forgets one remembered topic other than the dead-letter
-// topic, whichever the map yields first.
+// topic, one without records in flight if it finds one, and purges the
+// forgotten topics from the Kafka clients, purgeBatch at a time: a client
+// remembers every topic it produced to, and names each in its metadata
+// requests, so a topic forgotten by the sink alone would still grow them
+// without end. A topic with records in flight is not purged until they are
+// answered (purging would fail them). s.forgetMu is held: no record of a
+// forgotten topic is produced until it is learnt again (holdTopic), and a
+// topic learnt again is not purged.
 func (s *Sink) forgetATopic() {
-	s.topics.Range(func(k, _ any) bool {
+	var victim string
+	var vi topicInfo
+	s.topics.Range(func(k, v any) bool {
 		if k.(string) == s.cfg.DLQTopic {
 			return true
 		}
-		if _, ok := s.topics.LoadAndDelete(k); ok {
-			s.topicsN.Add(-1)
+		ti := v.(topicInfo)
+		if victim == "" {
+			victim, vi = k.(string), ti // if every topic has records in flight
 		}
-		return false
+		if ti.inflight == nil || ti.inflight.Load() == 0 {
+			victim, vi = k.(string), ti
+			return false
+		}
+		return true
 	})
+	if victim == "" {
+		return
+	}
+	if _, ok := s.topics.LoadAndDelete(victim); !ok {
+		return
+	}
+	s.topicsN.Add(-1)
+	if !vi.valid || vi.forbidden != nil || vi.inflight == nil {
+		return // never produced to
+	}
+	// Purged in batches, a purge costing a round of each client's metadata
+	// loop. A topic learnt again meanwhile leaves the batch (topicInfoFor).
+	if s.forgotten == nil {
+		s.forgotten = map[string]*atomic.Int64{}
+	}
+	s.forgotten[victim] = vi.inflight
+	if len(s.forgotten) < purgeBatch {
+		return
+	}
+	var purge []string
+	for topic, n := range s.forgotten {
+		// Checked after the delete: a record counted later sees the
+		// topic gone and learns it again, under forgetMu (holdTopic).
+		// A topic with records still in flight waits for a later batch.
+		if n.Load() == 0 {
+			purge = append(purge, topic)
+			delete(s.forgotten, topic)
+			s.counts.Delete(topic)
+			s.partitions.Delete(topic)
+		}
+	}
+	if len(purge) == 0 {
+		return
+	}
+	s.cl.PurgeTopicsFromClient(purge...)
+	if s.lanes != nil {
+		// each does not hold the lanes' lock while it calls f.
+		s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(purge...) })
+	}
+}
+
+// holdTopic counts a record of topic in flight and returns ti's count to
+// decrement when it is answered, or false if the topic was forgotten
+// meanwhile (then the record must learn it again: topicInfoFor).
+func (s *Sink) holdTopic(topic string, ti topicInfo) (*atomic.Int64, bool) {
+	if ti.inflight == nil {
+		return nil, true
+	}
+	ti.inflight.Add(1)
+	if cur, ok := s.topics.Load(topic); !ok || cur.(topicInfo).inflight != ti.inflight {
+		ti.inflight.Add(-1)
+		return nil, false
+	}
+	return ti.inflight, true
 }
 
 // batchCapOf returns the batch cap learnt for a topic, or BatchMaxBytes if none

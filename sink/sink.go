@@ -138,16 +138,18 @@ type Sink struct {
 	stop      func()        // ends the flusher's wait for a round
 	flushed   chan struct{} // closed when the flusher returns
 	log       *slog.Logger
-	ceTable   int               // index of {table} in CloudEventsSource, or -1
-	route     *route            // Topic and TopicRegex
-	rules     *topicRules       // where events may go (confine.go)
-	routes    map[string]*route // Routes; nil if none
-	counts    sync.Map          // topic name -> its partition count (int32), for placed partitions
-	topics    sync.Map          // topic name -> topicInfo, learnt at its first event; at most maxCachedTopics
-	topicsN   atomic.Int32      // entries of topics
-	refused   sync.Map          // topic name -> the batch cap (int32) at which the broker refused a batch
-	suspects  suspects          // events failed by a refusal of their whole batch: send them alone
-	brokerMax atomic.Int32      // the broker's message.max.bytes; 0 until Ping read it
+	ceTable   int                      // index of {table} in CloudEventsSource, or -1
+	route     *route                   // Topic and TopicRegex
+	rules     *topicRules              // where events may go (confine.go)
+	routes    map[string]*route        // Routes; nil if none
+	counts    sync.Map                 // topic name -> its partition count (int32), for placed partitions
+	topics    sync.Map                 // topic name -> topicInfo, learnt at its first event; at most maxCachedTopics
+	topicsN   atomic.Int32             // entries of topics
+	forgetMu  sync.Mutex               // held to learn a topic, and to forget and purge one (forgetATopic)
+	forgotten map[string]*atomic.Int64 // under forgetMu: topics forgotten, not yet purged from the clients, and their records in flight
+	refused   sync.Map                 // topic name -> the batch cap (int32) at which the broker refused a batch
+	suspects  suspects                 // events failed by a refusal of their whole batch: send them alone
+	brokerMax atomic.Int32             // the broker's message.max.bytes; 0 until Ping read it
 	dataLoss  atomic.Uint64
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
@@ -453,7 +455,8 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			return
 		}
 	}
-	switch ti := s.topicInfoFor(ctx, topic); {
+	ti := s.topicInfoFor(ctx, topic)
+	switch {
 	case !ti.valid:
 		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, rt.template), gen, done)
 		return
@@ -512,7 +515,14 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			return
 		}
 	}
+	inflight, ok := s.holdTopic(topic, ti)
+	for !ok { // forgotten meanwhile (forgetATopic): learnt again after its purge
+		inflight, ok = s.holdTopic(topic, s.topicInfoFor(ctx, topic))
+	}
 	s.q.push(ctx, r, alone, pos, gen, func(r *kgo.Record, err error) {
+		if inflight != nil {
+			inflight.Add(-1)
+		}
 		switch {
 		case errors.Is(err, errStale):
 			done(Delivery{Topic: topic, Partition: -1}, err)

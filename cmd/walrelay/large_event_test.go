@@ -199,3 +199,62 @@ func TestReplayLargeRowBoundedMemory(t *testing.T) {
 		t.Fatalf("the large row: on %s, %d value bytes, headers %s", r.Topic, len(r.Value), headerText(r))
 	}
 }
+
+// TestForeignPrefixesBoundedMemory: a role without any privilege emits 60
+// messages, each under its own prefix of 2.5 MB (under
+// postgres.max_message_bytes, so each is read whole). walrelay ignores
+// them and keeps only a short form of the prefixes it logs: it stays under
+// the manifest's limit, and the next row is published.
+func TestForeignPrefixesBoundedMemory(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	su := connect(t, pg.DSN)
+	mallory := asRole(t, pg, su, "mallory")
+	p := streaming(t, baseEnv(pg, kc))
+	execSQL(t, mallory, "SELECT count(pg_logical_emit_message(true, repeat('x', 2500000) || i, 'y')) FROM generate_series(1, 60) i")
+	id := outbox.NewID()
+	execSQL(t, su, "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('"+id+"', 'payments', 'acct-1', 'Captured', '{}')")
+	waitAll(t, col, []string{id}, time.Minute)
+	peak := p.peakRSS()
+	t.Logf("peak RSS %d MiB", peak>>20)
+	p.running()
+	if peak > manifestMemoryLimit {
+		t.Fatalf("peak RSS %d MiB after 60 ignored messages from a role without privileges, over the manifest's %d MiB", peak>>20, manifestMemoryLimit>>20)
+	}
+}
+
+// TestPollLargeHeaderColumnBoundedMemory: the poll source measures every
+// column it reads, not only the payload: a row with a 150 MB header column
+// (outbox.header_columns) is claimed without its columns and dead-lettered
+// too_large, the row after it is published, and walrelay stays under the
+// manifest's limit.
+func TestPollLargeHeaderColumnBoundedMemory(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	conn := connect(t, pg.DSN)
+	big, after := outbox.NewID(), outbox.NewID()
+	execSQL(t, conn, "ALTER TABLE outbox ADD COLUMN tenant text",
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant) VALUES ('`+big+`', 'big', 'b-1', 'Big', '{}', repeat('k', `+strconv.Itoa(largeEventBytes)+`))`,
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+after+`', 'small', 's-1', 'Small', '{}')`,
+	)
+	p := polling(t, pollEnv(pg, kc).with("WALRELAY_OUTBOX_HEADER_COLUMNS", "tenant"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := col.Wait(ctx, func([]*kgo.Record) bool { return recordOf(col, big) != nil && recordOf(col, after) != nil }); err != nil {
+		t.Fatalf("the two rows did not both arrive: %v\n%s", err, tail(p.out.String(), 2000))
+	}
+	rss := p.peakRSS()
+	t.Logf("a row with a %d-byte header column: peak RSS %d MiB", largeEventBytes, rss>>20)
+	limit := int64(manifestMemoryLimit)
+	if raceEnabled {
+		limit *= 4 // the race detector's shadow memory
+	}
+	if rss > limit {
+		t.Fatalf("peak RSS %d MiB, over the manifest's %d MiB", rss>>20, limit>>20)
+	}
+	r := recordOf(col, big)
+	h := func(k string) string { return string(kafkatest.Header(r, k)) }
+	if omitted, _ := strconv.Atoi(h("walrelay.payload_omitted_bytes")); r.Topic != kc.dlq() || h("walrelay.reason") != "too_large" || omitted < largeEventBytes || len(h("tenant")) > 0 {
+		t.Fatalf("the large row: on %s, headers %s", r.Topic, headerText(r))
+	}
+}

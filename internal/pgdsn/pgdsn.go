@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,10 +15,12 @@ import (
 // Show returns the connection that dsn describes, as pgconn parses it,
 // rebuilt in keyword/value form without its secrets: the hosts and ports,
 // user, database, the sslmode in effect, connect_timeout and the run-time
-// parameters; never the password, sslpassword, passfile or key files. A dsn
-// that does not parse is not shown: the result is "unparseable DSN" and
-// pgconn's reason, without the DSN or any part of it (ParseError). Nothing
-// is removed by pattern: what is shown is what parsing found.
+// parameters (the values of shownParams only, the others' names with
+// "redacted"); never the password, sslpassword, passfile or key files. A
+// dsn that does not parse, or that Check refuses, is not shown: the result
+// is "unparseable DSN" and the reason, without the DSN or any part of it
+// (ParseError). Nothing is removed by pattern: what is shown is what
+// parsing found.
 func Show(dsn string) string {
 	if dsn == "" {
 		return ""
@@ -26,8 +29,61 @@ func Show(dsn string) string {
 	if err != nil {
 		return ParseError(err).Error()
 	}
+	if err := checkParsed(dsn, c); err != nil {
+		return err.Error()
+	}
 	return showConn(c)
 }
+
+// encode is the advice of an error about a URL that parses otherwise than
+// its writer meant.
+const encode = "percent-encode @ # / ? % : and spaces in the user and password"
+
+// Check refuses a dsn that does not parse (ParseError) and one that parses
+// only as a mangled password would: a URL with an @ after its host part
+// (the password held an unencoded / or ?, and what follows it became the
+// port, the database name or a run-time parameter), or run-time parameters
+// whose names are no setting names. The error is "unparseable DSN" and the
+// reason, without any part of dsn. An empty dsn passes.
+func Check(dsn string) error {
+	if dsn == "" {
+		return nil
+	}
+	c, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return ParseError(err)
+	}
+	return checkParsed(dsn, c)
+}
+
+// settingName is the shape of a PostgreSQL setting's name, custom
+// (dotted) ones included.
+var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)*$`)
+
+// checkParsed is Check of dsn, parsed as c.
+func checkParsed(dsn string, c *pgconn.Config) error {
+	for _, scheme := range []string{"postgres://", "postgresql://"} {
+		rest, ok := strings.CutPrefix(dsn, scheme)
+		if !ok {
+			continue
+		}
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.Contains(rest[i:], "@") {
+			return errors.New("unparseable DSN: an @ after the host (" + encode + "; an @ in the database name or a parameter as %40)")
+		}
+	}
+	for k := range c.RuntimeParams {
+		if !settingName.MatchString(k) {
+			return errors.New("unparseable DSN: a run-time parameter whose name is no setting name (" + encode + ")")
+		}
+	}
+	return nil
+}
+
+// shownParams are the run-time parameters whose values Show prints: well
+// known and harmless. Others (options, or a keyword pgconn does not know,
+// such as libpq's oauth_client_secret or a misspelt password) may hold a
+// secret: their names only.
+var shownParams = map[string]bool{"application_name": true, "search_path": true, "timezone": true, "datestyle": true, "client_encoding": true}
 
 // ParseError returns err (pgconn's failure to parse a connection string) as
 // "unparseable DSN: " and pgconn's reason, with the connection string and
@@ -58,7 +114,6 @@ func parseCause(cause error) string {
 	var ne *strconv.NumError
 	var esc url.EscapeError
 	var host url.InvalidHostError
-	const encode = "percent-encode @ # / ? % : and spaces in the user and password"
 	switch {
 	case errors.As(cause, &esc):
 		return "an invalid %-escape: " + encode
@@ -119,7 +174,11 @@ func showConn(c *pgconn.Config) string {
 	}
 	slices.Sort(params)
 	for _, k := range params {
-		kv = append(kv, [2]string{k, c.RuntimeParams[k]})
+		v := c.RuntimeParams[k]
+		if !shownParams[strings.ToLower(k)] {
+			v = "redacted"
+		}
+		kv = append(kv, [2]string{k, v})
 	}
 	var b strings.Builder
 	for i, p := range kv {
