@@ -485,7 +485,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 					// was handed goes first (records without a key
 					// have no order to keep).
 					tp, w := topicPartition{it.r.Topic, it.r.Partition}, wireSize(it.r)
-					if n := handed[tp]; n > 0 && n+w > int(ls.s.batchCapOf(tp.topic))-batchOverhead {
+					if n := handed[tp]; n > 0 && n+w > int(ls.s.roundCapOf(tp.topic))-batchOverhead {
 						flush()
 						if broken != nil {
 							it.done(it.r, broken)

@@ -270,6 +270,9 @@ func (s *Sink) forgetATopic() {
 		// each does not hold the lanes' lock while it calls f.
 		s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(purge...) })
 	}
+	for _, t := range purge {
+		s.given.Delete(t)
+	}
 }
 
 // holdTopic counts a record of topic in flight and returns ti's count to
@@ -294,6 +297,33 @@ func (s *Sink) batchCapOf(topic string) int32 {
 		return ti.(topicInfo).batchCap
 	}
 	return s.cfg.BatchMaxBytes
+}
+
+// clientBatchCap is the clients' ProducerBatchMaxBytesFn: batchCapOf, also
+// remembered as the smallest cap given for the topic. A client asks once per
+// partition and keeps the answer, so a cap learnt again later (the topic
+// forgotten by the cache, then its limit raised) is not the one it cuts
+// batches at.
+func (s *Sink) clientBatchCap(topic string) int32 {
+	c := s.batchCapOf(topic)
+	for {
+		v, loaded := s.given.LoadOrStore(topic, c)
+		if !loaded || v.(int32) <= c || s.given.CompareAndSwap(topic, v, c) {
+			return c
+		}
+	}
+}
+
+// roundCapOf is the cap a round measures a partition's records against, so
+// that it hands a client at most one of the client's batches between
+// flushes: the smaller of the cap learnt and the smallest a client was
+// given.
+func (s *Sink) roundCapOf(topic string) int32 {
+	c := s.batchCapOf(topic)
+	if v, ok := s.given.Load(topic); ok && v.(int32) < c {
+		return v.(int32)
+	}
+	return c
 }
 
 // batchCap reads the topic's max.message.bytes (or, for a topic not created

@@ -296,7 +296,7 @@ func (s *Sink) flush(ctx context.Context) {
 				// by topic, as the partition is not known yet: a round
 				// trip per batch of a topic, only for rounds past that).
 				w := wireSize(it.r)
-				if n := handed[it.r.Topic]; n > 0 && n+w > int(s.batchCapOf(it.r.Topic))-batchOverhead {
+				if n := handed[it.r.Topic]; n > 0 && n+w > int(s.roundCapOf(it.r.Topic))-batchOverhead {
 					_ = s.cl.Flush(ctx)
 					produced = false
 					clear(handed)

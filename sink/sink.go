@@ -148,6 +148,7 @@ type Sink struct {
 	forgetMu  sync.Mutex               // held to learn a topic, and to forget and purge one (forgetATopic)
 	forgotten map[string]*atomic.Int64 // under forgetMu: topics forgotten, not yet purged from the clients, and their records in flight
 	refused   sync.Map                 // topic name -> the batch cap (int32) at which the broker refused a batch
+	given     sync.Map                 // topic name -> the smallest batch cap (int32) a client was given (clientBatchCap), until the topic is purged from every client
 	suspects  suspects                 // events failed by a refusal of their whole batch: send them alone
 	brokerMax atomic.Int32             // the broker's message.max.bytes; 0 until Ping read it
 	dataLoss  atomic.Uint64
@@ -257,7 +258,7 @@ func New(cfg Config) (*Sink, error) {
 		// on its own.
 		kgo.ManualFlushing(),
 		// Asked once per partition, after Publish learnt the topic.
-		kgo.ProducerBatchMaxBytesFn(s.batchCapOf),
+		kgo.ProducerBatchMaxBytesFn(s.clientBatchCap),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		// Retry sooner than the client's default (250ms doubling to 5s):
@@ -353,7 +354,9 @@ func compression(name string) (kgo.Opt, error) {
 // the sink sends again. After a publish failure the caller calls it before
 // it publishes the failed record again. A topic whose batch the broker
 // refused as too large is then forgotten, so that its limit is read again
-// before its next record.
+// before its next record. The caller publishes nothing while Abort runs:
+// an event published then may be sent while an earlier one of its key
+// fails.
 func (s *Sink) Abort(ctx context.Context) error {
 	abortBuffered := s.cl.AbortBufferedRecords
 	switch {
@@ -381,6 +384,9 @@ func (s *Sink) Abort(ctx context.Context) error {
 		s.cl.PurgeTopicsFromClient(stale...)
 		if s.lanes != nil {
 			s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(stale...) })
+		}
+		for _, t := range stale {
+			s.given.Delete(t)
 		}
 	}
 	return nil
