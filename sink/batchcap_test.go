@@ -2,13 +2,8 @@ package sink
 
 import (
 	"fmt"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -63,32 +58,9 @@ func batchCapRelearnt(t *testing.T, exactlyOnce bool) {
 	// Forgotten (4096 other topics came by) and learnt again after the
 	// operator raised max.message.bytes: the lanes' clients keep 16 KiB.
 	s.topics.Store(topic, topicInfo{valid: true, batchCap: 256 << 10})
-	kc.Slow(50 * time.Millisecond)
-	payload := []byte(`{"a":"` + strings.Repeat("x", 1024) + `"}`)
-	var wg sync.WaitGroup
-	var failed atomic.Int32
-	for i := range n {
-		e := newEvent(fmt.Sprint("e", i))
-		e.Payload = payload
-		e.CommitLSN += pglogrepl.LSN(i + 1)
-		wg.Add(1)
-		s.Publish(t.Context(), e, func(_ Delivery, err error) {
-			defer wg.Done()
-			if err != nil {
-				failed.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	kc.Up()
-	if failed.Load() != 0 {
-		t.Fatalf("%d of %d events failed", failed.Load(), n)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t.Logf("%d produce requests, at most %d in flight to one broker", h.requests, h.most)
-	if h.most > 1 {
-		t.Fatalf("one partition's records went in %d produce requests in flight at once: the lane counted batches of 256 KiB, its client cut them at 16 KiB", h.most)
+	_, most := publishSlowed(t, s, kc, h, n)
+	if most > 1 {
+		t.Fatalf("one partition's records went in %d produce requests in flight at once: the lane counted batches of 256 KiB, its client cut them at 16 KiB", most)
 	}
 }
 

@@ -359,6 +359,39 @@ func TestLaneOfDepartedBrokerClosed(t *testing.T) {
 	publishAll(48, 48) // the others' lanes go on, the partitions' new leaders too
 }
 
+// publishSlowed publishes n events of one key with 1 KiB payloads, every
+// broker answer 50 ms late, waits for every answer (failing t on an event
+// that failed), and returns h's count of produce requests and the most in
+// flight at once to one broker.
+func publishSlowed(t *testing.T, s *Sink, kc *kafkatest.Cluster, h *inflightHook, n int) (requests, most int) {
+	t.Helper()
+	kc.Slow(50 * time.Millisecond)
+	payload := []byte(`{"a":"` + strings.Repeat("x", 1024) + `"}`)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for i := range n {
+		e := newEvent(fmt.Sprint("e", i))
+		e.Payload = payload
+		e.CommitLSN += pglogrepl.LSN(i + 1)
+		wg.Add(1)
+		s.Publish(t.Context(), e, func(_ Delivery, err error) {
+			defer wg.Done()
+			if err != nil {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	kc.Up()
+	if failed.Load() != 0 {
+		t.Fatalf("%d of %d events failed", failed.Load(), n)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t.Logf("%d produce requests, at most %d in flight to one broker", h.requests, h.most)
+	return h.requests, h.most
+}
+
 // inflightHook counts the produce requests a client has written and not
 // yet read the answer of, per broker, and keeps the highest count.
 type inflightHook struct {
@@ -430,35 +463,12 @@ func TestLaneRoundOneBatchPerPartition(t *testing.T) {
 			if err := publish(t, s, newEvent("warm")); err != nil {
 				t.Fatal(err)
 			}
-			kc.Slow(50 * time.Millisecond)
-			payload := []byte(`{"a":"` + strings.Repeat("x", 1024) + `"}`)
-			var wg sync.WaitGroup
-			var failed atomic.Int32
-			for i := range n {
-				e := newEvent(fmt.Sprint("e", i))
-				e.Payload = payload
-				e.CommitLSN += pglogrepl.LSN(i + 1)
-				wg.Add(1)
-				s.Publish(t.Context(), e, func(_ Delivery, err error) {
-					defer wg.Done()
-					if err != nil {
-						failed.Add(1)
-					}
-				})
+			requests, most := publishSlowed(t, s, kc, h, n)
+			if most > 1 {
+				t.Fatalf("one partition's records went in %d produce requests in flight at once: a round was split over pipelined requests", most)
 			}
-			wg.Wait()
-			kc.Up()
-			if failed.Load() != 0 {
-				t.Fatalf("%d of %d events failed", failed.Load(), n)
-			}
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			t.Logf("%d produce requests, at most %d in flight to one broker", h.requests, h.most)
-			if h.most > 1 {
-				t.Fatalf("one partition's records went in %d produce requests in flight at once: a round was split over pipelined requests", h.most)
-			}
-			if h.requests < n*1024/(16<<10) {
-				t.Fatalf("%d produce requests for %d KiB in batches of 16 KiB: the test did not exercise the cap", h.requests, n)
+			if requests < n*1024/(16<<10) {
+				t.Fatalf("%d produce requests for %d KiB in batches of 16 KiB: the test did not exercise the cap", requests, n)
 			}
 		})
 	}
