@@ -64,10 +64,7 @@ func largeEventsBoundedMemory(t *testing.T, messages bool) {
 	}
 	rss := p.peakRSS()
 	t.Logf("a %d-byte logical message and a %d-byte jsonb payload: walrelay peak RSS %.1f MiB", largeEventBytes, largeEventBytes, float64(rss)/(1<<20))
-	limit := int64(manifestMemoryLimit)
-	if raceEnabled {
-		limit *= 4 // the race detector's shadow memory
-	}
+	limit := rssLimit()
 	if rss > limit {
 		t.Fatalf("peak RSS %.1f MiB, over the manifest's limit of %d MiB", float64(rss)/(1<<20), limit>>20)
 	}
@@ -92,6 +89,15 @@ func largeEventsBoundedMemory(t *testing.T, messages bool) {
 	if r := recordOf(col, after); r.Topic != kc.topic("small") {
 		t.Fatalf("the event after them went to %s", r.Topic)
 	}
+}
+
+// rssLimit is the peak RSS a walrelay under test may reach: the manifest's
+// memory limit, times 4 under the race detector (its shadow memory).
+func rssLimit() int64 {
+	if raceEnabled {
+		return 4 * manifestMemoryLimit
+	}
+	return manifestMemoryLimit
 }
 
 // headerText shows a record's headers, for a failure.
@@ -127,10 +133,7 @@ func TestPollLargeRowBoundedMemory(t *testing.T) {
 	}
 	rss := p.peakRSS()
 	t.Logf("a row with a %d-byte jsonb payload: walrelay peak RSS %.1f MiB", largeEventBytes, float64(rss)/(1<<20))
-	limit := int64(manifestMemoryLimit)
-	if raceEnabled {
-		limit *= 4 // the race detector's shadow memory
-	}
+	limit := rssLimit()
 	if rss > limit {
 		t.Fatalf("peak RSS %.1f MiB, over the manifest's limit of %d MiB", float64(rss)/(1<<20), limit>>20)
 	}
@@ -181,10 +184,7 @@ func TestReplayLargeRowBoundedMemory(t *testing.T) {
 	}
 	rss := <-peak
 	t.Logf("replay of a row with a %d-byte jsonb payload: peak RSS %.1f MiB", largeEventBytes, float64(rss)/(1<<20))
-	limit := int64(manifestMemoryLimit)
-	if raceEnabled {
-		limit *= 4 // the race detector's shadow memory
-	}
+	limit := rssLimit()
 	if rss > limit {
 		t.Fatalf("peak RSS %.1f MiB, over the manifest's limit of %d MiB", float64(rss)/(1<<20), limit>>20)
 	}
@@ -219,10 +219,7 @@ func TestForeignPrefixesBoundedMemory(t *testing.T) {
 	peak := p.peakRSS()
 	t.Logf("peak RSS %d MiB", peak>>20)
 	p.running()
-	limit := int64(manifestMemoryLimit)
-	if raceEnabled {
-		limit *= 4 // the race detector's shadow memory
-	}
+	limit := rssLimit()
 	if peak > limit {
 		t.Fatalf("peak RSS %d MiB after 60 ignored messages from a role without privileges, over the manifest's %d MiB", peak>>20, limit>>20)
 	}
@@ -251,10 +248,7 @@ func TestPollLargeHeaderColumnBoundedMemory(t *testing.T) {
 	}
 	rss := p.peakRSS()
 	t.Logf("a row with a %d-byte header column: peak RSS %d MiB", largeEventBytes, rss>>20)
-	limit := int64(manifestMemoryLimit)
-	if raceEnabled {
-		limit *= 4 // the race detector's shadow memory
-	}
+	limit := rssLimit()
 	if rss > limit {
 		t.Fatalf("peak RSS %d MiB, over the manifest's %d MiB", rss>>20, limit>>20)
 	}
