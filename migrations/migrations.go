@@ -45,8 +45,20 @@ func quoteLiteral(s string) string { return sqlquote.Literal(s) }
 
 // Result says what Apply found and did.
 type Result struct {
-	Created []string // the outbox tables created, schema.table; tables that existed are left as they are
+	Created []string // the outbox tables created, schema.table; tables that existed are left as they are (but for CreatedAt)
+	// CreatedAt holds the tables, schema.table, that were given the
+	// column CreatedAt by this run: the rows a table that existed held
+	// take the migration's time.
+	CreatedAt []string
 }
+
+// CreatedAt is the column Apply gives every outbox table that lacks it: a
+// timestamptz, NOT NULL, defaulting to clock_timestamp(), the time of each
+// row's insert. The time windows of replay, reconcile and prune use it
+// (without outbox.timestamp_column), whatever the ids; the poll source
+// orders by it. A table that existed gets it without a rewrite: its rows
+// take the migration's time.
+const CreatedAt = "created_at"
 
 // tableMigration is the migration that creates an outbox table: applied for
 // each table of several, the others once, in the first table's schema.
@@ -100,6 +112,13 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 		if err := run(ctx, tx, files, apply, r); err != nil {
 			return res, err
 		}
+		added, err := addCreatedAt(ctx, tx, l)
+		if err != nil {
+			return res, err
+		}
+		if added {
+			res.CreatedAt = append(res.CreatedAt, l.Name())
+		}
 		if i == 0 {
 			src := EmitInsertSource(l)
 			if o.Messages {
@@ -123,6 +142,31 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 		return res, fmt.Errorf("commit migrations: %w", err)
 	}
 	return res, nil
+}
+
+// addCreatedAt gives the table of l the column CreatedAt if it has no
+// column of that name (one of another type is left as it is, and the
+// windows do not use it), and says whether it did. Added with the
+// migration's time as its default, which PostgreSQL stores once instead of
+// rewriting the table (a volatile default would rewrite it), then
+// defaulting to each insert's time.
+func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (bool, error) {
+	name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
+	var has bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)`, name, CreatedAt).Scan(&has); err != nil {
+		return false, fmt.Errorf("look up %s.%s: %w", l.Name(), CreatedAt, err)
+	}
+	if has {
+		return false, nil
+	}
+	col := pgx.Identifier{CreatedAt}.Sanitize()
+	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+col+" timestamptz NOT NULL DEFAULT now()"); err != nil {
+		return false, fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+	}
+	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN "+col+" SET DEFAULT clock_timestamp()"); err != nil {
+		return false, fmt.Errorf("set the default of %s.%s: %w", l.Name(), CreatedAt, err)
+	}
+	return true, nil
 }
 
 // begin starts a migration's transaction and takes the migrations' lock

@@ -62,7 +62,7 @@ Usage:
   walrelay lsn show [NAME] | advance NAME (--to LSN | --to-current) [--yes]
   walrelay publication show [NAME] | create [NAME] | drop NAME [--yes]
   walrelay replay --since TIME [--until TIME] [--aggregate-type T] | --ids FILE | --all  [--yes]
-  walrelay reconcile (--since TIME [--until TIME] | --ids FILE | --all) [--aggregate-type T] [--replay] [--yes]   exit 2: rows missing
+  walrelay reconcile (--since TIME [--until TIME] | --ids FILE | --all) [--aggregate-type T] [--replay] [--yes]   exit 2: rows missing (not replayed)
   walrelay dlq list [--since TIME] [--reason R] | show ID | replay (--id ID ... | --reason R | --all) [--yes]
   walrelay prune --older-than DURATION [--batch N] [--yes]   source poll: SENT rows only
   walrelay poll dead [--limit N] | retry (--id ID ... | --all) [--yes]   source poll: list DEAD rows, set them back to PENDING
