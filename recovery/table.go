@@ -39,16 +39,16 @@ func (w Window) timed() bool { return !w.Since.IsZero() || !w.Until.IsZero() }
 
 // Table reads the outbox table of a layout.
 type Table struct {
-	conn      *pgx.Conn
-	layout    decoder.Layout
-	tsColumn  string
+	conn     *pgx.Conn
+	layout   decoder.Layout
+	tsColumn string
 	// timeColumn is the column of the time windows: the timestamp
 	// column, else the table's created_at (migrations.CreatedAt) when it
 	// is a timestamptz, else none (the time of UUIDv7 ids).
 	timeColumn string
 	name       string // schema.table, quoted
-	cols      []decoder.Column
-	selectSQL string // SELECT of every column as text
+	cols       []decoder.Column
+	selectSQL  string // SELECT of every column as text
 	// maxPayload, if above 0, is the largest payload text Rows reads
 	// (LimitPayload).
 	maxPayload int64
