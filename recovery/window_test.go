@@ -2,6 +2,8 @@ package recovery
 
 import (
 	"errors"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -147,5 +149,52 @@ func TestTimeWindowsOnExistingTable(t *testing.T) {
 	// Re-running migrate changes nothing.
 	if res, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil || len(res.CreatedAt) != 0 {
 		t.Fatalf("migrate again: %+v, %v", res, err)
+	}
+}
+
+// TestDocsSQLRunsAsWritten: the SQL block of the README and of
+// docs/outbox.md that writes an outbox row runs as written on a database
+// walrelay migrate prepared (it creates the orders table it writes to),
+// and its row, with its random id, is in a time window. Before, the block
+// inserted into an orders table it never created.
+func TestDocsSQLRunsAsWritten(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range []string{"../README.md", "../docs/outbox.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var block string
+		for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+			if strings.Contains(m[1], "INSERT INTO outbox") {
+				block = m[1]
+			}
+		}
+		if block == "" {
+			t.Fatalf("%s: no SQL block writes an outbox row", doc)
+		}
+		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS orders; DELETE FROM outbox"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, block); err != nil {
+			t.Fatalf("%s: the SQL block fails: %v\n%s", doc, err, block)
+		}
+		tb, err := Open(ctx, conn, decoder.Layout{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := windowIDs(t, tb, Window{Since: time.Now().Add(-time.Minute)}); strings.Join(got, " ") != "order-42" {
+			t.Fatalf("%s: the last minute's rows: %v, want order-42", doc, got)
+		}
 	}
 }
