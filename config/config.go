@@ -2,7 +2,7 @@
 // Config.keys, with its default and meaning, read from a YAML file, the
 // environment (WALRELAY_ + the key upper-cased, dots as underscores) and
 // flags, in that order of precedence; unknown keys and misspelt variables
-// are refused with the likely key. It maps the configuration onto the
+// are refused with the likely key, all of them at once (Problems). It maps the configuration onto the
 // relay's, the sink's (TLS, SASL) and the migrations' settings, reads the
 // secret files, and redacts secrets from what is logged or printed. Tests
 // keep walrelay.example.yaml in step with the keys, and docs/configuration.md's

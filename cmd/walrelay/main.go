@@ -156,9 +156,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 // parseArgs parses flags and the positional arguments among them, which
 // it returns. A mistake is one line naming the likely flag, not the flag
-// package's list of every flag; -h prints that list.
+// package's list of every flag; -h prints that list. Every undefined flag
+// is named in that line, each with its likely flag, so that one run shows
+// them all.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
+	var pos, undefined []string
 	out := fs.Output()
 	fs.SetOutput(io.Discard) // the flag package's own report of a mistake
 	defer fs.SetOutput(out)
@@ -170,14 +172,32 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 				fs.PrintDefaults()
 				return nil, err
 			}
-			return nil, usageError{fs.Name() + ": " + err.Error() + flagHint(fs, err)}
+			_, name, ok := strings.Cut(err.Error(), "flag provided but not defined: ")
+			if !ok {
+				return nil, usageError{fs.Name() + ": " + err.Error() + flagHint(fs, err)}
+			}
+			undefined = append(undefined, name+flagHint(fs, err))
+			// Go on after it, and after its value: the next argument,
+			// unless it was written --name=value or the next is a flag.
+			rest := fs.Args()
+			if bad := args[len(args)-len(rest)-1]; !strings.Contains(bad, "=") && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+				rest = rest[1:]
+			}
+			args = rest
+			continue
 		}
 		args = fs.Args()
 		if len(args) > 0 {
 			pos, args = append(pos, args[0]), args[1:]
 		}
 	}
-	return pos, nil
+	switch len(undefined) {
+	case 0:
+		return pos, nil
+	case 1:
+		return nil, usageError{fs.Name() + ": flag provided but not defined: " + undefined[0]}
+	}
+	return nil, usageError{fs.Name() + ": flags provided but not defined: " + strings.Join(undefined, ", ")}
 }
 
 // flagHint names the defined flag an undefined one is likely a misspelling

@@ -8,13 +8,16 @@ import (
 
 // TestMistakesAreOneLine: a mistyped flag, of any command, is refused in
 // one line naming the likely flag (not the flag package's list of every
-// flag), exit 2; -h still lists the flags.
+// flag), exit 2; several are named in that line, each with its likely flag
+// (before, only the first); -h still lists the flags.
 func TestMistakesAreOneLine(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"run", "--kafka.broker", "x"}, "walrelay: run: flag provided but not defined: -kafka.broker (did you mean --kafka.brokers?)"},
+		{[]string{"run", "--kafka.broker", "x", "--postgres.slott=s", "--kafka.topik", "t", "--yes"},
+			"walrelay: run: flags provided but not defined: -kafka.broker (did you mean --kafka.brokers?), -postgres.slott (did you mean --postgres.slot?), -kafka.topik (did you mean --kafka.topic?), -yes"},
 		{[]string{"slot", "drop", "walrelay", "--yess"}, "(did you mean --yes?)"},
 		{[]string{"replay", "--al"}, "(did you mean --all?)"},
 		{[]string{"debezium", "import", "f", "--workr", "w"}, "(did you mean --worker?)"},
