@@ -13,8 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
