@@ -144,20 +144,19 @@ type Sink struct {
 	stop      func()        // ends the flusher's wait for a round
 	flushed   chan struct{} // closed when the flusher returns
 	log       *slog.Logger
-	ceTable   int                        // index of {table} in CloudEventsSource, or -1
-	omit      [len(OptionalHeaders)]bool // OmitHeaders, by index in OptionalHeaders
-	route     *route                     // Topic and TopicRegex
-	rules     *topicRules                // where events may go (confine.go)
-	routes    map[string]*route          // Routes; nil if none
-	counts    sync.Map                   // topic name -> its partition count (int32), for placed partitions
-	topics    sync.Map                   // topic name -> topicInfo, learnt at its first event; at most maxCachedTopics
-	topicsN   atomic.Int32               // entries of topics
-	forgetMu  sync.Mutex                 // held to learn a topic, and to forget and purge one (forgetATopic)
-	forgotten map[string]*atomic.Int64   // under forgetMu: topics forgotten, not yet purged from the clients, and their records in flight
-	refused   sync.Map                   // topic name -> the batch cap (int32) at which the broker refused a batch
-	given     sync.Map                   // topic name -> the smallest batch cap (int32) a client was given (clientBatchCap), until the topic is purged from every client
-	suspects  suspects                   // events failed by a refusal of their whole batch: send them alone
-	brokerMax atomic.Int32               // the broker's message.max.bytes; 0 until Ping read it
+	ceTable   int                      // index of {table} in CloudEventsSource, or -1
+	route     *route                   // Topic and TopicRegex
+	rules     *topicRules              // where events may go (confine.go)
+	routes    map[string]*route        // Routes; nil if none
+	counts    sync.Map                 // topic name -> its partition count (int32), for placed partitions
+	topics    sync.Map                 // topic name -> topicInfo, learnt at its first event; at most maxCachedTopics
+	topicsN   atomic.Int32             // entries of topics
+	forgetMu  sync.Mutex               // held to learn a topic, and to forget and purge one (forgetATopic)
+	forgotten map[string]*atomic.Int64 // under forgetMu: topics forgotten, not yet purged from the clients, and their records in flight
+	refused   sync.Map                 // topic name -> the batch cap (int32) at which the broker refused a batch
+	given     sync.Map                 // topic name -> the smallest batch cap (int32) a client was given (clientBatchCap), until the topic is purged from every client
+	suspects  suspects                 // events failed by a refusal of their whole batch: send them alone
+	brokerMax atomic.Int32             // the broker's message.max.bytes; 0 until Ping read it
 	dataLoss  atomic.Uint64
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
@@ -171,6 +170,8 @@ type Sink struct {
 
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
+
+	omit [len(OptionalHeaders)]bool // OmitHeaders, by index in OptionalHeaders
 }
 
 // New checks cfg, fills its defaults and creates the client. It does not
