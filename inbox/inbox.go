@@ -117,7 +117,7 @@ const DefaultRetention = 30 * 24 * time.Hour
 // Message is one Kafka record handed to the handler.
 type Message struct {
 	ID        string // the "id" header, the event id: the record's only one, not empty
-	Type      string // the "type" header
+	Type      string // the "type" header; empty if the relay left it out (kafka.headers)
 	Key       []byte
 	Value     []byte // nil for a tombstone
 	Headers   map[string][]byte
