@@ -39,16 +39,12 @@ func (w Window) timed() bool { return !w.Since.IsZero() || !w.Until.IsZero() }
 
 // Table reads the outbox table of a layout.
 type Table struct {
-	conn     *pgx.Conn
-	layout   decoder.Layout
-	tsColumn string
-	// timeColumn is the column of the time windows: the timestamp
-	// column, else the table's created_at (migrations.CreatedAt) when it
-	// is a timestamptz, else none (the time of UUIDv7 ids).
-	timeColumn string
-	name       string // schema.table, quoted
-	cols       []decoder.Column
-	selectSQL  string // SELECT of every column as text
+	conn      *pgx.Conn
+	layout    decoder.Layout
+	tsColumn  string
+	name      string // schema.table, quoted
+	cols      []decoder.Column
+	selectSQL string // SELECT of every column as text
 	// maxPayload, if above 0, is the largest payload text Rows reads
 	// (LimitPayload).
 	maxPayload int64
@@ -58,6 +54,13 @@ type Table struct {
 	idIsUUID   bool
 	tsIsDate   bool
 	polled     bool // it has the poll source's columns (migrations.PollColumns)
+	// timeColumn is the column of the time windows: the timestamp
+	// column, else the table's created_at (migrations.CreatedAt) when it
+	// is a timestamptz, else none (the time of UUIDv7 ids).
+	timeColumn string
+	// createdAtType is the type of a created_at column that is not a
+	// timestamptz (the windows do not read it), or "".
+	createdAtType string
 	// v7 caches uuidV7's answer: whether every id is a UUIDv7, and an id
 	// that is not.
 	v7       *bool
@@ -121,8 +124,10 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 	}
 	t.tsIsDate = tsType == "date"
 	t.timeColumn = timestampColumn
-	if t.timeColumn == "" && types[migrations.CreatedAt] == "timestamp with time zone" {
+	if typ, ok := types[migrations.CreatedAt]; t.timeColumn == "" && typ == "timestamp with time zone" {
 		t.timeColumn = migrations.CreatedAt
+	} else if ok && typ != "timestamp with time zone" {
+		t.createdAtType = typ
 	}
 	t.polled = types["created_at"] == "timestamp with time zone"
 	for _, c := range migrations.PollColumns {
@@ -290,16 +295,20 @@ func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
 // one that is not (a random UUIDv4) is not its row's, and a window by id
 // would take or leave such a row whatever its age.
 func (t *Table) checkUUIDv7(ctx context.Context) error {
-	const fix = "run walrelay migrate (it adds created_at, the time of each insert; rows already there take the migration's time), set outbox.timestamp_column, or use --ids FILE or --all"
+	noColumn, fix := "the table has no created_at", "run walrelay migrate (it adds created_at, the time of each insert; rows already there take the migration's time), set outbox.timestamp_column, or use --ids FILE or --all"
+	if t.createdAtType != "" {
+		noColumn = "its created_at is " + t.createdAtType + ", not timestamptz"
+		fix = "set outbox.timestamp_column: created_at if it holds each row's time (without a zone, UTC), or use --ids FILE or --all"
+	}
 	if !t.idIsUUID {
-		return fmt.Errorf("%w: the id column %s of %s is not uuid and the table has no created_at; %s", ErrNoTime, t.layout.Columns.ID, t.Name(), fix)
+		return fmt.Errorf("%w: the id column %s of %s is not uuid and %s; %s", ErrNoTime, t.layout.Columns.ID, t.Name(), noColumn, fix)
 	}
 	v7, sample, err := t.uuidV7(ctx)
 	if err != nil {
 		return err
 	}
 	if !v7 {
-		return fmt.Errorf("%w: the ids of %s are not all UUIDv7 (%s is not) and the table has no created_at; %s", ErrNoTime, t.Name(), sample, fix)
+		return fmt.Errorf("%w: the ids of %s are not all UUIDv7 (%s is not) and %s; %s", ErrNoTime, t.Name(), sample, noColumn, fix)
 	}
 	return nil
 }

@@ -198,3 +198,40 @@ func TestDocsSQLRunsAsWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestCreatedAtOfAnotherType: a created_at the table had before migrate,
+// a timestamp without a zone (a Debezium user's, say), is left as it is
+// and not read by the windows: on mixed ids a window is refused naming
+// the column's type and outbox.timestamp_column, which then works.
+func TestCreatedAtOfAnotherType(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb, created_at timestamp DEFAULT (now() AT TIME ZONE 'UTC'))`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil || len(res.CreatedAt) != 0 {
+		t.Fatalf("migrate: %+v, %v; want the created_at there kept", res, err)
+	}
+	insertMixed(t, conn, "a", "", "")
+	tb, err := Open(ctx, conn, decoder.Layout{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tb.Rows(ctx, nil, Window{Since: time.Now().Add(-time.Hour)}, func(Row) error { return nil })
+	if !errors.Is(err, ErrNoTime) || !strings.Contains(err.Error(), "its created_at is timestamp without time zone, not timestamptz; set outbox.timestamp_column: created_at") {
+		t.Fatalf("a window: %v; want a refusal naming the column's type", err)
+	}
+	if tb, err = Open(ctx, conn, decoder.Layout{TimestampColumn: "created_at"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(windowIDs(t, tb, Window{Since: time.Now().Add(-time.Hour)}), " "); got != "a-v4 a-v7" {
+		t.Fatalf("with outbox.timestamp_column: %s, want a-v4 a-v7", got)
+	}
+}

@@ -38,7 +38,7 @@ func reconcileWindow(ctx context.Context, cfg *config.Config, connCfg *pgx.ConnC
 			return generic
 		}
 		if !timed {
-			return "--all (" + t.Name() + " has no created_at, no outbox.timestamp_column and ids that are not all UUIDv7, so it has no time windows; walrelay migrate adds created_at)"
+			return "--all (" + t.Name() + " cannot place its rows in time: no created_at timestamptz, no outbox.timestamp_column, and ids that are not all UUIDv7; walrelay migrate adds created_at)"
 		}
 	}
 	return since

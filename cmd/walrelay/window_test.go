@@ -94,7 +94,7 @@ func TestMigrateGivesTimeWindows(t *testing.T) {
 	}
 	execSQL(t, conn, fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('%s', 'order', 'a-v7', 'T', '{}'), (gen_random_uuid(), 'order', 'a-v4', 'T', '{}')`, outbox.NewID()))
 	code, out := runCmd(t, e, "lsn", "advance", "--to-current", "--yes")
-	if code != 0 || !strings.Contains(out, "walrelay reconcile --all (public.outbox has no created_at") {
+	if code != 0 || !strings.Contains(out, "walrelay reconcile --all (public.outbox cannot place its rows in time") {
 		t.Fatalf("lsn advance on the old table: exit %d, want a hint naming --all:\n%s", code, out)
 	}
 	code, out = runCmd(t, e, "reconcile", "--since", "10m", "--wait", "1s")
