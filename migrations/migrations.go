@@ -16,13 +16,16 @@ package migrations
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/sqlquote"
@@ -144,6 +147,9 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 	return res, nil
 }
 
+// createdAtLockWait bounds how long addCreatedAt waits for the table's lock.
+var createdAtLockWait = 10 * time.Second
+
 // addCreatedAt gives the table of l the column CreatedAt if it has no
 // column of that name (one of another type is left as it is, and the
 // windows do not use it), and says whether it did. Added with the
@@ -160,7 +166,21 @@ func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (bool, error
 		return false, nil
 	}
 	col := pgx.Identifier{CreatedAt}.Sanitize()
+	// The ALTER waits for the table's lock behind every transaction that
+	// uses the table, and the application's writes queue behind it: it
+	// waits a bounded time, and migrate fails (changing nothing) rather
+	// than stall the writers.
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", createdAtLockWait.Milliseconds())); err != nil {
+		return false, fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+	}
 	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+col+" timestamptz NOT NULL DEFAULT now()"); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55P03" {
+			return false, fmt.Errorf("add %s to %s: the table's lock was not free within %s (a long transaction uses it); migrate changed nothing: run it again when the table is quieter", CreatedAt, l.Name(), createdAtLockWait)
+		}
+		return false, fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout TO DEFAULT"); err != nil {
 		return false, fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
 	}
 	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN "+col+" SET DEFAULT clock_timestamp()"); err != nil {
