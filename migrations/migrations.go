@@ -53,6 +53,10 @@ type Result struct {
 	// column CreatedAt by this run: the rows a table that existed held
 	// take the migration's time.
 	CreatedAt []string
+	// CreatedAtIndex holds, for a table of CreatedAt too large to index
+	// in the migration (the build would hold its writers), the statement
+	// that indexes created_at without blocking them, to run by hand.
+	CreatedAtIndex map[string]string
 }
 
 // CreatedAt is the column Apply gives every outbox table that lacks it: a
@@ -115,12 +119,18 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 		if err := run(ctx, tx, files, apply, r); err != nil {
 			return res, err
 		}
-		added, err := addCreatedAt(ctx, tx, l)
+		added, index, err := addCreatedAt(ctx, tx, l)
 		if err != nil {
 			return res, err
 		}
 		if added {
 			res.CreatedAt = append(res.CreatedAt, l.Name())
+		}
+		if index != "" {
+			if res.CreatedAtIndex == nil {
+				res.CreatedAtIndex = map[string]string{}
+			}
+			res.CreatedAtIndex[l.Name()] = index
 		}
 		if i == 0 {
 			src := EmitInsertSource(l)
@@ -152,18 +162,19 @@ var createdAtLockWait = 10 * time.Second
 
 // addCreatedAt gives the table of l the column CreatedAt if it has no
 // column of that name (one of another type is left as it is, and the
-// windows do not use it), and says whether it did. Added with the
+// windows do not use it), and an index on it, and says whether it added
+// the column, and the statement to index it when it did not. Added with the
 // migration's time as its default, which PostgreSQL stores once instead of
 // rewriting the table (a volatile default would rewrite it), then
 // defaulting to each insert's time.
-func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (bool, error) {
+func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (added bool, index string, err error) {
 	name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	var has bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)`, name, CreatedAt).Scan(&has); err != nil {
-		return false, fmt.Errorf("look up %s.%s: %w", l.Name(), CreatedAt, err)
+		return false, "", fmt.Errorf("look up %s.%s: %w", l.Name(), CreatedAt, err)
 	}
 	if has {
-		return false, nil
+		return false, "", nil
 	}
 	col := pgx.Identifier{CreatedAt}.Sanitize()
 	// The ALTER waits for the table's lock behind every transaction that
@@ -171,23 +182,43 @@ func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (bool, error
 	// waits a bounded time, and migrate fails (changing nothing) rather
 	// than stall the writers.
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", createdAtLockWait.Milliseconds())); err != nil {
-		return false, fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+		return false, "", fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
 	}
 	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+col+" timestamptz NOT NULL DEFAULT now()"); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "55P03" {
-			return false, fmt.Errorf("add %s to %s: the table's lock was not free within %s (a long transaction uses it); migrate changed nothing: run it again when the table is quieter", CreatedAt, l.Name(), createdAtLockWait)
+			return false, "", fmt.Errorf("add %s to %s: the table's lock was not free within %s (a long transaction uses it); migrate changed nothing: run it again when the table is quieter", CreatedAt, l.Name(), createdAtLockWait)
 		}
-		return false, fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+		return false, "", fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
 	}
 	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout TO DEFAULT"); err != nil {
-		return false, fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+		return false, "", fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
 	}
 	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN "+col+" SET DEFAULT clock_timestamp()"); err != nil {
-		return false, fmt.Errorf("set the default of %s.%s: %w", l.Name(), CreatedAt, err)
+		return false, "", fmt.Errorf("set the default of %s.%s: %w", l.Name(), CreatedAt, err)
 	}
-	return true, nil
+	// The windows' index, built here on a table of at most indexRowsAtOnce
+	// rows (the table is locked already: a moment); on a larger one the
+	// build would hold the writers as long as it takes, so the statement
+	// that builds it without blocking them is given instead.
+	idx := pgx.Identifier{l.Table + "_" + CreatedAt}.Sanitize()
+	create := "CREATE INDEX IF NOT EXISTS " + idx + " ON " + name + " (" + col + ")"
+	var n int64
+	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM (SELECT FROM %s LIMIT %d) s", name, indexRowsAtOnce+1)).Scan(&n); err != nil {
+		return false, "", fmt.Errorf("count the rows of %s: %w", l.Name(), err)
+	}
+	if n > indexRowsAtOnce {
+		return true, strings.Replace(create, "CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1), nil
+	}
+	if _, err := tx.Exec(ctx, create); err != nil {
+		return false, "", fmt.Errorf("index %s.%s: %w", l.Name(), CreatedAt, err)
+	}
+	return true, "", nil
 }
+
+// indexRowsAtOnce is the most rows of a table to which addCreatedAt adds
+// created_at that it indexes in the migration.
+var indexRowsAtOnce int64 = 100000
 
 // begin starts a migration's transaction and takes the migrations' lock
 // in it; the caller rolls it back unless it commits.
