@@ -40,7 +40,7 @@ type claimResult struct {
 }
 
 // TestOldAndNewClaimsSerialize: the claim of the first layout (two
-// arguments, topic ''), which services in other languages and consumers
+// arguments, topic ”), which services in other languages and consumers
 // of the previous version call during a rolling upgrade, and the
 // per-topic claim (three arguments) see each other: a claim of an event
 // whose other-form claim is in flight waits for it and returns false once
@@ -222,6 +222,49 @@ func TestSessionCutFromOutsideIsNotCounted(t *testing.T) {
 			kafkatest.Header(r, sink.HeaderReason), kafkatest.Header(r, sink.HeaderAttempts), runs, e.count(t))
 	}
 	e.checkOnce(t, map[string]bool{"innocent": true})
+}
+
+// TestServerRestartIsNotCounted: the server restarts while a handler
+// runs (its session ends with the others): that is not the handler's
+// failure, so with MaxAttempts 1 the event is handled once the server is
+// back, not dead-lettered.
+func TestServerRestartIsNotCounted(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	e.produce(t, event("through-restart", "order-1", 1))
+	running := make(chan struct{}, 10)
+	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		running <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		return record(ctx, tx, m)
+	}
+	stop := e.start(t, inbox.Config{MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond}, h)
+	select {
+	case <-running:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the handler did not run")
+	}
+	if err := e.pg.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 20*time.Second, "handled or dead-lettered", func() bool {
+		var n int
+		_ = e.pool.QueryRow(t.Context(), "SELECT count(*) FROM effects").Scan(&n)
+		return n > 0 || len(dlq.Records()) > 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(dlq.Records()); n > 0 {
+		r := dlq.Records()[0]
+		t.Fatalf("a handler whose session a server restart ended was dead-lettered: reason %s, error %s", kafkatest.Header(r, sink.HeaderReason), kafkatest.Header(r, sink.HeaderError))
+	}
+	e.checkOnce(t, map[string]bool{"through-restart": true})
 }
 
 // TestRetentionShorterThanTopicsRefused: a consumer whose inbox forgets
