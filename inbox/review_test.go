@@ -293,7 +293,7 @@ func TestRetentionShorterThanTopicsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		return c.Run(ctx, record)
 	}
