@@ -190,9 +190,8 @@ func TestHandlerKillingItsConnectionIsCounted(t *testing.T) {
 		}
 	}
 	for _, r := range dlq.Records() {
-		id := string(kafkatest.Header(r, "id"))
 		if string(kafkatest.Header(r, sink.HeaderReason)) != "handler_failed" ||
-			string(kafkatest.Header(r, sink.HeaderAttempts)) != fmt.Sprint(len(attempts[id])) {
+			string(kafkatest.Header(r, sink.HeaderAttempts)) != fmt.Sprint(len(attempts[string(kafkatest.Header(r, "id"))])) {
 			t.Errorf("dead letter of %s: reason %s, attempts %s", kafkatest.Header(r, "id"), kafkatest.Header(r, sink.HeaderReason), kafkatest.Header(r, sink.HeaderAttempts))
 		}
 	}
