@@ -84,7 +84,9 @@ type Config struct {
 	// instead (the poller closes it).
 	Sink      sink.Config
 	Publisher Publisher
-	Logger    *slog.Logger
+	// Logger receives the poller's logs. Nil is slog.Default(); pass
+	// slog.New(slog.DiscardHandler) to discard.
+	Logger *slog.Logger
 	// Hooks are the relay's hooks (Acked, PublishError, OrderBreak);
 	// PollHooks observe claims and marks.
 	Hooks     relay.Hooks
@@ -190,7 +192,7 @@ func New(cfg Config) (*Poller, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	if cfg.Sink.Logger == nil {
 		cfg.Sink.Logger = log

@@ -65,7 +65,8 @@ type Config struct {
 	// the end of the open transaction, and waiting for the events in
 	// flight. Default 20s.
 	ShutdownTimeout time.Duration
-	// Logger receives the relay's logs. Nil discards them.
+	// Logger receives the relay's logs. Nil is slog.Default(); pass
+	// slog.New(slog.DiscardHandler) to discard.
 	Logger *slog.Logger
 	// Hooks observe the pipeline.
 	Hooks Hooks
@@ -172,7 +173,7 @@ func New(cfg Config) (*Relay, error) {
 	cfg.Hooks.defaults()
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	if cfg.Sink.Logger == nil {
 		cfg.Sink.Logger = log
