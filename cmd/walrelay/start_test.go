@@ -123,3 +123,34 @@ func TestStartWaitsForKafka(t *testing.T) {
 	}
 	waitAll(t, col, w.written(), time.Minute)
 }
+
+// TestCheckWarnsOfInactiveSlots: a slot left behind (the slot of a first
+// start that failed, before walrelay created slots last) keeps WAL with no
+// one reading it; walrelay check names it, with the WAL it holds.
+func TestCheckWarnsOfInactiveSlots(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	for _, sql := range []string{
+		"SELECT pg_create_logical_replication_slot('wr9', 'pgoutput')",
+		"CREATE TABLE filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 20000) g",
+	} {
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := runCmd(t, baseEnv(pg, kc), "check")
+	t.Logf("walrelay check:\n%s", out)
+	if code != 0 {
+		t.Fatalf("check: exit %d", code)
+	}
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "WARN  inactive slot wr9") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "MiB of WAL") || !strings.Contains(line, "walrelay slot drop wr9") {
+		t.Fatalf("check does not warn of slot wr9, inactive and holding WAL, with its size: %q", line)
+	}
+}
