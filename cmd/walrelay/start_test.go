@@ -2,6 +2,8 @@ package main
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -152,5 +154,26 @@ func TestCheckWarnsOfInactiveSlots(t *testing.T) {
 	}
 	if !strings.Contains(line, "MiB of WAL") || !strings.Contains(line, "walrelay slot drop wr9") {
 		t.Fatalf("check does not warn of slot wr9, inactive and holding WAL, with its size: %q", line)
+	}
+}
+
+// TestStatusWithNothingRunning: walrelay status where no walrelay listens
+// says so, and how to point it at the instance, instead of only
+// "connection refused"; a server there that is not walrelay's admin
+// listener is named as such.
+func TestStatusWithNothingRunning(t *testing.T) {
+	t.Parallel()
+	other := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(other.Close)
+	for _, tc := range []struct{ name, addr, want string }{
+		{"nothing listening", freeAddr(t), "no walrelay answers at admin address"},
+		{"another server", strings.TrimPrefix(other.URL, "http://"), "does not answer as a walrelay admin listener (404 Not Found"},
+	} {
+		for _, args := range [][]string{{"status"}, {"status", "--ready"}} {
+			code, out := runCmd(t, env{"WALRELAY_ADMIN_LISTEN": tc.addr}, args...)
+			if code == 0 || !strings.Contains(out, tc.want) || !strings.Contains(out, "--admin.listen") {
+				t.Errorf("%s: walrelay %s: exit %d, want a line with %q and how to point it elsewhere:\n%s", tc.name, strings.Join(args, " "), code, tc.want, out)
+			}
+		}
 	}
 }
