@@ -177,3 +177,31 @@ func TestStatusWithNothingRunning(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresRestartLogLine: a PostgreSQL restart under a running walrelay
+// is logged in words (the server ended the stream: it shut down), not as a
+// protocol message walrelay did not expect.
+func TestPostgresRestartLogLine(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	needThrowaway(t, pg, "restarts the server")
+	p := streaming(t, baseEnv(pg, kc))
+	if err := pg.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(`msg="the stream runs again"`, 60*time.Second)
+	var lines []string
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "reconnect") {
+			lines = append(lines, l)
+		}
+	}
+	t.Logf("walrelay's lines about the restart:\n%s", strings.Join(lines, "\n"))
+	out := p.out.String()
+	if strings.Contains(out, "unexpected message") || strings.Contains(out, "pgproto3") {
+		t.Errorf("a PostgreSQL restart is logged as a protocol message walrelay did not expect:\n%s", strings.Join(lines, "\n"))
+	}
+	if !strings.Contains(out, "the server ended the replication stream") {
+		t.Errorf("a PostgreSQL restart is not logged as the server ending the stream:\n%s", strings.Join(lines, "\n"))
+	}
+}
