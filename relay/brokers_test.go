@@ -31,9 +31,9 @@ func (p *pingPublisher) Ping(context.Context) error {
 	return err
 }
 func (p *pingPublisher) Publish(context.Context, *event.Event, sink.Done) {}
-func (p *pingPublisher) Abort(context.Context) error                     { return nil }
-func (p *pingPublisher) Close()                                          {}
-func (p *pingPublisher) DataLosses() uint64                              { return 0 }
+func (p *pingPublisher) Abort(context.Context) error                      { return nil }
+func (p *pingPublisher) Close()                                           {}
+func (p *pingPublisher) DataLosses() uint64                               { return 0 }
 
 func TestBrokersDown(t *testing.T) {
 	t.Parallel()
