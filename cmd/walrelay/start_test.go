@@ -108,7 +108,7 @@ func TestStartWaitsForKafka(t *testing.T) {
 	}
 	code, status := runCmd(t, e, "status")
 	t.Logf("walrelay status while waiting for Kafka at start:\n%s", status)
-	if code != 0 || !strings.Contains(status, "NOT ANSWERING since") || !strings.Contains(status, "Kafka: the stream starts once it answers") {
+	if code != 0 || !strings.Contains(status, "NOT ANSWERING since") || !strings.Contains(status, "Kafka: walrelay starts once it answers") {
 		t.Fatalf("walrelay status while waiting for Kafka at start (exit %d) does not say so:\n%s", code, status)
 	}
 	kafkatest.Start(t, kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, addr) }))

@@ -36,7 +36,7 @@ func (m *Metrics) waitingFor(r Source, kafkaProblem string) string {
 	case state == "waiting_for_slot":
 		return "the slot: another instance streams it (this one takes over when it stops)"
 	case state == "starting" && kafkaProblem != "":
-		return "Kafka: the stream starts once it answers (nothing is read from the slot before)"
+		return "Kafka: walrelay starts once it answers (nothing is read before)"
 	case state == "reconnecting" || state == "starting":
 		return "PostgreSQL: connecting to stream the slot"
 	case kafkaProblem != "":
