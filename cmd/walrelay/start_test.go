@@ -205,3 +205,23 @@ func TestPostgresRestartLogLine(t *testing.T) {
 		t.Errorf("a PostgreSQL restart is not logged as the server ending the stream:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// TestPollStartWaitsForKafka: the poll source, started while its broker
+// refuses connections, waits with the same lines and starts polling once
+// Kafka answers.
+func TestPollStartWaitsForKafka(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	fk := kc.fake(t)
+	fk.Stop() // Kafka stopped: connections refused
+	p := start(t, pollEnv(pg, kc), "run")
+	p.waitLog(`msg="Kafka is not answering: walrelay holds its events and retries`, 30*time.Second)
+	fk.Up()
+	p.waitLog(`msg="polling the outbox"`, 60*time.Second)
+	conn := connect(t, pg.DSN)
+	w := newWriter(3, 38)
+	if err := w.write(t.Context(), conn, 20, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+}
