@@ -335,7 +335,7 @@ func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
 		}
 		if waitedSince.IsZero() {
 			waitedSince = time.Now()
-			log.Info("waiting for Kafka before streaming: nothing is read from the slot before it answers", "err", err)
+			log.Info("waiting for Kafka at start: nothing is read before it answers", "err", err)
 		} else {
 			log.Debug("Kafka is still not answering", "err", err, "attempt", n+1)
 		}
