@@ -300,7 +300,7 @@ func (p *Poller) run(ctx context.Context) error {
 	if err := p.describe(ctx, db); err != nil {
 		return err
 	}
-	if err := relay.PingBrokers(ctx, p.sink); err != nil {
+	if err := relay.WaitForBrokers(ctx, p.sink, p.log); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
