@@ -174,7 +174,8 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 }
 
 // prepareSlot is the last step of a start, after preflight's checks and
-// once Kafka answers: with CreateSlot it creates the publication and the
+// the first ping of the brokers (which may have found Kafka down, not
+// misnamed): with CreateSlot it creates the publication and the
 // slot if they are missing, then it marks the slot for failover if asked.
 // Nothing that can fail for a reason of the configuration comes after it,
 // so a start that fails does not leave a new slot behind holding WAL; and
@@ -182,8 +183,8 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 // only in that slot's stream).
 //
 // A new slot starts at the end of the WAL when it is created: rows
-// committed before (while walrelay waited for Kafka, for instance) are not
-// in its stream. walrelay migrate creates the slot before the application
+// committed before are not in its stream; rows committed while walrelay
+// then waits for Kafka are. walrelay migrate creates the slot before the application
 // writes; walrelay replay sends rows written before.
 func prepareSlot(ctx context.Context, cfg *Config, dcfg decoder.Config, log *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)

@@ -212,9 +212,11 @@ func New(cfg Config) (*Relay, error) {
 
 // Run runs the pipeline until ctx is cancelled (it then drains and returns
 // nil) or a fatal error, which it returns. It checks the database first
-// (preflight), waits for Kafka to answer (WaitForBrokers), and only then
-// creates what a first start needs (prepareSlot): a start that fails
-// leaves no new slot behind.
+// (preflight) and the brokers' addresses (a first PingBrokers), then
+// creates what a first start needs (prepareSlot), then waits for Kafka to
+// answer if it is down (WaitForBrokers): a start that fails leaves no new
+// slot behind, and one that waits for Kafka misses no row committed while
+// it waits.
 func (r *Relay) Run(ctx context.Context) error {
 	cfg := &r.cfg
 	dcfg, err := preflight(ctx, cfg, r.log)
@@ -233,17 +235,27 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.p.dec, err = decoder.New(dcfg); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
-	if err := WaitForBrokers(ctx, r.sink, r.log); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+	// A broker that is misnamed or does not speak Kafka fails the start
+	// before anything is created. Kafka that is down does not: the slot is
+	// created (rows committed from now on are in its stream, as they would
+	// be mid-run) and the start waits for Kafka, reading nothing.
+	pingErr := PingBrokers(ctx, r.sink)
+	if pingErr != nil && ctx.Err() == nil && !BrokersDown(pingErr) {
+		return pingErr
 	}
 	if err := prepareSlot(ctx, cfg, dcfg, r.log); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
+	}
+	if pingErr != nil {
+		if err := WaitForBrokers(ctx, r.sink, r.log); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
 
 	runCtx, stopRun := context.WithCancel(ctx)

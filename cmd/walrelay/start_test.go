@@ -78,9 +78,9 @@ func TestFailedStartLeavesNoSlot(t *testing.T) {
 
 // TestStartWaitsForKafka: a start while Kafka is down (connection refused)
 // does not exit: it says so in the lines of an outage mid-run, walrelay
-// status says so, /readyz is not ready, and no new slot is created while it
-// waits; SIGTERM then stops it cleanly. A start whose Kafka comes up later
-// creates its slot then and streams.
+// status says so, /readyz is not ready; its new slot exists from the first
+// wait, so rows committed while it waits (or is stopped) are not lost;
+// SIGTERM stops it cleanly. Once Kafka answers, it streams every row.
 func TestStartWaitsForKafka(t *testing.T) {
 	t.Parallel()
 	addr := freeAddr(t) // nothing listens there yet: connections are refused
@@ -92,12 +92,21 @@ func TestStartWaitsForKafka(t *testing.T) {
 	// Stopped while it waits.
 	p := start(t, e, "run")
 	p.waitLog(`msg="Kafka is not answering: walrelay holds its events and retries`, 30*time.Second)
-	if slotExists(t, conn, "wr9") {
-		t.Fatal("slot wr9 was created while walrelay waits for Kafka: it holds WAL with nothing reading it")
+	if !slotExists(t, conn, "wr9") {
+		t.Fatal("no slot wr9 while walrelay waits for Kafka: rows committed during the wait are in no stream")
+	}
+	// Rows committed while it waits, and while it is stopped, are
+	// published once Kafka answers.
+	w := newWriter(3, 37)
+	if err := w.write(t.Context(), conn, 10, 5); err != nil {
+		t.Fatal(err)
 	}
 	p.signal(syscall.SIGTERM)
 	if code := p.exit(20 * time.Second); code != 0 {
 		t.Fatalf("SIGTERM while waiting for Kafka: exit %d:\n%s", code, p.out.String())
+	}
+	if err := w.write(t.Context(), conn, 10, 5); err != nil {
+		t.Fatal(err)
 	}
 
 	// Kafka comes up while it waits.
@@ -119,7 +128,6 @@ func TestStartWaitsForKafka(t *testing.T) {
 	if code, body := httpStatus(t, "http://"+admin+"/readyz"); code != 200 {
 		t.Fatalf("/readyz once streaming: %d %s", code, body)
 	}
-	w := newWriter(3, 37)
 	if err := w.write(t.Context(), conn, 20, 5); err != nil {
 		t.Fatal(err)
 	}
