@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,9 @@ func runShipping(ctx context.Context, pool *pgxpool.Pool) error {
 		Brokers:  []string{"kafka:9092"},
 		Topics:   []string{"outbox.event.order"},
 		Group:    "shipping", // the consumer group; also the inbox's consumer name
+		// Logger: lifecycle at INFO, retries and dead letters at WARN with
+		// their reason and error. Nil: slog.Default().
+		Logger: slog.Default().With("service", "shipping"),
 	})
 	if err != nil {
 		return fmt.Errorf("create the inbox consumer: %w", err)

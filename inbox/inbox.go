@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -38,13 +40,21 @@ type Config struct {
 	Consumer string
 	// Schema and Table name the inbox table. Default public.walrelay_inbox.
 	Schema, Table string
-	// MaxAttempts is how many times a record's handler runs before the
+	// MaxAttempts is how many times a record's handler fails before the
 	// record is dead-lettered. Default 5. Errors of the database
 	// connection itself are retried without limit and not counted, unless
-	// the connection broke after the record's handler ran in it while the
-	// database still answers (the handler outlived
-	// idle_in_transaction_session_timeout, or ended its own backend): that
-	// counts as the handler's failure.
+	// the connection broke after the record's handler ran in it, the
+	// database still answers and did not restart, and the handler is to
+	// blame: the server ended the session on
+	// idle_in_transaction_session_timeout or transaction_timeout, or the
+	// handler ran (the transaction lasted) at least that long. That, and a
+	// transaction that fails after its handlers ran for a reason not the
+	// connection's (a deferred constraint at the commit), counts as the
+	// failure of the handler that caused it; the others of its batch are
+	// not counted. A session ended for no reason that can be seen (an
+	// operator's pg_terminate_backend, a proxy; a handler ending its own
+	// backend looks the same) is not counted, up to 10 times in a row,
+	// then the record is dead-lettered.
 	MaxAttempts int
 	// RetryBackoffMin and RetryBackoffMax bound the wait before a retry
 	// (capped exponential, with jitter). Default 100ms and 10s.
@@ -78,8 +88,13 @@ type Config struct {
 	// delivered again after its row was deleted is handled again, so keep
 	// rows longer than any redelivery can come: at least the topics'
 	// retention.ms (Kafka's default is 7 days; a group whose offsets
-	// expired reads its topics again from their start). Default 30 days;
-	// at least an hour; negative: never deleted (call Prune yourself).
+	// expired reads its topics again from their start). Run refuses to
+	// start when a topic keeps its records longer (retention.ms, -1 or a
+	// compacted topic: for ever), before it deletes anything. A replay
+	// (walrelay replay, reconcile --replay, dlq replay) of an event
+	// handled more than Retention ago is handled again: Run cannot see
+	// it coming. Default 30 days; at least an hour; negative: never
+	// deleted (call Prune yourself) and not checked.
 	Retention time.Duration
 	// SessionTimeout is how long the group waits for a consumer that
 	// stopped heartbeating (a crash, a cut network) before its partitions
@@ -104,7 +119,11 @@ type Config struct {
 	// Registerer, if set, registers the consumer's metrics
 	// (walrelay_inbox_*).
 	Registerer prometheus.Registerer
-	// Logger logs lifecycle and failures. Nil: discard.
+	// Logger logs lifecycle (Info) and failures: retries, dead letters
+	// (Warn, with the reason and the error), a stop on a fatal error
+	// (Error). Default slog.Default(): a consumer that dead-letters events
+	// in silence hides a bug from its owner; pass
+	// slog.New(slog.DiscardHandler) to discard.
 	Logger *slog.Logger
 	// KafkaOpts are extra client options (TLS, SASL, client id).
 	KafkaOpts []kgo.Opt
@@ -113,6 +132,10 @@ type Config struct {
 // DefaultRetention is Config.Retention's default: 30 days, four times
 // Kafka's default retention.ms.
 const DefaultRetention = 30 * 24 * time.Hour
+
+// claimVersion is the comment migrations/inbox/0003 sets on the claim
+// function: Run refuses an inbox not migrated that far.
+const claimVersion = "walrelay inbox claim, 0003"
 
 // Message is one Kafka record handed to the handler.
 type Message struct {
@@ -149,6 +172,8 @@ type Consumer struct {
 	h       Handler
 	fatal   error
 	stopRun context.CancelFunc
+	// pgStarted is the server's pg_postmaster_start_time as last seen.
+	pgStarted time.Time
 }
 
 type topicPartition struct {
@@ -220,7 +245,7 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	c := &Consumer{
 		cfg:     cfg,
@@ -281,6 +306,66 @@ func (c *Consumer) Prune(ctx context.Context, olderThan time.Duration) (int64, e
 	}
 }
 
+// checkRetention refuses a Retention shorter than what a topic read
+// keeps: a record delivered again (a rebalance, a group whose offsets
+// expired and reads from the start) after its inbox row was deleted would
+// be handled twice. A topic keeps its records retention.ms (-1: for
+// ever), a compacted one (cleanup.policy compact without delete) each
+// key's latest for ever. Topics that do not exist yet, and brokers that
+// do not answer or refuse DescribeConfigs, are not checked (a warning).
+func (c *Consumer) checkRetention(ctx context.Context) error {
+	if c.cfg.Retention < 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.cfg.Brokers...)}, c.cfg.KafkaOpts...)...)
+	if err != nil {
+		return fmt.Errorf("inbox: kafka client: %w", err)
+	}
+	defer cl.Close()
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	cfgs, err := kadm.NewClient(cl).DescribeTopicConfigs(dctx, c.cfg.Topics...)
+	if err != nil {
+		c.log.Warn("could not read the topics' retention.ms to check Retention against it", "topics", c.cfg.Topics, "retention", c.cfg.Retention, "err", err)
+		return nil
+	}
+	fix := "set Config.Retention to at least that, or negative to keep every row (and prune with Consumer.Prune)"
+	for _, rc := range cfgs {
+		if rc.Err != nil {
+			if !errors.Is(rc.Err, kerr.UnknownTopicOrPartition) {
+				c.log.Warn("could not read a topic's retention.ms to check Retention against it", "topic", rc.Name, "retention", c.cfg.Retention, "err", rc.Err)
+			}
+			continue
+		}
+		var policy, retention string
+		for _, cf := range rc.Configs {
+			if cf.Value == nil {
+				continue
+			}
+			switch cf.Key {
+			case "cleanup.policy":
+				policy = *cf.Value
+			case "retention.ms":
+				retention = *cf.Value
+			}
+		}
+		if strings.Contains(policy, "compact") && !strings.Contains(policy, "delete") {
+			return fmt.Errorf("inbox: topic %s is compacted (cleanup.policy=%s): it keeps each key's latest record for ever, longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", rc.Name, policy, c.cfg.Retention, fix)
+		}
+		ms, err := strconv.ParseInt(retention, 10, 64)
+		if err != nil {
+			continue
+		}
+		if ms < 0 {
+			return fmt.Errorf("inbox: topic %s keeps its records for ever (retention.ms=%d), longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", rc.Name, ms, c.cfg.Retention, fix)
+		}
+		if kept := time.Duration(ms) * time.Millisecond; kept > c.cfg.Retention {
+			return fmt.Errorf("inbox: topic %s keeps its records %s (retention.ms=%d), longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", rc.Name, kept, ms, c.cfg.Retention, fix)
+		}
+	}
+	return nil
+}
+
 // retain deletes the inbox rows older than Retention until ctx ends: at
 // once, then every Retention/24 (an hour at most).
 func (c *Consumer) retain(ctx context.Context) {
@@ -318,13 +403,23 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if !exists {
 		return fmt.Errorf("inbox: the inbox table %s does not exist: run walrelay migrate --inbox, or inbox.Migrate", c.table)
 	}
-	if err := c.cfg.Postgres.QueryRow(ctx, `SELECT to_regprocedure($2) IS NOT NULL AND EXISTS (
-		SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'topic' AND NOT attisdropped)`, c.table, c.claim+"(text, text, text)").Scan(&exists); err != nil {
+	// The comment is set by migrations/inbox/0003: claims of both forms
+	// serialize on (consumer, event id).
+	if err := c.cfg.Postgres.QueryRow(ctx, `SELECT coalesce(obj_description(to_regprocedure($2), 'pg_proc') = $3, false) AND EXISTS (
+		SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'topic' AND NOT attisdropped)`, c.table, c.claim+"(text, text, text)", claimVersion).Scan(&exists); err != nil {
 		return fmt.Errorf("inbox: look up the claim function %s: %w", c.claim, err)
 	}
 	if !exists {
-		return fmt.Errorf("inbox: the inbox table %s is of an earlier layout (keyed on the event id alone, not the topic too): run walrelay migrate --inbox, or inbox.Migrate", c.table)
+		return fmt.Errorf("inbox: the inbox table %s or its claim function %s is of an earlier layout (keyed on the event id alone, not the topic too, or claims that do not wait for each other): run walrelay migrate --inbox, or inbox.Migrate", c.table, c.claim)
 	}
+	if err := c.checkRetention(ctx); err != nil {
+		return err
+	}
+	var started time.Time
+	if err := c.cfg.Postgres.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&started); err != nil {
+		return fmt.Errorf("inbox: read the server's start time: %w", err)
+	}
+	c.restarted(started)
 	runCtx, stop := context.WithCancel(ctx)
 	var retaining sync.WaitGroup
 	defer func() {
@@ -421,6 +516,17 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	}
 	c.log.Info("inbox consumer stopped")
 	return nil
+}
+
+// restarted reports whether the server started at another time than
+// when last seen (pg_postmaster_start_time): a restart ended every
+// session. The first call only records it.
+func (c *Consumer) restarted(started time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.pgStarted
+	c.pgStarted = started
+	return !prev.IsZero() && !prev.Equal(started)
 }
 
 // fail stops Run with err.

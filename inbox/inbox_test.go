@@ -34,6 +34,7 @@ const topic = "outbox.event.order"
 // env is a consumer's database (with the inbox and an effects table that
 // the handlers write) and a kfake cluster with the topic.
 type env struct {
+	pg   *pgtest.Server
 	dsn  string
 	pool *pgxpool.Pool
 	kc   *kafkatest.Cluster
@@ -64,7 +65,7 @@ func setup(t *testing.T, partitions int) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(prod.Close)
-	return &env{dsn: pg.DSN, pool: pool, kc: kc, prod: prod}
+	return &env{pg: pg, dsn: pg.DSN, pool: pool, kc: kc, prod: prod}
 }
 
 // event is a record as walrelay writes it: key the aggregate, id and type

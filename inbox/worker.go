@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -104,6 +106,18 @@ type worker struct {
 	attempts  int
 	firstFail time.Time
 	connFails int
+	// cuts counts the times the session of the head's transaction ended
+	// while its handler ran, for no cause blame could pin on the handler
+	// nor rule out (sessionCut): not attempts, but bounded by maxCuts.
+	cuts int
+	// Of the last batch: its transaction's start, and the longest run of
+	// one of its handlers (the one running when it failed included).
+	txStart    time.Time
+	longestRun time.Duration
+	// handlerState is the SQLSTATE of the error the last batch's failing
+	// handler returned, if any (the server's reason for ending a session
+	// reaches the handler's statement first).
+	handlerState string
 	// isolate: records up to this offset are handled one per transaction,
 	// to find which handler broke the connection of a batch.
 	isolate int64
@@ -217,7 +231,7 @@ func (w *worker) run() {
 		n, ran, err := w.batch(recs)
 		if n > 0 {
 			w.pop(n)
-			w.attempts = 0
+			w.attempts, w.cuts = 0, 0
 		}
 		if err == nil {
 			w.connFails = 0
@@ -227,20 +241,38 @@ func (w *worker) run() {
 			return // aborted: the batch rolled back
 		}
 		head := recs[n]
-		if !isHandlerError(err) && connectionTrouble(err) && len(ran) > 0 && w.databaseUp() {
-			// The connection broke after handlers ran, and the database
-			// answers: a handler's doing (it outlived
-			// idle_in_transaction_session_timeout, or ended its
-			// backend), counted as its failure. Which handler's, when
-			// several ran, is found by handling them one at a time.
-			if len(ran) > 1 || ran[0] != 0 {
-				w.isolate = recs[ran[len(ran)-1]].Offset
-				c.log.Warn("the database connection broke after handlers ran; handling those records one per transaction to find which broke it",
-					"topic", w.tp.topic, "partition", w.tp.partition, "from_offset", head.Offset, "to_offset", w.isolate, "err", err)
+		if len(ran) > 0 && !isHandlerError(err) && idReason(err) == "" {
+			// The transaction failed in the inbox's own work (a claim, a
+			// savepoint's rollback, the commit) after handlers ran in it.
+			switch kind, why := w.blame(err); kind {
+			case handlersFault:
+				// Which handler's, when several ran, is found by handling
+				// them one at a time; the others are not counted.
+				if len(ran) > 1 || ran[0] != 0 {
+					w.isolate = recs[ran[len(ran)-1]].Offset
+					c.log.Warn("a transaction failed after handlers ran; handling those records one per transaction to find which caused it",
+						"topic", w.tp.topic, "partition", w.tp.partition, "from_offset", head.Offset, "to_offset", w.isolate, "cause", why, "err", err)
+					continue
+				}
+				err = &handlerError{fmt.Errorf("the transaction of event %s (%s/%d at offset %d) failed after its handler ran (%s): %w",
+					logID(head), head.Topic, head.Partition, head.Offset, why, err)}
+			case sessionCut:
+				w.cuts++
+				if w.cuts < maxCuts {
+					wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.cuts-1)
+					c.log.Warn("the session of a transaction ended while its handlers ran, for no cause of theirs that could be seen (pg_terminate_backend, a proxy or the network?); retrying, not counted as an attempt",
+						"topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", logID(head), "cuts", w.cuts, "max_cuts", maxCuts, "err", err, "retry_in", wait)
+					w.sleep(wait)
+					continue
+				}
+				if len(ran) > 1 || ran[0] != 0 {
+					w.isolate, w.cuts = recs[ran[len(ran)-1]].Offset, 0
+					continue
+				}
+				w.deadLetter(head, "handler_failed", fmt.Errorf("the session of the transaction of event %s (%s/%d at offset %d) ended %d times in a row while its handler ran (does it end its own backend?): %w",
+					logID(head), head.Topic, head.Partition, head.Offset, w.cuts, err))
 				continue
 			}
-			err = &handlerError{fmt.Errorf("the database connection of event %s (%s/%d at offset %d) broke after its handler ran (did it outlive idle_in_transaction_session_timeout, or end its own backend?): %w",
-				logID(head), head.Topic, head.Partition, head.Offset, err)}
 		}
 		switch {
 		case idReason(err) != "":
@@ -281,6 +313,7 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 		return 0, nil, err
 	}
 	start := time.Now()
+	w.txStart, w.longestRun, w.handlerState = start, 0, ""
 	tx, err := c.cfg.Postgres.Begin(ctx)
 	if err != nil {
 		return 0, nil, fmt.Errorf("begin a transaction: %w", err)
@@ -300,7 +333,7 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 		}
 		m := message(r, id, 1)
 		if i == 0 {
-			m.Attempt = w.attempts + 1
+			m.Attempt = w.attempts + w.cuts + 1
 		}
 		fresh, err := w.claim(ctx, tx, r.Topic, m.ID, i > 0)
 		if err != nil {
@@ -313,7 +346,11 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 		}
 		ran = append(ran, i)
 		w.busy(tx.Conn().PgConn().PID(), r)
-		if err := w.call(ctx, tx, m); err != nil {
+		began := time.Now()
+		err = w.call(ctx, tx, m)
+		w.longestRun = max(w.longestRun, time.Since(began))
+		if err != nil {
+			w.handlerState = sqlState(err)
 			if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT walrelay_inbox"); rerr != nil {
 				return 0, ran, fmt.Errorf("roll back event %s after its handler failed (%v): %w", m.ID, err, rerr)
 			}
@@ -375,13 +412,84 @@ func (w *worker) abandon() {
 		append(args, "backend_pid", w.pid, "terminate_err", err)...)
 }
 
-// databaseUp reports whether the consumer's database answers a query on
-// another connection than the batch's.
-func (w *worker) databaseUp() bool {
+// The kinds of blame for a transaction that failed in the inbox's own
+// work after handlers ran in it.
+const (
+	// notHandlers: the database is down or restarted: retried, not
+	// counted.
+	notHandlers = iota
+	// handlersFault: counted as the failure of the handler that caused
+	// it (found by handling the batch's records one per transaction).
+	handlersFault
+	// sessionCut: the session ended, neither a restart nor a timeout the
+	// handlers outlived explains it: pg_terminate_backend (an operator's,
+	// or the handler's own on its backend: the two look the same), a
+	// proxy, the network. Retried, not counted, up to maxCuts in a row.
+	sessionCut
+)
+
+// maxCuts bounds the retries of a record whose session ends while its
+// handler runs, for no cause that can be seen (sessionCut): a handler
+// that ends its own backend is dead-lettered after as many runs, and an
+// operator would have to end the same record's session that many times.
+const maxCuts = 10
+
+// blame says whose doing err is, the failure of a transaction in the
+// inbox's own work after handlers ran in it, and why:
+//   - not the connection's (a deferred constraint or a serialization
+//     failure at the commit, a transaction a handler left aborted or
+//     whose savepoint it released): the handlers';
+//   - the connection's, and the database does not answer another
+//     connection, or the server restarted since (pg_postmaster_start_time
+//     changed): not the handlers';
+//   - the server ended the session on idle_in_transaction_session_timeout
+//     or transaction_timeout (SQLSTATE 25P03, 25P04), or a handler ran at
+//     least idle_in_transaction_session_timeout, or the transaction lasted
+//     at least transaction_timeout (as another connection of the pool
+//     reads them): the handlers';
+//   - else a cut from outside as far as can be seen (sessionCut).
+func (w *worker) blame(err error) (int, string) {
+	if !connectionTrouble(err) {
+		return handlersFault, "the transaction itself failed: a deferred constraint or a serialization failure at the commit, or a transaction left aborted"
+	}
+	txAge := time.Since(w.txStart)
 	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
 	defer cancel()
-	_, err := w.c.cfg.Postgres.Exec(ctx, "SELECT 1")
-	return err == nil
+	var started time.Time
+	var idle, total int64
+	if err := w.c.cfg.Postgres.QueryRow(ctx, `SELECT pg_postmaster_start_time(),
+		coalesce((SELECT setting::int8 FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'), 0),
+		coalesce((SELECT setting::int8 FROM pg_settings WHERE name = 'transaction_timeout'), 0)`).Scan(&started, &idle, &total); err != nil {
+		return notHandlers, "the database does not answer"
+	}
+	if w.c.restarted(started) {
+		return notHandlers, "the server restarted"
+	}
+	code := sqlState(err)
+	if code == "" || strings.HasPrefix(code, "08") {
+		code = w.handlerState
+	}
+	switch {
+	case code == "25P03":
+		return handlersFault, "the server ended its session on idle_in_transaction_session_timeout"
+	case code == "25P04":
+		return handlersFault, "the server ended its session on transaction_timeout"
+	case idle > 0 && w.longestRun >= time.Duration(idle)*time.Millisecond:
+		return handlersFault, fmt.Sprintf("a handler ran %s, at least idle_in_transaction_session_timeout (%dms)", w.longestRun.Round(time.Millisecond), idle)
+	case total > 0 && txAge >= time.Duration(total)*time.Millisecond:
+		return handlersFault, fmt.Sprintf("the transaction lasted %s, at least transaction_timeout (%dms)", txAge.Round(time.Millisecond), total)
+	}
+	return sessionCut, "the session ended from outside, as far as can be seen"
+}
+
+// sqlState is the SQLSTATE of the first *pgconn.PgError in err's tree,
+// "" if none.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // claim claims id of topic for the consumer in tx, after a savepoint that undoes
@@ -438,7 +546,7 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 	h = append(h,
 		kgo.RecordHeader{Key: sink.HeaderReason, Value: []byte(reason)},
 		kgo.RecordHeader{Key: sink.HeaderError, Value: []byte(cause.Error())},
-		kgo.RecordHeader{Key: sink.HeaderAttempts, Value: []byte(strconv.Itoa(w.attempts))},
+		kgo.RecordHeader{Key: sink.HeaderAttempts, Value: []byte(strconv.Itoa(w.attempts + w.cuts))},
 		kgo.RecordHeader{Key: sink.HeaderFirstFailure, Value: []byte(first.UTC().Format(time.RFC3339Nano))},
 		kgo.RecordHeader{Key: sink.HeaderLastFailure, Value: []byte(now.Format(time.RFC3339Nano))},
 		kgo.RecordHeader{Key: sink.HeaderTopic, Value: []byte(r.Topic)},
@@ -447,7 +555,7 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 		kgo.RecordHeader{Key: sink.HeaderConsumer, Value: []byte(c.cfg.Consumer)},
 	)
 	dl := &kgo.Record{Topic: c.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: h}
-	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", logID(r), "reason", reason, "attempts", w.attempts, "err", cause)
+	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", logID(r), "reason", reason, "attempts", w.attempts+w.cuts, "err", cause)
 	for try := 0; ; try++ {
 		err := w.cl.ProduceSync(w.ctx, dl).FirstErr()
 		if err == nil {
@@ -472,7 +580,7 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 	}
 	w.mark(r)
 	w.pop(1)
-	w.attempts = 0
+	w.attempts, w.cuts = 0, 0
 	c.m.deadLettered.WithLabelValues(r.Topic, reason).Inc()
 }
 

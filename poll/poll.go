@@ -84,7 +84,9 @@ type Config struct {
 	// instead (the poller closes it).
 	Sink      sink.Config
 	Publisher Publisher
-	Logger    *slog.Logger
+	// Logger receives the poller's logs. Nil is slog.Default(); pass
+	// slog.New(slog.DiscardHandler) to discard.
+	Logger *slog.Logger
 	// Hooks are the relay's hooks (Acked, PublishError, OrderBreak);
 	// PollHooks observe claims and marks.
 	Hooks     relay.Hooks
@@ -190,7 +192,7 @@ func New(cfg Config) (*Poller, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	if cfg.Sink.Logger == nil {
 		cfg.Sink.Logger = log
@@ -298,7 +300,7 @@ func (p *Poller) run(ctx context.Context) error {
 	if err := p.describe(ctx, db); err != nil {
 		return err
 	}
-	if err := relay.PingBrokers(ctx, p.sink); err != nil {
+	if err := relay.WaitForBrokers(ctx, p.sink, p.log); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

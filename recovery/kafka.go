@@ -170,10 +170,14 @@ func unread(left map[string]map[int32]*span) string {
 // trimmedTopics says, for each of topics, why a record of a row may be gone
 // from it though it was published: a compacted topic (cleanup.policy
 // compact) keeps only the latest record of a key, and a partition whose log
-// starts after offset 0 lost the records before it (retention, a deletion)
-// where they may be of a window from since (the whole log when zero).
-// reconcile would count such a row missing. A topic that does not exist
-// has nothing to say.
+// starts after offset 0 lost the records before it (retention, a
+// deletion). Which times those records had is not known, whatever since
+// is: a record is stamped with its event's time, not the time it was
+// published, so a partition's timestamps are not in offset order (a row
+// published late, a replay, dlq replay), and an event of the window can sit
+// before records stamped earlier than it. reconcile would count such a row
+// missing. A topic that does not exist has nothing to say. since only
+// names the window in the notes.
 func trimmedTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time.Time) ([]string, error) {
 	if len(topics) == 0 {
 		return nil, nil
@@ -203,25 +207,16 @@ func trimmedTopics(ctx context.Context, opts []kgo.Opt, topics []string, since t
 	if err != nil {
 		return nil, fmt.Errorf("list the start offsets of %v: %w", topics, err)
 	}
-	var after kadm.ListedOffsets
+	window := "the window"
 	if !since.IsZero() {
-		if after, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topics...); err != nil {
-			return nil, fmt.Errorf("list the offsets of %v at %s: %w", topics, since.Format(time.RFC3339), err)
-		}
+		window = "the window from " + since.UTC().Format(time.RFC3339)
 	}
 	var trimmed []string
 	starts.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil || o.Offset <= 0 {
 			return
 		}
-		if !since.IsZero() {
-			// The window starts after the first record kept: what was
-			// deleted is older than the window (as far as timestamps go).
-			if a, ok := after.Lookup(o.Topic, o.Partition); ok && a.Err == nil && a.Offset > o.Offset {
-				return
-			}
-		}
-		trimmed = append(trimmed, fmt.Sprintf("topic %s partition %d starts at offset %d: the records before it are gone (retention, or a deletion), and rows of the window published there count as missing", o.Topic, o.Partition, o.Offset))
+		trimmed = append(trimmed, fmt.Sprintf("topic %s partition %d starts at offset %d: the records before it are gone (retention, or a deletion), and their times are unknown (timestamps are not in offset order), so rows of %s published there count as missing", o.Topic, o.Partition, o.Offset, window))
 	})
 	sort.Strings(trimmed)
 	return append(notes, trimmed...), nil

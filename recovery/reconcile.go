@@ -53,7 +53,8 @@ type Reconciled struct {
 	Replayed     Sent
 	// Trimmed says why records of published rows may be gone from the
 	// topics read (trimmedTopics): a row counted missing may then only be
-	// superseded or expired. Replay is refused when it is not empty.
+	// superseded or expired. Replay is refused when it is not empty and
+	// rows count as missing.
 	Trimmed []string
 }
 
@@ -137,9 +138,6 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	if res.Trimmed, err = trimmedTopics(ctx, rc.Kafka, topics, since); err != nil {
 		return res, err
 	}
-	if rc.Replay && len(res.Trimmed) > 0 {
-		return res, fmt.Errorf("%w: %s; a row counted missing there may have been published; list them with reconcile without --replay, and send the rows you know are missing with walrelay replay --ids FILE", ErrTrimmed, strings.Join(res.Trimmed, "; "))
-	}
 	batch := make([][]any, 0, 10000)
 	flush := func() error {
 		if len(batch) == 0 {
@@ -173,6 +171,11 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	if err := tx.QueryRow(ctx, "SELECT count(*) FILTER (WHERE "+onTopic+"), count(*) FILTER (WHERE NOT "+onTopic+" AND "+dead+") FROM "+t.name+" WHERE "+cond, args...).
 		Scan(&res.Found, &res.DeadLettered); err != nil {
 		return res, fmt.Errorf("compare: %w", err)
+	}
+	// The window's rows were counted in this snapshot: the rest is missing.
+	if missing := res.Rows - res.Found - res.DeadLettered; rc.Replay && missing > 0 && len(res.Trimmed) > 0 {
+		res.Missing = missing
+		return res, fmt.Errorf("%w: %d rows count as missing, and %s; a row counted missing there may have been published; list them with reconcile without --replay, and send the rows you know are missing with walrelay replay --ids FILE", ErrTrimmed, missing, strings.Join(res.Trimmed, "; "))
 	}
 	var s *sender
 	if rc.Replay {
@@ -282,12 +285,17 @@ func waitForSlots(ctx context.Context, q pgx.Tx, own string, ignore []string, ls
 	return lowest, true, ""
 }
 
-// waitForSlot waits until slot has confirmed past lsn, up to wait.
+// waitForSlot waits until slot has confirmed past lsn, up to wait. A slot
+// the server invalidated (wal_status lost) never confirms again: it says
+// so at once. A slot still behind at the deadline is said to be read by
+// no one (not active) or to lag (active).
 func waitForSlot(ctx context.Context, q pgx.Tx, slot string, lsn pglogrepl.LSN, wait time.Duration) (pglogrepl.LSN, bool, string) {
 	deadline := time.Now().Add(wait)
 	for {
 		var confirmed *string
-		err := q.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&confirmed)
+		var status string
+		var active bool
+		err := q.QueryRow(ctx, "SELECT confirmed_flush_lsn::text, coalesce(wal_status, ''), active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&confirmed, &status, &active)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, false, fmt.Sprintf("slot %s does not exist: the rows are judged against the topics alone", slot)
 		}
@@ -298,11 +306,19 @@ func waitForSlot(ctx context.Context, q pgx.Tx, slot string, lsn pglogrepl.LSN, 
 		if confirmed != nil {
 			c, _ = pglogrepl.ParseLSN(*confirmed)
 		}
+		if status == "lost" {
+			return c, false, fmt.Sprintf("slot %s was invalidated (wal_status lost): the server removed WAL it still needed (max_slot_wal_keep_size), so it never confirms again, and rows committed after %s may be missing from Kafka; "+
+				"recreate the slot (walrelay slot drop --yes, slot create) and republish what is missing (walrelay reconcile --since <a time before the loss> --replay --yes, or --all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids; docs/operations.md: \"The slot was lost or dropped\") before pruning", slot, c)
+		}
 		if c >= lsn {
 			return c, true, ""
 		}
 		if time.Now().After(deadline) {
-			return c, false, fmt.Sprintf("slot %s confirmed %s, not yet past the reconcile's start %s after %s: a missing row may still be in flight (is walrelay running?)", slot, c, lsn, wait)
+			why := "no walrelay streams it (the slot is not active): start it"
+			if active {
+				why = "it is streamed (active) but behind: a missing row may still be in flight; wait, or give a longer --wait"
+			}
+			return c, false, fmt.Sprintf("slot %s confirmed %s, not yet past the start position %s after %s: %s", slot, c, lsn, wait, why)
 		}
 		select {
 		case <-ctx.Done():

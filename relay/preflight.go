@@ -111,6 +111,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	if err := CheckServer(cctx, conn); err != nil {
 		return dcfg, err
 	}
+	if err := checkSlotSettings(cctx, conn, cfg); err != nil {
+		return dcfg, err
+	}
 	// Layouts is a fresh slice with the defaults filled in: each table's
 	// oid and payload nullability are written into it.
 	layouts := dcfg.Layouts()
@@ -146,31 +149,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	}
 	spec := PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter)
 	if cfg.CreateSlot {
-		// The publication first: a slot only sees a publication created
-		// before the changes it decodes.
-		created, added, err := replication.EnsurePublication(cctx, conn, spec)
-		for _, t := range added {
-			log.Warn("added an outbox table to the publication: rows written to it before now are not in the stream (walrelay replay --table can send them)",
-				"publication", cfg.Publication, "table", t)
-		}
-		if err != nil {
-			return dcfg, err
-		}
-		if created {
-			log.Info("created publication", "publication", cfg.Publication, "tables", spec.Names())
-		}
-		created, err = replication.EnsureSlot(cctx, conn, cfg.Slot, cfg.Publication, false)
-		if err != nil {
-			return dcfg, err
-		}
-		if created {
-			log.Info("created replication slot", "slot", cfg.Slot)
-		}
-		if ok, err := replication.SlotRecorded(cctx, conn, cfg.Publication, cfg.Slot); err == nil && !ok {
-			log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
-				"slot", cfg.Slot, "publication", cfg.Publication)
-		}
-		return dcfg, markFailover(cctx, conn, cfg, log)
+		// Created by prepareSlot, once every check has passed and Kafka
+		// answers: a start that fails leaves no new slot holding WAL.
+		return dcfg, nil
 	}
 	problems, err := replication.CheckPublication(cctx, conn, spec)
 	if errors.Is(err, replication.ErrPublicationMissing) {
@@ -189,7 +170,84 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	if !slotOK {
 		return dcfg, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Slot)
 	}
-	return dcfg, markFailover(cctx, conn, cfg, log)
+	return dcfg, nil
+}
+
+// prepareSlot is the last step of a start, after preflight's checks and
+// the first ping of the brokers (which may have found Kafka down, not
+// misnamed): with CreateSlot it creates the publication and the
+// slot if they are missing, then it marks the slot for failover if asked.
+// Nothing that can fail for a reason of the configuration comes after it,
+// so a start that fails does not leave a new slot behind holding WAL; and
+// a slot walrelay created is never dropped by it (rows committed since are
+// only in that slot's stream).
+//
+// A new slot starts at the end of the WAL when it is created: rows
+// committed before are not in its stream; rows committed while walrelay
+// then waits for Kafka are. walrelay migrate creates the slot before the application
+// writes; walrelay replay sends rows written before.
+func prepareSlot(ctx context.Context, cfg *Config, dcfg decoder.Config, log *slog.Logger) error {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("postgres.dsn: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if cfg.CreateSlot {
+		if err := createPublicationAndSlot(cctx, conn, cfg, PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter), log); err != nil {
+			return err
+		}
+	}
+	return markFailover(cctx, conn, cfg, log)
+}
+
+// createPublicationAndSlot creates the publication of spec and the slot if
+// they are missing (postgres.create_slot), the publication first.
+func createPublicationAndSlot(cctx context.Context, conn *pgx.Conn, cfg *Config, spec replication.Outbox, log *slog.Logger) error {
+	// The publication first: a slot only sees a publication created
+	// before the changes it decodes.
+	created, added, err := replication.EnsurePublication(cctx, conn, spec)
+	for _, t := range added {
+		log.Warn("added an outbox table to the publication: rows written to it before now are not in the stream (walrelay replay --table can send them)",
+			"publication", cfg.Publication, "table", t)
+	}
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("created publication", "publication", cfg.Publication, "tables", spec.Names())
+	}
+	created, err = replication.EnsureSlot(cctx, conn, cfg.Slot, cfg.Publication, false)
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("created replication slot", "slot", cfg.Slot)
+	}
+	if ok, err := replication.SlotRecorded(cctx, conn, cfg.Publication, cfg.Slot); err == nil && !ok {
+		log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
+			"slot", cfg.Slot, "publication", cfg.Publication)
+	}
+	return nil
+}
+
+// checkSlotSettings refuses, before anything is created,
+// postgres.slot_failover on a server without failover slots, so that
+// prepareSlot does not fail after creating the slot (replication.New
+// checked the slot's name).
+func checkSlotSettings(ctx context.Context, conn *pgx.Conn, cfg *Config) error {
+	if !cfg.SlotFailover {
+		return nil
+	}
+	v, err := replication.ServerVersion(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if v < 17 {
+		return fmt.Errorf("postgres.slot_failover needs PostgreSQL 17 or later (failover slots); this server is PostgreSQL %d", v)
+	}
+	return nil
 }
 
 // markFailover marks the slot for failover when postgres.slot_failover asks

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -15,6 +17,7 @@ import (
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/backoff"
 	"github.com/walrelay/walrelay/internal/pgdsn"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -65,7 +68,8 @@ type Config struct {
 	// the end of the open transaction, and waiting for the events in
 	// flight. Default 20s.
 	ShutdownTimeout time.Duration
-	// Logger receives the relay's logs. Nil discards them.
+	// Logger receives the relay's logs. Nil is slog.Default(); pass
+	// slog.New(slog.DiscardHandler) to discard.
 	Logger *slog.Logger
 	// Hooks observe the pipeline.
 	Hooks Hooks
@@ -172,7 +176,7 @@ func New(cfg Config) (*Relay, error) {
 	cfg.Hooks.defaults()
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	if cfg.Sink.Logger == nil {
 		cfg.Sink.Logger = log
@@ -208,7 +212,11 @@ func New(cfg Config) (*Relay, error) {
 
 // Run runs the pipeline until ctx is cancelled (it then drains and returns
 // nil) or a fatal error, which it returns. It checks the database first
-// (preflight) and creates what a first start needs.
+// (preflight) and the brokers' addresses (a first PingBrokers), then
+// creates what a first start needs (prepareSlot), then waits for Kafka to
+// answer if it is down (WaitForBrokers): a start that fails leaves no new
+// slot behind, and one that waits for Kafka misses no row committed while
+// it waits.
 func (r *Relay) Run(ctx context.Context) error {
 	cfg := &r.cfg
 	dcfg, err := preflight(ctx, cfg, r.log)
@@ -227,11 +235,27 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.p.dec, err = decoder.New(dcfg); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
-	if err := PingBrokers(ctx, r.sink); err != nil {
+	// A broker that is misnamed or does not speak Kafka fails the start
+	// before anything is created. Kafka that is down does not: the slot is
+	// created (rows committed from now on are in its stream, as they would
+	// be mid-run) and the start waits for Kafka, reading nothing.
+	pingErr := PingBrokers(ctx, r.sink)
+	if pingErr != nil && ctx.Err() == nil && !BrokersDown(pingErr) {
+		return pingErr
+	}
+	if err := prepareSlot(ctx, cfg, dcfg, r.log); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
+	}
+	if pingErr != nil {
+		if err := WaitForBrokers(ctx, r.sink, r.log); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
 
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -297,6 +321,63 @@ func PingBrokers(ctx context.Context, p Publisher) error {
 		return fmt.Errorf("kafka.brokers: %w", err)
 	}
 	return nil
+}
+
+// WaitForBrokers is PingBrokers at start, which waits for brokers that are
+// down: while no broker accepts a connection (refused, no route, the dial
+// timed out), it retries with backoff (1 s to 30 s) until one answers or
+// ctx ends (ctx's error), as the pipeline holds and retries when Kafka goes
+// away later. A mistake in the configuration still fails at once: a host
+// that does not resolve, a listener that does not speak Kafka (or wants
+// TLS or SASL), a refusal of the broker's.
+func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
+	var waitedSince time.Time
+	for n := 0; ; n++ {
+		err := PingBrokers(ctx, p)
+		if err == nil {
+			if !waitedSince.IsZero() {
+				log.Info("Kafka answers: starting", "waited", time.Since(waitedSince).Round(100*time.Millisecond), "attempts", n+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !BrokersDown(err) {
+			return err
+		}
+		if waitedSince.IsZero() {
+			waitedSince = time.Now()
+			log.Info("waiting for Kafka at start: nothing is read before it answers", "err", err)
+		} else {
+			log.Debug("Kafka is still not answering", "err", err, "attempt", n+1)
+		}
+		t := time.NewTimer(backoff.Wait(time.Second, 30*time.Second, n))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// BrokersDown reports whether err, from PingBrokers, says that no broker
+// accepted a connection: refused, unreachable, or a dial that timed out,
+// as when Kafka is stopped or restarting. A host that does not resolve is
+// not down but misnamed, and a listener that answered is not down either.
+func BrokersDown(err error) bool {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return false
+	}
+	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Timeout()
 }
 
 // Outlive returns a context that ends grace after ctx ends, or when its

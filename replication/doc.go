@@ -45,7 +45,8 @@
 //     (*ProtocolError). The stand-in it puts in the stream is a CopyData
 //     type the server never sends, and nothing in the WAL can make it.
 //   - A stream the session cannot read ends it with a *ProtocolError, a
-//     server's error with a *pgconn.PgError, a connection lost with the
+//     server's error with a *pgconn.PgError, the server ending it (a
+//     shutdown) with ErrServerEndedStream, a connection lost with the
 //     connection's error: FuzzStream holds it to that, and to no panic.
 //
 // The session pins DateStyle=ISO, TimeZone=UTC, extra_float_digits=3,

@@ -11,11 +11,11 @@ import (
 )
 
 // ProtocolError is a replication stream that walrelay cannot read: a
-// message of a type or shape the protocol does not have there, a message
-// larger than postgres.max_message_bytes that is not WAL data, or a copy
-// stream the server ended. The session ends, and the next one starts from
-// the confirmed position (it is retriable): a broken proxy or server must not stop walrelay
-// for good, nor make it allocate what the server claims.
+// message of a type or shape the protocol does not have there, or a message
+// larger than postgres.max_message_bytes that is not WAL data. The session
+// ends, and the next one starts from the confirmed position (it is
+// retriable): a broken proxy or server must not stop walrelay for good, nor
+// make it allocate what the server claims.
 type ProtocolError struct {
 	Err error
 }
@@ -23,6 +23,12 @@ type ProtocolError struct {
 func (e *ProtocolError) Error() string { return "replication protocol: " + e.Err.Error() }
 
 func (e *ProtocolError) Unwrap() error { return e.Err }
+
+// ErrServerEndedStream is wrapped when the server ended the replication
+// stream on its side, as a walsender does when the server shuts down or
+// restarts: the session ends, and the next one starts from the confirmed
+// position (it is retriable), as after a lost connection.
+var ErrServerEndedStream = errors.New("the server ended the replication stream: PostgreSQL is shutting down or restarting, or the walsender was stopped")
 
 // Cut is a value left out of a message too large to hold (Change.Cuts).
 type Cut struct {

@@ -137,7 +137,7 @@ func readStream(tb testing.TB, stream []byte, limit int64) ([]Change, error) {
 func typedStreamError(err error) bool {
 	var pe *ProtocolError
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pe) || errors.As(err, &pgErr) || connectionError(err)
+	return errors.As(err, &pe) || errors.As(err, &pgErr) || connectionError(err) || errors.Is(err, ErrServerEndedStream)
 }
 
 // streamSeeds are streams as a server sends them: real pgoutput messages
@@ -188,7 +188,7 @@ func streamSeeds(tb testing.TB) [][]byte {
 // keepalives, XLogData headers, message sizes, messages over the limit,
 // other messages. The session must not panic, must not allocate what a
 // length field claims (a few MiB at most, whatever the input), must end
-// with a typed error (*ProtocolError, *pgconn.PgError, or the connection's
+// with a typed error (*ProtocolError, *pgconn.PgError, ErrServerEndedStream, or the connection's
 // end), and must yield no message over its limit.
 func FuzzStream(f *testing.F) {
 	for _, seed := range streamSeeds(f) {

@@ -235,8 +235,12 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, err)
 	case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
 		return Change{}, false, nil
-	case *pgproto3.CopyDone:
-		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, &ProtocolError{Err: errors.New("the server ended the copy stream")})
+	case *pgproto3.CopyDone, *pgproto3.CommandComplete:
+		// A walsender that shuts down (the server stops or restarts)
+		// ends the stream with CommandComplete "COPY 0", without a
+		// CopyDone first (WalSndDone in walsender.c); one that ends it
+		// from its side sends CopyDone.
+		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, ErrServerEndedStream)
 	default:
 		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, &ProtocolError{Err: fmt.Errorf("unexpected message %T", raw)})
 	}

@@ -285,7 +285,7 @@ func DropSlot(ctx context.Context, conn *pgx.Conn, name string, dryRun bool) (Sl
 		return SlotStatus{}, err
 	}
 	if st[0].Active {
-		return st[0], fmt.Errorf("slot %s is active in process %d: stop that walrelay first", name, deref(st[0].ActivePID))
+		return st[0], fmt.Errorf("slot %s is in use: %s: stop that client first", name, SlotHolder(ctx, conn, deref(st[0].ActivePID)))
 	}
 	if dryRun {
 		return st[0], nil
@@ -307,7 +307,7 @@ func AdvanceSlot(ctx context.Context, conn *pgx.Conn, name string, to pglogrepl.
 	}
 	s := st[0]
 	if s.Active {
-		return 0, 0, fmt.Errorf("slot %s is active in process %d: stop that walrelay before moving its position", name, deref(s.ActivePID))
+		return 0, 0, fmt.Errorf("slot %s is in use: %s: stop that client before moving its position", name, SlotHolder(ctx, conn, deref(s.ActivePID)))
 	}
 	if s.ConfirmedFlushLSN == nil {
 		return 0, 0, fmt.Errorf("slot %s has no confirmed position", name)
@@ -327,6 +327,37 @@ func AdvanceSlot(ctx context.Context, conn *pgx.Conn, name string, to pglogrepl.
 	}
 	now, err = pglogrepl.ParseLSN(end)
 	return from, now, err
+}
+
+// SlotHolder says who streams a slot whose active_pid is pid: that pid is
+// PostgreSQL's walsender process, not the client's; the client is named
+// by its address and application_name (pg_stat_replication, else
+// pg_stat_activity), e.g. "streamed by PostgreSQL's walsender pid 4242 for
+// the client at 10.0.0.7:51234 (application_name walrelay, since …)".
+func SlotHolder(ctx context.Context, conn *pgx.Conn, pid int) string {
+	what := fmt.Sprintf("streamed by PostgreSQL's walsender pid %d", pid)
+	// Without pg_read_all_stats, another role's session shows NULLs.
+	var addr, app, since *string
+	err := conn.QueryRow(ctx, `SELECT CASE WHEN client_port = -1 THEN 'a local socket' ELSE host(client_addr) || ':' || client_port END,
+		nullif(application_name, ''), to_char(backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+		FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&addr, &app, &since)
+	if err != nil {
+		return what // the session ended meanwhile
+	}
+	if addr != nil {
+		what += " for the client at " + *addr
+	}
+	var attrs []string
+	if app != nil {
+		attrs = append(attrs, "application_name "+*app)
+	}
+	if since != nil {
+		attrs = append(attrs, "connected since "+*since)
+	}
+	if len(attrs) > 0 {
+		what += " (" + strings.Join(attrs, ", ") + ")"
+	}
+	return what
 }
 
 func deref(p *int) int {

@@ -128,7 +128,7 @@ type SlotActiveError struct {
 }
 
 func (e *SlotActiveError) Error() string {
-	return fmt.Sprintf("replication slot %s is active in process %d", e.Slot, e.PID)
+	return fmt.Sprintf("replication slot %s is in use: PostgreSQL's walsender pid %d streams it to another client", e.Slot, e.PID)
 }
 
 // FailureKind says that the slot's holder may go: Open waits for it.

@@ -3,14 +3,41 @@ package sink
 import (
 	"context"
 	"log/slog"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// slogAdapter logs the client's messages through slog.
-type slogAdapter struct{ l *slog.Logger }
+// connRepeatQuiet is how long, after the client's WARN line about a failed
+// connection to a broker, its repeats for that broker are logged at DEBUG.
+const connRepeatQuiet = time.Minute
 
-func (a slogAdapter) Level() kgo.LogLevel {
+// slogAdapter logs the client's messages through slog. The client logs a
+// WARN line for every failed attempt to connect (hundreds in an outage of
+// seconds, beside walrelay's own line that Kafka is not answering): the
+// adapter logs the first of each broker at WARN, the repeats within
+// connRepeatQuiet at DEBUG, and the next WARN line says how many it folded.
+type slogAdapter struct {
+	l *slog.Logger
+
+	mu     sync.Mutex
+	failed map[string]*connFailures // by broker address
+}
+
+// connFailures are a broker's failed connections since the adapter last
+// logged one at WARN.
+type connFailures struct {
+	warned time.Time
+	folded int
+}
+
+func newSlogAdapter(l *slog.Logger) *slogAdapter {
+	return &slogAdapter{l: l, failed: map[string]*connFailures{}}
+}
+
+func (a *slogAdapter) Level() kgo.LogLevel {
 	ctx := context.Background()
 	switch {
 	case a.l.Enabled(ctx, slog.LevelDebug):
@@ -24,15 +51,47 @@ func (a slogAdapter) Level() kgo.LogLevel {
 	}
 }
 
-func (a slogAdapter) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+func (a *slogAdapter) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	l := slog.LevelDebug
 	switch level {
 	case kgo.LogLevelError:
 		l = slog.LevelError
 	case kgo.LogLevelWarn:
 		l = slog.LevelWarn
+		if strings.HasPrefix(msg, "unable to open connection to broker") {
+			l, keyvals = a.foldConnFailure(time.Now(), keyvals)
+		}
 	case kgo.LogLevelInfo:
 		l = slog.LevelDebug // the client's info lines are per connection: too chatty for info
 	}
 	a.l.Log(context.Background(), l, msg, keyvals...)
+}
+
+// foldConnFailure returns the level of a failed connection's line at now:
+// WARN for the first of its broker (keyvals' addr) in connRepeatQuiet, with
+// the count of those folded since the last one, else DEBUG.
+func (a *slogAdapter) foldConnFailure(now time.Time, keyvals []any) (slog.Level, []any) {
+	addr := ""
+	for i := 0; i+1 < len(keyvals); i += 2 {
+		if k, _ := keyvals[i].(string); k == "addr" {
+			addr, _ = keyvals[i+1].(string)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f := a.failed[addr]
+	if f == nil {
+		f = &connFailures{}
+		a.failed[addr] = f
+	}
+	if !f.warned.IsZero() && now.Sub(f.warned) < connRepeatQuiet {
+		f.folded++
+		return slog.LevelDebug, keyvals
+	}
+	keyvals = append(keyvals, "repeats", "at debug level for "+connRepeatQuiet.String())
+	if f.folded > 0 {
+		keyvals = append(keyvals, "folded", f.folded)
+	}
+	f.warned, f.folded = now, 0
+	return slog.LevelWarn, keyvals
 }

@@ -276,7 +276,7 @@ func New(cfg Config) (*Sink, error) {
 		// Retry sooner than the client's default (250ms doubling to 5s):
 		// every retry holds the slot's position back.
 		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),
-		kgo.WithLogger(slogAdapter{log}),
+		kgo.WithLogger(newSlogAdapter(log)),
 		kgo.ProduceRequestTimeout(cfg.RequestTimeout / 2),
 		kgo.RequestTimeoutOverhead(cfg.RequestTimeout / 2),
 		// A leader that went away is looked up again within half a second

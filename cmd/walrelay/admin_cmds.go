@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -319,12 +320,16 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/status", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("ask the instance at admin.listen %s: %w", addr, err)
+		return noInstance(addr, err)
 	}
 	defer resp.Body.Close()
 	var st admin.Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return fmt.Errorf("read status from %s: %w", addr, err)
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != http.StatusOK {
+		detail := resp.Status
+		if err != nil && resp.StatusCode == http.StatusOK {
+			detail += ", " + err.Error()
+		}
+		return fmt.Errorf("the server at admin address %s does not answer as a walrelay admin listener (%s): %s", addr, detail, pointElsewhere)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -367,6 +372,22 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // askReady asks the instance at addr for /readyz (?standby=1 if standby),
 // prints its answer, and fails unless it is ready.
+// pointElsewhere says how to point walrelay status at another instance.
+const pointElsewhere = "point walrelay status at the instance's admin listener with --admin.listen host:port, WALRELAY_ADMIN_LISTEN, or admin.listen in the file of --config"
+
+// noInstance is status's error when nothing answered at addr (err: the
+// request's): no walrelay runs there, or it listens elsewhere.
+func noInstance(addr string, err error) error {
+	why := err.Error()
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		why = "connection refused"
+	case errors.Is(err, context.DeadlineExceeded):
+		why = "no answer within 5 s"
+	}
+	return fmt.Errorf("no walrelay answers at admin address %s (%s): is it running, with this admin.listen? To ask an instance that listens elsewhere, %s", addr, why, pointElsewhere)
+}
+
 func askReady(ctx context.Context, addr string, standby bool, stdout io.Writer) error {
 	url := "http://" + addr + "/readyz"
 	if standby {
@@ -375,9 +396,12 @@ func askReady(ctx context.Context, addr string, standby bool, stdout io.Writer) 
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("ask the instance at admin.listen %s: %w", addr, err)
+		return noInstance(addr, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		return fmt.Errorf("the server at admin address %s does not answer as a walrelay admin listener (%s): %s", addr, resp.Status, pointElsewhere)
+	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	fmt.Fprint(stdout, string(body))
 	if resp.StatusCode != http.StatusOK {

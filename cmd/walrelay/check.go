@@ -221,6 +221,7 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	} else {
 		add("max_slot_wal_keep_size", "ok", "%s", keep)
 	}
+	checkInactiveSlots(cctx, conn, cfg.Postgres.Slot, add)
 	txnID := cfg.Kafka.TransactionalID
 	if cfg.Kafka.ExactlyOnce && txnID == "" {
 		if sysID, err := replication.SystemID(cctx, &conn.Config().Config); err == nil {
@@ -228,6 +229,47 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		}
 	}
 	return append(out, checkKafka(cctx, cfg, txnID)...)
+}
+
+// checkInactiveSlots warns of each slot of the server that no process
+// streams, with the WAL it keeps (from its restart_lsn to the current WAL
+// position): a slot left behind (by a tool, a test, a first start of an
+// older walrelay that failed) keeps WAL until the disk fills unless
+// max_slot_wal_keep_size bounds it. slot is walrelay's own, which is
+// inactive whenever walrelay is stopped: its line is ok, with its size.
+func checkInactiveSlots(ctx context.Context, conn *pgx.Conn, slot string, add func(check, status, format string, args ...any)) {
+	rows, err := conn.Query(ctx, `SELECT slot_name, slot_type, coalesce(database, ''),
+		coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint
+		FROM pg_replication_slots WHERE NOT active ORDER BY 4 DESC, 1`)
+	if err != nil {
+		add("inactive slots", "warn", "cannot read pg_replication_slots: %v", err)
+		return
+	}
+	var name, typ, db string
+	var retained int64
+	n := 0
+	_, err = pgx.ForEachRow(rows, []any{&name, &typ, &db, &retained}, func() error {
+		n++
+		where := typ
+		if db != "" {
+			where += ", database " + db
+		}
+		if name == slot {
+			add("inactive slot "+name, "ok", "walrelay's slot, not streamed now: it holds %s of WAL (%s) until a walrelay streams it",
+				admin.HumanBytes(retained), where)
+			return nil
+		}
+		add("inactive slot "+name, "warn", "holds %s of WAL (%s) and no process streams it: if nothing will, drop it (walrelay slot drop %s, or SELECT pg_drop_replication_slot('%s'))",
+			admin.HumanBytes(retained), where, name, name)
+		return nil
+	})
+	if err != nil {
+		add("inactive slots", "warn", "cannot read pg_replication_slots: %v", err)
+		return
+	}
+	if n == 0 {
+		add("inactive slots", "ok", "none: every slot is streamed")
+	}
 }
 
 // checkKafka checks the brokers, and what exactly-once mode needs of them

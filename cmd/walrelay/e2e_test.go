@@ -201,7 +201,8 @@ func TestBadInputsFailClearly(t *testing.T) {
 		{"missing table", good.with("WALRELAY_POSTGRES_TABLE", "public.nope"), nil, "table public.nope does not exist"},
 		{"missing column", good.with("WALRELAY_POSTGRES_TABLE", "no_type"), nil, `table public.no_type has no column "type" (outbox.type_column)`},
 		{"no brokers", good.with("WALRELAY_KAFKA_BROKERS", ""), nil, "kafka.brokers is not set"},
-		{"broker down", good.with("WALRELAY_KAFKA_BROKERS", "127.0.0.1:1"), nil, "kafka.brokers: reach kafka brokers 127.0.0.1:1"},
+		// A broker that is down (refused) is waited for (TestStartWaitsForKafka); a wrong address is not.
+		{"broker host unknown", good.with("WALRELAY_KAFKA_BROKERS", "nosuch-broker.invalid:9092"), nil, "kafka.brokers: reach kafka brokers nosuch-broker.invalid:9092"},
 		{"bad duration", good.with("WALRELAY_KAFKA_LINGER", "soon"), nil, "WALRELAY_KAFKA_LINGER: want a duration"},
 		{"bad flag value", good, []string{"--postgres.create_slot=maybe"}, "--postgres.create_slot: want true or false"},
 		{"bad topic template", good.with("WALRELAY_KAFKA_TOPIC", "out box.{aggregatetype}"), nil, "topic template"},

@@ -480,3 +480,52 @@ func sizeLimitCase(t *testing.T, conn *pgx.Conn, kc *broker, col *kafkatest.Coll
 		t.Fatalf("%d on the topic and %d dead-lettered, want %d and only the large one", len(onTopic), len(onDLQ), len(want)-1)
 	}
 }
+
+// TestKafkaOutageLogLines: what the log says during a Kafka outage. The
+// client's own line about a failed connection comes once per broker, its
+// repeats folded (walrelay's lines count them: failed_connects); a progress
+// line while events wait for Kafka does not call the relay idle.
+func TestKafkaOutageLogLines(t *testing.T) {
+	t.Parallel()
+	_, col, fk, conn, w, p, _ := warmStreamWith(t, 37, 100, "WALRELAY_LOG_PROGRESS_INTERVAL", "1s")
+	kc, ok := fk.(*kafkatest.Cluster)
+	if !ok {
+		t.Skip("needs kfake's listeners (Stop: connections refused); not run against the real broker")
+	}
+	kc.Stop() // Kafka stopped: connections refused
+	if err := w.write(t.Context(), conn, 100, 10); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(`msg="Kafka is not answering`, 30*time.Second)
+	mark := len(p.out.String())
+	time.Sleep(2500 * time.Millisecond) // progress lines during the outage
+	kc.Up()
+	p.waitLog(`msg="Kafka answers again"`, 60*time.Second)
+	waitAll(t, col, w.written(), time.Minute)
+
+	var clientWarns, stalls int
+	var again string
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		switch {
+		case strings.Contains(l, "level=WARN") && strings.Contains(l, "unable to open connection to broker"):
+			clientWarns++
+		case strings.Contains(l, "msg=progress") && !strings.Contains(l, "in_flight=0"):
+			stalls++
+			if strings.Contains(l, "idle=true") {
+				t.Errorf("a progress line calls the relay idle with events in flight: %s", l)
+			}
+		case strings.Contains(l, `msg="Kafka answers again"`):
+			again = l
+		}
+	}
+	t.Logf("an outage of 3 s and more: %d WARN lines of the client about failed connections, %d progress lines with events in flight; %s", clientWarns, stalls, again)
+	if clientWarns > len(kc.Addrs()) {
+		t.Errorf("%d WARN lines of the client about failed connections in one outage: want at most one per broker, the rest folded into walrelay's lines", clientWarns)
+	}
+	if stalls == 0 {
+		t.Errorf("no progress line with events in flight during the outage:\n%s", tail(p.out.String()[mark:], 3000))
+	}
+	if !strings.Contains(again, "failed_connects=") || strings.Contains(again, "failed_connects=0") {
+		t.Errorf("walrelay's line when Kafka answers again does not count the failed connections: %s", again)
+	}
+}

@@ -114,7 +114,12 @@ func (c *Cluster) Partition() { c.each((*proxy.Gate).Partition) }
 // Slow delays every answer of the brokers by d until Up.
 func (c *Cluster) Slow(d time.Duration) { c.each(func(g *proxy.Gate) { g.Slow(d) }) }
 
-// Up ends Down, Partition and Slow.
+// Stop closes the brokers' listeners until Up: new connections are refused
+// by the kernel (connection refused), as when Kafka is stopped; the cluster
+// keeps its data.
+func (c *Cluster) Stop() { c.each((*proxy.Gate).Stop) }
+
+// Up ends Down, Partition, Slow and Stop.
 func (c *Cluster) Up() { c.each((*proxy.Gate).Up) }
 
 // Network is what a fault test controls between walrelay and its broker:

@@ -26,6 +26,10 @@ type Gate struct {
 	delay time.Duration // added before every write to an accepted connection
 	quiet chan struct{} // while set: nothing passes either way (BlackHole); closed by Up
 	conns map[*conn]bool
+	// stopped is set while Stop has closed the listener (closed by Up,
+	// which listens again); closed once Close was called.
+	stopped chan struct{}
+	closed  bool
 }
 
 // NewGate wraps l.
@@ -87,9 +91,63 @@ func (g *Gate) quietCh() chan struct{} {
 	return g.quiet
 }
 
-// Up ends Down, Partition, BlackHole and Slow: held connections are closed,
-// silenced ones pass again, and new ones are accepted.
+// Stop closes the listener and every connection until Up, which listens on
+// the same address again: the peer's connections are refused by the kernel
+// (ECONNREFUSED), as when the server is stopped. Down's connections are
+// accepted and closed at once instead.
+func (g *Gate) Stop() {
+	g.mu.Lock()
+	if g.stopped != nil || g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.stopped = make(chan struct{})
+	l := g.Listener
+	g.mu.Unlock()
+	l.Close()
+	g.Cut()
+}
+
+// listenAgain ends Stop: it listens on the address again (retrying for a
+// while, should the port be held meanwhile) and wakes Accept.
+func (g *Gate) listenAgain() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped == nil {
+		return
+	}
+	if !g.closed {
+		addr := g.Listener.Addr()
+		for i := 0; ; i++ {
+			l, err := net.Listen(addr.Network(), addr.String())
+			if err == nil {
+				g.Listener = l
+				break
+			}
+			if i == 50 {
+				panic(fmt.Sprintf("proxy: listen on %s again after Stop: %v", addr, err))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	close(g.stopped)
+	g.stopped = nil
+}
+
+// listener returns the listener now (Stop and Up replace it).
+func (g *Gate) listener() net.Listener {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.Listener
+}
+
+// Addr returns the listener's address, the same across Stop and Up.
+func (g *Gate) Addr() net.Addr { return g.listener().Addr() }
+
+// Up ends Down, Partition, BlackHole, Slow and Stop: held connections are
+// closed, silenced ones pass again, and new ones are accepted.
 func (g *Gate) Up() {
+	g.listenAgain()
 	g.mu.Lock()
 	g.down, g.hole, g.delay = false, false, 0
 	held := g.held
@@ -107,8 +165,15 @@ func (g *Gate) Up() {
 // Accept returns the next connection the gate lets through.
 func (g *Gate) Accept() (net.Conn, error) {
 	for {
-		c, err := g.Listener.Accept()
+		c, err := g.listener().Accept()
 		if err != nil {
+			g.mu.Lock()
+			stopped, closed := g.stopped, g.closed
+			g.mu.Unlock()
+			if stopped != nil && !closed {
+				<-stopped // Up listens again
+				continue
+			}
 			return nil, err
 		}
 		g.mu.Lock()
@@ -130,7 +195,10 @@ func (g *Gate) Accept() (net.Conn, error) {
 
 // Close closes the listener, every connection and every held one.
 func (g *Gate) Close() error {
-	err := g.Listener.Close()
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	err := g.listener().Close()
 	g.Up()
 	g.Cut()
 	return err

@@ -91,6 +91,7 @@ type Metrics struct {
 	kafkaOK         atomic.Int64 // unix nanoseconds of the last broker success
 	kafkaFail       atomic.Int64 // unix nanoseconds of the last broker connect failure
 	kafkaDownAt     atomic.Int64 // unix nanoseconds of the first connect failure after a success
+	outageFails     atomic.Int64 // connect failures since the first one after a success
 	kafkaErr        atomic.Value // string: the last connect failure
 
 	publishedN, deadLetteredN atomic.Int64
@@ -482,8 +483,10 @@ func (h kafkaHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.
 	if err != nil {
 		if !h.m.kafkaReachable() {
 			h.m.kafkaDownAt.CompareAndSwap(0, now)
+			h.m.outageFails.Add(1)
 		} else {
 			h.m.kafkaDownAt.Store(now)
+			h.m.outageFails.Store(1)
 		}
 		h.m.kafkaErr.Store(err.Error())
 		h.m.kafkaFail.Store(now)

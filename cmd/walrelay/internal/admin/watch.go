@@ -35,6 +35,8 @@ func (m *Metrics) waitingFor(r Source, kafkaProblem string) string {
 	switch state := r.State(); {
 	case state == "waiting_for_slot":
 		return "the slot: another instance streams it (this one takes over when it stops)"
+	case state == "starting" && kafkaProblem != "":
+		return "Kafka: walrelay starts once it answers (nothing is read before)"
 	case state == "reconnecting" || state == "starting":
 		return "PostgreSQL: connecting to stream the slot"
 	case kafkaProblem != "":
@@ -56,7 +58,7 @@ func (m *Metrics) waitingFor(r Source, kafkaProblem string) string {
 // again, with what walrelay holds meanwhile; when the stream runs again
 // after a reconnect, and after how long; and every progress (0: never) a
 // progress line (events/s, in flight, the slot's lag and retained WAL),
-// only every tenth time while no event is published.
+// only every tenth time while idle (no event published, none in flight).
 func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, log *slog.Logger) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -77,11 +79,15 @@ func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, l
 			switch {
 			case problem != "" && !kafkaDown:
 				kafkaDown, kafkaDownAt = true, since
+				// failed_connects: the client's own lines about them are
+				// folded (sink's logger adapter), so walrelay's carry
+				// the count.
 				log.Warn("Kafka is not answering: walrelay holds its events and retries; the slot's position stays before the first unacknowledged one",
-					append([]any{"why", problem, "in_flight", r.InFlight()}, m.held(r)...)...)
+					append([]any{"why", problem, "in_flight", r.InFlight(), "failed_connects", m.outageFails.Load()}, m.held(r)...)...)
 			case problem == "" && kafkaDown:
 				kafkaDown = false
-				log.Info("Kafka answers again", "after", now.Sub(kafkaDownAt).Round(100*time.Millisecond), "in_flight", r.InFlight())
+				log.Info("Kafka answers again", "after", now.Sub(kafkaDownAt).Round(100*time.Millisecond), "in_flight", r.InFlight(),
+					"failed_connects", m.outageFails.Load())
 			}
 			// The stream went away if it left a working state, or if it
 			// reconnected between two looks.
@@ -101,8 +107,11 @@ func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, l
 			if progress <= 0 || now.Sub(lastProgress) < progress {
 				continue
 			}
-			published := m.publishedN.Load() + m.deadLetteredN.Load()
-			if published == lastPublished {
+			// Idle: nothing published and nothing waiting to be. Events
+			// in flight with none acknowledged are a stall (Kafka not
+			// answering), logged every time.
+			published, inFlight := m.publishedN.Load()+m.deadLetteredN.Load(), r.InFlight()
+			if published == lastPublished && inFlight == 0 {
 				if idles++; idles%10 != 1 {
 					lastProgress = now
 					continue
@@ -115,7 +124,7 @@ func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, l
 			m.mu.Lock()
 			lag, retained := m.lag, m.retain
 			m.mu.Unlock()
-			attrs := []any{"state", state, "events_per_s", fmt.Sprintf("%.1f", rate), "published", m.publishedN.Load(), "dead_lettered", m.deadLetteredN.Load(), "in_flight", r.InFlight()}
+			attrs := []any{"state", state, "events_per_s", fmt.Sprintf("%.1f", rate), "published", m.publishedN.Load(), "dead_lettered", m.deadLetteredN.Load(), "in_flight", inFlight}
 			if lag != nil {
 				attrs = append(attrs, "slot_lag", HumanBytes(*lag), "retained_wal", HumanBytes(*retained))
 			}

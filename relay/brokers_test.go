@@ -1,0 +1,96 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// pingPublisher answers Ping with its errors in turn, then nil.
+type pingPublisher struct {
+	errs  []error
+	pings int
+}
+
+func (p *pingPublisher) Ping(context.Context) error {
+	p.pings++
+	if len(p.errs) == 0 {
+		return nil
+	}
+	err := p.errs[0]
+	p.errs = p.errs[1:]
+	return err
+}
+func (p *pingPublisher) Publish(context.Context, *event.Event, sink.Done) {}
+func (p *pingPublisher) Abort(context.Context) error                      { return nil }
+func (p *pingPublisher) Close()                                           {}
+func (p *pingPublisher) DataLosses() uint64                               { return 0 }
+
+func TestBrokersDown(t *testing.T) {
+	t.Parallel()
+	dial := func(err error) error {
+		return fmt.Errorf("reach kafka brokers k:9092: unable to dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: err})
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		down bool
+	}{
+		{"connection refused: Kafka stopped", dial(&osSyscallError{syscall.ECONNREFUSED}), true},
+		{"no route to the host", dial(&osSyscallError{syscall.EHOSTUNREACH}), true},
+		{"dial timed out", dial(timeoutError{}), true},
+		{"host does not resolve", dial(&net.DNSError{Err: "no such host", Name: "k", IsNotFound: true}), false},
+		{"closed at once: not Kafka, or wants TLS", fmt.Errorf("reach kafka brokers k:9092: %w", errors.New("EOF")), false},
+		{"answered, refused", errors.New("SASL_AUTHENTICATION_FAILED"), false},
+	} {
+		if got := relay.BrokersDown(tc.err); got != tc.down {
+			t.Errorf("%s: BrokersDown = %v, want %v (%v)", tc.name, got, tc.down, tc.err)
+		}
+	}
+}
+
+// osSyscallError is an errno as the dialer wraps it.
+type osSyscallError struct{ errno syscall.Errno }
+
+func (e *osSyscallError) Error() string { return "connect: " + e.errno.Error() }
+func (e *osSyscallError) Unwrap() error { return e.errno }
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string { return "i/o timeout" }
+func (timeoutError) Timeout() bool { return true }
+
+// TestWaitForBrokers: brokers that refuse are waited for until they answer;
+// a host that does not resolve fails at once; ctx ends the wait.
+func TestWaitForBrokers(t *testing.T) {
+	t.Parallel()
+	refused := fmt.Errorf("unable to dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: &osSyscallError{syscall.ECONNREFUSED}})
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+
+	p := &pingPublisher{errs: []error{refused}}
+	if err := relay.WaitForBrokers(t.Context(), p, log); err != nil || p.pings != 2 {
+		t.Fatalf("refused once: %v after %d pings, want nil after 2", err, p.pings)
+	}
+
+	unknown := fmt.Errorf("unable to dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "k", IsNotFound: true}})
+	p = &pingPublisher{errs: []error{unknown}}
+	if err := relay.WaitForBrokers(t.Context(), p, log); err == nil || p.pings != 1 {
+		t.Fatalf("unknown host: %v after %d pings, want an error after 1", err, p.pings)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	p = &pingPublisher{errs: []error{refused, refused, refused, refused}}
+	if err := relay.WaitForBrokers(ctx, p, log); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ctx ended while waiting: %v, want ctx's error", err)
+	}
+}

@@ -1,0 +1,38 @@
+package sink
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestConnFailuresFolded: the client's WARN line about a failed connection
+// comes once per broker in connRepeatQuiet; its repeats are at debug level,
+// and the next WARN line counts them.
+func TestConnFailuresFolded(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	a := newSlogAdapter(slog.New(slog.NewTextHandler(&buf, nil))) // info and above
+	for range 50 {
+		for _, addr := range []string{"k1:9092", "k2:9092"} {
+			a.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", addr, "broker", "1", "err", "connection refused")
+		}
+	}
+	a.Log(kgo.LogLevelWarn, "another warning", "addr", "k1:9092")
+	if n := strings.Count(buf.String(), "unable to open connection to broker"); n != 2 {
+		t.Fatalf("%d WARN lines about failed connections for 2 brokers, want 2:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "another warning") {
+		t.Fatalf("another WARN line of the client was folded:\n%s", buf.String())
+	}
+	// A minute later: one line again, with the count of those folded.
+	a.failed["k1:9092"].warned = a.failed["k1:9092"].warned.Add(-connRepeatQuiet)
+	buf.Reset()
+	a.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "k1:9092", "err", "connection refused")
+	if !strings.Contains(buf.String(), "folded=49") {
+		t.Fatalf("the next WARN line does not count the 49 folded: %s", buf.String())
+	}
+}
