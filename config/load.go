@@ -37,7 +37,9 @@ type Set struct {
 func NewSet(fs *flag.FlagSet) *Set {
 	cs := &Set{byKey: map[string]*key{}, flags: map[string]*string{}}
 	cs.keys = cs.cfg.keys()
-	cs.file = fs.String("config", "", "YAML configuration file")
+	ff := &fileFlag{cs: cs}
+	cs.file = &ff.path
+	fs.Var(ff, "config", "YAML configuration `file`")
 	for _, k := range cs.keys {
 		cs.byKey[k.name] = k
 		// The help without Markdown's backquotes, which the flag package
@@ -45,6 +47,38 @@ func NewSet(fs *flag.FlagSet) *Set {
 		cs.flags[k.name] = fs.String(k.name, "", strings.ReplaceAll(k.help, "`", "")+" (default "+strconv.Quote(k.show())+"; env "+EnvName(k.name)+")")
 	}
 	return cs
+}
+
+// fileFlag is --config: the file's path, and the set it belongs to, so
+// that a caller holding only the flag set can ask for the mistakes of the
+// file and the environment (SourceProblems).
+type fileFlag struct {
+	cs   *Set
+	path string
+}
+
+func (f *fileFlag) String() string { return f.path }
+
+func (f *fileFlag) Set(v string) error { f.path = v; return nil }
+
+// SourceProblems reads the file (if --config names one) and the
+// environment as Load does, and returns every unknown key and refused
+// value in them (Problems), or nil: for a command that found undefined
+// flags and does not load, so that one run names every mistake.
+func (f *fileFlag) SourceProblems() error {
+	var problems Problems
+	if f.path != "" {
+		problems.add(f.cs.LoadFile(f.path))
+	}
+	problems.add(f.cs.checkEnv())
+	for _, k := range f.cs.keys {
+		if v, ok := os.LookupEnv(EnvName(k.name)); ok {
+			if err := k.set(v); err != nil {
+				problems.add(fmt.Errorf("environment %s: %w", EnvName(k.name), err))
+			}
+		}
+	}
+	return problems.Err()
 }
 
 // Config returns the configuration the set fills.

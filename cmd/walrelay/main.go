@@ -81,6 +81,16 @@ the keys.
 // usageError is a mistake in the command line: exit status 2.
 type usageError struct{ msg string }
 
+// flagMistakes are undefined flags (a usageError) and the mistakes of the
+// configuration file and the environment found beside them (more),
+// printed after it, so that one run names every mistake.
+type flagMistakes struct {
+	usageError
+	more error
+}
+
+func (e flagMistakes) Unwrap() error { return e.usageError }
+
 func (e usageError) Error() string { return e.msg }
 
 func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -138,6 +148,9 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "walrelay: %v; walrelay help lists the commands, walrelay COMMAND -h a command's flags\n", err)
+		if fm := (flagMistakes{}); errors.As(err, &fm) && fm.more != nil {
+			fmt.Fprintf(stderr, "walrelay: also %v\n", fm.more)
+		}
 		return 2
 	default:
 		fmt.Fprintf(stderr, "walrelay: %v\n", err)
@@ -191,13 +204,21 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 			pos, args = append(pos, args[0]), args[1:]
 		}
 	}
-	switch len(undefined) {
-	case 0:
+	if len(undefined) == 0 {
 		return pos, nil
-	case 1:
-		return nil, usageError{fs.Name() + ": flag provided but not defined: " + undefined[0]}
 	}
-	return nil, usageError{fs.Name() + ": flags provided but not defined: " + strings.Join(undefined, ", ")}
+	fm := flagMistakes{usageError: usageError{fs.Name() + ": flags provided but not defined: " + strings.Join(undefined, ", ")}}
+	if len(undefined) == 1 {
+		fm.msg = fs.Name() + ": flag provided but not defined: " + undefined[0]
+	}
+	// The command stops here, before it loads its configuration: the
+	// file's and the environment's mistakes are named now too.
+	if f := fs.Lookup("config"); f != nil {
+		if src, ok := f.Value.(interface{ SourceProblems() error }); ok {
+			fm.more = src.SourceProblems()
+		}
+	}
+	return nil, fm
 }
 
 // flagHint names the defined flag an undefined one is likely a misspelling

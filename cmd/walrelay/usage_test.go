@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -33,5 +35,28 @@ func TestMistakesAreOneLine(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := realMain(t.Context(), []string{"run", "-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "-kafka.brokers") {
 		t.Errorf("run -h: exit %d:\n%s", code, errOut.String())
+	}
+}
+
+// TestMistakesOfEverySourceAtOnce: an undefined flag, a misspelt key of
+// the file and a misspelt variable are named by one run: the flags' line,
+// then the configuration's mistakes. Before, the flag alone, and the
+// others one run each after it was fixed.
+func TestMistakesOfEverySourceAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.yaml")
+	if err := os.WriteFile(path, []byte("kafka:\n  brokerz: [k:9092]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WALRELAY_POSTGRES_SLOTT", "s")
+	var out, errOut bytes.Buffer
+	code := realMain(t.Context(), []string{"run", "--kafka.topik", "t", "--config", path}, &out, &errOut)
+	for _, want := range []string{
+		"walrelay: run: flag provided but not defined: -kafka.topik (did you mean --kafka.topic?)",
+		`unknown key "kafka.brokerz" (did you mean kafka.brokers?)`,
+		"WALRELAY_POSTGRES_SLOTT names no configuration key (did you mean WALRELAY_POSTGRES_SLOT?)",
+	} {
+		if code != 2 || !strings.Contains(errOut.String(), want) {
+			t.Errorf("exit %d, want 2 and %q:\n%s", code, want, errOut.String())
+		}
 	}
 }
