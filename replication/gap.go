@@ -1,0 +1,98 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrPublicationAfterSlot is wrapped when a slot's position is before the
+// creation of the publication walrelay would read it with: pgoutput looks
+// the publication up in the catalog as of each decoded transaction, so
+// every transaction between the slot's position and the publication's
+// creation fails with `publication "…" does not exist` (PostgreSQL up to
+// 17; 18 skips the publication with a WARNING, and the rows with it).
+var ErrPublicationAfterSlot = errors.New("the slot's position is before the publication was created")
+
+// PublicationGap says whether the logical slot's confirmed position is
+// before the creation of publication pub, so that decoding the slot with
+// pub fails (or, on PostgreSQL 18, skips what it cannot see). A missing
+// slot or publication is no gap (other checks name them).
+//
+// The catalog keeps no creation LSN of a publication, so the answer comes
+// in two steps. First the publication row's xmin (the transaction that
+// created it) against the slot's catalog_xmin: a transaction older than
+// catalog_xmin had ended before the slot's restart point, so every
+// snapshot the slot decodes with sees the publication: no gap, for sure,
+// at the cost of one query. Otherwise (a publication created after the
+// slot's restart point: rare outside the trap, and the slot may still have
+// confirmed past it) PostgreSQL itself decides: a temporary copy of the
+// slot (pg_copy_logical_replication_slot, same restart and confirmed
+// positions) is decoded with pub up to the current WAL end
+// (pg_logical_slot_peek_binary_changes, which moves nothing) and dropped.
+// That decodes what walrelay's stream would, so it costs the slot's lag in
+// WAL read; a copy needs a free slot of max_replication_slots. When the
+// copy cannot be made, err says why and behind is the first step's
+// "maybe".
+func PublicationGap(ctx context.Context, conn *pgx.Conn, slot, pub string) (behind bool, err error) {
+	var suspect bool
+	err = conn.QueryRow(ctx, `SELECT age(p.xmin) <= age(s.catalog_xmin)
+		FROM pg_replication_slots s, pg_publication p
+		WHERE s.slot_name = $1 AND s.slot_type = 'logical' AND s.catalog_xmin IS NOT NULL AND s.database = current_database() AND p.pubname = $2`, slot, pub).Scan(&suspect)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("compare slot %s with publication %s: %w", slot, pub, err)
+	}
+	if !suspect {
+		return false, nil
+	}
+	// A copy of the slot, decoded with the publication, on a session of
+	// its own: the copy is temporary, dropped with that session whatever
+	// happens, and the session's notices are read (PostgreSQL 18:
+	// WARNING: skipped loading publication "…").
+	var skipped bool
+	ccfg := conn.Config()
+	ccfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "publication") && strings.Contains(n.Message, pub) {
+			skipped = true
+		}
+	}
+	peek, err := pgx.ConnectConfig(ctx, ccfg)
+	if err != nil {
+		return true, fmt.Errorf("connect to tell whether slot %s's position is before publication %s was created: %w", slot, pub, err)
+	}
+	defer peek.Close(context.WithoutCancel(ctx))
+	copyName := fmt.Sprintf("walrelay_gap_%d", peek.PgConn().PID())
+	if _, err := peek.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2, true)", slot, copyName); err != nil {
+		return true, fmt.Errorf("copy slot %s to tell whether its position is before publication %s was created: %w", slot, pub, err)
+	}
+	var n int64
+	err = peek.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, pg_current_wal_lsn(), NULL,
+		'proto_version', '1', 'publication_names', $2)`, copyName, pgx.Identifier{pub}.Sanitize()).Scan(&n)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication") {
+		return true, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("decode a copy of slot %s with publication %s: %w", slot, pub, err)
+	}
+	return skipped, nil
+}
+
+// PublicationGapError is the error of a slot whose position is before its
+// publication's creation, naming the cause in one sentence and the ways
+// out.
+func PublicationGapError(slot, pub string) error {
+	return fmt.Errorf("slot %s: %w: slot %s's position is before publication %s was created, and PostgreSQL decodes each transaction with the publications it could see then, "+
+		"so it cannot stream this slot until it passes that point. "+
+		"If the slot's former reader (Debezium) can still run, run it until walrelay check says OK, then stop it and start walrelay: nothing is lost. "+
+		"Otherwise walrelay slot resync --yes moves the slot to the current end of the WAL and republishes from the outbox table every row missing from its topic "+
+		"(rows your application deleted from the table in between cannot be recovered that way; docs/debezium.md)",
+		slot, ErrPublicationAfterSlot, slot, pub)
+}
