@@ -148,6 +148,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	if cfg.CreateSlot {
 		// The publication first: a slot only sees a publication created
 		// before the changes it decodes.
+		if err := refusePublicationBehindSlot(cctx, conn, cfg); err != nil {
+			return dcfg, err
+		}
 		created, added, err := replication.EnsurePublication(cctx, conn, spec)
 		for _, t := range added {
 			log.Warn("added an outbox table to the publication: rows written to it before now are not in the stream (walrelay replay --table can send them)",
@@ -170,6 +173,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 			log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
 				"slot", cfg.Slot, "publication", cfg.Publication)
 		}
+		if err := refusePublicationGap(cctx, conn, cfg, log); err != nil {
+			return dcfg, err
+		}
 		return dcfg, markFailover(cctx, conn, cfg, log)
 	}
 	problems, err := replication.CheckPublication(cctx, conn, spec)
@@ -188,6 +194,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	}
 	if !slotOK {
 		return dcfg, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Slot)
+	}
+	if err := refusePublicationGap(cctx, conn, cfg, log); err != nil {
+		return dcfg, err
 	}
 	return dcfg, markFailover(cctx, conn, cfg, log)
 }

@@ -86,13 +86,74 @@ func PublicationGap(ctx context.Context, conn *pgx.Conn, slot, pub string) (behi
 }
 
 // PublicationGapError is the error of a slot whose position is before its
-// publication's creation, naming the cause in one sentence and the ways
-// out.
-func PublicationGapError(slot, pub string) error {
-	return fmt.Errorf("slot %s: %w: slot %s's position is before publication %s was created, and PostgreSQL decodes each transaction with the publications it could see then, "+
-		"so it cannot stream this slot until it passes that point. "+
-		"If the slot's former reader (Debezium) can still run, run it until walrelay check says OK, then stop it and start walrelay: nothing is lost. "+
+// publication's creation (it wraps ErrPublicationAfterSlot): the cause in
+// one sentence, then the ways out.
+func PublicationGapError(slot, pub string) error { return &gapError{slot, pub} }
+
+type gapError struct{ slot, pub string }
+
+func (e *gapError) Is(target error) bool { return target == ErrPublicationAfterSlot }
+
+func (e *gapError) Error() string {
+	return fmt.Sprintf("slot %s's position is before publication %s was created, and PostgreSQL decodes each transaction with the publications that existed when it committed, "+
+		"so walrelay cannot stream the slot with %s until the slot has passed that point. "+
+		"If the slot's former reader (Debezium) can still run, run it until walrelay check says OK for the slot, then stop it and start walrelay: nothing is lost. "+
 		"Otherwise walrelay slot resync --yes moves the slot to the current end of the WAL and republishes from the outbox table every row missing from its topic "+
-		"(rows your application deleted from the table in between cannot be recovered that way; docs/debezium.md)",
-		slot, ErrPublicationAfterSlot, slot, pub)
+		"(rows your application deleted from the table in between cannot be recovered that way; docs/debezium.md)", e.slot, e.pub, e.pub)
+}
+
+// ErrPublicationBehindSlot is wrapped when walrelay refuses to create a
+// publication that an existing slot's position is before.
+var ErrPublicationBehindSlot = errors.New("the publication would be created after the slot's position")
+
+// NewPublicationBehindSlot is asked before creating publication pub for
+// slot: when pub exists or slot does not, there is nothing to say. When the
+// slot exists, a publication created now is after its position, and the
+// slot can be streamed with it only once its position has passed now (and
+// then only if no transaction decoded in between: PublicationGap tells).
+// A slot in use (allowActive: its reader, Debezium during a switch-over,
+// confirms past now as it goes on) is the right order: note says what to
+// wait for. A slot no one reads is refused (err wraps
+// ErrPublicationBehindSlot) with the ways out, and so is any slot when
+// !allowActive (walrelay run never creates a publication behind a slot).
+func NewPublicationBehindSlot(ctx context.Context, conn *pgx.Conn, pub, slot string, allowActive bool) (note string, err error) {
+	var active bool
+	var pid *int
+	err = conn.QueryRow(ctx, `SELECT s.active, s.active_pid FROM pg_replication_slots s
+		WHERE s.slot_name = $1 AND s.slot_type = 'logical' AND s.database = current_database()
+		AND NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2)`, slot, pub).Scan(&active, &pid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up slot %s and publication %s: %w", slot, pub, err)
+	}
+	if active && allowActive {
+		return fmt.Sprintf("slot %s is in use (server process %d) and its position is before publication %s, created now: walrelay can stream the slot once its reader has confirmed past now; "+
+			"keep that reader (Debezium) running until walrelay check says OK for the slot, then stop it and start walrelay", slot, deref(pid), pub), nil
+	}
+	return "", &behindError{slot, pub}
+}
+
+// publicationVanished explains the server's `publication "…" does not
+// exist` in the stream: either the publication is gone, or (it exists
+// again, or was created late) the slot's position is before its creation.
+// It returns nil for any other error.
+func publicationVanished(err error, pub string) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42704" || !strings.Contains(pgErr.Message, "publication") {
+		return nil
+	}
+	return fmt.Errorf("%w (either publication %s was dropped, or it was created, or created again, after the slot's position: walrelay check tells which and gives the way out)", err, pub)
+}
+
+type behindError struct{ slot, pub string }
+
+func (e *behindError) Is(target error) bool { return target == ErrPublicationBehindSlot }
+
+func (e *behindError) Error() string {
+	return fmt.Sprintf("slot %s exists and publication %s does not: created now, the publication would be after the slot's position, and walrelay could not stream the slot with it until the slot has passed that point, so walrelay does not create it. "+
+		"If the slot's reader (Debezium) can still run: start it, run walrelay publication create while it runs, and stop it when walrelay check says OK for the slot (nothing lost). "+
+		"Otherwise walrelay slot resync --yes creates the publication, moves the slot to the current end of the WAL and republishes from the outbox table every row missing from its topic "+
+		"(rows deleted from the table in between cannot be recovered that way; docs/debezium.md)", e.slot, e.pub)
 }

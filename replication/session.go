@@ -229,6 +229,9 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 		data = msg.Data
 	case *pgproto3.ErrorResponse:
 		err := pgconn.ErrorResponseToPgError(msg)
+		if pubErr := publicationVanished(err, cfg.Publication); pubErr != nil {
+			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, pubErr))
+		}
 		if isFatalPgError(err) {
 			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, err))
 		}
