@@ -440,11 +440,11 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 			refuse(k, "an option walrelay does not know: it may change the records")
 		}
 	}
+	sort.Slice(ignored, func(i, j int) bool { return ignored[i].Option < ignored[j].Option })
 	if len(refused) > 0 {
 		sort.Slice(refused, func(i, j int) bool { return refused[i].Option+refused[i].Why < refused[j].Option+refused[j].Why })
 		return nil, ignored, &DebeziumRefused{Refused: refused}
 	}
-	sort.Slice(ignored, func(i, j int) bool { return ignored[i].Option < ignored[j].Option })
 	return keys, ignored, nil
 }
 
