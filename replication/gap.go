@@ -72,6 +72,9 @@ func PublicationGap(ctx context.Context, conn *pgx.Conn, slot, pub string) (behi
 	if _, err := peek.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2, true)", slot, copyName); err != nil {
 		return true, fmt.Errorf("copy slot %s to tell whether its position is before publication %s was created: %w", slot, pub, err)
 	}
+	// Dropped before the session ends, too: a session's temporary slot
+	// goes only as its server process exits, after Close returns.
+	defer func() { _, _ = peek.Exec(context.WithoutCancel(ctx), "SELECT pg_drop_replication_slot($1)", copyName) }()
 	var n int64
 	err = peek.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, pg_current_wal_lsn(), NULL,
 		'proto_version', '1', 'publication_names', $2)`, copyName, pgx.Identifier{pub}.Sanitize()).Scan(&n)

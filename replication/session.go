@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,7 +237,15 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, err))
 		}
 		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, err)
-	case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+	case *pgproto3.NoticeResponse:
+		// PostgreSQL 18 skips a publication it cannot see as of a
+		// transaction, with a WARNING, instead of failing: the rows of
+		// that transaction would pass unpublished.
+		if strings.Contains(msg.Message, "skipped loading publication") {
+			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %s: %w", cfg.Slot, msg.Message, PublicationGapError(cfg.Slot, cfg.Publication)))
+		}
+		return Change{}, false, nil
+	case *pgproto3.ParameterStatus:
 		return Change{}, false, nil
 	case *pgproto3.CopyDone:
 		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, &ProtocolError{Err: errors.New("the server ended the copy stream")})
