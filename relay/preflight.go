@@ -173,7 +173,7 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 			log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
 				"slot", cfg.Slot, "publication", cfg.Publication)
 		}
-		if err := refusePublicationGap(cctx, conn, cfg, log); err != nil {
+		if err := refusePublicationGap(ctx, conn, cfg, log); err != nil {
 			return dcfg, err
 		}
 		return dcfg, markFailover(cctx, conn, cfg, log)
@@ -195,7 +195,7 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	if !slotOK {
 		return dcfg, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Slot)
 	}
-	if err := refusePublicationGap(cctx, conn, cfg, log); err != nil {
+	if err := refusePublicationGap(ctx, conn, cfg, log); err != nil {
 		return dcfg, err
 	}
 	return dcfg, markFailover(cctx, conn, cfg, log)

@@ -276,7 +276,7 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		if !*yes {
 			return a.say(map[string]any{"name": name, "dropped": false, "dry_run": true},
-				"would drop publication %s (of %s): a slot streaming through it stops (dry run: add --yes to drop it)", name, publicationTables(p))
+				"would drop publication %s (of %s): a slot streaming through it stops, and a publication created again later is after that slot's position, so the slot cannot be streamed with it (walrelay slot resync then) (dry run: add --yes to drop it)", name, publicationTables(p))
 		}
 		return a.say(map[string]any{"name": name, "dropped": true}, "publication %s dropped", name)
 	}

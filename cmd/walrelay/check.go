@@ -221,7 +221,12 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		if s.LagBytes != nil {
 			lag = *s.LagBytes
 		}
-		switch behind, err := replication.PublicationGap(cctx, conn, s.SlotName, cfg.Postgres.Publication); {
+		// Its own time: the decode of a copy of the slot reads the WAL
+		// since the slot's position.
+		gctx, gcancel := context.WithTimeout(ctx, 20*time.Second)
+		behind, err := replication.PublicationGap(gctx, conn, s.SlotName, cfg.Postgres.Publication)
+		gcancel()
+		switch {
 		case behind && err == nil:
 			add("slot", "fail", "%v", replication.PublicationGapError(s.SlotName, cfg.Postgres.Publication))
 		case err != nil:

@@ -210,8 +210,8 @@ func TestSwitchOverFromDebeziumAllTables(t *testing.T) {
 // TestSwitchOverAfterDebeziumStopped is the newcomer's path of issue 37:
 // Debezium (defaults, FOR ALL TABLES) stopped first, rows written after it
 // stopped, then walrelay. check names the cause and the way out, walrelay
-// refuses to create walrelay_outbox behind the slot (publication create
-// and run); a publication created behind it anyway (by hand, or by an
+// refuses to create walrelay_outbox behind the slot (publication create,
+// migrate and run); a publication created behind it anyway (by hand, or by an
 // older walrelay) makes check fail on the slot and run refuse to start
 // with the cause in one sentence, where it used to fail at every start
 // with `publication "walrelay_outbox" does not exist` while check said OK.
@@ -242,7 +242,7 @@ func TestSwitchOverAfterDebeziumStopped(t *testing.T) {
 	if l := checkLine(out, "publication"); !strings.HasPrefix(l, "FAIL") || !strings.Contains(l, "slot debezium exists and publication walrelay_outbox does not") || !strings.Contains(l, "walrelay slot resync --yes") {
 		t.Fatalf("check without the publication:\n%s", out)
 	}
-	for _, args := range [][]string{{"publication", "create", "--config", cfgFile}, {"run", "--config", cfgFile}} {
+	for _, args := range [][]string{{"publication", "create", "--config", cfgFile}, {"migrate", "--config", cfgFile}, {"run", "--config", cfgFile}} {
 		code, out := step(t, e, args...)
 		if code == 0 || !strings.Contains(out, "created now, the publication would be after the slot's position") {
 			t.Fatalf("%s behind the slot: exit %d:\n%s", args[0], code, out)
