@@ -155,8 +155,8 @@ type behindError struct{ slot, pub string }
 func (e *behindError) Is(target error) bool { return target == ErrPublicationBehindSlot }
 
 func (e *behindError) Error() string {
-	return fmt.Sprintf("slot %s exists and publication %s does not: created now, the publication would be after the slot's position, and walrelay could not stream the slot with it until the slot has passed that point, so walrelay does not create it. "+
+	return fmt.Sprintf("publication %s does not exist, and slot %s does: created now, the publication would be after the slot's position, and walrelay could not stream the slot with it until the slot has passed that point, so walrelay does not create it. "+
 		"If the slot's reader (Debezium) can still run: start it, run walrelay publication create while it runs, and stop it when walrelay check says OK for the slot (nothing lost). "+
 		"Otherwise walrelay slot resync --yes creates the publication, moves the slot to the current end of the WAL and republishes from the outbox table every row missing from its topic "+
-		"(rows deleted from the table in between cannot be recovered that way; docs/debezium.md)", e.slot, e.pub)
+		"(rows deleted from the table in between cannot be recovered that way; docs/debezium.md)", e.pub, e.slot)
 }

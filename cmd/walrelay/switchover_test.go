@@ -239,7 +239,7 @@ func TestSwitchOverAfterDebeziumStopped(t *testing.T) {
 	e := env{"WALRELAY_ADMIN_LISTEN": "", "WALRELAY_KAFKA_DLQ_TOPIC": kc.dlq()}
 
 	_, out := step(t, e, "check", "--config", cfgFile)
-	if l := checkLine(out, "publication"); !strings.HasPrefix(l, "FAIL") || !strings.Contains(l, "slot debezium exists and publication walrelay_outbox does not") || !strings.Contains(l, "walrelay slot resync --yes") {
+	if l := checkLine(out, "publication"); !strings.HasPrefix(l, "FAIL") || !strings.Contains(l, "publication walrelay_outbox does not exist, and slot debezium does") || !strings.Contains(l, "walrelay slot resync --yes") {
 		t.Fatalf("check without the publication:\n%s", out)
 	}
 	for _, args := range [][]string{{"publication", "create", "--config", cfgFile}, {"migrate", "--config", cfgFile}, {"run", "--config", cfgFile}} {
