@@ -160,3 +160,12 @@ func (e *behindError) Error() string {
 		"Otherwise walrelay slot resync --yes creates the publication, moves the slot to the current end of the WAL and republishes from the outbox table every row missing from its topic "+
 		"(rows deleted from the table in between cannot be recovered that way; docs/debezium.md)", e.pub, e.slot)
 }
+
+// publicationSkipped is the error of PostgreSQL 18's WARNING `skipped
+// loading publication "…"` in the stream: the server could not see the
+// publication as of a transaction and would pass that transaction's rows
+// over, so walrelay stops before confirming them.
+func publicationSkipped(warning, pub string) error {
+	return fmt.Errorf("%s: publication %s was dropped, or created (or created again) after the slot's position; "+
+		"walrelay stops rather than let the rows of that transaction pass unpublished: walrelay check tells which and gives the way out", warning, pub)
+}

@@ -242,7 +242,7 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 		// transaction, with a WARNING, instead of failing: the rows of
 		// that transaction would pass unpublished.
 		if strings.Contains(msg.Message, "skipped loading publication") {
-			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %s: %w", cfg.Slot, msg.Message, PublicationGapError(cfg.Slot, cfg.Publication)))
+			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, publicationSkipped(msg.Message, cfg.Publication)))
 		}
 		return Change{}, false, nil
 	case *pgproto3.ParameterStatus:
