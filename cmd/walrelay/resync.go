@@ -32,6 +32,9 @@ func cmdSlotResync(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if _, err := a.parse(args, 0, true); err != nil {
 		return err
 	}
+	if *a.json {
+		return usageError{"slot resync: --json is not supported (it runs reconcile, whose --json is walrelay reconcile --all --replay --json)"}
+	}
 	conn, err := a.connect(ctx)
 	if err != nil {
 		return err
