@@ -128,7 +128,7 @@ func debeziumPublished(t *testing.T, kc *broker, conn *pgx.Conn, ids []string) {
 // the YAML to dir/walrelay.yaml; it returns the command's output.
 func importDebezium(t *testing.T, dir string) (cfgFile, out string) {
 	t.Helper()
-	code, out := runCmd(t, env{}, "debezium", "import", filepath.Join(dir, "connector.properties"), "--worker", filepath.Join(dir, "worker.properties"))
+	code, out := step(t, env{}, "debezium", "import", filepath.Join(dir, "connector.properties"), "--worker", filepath.Join(dir, "worker.properties"))
 	if code != 0 {
 		t.Fatalf("debezium import: exit %d:\n%s", code, out)
 	}
