@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+)
+
+// The bin directories of a PostgreSQL major upgrade: whole installations
+// (pg_upgrade, pg_controldata, pg_resetwal, pg_dump, psql beside the
+// server), as `.ci/postgres 17 full` and `.ci/postgres 18 full` print them.
+// TestPostgresMajorUpgrade runs only when both are set (.ci/run sets them).
+const (
+	EnvUpgradeFrom = "WALRELAY_TEST_PG_UPGRADE_FROM"
+	EnvUpgradeTo   = "WALRELAY_TEST_PG_UPGRADE_TO"
+)
+
+// TestPostgresMajorUpgrade upgrades PostgreSQL (17 to 18 in .ci/run) under
+// a running outbox with pg_upgrade, following docs/upgrading.md: rows are
+// written while walrelay streams; walrelay is stopped (SIGTERM) and more
+// rows are written to the old cluster before its stop; pg_upgrade refuses
+// the slot, which has not consumed them (its check names the slot); walrelay
+// runs again until the outbox is idle and confirmed, stops, and pg_upgrade
+// carries the slot over; rows are written to the upgraded cluster before
+// and while walrelay runs on the upgraded slot. Every row is on the topics
+// at least once, in order per aggregate; in exactly-once mode, once.
+func TestPostgresMajorUpgrade(t *testing.T) {
+	from, to := os.Getenv(EnvUpgradeFrom), os.Getenv(EnvUpgradeTo)
+	if from == "" || to == "" {
+		t.Skip(EnvUpgradeFrom + " and " + EnvUpgradeTo + " (bin directories of whole PostgreSQL installations, .ci/postgres 17 full and 18 full) run it (.ci/run does)")
+	}
+	for _, exactlyOnce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exactly_once=%v", exactlyOnce), func(t *testing.T) {
+			t.Parallel()
+			testPostgresMajorUpgrade(t, from, to, exactlyOnce)
+		})
+	}
+}
+
+func testPostgresMajorUpgrade(t *testing.T, from, to string, exactlyOnce bool) {
+	began := time.Now()
+	kc := newBroker(t)
+	pg := pgtest.StartBin(t, from)
+	if p := start(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); p.exit(60*time.Second) != 0 {
+		t.Fatalf("migrate:\n%s", p.out.String())
+	}
+	var opts []kgo.Opt
+	e := baseEnv(pg, kc)
+	if exactlyOnce {
+		e = eosEnv(pg, kc)
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	q := regexp.QuoteMeta(kc.prefix)
+	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*|`+q+`walrelay\.dlq`, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	oldMajor, err := pg.Version(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sysID := func() string {
+		return texts(t, connect(t, pg.DSN), "SELECT system_identifier::text FROM pg_control_system()")[0]
+	}
+	oldSysID := sysID()
+	w := newWriter(20, 37)
+	conn := connect(t, pg.DSN)
+
+	// Before: rows written while walrelay streams.
+	p := streaming(t, e)
+	if err := w.write(t.Context(), conn, 500, 10); err != nil {
+		t.Fatal(err)
+	}
+	stopCleanly(t, p)
+	// While walrelay is stopped: rows the slot has not consumed.
+	if err := w.write(t.Context(), conn, 200, 10); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(context.Background())
+	report, err := pg.Upgrade(t.Context(), to, pgtest.UpgradeOptions{Check: true})
+	if err == nil {
+		t.Fatalf("pg_upgrade --check passed a slot that has not consumed 200 rows:\n%s", report)
+	}
+	if !strings.Contains(report, `"walrelay"`) || !strings.Contains(report, "has not consumed") {
+		t.Fatalf("pg_upgrade refused, but not for the slot:\n%s", report)
+	}
+	t.Logf("pg_upgrade --check with the slot behind refuses: %s", lineWith(report, "has not consumed"))
+
+	// The procedure: walrelay runs until the outbox is idle and every row
+	// is confirmed, then stops cleanly; the server stops after it.
+	if err := pg.StartServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	conn = connect(t, pg.DSN)
+	p = streaming(t, e)
+	waitAll(t, col, w.written(), time.Minute)
+	// Confirmed up to the WAL of now: an idle outbox's keepalives are
+	// confirmed too (what `walrelay lsn show` shows as a lag of 0 bytes).
+	waitConfirmedPast(t, conn, texts(t, conn, "SELECT pg_current_wal_lsn()::text")[0])
+	stopCleanly(t, p)
+	conn.Close(context.Background())
+	up := time.Now()
+	out, err := pg.Upgrade(t.Context(), to, pgtest.UpgradeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newMajor, err := pg.Version(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pg_upgrade %d -> %d took %s: %s; system identifier %s, was %s", oldMajor, newMajor, time.Since(up).Round(time.Millisecond), lineWith(out, "Upgrade Complete"), sysID(), oldSysID)
+	if newMajor <= oldMajor {
+		t.Fatalf("the server is PostgreSQL %d after the upgrade from %d", newMajor, oldMajor)
+	}
+	conn = connect(t, pg.DSN)
+	var slotType string
+	if err := conn.QueryRow(t.Context(), "SELECT slot_type FROM pg_replication_slots WHERE slot_name = 'walrelay'").Scan(&slotType); err != nil {
+		t.Fatalf("the slot after pg_upgrade to %d: %v", newMajor, err)
+	}
+
+	// After: rows written before walrelay starts on the upgraded slot, and
+	// while it streams.
+	if err := w.write(t.Context(), conn, 200, 10); err != nil {
+		t.Fatal(err)
+	}
+	if exactlyOnce {
+		// pg_upgrade gives the cluster a new system identifier: the
+		// position on the offsets topic is of the old one, committed under
+		// the old transactional id. walrelay refuses it and names the
+		// takeover; with it, it fences the old id and takes the position
+		// over.
+		p = start(t, e, "run")
+		if code := p.exit(60 * time.Second); code != 1 {
+			t.Fatalf("exactly-once on the upgraded cluster without a takeover: exit %d:\n%s", code, tail(p.out.String(), 3000))
+		}
+		oldID := "walrelay-" + oldSysID + "-postgres-walrelay"
+		if last := lastLine(p.out.String()); !strings.Contains(last, "kafka.transactional_id_takeover: "+oldID) {
+			t.Fatalf("the refusal does not name the takeover of %s: %s", oldID, last)
+		}
+		t.Logf("without a takeover: %s", lastLine(p.out.String()))
+		e = e.with("WALRELAY_KAFKA_TRANSACTIONAL_ID_TAKEOVER", oldID)
+	}
+	p = streaming(t, e)
+	if err := w.write(t.Context(), conn, 300, 10); err != nil {
+		t.Fatal(err)
+	}
+	want := committedIDs(t, conn)
+	if len(want) != len(w.written()) {
+		t.Fatalf("the outbox holds %d rows after the upgrade, %d were written", len(want), len(w.written()))
+	}
+	c := waitAll(t, col, want, time.Minute)
+	t.Logf("PostgreSQL %d -> %d under a running outbox: %s (%s in all)", oldMajor, newMajor, c, time.Since(began).Round(time.Millisecond))
+	if c.missing != 0 || c.unexpected != 0 || c.orderViolations != 0 || (exactlyOnce && c.duplicates != 0) {
+		t.Fatalf("across the upgrade: %s", c)
+	}
+	stopCleanly(t, p)
+}
+
+// stopCleanly stops walrelay with SIGTERM and waits for its clean stop.
+func stopCleanly(t *testing.T, p *proc) {
+	t.Helper()
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(40 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d:\n%s", code, tail(p.out.String(), 3000))
+	}
+	if !strings.Contains(p.out.String(), "msg=stopped") {
+		t.Fatalf("no clean stop logged:\n%s", tail(p.out.String(), 3000))
+	}
+}
+
+// lineWith returns the first line of s that contains sub.
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
