@@ -1,11 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 )
 
 // The bin directories of a PostgreSQL major upgrade: whole installations
@@ -187,4 +192,140 @@ func lineWith(s, sub string) string {
 		}
 	}
 	return ""
+}
+
+// oldCommit is the earlier walrelay that TestResumesFromAnOlderWalrelay
+// upgrades from (WALRELAY_TEST_OLD_COMMIT names another): the last commit
+// whose position records on the offsets topic carry no timeline, and
+// before migrate recorded the message horizon that run now requires
+// (2026-12-04, "exactly-once: a committed position written under another
+// transactional id is refused at start").
+const oldCommit = "bae7b3c9f564b892f19a3db61814fdba07d8ace0"
+
+// oldWalrelay builds, once, the walrelay of oldCommit (or of
+// WALRELAY_TEST_OLD_COMMIT) from this repository's history: git archive
+// into a temporary directory, go build there. skip says why it cannot
+// (no git, or a checkout without that history).
+var oldWalrelay = sync.OnceValues(func() (bin string, skip error) {
+	commit := cmp.Or(os.Getenv("WALRELAY_TEST_OLD_COMMIT"), oldCommit)
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return "", fmt.Errorf("no git repository around the test (%v): the older walrelay is built from this repository's history", err)
+	}
+	repo := strings.TrimSpace(string(root))
+	if out, err := exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("commit %s is not in this checkout's history (a shallow clone?): %v %s", commit, err, out)
+	}
+	dir := filepath.Join(filepath.Dir(walrelayBin), "old-"+commit[:12])
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tarball := dir + ".tar"
+	if out, err := exec.Command("git", "-C", repo, "archive", "-o", tarball, commit).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git archive %s: %v %s", commit, err, out)
+	}
+	if out, err := exec.Command("tar", "-xf", tarball, "-C", dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("untar %s: %v %s", commit, err, out)
+	}
+	bin = filepath.Join(dir, "walrelay-old")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./cmd/walrelay")
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build walrelay %s: %v\n%s", commit, err, out)
+	}
+	return bin, nil
+})
+
+// TestResumesFromAnOlderWalrelay: a walrelay built from an earlier commit
+// of this repository (oldWalrelay) migrates a database and streams while
+// rows are written without pause; it is stopped mid-stream (SIGTERM, or
+// SIGKILL); the current walrelay, started on the same slot, configuration
+// and offsets topic, first refuses until migrate ran (the order of an
+// upgrade: stop, migrate, start), then resumes: every committed row is on
+// the topics at least once, in order per aggregate, none lost; in
+// exactly-once mode, after a SIGKILL, once (the current walrelay reads the
+// old one's committed position, written without a timeline).
+func TestResumesFromAnOlderWalrelay(t *testing.T) {
+	long(t)
+	for _, tc := range []struct {
+		name        string
+		sig         syscall.Signal
+		exactlyOnce bool
+	}{
+		{"SIGTERM", syscall.SIGTERM, false},
+		{"SIGKILL", syscall.SIGKILL, false},
+		{"exactly_once_SIGKILL", syscall.SIGKILL, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			built := time.Now()
+			old, err := oldWalrelay()
+			if err != nil {
+				if os.Getenv("CI") != "" {
+					t.Fatalf("the older walrelay: %v", err)
+				}
+				t.Skipf("the older walrelay: %v", err)
+			}
+			t.Logf("the older walrelay (%s) built or found in %s", cmp.Or(os.Getenv("WALRELAY_TEST_OLD_COMMIT"), oldCommit)[:12], time.Since(built).Round(time.Millisecond))
+			testResumesFromAnOlderWalrelay(t, old, tc.sig, tc.exactlyOnce)
+		})
+	}
+}
+
+func testResumesFromAnOlderWalrelay(t *testing.T, old string, sig syscall.Signal, exactlyOnce bool) {
+	began := time.Now()
+	kc := newBroker(t)
+	pg := pgtest.Start(t)
+	if p := startBin(t, old, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); p.exit(60*time.Second) != 0 {
+		t.Fatalf("the older migrate:\n%s", p.out.String())
+	}
+	var opts []kgo.Opt
+	e := baseEnv(pg, kc)
+	if exactlyOnce {
+		e = eosEnv(pg, kc)
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	q := regexp.QuoteMeta(kc.prefix)
+	col, err := kafkatest.Collect(kc.Addrs(), q+`outbox\.event\..*|`+q+`walrelay\.dlq`, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	conn := connect(t, pg.DSN)
+	w := newWriter(30, 38)
+	w.bytes = 100
+	stopWriting := w.keepWriting(t.Context(), pg.DSN)
+
+	p := startBin(t, old, e, "run")
+	p.waitLog("msg=streaming", 60*time.Second)
+	waitfor.Until(t, time.Minute, "the older walrelay to publish", func() bool { return len(col.Records()) >= 300 })
+	p.signal(sig)
+	code := p.exit(40 * time.Second)
+	t.Logf("the older walrelay stopped by %s (exit %d): %d rows written, %d records, slot confirmed at %s",
+		sig, code, len(w.written()), len(col.Records()), slotConfirmed(t, conn, "walrelay"))
+
+	// Started before migrate, the current walrelay refuses, naming it.
+	if p := start(t, e, "run"); p.exit(60*time.Second) == 0 || !strings.Contains(lastLine(p.out.String()), "walrelay migrate") {
+		t.Fatalf("the current walrelay on the older one's database before migrate:\n%s", tail(p.out.String(), 3000))
+	} else {
+		t.Logf("before migrate: %s", lastLine(p.out.String()))
+	}
+	if p := start(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); p.exit(60*time.Second) != 0 {
+		t.Fatalf("the current migrate on the older one's database:\n%s", p.out.String())
+	} else {
+		t.Logf("the current migrate on the older one's database:\n%s", p.out.String())
+	}
+	streaming(t, e)
+	time.Sleep(time.Second)
+	if n := stopWriting(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	want := committedIDs(t, conn)
+	c := waitAll(t, col, want, 2*time.Minute)
+	time.Sleep(300 * time.Millisecond) // room for a late duplicate
+	c = count(col.Records(), want)
+	t.Logf("the current walrelay after the older one (%s, exactly_once=%v): rows committed %d, %s (%s in all)", sig, exactlyOnce, len(want), c, time.Since(began).Round(time.Millisecond))
+	if c.missing != 0 || c.unexpected != 0 || c.orderViolations != 0 || (exactlyOnce || sig == syscall.SIGTERM) && c.duplicates != 0 {
+		t.Fatalf("resuming from the older walrelay: %s", c)
+	}
 }
