@@ -244,7 +244,9 @@ var oldWalrelay = sync.OnceValues(func() (bin string, skip error) {
 // upgrade: stop, migrate, start), then resumes: every committed row is on
 // the topics at least once, in order per aggregate, none lost; in
 // exactly-once mode, after a SIGKILL, once (the current walrelay reads the
-// old one's committed position, written without a timeline).
+// old one's committed position, written without a timeline). Then a
+// rollback in the same order (stop, the older migrate, start): the older
+// walrelay publishes the rows written then, none twice.
 func TestResumesFromAnOlderWalrelay(t *testing.T) {
 	long(t)
 	for _, tc := range []struct {
@@ -315,7 +317,7 @@ func testResumesFromAnOlderWalrelay(t *testing.T, old string, sig syscall.Signal
 	} else {
 		t.Logf("the current migrate on the older one's database:\n%s", p.out.String())
 	}
-	streaming(t, e)
+	p = streaming(t, e)
 	time.Sleep(time.Second)
 	if n := stopWriting(); n != 0 {
 		t.Fatalf("%d writes failed", n)
@@ -328,4 +330,32 @@ func testResumesFromAnOlderWalrelay(t *testing.T, old string, sig syscall.Signal
 	if c.missing != 0 || c.unexpected != 0 || c.orderViolations != 0 || (exactlyOnce || sig == syscall.SIGTERM) && c.duplicates != 0 {
 		t.Fatalf("resuming from the older walrelay: %s", c)
 	}
+
+	// A rollback, in the same order: the current walrelay stops cleanly;
+	// the older one refuses the database as the current migrate left it
+	// (its walrelay_emit inserts rows), until its own migrate ran; then it
+	// publishes what is written.
+	stopCleanly(t, p)
+	if p := startBin(t, old, e, "run"); p.exit(60*time.Second) == 0 || !strings.Contains(lastLine(p.out.String()), "walrelay migrate") {
+		t.Fatalf("the older walrelay on the current one's database before its migrate:\n%s", tail(p.out.String(), 3000))
+	} else {
+		t.Logf("rollback, before the older migrate: %s", lastLine(p.out.String()))
+	}
+	if p := startBin(t, old, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); p.exit(60*time.Second) != 0 {
+		t.Fatalf("the older migrate on the current one's database:\n%s", p.out.String())
+	}
+	p = startBin(t, old, e, "run")
+	p.waitLog("msg=streaming", 60*time.Second)
+	if err := w.write(t.Context(), conn, 200, 10); err != nil {
+		t.Fatal(err)
+	}
+	want = committedIDs(t, conn)
+	waitAll(t, col, want, time.Minute)
+	time.Sleep(300 * time.Millisecond)
+	after := count(col.Records(), want)
+	t.Logf("rolled back to the older walrelay: rows committed %d, %s", len(want), after)
+	if after.missing != 0 || after.orderViolations != 0 || after.duplicates != c.duplicates {
+		t.Fatalf("after the rollback to the older walrelay: %s", after)
+	}
+	stopCleanly(t, p)
 }
