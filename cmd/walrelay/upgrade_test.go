@@ -34,11 +34,14 @@ const (
 // a running outbox with pg_upgrade, following docs/upgrading.md: rows are
 // written while walrelay streams; walrelay is stopped (SIGTERM) and more
 // rows are written to the old cluster before its stop; pg_upgrade refuses
-// the slot, which has not consumed them (its check names the slot); walrelay
-// runs again until the outbox is idle and confirmed, stops, and pg_upgrade
-// carries the slot over; rows are written to the upgraded cluster before
-// and while walrelay runs on the upgraded slot. Every row is on the topics
-// at least once, in order per aggregate; in exactly-once mode, once.
+// the slot, which has not consumed them (its check names the slot).
+// walrelay runs again until the outbox is idle and confirmed, and stops; a
+// write to another table of the database is refused as well, until
+// walrelay ran again. Then pg_upgrade carries the slot over; rows are
+// written to the upgraded cluster before and while walrelay runs on the
+// upgraded slot. Every row is on the topics at least once, in order per
+// aggregate; in exactly-once mode once, after a takeover of the old system
+// identifier's transactional id, which walrelay names.
 func TestPostgresMajorUpgrade(t *testing.T) {
 	from, to := os.Getenv(EnvUpgradeFrom), os.Getenv(EnvUpgradeTo)
 	if from == "" || to == "" {
@@ -112,6 +115,26 @@ func testPostgresMajorUpgrade(t *testing.T, from, to string, exactlyOnce bool) {
 	waitAll(t, col, w.written(), time.Minute)
 	// Confirmed up to the WAL of now: an idle outbox's keepalives are
 	// confirmed too (what `walrelay lsn show` shows as a lag of 0 bytes).
+	waitConfirmedPast(t, conn, texts(t, conn, "SELECT pg_current_wal_lsn()::text")[0])
+	stopCleanly(t, p)
+	// A write to another table of the database after walrelay's stop:
+	// pg_upgrade decodes every change, not only the publication's.
+	if _, err := conn.Exec(t.Context(), "CREATE TABLE orders (id int PRIMARY KEY); INSERT INTO orders VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(context.Background())
+	report, err = pg.Upgrade(t.Context(), to, pgtest.UpgradeOptions{Check: true})
+	if err == nil || !strings.Contains(report, "has not consumed") {
+		t.Fatalf("pg_upgrade --check after a write to another table than the outbox: %v\n%s", err, report)
+	}
+	t.Logf("pg_upgrade --check after a write to another table once walrelay stopped refuses too: %s", lineWith(report, "has not consumed"))
+	// walrelay runs again: with nothing to publish it confirms the
+	// server's WAL position (keepalives), and stops.
+	if err := pg.StartServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	conn = connect(t, pg.DSN)
+	p = streaming(t, e)
 	waitConfirmedPast(t, conn, texts(t, conn, "SELECT pg_current_wal_lsn()::text")[0])
 	stopCleanly(t, p)
 	conn.Close(context.Background())
