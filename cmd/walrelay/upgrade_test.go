@@ -113,9 +113,9 @@ func testPostgresMajorUpgrade(t *testing.T, from, to string, exactlyOnce bool) {
 	conn = connect(t, pg.DSN)
 	p = streaming(t, e)
 	waitAll(t, col, w.written(), time.Minute)
-	// Confirmed up to the WAL of now: an idle outbox's keepalives are
-	// confirmed too (what `walrelay lsn show` shows as a lag of 0 bytes).
-	waitConfirmedPast(t, conn, texts(t, conn, "SELECT pg_current_wal_lsn()::text")[0])
+	// Step 2 of the procedure: `walrelay lsn show` says the slot is 0
+	// bytes behind (an idle outbox's keepalives are confirmed too).
+	t.Logf("walrelay lsn show, caught up: %s", waitLSNShowCaughtUp(t, e))
 	stopCleanly(t, p)
 	// A write to another table of the database after walrelay's stop:
 	// pg_upgrade decodes every change, not only the publication's.
@@ -133,11 +133,9 @@ func testPostgresMajorUpgrade(t *testing.T, from, to string, exactlyOnce bool) {
 	if err := pg.StartServer(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	conn = connect(t, pg.DSN)
 	p = streaming(t, e)
-	waitConfirmedPast(t, conn, texts(t, conn, "SELECT pg_current_wal_lsn()::text")[0])
+	waitLSNShowCaughtUp(t, e)
 	stopCleanly(t, p)
-	conn.Close(context.Background())
 	up := time.Now()
 	out, err := pg.Upgrade(t.Context(), to, pgtest.UpgradeOptions{})
 	if err != nil {
@@ -205,6 +203,20 @@ func stopCleanly(t *testing.T, p *proc) {
 	if !strings.Contains(p.out.String(), "msg=stopped") {
 		t.Fatalf("no clean stop logged:\n%s", tail(p.out.String(), 3000))
 	}
+}
+
+// waitLSNShowCaughtUp waits until `walrelay lsn show` says the slot is 0
+// bytes behind the server, and returns what it said.
+func waitLSNShowCaughtUp(t *testing.T, e env) string {
+	t.Helper()
+	var said string
+	waitfor.Until(t, time.Minute, "walrelay lsn show to say 0 bytes behind", func() bool {
+		p := start(t, e, "lsn", "show")
+		code := p.exit(30 * time.Second)
+		said = strings.TrimSpace(p.out.String())
+		return code == 0 && strings.Contains(said, " 0 bytes (0 B) behind")
+	})
+	return said
 }
 
 // lineWith returns the first line of s that contains sub.
