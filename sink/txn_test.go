@@ -687,4 +687,19 @@ func TestExactlyOnceTakeoverAcrossSystemIdentifiers(t *testing.T) {
 	if got := strings.Join(readCommittedIDs(t, kc, 2), ","); got != "e-0/500-0,e-0/900-0" {
 		t.Fatalf("read %s", got)
 	}
+
+	// A kafka.transactional_id set by hand does not change with the
+	// system identifier: the takeover names that id itself.
+	pinned := Transactions{ID: "walrelay-pinned", Key: "slot_b", Source: "old/postgres"}
+	if err := publish(t, txnSinkOf(t, kc, pinned), txnEvent(0x700, 0)); err != nil {
+		t.Fatal(err)
+	}
+	pinned.Source = "new/postgres"
+	if err := newSink(t, kc, Config{Transactions: &pinned}).Resume(t.Context(), onTimeline1); !failure.IsFatal(err) || !strings.Contains(err.Error(), "set kafka.transactional_id_takeover: walrelay-pinned") {
+		t.Fatalf("Resume of a pinned id on another system identifier: %v, want a fatal refusal naming the takeover of the id itself", err)
+	}
+	pinned.Takeover = pinned.ID
+	if got := txnSinkOf(t, kc, pinned).Committed(); got != (event.Position{CommitLSN: 0x700}) {
+		t.Fatalf("the takeover of the pinned id read %s, want 0/700#0", got)
+	}
 }
