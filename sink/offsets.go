@@ -289,10 +289,14 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	}
 	t.mu.Lock()
 	t.committed, t.writer, t.onTL, t.readLast = pos, writer, onTL, read
+	logForeign := foreign && t.foreign != pr.Source
+	if logForeign {
+		t.foreign = pr.Source
+	}
 	t.mu.Unlock()
 	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", last != nil, "committed_by", writer,
 		"marker_offset", markerAt, "records_read", read)
-	if foreign {
+	if logForeign {
 		s.log.Warn("exactly-once: the committed position is of another system identifier (kafka.transactional_id_takeover names its writer): taken over; it must lie below this server's WAL",
 			"committed_on", pr.Source, "database", t.cfg.Source, "position", pos.String())
 	}
