@@ -41,7 +41,8 @@ const (
 // written to the upgraded cluster before and while walrelay runs on the
 // upgraded slot. Every row is on the topics at least once, in order per
 // aggregate; in exactly-once mode once, after a takeover of the old system
-// identifier's transactional id, which walrelay names.
+// identifier's transactional id, which walrelay names (and after a SIGKILL
+// with the takeover still set, and a start without it).
 func TestPostgresMajorUpgrade(t *testing.T) {
 	from, to := os.Getenv(EnvUpgradeFrom), os.Getenv(EnvUpgradeTo)
 	if from == "" || to == "" {
@@ -189,6 +190,30 @@ func testPostgresMajorUpgrade(t *testing.T, from, to string, exactlyOnce bool) {
 	t.Logf("PostgreSQL %d -> %d under a running outbox: %s (%s in all)", oldMajor, newMajor, c, time.Since(began).Round(time.Millisecond))
 	if c.missing != 0 || c.unexpected != 0 || c.orderViolations != 0 || (exactlyOnce && c.duplicates != 0) {
 		t.Fatalf("across the upgrade: %s", c)
+	}
+	stopCleanly(t, p)
+	if !exactlyOnce {
+		return
+	}
+	// Once positions of the new cluster are committed, the takeover is
+	// neither needed nor harmful: a start with it kept, SIGKILLed while
+	// rows are written, then a start without it; each row once.
+	p = streaming(t, e)
+	stopWriting := w.writeInBackground(t.Context(), pg.DSN)
+	waitfor.Until(t, time.Minute, "rows after the restart to be published", func() bool { return len(col.Records()) >= len(want)+100 })
+	p.kill()
+	p = streaming(t, e.with("WALRELAY_KAFKA_TRANSACTIONAL_ID_TAKEOVER", ""))
+	time.Sleep(500 * time.Millisecond)
+	if n := stopWriting(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	want = committedIDs(t, conn)
+	waitAll(t, col, want, time.Minute)
+	time.Sleep(300 * time.Millisecond) // room for a late duplicate
+	c = count(col.Records(), want)
+	t.Logf("then a SIGKILL with the takeover kept and a start without it: %s", c)
+	if c.missing != 0 || c.unexpected != 0 || c.orderViolations != 0 || c.duplicates != 0 {
+		t.Fatalf("after the takeover: %s", c)
 	}
 	stopCleanly(t, p)
 }
