@@ -42,7 +42,8 @@ const (
 // upgraded slot. Every row is on the topics at least once, in order per
 // aggregate; in exactly-once mode once, after a takeover of the old system
 // identifier's transactional id, which walrelay names (and after a SIGKILL
-// with the takeover still set, and a start without it).
+// with the takeover still set, and a start without it). From PostgreSQL 15
+// or 16, whose pg_upgrade carries no slot, upgradeWithoutSlots.
 func TestPostgresMajorUpgrade(t *testing.T) {
 	from, to := os.Getenv(EnvUpgradeFrom), os.Getenv(EnvUpgradeTo)
 	if from == "" || to == "" {
