@@ -295,7 +295,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.TransactionalID, "")
 	add("kafka.transactional_id", "transactional id of exactly-once mode; empty: `walrelay-<system identifier>-<database>-<slot>`, stable across restarts and failovers to a physical standby", f, s)
 	f, s = str(&c.Kafka.TakeoverID, "")
-	add("kafka.transactional_id_takeover", "transactional id whose committed position of the slot this relay takes over, fencing it (after a change of `kafka.transactional_id`); empty: a position committed under another id than `kafka.transactional_id` is refused", f, s)
+	add("kafka.transactional_id_takeover", "transactional id whose committed position of the slot this relay takes over, fencing it (after a change of `kafka.transactional_id`, or of the database's system identifier by `pg_upgrade`: docs/upgrading.md); empty: a position committed under another id than `kafka.transactional_id` is refused", f, s)
 	f, s = integer(&c.Kafka.AcceptTimeline, 0)
 	add("kafka.accept_timeline", "timeline of the database onto which exactly-once carries a committed position that lies past the end of its own timeline (after a failover or restore that lost WAL, once reconciled): this timeline's events from the switch on are published; `0`: refused", f, s)
 	f, s = duration(&c.Kafka.TransactionInterval, 10*time.Millisecond)

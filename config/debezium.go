@@ -27,6 +27,21 @@ type DebeziumNote struct {
 	Option, Why string
 }
 
+// DebeziumRefused is FromDebezium's error when walrelay does not
+// reproduce some options: each with why, one a line.
+type DebeziumRefused struct {
+	Refused []DebeziumNote
+}
+
+func (e *DebeziumRefused) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "walrelay does not reproduce %d option(s) of this configuration, so no YAML was written (change or remove each in the connector's configuration and import again):", len(e.Refused))
+	for _, n := range e.Refused {
+		b.WriteString("\n  " + n.Option + ": " + n.Why)
+	}
+	return b.String()
+}
+
 const (
 	debeziumConnector = "io.debezium.connector.postgresql.PostgresConnector"
 	eventRouter       = "io.debezium.transforms.outbox.EventRouter"
@@ -142,9 +157,9 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	}
 	keys = map[string]string{}
 	used := map[string]bool{}
-	var refused []string
+	var refused []DebeziumNote
 	refuse := func(option, why string) {
-		refused = append(refused, option+": "+why) // the value left out: it may be a secret
+		refused = append(refused, DebeziumNote{option, why}) // the value left out: it may be a secret
 		used[option] = true
 	}
 	get := func(option, def string) string {
@@ -193,7 +208,10 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	default:
 		keys["postgres.publication"] = "walrelay_outbox"
 		ignored = append(ignored, DebeziumNote{"publication.autocreate.mode",
-			fmt.Sprintf(mode+": Debezium's publication %s publishes every table, which walrelay refuses; walrelay uses walrelay_outbox (walrelay migrate or walrelay publication create makes it): create it while Debezium still runs, so that the slot's position is after it when walrelay takes over", pub)})
+			fmt.Sprintf(mode+": Debezium's publication %s publishes every table, which walrelay does not read (every change of every table would be decoded and sent); "+
+				"walrelay uses walrelay_outbox: create it with walrelay publication create while Debezium still runs on slot %s, "+
+				"then wait until walrelay check says OK for the slot (its position is then past the publication's creation), then stop Debezium and start walrelay run "+
+				"(docs/debezium.md, \"Switching\")", pub, keys["postgres.slot"])})
 	}
 
 	// The outbox table.
@@ -254,10 +272,10 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	}
 
 	// Kafka.
+	// Without bootstrap.servers (in the worker's configuration) the keys
+	// lack kafka.brokers: the caller says so (walrelay debezium import).
 	if v := get("bootstrap.servers", ""); v != "" {
 		keys["kafka.brokers"] = v
-	} else {
-		ignored = append(ignored, DebeziumNote{"bootstrap.servers", "not set (it is in the worker's configuration: --worker FILE); set kafka.brokers"})
 	}
 	switch sp := get("security.protocol", "PLAINTEXT"); sp {
 	case "PLAINTEXT":
@@ -422,11 +440,11 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 			refuse(k, "an option walrelay does not know: it may change the records")
 		}
 	}
-	if len(refused) > 0 {
-		sort.Strings(refused)
-		return nil, ignored, fmt.Errorf("walrelay does not reproduce %d option(s) of this configuration: %s", len(refused), strings.Join(refused, "; "))
-	}
 	sort.Slice(ignored, func(i, j int) bool { return ignored[i].Option < ignored[j].Option })
+	if len(refused) > 0 {
+		sort.Slice(refused, func(i, j int) bool { return refused[i].Option+refused[i].Why < refused[j].Option+refused[j].Why })
+		return nil, ignored, &DebeziumRefused{Refused: refused}
+	}
 	return keys, ignored, nil
 }
 

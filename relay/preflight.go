@@ -149,8 +149,16 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	}
 	spec := PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter)
 	if cfg.CreateSlot {
-		// Created by prepareSlot, once every check has passed and Kafka
-		// answers: a start that fails leaves no new slot holding WAL.
+		// Created by prepareSlot, once every check has passed and the
+		// brokers are known: a start that fails leaves no new slot holding
+		// WAL. But never a publication behind a slot no one reads, and
+		// never a stream of a slot behind its publication.
+		if err := refusePublicationBehindSlot(cctx, conn, cfg); err != nil {
+			return dcfg, err
+		}
+		if err := refusePublicationGap(ctx, conn, cfg, log); err != nil {
+			return dcfg, err
+		}
 		return dcfg, nil
 	}
 	problems, err := replication.CheckPublication(cctx, conn, spec)
@@ -169,6 +177,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 	}
 	if !slotOK {
 		return dcfg, fmt.Errorf("replication slot %s does not exist: run walrelay migrate, or set postgres.create_slot=true", cfg.Slot)
+	}
+	if err := refusePublicationGap(ctx, conn, cfg, log); err != nil {
+		return dcfg, err
 	}
 	return dcfg, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,11 +230,22 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 		data = msg.Data
 	case *pgproto3.ErrorResponse:
 		err := pgconn.ErrorResponseToPgError(msg)
+		if pubErr := publicationVanished(err, cfg.Publication); pubErr != nil {
+			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, pubErr))
+		}
 		if isFatalPgError(err) {
 			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, err))
 		}
 		return Change{}, false, fmt.Errorf("stream from slot %s: %w", cfg.Slot, err)
-	case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+	case *pgproto3.NoticeResponse:
+		// PostgreSQL 18 skips a publication it cannot see as of a
+		// transaction, with a WARNING, instead of failing: the rows of
+		// that transaction would pass unpublished.
+		if strings.Contains(msg.Message, "skipped loading publication") {
+			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, publicationSkipped(msg.Message, cfg.Publication)))
+		}
+		return Change{}, false, nil
+	case *pgproto3.ParameterStatus:
 		return Change{}, false, nil
 	case *pgproto3.CopyDone, *pgproto3.CommandComplete:
 		// A walsender that shuts down (the server stops or restarts)

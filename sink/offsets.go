@@ -251,6 +251,7 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	}
 	var pos event.Position
 	var pr positionRecord
+	foreign := false // a position of another system identifier, taken over
 	if last != nil {
 		var lsn pglogrepl.LSN
 		err := json.Unmarshal(last.Value, &pr)
@@ -261,7 +262,17 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 			return failure.Mark(failure.Fatal, fmt.Errorf("the position record of %s at offset %d of %s: %w", t.cfg.Key, last.Offset, t.cfg.OffsetsTopic, err))
 		}
 		if pr.Source != "" && t.cfg.Source != "" && pr.Source != t.cfg.Source {
-			return failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s holds a position of slot %s on another database (%s, not %s): give this relay its own slot name or offsets topic", t.cfg.OffsetsTopic, pr.Slot, pr.Source, t.cfg.Source))
+			if pr.TransactionalID == "" || pr.TransactionalID != t.cfg.Takeover {
+				return failure.Mark(failure.Fatal, fmt.Errorf("the offsets topic %s holds a position of slot %s on another database (%s, not %s), committed under transactional id %s: "+
+					"give this relay its own slot name or offsets topic; or, if it is this database under a new system identifier (after a pg_upgrade, which carried the slot over: docs/upgrading.md), "+
+					"set kafka.transactional_id_takeover: %s to fence it and take its position over",
+					t.cfg.OffsetsTopic, pr.Slot, pr.Source, t.cfg.Source, pr.TransactionalID, pr.TransactionalID))
+			}
+			// The takeover of a position of another system identifier
+			// (pg_upgrade): its timeline is of the old cluster's history,
+			// not of this one's; the check against this server's flushed
+			// WAL still holds (checkHistory).
+			foreign = true
 		}
 		pos = event.Position{CommitLSN: lsn, Index: pr.Index}
 	}
@@ -272,11 +283,23 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 			"or, after a change of the id, set kafka.transactional_id_takeover: %s to fence it and take over",
 			ErrOtherTransactionalID, t.cfg.Key, t.cfg.OffsetsTopic, pos, writer, t.cfg.ID, writer))
 	}
+	onTL := pr.Timeline
+	if foreign {
+		onTL = 0
+	}
 	t.mu.Lock()
-	t.committed, t.writer, t.onTL, t.readLast = pos, writer, pr.Timeline, read
+	t.committed, t.writer, t.onTL, t.readLast = pos, writer, onTL, read
+	logForeign := foreign && t.foreign != pr.Source
+	if logForeign {
+		t.foreign = pr.Source
+	}
 	t.mu.Unlock()
 	s.log.Info("exactly-once: the committed position read", "transactional_id", t.cfg.ID, "position", pos.String(), "found", last != nil, "committed_by", writer,
 		"marker_offset", markerAt, "records_read", read)
+	if logForeign {
+		s.log.Warn("exactly-once: the committed position is of another system identifier (kafka.transactional_id_takeover names its writer): taken over; it must lie below this server's WAL",
+			"committed_on", pr.Source, "database", t.cfg.Source, "position", pos.String())
+	}
 	return nil
 }
 

@@ -154,6 +154,7 @@ type txns struct {
 	onTL      int32          // the timeline it was committed on (0: not recorded)
 	timeline  int32          // the timeline of the session: that of the positions committed now
 	readLast  int64          // the records of the offsets topic the last readCommitted read
+	foreign   string         // the system identifier and database of a position taken over from another one (logged once)
 	failed    error          // the first failure of a record of the open transaction
 	held      []heldDone     // the open transaction's answers, given when it ends
 

@@ -640,3 +640,66 @@ func TestOffsetsStartMeasure(t *testing.T) {
 			topic, n, back.Round(time.Millisecond), s.tx.readLast, whole.Round(time.Millisecond), read, float64(whole)/float64(back))
 	}
 }
+
+// TestExactlyOnceTakeoverAcrossSystemIdentifiers: pg_upgrade gives the
+// cluster a new system identifier (and so a new default transactional id)
+// and starts its WAL past the old cluster's. A position of the old one is
+// refused, naming the takeover of its writer; with the takeover it is
+// taken over whatever timeline it was committed on (of the old cluster's
+// history), but not if it lies beyond the new server's WAL.
+func TestExactlyOnceTakeoverAcrossSystemIdentifiers(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	// The old cluster was on timeline 3 (it had been failed over).
+	old := newSink(t, kc, Config{Transactions: &Transactions{ID: "walrelay-old-postgres-slot_a", Key: "slot_a", Source: "old/postgres"}})
+	if err := old.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Resume(t.Context(), event.WALHistory{SystemID: "old", Timeline: 3, Flushed: 1 << 40, Ends: map[int32]pglogrepl.LSN{1: 0x100, 2: 0x200}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, old, txnEvent(0x500, 0)); err != nil {
+		t.Fatal(err)
+	}
+	upgraded := Transactions{ID: "walrelay-new-postgres-slot_a", Key: "slot_a", Source: "new/postgres"}
+	b := newSink(t, kc, Config{Transactions: &upgraded})
+	err := b.Resume(t.Context(), onTimeline1)
+	t.Logf("another system identifier: %v", err)
+	if !failure.IsFatal(err) || !strings.Contains(err.Error(), "set kafka.transactional_id_takeover: walrelay-old-postgres-slot_a") {
+		t.Fatalf("Resume on another system identifier: %v, want a fatal refusal naming the takeover", err)
+	}
+	upgraded.Takeover = "walrelay-old-postgres-slot_a"
+	beyond := newSink(t, kc, Config{Transactions: &upgraded})
+	if err := beyond.Resume(t.Context(), event.WALHistory{SystemID: "new", Timeline: 1, Flushed: 0x400}); !errors.Is(err, ErrWALHistory) {
+		t.Fatalf("the takeover of a position beyond the new server's WAL: %v, want ErrWALHistory", err)
+	}
+	// The new cluster is on timeline 1 whatever the old one's was.
+	s := txnSinkOf(t, kc, upgraded)
+	if got := s.Committed(); got != (event.Position{CommitLSN: 0x500}) {
+		t.Fatalf("the takeover read %s, want 0/500#0", got)
+	}
+	if err := publish(t, s, txnEvent(0x900, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, old, txnEvent(0x600, 0)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the old id after the takeover published: %v, want ErrFenced", err)
+	}
+	if got := strings.Join(readCommittedIDs(t, kc, 2), ","); got != "e-0/500-0,e-0/900-0" {
+		t.Fatalf("read %s", got)
+	}
+
+	// A kafka.transactional_id set by hand does not change with the
+	// system identifier: the takeover names that id itself.
+	pinned := Transactions{ID: "walrelay-pinned", Key: "slot_b", Source: "old/postgres"}
+	if err := publish(t, txnSinkOf(t, kc, pinned), txnEvent(0x700, 0)); err != nil {
+		t.Fatal(err)
+	}
+	pinned.Source = "new/postgres"
+	if err := newSink(t, kc, Config{Transactions: &pinned}).Resume(t.Context(), onTimeline1); !failure.IsFatal(err) || !strings.Contains(err.Error(), "set kafka.transactional_id_takeover: walrelay-pinned") {
+		t.Fatalf("Resume of a pinned id on another system identifier: %v, want a fatal refusal naming the takeover of the id itself", err)
+	}
+	pinned.Takeover = pinned.ID
+	if got := txnSinkOf(t, kc, pinned).Committed(); got != (event.Position{CommitLSN: 0x700}) {
+		t.Fatalf("the takeover of the pinned id read %s, want 0/700#0", got)
+	}
+}

@@ -93,7 +93,10 @@ func orDash[T any](p *T, f func(T) string) string {
 
 func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"slot: want list, status, create or drop"}
+		return usageError{"slot: want list, status, create, drop or resync"}
+	}
+	if args[0] == "resync" {
+		return cmdSlotResync(ctx, args[1:], stdout, stderr)
 	}
 	a := newAdminCmd("slot "+args[0], stderr, stdout)
 	yes := a.fs.Bool("yes", false, "drop: really drop the slot (without it, only say what would be done)")
@@ -248,9 +251,18 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		return nil
 	case "create":
 		spec := a.cfg.PublicationSpec(name)
+		// Never a publication behind a slot no one reads: the slot could
+		// not be streamed with it.
+		behind, err := replication.NewPublicationBehindSlot(ctx, conn, name, a.cfg.Postgres.Slot, true)
+		if err != nil {
+			return err
+		}
 		created, added, err := replication.EnsurePublication(ctx, conn, spec)
 		if err != nil {
 			return err
+		}
+		if behind != "" && !*a.json {
+			defer fmt.Fprintf(a.out, "note: %s\n", behind)
 		}
 		if len(added) > 0 {
 			return a.say(map[string]any{"name": name, "created": false, "added": added}, "publication %s: added %s (rows written to them before now are not in the stream)", name, strings.Join(added, ", "))
@@ -266,7 +278,7 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		if !*yes {
 			return a.say(map[string]any{"name": name, "dropped": false, "dry_run": true},
-				"would drop publication %s (of %s): a slot streaming through it stops (dry run: add --yes to drop it)", name, publicationTables(p))
+				"would drop publication %s (of %s): a slot streaming through it stops, and a publication created again later is after that slot's position, so the slot cannot be streamed with it (walrelay slot resync then) (dry run: add --yes to drop it)", name, publicationTables(p))
 		}
 		return a.say(map[string]any{"name": name, "dropped": true}, "publication %s dropped", name)
 	}

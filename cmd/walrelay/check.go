@@ -139,7 +139,17 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 
 	switch {
 	case errors.Is(pubErr, replication.ErrPublicationMissing):
-		add("publication", "fail", "publication %s does not exist: run walrelay migrate or walrelay publication create", cfg.Postgres.Publication)
+		// Behind an existing slot, a publication is created while the
+		// slot's reader runs, or by walrelay slot resync.
+		note, err := replication.NewPublicationBehindSlot(cctx, conn, cfg.Postgres.Publication, cfg.Postgres.Slot, true)
+		switch {
+		case err != nil:
+			add("publication", "fail", "%v", err)
+		case note != "":
+			add("publication", "fail", "publication %s does not exist: run walrelay publication create now, while slot %s's reader runs (%s)", cfg.Postgres.Publication, cfg.Postgres.Slot, note)
+		default:
+			add("publication", "fail", "publication %s does not exist: run walrelay migrate or walrelay publication create", cfg.Postgres.Publication)
+		}
 	case pubErr != nil:
 		add("publication", "fail", "%v", pubErr)
 	default:
@@ -211,7 +221,19 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		if s.LagBytes != nil {
 			lag = *s.LagBytes
 		}
-		add("slot", "ok", "%s (pgoutput), %s behind the server", s.SlotName, admin.HumanBytes(lag))
+		// Its own time: the decode of a copy of the slot reads the WAL
+		// since the slot's position.
+		gctx, gcancel := context.WithTimeout(ctx, 20*time.Second)
+		behind, err := replication.PublicationGap(gctx, conn, s.SlotName, cfg.Postgres.Publication)
+		gcancel()
+		switch {
+		case behind && err == nil:
+			add("slot", "fail", "%v", replication.PublicationGapError(s.SlotName, cfg.Postgres.Publication))
+		case err != nil:
+			add("slot", "warn", "%s (pgoutput), %s behind the server; could not tell whether its position is after publication %s was created: %v", s.SlotName, admin.HumanBytes(lag), cfg.Postgres.Publication, err)
+		default:
+			add("slot", "ok", "%s (pgoutput), %s behind the server", s.SlotName, admin.HumanBytes(lag))
+		}
 	}
 
 	checkFailover(cctx, conn, cfg, add)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,6 +54,16 @@ func cmdDebezium(_ context.Context, args []string, stdout, stderr io.Writer) err
 	for _, n := range ignored {
 		fmt.Fprintf(stderr, "ignored: %s: %s\n", n.Option, n.Why)
 	}
+	var refused *config.DebeziumRefused
+	if errors.As(err, &refused) {
+		// One refusal a line, each readable alone; no YAML: a
+		// configuration that behaves otherwise than Debezium's is not
+		// written.
+		for _, n := range refused.Refused {
+			fmt.Fprintf(stderr, "refused: %s: %s\n", n.Option, n.Why)
+		}
+		return fmt.Errorf("walrelay does not reproduce the %d option(s) refused above, so no YAML was written: change or remove each in the connector's configuration and import again", len(refused.Refused))
+	}
 	if err != nil {
 		return err
 	}
@@ -60,6 +71,19 @@ func cmdDebezium(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "# walrelay configuration imported from %s by walrelay debezium import\n%s", pos[0], out)
+	header := "# walrelay configuration imported from " + pos[0] + " by walrelay debezium import\n"
+	if keys["kafka.brokers"] == "" {
+		const missing = "bootstrap.servers is in the Kafka Connect worker's configuration, not the connector's: import again with --worker FILE, or set kafka.brokers (walrelay run and check refuse to start without it)"
+		fmt.Fprintf(stderr, "missing: kafka.brokers: %s\n", missing)
+		header += "# MISSING kafka.brokers: " + missing + "\n"
+	}
+	if keys["postgres.publication"] == "walrelay_outbox" {
+		// The switch-over's order, with the file it needs.
+		header += "# Switching from Debezium on slot " + keys["postgres.slot"] + " (docs/debezium.md):\n" +
+			"#   1. while Debezium still runs: walrelay publication create --config walrelay.yaml\n" +
+			"#   2. walrelay check --config walrelay.yaml, until it says OK for slot " + keys["postgres.slot"] + "\n" +
+			"#   3. stop Debezium (delete the connector), then: walrelay run --config walrelay.yaml\n"
+	}
+	fmt.Fprintf(stdout, "%s%s", header, out)
 	return nil
 }

@@ -213,28 +213,38 @@ func TestDebeziumParity(t *testing.T) {
 func ptr(s string) *string { return &s }
 
 // TestDebeziumSwitchOver switches from Debezium to walrelay mid-stream as
-// docs/debezium.md says: walrelay debezium import of Debezium's configuration,
-// Debezium stopped while rows are written, walrelay started on Debezium's
-// slot with the imported configuration. Every row committed is on the
-// topic (what Debezium had sent but not confirmed comes again, with the
-// same id).
+// docs/debezium.md says, from Debezium on its defaults: Debezium creates
+// its own publication (dbz_publication, FOR ALL TABLES) and slot; walrelay
+// debezium import of Debezium's configuration; walrelay publication create
+// while Debezium still runs (behind Debezium's slot); walrelay check until
+// it says OK for the slot (Debezium has confirmed past the publication's
+// creation); Debezium stopped while rows are written; walrelay started on
+// Debezium's slot with the imported configuration. Every row committed is
+// on the topic (what Debezium had sent but not confirmed comes again, with
+// the same id).
 func TestDebeziumSwitchOver(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := debeziumSetup(t)
 	conn := connect(t, pg.DSN)
+	// The application's outbox table alone, as a team on Debezium has it:
+	// no walrelay publication, no walrelay slot.
+	execSQL(t, conn, "DROP PUBLICATION walrelay_outbox", "SELECT pg_drop_replication_slot('walrelay')")
 	worker, connector := debeziumOutbox(pg, kc, "debezium", kc.prefix+"outbox.event.${routedByValue}")
+	delete(connector, "publication.name") // Debezium's defaults: dbz_publication, all_tables
+	delete(connector, "publication.autocreate.mode")
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "worker.properties"), kafkatest.Properties(worker))
 	writeFile(t, filepath.Join(dir, "connector.properties"), kafkatest.Properties(connector))
 	dbz := startDebezium(t, conn, worker, connector)
+	var allTables bool
+	if err := conn.QueryRow(t.Context(), "SELECT puballtables FROM pg_publication WHERE pubname = 'dbz_publication'").Scan(&allTables); err != nil || !allTables {
+		t.Fatalf("Debezium's default publication: all tables %v, %v", allTables, err)
+	}
 
 	w := newWriter(20, 52)
 	w.dsn = pg.DSN
 	stop := w.keepWriting(t.Context(), pg.DSN)
 	waitfor.Until(t, time.Minute, "Debezium publishing", func() bool { return len(col.Records()) >= 500 })
-	time.Sleep(time.Second)
-	dbz.Stop()
-	fromDebezium := len(col.Records())
 
 	code, out := runCmd(t, env{}, "debezium", "import", filepath.Join(dir, "connector.properties"), "--worker", filepath.Join(dir, "worker.properties"))
 	if code != 0 {
@@ -243,14 +253,26 @@ func TestDebeziumSwitchOver(t *testing.T) {
 	yaml := out[strings.Index(out, "# walrelay configuration"):]
 	cfgFile := filepath.Join(dir, "walrelay.yaml")
 	writeFile(t, cfgFile, yaml)
-	p := start(t, env{"WALRELAY_ADMIN_LISTEN": "", "WALRELAY_KAFKA_DLQ_TOPIC": kc.dlq()}, "run", "--config", cfgFile)
+	e := env{"WALRELAY_ADMIN_LISTEN": "", "WALRELAY_KAFKA_DLQ_TOPIC": kc.dlq()}
+	if code, out := runCmd(t, e, "publication", "create", "--config", cfgFile); code != 0 || !strings.Contains(out, "keep that reader (Debezium) running") {
+		t.Fatalf("publication create while Debezium runs: exit %d:\n%s", code, out)
+	}
+	var check string
+	waitfor.Until(t, time.Minute, "walrelay check says OK for the slot", func() bool {
+		_, check = runCmd(t, e, "check", "--config", cfgFile)
+		return strings.HasPrefix(checkLine(check, "slot"), "OK")
+	})
+	dbz.Stop()
+	fromDebezium := len(col.Records())
+
+	p := start(t, e, "run", "--config", cfgFile)
 	p.waitLog("msg=streaming", time.Minute)
 	time.Sleep(2 * time.Second)
 	if n := stop(); n != 0 {
 		t.Fatalf("%d writes failed", n)
 	}
 	c := waitAll(t, col, committedIDs(t, conn), 2*time.Minute)
-	t.Logf("switched from Debezium (%d records) to walrelay mid-stream (slot debezium, the imported configuration):\n%s\n%s", fromDebezium, yaml, c)
+	t.Logf("switched from Debezium (%d records, its FOR ALL TABLES publication) to walrelay mid-stream (slot debezium, the imported configuration, walrelay_outbox created while Debezium ran):\n%s\n%s\n%s", fromDebezium, yaml, checkLine(check, "slot"), c)
 	if c.missing != 0 {
 		t.Fatalf("%d rows missing", c.missing)
 	}

@@ -58,7 +58,7 @@ Usage:
   walrelay check                                       preflight: server settings, role, table, publication, brokers
   walrelay config  [--config FILE] [--key value ...]   the effective configuration as YAML, secrets redacted, with where each value came from
   walrelay status [--ready [--standby]]                one screen from a running instance (its admin listener); --ready: exit 0 only if ready
-  walrelay slot list | status [NAME] | create [NAME] | drop NAME [--yes]
+  walrelay slot list | status [NAME] | create [NAME] | drop NAME [--yes] | resync [--yes]
   walrelay lsn show [NAME] | advance NAME (--to LSN | --to-current) [--yes]
   walrelay publication show [NAME] | create [NAME] | drop NAME [--yes]
   walrelay replay --since TIME [--until TIME] [--aggregate-type T] | --ids FILE | --all  [--yes]

@@ -167,7 +167,16 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 			fmt.Fprintf(stdout, "%-40s messages are trusted from transaction %d; those of older transactions are dead-lettered (message_before_privileges)%s\n", "message horizon", horizon, now)
 		}
 	}
+	// Never a publication behind a slot no one reads (a switch-over from
+	// Debezium on its slot): the slot could not be streamed with it.
+	behind, err := replication.NewPublicationBehindSlot(cctx, conn, cfg.Postgres.Publication, cfg.Postgres.Slot, true)
+	if err != nil {
+		return err
+	}
 	created, added, err := replication.EnsurePublication(cctx, conn, cfg.PublicationSpec(cfg.Postgres.Publication))
+	if behind != "" && err == nil {
+		defer fmt.Fprintf(stdout, "note: %s\n", behind)
+	}
 	for _, t := range added {
 		fmt.Fprintf(stdout, "%-40s %s\n", "publication "+cfg.Postgres.Publication, "table "+t+" added (rows written to it before now are not in the stream: walrelay replay --table "+t+" sends them)")
 	}

@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -304,10 +306,38 @@ func TestDebeziumImportCommand(t *testing.T) {
 		t.Fatalf("debezium import: exit %d:\n%s", code, out)
 	}
 	t.Logf("debezium import:\n%s", out)
-	code, out = runCmd(t, env{}, "debezium", "import", conn) // Connect's default converter is the JsonConverter
-	if code != 1 || !strings.Contains(lastLine(out), "key.converter") || !strings.Contains(lastLine(out), "value.converter") {
+	// Connect's default converter is the JsonConverter: refused, with
+	// another option walrelay does not know; one refusal a line, no YAML.
+	withUnknown := filepath.Join(dir, "unknown.json")
+	writeFile(t, withUnknown, strings.Replace(readFile(t, conn), `"tasks.max": 1,`, `"tasks.max": 1, "some.future.option": "x",`, 1))
+	code, out = runCmd(t, env{}, "debezium", "import", withUnknown)
+	t.Logf("debezium import without the worker's converters:\n%s", out)
+	for _, o := range []string{"key.converter", "value.converter", "some.future.option"} {
+		if !regexp.MustCompile(`(?m)^refused: ` + regexp.QuoteMeta(o) + `: .{10,200}$`).MatchString(out) {
+			t.Errorf("no line of its own refuses %s", o)
+		}
+	}
+	if code != 1 || strings.Contains(out, "# walrelay configuration") || !strings.Contains(lastLine(out), "the 3 option(s) refused above, so no YAML was written") {
 		t.Fatalf("without the worker's converters: exit %d:\n%s", code, out)
 	}
+	// The converters in the connector's configuration, no worker: the
+	// YAML, and kafka.brokers named as missing (stderr and the file).
+	conv := filepath.Join(dir, "conv.json")
+	writeFile(t, conv, strings.Replace(readFile(t, conn), `"tasks.max": 1,`, `"tasks.max": 1, "key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter",`, 1))
+	code, out = runCmd(t, env{}, "debezium", "import", conv)
+	if code != 0 || !strings.Contains(out, "missing: kafka.brokers: bootstrap.servers is in the Kafka Connect worker's configuration") ||
+		!strings.Contains(out, "# MISSING kafka.brokers:") || strings.Contains(out, "ignored: bootstrap.servers") {
+		t.Fatalf("without the worker: exit %d:\n%s", code, out)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestSlotOfAnotherDatabase: the default slot name, taken by walrelay in

@@ -85,6 +85,25 @@ func Start(t TB) *Server {
 	return s
 }
 
+// StartBin is Start with the server binaries of bin (a bin directory),
+// whatever PG_BINDIR and EnvDSN say: for a test of particular versions,
+// such as an upgrade from one to another.
+func StartBin(t TB, bin string) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := newThrowaway(ctx, bin)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Logf("stop postgres: %v", err)
+		}
+	})
+	return s
+}
+
 // New starts a server, or creates a database on the server of EnvDSN.
 func New(ctx context.Context) (*Server, error) {
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
@@ -94,6 +113,12 @@ func New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newThrowaway(ctx, bin)
+}
+
+// newThrowaway starts a throwaway server with the binaries of bin.
+func newThrowaway(ctx context.Context, bin string) (*Server, error) {
+	var err error
 	s := &Server{bin: bin}
 	if u, err := user.Current(); err == nil && u.Uid == "0" {
 		s.asUser = []string{"runuser", "-u", "postgres", "--"}
@@ -119,6 +144,20 @@ func New(ctx context.Context) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := appendConf(s.data, s.conf()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.StartServer(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+	return s, nil
+}
+
+// conf is the postgresql.conf text of a throwaway server's settings.
+func (s *Server) conf() string {
 	conf := fmt.Sprintf("port = %d\nunix_socket_directories = '%s'\n", s.port, s.dir)
 	keys := make([]string, 0, len(Settings))
 	for k := range Settings {
@@ -128,21 +167,20 @@ func New(ctx context.Context) (*Server, error) {
 	for _, k := range keys {
 		conf += fmt.Sprintf("%s = '%s'\n", k, Settings[k])
 	}
-	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	return conf
+}
+
+// appendConf appends conf to the postgresql.conf of the cluster in data.
+func appendConf(data, conf string) error {
+	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err == nil {
 		_, err = f.WriteString(conf)
 		err = errors.Join(err, f.Close())
 	}
 	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("write postgresql.conf: %w", err)
+		return fmt.Errorf("write postgresql.conf: %w", err)
 	}
-	if err := s.StartServer(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
-	return s, nil
+	return nil
 }
 
 // FindBinDir finds the PostgreSQL server binaries: PG_BINDIR, else the

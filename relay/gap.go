@@ -1,0 +1,48 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/replication"
+)
+
+// refusePublicationBehindSlot refuses to create the publication when the
+// slot exists already: created now, it would be after the slot's position
+// and the slot could not be streamed with it (a switch-over from Debezium
+// on Debezium's slot, a publication dropped under a kept slot). The error
+// gives the ways out.
+func refusePublicationBehindSlot(ctx context.Context, conn *pgx.Conn, cfg *Config) error {
+	_, err := replication.NewPublicationBehindSlot(ctx, conn, cfg.Publication, cfg.Slot, false)
+	return err
+}
+
+// gapTimeout bounds the test of a slot against its publication's creation.
+const gapTimeout = 20 * time.Second
+
+// refusePublicationGap refuses to start on a slot whose position is before
+// its publication's creation: PostgreSQL would fail the stream at the
+// first transaction it cannot decode with it (up to 17), or skip its rows
+// (18). When that cannot be told (no free slot for the copy that tells),
+// it warns and lets the stream start: the stream's error names the cause.
+//
+// It takes at most gapTimeout of its own (the decode of the copy reads the
+// WAL since the slot's position), not of the preflight's.
+func refusePublicationGap(ctx context.Context, conn *pgx.Conn, cfg *Config, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, gapTimeout)
+	defer cancel()
+	behind, err := replication.PublicationGap(ctx, conn, cfg.Slot, cfg.Publication)
+	switch {
+	case err != nil && behind:
+		log.Warn("could not tell whether the slot's position is after the publication's creation", "slot", cfg.Slot, "publication", cfg.Publication, "err", err)
+		return nil
+	case err != nil:
+		return err
+	case behind:
+		return replication.PublicationGapError(cfg.Slot, cfg.Publication)
+	}
+	return nil
+}
