@@ -2,7 +2,7 @@
 // Config.keys, with its default and meaning, read from a YAML file, the
 // environment (WALRELAY_ + the key upper-cased, dots as underscores) and
 // flags, in that order of precedence; unknown keys and misspelt variables
-// are refused with the likely key. It maps the configuration onto the
+// are refused with the likely key, all of them at once (Problems). It maps the configuration onto the
 // relay's, the sink's (TLS, SASL) and the migrations' settings, reads the
 // secret files, and redacts secrets from what is logged or printed. Tests
 // keep walrelay.example.yaml in step with the keys, and docs/configuration.md's
@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,7 @@ type Config struct {
 		ExpandJSONPayload   bool
 		CloudEvents         string
 		CloudEventsSource   string
+		Headers             []string
 		DLQTopic            string
 		ClientID            string
 		Compression         string
@@ -270,6 +272,8 @@ func (c *Config) keys() []*key {
 	add("kafka.cloudevents", "`binary`: each record carries the CloudEvents attributes as headers of the Kafka protocol binding's binary mode (`ce_specversion` `1.0`, `ce_id`, `ce_source`, `ce_type`, `ce_subject` the aggregate id, `ce_time` the timestamp column's time or else the commit time, `content-type` `application/json`, or `application/octet-stream` for a `bytea` payload); the value stays the payload, and the `id` and `type` headers stay; an event without a type is dead-lettered (`invalid_event`)", f, s)
 	f, s = str(&c.Kafka.CloudEventsSource, "")
 	add("kafka.cloudevents_source", "`ce_source` of `kafka.cloudevents`, in which `{table}` is replaced by the event's `schema.table` (`message` for `walrelay_emit`); empty: `/<database>/{table}`", f, s)
+	f, s = list(&c.Kafka.Headers, sink.OptionalHeaders[:])
+	add("kafka.headers", "the headers each record (and dead letter) carries besides `id`, comma-separated, of `type`, `walrelay.lsn`, `walrelay.xid` and `walrelay.commit_time` (the commit LSN, transaction id and commit time of its transaction); empty (`[]`): none, `id` alone as Debezium's EventRouter sends it. The event id header `id` is always sent, since consumers (package `inbox`, `reconcile`) deduplicate and match on it. Without `type`, package `inbox` hands the handler an empty `Message.Type`; header columns and CloudEvents headers are sent either way", f, s)
 	f, s = str(&c.Kafka.DLQTopic, "walrelay.dlq")
 	add("kafka.dlq_topic", "dead-letter topic", f, s)
 	f, s = str(&c.Kafka.ClientID, "walrelay")
@@ -412,6 +416,11 @@ func (c *Config) validate(needKafka bool) error {
 	k := c.Kafka
 	if k.CloudEvents != "" && k.CloudEvents != "binary" {
 		return fmt.Errorf("kafka.cloudevents %q: want binary, or empty for none", k.CloudEvents)
+	}
+	for _, h := range k.Headers {
+		if h != sink.HeaderID && !slices.Contains(sink.OptionalHeaders[:], h) {
+			return fmt.Errorf("kafka.headers: unknown header %q: want any of %s (%s is always sent)", h, strings.Join(sink.OptionalHeaders[:], ", "), sink.HeaderID)
+		}
 	}
 	if err := sink.CheckRouting(k.Topic, k.TopicRegex); err != nil {
 		return fmt.Errorf("kafka.topic, kafka.topic_regex: %w", err)

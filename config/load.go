@@ -37,7 +37,9 @@ type Set struct {
 func NewSet(fs *flag.FlagSet) *Set {
 	cs := &Set{byKey: map[string]*key{}, flags: map[string]*string{}}
 	cs.keys = cs.cfg.keys()
-	cs.file = fs.String("config", "", "YAML configuration file")
+	ff := &fileFlag{cs: cs}
+	cs.file = &ff.path
+	fs.Var(ff, "config", "YAML configuration `file`")
 	for _, k := range cs.keys {
 		cs.byKey[k.name] = k
 		// The help without Markdown's backquotes, which the flag package
@@ -45,6 +47,38 @@ func NewSet(fs *flag.FlagSet) *Set {
 		cs.flags[k.name] = fs.String(k.name, "", strings.ReplaceAll(k.help, "`", "")+" (default "+strconv.Quote(k.show())+"; env "+EnvName(k.name)+")")
 	}
 	return cs
+}
+
+// fileFlag is --config: the file's path, and the set it belongs to, so
+// that a caller holding only the flag set can ask for the mistakes of the
+// file and the environment (SourceProblems).
+type fileFlag struct {
+	cs   *Set
+	path string
+}
+
+func (f *fileFlag) String() string { return f.path }
+
+func (f *fileFlag) Set(v string) error { f.path = v; return nil }
+
+// SourceProblems reads the file (if --config names one) and the
+// environment as Load does, and returns every unknown key and refused
+// value in them (Problems), or nil: for a command that found undefined
+// flags and does not load, so that one run names every mistake.
+func (f *fileFlag) SourceProblems() error {
+	var problems Problems
+	if f.path != "" {
+		problems.add(f.cs.LoadFile(f.path))
+	}
+	problems.add(f.cs.checkEnv())
+	for _, k := range f.cs.keys {
+		if v, ok := os.LookupEnv(EnvName(k.name)); ok {
+			if err := k.set(v); err != nil {
+				problems.add(fmt.Errorf("environment %s: %w", EnvName(k.name), err))
+			}
+		}
+	}
+	return problems.Err()
 }
 
 // Config returns the configuration the set fills.
@@ -56,34 +90,32 @@ func (cs *Set) File() string { return *cs.file }
 // Load applies the file, the environment and the flags that fs saw, in that
 // order, and validates the result; kafka.brokers is required if needKafka.
 func (cs *Set) Load(fs *flag.FlagSet, needKafka bool) (*Config, error) {
+	// Every unknown key and every value refused, of the file, the
+	// environment and the flags, is reported at once.
+	var problems Problems
 	if *cs.file != "" {
-		if err := cs.LoadFile(*cs.file); err != nil {
-			return nil, err
-		}
+		problems.add(cs.LoadFile(*cs.file))
 	}
-	if err := cs.checkEnv(); err != nil {
-		return nil, err
-	}
+	problems.add(cs.checkEnv())
 	for _, k := range cs.keys {
 		if v, ok := os.LookupEnv(EnvName(k.name)); ok {
 			if err := k.set(v); err != nil {
-				return nil, fmt.Errorf("environment %s: %w", EnvName(k.name), err)
+				problems.add(fmt.Errorf("environment %s: %w", EnvName(k.name), err))
 			}
 			k.setFrom = "env"
 		}
 	}
-	var err error
 	fs.Visit(func(f *flag.Flag) {
 		k, ok := cs.byKey[f.Name]
-		if !ok || err != nil {
+		if !ok {
 			return
 		}
 		if e := k.set(f.Value.String()); e != nil {
-			err = fmt.Errorf("flag --%s: %w", k.name, e)
+			problems.add(fmt.Errorf("flag --%s: %w", k.name, e))
 		}
 		k.setFrom = "flag"
 	})
-	if err != nil {
+	if err := problems.Err(); err != nil {
 		return nil, err
 	}
 	if err := cs.cfg.validate(needKafka); err != nil {
@@ -141,21 +173,65 @@ func (cs *Set) LoadFile(path string) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	var problems Problems
 	for _, n := range names {
 		k, ok := cs.byKey[n]
 		if !ok {
-			return fmt.Errorf("config file %s: unknown key %q%s", path, n, cs.suggest(n))
+			problems.add(fmt.Errorf("config file %s: unknown key %q%s", path, n, cs.suggest(n)))
+			continue
 		}
 		if f.structured[n] && !k.structured {
-			return fmt.Errorf("config file %s: key %s: a list of plain values is expected", path, n)
+			problems.add(fmt.Errorf("config file %s: key %s: a list of plain values is expected", path, n))
+			continue
 		}
 		if err := k.set(f.flat[n]); err != nil {
-			return fmt.Errorf("config file %s: key %s: %w", path, n, err)
+			problems.add(fmt.Errorf("config file %s: key %s: %w", path, n, err))
+			continue
 		}
 		k.setFrom = "file"
 	}
-	return nil
+	return problems.Err()
 }
+
+// Problems are the mistakes found in a configuration, reported together:
+// each unknown key and refused value of the file, the environment and the
+// flags, so that one run names them all.
+type Problems []error
+
+func (p *Problems) add(err error) {
+	var more Problems
+	switch {
+	case err == nil:
+	case errors.As(err, &more):
+		*p = append(*p, more...)
+	default:
+		*p = append(*p, err)
+	}
+}
+
+// Err is nil without problems, the one problem, or p.
+func (p Problems) Err() error {
+	switch len(p) {
+	case 0:
+		return nil
+	case 1:
+		return p[0]
+	}
+	return p
+}
+
+// Error names every problem, one a line after a count.
+func (p Problems) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d mistakes in the configuration:", len(p))
+	for _, e := range p {
+		b.WriteString("\n  " + e.Error())
+	}
+	return b.String()
+}
+
+// Unwrap gives the problems to errors.Is and errors.As.
+func (p Problems) Unwrap() []error { return p }
 
 // checkEnv refuses a WALRELAY_ variable that names no key, as the file
 // refuses an unknown key: a misspelt variable would otherwise leave its
@@ -180,17 +256,21 @@ func (cs *Set) checkEnv() error {
 		return nil
 	}
 	sort.Strings(unknown)
-	best, bestD := "", 4
-	for n := range known {
-		if d := editDistance(unknown[0], n); d < bestD || d == bestD && n < best {
-			best, bestD = n, d
+	var problems Problems
+	for _, u := range unknown {
+		best, bestD := "", 4
+		for n := range known {
+			if d := editDistance(u, n); d < bestD || d == bestD && n < best {
+				best, bestD = n, d
+			}
 		}
+		hint := ""
+		if best != "" {
+			hint = " (did you mean " + best + "?)"
+		}
+		problems.add(fmt.Errorf("environment variable %s names no configuration key%s", u, hint))
 	}
-	hint := ""
-	if best != "" {
-		hint = " (did you mean " + best + "?)"
-	}
-	return fmt.Errorf("environment variable %s names no configuration key%s", unknown[0], hint)
+	return problems.Err()
 }
 
 // suggest names a known key that n is probably a misspelling of.

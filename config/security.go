@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -177,6 +178,11 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 			}
 			schema, name, _ := splitTable(t.Table)
 			sc.Routes[schema+"."+name] = sink.Route{Topic: t.Topic, TopicRegex: t.TopicRegex}
+		}
+	}
+	for _, h := range sink.OptionalHeaders {
+		if !slices.Contains(k.Headers, h) {
+			sc.OmitHeaders = append(sc.OmitHeaders, h)
 		}
 	}
 	if k.CloudEvents != "" {

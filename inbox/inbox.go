@@ -140,7 +140,7 @@ const claimVersion = "walrelay inbox claim, 0003"
 // Message is one Kafka record handed to the handler.
 type Message struct {
 	ID        string // the "id" header, the event id: the record's only one, not empty
-	Type      string // the "type" header
+	Type      string // the "type" header; empty if the relay left it out (kafka.headers)
 	Key       []byte
 	Value     []byte // nil for a tombstone
 	Headers   map[string][]byte

@@ -16,13 +16,16 @@ package migrations
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/sqlquote"
@@ -45,8 +48,24 @@ func quoteLiteral(s string) string { return sqlquote.Literal(s) }
 
 // Result says what Apply found and did.
 type Result struct {
-	Created []string // the outbox tables created, schema.table; tables that existed are left as they are
+	Created []string // the outbox tables created, schema.table; tables that existed are left as they are (but for CreatedAt)
+	// CreatedAt holds the tables, schema.table, that were given the
+	// column CreatedAt by this run: the rows a table that existed held
+	// take the migration's time.
+	CreatedAt []string
+	// CreatedAtIndex holds, for a table of CreatedAt too large to index
+	// in the migration (the build would hold its writers), the statement
+	// that indexes created_at without blocking them, to run by hand.
+	CreatedAtIndex map[string]string
 }
+
+// CreatedAt is the column Apply gives every outbox table that lacks it: a
+// timestamptz, NOT NULL, defaulting to clock_timestamp(), the time of each
+// row's insert. The time windows of replay, reconcile and prune use it
+// (without outbox.timestamp_column), whatever the ids; the poll source
+// orders by it. A table that existed gets it without a rewrite: its rows
+// take the migration's time.
+const CreatedAt = "created_at"
 
 // tableMigration is the migration that creates an outbox table: applied for
 // each table of several, the others once, in the first table's schema.
@@ -100,6 +119,19 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 		if err := run(ctx, tx, files, apply, r); err != nil {
 			return res, err
 		}
+		added, index, err := addCreatedAt(ctx, tx, l)
+		if err != nil {
+			return res, err
+		}
+		if added {
+			res.CreatedAt = append(res.CreatedAt, l.Name())
+		}
+		if index != "" {
+			if res.CreatedAtIndex == nil {
+				res.CreatedAtIndex = map[string]string{}
+			}
+			res.CreatedAtIndex[l.Name()] = index
+		}
 		if i == 0 {
 			src := EmitInsertSource(l)
 			if o.Messages {
@@ -124,6 +156,69 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 	}
 	return res, nil
 }
+
+// createdAtLockWait bounds how long addCreatedAt waits for the table's lock.
+var createdAtLockWait = 10 * time.Second
+
+// addCreatedAt gives the table of l the column CreatedAt if it has no
+// column of that name (one of another type is left as it is, and the
+// windows do not use it), and an index on it, and says whether it added
+// the column, and the statement to index it when it did not. Added with the
+// migration's time as its default, which PostgreSQL stores once instead of
+// rewriting the table (a volatile default would rewrite it), then
+// defaulting to each insert's time.
+func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (added bool, index string, err error) {
+	name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
+	var has bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)`, name, CreatedAt).Scan(&has); err != nil {
+		return false, "", fmt.Errorf("look up %s.%s: %w", l.Name(), CreatedAt, err)
+	}
+	if has {
+		return false, "", nil
+	}
+	col := pgx.Identifier{CreatedAt}.Sanitize()
+	// The ALTER waits for the table's lock behind every transaction that
+	// uses the table, and the application's writes queue behind it: it
+	// waits a bounded time, and migrate fails (changing nothing) rather
+	// than stall the writers.
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", createdAtLockWait.Milliseconds())); err != nil {
+		return false, "", fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+	}
+	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+col+" timestamptz NOT NULL DEFAULT now()"); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55P03" {
+			return false, "", fmt.Errorf("add %s to %s: the table's lock was not free within %s (a long transaction uses it); migrate changed nothing: run it again when the table is quieter", CreatedAt, l.Name(), createdAtLockWait)
+		}
+		return false, "", fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout TO DEFAULT"); err != nil {
+		return false, "", fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
+	}
+	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN "+col+" SET DEFAULT clock_timestamp()"); err != nil {
+		return false, "", fmt.Errorf("set the default of %s.%s: %w", l.Name(), CreatedAt, err)
+	}
+	// The windows' index, built here on a table of at most indexRowsAtOnce
+	// rows (the table is locked already: a moment); on a larger one the
+	// build would hold the writers as long as it takes, so the statement
+	// that builds it without blocking them is given instead.
+	idx := pgx.Identifier{l.Table + "_" + CreatedAt}.Sanitize()
+	create := "CREATE INDEX IF NOT EXISTS " + idx + " ON " + name + " (" + col + ")"
+	var n int64
+	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM (SELECT FROM %s LIMIT %d) s", name, indexRowsAtOnce+1)).Scan(&n); err != nil {
+		return false, "", fmt.Errorf("count the rows of %s: %w", l.Name(), err)
+	}
+	if n > indexRowsAtOnce {
+		return true, strings.Replace(create, "CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1), nil
+	}
+	if _, err := tx.Exec(ctx, create); err != nil {
+		return false, "", fmt.Errorf("index %s.%s: %w", l.Name(), CreatedAt, err)
+	}
+	return true, "", nil
+}
+
+// indexRowsAtOnce is the most rows of a table to which addCreatedAt adds
+// created_at that it indexes in the migration.
+var indexRowsAtOnce int64 = 100000
 
 // begin starts a migration's transaction and takes the migrations' lock
 // in it; the caller rolls it back unless it commits.

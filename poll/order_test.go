@@ -33,7 +33,7 @@ func TestClaimOrderOfOneTransaction(t *testing.T) {
 	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, "ALTER TABLE outbox ADD COLUMN created_at timestamptz NOT NULL DEFAULT now()"); err != nil {
+	if _, err := conn.Exec(ctx, "ALTER TABLE outbox ALTER COLUMN created_at SET DEFAULT now()"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := migrations.ApplyPoll(ctx, conn, decoder.Config{}); err != nil {

@@ -308,7 +308,7 @@ func waitForSlot(ctx context.Context, q pgx.Tx, slot string, lsn pglogrepl.LSN, 
 		}
 		if status == "lost" {
 			return c, false, fmt.Sprintf("slot %s was invalidated (wal_status lost): the server removed WAL it still needed (max_slot_wal_keep_size), so it never confirms again, and rows committed after %s may be missing from Kafka; "+
-				"recreate the slot (walrelay slot drop --yes, slot create) and republish what is missing (walrelay reconcile --since <a time before the loss> --replay --yes; docs/operations.md: \"The slot was lost or dropped\") before pruning", slot, c)
+				"recreate the slot (walrelay slot drop --yes, slot create) and republish what is missing (walrelay reconcile --since <a time before the loss> --replay --yes, or --all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids; docs/operations.md: \"The slot was lost or dropped\") before pruning", slot, c)
 		}
 		if c >= lsn {
 			return c, true, ""

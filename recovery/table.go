@@ -54,6 +54,17 @@ type Table struct {
 	idIsUUID   bool
 	tsIsDate   bool
 	polled     bool // it has the poll source's columns (migrations.PollColumns)
+	// timeColumn is the column of the time windows: the timestamp
+	// column, else the table's created_at (migrations.CreatedAt) when it
+	// is a timestamptz, else none (the time of UUIDv7 ids).
+	timeColumn string
+	// createdAtType is the type of a created_at column that is not a
+	// timestamptz (the windows do not read it), or "".
+	createdAtType string
+	// v7 caches uuidV7's answer: whether every id is a UUIDv7, and an id
+	// that is not.
+	v7       *bool
+	v7Sample string
 }
 
 // Open describes the outbox table of layout on conn, whose session it pins
@@ -112,6 +123,12 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 		return nil, fmt.Errorf("outbox.timestamp_column: column %q of %s.%s is %s, not a timestamp", timestampColumn, layout.Schema, layout.Table, tsType)
 	}
 	t.tsIsDate = tsType == "date"
+	t.timeColumn = timestampColumn
+	if typ, ok := types[migrations.CreatedAt]; t.timeColumn == "" && typ == "timestamp with time zone" {
+		t.timeColumn = migrations.CreatedAt
+	} else if ok && typ != "timestamp with time zone" {
+		t.createdAtType = typ
+	}
 	t.polled = types["created_at"] == "timestamp with time zone"
 	for _, c := range migrations.PollColumns {
 		_, ok := types[c.Name]
@@ -196,7 +213,22 @@ func (t *Table) Name() string { return t.layout.Schema + "." + t.layout.Table }
 
 // ErrNoTime refuses a time window on a table that cannot place its rows in
 // time.
-var ErrNoTime = errors.New("time windows need outbox.timestamp_column or UUIDv7 ids")
+var ErrNoTime = errors.New("time windows need a created_at column (walrelay migrate adds it), outbox.timestamp_column or UUIDv7 ids")
+
+// TimeColumn is the column the time windows read (the timestamp column,
+// else created_at), or "" when they read the time of UUIDv7 ids.
+func (t *Table) TimeColumn() string { return t.timeColumn }
+
+// Timed reports whether the table can place its rows in time: time
+// windows (--since, --until, --older-than) are then possible. A table
+// with neither a time column nor only UUIDv7 ids is not.
+func (t *Table) Timed(ctx context.Context) (bool, error) {
+	if t.timeColumn != "" {
+		return true, nil
+	}
+	v7, _, err := t.uuidV7(ctx)
+	return v7, err
+}
 
 // where returns the window's condition and arguments, and refuses what the
 // table cannot select.
@@ -212,8 +244,8 @@ func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
 		return "", nil, fmt.Errorf("the window ends (%s) before it starts (%s)", w.Until.Format(time.RFC3339), w.Since.Format(time.RFC3339))
 	}
 	if w.timed() {
-		if t.tsColumn != "" {
-			ts := pgx.Identifier{t.tsColumn}.Sanitize()
+		if t.timeColumn != "" {
+			ts := pgx.Identifier{t.timeColumn}.Sanitize()
 			if !w.Since.IsZero() {
 				conds = append(conds, ts+" >= "+arg(w.Since))
 			}
@@ -259,38 +291,50 @@ func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
 	return strings.Join(conds, " AND "), args, nil
 }
 
-// checkUUIDv7 refuses a table whose ids are not UUIDv7 (looking at one
-// row): their time is then not the row's.
+// checkUUIDv7 refuses a table whose ids are not all UUIDv7: the time of
+// one that is not (a random UUIDv4) is not its row's, and a window by id
+// would take or leave such a row whatever its age.
 func (t *Table) checkUUIDv7(ctx context.Context) error {
+	noColumn, fix := "the table has no created_at", "run walrelay migrate (it adds created_at, the time of each insert; rows already there take the migration's time), set outbox.timestamp_column, or use --ids FILE or --all"
+	if t.createdAtType != "" {
+		noColumn = "its created_at is " + t.createdAtType + ", not timestamptz"
+		fix = "set outbox.timestamp_column: created_at if it holds each row's time (without a zone, UTC), or use --ids FILE or --all"
+	}
 	if !t.idIsUUID {
-		return fmt.Errorf("%w: the id column %s of %s is not uuid; set outbox.timestamp_column, or use --ids FILE or --all", ErrNoTime, t.layout.Columns.ID, t.Name())
+		return fmt.Errorf("%w: the id column %s of %s is not uuid and %s; %s", ErrNoTime, t.layout.Columns.ID, t.Name(), noColumn, fix)
 	}
 	v7, sample, err := t.uuidV7(ctx)
 	if err != nil {
 		return err
 	}
 	if !v7 {
-		return fmt.Errorf("%w: the ids of %s are not UUIDv7 (%s); set outbox.timestamp_column, or use --ids FILE or --all", ErrNoTime, t.Name(), sample)
+		return fmt.Errorf("%w: the ids of %s are not all UUIDv7 (%s is not) and %s; %s", ErrNoTime, t.Name(), sample, noColumn, fix)
 	}
 	return nil
 }
 
-// uuidV7 tells whether the table's ids are UUIDv7, looking at one row (an
-// empty table's are), and returns the id it looked at.
+// v7Pattern matches the text of a UUIDv7 (version 7, RFC 9562 variant).
+const v7Pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+
+// uuidV7 tells whether every id of the table is a UUIDv7 (an empty
+// table's are), reading the whole table once, and returns an id that is
+// not.
 func (t *Table) uuidV7(ctx context.Context) (bool, string, error) {
 	if !t.idIsUUID {
 		return false, "", nil
 	}
+	if t.v7 != nil {
+		return *t.v7, t.v7Sample, nil
+	}
 	var sample string
-	err := t.conn.QueryRow(ctx, "SELECT "+pgx.Identifier{t.layout.Columns.ID}.Sanitize()+"::text FROM "+t.name+" LIMIT 1").Scan(&sample)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return true, "", nil
+	err := t.conn.QueryRow(ctx, "SELECT "+pgx.Identifier{t.layout.Columns.ID}.Sanitize()+"::text FROM "+t.name+
+		" WHERE "+pgx.Identifier{t.layout.Columns.ID}.Sanitize()+"::text !~ '"+v7Pattern+"' LIMIT 1").Scan(&sample)
+	v7 := errors.Is(err, pgx.ErrNoRows)
+	if err != nil && !v7 {
+		return false, "", fmt.Errorf("read the ids of %s: %w", t.Name(), err)
 	}
-	if err != nil {
-		return false, "", fmt.Errorf("read an id of %s: %w", t.Name(), err)
-	}
-	_, ok := outbox.IDTime(sample)
-	return ok, sample, nil
+	t.v7, t.v7Sample = &v7, sample
+	return v7, sample, nil
 }
 
 // Row is one row of the window: its event (no WAL position, transaction
@@ -391,7 +435,7 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 	if err != nil {
 		return err
 	}
-	tsIndex := slices.IndexFunc(t.cols, func(c decoder.Column) bool { return c.Name == t.tsColumn })
+	tsIndex := slices.IndexFunc(t.cols, func(c decoder.Column) bool { return c.Name == t.timeColumn })
 	sql := t.selectSQL + " WHERE " + cond + " ORDER BY " + order.sql
 	if t.maxPayload > 0 {
 		// Every column's text made once per row (a lateral subquery that
@@ -442,7 +486,7 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 					r.Time = tm
 				}
 			}
-		} else if tm, ok := outbox.IDTime(e.ID); ok && t.tsColumn == "" {
+		} else if tm, ok := outbox.IDTime(e.ID); ok && t.timeColumn == "" {
 			r.Time = tm
 		}
 		if err := fn(r); err != nil {

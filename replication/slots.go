@@ -42,7 +42,7 @@ func inspectSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (SlotInf
 	}
 	if len(res) != 1 || len(res[0].Rows) == 0 {
 		return SlotInfo{}, failure.Mark(failure.Fatal, fmt.Errorf("slot %s: %w: it was dropped while walrelay ran, or the server is a promoted standby that has no copy of it "+
-			"(a failover: see postgres.slot_failover); rows committed after its last confirmed position are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then walrelay reconcile --since <a time before the drop> (--all on a table without outbox.timestamp_column or UUIDv7 ids) "+
+			"(a failover: see postgres.slot_failover); rows committed after its last confirmed position are no longer in the WAL stream. To go on: walrelay slot create %s (it starts now), then walrelay reconcile --since <a time before the drop> (--all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids; walrelay migrate adds created_at) "+
 			"--replay --yes republishes the rows missing from the topics (docs/operations.md: \"The slot was lost or dropped\")", slot, ErrSlotMissing, slot))
 	}
 	row := res[0].Rows[0]
@@ -145,7 +145,7 @@ func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot, pub string, recreate 
 			return false, fmt.Errorf("slot %s: %w: walrelay created it (publication %s records it) and it is gone: dropped by hand, "+
 				"invalidated and removed, or lost in a failover or a restore. Rows committed after its last confirmed position are no longer in the WAL stream, "+
 				"and a new slot starts at the current end of the WAL. To go on: walrelay slot create %s (it starts now), "+
-				"then walrelay reconcile --since <a time before the loss> (--all on a table without outbox.timestamp_column or UUIDv7 ids) --replay --yes republishes the rows missing from the topics (docs/operations.md: \"The slot was lost or dropped\")",
+				"then walrelay reconcile --since <a time before the loss> (--all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids; walrelay migrate adds created_at) --replay --yes republishes the rows missing from the topics (docs/operations.md: \"The slot was lost or dropped\")",
 				slot, ErrSlotDropped, pub, slot)
 		}
 	}

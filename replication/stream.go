@@ -400,7 +400,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	}
 	if slot.WALStatus == "lost" {
 		return nil, failure.Mark(failure.Fatal, fmt.Errorf("replication slot %s was invalidated (wal_status lost): the server removed WAL it still needed, "+
-			"so events after %s may be missing from Kafka; drop and recreate the slot (walrelay slot drop --yes, slot create), then walrelay reconcile --since <a time before the loss> (--all on a table without outbox.timestamp_column or UUIDv7 ids) --replay --yes "+
+			"so events after %s may be missing from Kafka; drop and recreate the slot (walrelay slot drop --yes, slot create), then walrelay reconcile --since <a time before the loss> (--all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids; walrelay migrate adds created_at) --replay --yes "+
 			"republishes the rows missing from the topics (docs/operations.md: \"The slot was lost or dropped\")", s.cfg.Slot, slot.ConfirmedFlush))
 	}
 	if slot.Active {

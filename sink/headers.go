@@ -1,7 +1,11 @@
 package sink
 
 import (
+	"errors"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -28,9 +32,31 @@ type txnHeaders struct {
 
 const stampEvery = 256
 
-// commitTimeHeader is the index of walrelay.commit_time in what headers
-// returns.
-const commitTimeHeader = 4
+// HeaderID is the header of the event id, which every record carries.
+const HeaderID = "id"
+
+// OptionalHeaders are the headers a record carries after HeaderID, in
+// this order, each unless Config.OmitHeaders names it: the event type, and
+// the commit LSN, transaction id and commit time of its transaction.
+var OptionalHeaders = [...]string{"type", "walrelay.lsn", "walrelay.xid", headerCommitTime}
+
+const headerCommitTime = "walrelay.commit_time"
+
+// omitted reads Config.OmitHeaders: which of OptionalHeaders are left out.
+func omitted(names []string) ([len(OptionalHeaders)]bool, error) {
+	var omit [len(OptionalHeaders)]bool
+	for _, n := range names {
+		i := slices.Index(OptionalHeaders[:], n)
+		if i < 0 {
+			if n == HeaderID {
+				return omit, errors.New("headers: the id header is always sent (consumers deduplicate on it)")
+			}
+			return omit, fmt.Errorf("headers: %q is not a header that can be left out (%s)", n, strings.Join(OptionalHeaders[:], ", "))
+		}
+		omit[i] = true
+	}
+	return omit, nil
+}
 
 // headers builds the record headers; extra leaves room for more. The values
 // of the transaction's headers are formatted once per transaction (commit
@@ -46,14 +72,13 @@ func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time
 	}
 	t := s.last
 	s.mu.Unlock()
-	h := make([]kgo.RecordHeader, 0, 5+len(e.Headers)+extra)
-	h = append(h,
-		kgo.RecordHeader{Key: "id", Value: readOnly(e.ID)},
-		kgo.RecordHeader{Key: "type", Value: readOnly(e.Type)},
-		kgo.RecordHeader{Key: "walrelay.lsn", Value: t.lsnText},
-		kgo.RecordHeader{Key: "walrelay.xid", Value: t.xidText},
-		kgo.RecordHeader{Key: "walrelay.commit_time", Value: t.timeText}, // at commitTimeHeader
-	)
+	h := make([]kgo.RecordHeader, 0, 1+len(OptionalHeaders)+len(e.Headers)+extra)
+	h = append(h, kgo.RecordHeader{Key: HeaderID, Value: readOnly(e.ID)})
+	for i, v := range [len(OptionalHeaders)][]byte{readOnly(e.Type), t.lsnText, t.xidText, t.timeText} {
+		if !s.omit[i] {
+			h = append(h, kgo.RecordHeader{Key: OptionalHeaders[i], Value: v})
+		}
+	}
 	for _, x := range e.Headers {
 		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
 	}
@@ -78,8 +103,18 @@ func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.Rec
 	case !e.Time.IsZero():
 		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: e.Time.UTC().AppendFormat(nil, time.RFC3339Nano)})
 	case !e.CommitTime.IsZero(): // a replayed row without a timestamp column has no time
-		// The transaction's walrelay.commit_time, formatted once for it.
-		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: h[commitTimeHeader].Value})
+		// The transaction's walrelay.commit_time, formatted once for it,
+		// unless that header is left out.
+		var v []byte
+		for _, x := range h[:min(len(h), 1+len(OptionalHeaders))] {
+			if x.Key == headerCommitTime {
+				v = x.Value
+			}
+		}
+		if v == nil {
+			v = e.CommitTime.AppendFormat(nil, time.RFC3339Nano)
+		}
+		h = append(h, kgo.RecordHeader{Key: "ce_time", Value: v})
 	}
 	return h
 }

@@ -140,7 +140,7 @@ func (s *Sink) checkHistory(h event.WALHistory) error {
 	default:
 		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s, timeline %d) lies at or past the end of timeline %d at %s in the history of this server (%s): "+
 			"it was promoted or restored without the WAL from %s on, so the events published from there to %s are of transactions this database does not have, "+
-			"and its own transactions at those positions would be skipped. Check what the topics hold against the outbox table (walrelay reconcile --since <a time before the switch>), "+
+			"and its own transactions at those positions would be skipped. Check what the topics hold against the outbox table (walrelay reconcile --since <a time before the switch>, or --all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids), "+
 			"then set kafka.accept_timeline: %d to publish this server's events from %s on",
 			ErrWALHistory, c, topic, tl, tl, end, h, end, c.CommitLSN, h.Timeline, end))
 	}

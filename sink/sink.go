@@ -64,6 +64,12 @@ type Config struct {
 	// content-type (application/json); the value stays the payload. An
 	// event without a type is dead-lettered (a CloudEvent must have one).
 	CloudEvents string
+	// OmitHeaders are headers of OptionalHeaders that records (and dead
+	// letters) do not carry, for consumers that expect exactly another
+	// connector's headers (Debezium's EventRouter sends only id). The
+	// event id header, id, is always sent: consumers deduplicate on it.
+	// Default: every one is sent.
+	OmitHeaders []string
 	// CloudEventsSource is ce_source, a URI reference, in which {table} is
 	// replaced by the event's table (Event.Source). Required with
 	// CloudEvents.
@@ -164,6 +170,8 @@ type Sink struct {
 
 	mu   sync.Mutex // guards the header cache
 	last txnHeaders
+
+	omit [len(OptionalHeaders)]bool // OmitHeaders, by index in OptionalHeaders
 }
 
 // New checks cfg, fills its defaults and creates the client. It does not
@@ -219,6 +227,10 @@ func New(cfg Config) (*Sink, error) {
 	case cfg.CloudEvents != "" && cfg.CloudEventsSource == "":
 		return nil, errors.New("cloudevents: a source (ce_source) is required")
 	}
+	omit, err := omitted(cfg.OmitHeaders)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Linger == 0 {
 		cfg.Linger = 5 * time.Millisecond
 	}
@@ -243,7 +255,7 @@ func New(cfg Config) (*Sink, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "sink")
-	s := &Sink{cfg: cfg, log: log, route: rt, routes: routes, rules: rules, ceTable: strings.Index(cfg.CloudEventsSource, "{table}")}
+	s := &Sink{cfg: cfg, log: log, route: rt, routes: routes, rules: rules, ceTable: strings.Index(cfg.CloudEventsSource, "{table}"), omit: omit}
 	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
 	if cfg.PlacedPartitions {
 		partitioner = placedPartitioner{byKey: partitioner}

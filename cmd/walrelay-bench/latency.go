@@ -99,7 +99,8 @@ func latency(ctx context.Context, o options, exactlyOnce bool) (string, []point,
 	// before and after each load, and the profile of -latency-profile.
 	admin := "127.0.0.1:18089"
 	cmd.Env = append(os.Environ(), "WALRELAY_POSTGRES_DSN="+pg.DSN, "WALRELAY_KAFKA_BROKERS="+strings.Join(kc.Addrs(), ","),
-		"WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn")
+		"WALRELAY_ADMIN_LISTEN="+admin, "WALRELAY_LOG_LEVEL=warn",
+		"WALRELAY_KAFKA_HEADERS=type,walrelay.commit_time") // what the measure reads, whatever the environment says
 	isolation := kgo.ReadUncommitted()
 	if exactlyOnce {
 		cmd.Env = append(cmd.Env, "WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_TRANSACTION_INTERVAL="+o.txnInterval.String())

@@ -221,7 +221,8 @@ func cmdLSN(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return a.say(doc, "would move slot %s from %s to %s, skipping %d bytes (%s) of WAL and every event in it (walrelay reconcile and replay can send them from the outbox table later); add --yes to do it",
 				name, was, now, skipped, admin.HumanBytes(skipped))
 		}
-		return a.say(doc, "moved slot %s from %s to %s, skipping %d bytes (%s) of WAL; walrelay reconcile --since <a time before> lists the rows skipped that are still in the table, and --replay --yes sends them", name, was, now, skipped, admin.HumanBytes(skipped))
+		return a.say(doc, "moved slot %s from %s to %s, skipping %d bytes (%s) of WAL; walrelay reconcile %s lists the rows skipped that are still in the table, and --replay --yes sends them",
+			name, was, now, skipped, admin.HumanBytes(skipped), reconcileWindow(ctx, a.cfg, conn.Config(), "a time before the skipped rows"))
 	}
 	return usageError{fmt.Sprintf("lsn %s: want show or advance", args[0])}
 }

@@ -204,7 +204,7 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 
 	if st, err := replication.Slots(cctx, conn, cfg.Postgres.Slot); err != nil {
 		if recorded, _ := replication.SlotRecorded(cctx, conn, cfg.Postgres.Publication, cfg.Postgres.Slot); recorded {
-			add("slot", "fail", "slot %s was created by walrelay and is gone: rows committed since its last position are no longer in the WAL stream; walrelay slot create %s, then walrelay reconcile --since <a time before the loss> (--all on a table without outbox.timestamp_column or UUIDv7 ids) --replay --yes", cfg.Postgres.Slot, cfg.Postgres.Slot)
+			add("slot", "fail", "slot %s was created by walrelay and is gone: rows committed since its last position are no longer in the WAL stream; walrelay slot create %s, then walrelay reconcile %s --replay --yes", cfg.Postgres.Slot, cfg.Postgres.Slot, reconcileWindow(cctx, cfg, conn.Config(), "a time before the loss"))
 		} else if cfg.Postgres.CreateSlot {
 			add("slot", "warn", "slot %s does not exist; walrelay run will create it (events committed before that are not captured: run walrelay migrate before the application writes)", cfg.Postgres.Slot)
 		} else {
@@ -215,7 +215,7 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 	} else if s.Plugin != "pgoutput" {
 		add("slot", "fail", "slot %s uses plugin %s; walrelay needs pgoutput", s.SlotName, s.Plugin)
 	} else if s.WALStatus != nil && *s.WALStatus == "lost" {
-		add("slot", "fail", "slot %s was invalidated (wal_status lost): drop and recreate it, then walrelay reconcile --since <a time before the loss> (--all on a table without outbox.timestamp_column or UUIDv7 ids) --replay --yes", s.SlotName)
+		add("slot", "fail", "slot %s was invalidated (wal_status lost): drop and recreate it, then walrelay reconcile %s --replay --yes", s.SlotName, reconcileWindow(cctx, cfg, conn.Config(), "a time before the loss"))
 	} else {
 		lag := int64(0)
 		if s.LagBytes != nil {

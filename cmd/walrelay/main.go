@@ -62,7 +62,7 @@ Usage:
   walrelay lsn show [NAME] | advance NAME (--to LSN | --to-current) [--yes]
   walrelay publication show [NAME] | create [NAME] | drop NAME [--yes]
   walrelay replay --since TIME [--until TIME] [--aggregate-type T] | --ids FILE | --all  [--yes]
-  walrelay reconcile (--since TIME [--until TIME] | --ids FILE | --all) [--aggregate-type T] [--replay] [--yes]   exit 2: rows missing
+  walrelay reconcile (--since TIME [--until TIME] | --ids FILE | --all) [--aggregate-type T] [--replay] [--yes]   exit 2: rows missing (not replayed)
   walrelay dlq list [--since TIME] [--reason R] | show ID | replay (--id ID ... | --reason R | --all) [--yes]
   walrelay prune --older-than DURATION [--batch N] [--yes]   source poll: SENT rows only
   walrelay poll dead [--limit N] | retry (--id ID ... | --all) [--yes]   source poll: list DEAD rows, set them back to PENDING
@@ -80,6 +80,16 @@ the keys.
 
 // usageError is a mistake in the command line: exit status 2.
 type usageError struct{ msg string }
+
+// flagMistakes are undefined flags (a usageError) and the mistakes of the
+// configuration file and the environment found beside them (more),
+// printed after it, so that one run names every mistake.
+type flagMistakes struct {
+	usageError
+	more error
+}
+
+func (e flagMistakes) Unwrap() error { return e.usageError }
 
 func (e usageError) Error() string { return e.msg }
 
@@ -138,6 +148,9 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "walrelay: %v; walrelay help lists the commands, walrelay COMMAND -h a command's flags\n", err)
+		if fm := (flagMistakes{}); errors.As(err, &fm) && fm.more != nil {
+			fmt.Fprintf(stderr, "walrelay: also %v\n", fm.more)
+		}
 		return 2
 	default:
 		fmt.Fprintf(stderr, "walrelay: %v\n", err)
@@ -156,9 +169,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 // parseArgs parses flags and the positional arguments among them, which
 // it returns. A mistake is one line naming the likely flag, not the flag
-// package's list of every flag; -h prints that list.
+// package's list of every flag; -h prints that list. Every undefined flag
+// is named in that line, each with its likely flag, so that one run shows
+// them all.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
+	var pos, undefined []string
 	out := fs.Output()
 	fs.SetOutput(io.Discard) // the flag package's own report of a mistake
 	defer fs.SetOutput(out)
@@ -170,14 +185,40 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 				fs.PrintDefaults()
 				return nil, err
 			}
-			return nil, usageError{fs.Name() + ": " + err.Error() + flagHint(fs, err)}
+			_, name, ok := strings.Cut(err.Error(), "flag provided but not defined: ")
+			if !ok {
+				return nil, usageError{fs.Name() + ": " + err.Error() + flagHint(fs, err)}
+			}
+			undefined = append(undefined, name+flagHint(fs, err))
+			// Go on after it, and after its value: the next argument,
+			// unless it was written --name=value or the next is a flag.
+			rest := fs.Args()
+			if bad := args[len(args)-len(rest)-1]; !strings.Contains(bad, "=") && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+				rest = rest[1:]
+			}
+			args = rest
+			continue
 		}
 		args = fs.Args()
 		if len(args) > 0 {
 			pos, args = append(pos, args[0]), args[1:]
 		}
 	}
-	return pos, nil
+	if len(undefined) == 0 {
+		return pos, nil
+	}
+	fm := flagMistakes{usageError: usageError{fs.Name() + ": flags provided but not defined: " + strings.Join(undefined, ", ")}}
+	if len(undefined) == 1 {
+		fm.msg = fs.Name() + ": flag provided but not defined: " + undefined[0]
+	}
+	// The command stops here, before it loads its configuration: the
+	// file's and the environment's mistakes are named now too.
+	if f := fs.Lookup("config"); f != nil {
+		if src, ok := f.Value.(interface{ SourceProblems() error }); ok {
+			fm.more = src.SourceProblems()
+		}
+	}
+	return nil, fm
 }
 
 // flagHint names the defined flag an undefined one is likely a misspelling

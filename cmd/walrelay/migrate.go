@@ -106,6 +106,12 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 	ocfg := cfg.OutboxConfig()
 	for _, l := range ocfg.Layouts() {
 		say("table "+l.Name(), slices.Contains(res.Created, l.Name()))
+		if slices.Contains(res.CreatedAt, l.Name()) && !slices.Contains(res.Created, l.Name()) {
+			fmt.Fprintf(stdout, "%-40s %s\n", "column "+l.Name()+"."+migrations.CreatedAt, "added: the time of each insert, which the time windows of reconcile, replay and prune use (the rows already there take this migration's time)")
+		}
+		if stmt, ok := res.CreatedAtIndex[l.Name()]; ok {
+			fmt.Fprintf(stdout, "%-40s %s\n", "index of "+l.Name()+"."+migrations.CreatedAt, "not built: the table is large, and building it here would hold its writers; for fast time windows run "+stmt)
+		}
 		if poll {
 			continue // checked once it has the poll columns
 		}

@@ -21,7 +21,7 @@ import (
 )
 
 // exitCode ends a command with a code of its own and no further message:
-// reconcile's 2 when rows are missing.
+// reconcile's 2 when rows are missing (and were not replayed).
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
@@ -338,7 +338,10 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			c.printOrder(order)
 		}
 	}
-	if res.Missing > 0 {
+	// Missing rows that --replay --yes sent are no longer missing (Run
+	// returns an error when a send fails): exit 0, as a reconcile after it
+	// would.
+	if res.Missing > 0 && !rc.Replay {
 		return exitCode(2)
 	}
 	return nil

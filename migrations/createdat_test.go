@@ -1,0 +1,92 @@
+package migrations
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+)
+
+// TestCreatedAtWaitsBounded: adding created_at to a table that a long
+// transaction uses waits a bounded time for the table's lock, then fails
+// naming the cause, having changed nothing (the application's writes
+// would queue behind an unbounded wait); once the transaction ends, it is
+// added.
+func TestCreatedAtWaitsBounded(t *testing.T) {
+	ctx := t.Context()
+	pg := pgtest.Start(t)
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, pg.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	conn, other := connect(), connect()
+	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT count(*) FROM outbox"); err != nil {
+		t.Fatal(err)
+	}
+	was := createdAtLockWait
+	createdAtLockWait = 300 * time.Millisecond
+	t.Cleanup(func() { createdAtLockWait = was })
+	if _, err := Apply(ctx, conn, decoder.Config{}); err == nil || !strings.Contains(err.Error(), "the table's lock was not free within 300ms") {
+		t.Fatalf("Apply with the table in use: %v, want the bounded wait named", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Apply(ctx, conn, decoder.Config{}); err != nil || len(res.CreatedAt) != 1 {
+		t.Fatalf("Apply after: %+v, %v", res, err)
+	}
+}
+
+// TestCreatedAtIndex: created_at is indexed for the time windows when
+// migrate adds it to a new or small table; on a table over
+// indexRowsAtOnce rows the build would hold the writers, so migrate gives
+// the CREATE INDEX CONCURRENTLY statement instead.
+func TestCreatedAtIndex(t *testing.T) {
+	ctx := t.Context()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	was := indexRowsAtOnce
+	indexRowsAtOnce = 10
+	t.Cleanup(func() { indexRowsAtOnce = was })
+	for _, sql := range []string{
+		`CREATE SCHEMA big`,
+		`CREATE TABLE big.outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)`,
+		`INSERT INTO big.outbox SELECT gen_random_uuid(), 'a', 'b', 'c' FROM generate_series(1, 11)`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := Apply(ctx, conn, decoder.Config{Layout: decoder.Layout{Schema: "public", Table: "outbox"}, More: []decoder.Layout{{Schema: "big", Table: "outbox"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var indexes string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(indexrelid::regclass::text, ' ' ORDER BY 1) FROM pg_index WHERE indrelid IN ('public.outbox'::regclass, 'big.outbox'::regclass) AND NOT indisprimary`).Scan(&indexes); err != nil {
+		t.Fatal(err)
+	}
+	if indexes != "outbox_created_at" || res.CreatedAtIndex["big.outbox"] != `CREATE INDEX CONCURRENTLY IF NOT EXISTS "outbox_created_at" ON "big"."outbox" ("created_at")` || len(res.CreatedAtIndex) != 1 {
+		t.Fatalf("indexes %q, statements %v; want the new table's index built and the large table's statement given", indexes, res.CreatedAtIndex)
+	}
+}
