@@ -48,7 +48,7 @@ func (m *Metrics) PollTables(ctx context.Context, connCfg *pgx.ConnConfig, o dec
 			return err
 		}
 		for _, s := range st {
-			for state, n := range map[string]int64{"due": s.Due, "pending": s.Pending, "sending": s.Sending, "expired_lease": s.ExpiredLeases, "dead": s.Dead} {
+			for state, n := range map[string]int64{"due": s.Due, "pending": s.Pending, "sending": s.Sending, "expired_lease": s.ExpiredLeases, "dead": s.Dead, "parked": s.Parked} {
 				m.pollRows.WithLabelValues(s.Table, state).Set(float64(n))
 			}
 			m.pollAge.WithLabelValues(s.Table).Set(s.OldestDueSeconds)
