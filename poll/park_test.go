@@ -69,8 +69,8 @@ func insertMany(t *testing.T, conn *pgx.Conn, agg string, n int) {
 // claim reads do not grow with the backlog of a blocked aggregate (its
 // first row in backoff, or DEAD under on_dead block). The claim is
 // measured twice, with 20 rows and then with 3,020 rows behind the
-// blocked one, after a claim that saw them (a claim that sees rows behind
-// a blocked row parks them); each time it takes the 5 rows of other
+// blocked one, after the claims that saw them (a claim parks the rows it
+// passes over behind a blocked row, at most ten batches); each time it takes the 5 rows of other
 // aggregates and none of the blocked one. Before, each claim read every
 // row of the backlog: its reads grew with it, about 3 blocks a row.
 func TestClaimBehindBlockedAggregateBounded(t *testing.T) {
@@ -109,8 +109,19 @@ func TestClaimBehindBlockedAggregateBounded(t *testing.T) {
 				t.Fatalf("20 rows behind the blocked one: claimed %v, want %v", got, want)
 			}
 			insertMany(t, conn, "blocked", 3000)
-			if _, _, err := tb.claim(ctx, conn, "w:2"); err != nil {
-				t.Fatal(err)
+			// A claim parks at most parkBatches batches (1,000 rows here):
+			// the claims that park the backlog, then the measured one.
+			for i := range 3 {
+				if _, _, err := tb.claim(ctx, conn, fmt.Sprintf("w:2.%d", i)); err != nil {
+					t.Fatal(err)
+				}
+				var parked int
+				if err := conn.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE status = 'PARKED'").Scan(&parked); err != nil {
+					t.Fatal(err)
+				}
+				if want := 20 + 1000*(i+1); parked != want {
+					t.Fatalf("after %d claims: %d rows parked, want %d (ten batches a claim)", i+1, parked, want)
+				}
 			}
 			want = others(2)
 			got, large := claimReads(t, conn, tb)

@@ -27,6 +27,9 @@ type table struct {
 	leaseSecs  float64
 }
 
+// parkBatches bounds the rows one claim parks, in batches (BatchSize).
+const parkBatches = 10
+
 // dueSQL is the condition of a row that may be claimed, of the table
 // aliased a.
 func dueSQL(a string) string {
@@ -59,7 +62,11 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	// a blocked aggregate's backlog would cost every claim its length. The
 	// claim sets the rows it passed over for that reason PARKED (among the
 	// due rows up to the last row it locked: the range it walked), which
-	// takes them out of the due index (status PENDING or SENDING). A row
+	// takes them out of the due index (status PENDING or SENDING), at most
+	// parkBatches batches of them: parking is an update of each row, and
+	// a claim that parked a backlog of millions at once could outlive its
+	// timeout and park nothing, for ever; the rows left are parked by the
+	// next claims, each walking fewer of them. A row
 	// under a live lease does not park the rows behind it: it is sent or
 	// its lease ends within poll.lease. Parking is no part of the order:
 	// a PARKED row is unsent and not due, so it holds the later rows of
@@ -102,6 +109,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		SELECT c.` + id + ` AS _wr_id FROM ` + q + ` c
 		WHERE c.status = 'PENDING' AND c.available_at <= now() AND c.created_at <= (SELECT _wr_at FROM bound)
 			AND c.` + id + ` NOT IN (SELECT _wr_id FROM locked) AND ` + blocked + `
+		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
 		FOR UPDATE SKIP LOCKED
 	), parked AS (
 		UPDATE ` + q + ` SET status = 'PARKED' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM topark))
