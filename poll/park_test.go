@@ -256,7 +256,8 @@ func TestParkedRowsKeepOrder(t *testing.T) {
 			if n := release(t, conn, tb); n != 2 {
 				t.Fatalf("released %d rows, want 2 (a batch)", n)
 			}
-			insert(t, conn, ids, "a") // a-4, behind the rows still parked
+			tb.batch = 100
+			insert(t, conn, ids, "a") // a-4, behind a-3, still parked: it waits
 			if got, want := claimNames(t, conn, tb, "w:3", ids), []string{"a-1", "a-2"}; !slices.Equal(got, want) {
 				t.Fatalf("a-0 unblocked: claimed %v, want %v", got, want)
 			}
