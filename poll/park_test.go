@@ -296,8 +296,8 @@ func TestParkedRowsKeepOrder(t *testing.T) {
 // marks, retries and inserts. A deferred trigger records every row set
 // SENT while an earlier row of its aggregate is unsent: there must be
 // none, and every row must end SENT (none left parked). The workers' sessions
-// have the poller's settings (sessionSettings): with JIT on, each claim
-// took 3 s here.
+// have the poller's settings (sessionSettings, with JIT off: with it on,
+// each claim took 3 s here).
 func TestParkingWorkersKeepOrder(t *testing.T) {
 	t.Parallel()
 	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, OnDead: DeadBlock})

@@ -417,8 +417,9 @@ func classify(err error) error {
 // catch-up quadratic. JIT is off: the settings above price the plans
 // past jit_above_cost, and a server built with LLVM would compile each
 // claim, a small query, for longer than it runs (3 s a claim instead of
-// 0.3 ms, seen with three workers on a loaded machine; recovery's batches
-// turn it off for the same reason).
+// 0.3 ms, seen in a test's session with three workers on a loaded
+// machine). recovery.Open, which describe calls next, turns it off too:
+// it is said here so that the claims do not rest on that.
 const sessionSettings = "SET enable_seqscan = off; SET enable_sort = off; SET jit = off"
 
 // describe reads each table's columns and prepares its statements.
