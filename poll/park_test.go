@@ -14,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/recovery"
 )
 
 // claimReads runs one claim of tb in a transaction it rolls back, and
@@ -295,14 +296,13 @@ func TestParkedRowsKeepOrder(t *testing.T) {
 // aggregates are inserted one by one: parking and release race claims,
 // marks, retries and inserts. A deferred trigger records every row set
 // SENT while an earlier row of its aggregate is unsent: there must be
-// none, and every row must end SENT (none left parked). The workers' sessions
-// have the poller's settings (sessionSettings, with JIT off: with it on,
-// each claim took 3 s here).
+// none, and every row must end SENT (none left parked). Each worker has
+// its connection and table, as each poller does, with the poller's session
+// settings.
 func TestParkingWorkersKeepOrder(t *testing.T) {
 	t.Parallel()
 	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, OnDead: DeadBlock})
 	ctx := t.Context()
-	tb.batch = 8
 	for _, s := range []string{
 		"CREATE TABLE violations (id uuid, aggregateid text)",
 		"CREATE TABLE parkings (id uuid)",
@@ -365,6 +365,13 @@ func TestParkingWorkersKeepOrder(t *testing.T) {
 	for w := range 3 {
 		wg.Go(func() {
 			c := connect()
+			// A table of its own, as each poller has.
+			rt, err := recovery.Open(ctx, c, tb.rt.Layout())
+			if err != nil {
+				errs <- err
+				return
+			}
+			tb := newTable(rt, Config{Ordering: OrderAggregate, OnDead: DeadBlock, BatchSize: 8, MaxBatchBytes: 8 << 20, MaxEventBytes: 1 << 20, Lease: 30e9})
 			rnd := rand.New(rand.NewPCG(uint64(w), 36))
 			for n := 1; ; n++ {
 				select {
