@@ -16,7 +16,7 @@ import (
 // defaults they get. Applications insert rows as before: every column has a
 // default.
 var PollColumns = []struct{ Name, Type, Default string }{
-	{"status", "text", "'PENDING'"},          // PENDING, SENDING, SENT, DEAD
+	{"status", "text", "'PENDING'"},          // PENDING, SENDING, SENT, DEAD, PARKED
 	{"attempts", "integer", "0"},             // claims so far
 	{"available_at", "timestamptz", "now()"}, // not claimed before
 	{"claim_id", "text", ""},                 // the lease token: worker id and claim number
@@ -26,8 +26,11 @@ var PollColumns = []struct{ Name, Type, Default string }{
 	{"sent_at", "timestamptz", ""},           // Kafka acknowledged it
 }
 
-// PollStatuses are the values of the status column.
-var PollStatuses = []string{"PENDING", "SENDING", "SENT", "DEAD"}
+// PollStatuses are the values of the status column. PARKED is a PENDING
+// row behind a blocked row of its aggregate (one in backoff, or DEAD under
+// on_dead block): out of the index the claims walk until the rows before
+// it are sent (package poll parks and releases them).
+var PollStatuses = []string{"PENDING", "SENDING", "SENT", "DEAD", "PARKED"}
 
 // NotifyChannel is the channel the poll trigger notifies on insert, with
 // the table (schema.table) as the payload.
@@ -36,7 +39,7 @@ const NotifyChannel = "walrelay_outbox"
 // PollNames are the names of what ApplyPoll creates for an outbox table:
 // its indexes, the status check, the trigger and the trigger's function.
 type PollNames struct {
-	DueIndex, UnsentIndex, StatusCheck, Trigger, Function string
+	DueIndex, UnsentIndex, ParkedIndex, StatusCheck, Trigger, Function string
 }
 
 // PollNamesOf returns the names of the poll objects of layout l.
@@ -44,6 +47,7 @@ func PollNamesOf(l decoder.Layout) PollNames {
 	return PollNames{
 		DueIndex:    l.Table + "_walrelay_due",
 		UnsentIndex: l.Table + "_walrelay_unsent",
+		ParkedIndex: l.Table + "_walrelay_parked",
 		StatusCheck: l.Table + "_walrelay_status",
 		Trigger:     "walrelay_poll_notify",
 		Function:    "walrelay_poll_notify",
@@ -97,8 +101,10 @@ func ColumnDefault(ctx context.Context, q interface {
 
 // ApplyPoll gives each outbox table of o the poll source's columns
 // (PollColumns; a column that exists is kept if its type fits), a check of
-// the status values, the partial indexes of the rows still to send (by
-// insert order, and by aggregate), and a statement trigger that notifies
+// the status values (PollStatuses; a check of an earlier version, without
+// PARKED, is replaced), the partial indexes of the rows still to send (by
+// insert order, and by aggregate) and of the parked rows (by aggregate),
+// and a statement trigger that notifies
 // NotifyChannel on insert; and makes walrelay_emit insert into the first
 // table (the poll source reads no WAL messages). Run Apply first. One
 // transaction, under the migrations' lock; re-running changes nothing.
@@ -187,13 +193,18 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 		id, agg := pgx.Identifier{l.Columns.ID}.Sanitize(), pgx.Identifier{l.Columns.AggregateID}.Sanitize()
 		statuses := "'" + strings.Join(PollStatuses, "', '") + "'"
 		stmts := []string{
+			// A check of an earlier version lacks PARKED: it is replaced
+			// (one ALTER TABLE, which reads the table once to validate it).
 			`DO ` + sqlquote.Dollar(` BEGIN
-				IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = `+quoteLiteral(name)+`::regclass AND conname = `+quoteLiteral(n.StatusCheck)+`) THEN
-					ALTER TABLE `+name+` ADD CONSTRAINT `+pgx.Identifier{n.StatusCheck}.Sanitize()+` CHECK (status IN (`+statuses+`));
+				IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = `+quoteLiteral(name)+`::regclass AND conname = `+quoteLiteral(n.StatusCheck)+`
+						AND pg_get_constraintdef(oid) LIKE '%''PARKED''%') THEN
+					ALTER TABLE `+name+` DROP CONSTRAINT IF EXISTS `+pgx.Identifier{n.StatusCheck}.Sanitize()+`,
+						ADD CONSTRAINT `+pgx.Identifier{n.StatusCheck}.Sanitize()+` CHECK (status IN (`+statuses+`));
 				END IF;
 			END `),
 			"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.DueIndex}.Sanitize() + " ON " + name + " (created_at, " + id + ") WHERE status IN ('PENDING', 'SENDING')",
 			"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.UnsentIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status <> 'SENT'",
+			"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.ParkedIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status = 'PARKED'",
 			"CREATE OR REPLACE FUNCTION " + pgx.Identifier{l.Schema, n.Function}.Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify(` + quoteLiteral(NotifyChannel) + `, TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME);

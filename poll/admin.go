@@ -63,7 +63,8 @@ func (p *Poller) wakeUp() {
 
 // CheckTable checks that the outbox table of l has the columns walrelay
 // reads and what the poll source needs: its columns (migrations.PollColumns),
-// the status check, the two partial indexes and the notify trigger. An
+// the status check (with PARKED), the three partial indexes and the notify
+// trigger. An
 // error is fatal and says to run walrelay migrate --poll.
 func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 	l = l.WithDefaults()
@@ -87,20 +88,26 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 	}
 	n := migrations.PollNamesOf(l)
 	q := pgx.Identifier{l.Schema, l.Table}.Sanitize()
-	var hasCheck, hasTrigger bool
+	var hasCheck, checkParked, hasTrigger bool
 	var indexes []string
 	err = conn.QueryRow(ctx, `SELECT
 		EXISTS (SELECT FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2),
+		EXISTS (SELECT FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2 AND pg_get_constraintdef(oid) LIKE '%''PARKED''%'),
 		EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $3 AND tgenabled <> 'D'),
 		ARRAY(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass)`,
-		q, n.StatusCheck, n.Trigger).Scan(&hasCheck, &hasTrigger, &indexes)
+		q, n.StatusCheck, n.Trigger).Scan(&hasCheck, &checkParked, &hasTrigger, &indexes)
 	if err != nil {
 		return fmt.Errorf("read the poll objects of %s: %w", l.Name(), err)
 	}
-	if !hasCheck {
+	switch {
+	case !hasCheck:
 		missing = append(missing, "constraint "+n.StatusCheck)
+	case !checkParked:
+		// An outbox migrated by an earlier version: the claims park rows
+		// behind a blocked row of their aggregate, which its check refuses.
+		missing = append(missing, "constraint "+n.StatusCheck+" allowing status PARKED")
 	}
-	for _, ix := range []string{n.DueIndex, n.UnsentIndex} {
+	for _, ix := range []string{n.DueIndex, n.UnsentIndex, n.ParkedIndex} {
 		if !slices.Contains(indexes, ix[:min(len(ix), 63)]) { // PostgreSQL cuts names to 63 bytes
 			missing = append(missing, "index "+ix)
 		}
@@ -137,6 +144,9 @@ type Stats struct {
 	// gone or stalled, and another claims them.
 	ExpiredLeases int64 `json:"expired_leases"`
 	Dead          int64 `json:"dead_rows"`
+	// Parked rows wait behind a blocked row of their aggregate (in
+	// backoff, or DEAD under on_dead block), out of the claims' index.
+	Parked int64 `json:"parked_rows"`
 }
 
 // ReadStats reads the unsent rows of each table of o by state.
@@ -147,9 +157,10 @@ func ReadStats(ctx context.Context, conn *pgx.Conn, o decoder.Config) ([]Stats, 
 		err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE `+dueSQL("o")+`),
 			COALESCE(extract(epoch FROM now() - min(created_at) FILTER (WHERE `+dueSQL("o")+`))::float8, 0),
 			count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'SENDING'),
-			count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= now()), count(*) FILTER (WHERE status = 'DEAD')
+			count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= now()), count(*) FILTER (WHERE status = 'DEAD'),
+			count(*) FILTER (WHERE status = 'PARKED')
 			FROM `+pgx.Identifier{l.Schema, l.Table}.Sanitize()+` o WHERE status <> 'SENT'`).
-			Scan(&s.Due, &s.OldestDueSeconds, &s.Pending, &s.Sending, &s.ExpiredLeases, &s.Dead)
+			Scan(&s.Due, &s.OldestDueSeconds, &s.Pending, &s.Sending, &s.ExpiredLeases, &s.Dead, &s.Parked)
 		if err != nil {
 			return nil, fmt.Errorf("read the rows of %s by state: %w", l.Name(), err)
 		}

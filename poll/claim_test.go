@@ -65,9 +65,13 @@ func insert(t *testing.T, conn *pgx.Conn, ids map[string]string, aggs ...string)
 	}
 }
 
-// claimNames claims with tb and returns the claimed rows' names, in order.
+// claimNames releases the parked rows that may go and claims with tb, as
+// a round does, and returns the claimed rows' names, in order.
 func claimNames(t *testing.T, conn *pgx.Conn, tb *table, claim string, ids map[string]string) []string {
 	t.Helper()
+	if _, err := tb.release(t.Context(), conn); err != nil {
+		t.Fatal(err)
+	}
 	rows, _, err := tb.claim(t.Context(), conn, claim)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,16 @@
 //     an earlier row of its aggregate is unsent (SENDING under another
 //     lease, PENDING in backoff, or DEAD when OnDead is "block"), unless
 //     that row is claimed in the same batch, ahead of it.
+//   - Parking: the rows a claim passes over because their aggregate is
+//     blocked (its first unsent row in backoff, DEAD when OnDead is
+//     "block", or PARKED) are set PARKED in the same statement, out of the
+//     due index, so that later claims do not walk a blocked backlog again.
+//     Each round first releases (PARKED to PENDING, at most a batch per
+//     aggregate) the parked rows of each aggregate whose first unsent row
+//     is PARKED: what blocked it was sent, skipped or deleted. A PARKED row
+//     is unsent and not due, so it holds its aggregate's later rows as any
+//     such row: parking and release never decide what is claimed, and a
+//     race between workers can only delay a release by a round.
 //   - Publish through the relay's sink (same topics, keys, headers, DLQ),
 //     renewing the batch's leases while Kafka has not answered.
 //   - Mark: after Kafka acknowledged, a conditional update sets SENT only

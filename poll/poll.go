@@ -413,12 +413,20 @@ func classify(err error) error {
 	return err
 }
 
+// sessionSettings are the planner settings of the poller's session. The
+// claims walk the indexes: a table just loaded has no statistics, and a
+// plan that scans the whole backlog for every claim would make the
+// catch-up quadratic. JIT is off: the settings above price the plans
+// past jit_above_cost, and a server built with LLVM would compile each
+// claim, a small query, for longer than it runs (3 s a claim instead of
+// 0.3 ms, seen in a test's session with three workers on a loaded
+// machine). recovery.Open, which describe calls next, turns it off too:
+// it is said here so that the claims do not rest on that.
+const sessionSettings = "SET enable_seqscan = off; SET enable_sort = off; SET jit = off"
+
 // describe reads each table's columns and prepares its statements.
 func (p *Poller) describe(ctx context.Context, db *pgx.Conn) error {
-	// The claims walk the indexes: a table just loaded has no statistics,
-	// and a plan that scans the whole backlog for every claim would make
-	// the catch-up quadratic.
-	if _, err := db.Exec(ctx, "SET enable_seqscan = off; SET enable_sort = off"); err != nil {
+	if _, err := db.Exec(ctx, sessionSettings); err != nil {
 		return fmt.Errorf("set the session's planner settings: %w", err)
 	}
 	p.tables = p.tables[:0]

@@ -72,7 +72,17 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 		// Not cut by a stop: a claim cancelled after it committed would
 		// leave its rows SENDING, unknown to anyone, until the lease ends.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		rs, expired, err := t.claim(cctx, conn, claim)
+		// The parked rows of aggregates no longer blocked first: the claim
+		// takes them at once.
+		released, err := t.release(cctx, conn)
+		var rs []*row
+		var expired int
+		if err == nil {
+			if released > 0 {
+				p.log.Debug("parked rows released", "table", t.name, "rows", released)
+			}
+			rs, expired, err = t.claim(cctx, conn, claim)
+		}
 		cancel()
 		if err != nil {
 			// Rows claimed from the tables before this one are released

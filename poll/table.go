@@ -14,16 +14,21 @@ import (
 
 // table is one outbox table and the poller's statements on it.
 type table struct {
-	rt        *recovery.Table
-	name      string // schema.table
-	claimSQL  string
-	renewSQL  string
-	markSQL   string
-	batch     int
-	maxBytes  int64
-	maxEvent  int64 // a row larger (its columns' text) is not read: it is dead-lettered too_large
-	leaseSecs float64
+	rt       *recovery.Table
+	name     string // schema.table
+	claimSQL string
+	// releaseSQL sets PARKED rows back to PENDING (see newTable).
+	releaseSQL string
+	renewSQL   string
+	markSQL    string
+	batch      int
+	maxBytes   int64
+	maxEvent   int64 // a row larger (its columns' text) is not read: it is dead-lettered too_large
+	leaseSecs  float64
 }
+
+// parkBatches bounds the rows one claim parks, in batches (BatchSize).
+const parkBatches = 10
 
 // dueSQL is the condition of a row that may be claimed, of the table
 // aliased a.
@@ -49,7 +54,37 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	//   - after it, c is left out when an unsent row of its aggregate
 	//     that the batch lacks (locked by another claim, or held back)
 	//     precedes it.
-	first, held, ok := "", "", "SELECT _wr_id, _wr_prev, _wr_size FROM cand"
+	//
+	// Parking: a due PENDING row behind a blocked row of its aggregate (the
+	// first unsent row precedes it and is in backoff, DEAD when DEAD
+	// blocks, or PARKED) cannot be claimed until that row is sent, and a
+	// claim would otherwise walk it, and probe its aggregate, every time:
+	// a blocked aggregate's backlog would cost every claim its length. The
+	// claim sets the rows it passed over for that reason PARKED (among the
+	// due rows up to the last row it locked: the range it walked), which
+	// takes them out of the due index (status PENDING or SENDING), at most
+	// parkBatches batches of them: parking is an update of each row, and
+	// a claim that parked a backlog of millions at once could outlive its
+	// timeout and park nothing, for ever; the rows left are parked by the
+	// next claims, each walking fewer of them. A row
+	// under a live lease does not park the rows behind it: it is sent or
+	// its lease ends within poll.lease. Parking is no part of the order:
+	// a PARKED row is unsent and not due, so it holds the later rows of
+	// its aggregate as any such row does, and the two tests above decide
+	// alone which rows are claimed.
+	first, held, ok, park := "", "", "SELECT _wr_id, _wr_prev, _wr_size FROM cand", ""
+	// Release: once the first unsent row of an aggregate is PARKED (the
+	// rows before it sent, DEAD with on_dead skip, or deleted), its first
+	// parked rows (as many as a batch) are set back to PENDING, in a
+	// statement of their own before each claim (release). It is checked
+	// for each aggregate that has parked rows (a skip scan of the parked
+	// index), not set off by the mark that sends the blocked row: two
+	// workers' claims and marks race, and a row parked by one while
+	// another sent the row before it is released by the next round all
+	// the same. Ordering none parks nothing and releases every parked row
+	// (left by an earlier setting).
+	t.releaseSQL = `UPDATE ` + q + ` SET status = 'PENDING'
+	WHERE ` + id + ` = ANY (ARRAY(SELECT p.` + id + ` FROM ` + q + ` p WHERE p.status = 'PARKED' LIMIT $1 FOR UPDATE SKIP LOCKED))`
 	if cfg.Ordering == OrderAggregate {
 		unsent := "e.status <> 'SENT'"
 		if cfg.OnDead != DeadBlock {
@@ -64,6 +99,34 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 			WHERE e.` + agg + ` = a._wr_agg AND ` + unsent + ` AND e.` + id + ` NOT IN (SELECT _wr_id FROM cand)
 			ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
 	)`
+		blocked := `EXISTS (SELECT 1 FROM (SELECT e.status, e.available_at, e.created_at, e.` + id + ` FROM ` + q + ` e
+				WHERE e.` + agg + ` = c.` + agg + ` AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
+			WHERE (f.created_at, f.` + id + `) < (c.created_at, c.` + id + `)
+				AND (f.status IN ('DEAD', 'PARKED') OR (f.status = 'PENDING' AND f.available_at > now())))`
+		park = `, bound AS MATERIALIZED (
+		SELECT CASE WHEN count(*) >= $1 THEN max(_wr_at) ELSE 'infinity' END AS _wr_at FROM locked
+	), topark AS MATERIALIZED (
+		SELECT c.` + id + ` AS _wr_id FROM ` + q + ` c
+		WHERE c.status = 'PENDING' AND c.available_at <= now() AND c.created_at <= (SELECT _wr_at FROM bound)
+			AND c.` + id + ` NOT IN (SELECT _wr_id FROM locked) AND ` + blocked + `
+		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
+		FOR UPDATE SKIP LOCKED
+	), parked AS (
+		UPDATE ` + q + ` SET status = 'PARKED' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM topark))
+	)`
+		t.releaseSQL = `WITH RECURSIVE aggs(a) AS (
+		(SELECT p.` + agg + ` FROM ` + q + ` p WHERE p.status = 'PARKED' ORDER BY p.` + agg + ` LIMIT 1)
+		UNION ALL
+		SELECT (SELECT p.` + agg + ` FROM ` + q + ` p WHERE p.status = 'PARKED' AND p.` + agg + ` > aggs.a ORDER BY p.` + agg + ` LIMIT 1)
+		FROM aggs WHERE aggs.a IS NOT NULL
+	), free AS (
+		SELECT aggs.a FROM aggs WHERE aggs.a IS NOT NULL AND (SELECT e.status FROM ` + q + ` e
+			WHERE e.` + agg + ` = aggs.a AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'
+	), rel AS (
+		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
+			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $1 FOR UPDATE SKIP LOCKED) r
+	)
+	UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
 		// A window over the batch and the blockers, by aggregate in
 		// order: a row is held back when a blocker comes before it.
 		ok = `SELECT _wr_id, _wr_prev, _wr_size FROM (
@@ -93,7 +156,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		SELECT _wr_id, _wr_agg, _wr_at, _wr_prev, _wr_size FROM (
 			SELECT *, sum(_wr_size) OVER (ORDER BY _wr_at, _wr_id ROWS UNBOUNDED PRECEDING) - _wr_size AS _wr_before FROM locked
 		) s WHERE _wr_before < $4
-	)` + held + `, ok AS (` + ok + `)
+	)` + held + park + `, ok AS (` + ok + `)
 	UPDATE ` + q + ` SET status = 'SENDING', claim_id = $2, lease_until = now() + make_interval(secs => $3), attempts = attempts + 1
 	FROM ok WHERE ` + q + `.` + id + ` = ok._wr_id
 	RETURNING ok._wr_prev, attempts::text, (extract(epoch FROM created_at) * 1000000)::int8::text, ` + q + `.` + id + `::text, ok._wr_size::text, ` + rt.CappedList(returned, "ok._wr_size", "$5::int8")
@@ -154,6 +217,16 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 	}
 	sortRows(out)
 	return out, expired, nil
+}
+
+// release sets back to PENDING the parked rows whose aggregate is no
+// longer blocked (at most a batch of each), and returns how many.
+func (t *table) release(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	tag, err := conn.Exec(ctx, t.releaseSQL, t.batch)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // renew extends the leases of c's rows that c still holds.

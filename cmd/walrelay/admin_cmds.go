@@ -360,7 +360,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(tw, "source\tpoll\n")
 		for _, p := range st.Poll {
 			fmt.Fprintf(tw, "%s: due / oldest due\t%d / %.1fs\n", p.Table, p.Due, p.OldestDueSeconds)
-			fmt.Fprintf(tw, "%s: pending / sending / expired leases / dead\t%d / %d / %d / %d\n", p.Table, p.Pending, p.Sending, p.ExpiredLeases, p.Dead)
+			fmt.Fprintf(tw, "%s: pending / sending / expired leases / dead / parked\t%d / %d / %d / %d / %d\n", p.Table, p.Pending, p.Sending, p.ExpiredLeases, p.Dead, p.Parked)
 		}
 	} else {
 		fmt.Fprintf(tw, "slot\t%s\n", st.Slot)

@@ -226,7 +226,7 @@ func migratePoll(ctx context.Context, conn *pgx.Conn, o decoder.Config, stdout i
 			fmt.Fprintf(stdout, "%-40s %d rows that were there are PENDING: the poll source sends them (mark them SENT first if they were sent already)\n", "", n)
 		}
 		names := migrations.PollNamesOf(l)
-		fmt.Fprintf(stdout, "%-40s %s\n", "indexes "+names.DueIndex+", "+names.UnsentIndex, "present")
+		fmt.Fprintf(stdout, "%-40s %s\n", "indexes "+names.DueIndex+", "+names.UnsentIndex+", "+names.ParkedIndex, "present")
 		fmt.Fprintf(stdout, "%-40s %s\n", "trigger "+names.Trigger, "present (NOTIFY "+migrations.NotifyChannel+")")
 	}
 	return nil

@@ -403,8 +403,10 @@ func TestPollMaxAttempts(t *testing.T) {
 				waitAllSentBut(t, conn, 1)
 				return
 			}
+			// The claims passed the later row over behind the dead one:
+			// it is parked (out of the claims' index) until that is sent.
 			time.Sleep(3 * time.Second)
-			if s := rowStatus(t, conn, later); s != "PENDING" || recordOf(col, later) != nil {
+			if s := rowStatus(t, conn, later); s != "PARKED" || recordOf(col, later) != nil {
 				t.Fatalf("on_dead block: the later row is %s (on the topic: %v)", s, recordOf(col, later) != nil)
 			}
 			code, out := runCmd(t, e, "poll", "dead", "--json")
@@ -985,7 +987,9 @@ func TestPollDLQReplay(t *testing.T) {
 	later := insertRow(t, conn, "order", "A", 1)
 	other := insertRow(t, conn, "order", "B", 0)
 	waitfor.Until(t, time.Minute, "the other aggregate's row", func() bool { return recordOf(col, other) != nil })
-	if s := rowStatus(t, conn, later); s != "PENDING" {
+	// The claim that took the other row passed the later one over behind
+	// the dead row, and parked it; the replay releases it.
+	if s := rowStatus(t, conn, later); s != "PARKED" {
 		t.Fatalf("on_dead block: the later row is %s before the replay", s)
 	}
 	if code, out := runCmd(t, e, "dlq", "replay", "--id", bad, "--yes"); code != 0 || !strings.Contains(out, "1 reached their topic") {

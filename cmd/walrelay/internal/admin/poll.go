@@ -16,10 +16,10 @@ import (
 // PollHooks are the poller's hooks that count (source poll); they register
 // the poll metrics.
 func (m *Metrics) PollHooks() poll.Hooks {
-	m.pollRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walrelay_poll_rows", Help: "Source poll: unsent rows of each outbox table by state (due: claimable now; pending, sending, expired_lease, dead), read every 5 s."}, []string{"table", "state"})
+	m.pollRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walrelay_poll_rows", Help: "Source poll: unsent rows of each outbox table by state (due: claimable now; pending, sending, expired_lease, dead, parked: behind a blocked row of their aggregate), read every 5 s."}, []string{"table", "state"})
 	m.pollAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walrelay_poll_oldest_due_seconds", Help: "Source poll: age (by created_at) of the oldest row that may be claimed now; 0 when none."}, []string{"table"})
 	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
-	m.pollClaim = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walrelay_poll_claim_seconds", Help: "Source poll: how long a claim transaction took.", Buckets: buckets}, []string{"table"})
+	m.pollClaim = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walrelay_poll_claim_seconds", Help: "Source poll: how long a claim transaction took (with the release of parked rows before it).", Buckets: buckets}, []string{"table"})
 	m.pollMark = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walrelay_poll_mark_seconds", Help: "Source poll: how long a mark statement took.", Buckets: buckets}, []string{"table"})
 	m.pollRowsN = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_poll_rows_total", Help: "Source poll: rows by what happened to them: claimed (an attempt), lease_expired (claimed after another claim's lease ended), sent, retried (back to PENDING after a failure), dead, lost_claim (marked by no one: claimed again meanwhile, so sent twice)."}, []string{"table", "event"})
 	m.reg.MustRegister(m.pollRows, m.pollAge, m.pollClaim, m.pollMark, m.pollRowsN)
@@ -48,7 +48,7 @@ func (m *Metrics) PollTables(ctx context.Context, connCfg *pgx.ConnConfig, o dec
 			return err
 		}
 		for _, s := range st {
-			for state, n := range map[string]int64{"due": s.Due, "pending": s.Pending, "sending": s.Sending, "expired_lease": s.ExpiredLeases, "dead": s.Dead} {
+			for state, n := range map[string]int64{"due": s.Due, "pending": s.Pending, "sending": s.Sending, "expired_lease": s.ExpiredLeases, "dead": s.Dead, "parked": s.Parked} {
 				m.pollRows.WithLabelValues(s.Table, state).Set(float64(n))
 			}
 			m.pollAge.WithLabelValues(s.Table).Set(s.OldestDueSeconds)
