@@ -333,7 +333,11 @@ func TestExactlyOnceCatchUpCommitsWithinTheTimeout(t *testing.T) {
 	}
 	got := time.Duration(longest.Load())
 	t.Logf("%d events of 100 KiB in %d transactions; the longest was open %s (timeout %s)", n, s.tx.commits, got.Round(time.Millisecond), tc.Timeout)
-	if answered.Load() != int64(n) || got >= tc.Timeout {
+	// The broker (kfake enforces transaction.timeout.ms) aborting a
+	// transaction fails its events above. The age measured here adds the
+	// client's scheduling to the broker's, so on a loaded machine it can
+	// pass the timeout with no abort: logged, not judged.
+	if answered.Load() != int64(n) {
 		t.Fatalf("%d of %d events answered; the longest transaction was open %s", answered.Load(), n, got)
 	}
 }
