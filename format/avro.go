@@ -376,3 +376,70 @@ func kindName(k Kind) string {
 	}
 	return "integer"
 }
+
+// DecodeAvro decodes body, a value in Avro's binary encoding of the schema
+// text, into plain Go values: a record a map by field name, an array a
+// slice, a union its branch's value (nil for null), int int32 and long
+// int64 (as hamba/avro decodes them into any: int and int64), double
+// float64, bytes []byte.
+func DecodeAvro(schema string, body []byte) (any, error) {
+	s, err := avro.ParseWithCache(schema, "", &avro.SchemaCache{})
+	if err != nil {
+		return nil, fmt.Errorf("parse the Avro schema: %w", err)
+	}
+	var v any
+	if err := avro.Unmarshal(s, body, &v); err != nil {
+		return nil, fmt.Errorf("decode in Avro: %w", err)
+	}
+	return unwrap(s, v), nil
+}
+
+// unwrap takes the union wrappers ({"name": value}) off a value that
+// hamba/avro decoded into any, walking its schema.
+func unwrap(s avro.Schema, v any) any {
+	switch x := s.(type) {
+	case *avro.UnionSchema:
+		m, ok := v.(map[string]any)
+		if !ok || len(m) != 1 {
+			return v // nil: null
+		}
+		for name, u := range m {
+			for _, t := range x.Types() {
+				if unionName(t) == name {
+					return unwrap(t, u)
+				}
+			}
+		}
+		return v
+	case *avro.RecordSchema:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return v
+		}
+		for _, f := range x.Fields() {
+			if u, ok := m[f.Name()]; ok {
+				m[f.Name()] = unwrap(f.Type(), u)
+			}
+		}
+		return m
+	case *avro.ArraySchema:
+		a, ok := v.([]any)
+		if !ok {
+			return v
+		}
+		for i, u := range a {
+			a[i] = unwrap(x.Items(), u)
+		}
+		return a
+	}
+	return v
+}
+
+// unionName is how hamba/avro keys a union's branch: a named type's full
+// name, else its type.
+func unionName(s avro.Schema) string {
+	if n, ok := s.(avro.NamedSchema); ok {
+		return n.FullName()
+	}
+	return string(s.Type())
+}

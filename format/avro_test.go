@@ -69,6 +69,13 @@ func roundTrip(t *testing.T, schema string, b []byte, in string) {
 	if g, w := plain(got), prune(want); !reflect.DeepEqual(g, w) {
 		t.Errorf("%s: decoded %#v, want %#v", in, g, w)
 	}
+	dec, err := DecodeAvro(schema, b)
+	if err != nil {
+		t.Fatalf("%s: DecodeAvro: %v", in, err)
+	}
+	if g, w := plain(dec), prune(want); !reflect.DeepEqual(g, w) {
+		t.Errorf("%s: DecodeAvro %#v, want %#v", in, g, w)
+	}
 }
 
 // plain is a decoded Avro value with its union wrappers ({"type": v})

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/registrytest"
+	"github.com/walrelay/walrelay/outbox"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// TestRegistryAvroStreams (a real Apicurio Registry:
+// WALRELAY_TEST_REGISTRY=1): with kafka.key_format and kafka.value_format
+// avro and the JSON payload expanded, every record's key and value are
+// Confluent-framed Avro whose id is that of the schema registered under
+// <topic>-key and <topic>-value, and decode with it to the aggregate id
+// and to the payload (a JSON value, nulls and empty arrays aside, as the
+// expansion leaves them out; a payload left a string decodes to its
+// text); a NULL payload is a tombstone; a payload Avro cannot name is
+// dead-lettered (format) and the stream goes on.
+func TestRegistryAvroStreams(t *testing.T) {
+	reg := registrytest.Start(t)
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_KEY_FORMAT", "avro", "WALRELAY_KAFKA_VALUE_FORMAT", "avro", "WALRELAY_KAFKA_EXPAND_JSON_PAYLOAD", "true",
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", reg.URL(), "WALRELAY_KAFKA_SCHEMA_REGISTRY_AUTO_REGISTER", "true"))
+
+	payloads := []*string{
+		ptr(`{"id": 1, "name": "a", "price": 1.5, "tags": ["x", "y"], "addr": {"city": "c", "zip": null}, "big": 4294967296, "ok": true}`),
+		ptr(`{"id": 2, "name": "b", "price": 2.25, "tags": [], "addr": {"city": "d"}, "ok": false}`),
+		ptr(`{"lines": [{"sku": "a", "qty": 1}, {"sku": "b"}, null], "m": [[1, 2], [3]], "u": "é 😀"}`),
+		ptr(`"just a string"`),
+		ptr(`{"mixed": [1, "x"]}`), // left a string: no schema for a mixed array
+		nil,
+	}
+	var ids []string
+	want, aggs := map[string]*string{}, map[string]string{}
+	for i, p := range payloads {
+		id := outbox.NewID()
+		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', $2, 'T', $3)", id, fmt.Sprintf("agg-%d", i), p); err != nil {
+			t.Fatal(err)
+		}
+		ids, want[id], aggs[id] = append(ids, id), p, fmt.Sprintf("agg-%d", i)
+	}
+	bad := outbox.NewID()
+	if _, err := conn.Exec(t.Context(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'agg-bad', 'T', '{"first-name": "x"}')`, bad); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, ids, time.Minute)
+	if _, err := col.Wait(t.Context(), func(rs []*kgo.Record) bool {
+		for _, r := range rs {
+			if string(kafkatest.Header(r, "id")) == bad {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("the unnamable payload was not dead-lettered: %v", err)
+	}
+
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(b []byte, subject string) any {
+		t.Helper()
+		id, body, err := format.Unframe(b)
+		if err != nil {
+			t.Fatalf("%x: %v", b, err)
+		}
+		s, err := cl.SchemaByID(t.Context(), int(id))
+		if err != nil {
+			t.Fatalf("schema %d: %v", id, err)
+		}
+		if latest, err := cl.SchemaByVersion(t.Context(), subject, -1); err != nil {
+			t.Fatalf("subject %s: %v", subject, err)
+		} else if ok, err := registered(t, cl, subject, int(id)); !ok {
+			t.Fatalf("id %d is not a version of %s (latest %d): %v", id, subject, latest.ID, err)
+		}
+		v, err := format.DecodeAvro(s.Schema, body)
+		if err != nil {
+			t.Fatalf("decode with schema %d %s: %v", id, s.Schema, err)
+		}
+		return v
+	}
+	topic := kc.topic("order")
+	seen := 0
+	for _, r := range col.Records() {
+		id := string(kafkatest.Header(r, "id"))
+		if id == bad {
+			if r.Topic != kc.dlq() || string(kafkatest.Header(r, sink.HeaderReason)) != sink.ReasonFormat {
+				t.Errorf("the unnamable payload: topic %s reason %q, want %s %s", r.Topic, kafkatest.Header(r, sink.HeaderReason), kc.dlq(), sink.ReasonFormat)
+			}
+			continue
+		}
+		p, ok := want[id]
+		if !ok || r.Topic != topic {
+			continue
+		}
+		seen++
+		if k := decode(r.Key, topic+"-key"); k != aggs[id] {
+			t.Errorf("event %s: key %v, want %s", id, k, aggs[id])
+		}
+		if p == nil {
+			if r.Value != nil {
+				t.Errorf("event %s: a NULL payload gave %x, want a tombstone", id, r.Value)
+			}
+			continue
+		}
+		got := decode(r.Value, topic+"-value")
+		if !jsonEqual(got, *p) {
+			g, _ := json.Marshal(got)
+			t.Errorf("event %s: decoded %s, want %s", id, g, *p)
+		}
+	}
+	if seen != len(payloads) {
+		t.Fatalf("%d records of %d", seen, len(payloads))
+	}
+}
+
+// registered reports whether id is one of subject's versions.
+func registered(t *testing.T, cl *sr.Client, subject string, id int) (bool, error) {
+	ss, err := cl.Schemas(t.Context(), subject)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range ss {
+		if s.ID == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// jsonEqual compares a decoded Avro value with a payload's JSON text: a
+// string payload that is no JSON object or array is the text itself; in
+// objects, nulls and empty arrays (which the expansion leaves out) aside.
+func jsonEqual(got any, text string) bool {
+	if s, ok := got.(string); ok {
+		return s == text
+	}
+	var want any
+	d := json.NewDecoder(bytes.NewReader([]byte(text)))
+	d.UseNumber()
+	if d.Decode(&want) != nil {
+		return false
+	}
+	return reflect.DeepEqual(normalize(got), normalize(want))
+}
+
+// normalize drops nulls and empty arrays from objects and writes numbers
+// as their shortest text.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, u := range x {
+			if a, ok := u.([]any); u == nil || ok && len(a) == 0 {
+				continue
+			}
+			out[k] = normalize(u)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, u := range x {
+			out[i] = normalize(u)
+		}
+		return out
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return fmt.Sprint(i)
+		}
+		f, _ := x.Float64()
+		return fmt.Sprint(f)
+	case int, int32, int64, float64:
+		return fmt.Sprint(x)
+	}
+	return v
+}
