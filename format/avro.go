@@ -238,6 +238,11 @@ func jsonString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// javaAvro encodes as Avro's Java library does (GenericDatumWriter with a
+// BinaryEncoder): an array as one block of all its items, its count
+// without a byte size, then 0.
+var javaAvro = avro.Config{BlockLength: math.MaxInt32, DisableBlockSizeHeader: true}.Freeze()
+
 // EncodeAvro writes n, a value of the Connect schema s that a translated
 // into, in Avro's binary encoding (without framing).
 func (a *AvroSchema) EncodeAvro(s *ConnectSchema, n *Node) ([]byte, error) {
@@ -245,7 +250,7 @@ func (a *AvroSchema) EncodeAvro(s *ConnectSchema, n *Node) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := avro.Marshal(a.schema, v)
+	b, err := javaAvro.Marshal(a.schema, v)
 	if err != nil {
 		return nil, fmt.Errorf("encode in Avro: %w", err)
 	}

@@ -51,6 +51,29 @@ func TestAvroSchema(t *testing.T) {
 	}
 }
 
+// TestValueSchema: the schema of a value as the converter registers it:
+// an expanded object's record itself (the datum's schema), a string's or
+// an array's optional union; a NOT NULL column's string no union.
+func TestValueSchema(t *testing.T) {
+	for _, c := range []struct {
+		p    Payload
+		want string
+	}{
+		{Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true}, `{"type":"record","name":"payload","fields":[{"name":"a","type":["null","int"],"default":null}],"connect.name":"payload"}`},
+		{Payload{Text: []byte(`[1]`), Column: "payload", Expand: true}, `["null",{"type":"array","items":["null","int"]}]`},
+		{Payload{Text: []byte(`{"a": 1}`), Column: "payload"}, `["null",{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}]`},
+		{Payload{Text: []byte(`x`), Column: "payload", Required: true}, `{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}`},
+		{Payload{Text: []byte(`x`), Column: "payload", TextColumn: true, Required: true}, `"string"`},
+		{Payload{Text: []byte(`x`), Column: "payload", Bytes: true}, `["null","bytes"]`},
+	} {
+		s, _ := ValueSchema(c.p)
+		as, err := Avro(s)
+		if err != nil || as.Text != c.want {
+			t.Errorf("%s %+v: %s (%v), want %s", c.p.Text, c.p, as.Text, err, c.want)
+		}
+	}
+}
+
 // roundTrip decodes b with the schema text and compares it with the JSON
 // it was encoded from (nulls and empty arrays, which the schema leaves
 // out, aside).
@@ -169,6 +192,27 @@ func TestAvroRefuses(t *testing.T) {
 		if want == "not a valid Avro name" && !errors.Is(err, ErrAvroName) {
 			t.Errorf("%s: %v is no ErrAvroName", in, err)
 		}
+	}
+}
+
+// TestAvroArraysAsJava: an array is one block, its count without a byte
+// size, as Avro's Java library writes it (the block size that hamba/avro
+// writes by default is valid Avro, but not Debezium's bytes).
+func TestAvroArraysAsJava(t *testing.T) {
+	s, n := Expand([]byte(`{"l": [1, 2], "e": [[]]}`), "payload", true)
+	if s != nil {
+		t.Fatalf("an array of an empty array expanded: %+v", s)
+	}
+	s, n = Expand([]byte(`{"l": [1, 2]}`), "payload", true)
+	as, err := Avro(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := as.EncodeAvro(s, n)
+	// union branch 1 (record), field l: union branch 1 (array), count 2,
+	// branch 1 int 1, branch 1 int 2, end of the array.
+	if want := []byte{0x02, 0x02, 0x04, 0x02, 0x02, 0x02, 0x04, 0x00}; err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("%x %v, want %x", b, err, want)
 	}
 }
 

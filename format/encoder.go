@@ -63,6 +63,13 @@ func (e *AvroEncoder) Value(ctx context.Context, topic string, p Payload) ([]byt
 	if p.Text == nil {
 		return nil, nil
 	}
+	s, n := ValueSchema(p)
+	return e.encode(ctx, Subject(topic, false), s, n)
+}
+
+// ValueSchema is the Connect schema of a non-NULL payload as Debezium's
+// EventRouter gives it to the converter, and the payload parsed in it.
+func ValueSchema(p Payload) (*ConnectSchema, *Node) {
 	var s *ConnectSchema
 	var n *Node
 	switch {
@@ -74,6 +81,13 @@ func (e *AvroEncoder) Value(ctx context.Context, topic string, p Payload) ([]byt
 		s, n = Expand(p.Text, p.Column, p.Expand)
 		if s == nil {
 			s, n = JSONTextSchema, &Node{Kind: KindString, Text: string(p.Text)}
+		} else if s.Type == "struct" {
+			// The converter registers the schema of the Avro datum it
+			// writes: a record's own, not the optional union around it
+			// (a string's or an array's, a container of the union).
+			c := *s
+			c.Required = true
+			s = &c
 		}
 	}
 	if p.Required && (p.Bytes || p.TextColumn || s == JSONTextSchema) {
@@ -81,7 +95,7 @@ func (e *AvroEncoder) Value(ctx context.Context, topic string, p Payload) ([]byt
 		c.Required = true
 		s = &c
 	}
-	return e.encode(ctx, Subject(topic, false), s, n)
+	return s, n
 }
 
 // Expand is the schema and parsed value of a JSON payload that Debezium's

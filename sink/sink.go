@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
-	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/backoff"
 )
 
