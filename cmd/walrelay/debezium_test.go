@@ -120,6 +120,9 @@ func TestDebeziumParity(t *testing.T) {
 		// (WALRELAY_TEST_REGISTRY=1): both register in it.
 		{"avro", "", "", "avro", "", false, true},
 		{"avro_expand", "", "", "avro", "", true, true},
+		{"avro_text_expand", "", "", "avro", "text", true, true},
+		{"avro_bytea", "", "", "avro", "bytea", false, true},
+		{"avro_not_null", "", "", "avro", "jsonb NOT NULL", false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

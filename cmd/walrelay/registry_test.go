@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/outbox"
 	"github.com/walrelay/walrelay/sink"
@@ -186,4 +189,67 @@ func normalize(v any) any {
 		return fmt.Sprint(x)
 	}
 	return v
+}
+
+// TestRegistryOutageHoldsEvents (WALRELAY_TEST_REGISTRY=1): while the
+// schema registry refuses connections, events of a shape not yet
+// registered are held (none published, none dead-lettered, walrelay still
+// running and saying why); once it is back, every one arrives, in commit
+// order, none dead-lettered.
+func TestRegistryOutageHoldsEvents(t *testing.T) {
+	reg := registrytest.Start(t)
+	px, err := proxy.New(strings.TrimPrefix(reg.Base(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	px.Down()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	p := streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_VALUE_FORMAT", "avro", "WALRELAY_KAFKA_EXPAND_JSON_PAYLOAD", "true",
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", "http://"+px.Addr()+registrytest.CCompatPath, "WALRELAY_KAFKA_SCHEMA_REGISTRY_AUTO_REGISTER", "true",
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_TIMEOUT", "2s"))
+	var ids []string
+	for i := range 6 {
+		id := outbox.NewID()
+		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'one', 'T', $2)", id, fmt.Sprintf(`{"n": %d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	p.waitLog("schema registry", 30*time.Second)
+	time.Sleep(2 * time.Second)
+	if n := len(col.Records()); n != 0 {
+		t.Fatalf("%d records published or dead-lettered while the registry was down", n)
+	}
+	px.Up()
+	up := time.Now()
+	waitAll(t, col, ids, time.Minute)
+	t.Logf("all arrived %s after the registry came back", time.Since(up).Round(time.Millisecond))
+	var got []string
+	for _, r := range inLogOrder(col.Records()) {
+		if r.Topic == kc.dlq() {
+			t.Fatalf("dead-lettered: %s", kafkatest.Header(r, sink.HeaderReason))
+		}
+		id := string(kafkatest.Header(r, "id"))
+		if len(got) == 0 || got[len(got)-1] != id {
+			got = append(got, id) // a resend of the last one aside
+		}
+	}
+	if !slices.Equal(dedupe(got), ids) {
+		t.Fatalf("order %v, want %v", got, ids)
+	}
+}
+
+// dedupe keeps each id's first place.
+func dedupe(ids []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
