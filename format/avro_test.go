@@ -65,6 +65,8 @@ func TestValueSchema(t *testing.T) {
 		{Payload{Text: []byte(`x`), Column: "payload", Required: true}, `{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}`},
 		{Payload{Text: []byte(`x`), Column: "payload", TextColumn: true, Required: true}, `"string"`},
 		{Payload{Text: []byte(`x`), Column: "payload", Bytes: true}, `["null","bytes"]`},
+		{Payload{Text: []byte(`{"a": 1}`), Column: "payload", TextColumn: true, Expand: true}, `{"type":"record","name":"payload","fields":[{"name":"a","type":["null","int"],"default":null}],"connect.name":"payload"}`},
+		{Payload{Text: []byte(`{"a": 1}`), Column: "payload", Bytes: true, Expand: true}, `["null","bytes"]`},
 	} {
 		s, _ := ValueSchema(c.p)
 		as, err := Avro(s)

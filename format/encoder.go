@@ -70,32 +70,36 @@ func (e *AvroEncoder) Value(ctx context.Context, topic string, p Payload) ([]byt
 // ValueSchema is the Connect schema of a non-NULL payload as Debezium's
 // EventRouter gives it to the converter, and the payload parsed in it.
 func ValueSchema(p Payload) (*ConnectSchema, *Node) {
-	var s *ConnectSchema
-	var n *Node
-	switch {
-	case p.Bytes:
-		s, n = BytesSchema, &Node{Kind: KindString, Text: string(p.Text)}
-	case p.TextColumn:
-		s, n = TextSchema, &Node{Kind: KindString, Text: string(p.Text)}
-	default:
-		s, n = Expand(p.Text, p.Column, p.Expand)
-		if s == nil {
-			s, n = JSONTextSchema, &Node{Kind: KindString, Text: string(p.Text)}
-		} else if s.Type == "struct" {
-			// The converter registers the schema of the Avro datum it
-			// writes: a record's own, not the optional union around it
-			// (a string's or an array's, a container of the union).
-			c := *s
-			c.Required = true
-			s = &c
+	if !p.Bytes {
+		// A json, jsonb or text payload that Debezium expands.
+		if s, n := Expand(p.Text, p.Column, p.Expand); s != nil {
+			if s.Type == "struct" {
+				// The converter registers the schema of the Avro datum
+				// it writes: a record's own, not the optional union
+				// around it (a string's or an array's, a container of
+				// the union).
+				c := *s
+				c.Required = true
+				s = &c
+			}
+			return s, n
 		}
 	}
-	if p.Required && (p.Bytes || p.TextColumn || s == JSONTextSchema) {
+	var s *ConnectSchema
+	switch {
+	case p.Bytes:
+		s = BytesSchema
+	case p.TextColumn:
+		s = TextSchema
+	default:
+		s = JSONTextSchema
+	}
+	if p.Required {
 		c := *s
 		c.Required = true
 		s = &c
 	}
-	return s, n
+	return s, &Node{Kind: KindString, Text: string(p.Text)}
 }
 
 // Expand is the schema and parsed value of a JSON payload that Debezium's
