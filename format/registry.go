@@ -165,3 +165,12 @@ func classify(subject string, err error) error {
 
 // Client is the registry's client, for reading schemas back.
 func (r *Registry) Client() *sr.Client { return r.cl }
+
+// Ping asks the registry for its subjects: an error if it does not answer,
+// refuses the credentials, or answers something else than Confluent's API.
+func (r *Registry) Ping(ctx context.Context) error {
+	if _, err := r.cl.Subjects(ctx); err != nil {
+		return fmt.Errorf("schema registry: %w", err)
+	}
+	return nil
+}

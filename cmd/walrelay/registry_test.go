@@ -253,3 +253,27 @@ func dedupe(ids []string) []string {
 	}
 	return out
 }
+
+// TestRegistryCheck (WALRELAY_TEST_REGISTRY=1): walrelay check with the
+// avro format says whether the schema registry answers; a registry that
+// does not fails the check (exit 1), its password never printed.
+func TestRegistryCheck(t *testing.T) {
+	reg := registrytest.Start(t)
+	pg, kc, _ := setup(t)
+	e := baseEnv(pg, kc).with("WALRELAY_KAFKA_VALUE_FORMAT", "avro", "WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", reg.URL())
+	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "OK    schema registry") {
+		t.Fatalf("check with the registry up: exit %d\n%s", code, out)
+	}
+	px, err := proxy.New(strings.TrimPrefix(reg.Base(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	px.Down()
+	e = e.with("WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", "http://"+px.Addr()+registrytest.CCompatPath,
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_USERNAME", "relay", "WALRELAY_KAFKA_SCHEMA_REGISTRY_PASSWORD", "pw-not-shown")
+	code, out := runCmd(t, e, "check")
+	if code == 0 || !strings.Contains(out, "FAIL  schema registry") || strings.Contains(out, "pw-not-shown") {
+		t.Fatalf("check with the registry down: exit %d\n%s", code, out)
+	}
+}
