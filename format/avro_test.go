@@ -201,11 +201,7 @@ func TestAvroRefuses(t *testing.T) {
 // size, as Avro's Java library writes it (the block size that hamba/avro
 // writes by default is valid Avro, but not Debezium's bytes).
 func TestAvroArraysAsJava(t *testing.T) {
-	s, n := Expand([]byte(`{"l": [1, 2], "e": [[]]}`), "payload", true)
-	if s != nil {
-		t.Fatalf("an array of an empty array expanded: %+v", s)
-	}
-	s, n = Expand([]byte(`{"l": [1, 2]}`), "payload", true)
+	s, n := Expand([]byte(`{"l": [1, 2]}`), "payload", true)
 	as, err := Avro(s)
 	if err != nil {
 		t.Fatal(err)

@@ -194,11 +194,11 @@ func New(ctx context.Context) (*Registry, error) {
 		}
 		select {
 		case <-r.done:
-			err := fmt.Errorf("Apicurio Registry exited: %s", r.Logs())
+			err := fmt.Errorf("the registry exited: %s", r.Logs())
 			r.Close()
 			return nil, err
 		case <-ctx.Done():
-			err := fmt.Errorf("Apicurio Registry was not ready: %w\n%s", ctx.Err(), r.Logs())
+			err := fmt.Errorf("the registry was not ready: %w\n%s", ctx.Err(), r.Logs())
 			r.Close()
 			return nil, err
 		case <-time.After(200 * time.Millisecond):
