@@ -44,9 +44,9 @@ func Subject(topic string, key bool) string {
 }
 
 // Errors of a registry that retrying cannot fix for that schema: the event
-// goes to the dead-letter topic. Any other error of the registry (down,
-// slow, 5xx, refusing the credentials) is an outage: the event is held and
-// sent again.
+// goes to the dead-letter topic. ErrUnauthorized stops walrelay. Any other
+// error of the registry (down, slow, 5xx) is an outage: the event is held
+// and sent again.
 var (
 	// ErrNotRegistered is a schema not registered under its subject, with
 	// auto-registration off.
@@ -54,6 +54,10 @@ var (
 	// ErrRefused is a schema that the registry refuses (incompatible with
 	// the subject's, or invalid).
 	ErrRefused = errors.New("the registry refused the schema")
+	// ErrUnauthorized is a registry refusing walrelay's credentials (401)
+	// or the subject to them (403): the whole stream's error, which the
+	// operator fixes.
+	ErrUnauthorized = errors.New("the schema registry refused walrelay's credentials")
 )
 
 // RegistryConfig is how walrelay reaches a schema registry through
@@ -158,6 +162,8 @@ func classify(subject string, err error) error {
 			return fmt.Errorf("subject %s: %w: %v", subject, ErrNotRegistered, err)
 		case re.StatusCode == http.StatusConflict || re.StatusCode == http.StatusUnprocessableEntity:
 			return fmt.Errorf("subject %s: %w: %v", subject, ErrRefused, err)
+		case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
+			return fmt.Errorf("subject %s: %w (HTTP %d): %v", subject, ErrUnauthorized, re.StatusCode, err)
 		}
 	}
 	return fmt.Errorf("schema registry, subject %s: %w", subject, err)

@@ -27,8 +27,9 @@ const (
 // registryEncode writes r's key and value in FormatAvro, where the sink's
 // formats say so, and reports whether r is to be published: an event that
 // the format cannot write, or whose schema the registry refuses, is
-// dead-lettered; a registry that does not answer fails it as transient
-// (the stream restarts, nothing is sent past it).
+// dead-lettered; a registry that refuses the credentials fails it as
+// fatal (walrelay stops, naming the keys); one that does not answer fails
+// it as transient (the stream restarts, nothing is sent past it).
 func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record, topic string, gen uint64, done Done) bool {
 	var err error
 	what := "key"
@@ -49,6 +50,9 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in Avro: %w", what, err), gen, done)
 	case errors.Is(err, format.ErrRefused), errors.Is(err, format.ErrNotRegistered):
 		s.deadLetter(ctx, e, ReasonSchemaRefused, topic, fmt.Errorf("the %s's schema: %w", what, err), gen, done)
+	case errors.Is(err, format.ErrUnauthorized):
+		s.q.breakOn(err)
+		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the %s's schema: %w: fix kafka.schema_registry.username and its password", e.ID, topic, what, err)))
 	default:
 		// Nothing after this event may be sent before it: the stream
 		// restarts from the confirmed position, as after a failed publish.

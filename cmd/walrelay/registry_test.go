@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -275,5 +277,33 @@ func TestRegistryCheck(t *testing.T) {
 	code, out := runCmd(t, e, "check")
 	if code == 0 || !strings.Contains(out, "FAIL  schema registry") || strings.Contains(out, "pw-not-shown") {
 		t.Fatalf("check with the registry down: exit %d\n%s", code, out)
+	}
+}
+
+// TestRegistryRefusedCredentialsStop: a schema registry that refuses
+// walrelay's credentials (401) stops walrelay with an error that names the
+// keys to fix, the password never printed, and nothing published or
+// dead-lettered (a registry of its own that answers 401: no real one
+// needed).
+func TestRegistryRefusedCredentialsStop(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error_code":401,"message":"Unauthorized"}`))
+	}))
+	t.Cleanup(srv.Close)
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	p := start(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_VALUE_FORMAT", "avro", "WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", srv.URL,
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_USERNAME", "relay", "WALRELAY_KAFKA_SCHEMA_REGISTRY_PASSWORD", "pw-not-shown"), "run")
+	p.waitLog("streaming", 30*time.Second)
+	if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'one', 'T', '{}')", outbox.NewID()); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.exit(30 * time.Second); code == 0 || !strings.Contains(p.out.String(), "fix kafka.schema_registry.username and its password") || strings.Contains(p.out.String(), "pw-not-shown") {
+		t.Fatalf("exit %d:\n%s", code, p.out.String())
+	}
+	if n := len(col.Records()); n != 0 {
+		t.Fatalf("%d records published or dead-lettered", n)
 	}
 }
