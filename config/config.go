@@ -267,7 +267,7 @@ func (c *Config) keys() []*key {
 	f, s = boolean(&c.Kafka.TombstoneOnEmpty, false)
 	add("kafka.tombstone_on_empty_payload", "Debezium's `route.tombstone.on.empty.payload`: a NULL or blank payload gives a tombstone (a null value) in every value format", f, s)
 	f, s = str(&c.Kafka.KeyFormat, "raw")
-	add("kafka.key_format", "the key as Kafka Connect's converters write it: `raw` (StringConverter), `json` or `json_schema` (JsonConverter with `schemas.enable` false or true), or `avro` (Apicurio's AvroConverter with `as-confluent=true`: Avro in Confluent's wire format, its schema in `kafka.schema_registry.url`), as Debezium's outbox records carry it", f, s)
+	add("kafka.key_format", "the key as Kafka Connect's converters write it: `raw` (StringConverter), `json` or `json_schema` (JsonConverter with `schemas.enable` false or true), or `avro` (Apicurio's AvroConverter with `as-confluent=true`, `use-id=contentId`, `headers.enabled=false`: Avro in Confluent's wire format, its schema in `kafka.schema_registry.url`, see docs/schema-registry.md), as Debezium's outbox records carry it", f, s)
 	f, s = str(&c.Kafka.ValueFormat, "raw")
 	add("kafka.value_format", "the value likewise; the JSON formats write a NULL payload as JSON `null` (no tombstone), as the JsonConverter does", f, s)
 	f, s = boolean(&c.Kafka.ExpandJSONPayload, false)

@@ -26,7 +26,7 @@ const (
 	FormatJSONSchema Format = "json_schema"
 	// FormatAvro is Avro in Confluent's wire format, its schema in a schema
 	// registry, as Apicurio's AvroConverter writes it (as-confluent=true,
-	// use-id=contentId): package format.
+	// use-id=contentId, headers.enabled=false): package format.
 	FormatAvro Format = "avro"
 )
 
