@@ -307,3 +307,55 @@ func TestRegistryRefusedCredentialsStop(t *testing.T) {
 		t.Fatalf("%d records published or dead-lettered", n)
 	}
 }
+
+// TestRegistrySchemaNotRegistered (WALRELAY_TEST_REGISTRY=1): without
+// auto-registration, an event whose schema its subject lacks is
+// dead-lettered (schema_refused, the subject named) and the stream goes
+// on; one whose schema is registered is published with its id.
+func TestRegistrySchemaNotRegistered(t *testing.T) {
+	reg := registrytest.Start(t)
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The schema of {"a": 1}, registered beforehand under the topic's
+	// subject.
+	schema := `{"type":"record","name":"payload","fields":[{"name":"a","type":["null","int"],"default":null}],"connect.name":"payload"}`
+	id, err := cl.RegisterSchema(t.Context(), kc.topic("order")+"-value", sr.Schema{Schema: schema, Type: sr.TypeAvro}, -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_VALUE_FORMAT", "avro", "WALRELAY_KAFKA_EXPAND_JSON_PAYLOAD", "true",
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", reg.URL()))
+	unknown, known := outbox.NewID(), outbox.NewID()
+	for id, p := range map[string]string{unknown: `{"b": "x"}`, known: `{"a": 1}`} {
+		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'one', 'T', $2)", id, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, col, []string{known}, time.Minute)
+	if _, err := col.Wait(t.Context(), func(rs []*kgo.Record) bool {
+		for _, r := range rs {
+			if string(kafkatest.Header(r, "id")) == unknown {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range col.Records() {
+		switch string(kafkatest.Header(r, "id")) {
+		case unknown:
+			if r.Topic != kc.dlq() || string(kafkatest.Header(r, sink.HeaderReason)) != sink.ReasonSchemaRefused || !strings.Contains(string(kafkatest.Header(r, sink.HeaderError)), kc.topic("order")+"-value") {
+				t.Errorf("unregistered: topic %s, reason %q, error %q", r.Topic, kafkatest.Header(r, sink.HeaderReason), kafkatest.Header(r, sink.HeaderError))
+			}
+		case known:
+			if got, _, err := format.Unframe(r.Value); err != nil || int(got) != id || r.Topic != kc.topic("order") {
+				t.Errorf("registered: topic %s, id %d %v, want %d", r.Topic, got, err, id)
+			}
+		}
+	}
+}
