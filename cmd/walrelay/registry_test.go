@@ -33,10 +33,22 @@ import (
 // text); a NULL payload is a tombstone; a payload Avro cannot name is
 // dead-lettered (format) and the stream goes on.
 func TestRegistryAvroStreams(t *testing.T) {
+	for _, exactlyOnce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exactly_once=%v", exactlyOnce), func(t *testing.T) { registryAvroStreams(t, exactlyOnce) })
+	}
+}
+
+// registryAvroStreams is TestRegistryAvroStreams in a mode (exactly-once:
+// the dead letter inside the transaction, read committed).
+func registryAvroStreams(t *testing.T, exactlyOnce bool) {
 	reg := registrytest.Start(t)
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
-	streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_KEY_FORMAT", "avro", "WALRELAY_KAFKA_VALUE_FORMAT", "avro", "WALRELAY_KAFKA_EXPAND_JSON_PAYLOAD", "true",
+	e := baseEnv(pg, kc)
+	if exactlyOnce {
+		e, col = eosEnv(pg, kc), committedCollector(t, kc)
+	}
+	streaming(t, e.with("WALRELAY_KAFKA_KEY_FORMAT", "avro", "WALRELAY_KAFKA_VALUE_FORMAT", "avro", "WALRELAY_KAFKA_EXPAND_JSON_PAYLOAD", "true",
 		"WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", reg.URL(), "WALRELAY_KAFKA_SCHEMA_REGISTRY_AUTO_REGISTER", "true"))
 
 	payloads := []*string{
