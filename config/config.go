@@ -92,6 +92,12 @@ type Config struct {
 		SASL struct {
 			Mechanism, Username, Password, PasswordFile string
 		}
+		SchemaRegistry struct {
+			URL, Username, Password, PasswordFile string
+			AutoRegister                          bool
+			IDKind                                string
+			Timeout                               time.Duration
+		}
 	}
 	Poll struct {
 		Interval    time.Duration
@@ -263,11 +269,11 @@ func (c *Config) keys() []*key {
 	f, s = boolean(&c.Kafka.TombstoneOnEmpty, false)
 	add("kafka.tombstone_on_empty_payload", "Debezium's `route.tombstone.on.empty.payload`: a NULL or blank payload gives a tombstone (a null value) in every value format", f, s)
 	f, s = str(&c.Kafka.KeyFormat, "raw")
-	add("kafka.key_format", "the key as Kafka Connect's converters write it: `raw` (StringConverter), `json` or `json_schema` (JsonConverter with `schemas.enable` false or true), as Debezium's outbox records carry it", f, s)
+	add("kafka.key_format", "the key as Kafka Connect's converters write it: `raw` (StringConverter), `json` or `json_schema` (JsonConverter with `schemas.enable` false or true), or `avro` (Apicurio's AvroConverter with `as-confluent=true`, `use-id=contentId`, `headers.enabled=false`: Avro in Confluent's wire format, its schema in `kafka.schema_registry.url`, see docs/schema-registry.md), as Debezium's outbox records carry it", f, s)
 	f, s = str(&c.Kafka.ValueFormat, "raw")
 	add("kafka.value_format", "the value likewise; the JSON formats write a NULL payload as JSON `null` (no tombstone), as the JsonConverter does", f, s)
 	f, s = boolean(&c.Kafka.ExpandJSONPayload, false)
-	add("kafka.expand_json_payload", "with `kafka.value_format` `json` or `json_schema`: a `json`, `jsonb` or text payload whose text starts with `{` or `[` and parses is written as that JSON value (`json_schema`: in the envelope with the schema Debezium infers, named by the payload column; fields that are null or empty arrays left out), as Debezium's `table.expand.json.payload`; a payload Debezium would leave a string (not an object or array, an array of mixed types or number kinds, an array of nulls only) stays one; with `raw`, an error", f, s)
+	add("kafka.expand_json_payload", "with `kafka.value_format` `json`, `json_schema` or `avro`: a `json`, `jsonb` or text payload whose text starts with `{` or `[` and parses is written as that JSON value (`json_schema`: in the envelope with the schema Debezium infers, named by the payload column; `avro`: a record of that schema; fields that are null or empty arrays left out), as Debezium's `table.expand.json.payload`; a payload Debezium would leave a string (not an object or array, an array of mixed types or number kinds, an array of nulls only) stays one; with `raw`, an error", f, s)
 	f, s = str(&c.Kafka.CloudEvents, "")
 	add("kafka.cloudevents", "`binary`: each record carries the CloudEvents attributes as headers of the Kafka protocol binding's binary mode (`ce_specversion` `1.0`, `ce_id`, `ce_source`, `ce_type`, `ce_subject` the aggregate id, `ce_time` the timestamp column's time or else the commit time, `content-type` `application/json`, or `application/octet-stream` for a `bytea` payload); the value stays the payload, and the `id` and `type` headers stay; an event without a type is dead-lettered (`invalid_event`)", f, s)
 	f, s = str(&c.Kafka.CloudEventsSource, "")
@@ -324,6 +330,20 @@ func (c *Config) keys() []*key {
 	add("kafka.sasl.password", "SASL password; redacted in the start-up log and scrubbed from errors", f, s).redact = redactSecret
 	f, s = str(&c.Kafka.SASL.PasswordFile, "")
 	add("kafka.sasl.password_file", "file holding the SASL password instead (both set is an error)", f, s)
+	f, s = str(&c.Kafka.SchemaRegistry.URL, "")
+	add("kafka.schema_registry.url", "the schema registry of the `avro` format, through Confluent's Schema Registry API (Apicurio Registry: `http://host:8080/apis/ccompat/v7`), `http` or `https` (the system's CAs); Debezium's `…converter.apicurio.registry.url` or `…converter.schema.registry.url` (see Schema registry formats (docs/schema-registry.md))", f, s)
+	f, s = str(&c.Kafka.SchemaRegistry.Username, "")
+	add("kafka.schema_registry.username", "HTTP basic auth user of the schema registry", f, s)
+	f, s = str(&c.Kafka.SchemaRegistry.Password, "")
+	add("kafka.schema_registry.password", "its password; redacted in the start-up log and scrubbed from errors", f, s).redact = redactSecret
+	f, s = str(&c.Kafka.SchemaRegistry.PasswordFile, "")
+	add("kafka.schema_registry.password_file", "file holding the schema registry's password instead (both set is an error)", f, s)
+	f, s = boolean(&c.Kafka.SchemaRegistry.AutoRegister, false)
+	add("kafka.schema_registry.auto_register", "register a schema that its subject (`<topic>-key`, `<topic>-value`) does not have yet, as Debezium's `…auto-register=true`; `false`: such an event is dead-lettered (`schema_refused`)", f, s)
+	f, s = str(&c.Kafka.SchemaRegistry.IDKind, "contentId")
+	add("kafka.schema_registry.id_kind", "the schema id in the records' framing: `contentId`, the id that Confluent's API gives (Apicurio's content id, Debezium's `…use-id=contentId`); Apicurio's `globalId` is not supported", f, s)
+	f, s = duration(&c.Kafka.SchemaRegistry.Timeout, 10*time.Second)
+	add("kafka.schema_registry.timeout", "how long one request to the schema registry may take; a registry that does not answer holds the events (retried as when Kafka is down)", f, s)
 
 	f, s = duration(&c.Poll.Interval, time.Second)
 	add("poll.interval", "`source: poll`: the longest wait between claims when no insert notification comes (`LISTEN` wakes the poller at once)", f, s)
@@ -390,7 +410,10 @@ func (c *Config) validate(needKafka bool) error {
 		return fmt.Errorf("kafka.transaction_interval %s: want a positive duration", c.Kafka.TransactionInterval)
 	}
 	if c.Kafka.ExpandJSONPayload && (c.Kafka.ValueFormat == "" || c.Kafka.ValueFormat == string(sink.FormatRaw)) {
-		return errors.New("kafka.expand_json_payload needs kafka.value_format json or json_schema (raw writes the payload as stored)")
+		return errors.New("kafka.expand_json_payload needs kafka.value_format json, json_schema or avro (raw writes the payload as stored)")
+	}
+	if err := c.checkSchemaRegistry(); err != nil {
+		return err
 	}
 	if c.Kafka.RequestTimeout < time.Second {
 		return fmt.Errorf("kafka.request_timeout %s: want 1s or more", c.Kafka.RequestTimeout)

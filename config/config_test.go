@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/sink"
 )
 
 func TestConfigPrecedence(t *testing.T) {
@@ -363,5 +365,52 @@ outbox:
 		if got := cs2.keys[i].show(); got != k.show() {
 			t.Errorf("%s: %q read back as %q", k.name, k.show(), got)
 		}
+	}
+}
+
+// TestSchemaRegistryKeys: kafka.value_format and kafka.key_format avro
+// give the sink an Avro encoder of the registry of
+// kafka.schema_registry.*; what cannot work is refused at load, naming the
+// key; the registry's password is one of the secrets scrubbed from errors.
+func TestSchemaRegistryKeys(t *testing.T) {
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
+	for _, bad := range []struct{ yaml, want string }{
+		{"  value_format: avro\n", "kafka.key_format or kafka.value_format avro needs kafka.schema_registry.url"},
+		{"  value_format: protobuf\n", `format "protobuf": want raw, json, json_schema or avro`},
+		{"  value_format: avro\n  schema_registry:\n    url: http://r/x\n    id_kind: globalId\n", `kafka.schema_registry.id_kind "globalId"`},
+		{"  value_format: avro\n  schema_registry:\n    url: http://u:hunter2@r/x\n", "kafka.schema_registry.url holds a password"},
+		{"  value_format: avro\n  schema_registry:\n    url: ftp://r/x\n", "want an http or https URL"},
+		{"  value_format: avro\n  schema_registry:\n    url: http://r/x\n    password: p\n", "needs kafka.schema_registry.username"},
+	} {
+		_, err := load(t, base+bad.yaml)
+		if err == nil {
+			c, _ := load(t, base+bad.yaml)
+			_, err = SinkConfig(c, nil)
+		}
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: err = %v, want %q", bad.yaml, err, bad.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: the error shows the password: %v", bad.yaml, err)
+		}
+	}
+	// Last: the password set in the environment stays for the test.
+	c, err := load(t, base+"  value_format: avro\n  key_format: avro\n  expand_json_payload: true\n  schema_registry:\n    url: http://r:8080/apis/ccompat/v7\n    username: u\n    auto_register: true\n",
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_PASSWORD", "s3cr3t-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := SinkConfig(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.ValueFormat != sink.FormatAvro || sc.KeyFormat != sink.FormatAvro || sc.Avro == nil || !sc.ExpandJSONPayload {
+		t.Fatalf("sink config: value %s key %s avro %v", sc.ValueFormat, sc.KeyFormat, sc.Avro)
+	}
+	if r := c.Kafka.SchemaRegistry; !r.AutoRegister || r.IDKind != "contentId" || r.Timeout != 10*time.Second {
+		t.Errorf("schema registry %+v", r)
+	}
+	if !slices.Contains(c.Secrets(), "s3cr3t-pw") {
+		t.Errorf("the registry's password is not among the secrets")
 	}
 }

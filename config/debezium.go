@@ -47,6 +47,8 @@ const (
 	eventRouter       = "io.debezium.transforms.outbox.EventRouter"
 	stringConverter   = "org.apache.kafka.connect.storage.StringConverter"
 	jsonConverter     = "org.apache.kafka.connect.json.JsonConverter"
+	apicurioAvro      = "io.apicurio.registry.utils.converter.AvroConverter"
+	confluentAvro     = "io.confluent.connect.avro.AvroConverter"
 	defaultRegex      = "(?<routedByValue>.*)"
 )
 
@@ -264,10 +266,13 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 			} else {
 				keys["kafka."+side+"_format"] = "json"
 			}
+		case apicurioAvro, confluentAvro:
+			keys["kafka."+side+"_format"] = "avro"
+			registryFromDebezium(option, c == apicurioAvro, get, refuse, keys, &ignored)
 		case "":
 			refuse(option, "not set: give the worker's configuration (--worker FILE), where Kafka Connect's default converter is set")
 		default:
-			refuse(option, fmt.Sprintf("walrelay writes the %s as the StringConverter or the JsonConverter does; %s is not reproduced", side, c))
+			refuse(option, fmt.Sprintf("walrelay writes the %s as the StringConverter, the JsonConverter or an AvroConverter (Apicurio's, Confluent's) does; %s is not reproduced", side, c))
 		}
 	}
 
@@ -446,6 +451,91 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		return nil, ignored, &DebeziumRefused{Refused: refused}
 	}
 	return keys, ignored, nil
+}
+
+// registryFromDebezium maps the settings of an AvroConverter (Apicurio's
+// if apicurio, else Confluent's) at option (key.converter,
+// value.converter) onto kafka.schema_registry.*: the URL, auto-registration
+// and the basic auth user (the password is not copied). Apicurio's must
+// write Confluent's framing with content ids in the value
+// (as-confluent=true, use-id=contentId, headers.enabled=false), what
+// walrelay writes; its other settings, and
+// Confluent's other than these, are refused as unknown options (they may
+// change the records). Key and value converters must name one registry.
+func registryFromDebezium(option string, apicurio bool, get func(string, string) string, refuse func(string, string), keys map[string]string, ignored *[]DebeziumNote) {
+	set := func(key, v, from string) {
+		if old, ok := keys[key]; ok && old != v {
+			refuse(from, fmt.Sprintf("the key and value converters name different schema registries or settings (%s): walrelay has one", key))
+			return
+		}
+		keys[key] = v
+	}
+	p := option + "."
+	if apicurio {
+		u := get(p+"apicurio.registry.url", "")
+		switch {
+		case u == "":
+			refuse(p+"apicurio.registry.url", "not set")
+		case strings.HasSuffix(strings.TrimSuffix(u, "/"), "/apis/registry/v2"):
+			// walrelay speaks Confluent's API, which Apicurio 2 serves
+			// beside its own.
+			set("kafka.schema_registry.url", strings.TrimSuffix(strings.TrimSuffix(u, "/"), "/apis/registry/v2")+"/apis/ccompat/v7", p+"apicurio.registry.url")
+		default:
+			refuse(p+"apicurio.registry.url", "not Apicurio 2's API (…/apis/registry/v2): give walrelay the registry's Confluent-compatible URL in kafka.schema_registry.url")
+		}
+		if v := get(p+"apicurio.registry.as-confluent", "false"); v != "true" {
+			refuse(p+"apicurio.registry.as-confluent", v+": walrelay writes Confluent's framing (magic byte 0, a 4-byte id), as-confluent=true; Apicurio's own framing (an 8-byte id) is not reproduced")
+		}
+		if v := get(p+"apicurio.registry.headers.enabled", "true"); v != "false" {
+			refuse(p+"apicurio.registry.headers.enabled", v+": walrelay writes the schema id in the value (headers.enabled=false); Apicurio's id in a record header is not reproduced")
+		}
+		if v := get(p+"apicurio.registry.use-id", "globalId"); v != "contentId" {
+			refuse(p+"apicurio.registry.use-id", v+": walrelay frames the id Confluent's API gives, Apicurio's content id (use-id=contentId)")
+		}
+		auto := get(p+"apicurio.registry.auto-register", "false")
+		if auto != "true" && auto != "false" {
+			refuse(p+"apicurio.registry.auto-register", "want true or false")
+		} else {
+			set("kafka.schema_registry.auto_register", auto, p+"apicurio.registry.auto-register")
+		}
+		if user := get(p+"apicurio.auth.username", ""); user != "" {
+			set("kafka.schema_registry.username", user, p+"apicurio.auth.username")
+		}
+		if get(p+"apicurio.auth.password", "") != "" {
+			*ignored = append(*ignored, DebeziumNote{p + "apicurio.auth.password", "the password is not copied: give it in kafka.schema_registry.password_file or WALRELAY_KAFKA_SCHEMA_REGISTRY_PASSWORD"})
+		}
+		return
+	}
+	u := get(p+"schema.registry.url", "")
+	switch {
+	case u == "":
+		refuse(p+"schema.registry.url", "not set")
+	case strings.Contains(u, ","):
+		refuse(p+"schema.registry.url", "several URLs: walrelay takes one")
+	case strings.Contains(u, "@"):
+		refuse(p+"schema.registry.url", "credentials in the URL: give the user in kafka.schema_registry.username and the password in kafka.schema_registry.password_file")
+	default:
+		set("kafka.schema_registry.url", u, p+"schema.registry.url")
+	}
+	auto := get(p+"auto.register.schemas", "true")
+	if auto != "true" && auto != "false" {
+		refuse(p+"auto.register.schemas", "want true or false")
+	} else {
+		set("kafka.schema_registry.auto_register", auto, p+"auto.register.schemas")
+	}
+	switch src := get(p+"basic.auth.credentials.source", "URL"); src {
+	case "URL":
+	case "USER_INFO":
+		info := get(p+"basic.auth.user.info", get(p+"schema.registry.basic.auth.user.info", ""))
+		if user, _, ok := strings.Cut(info, ":"); ok && user != "" {
+			set("kafka.schema_registry.username", user, p+"basic.auth.user.info")
+			*ignored = append(*ignored, DebeziumNote{p + "basic.auth.user.info", "the password is not copied: give it in kafka.schema_registry.password_file or WALRELAY_KAFKA_SCHEMA_REGISTRY_PASSWORD"})
+		} else {
+			refuse(p+"basic.auth.user.info", "want user:password")
+		}
+	default:
+		refuse(p+"basic.auth.credentials.source", src+": walrelay takes USER_INFO (HTTP basic auth)")
+	}
 }
 
 var jaasUser = regexp.MustCompile(`username\s*=\s*"([^"]*)"`)

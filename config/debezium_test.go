@@ -112,7 +112,7 @@ func TestDebeziumImport(t *testing.T) {
 // outbox connector is refused.
 func TestDebeziumImportRefuses(t *testing.T) {
 	props, _ := ReadDebezium([]byte(debeziumProps))
-	props["value.converter"] = "io.confluent.connect.avro.AvroConverter"
+	props["value.converter"] = "io.confluent.connect.protobuf.ProtobufConverter" // Avro is mapped (TestDebeziumImportAvroConverter)
 	props["transforms.outbox.route.topic.regex"] = "(?<routedByValue>(?!tmp).*)" // a lookahead: not in RE2
 	props["transforms.outbox.table.fields.additional.placement"] = "shard:partition,shard2:partition,extra:envelope"
 	props["transforms.outbox.table.expand.json.payload"] = "true"
@@ -247,5 +247,96 @@ func TestDebeziumImportSeveralTables(t *testing.T) {
 	props["table.include.list"] = "public.outbox,billing.*"
 	if _, _, err := FromDebezium(props, nil); err == nil || !strings.Contains(err.Error(), "not patterns") {
 		t.Fatalf("a pattern: %v", err)
+	}
+}
+
+// TestDebeziumImportAvroConverter: Apicurio's AvroConverter with
+// Confluent's framing and content ids, and Confluent's, map onto the avro
+// formats and kafka.schema_registry.* (the registry's Confluent-compatible
+// URL, auto-registration, the basic auth user; the password never copied);
+// what walrelay does not write is refused by name.
+func TestDebeziumImportAvroConverter(t *testing.T) {
+	apicurio := func() map[string]string {
+		props, _ := ReadDebezium([]byte(debeziumProps))
+		for _, side := range []string{"key", "value"} {
+			c := side + ".converter"
+			props[c] = "io.apicurio.registry.utils.converter.AvroConverter"
+			props[c+".apicurio.registry.url"] = "http://registry:8080/apis/registry/v2"
+			props[c+".apicurio.registry.auto-register"] = "true"
+			props[c+".apicurio.registry.as-confluent"] = "true"
+			props[c+".apicurio.registry.use-id"] = "contentId"
+			props[c+".apicurio.registry.headers.enabled"] = "false"
+			props[c+".apicurio.auth.username"] = "relay"
+			props[c+".apicurio.auth.password"] = "pw-never-copied"
+		}
+		props["transforms.outbox.table.expand.json.payload"] = "true"
+		return props
+	}
+	keys, ignored, err := FromDebezium(apicurio(), nil)
+	if err != nil || keys["kafka.key_format"] != "avro" || keys["kafka.value_format"] != "avro" || keys["kafka.expand_json_payload"] != "true" ||
+		keys["kafka.schema_registry.url"] != "http://registry:8080/apis/ccompat/v7" || keys["kafka.schema_registry.auto_register"] != "true" || keys["kafka.schema_registry.username"] != "relay" {
+		t.Fatalf("Apicurio: %v, %v", keys, err)
+	}
+	for k, v := range keys {
+		if strings.Contains(v, "pw-never-copied") {
+			t.Errorf("%s copies the password", k)
+		}
+	}
+	noted := false
+	for _, n := range ignored {
+		noted = noted || n.Option == "value.converter.apicurio.auth.password"
+	}
+	if !noted {
+		t.Errorf("the password not explained: %+v", ignored)
+	}
+	out, err := DebeziumYAML(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := loadBack(t, out); c.Kafka.ValueFormat != "avro" || c.Kafka.SchemaRegistry.URL != "http://registry:8080/apis/ccompat/v7" {
+		t.Errorf("read back: %+v", c.Kafka)
+	}
+
+	for _, bad := range []struct{ option, value, want string }{
+		{"value.converter.apicurio.registry.as-confluent", "false", "value.converter.apicurio.registry.as-confluent: false: walrelay writes Confluent's framing"},
+		{"value.converter.apicurio.registry.use-id", "globalId", "value.converter.apicurio.registry.use-id: globalId"},
+		{"value.converter.apicurio.registry.headers.enabled", "true", "value.converter.apicurio.registry.headers.enabled: true: walrelay writes the schema id in the value"},
+		{"value.converter.apicurio.registry.url", "http://registry:8080/apis/registry/v3", "value.converter.apicurio.registry.url: not Apicurio 2's API"},
+		{"value.converter.apicurio.registry.artifact-resolver-strategy", "io.apicurio.registry.serde.strategy.RecordIdStrategy", "value.converter.apicurio.registry.artifact-resolver-strategy: an option walrelay does not know"},
+		{"key.converter.apicurio.registry.url", "http://other:8080/apis/registry/v2", "the key and value converters name different schema registries"},
+	} {
+		props := apicurio()
+		props[bad.option] = bad.value
+		if _, _, err := FromDebezium(props, nil); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s=%s: %v, want %q", bad.option, bad.value, err, bad.want)
+		}
+	}
+	// Apicurio's defaults: its own framing with global ids, refused.
+	props := apicurio()
+	delete(props, "value.converter.apicurio.registry.as-confluent")
+	delete(props, "value.converter.apicurio.registry.use-id")
+	delete(props, "value.converter.apicurio.registry.headers.enabled")
+	if _, _, err := FromDebezium(props, nil); err == nil || !strings.Contains(err.Error(), "as-confluent: false") || !strings.Contains(err.Error(), "use-id: globalId") || !strings.Contains(err.Error(), "headers.enabled: true") {
+		t.Errorf("Apicurio's defaults: %v, want both refused", err)
+	}
+
+	props, _ = ReadDebezium([]byte(debeziumProps))
+	props["value.converter"] = "io.confluent.connect.avro.AvroConverter"
+	props["value.converter.schema.registry.url"] = "https://sr.example:8081"
+	props["value.converter.basic.auth.credentials.source"] = "USER_INFO"
+	props["value.converter.basic.auth.user.info"] = "relay:pw-never-copied"
+	keys, _, err = FromDebezium(props, nil)
+	if err != nil || keys["kafka.value_format"] != "avro" || keys["kafka.key_format"] != "" || keys["kafka.schema_registry.url"] != "https://sr.example:8081" ||
+		keys["kafka.schema_registry.auto_register"] != "true" || keys["kafka.schema_registry.username"] != "relay" {
+		t.Fatalf("Confluent: %v, %v", keys, err)
+	}
+	props["value.converter.value.subject.name.strategy"] = "io.confluent.kafka.serializers.subject.RecordNameStrategy"
+	props["value.converter.schema.registry.url"] = "https://u:p@sr.example:8081"
+	_, _, err = FromDebezium(props, nil)
+	if err == nil || !strings.Contains(err.Error(), "value.converter.value.subject.name.strategy: an option walrelay does not know") || !strings.Contains(err.Error(), "credentials in the URL") {
+		t.Errorf("Confluent's subject strategy and a URL with credentials: %v", err)
+	}
+	if err != nil && (strings.Contains(err.Error(), "pw-never-copied") || strings.Contains(err.Error(), "u:p@")) {
+		t.Errorf("the refusal shows a secret: %v", err)
 	}
 }

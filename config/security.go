@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -45,6 +47,16 @@ func (c *Config) readSecrets() error {
 		}
 		c.Kafka.SASL.Password = pw
 	}
+	if f := c.Kafka.SchemaRegistry.PasswordFile; f != "" {
+		if c.Kafka.SchemaRegistry.Password != "" {
+			return errors.New("kafka.schema_registry.password_file and kafka.schema_registry.password are both set: keep one")
+		}
+		pw, err := readSecret("kafka.schema_registry.password_file", f)
+		if err != nil {
+			return err
+		}
+		c.Kafka.SchemaRegistry.Password = pw
+	}
 	return nil
 }
 
@@ -63,11 +75,12 @@ func readSecret(key, path string) (string, error) {
 }
 
 // Secrets lists the configuration's passwords as parsed (the one pgconn
-// finds for the DSN, the password file's, the SASL password), for
+// finds for the DSN, the password file's, the SASL password, the schema
+// registry's), for
 // ScrubError.
 func (c *Config) Secrets() []string {
 	var out []string
-	for _, s := range []string{dsnPassword(c.Postgres.DSN), c.pgPassword, c.Kafka.SASL.Password} {
+	for _, s := range []string{dsnPassword(c.Postgres.DSN), c.pgPassword, c.Kafka.SASL.Password, c.Kafka.SchemaRegistry.Password} {
 		if s != "" {
 			out = append(out, s)
 		}
@@ -136,6 +149,33 @@ func kafkaSecurity(cfg *Config) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// checkSchemaRegistry checks the keys of the schema registry formats.
+func (c *Config) checkSchemaRegistry() error {
+	r := c.Kafka.SchemaRegistry
+	avro := c.Kafka.KeyFormat == string(sink.FormatAvro) || c.Kafka.ValueFormat == string(sink.FormatAvro)
+	switch {
+	case avro && r.URL == "":
+		return errors.New("kafka.key_format or kafka.value_format avro needs kafka.schema_registry.url")
+	case r.IDKind != "contentId":
+		return fmt.Errorf("kafka.schema_registry.id_kind %q: want contentId (the id of Confluent's API; Apicurio's globalId is not supported)", r.IDKind)
+	case r.Timeout <= 0:
+		return fmt.Errorf("kafka.schema_registry.timeout %s: want a positive duration", r.Timeout)
+	case (r.Password != "" || r.PasswordFile != "") && r.Username == "":
+		return errors.New("kafka.schema_registry.password needs kafka.schema_registry.username")
+	}
+	if r.URL == "" {
+		return nil
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("kafka.schema_registry.url: want an http or https URL")
+	}
+	if _, ok := u.User.Password(); ok {
+		return errors.New("kafka.schema_registry.url holds a password: give it in kafka.schema_registry.password or kafka.schema_registry.password_file")
+	}
+	return nil
+}
+
 // SinkConfig maps the configuration onto the sink's, security included;
 // extra options (hooks) are the producer's.
 func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, error) {
@@ -152,11 +192,21 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.key_format: %w", err)
 	}
+	var avro *format.AvroEncoder
 	vf, err := sink.ParseFormat(k.ValueFormat)
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)
 	}
+	if kf == sink.FormatAvro || vf == sink.FormatAvro {
+		r := k.SchemaRegistry
+		reg, err := format.NewRegistry(format.RegistryConfig{URL: r.URL, Username: r.Username, Password: r.Password, AutoRegister: r.AutoRegister, Timeout: r.Timeout})
+		if err != nil {
+			return sink.Config{}, fmt.Errorf("kafka.schema_registry.url: %w", err)
+		}
+		avro = format.NewAvroEncoder(reg)
+	}
 	sc := sink.Config{
+		Avro:      avro,
 		KeyFormat: kf, ValueFormat: vf, ExpandJSONPayload: k.ExpandJSONPayload, RequestTimeout: k.RequestTimeout,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty,

@@ -24,6 +24,10 @@ const (
 	// FormatJSONSchema is the JsonConverter's envelope of schema and
 	// payload (schemas.enable=true) around that string.
 	FormatJSONSchema Format = "json_schema"
+	// FormatAvro is Avro in Confluent's wire format, its schema in a schema
+	// registry, as Apicurio's AvroConverter writes it (as-confluent=true,
+	// use-id=contentId, headers.enabled=false): package format.
+	FormatAvro Format = "avro"
 )
 
 // ParseFormat checks a format's name.
@@ -31,10 +35,10 @@ func ParseFormat(s string) (Format, error) {
 	switch f := Format(s); f {
 	case "", FormatRaw:
 		return FormatRaw, nil
-	case FormatJSON, FormatJSONSchema:
+	case FormatJSON, FormatJSONSchema, FormatAvro:
 		return f, nil
 	}
-	return "", fmt.Errorf("format %q: want raw, json or json_schema", s)
+	return "", fmt.Errorf("format %q: want raw, json, json_schema or avro", s)
 }
 
 // encode returns text in format f; schema is the JsonConverter's schema of

@@ -17,6 +17,7 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/backoff"
 )
 
@@ -86,8 +87,12 @@ type Config struct {
 	// KeyFormat and ValueFormat are how the key (the aggregate id) and the
 	// value (the payload) are written: FormatRaw (the default, as Kafka
 	// Connect's StringConverter), or as its JsonConverter (FormatJSON,
-	// FormatJSONSchema). Dead letters keep the raw form.
+	// FormatJSONSchema), or in a schema registry's format (FormatAvro, with
+	// Avro). Dead letters keep the raw form.
 	KeyFormat, ValueFormat Format
+	// Avro writes the keys and values of FormatAvro (package format), its
+	// schemas registered in a schema registry; required by FormatAvro.
+	Avro *format.AvroEncoder
 	// ExpandJSONPayload writes a json or text payload that is a JSON object
 	// or array as that JSON value in the JSON formats, with its inferred
 	// schema in FormatJSONSchema, as Debezium's table.expand.json.payload
@@ -191,6 +196,9 @@ func New(cfg Config) (*Sink, error) {
 	}
 	if cfg.ValueFormat == "" {
 		cfg.ValueFormat = FormatRaw
+	}
+	if (cfg.KeyFormat == FormatAvro || cfg.ValueFormat == FormatAvro) && cfg.Avro == nil {
+		return nil, errors.New("format avro: no schema registry configured")
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = "outbox.event.{aggregatetype}"
@@ -507,12 +515,20 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		}
 		r.Partition = e.Partition
 	}
-	if s.cfg.KeyFormat != FormatRaw {
+	if s.cfg.KeyFormat == FormatAvro || s.cfg.ValueFormat == FormatAvro {
+		// Before the JSON formats: they never fail, and a key or value
+		// written here is not written again.
+		if !s.registryEncode(ctx, e, r, topic, gen, done) {
+			return
+		}
+	}
+	if s.cfg.KeyFormat != FormatRaw && s.cfg.KeyFormat != FormatAvro {
 		r.Key = s.cfg.KeyFormat.encode(r.Key, keySchema)
 	}
 	switch {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
 		r.Value = nil
+	case s.cfg.ValueFormat == FormatAvro:
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))

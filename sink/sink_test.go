@@ -539,7 +539,10 @@ func TestJSONFormats(t *testing.T) {
 			t.Fatalf("%s of %q: %s, want %s", c.f, c.in, got, c.want)
 		}
 	}
-	if _, err := ParseFormat("avro"); err == nil {
-		t.Fatal("avro accepted")
+	if f, err := ParseFormat("avro"); err != nil || f != FormatAvro {
+		t.Fatalf("avro: %q, %v", f, err)
+	}
+	if _, err := ParseFormat("protobuf"); err == nil {
+		t.Fatal("protobuf accepted")
 	}
 }

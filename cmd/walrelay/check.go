@@ -13,6 +13,7 @@ import (
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
@@ -295,8 +296,36 @@ func checkInactiveSlots(ctx context.Context, conn *pgx.Conn, slot string, add fu
 }
 
 // checkKafka checks the brokers, and what exactly-once mode needs of them
-// when it is on; txnID is its transactional id, if known.
+// when it is on (txnID is its transactional id, if known), and the schema
+// registry of the avro format.
 func checkKafka(ctx context.Context, cfg *config.Config, txnID string) []checkResult {
+	out := checkKafkaBrokers(ctx, cfg, txnID)
+	if cfg.Kafka.KeyFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatAvro) {
+		out = append(out, checkRegistry(ctx, cfg))
+	}
+	return out
+}
+
+// checkRegistry checks that the schema registry of the avro format
+// answers, with the configured credentials.
+func checkRegistry(ctx context.Context, cfg *config.Config) checkResult {
+	r := checkResult{Check: "schema registry"}
+	sr := cfg.Kafka.SchemaRegistry
+	reg, err := format.NewRegistry(format.RegistryConfig{URL: sr.URL, Username: sr.Username, Password: sr.Password, Timeout: sr.Timeout})
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err = reg.Ping(pctx)
+	}
+	if err != nil {
+		r.Status, r.Detail = "fail", config.ScrubError(err, cfg.Secrets()).Error()
+		return r
+	}
+	r.Status, r.Detail = "ok", sr.URL+" answers"
+	return r
+}
+
+func checkKafkaBrokers(ctx context.Context, cfg *config.Config, txnID string) []checkResult {
 	r := checkResult{Check: "kafka brokers"}
 	if len(cfg.Kafka.Brokers) == 0 {
 		r.Status, r.Detail = "fail", "kafka.brokers is not set"

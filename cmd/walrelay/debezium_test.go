@@ -14,9 +14,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
 )
@@ -38,10 +41,35 @@ func debeziumOutbox(pg *pgtest.Server, kc *broker, slot, topic string) (worker, 
 	return kafkatest.DebeziumOutbox(kc.Addrs(), pg.Port(), slot, strings.TrimSuffix(kc.prefix, ".")+"dbz", topic)
 }
 
+// apicurioConverter is Apicurio's converters (AvroConverter), put on
+// Debezium's class path when the worker uses one.
+const apicurioConverter = "io.apicurio:apicurio-registry-utils-converter:" + registrytest.Version
+
+// apicurioAvro sets the worker's key and value converters to Apicurio's
+// AvroConverter writing Confluent's wire format with content ids (the id
+// in the value: headers.enabled=false), and
+// registering its schemas, in the registry r.
+func apicurioAvro(worker map[string]string, r *registrytest.Registry) {
+	for _, side := range []string{"key", "value"} {
+		c := side + ".converter"
+		worker[c] = "io.apicurio.registry.utils.converter.AvroConverter"
+		worker[c+".apicurio.registry.url"] = r.Base() + "/apis/registry/v2"
+		worker[c+".apicurio.registry.auto-register"] = "true"
+		worker[c+".apicurio.registry.as-confluent"] = "true"
+		worker[c+".apicurio.registry.use-id"] = "contentId"
+		// The id in the value, not in a header (the default).
+		worker[c+".apicurio.registry.headers.enabled"] = "false"
+	}
+}
+
 // startDebezium starts Debezium and waits until it holds its slot.
 func startDebezium(t *testing.T, conn *pgx.Conn, worker, connector map[string]string) *kafkatest.Connect {
 	t.Helper()
-	c, err := kafkatest.StartDebezium(t.Context(), worker, connector)
+	var extra []string
+	if strings.HasPrefix(worker["value.converter"], "io.apicurio.") {
+		extra = append(extra, apicurioConverter)
+	}
+	c, err := kafkatest.StartDebeziumWith(t.Context(), extra, worker, connector)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,20 +105,32 @@ func TestDebeziumParity(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name, converter, schemas, format, payloadType string
-		expand                                        bool
+		expand, registry                              bool
 	}{
-		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw", "", false},
-		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", false},
-		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "", false},
-		{"json_schema_text", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", false},
-		{"json_schema_bytea", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "bytea", false},
-		{"json_schema_not_null", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "jsonb NOT NULL", false},
-		{"json_expand", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", true},
-		{"json_schema_text_expand", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", true},
+		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw", "", false, false},
+		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", false, false},
+		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "", false, false},
+		{"json_schema_text", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", false, false},
+		{"json_schema_bytea", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "bytea", false, false},
+		{"json_schema_not_null", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "jsonb NOT NULL", false, false},
+		{"json_expand", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", true, false},
+		{"json_schema_text_expand", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", true, false},
+		// Apicurio's AvroConverter (as-confluent, contentId) and walrelay's
+		// avro format, against a real Apicurio Registry
+		// (WALRELAY_TEST_REGISTRY=1): both register in it.
+		{"avro", "", "", "avro", "", false, true},
+		{"avro_expand", "", "", "avro", "", true, true},
+		{"avro_text_expand", "", "", "avro", "text", true, true},
+		{"avro_bytea", "", "", "avro", "bytea", false, true},
+		{"avro_not_null", "", "", "avro", "jsonb NOT NULL", false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			pg, kc, col := debeziumSetup(t)
+			var reg *registrytest.Registry
+			if c.registry {
+				reg = registrytest.Start(t)
+			}
 			conn := connect(t, pg.DSN)
 			notNull := strings.HasSuffix(c.payloadType, " NOT NULL")
 			if notNull {
@@ -114,6 +154,10 @@ func TestDebeziumParity(t *testing.T) {
 				worker["key.converter.schemas.enable"], worker["value.converter.schemas.enable"] = c.schemas, c.schemas
 			}
 			e := baseEnv(pg, kc).with("WALRELAY_KAFKA_KEY_FORMAT", c.format, "WALRELAY_KAFKA_VALUE_FORMAT", c.format)
+			if reg != nil {
+				apicurioAvro(worker, reg)
+				e = e.with("WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", reg.URL(), "WALRELAY_KAFKA_SCHEMA_REGISTRY_AUTO_REGISTER", "true")
+			}
 			if c.expand {
 				connector["transforms.outbox.table.expand.json.payload"] = "true"
 				e = e.with("WALRELAY_KAFKA_EXPAND_JSON_PAYLOAD", "true")
@@ -199,7 +243,7 @@ func TestDebeziumParity(t *testing.T) {
 				case !bytes.Equal(a.Key, b.Key):
 					t.Fatalf("event %s: key %q, Debezium %q", id, a.Key, b.Key)
 				case !bytes.Equal(a.Value, b.Value):
-					t.Fatalf("event %s: value %q, Debezium %q", id, a.Value, b.Value)
+					t.Fatalf("event %s: value %q, Debezium %q%s", id, a.Value, b.Value, registeredSchemas(t, reg, a.Value, b.Value))
 				case a.Partition != b.Partition:
 					t.Fatalf("event %s (key %s): partition %d, Debezium %d", id, a.Key, a.Partition, b.Partition)
 				}
@@ -211,6 +255,26 @@ func TestDebeziumParity(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// registeredSchemas is, for a failure's message, the schemas that the
+// registry holds for the ids framing the values (none without a registry).
+func registeredSchemas(t *testing.T, reg *registrytest.Registry, values ...[]byte) string {
+	if reg == nil {
+		return ""
+	}
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, v := range values {
+		if id, _, err := format.Unframe(v); err == nil {
+			s, err := cl.SchemaByID(t.Context(), int(id))
+			fmt.Fprintf(&b, "\nschema %d: %s %v", id, s.Schema, err)
+		}
+	}
+	return b.String()
+}
 
 // TestDebeziumSwitchOver switches from Debezium to walrelay mid-stream as
 // docs/debezium.md says, from Debezium on its defaults: Debezium creates

@@ -35,9 +35,21 @@ type Connect struct {
 // gets a REST listener of its own and a file offset store in its
 // directory unless worker sets them.
 func StartDebezium(ctx context.Context, worker, connector map[string]string) (*Connect, error) {
-	lib, err := FetchJars(ctx, "", "debezium-"+DebeziumVersion+"-connect-"+ConnectVersion, Pom(
-		"io.debezium:debezium-connector-postgres:"+DebeziumVersion,
-		"org.apache.kafka:connect-runtime:"+ConnectVersion))
+	return StartDebeziumWith(ctx, nil, worker, connector)
+}
+
+// StartDebeziumWith is StartDebezium with more jars on the worker's class
+// path: the runtime dependencies of extra ("group:artifact:version" each;
+// a converter's), in a cache directory of their own.
+func StartDebeziumWith(ctx context.Context, extra []string, worker, connector map[string]string) (*Connect, error) {
+	name := "debezium-" + DebeziumVersion + "-connect-" + ConnectVersion
+	for _, d := range extra {
+		p := strings.Split(d, ":")
+		name += "-" + p[1] + "-" + p[len(p)-1]
+	}
+	lib, err := FetchJars(ctx, "", name, Pom(append([]string{
+		"io.debezium:debezium-connector-postgres:" + DebeziumVersion,
+		"org.apache.kafka:connect-runtime:" + ConnectVersion}, extra...)...))
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,12 @@ func JVM(dir, lib string) (java string, args []string, err error) {
 // has it killed when this process dies (DieWithParent). The caller waits for
 // it.
 func StartJava(dir, java string, args ...string) (*exec.Cmd, error) {
+	return StartJavaEnv(dir, nil, java, args...)
+}
+
+// StartJavaEnv is StartJava with env ("KEY=value" each) added to this
+// process's environment.
+func StartJavaEnv(dir string, env []string, java string, args ...string) (*exec.Cmd, error) {
 	out, err := os.Create(filepath.Join(dir, "stdout.log"))
 	if err != nil {
 		return nil, err
@@ -35,6 +41,9 @@ func StartJava(dir, java string, args ...string) (*exec.Cmd, error) {
 	defer out.Close() // the child has its own copy
 	cmd := exec.Command(java, args...)
 	cmd.Stdout, cmd.Stderr = out, out
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", java, err)

@@ -1,0 +1,303 @@
+package format
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Parsing a JSON payload and inferring its Kafka Connect schema as
+// Debezium's EventRouter does with table.expand.json.payload=true
+// (JsonSchemaData, with the default null and empty-array behaviours: such
+// fields are left out). The JsonConverter's formats (package sink) and the
+// registry formats (Avro here) write values in the schema inferred here.
+
+// Kind is the kind of a parsed JSON value, with Jackson's number kinds.
+type Kind uint8
+
+const (
+	KindNull Kind = iota
+	KindBool
+	KindString
+	KindInt32   // an integer literal that fits an int (IntNode)
+	KindInt64   // one that fits a long (LongNode)
+	KindBigInt  // a longer one (BigIntegerNode)
+	KindFloat64 // a literal with a fraction or exponent (DoubleNode)
+	KindArray
+	KindObject
+)
+
+// Node is a parsed JSON value; an object keeps its keys in document order
+// (a repeated key keeps its first place and its last value, as Jackson's
+// ObjectNode).
+type Node struct {
+	Kind  Kind
+	Text  string // a string's value, a number's literal
+	Bool  bool
+	Keys  []string
+	Elems []*Node // an object's values (by keys) or an array's elements
+}
+
+// Field returns the value of an object's key, nil if it has none.
+func (n *Node) Field(k string) *Node {
+	for i, x := range n.Keys {
+		if x == k {
+			return n.Elems[i]
+		}
+	}
+	return nil
+}
+
+// ParseJSON parses one JSON value from text; what follows it is ignored, as
+// Jackson's readTree ignores it.
+func ParseJSON(text []byte) (*Node, error) {
+	d := json.NewDecoder(bytes.NewReader(text))
+	d.UseNumber()
+	return parseValue(d)
+}
+
+func parseValue(d *json.Decoder) (*Node, error) {
+	tok, err := d.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch v := tok.(type) {
+	case nil:
+		return &Node{Kind: KindNull}, nil
+	case bool:
+		return &Node{Kind: KindBool, Bool: v}, nil
+	case string:
+		return &Node{Kind: KindString, Text: v}, nil
+	case json.Number:
+		return &Node{Kind: numberKind(string(v)), Text: string(v)}, nil
+	case json.Delim:
+		n := &Node{Kind: KindArray}
+		if v == '{' {
+			n.Kind = KindObject
+		}
+		for d.More() {
+			key := ""
+			if n.Kind == KindObject {
+				t, err := d.Token()
+				if err != nil {
+					return nil, err
+				}
+				key, _ = t.(string)
+			}
+			x, err := parseValue(d)
+			if err != nil {
+				return nil, err
+			}
+			if n.Kind == KindObject {
+				if i := indexOf(n.Keys, key); i >= 0 {
+					n.Elems[i] = x
+					continue
+				}
+				n.Keys = append(n.Keys, key)
+			}
+			n.Elems = append(n.Elems, x)
+		}
+		if _, err := d.Token(); err != nil { // the closing delimiter
+			return nil, err
+		}
+		return n, nil
+	}
+	return nil, errors.New("unexpected JSON token")
+}
+
+func indexOf(keys []string, k string) int {
+	for i, x := range keys {
+		if x == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// numberKind is the node Jackson makes of a number literal.
+func numberKind(lit string) Kind {
+	if strings.ContainsAny(lit, ".eE") {
+		return KindFloat64
+	}
+	v, err := strconv.ParseInt(lit, 10, 64)
+	switch {
+	case err != nil:
+		return KindBigInt
+	case v >= math.MinInt32 && v <= math.MaxInt32:
+		return KindInt32
+	}
+	return KindInt64
+}
+
+// ConnectSchema is an inferred Kafka Connect schema (every one optional).
+type ConnectSchema struct {
+	Type   string // as the JsonConverter names it: int32, int64, double, boolean, string, array, struct
+	Name   string // a struct's name; "" none
+	Items  *ConnectSchema
+	Fields []ConnectField
+	// Required is a schema that is not optional (every inferred one is
+	// optional); Version is a Connect schema's version, 0 none.
+	Required bool
+	Version  int
+}
+
+// ConnectField is a field of a struct's ConnectSchema.
+type ConnectField struct {
+	Name   string
+	Schema *ConnectSchema
+}
+
+// Field returns the schema of a struct's field, nil if it has none.
+func (s *ConnectSchema) Field(name string) *ConnectSchema {
+	for _, f := range s.Fields {
+		if f.Name == name {
+			return f.Schema
+		}
+	}
+	return nil
+}
+
+// Equal compares two schemas as Connect's ConnectSchema.equals does.
+func (s *ConnectSchema) Equal(o *ConnectSchema) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	if s.Type != o.Type || s.Name != o.Name || s.Required != o.Required || s.Version != o.Version || len(s.Fields) != len(o.Fields) || !s.Items.Equal(o.Items) {
+		return false
+	}
+	for i, f := range s.Fields {
+		if f.Name != o.Fields[i].Name || !f.Schema.Equal(o.Fields[i].Schema) {
+			return false
+		}
+	}
+	return true
+}
+
+var ErrNoSchema = errors.New("no schema can be inferred")
+
+// InferSchema is JsonSchemaData.toConnectSchema: nil for a value it leaves
+// out (a null, an empty array), an error where Debezium's expansion fails.
+func InferSchema(key string, n *Node) (*ConnectSchema, error) {
+	switch n.Kind {
+	case KindString:
+		return &ConnectSchema{Type: "string"}, nil
+	case KindBool:
+		return &ConnectSchema{Type: "boolean"}, nil
+	case KindInt32:
+		return &ConnectSchema{Type: "int32"}, nil
+	case KindInt64:
+		return &ConnectSchema{Type: "int64"}, nil
+	case KindBigInt, KindFloat64:
+		return &ConnectSchema{Type: "double"}, nil
+	case KindArray:
+		if len(n.Elems) == 0 {
+			return nil, nil
+		}
+		items, err := itemSchema(key, n)
+		if err != nil {
+			return nil, err
+		}
+		return &ConnectSchema{Type: "array", Items: items}, nil
+	case KindObject:
+		s := &ConnectSchema{Type: "struct", Name: key}
+		for i, k := range n.Keys {
+			fk := k
+			if key != "" {
+				fk = key + "." + k
+			}
+			fs, err := InferSchema(fk, n.Elems[i])
+			if err != nil {
+				return nil, err
+			}
+			if fs != nil {
+				s.Fields = append(s.Fields, ConnectField{k, fs})
+			}
+		}
+		return s, nil
+	}
+	return nil, nil
+}
+
+// itemSchema is the schema of an array's elements: the first non-null
+// element's, all of one node type (and number kind); for objects, their
+// distinct schemas merged.
+func itemSchema(key string, n *Node) (*ConnectSchema, error) {
+	var first *Node
+	var firstSchema *ConnectSchema
+	for _, e := range n.Elems {
+		if e.Kind == KindNull {
+			continue
+		}
+		if first == nil {
+			first = e
+		}
+		if group(e.Kind) != group(first.Kind) {
+			return nil, ErrNoSchema
+		}
+		if group(e.Kind) == KindInt32 {
+			if firstSchema == nil {
+				firstSchema, _ = InferSchema("", first)
+			}
+			if es, _ := InferSchema("", e); !es.Equal(firstSchema) {
+				return nil, ErrNoSchema
+			}
+		}
+	}
+	if first == nil {
+		return nil, ErrNoSchema // only nulls
+	}
+	if first.Kind != KindObject {
+		s, err := InferSchema("", first)
+		if err == nil && s == nil {
+			err = ErrNoSchema
+		}
+		return s, err
+	}
+	// Debezium merges the distinct element schemas in the order of a Java
+	// HashSet; walrelay in the order they first occur. The fields and
+	// values are the same; a consumer that reads JSON by name sees no
+	// difference.
+	var merged *ConnectSchema
+	var seen []*ConnectSchema
+	for _, e := range n.Elems {
+		if e.Kind != KindObject {
+			continue
+		}
+		s, err := InferSchema(key, e)
+		if err != nil {
+			return nil, err
+		}
+		dup := false
+		for _, x := range seen {
+			dup = dup || x.Equal(s)
+		}
+		if dup {
+			continue
+		}
+		seen = append(seen, s)
+		if merged == nil {
+			merged = s
+			continue
+		}
+		m := &ConnectSchema{Type: "struct", Name: merged.Name, Fields: append([]ConnectField(nil), merged.Fields...)}
+		for _, f := range s.Fields {
+			if m.Field(f.Name) == nil {
+				m.Fields = append(m.Fields, f)
+			}
+		}
+		merged = m
+	}
+	return merged, nil
+}
+
+// group is a node type as Jackson's getNodeType sees it: every number one.
+func group(k Kind) Kind {
+	switch k {
+	case KindInt64, KindBigInt, KindFloat64:
+		return KindInt32
+	}
+	return k
+}

@@ -1,0 +1,182 @@
+package format
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sr"
+)
+
+// Confluent's wire format: a record's key or value is the magic byte 0,
+// the schema's id (4 bytes, big-endian), then the encoded value.
+const magic = 0
+
+// Frame appends body framed in Confluent's wire format with the schema id.
+func Frame(dst []byte, id uint32, body []byte) []byte {
+	dst = append(dst, magic)
+	dst = binary.BigEndian.AppendUint32(dst, id)
+	return append(dst, body...)
+}
+
+// Unframe splits a value in Confluent's wire format into its schema id and
+// its body.
+func Unframe(b []byte) (id uint32, body []byte, err error) {
+	if len(b) < 5 || b[0] != magic {
+		return 0, nil, errors.New("not in Confluent's wire format (magic byte 0 and a 4-byte schema id)")
+	}
+	return binary.BigEndian.Uint32(b[1:5]), b[5:], nil
+}
+
+// Subject is the subject of a topic's keys or values under the topic name
+// strategy (Confluent's TopicNameStrategy, Apicurio's TopicIdStrategy):
+// <topic>-key, <topic>-value.
+func Subject(topic string, key bool) string {
+	if key {
+		return topic + "-key"
+	}
+	return topic + "-value"
+}
+
+// Errors of a registry that retrying cannot fix for that schema: the event
+// goes to the dead-letter topic. ErrUnauthorized stops walrelay. Any other
+// error of the registry (down, slow, 5xx) is an outage: the event is held
+// and sent again.
+var (
+	// ErrNotRegistered is a schema not registered under its subject, with
+	// auto-registration off.
+	ErrNotRegistered = errors.New("the schema is not registered under its subject (and auto-registration is off)")
+	// ErrRefused is a schema that the registry refuses (incompatible with
+	// the subject's, or invalid).
+	ErrRefused = errors.New("the registry refused the schema")
+	// ErrUnauthorized is a registry refusing walrelay's credentials (401)
+	// or the subject to them (403): the whole stream's error, which the
+	// operator fixes.
+	ErrUnauthorized = errors.New("the schema registry refused walrelay's credentials")
+)
+
+// RegistryConfig is how walrelay reaches a schema registry through
+// Confluent's Schema Registry API (Apicurio serves it at
+// /apis/ccompat/v7).
+type RegistryConfig struct {
+	// URL is the registry's base URL.
+	URL string
+	// Username and Password are for HTTP basic auth; none when Username is
+	// empty. The password is never logged or printed.
+	Username, Password string
+	// AutoRegister registers a schema not yet registered under its
+	// subject; otherwise such a value is dead-lettered (ErrNotRegistered).
+	AutoRegister bool
+	// Timeout bounds one request to the registry; default 10 s.
+	Timeout time.Duration
+	// TLS is the TLS configuration of https URLs; nil for Go's defaults.
+	TLS *tls.Config
+}
+
+// Registry is a client of a schema registry that caches the id of each
+// schema of each subject it has learnt (a schema is registered or looked
+// up once per process).
+type Registry struct {
+	cl   *sr.Client
+	auto bool
+	mu   sync.Mutex
+	ids  map[subjectSchema]uint32
+}
+
+type subjectSchema struct{ subject, schema string }
+
+// NewRegistry returns a client of the registry of cfg.
+func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("no schema registry URL")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if cfg.TLS != nil {
+		tr.TLSClientConfig = cfg.TLS
+	}
+	opts := []sr.ClientOpt{sr.URLs(cfg.URL), sr.HTTPClient(&http.Client{Timeout: cfg.Timeout, Transport: tr}), sr.UserAgent("walrelay")}
+	if cfg.Username != "" {
+		opts = append(opts, sr.BasicAuth(cfg.Username, cfg.Password))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("schema registry client: %w", err)
+	}
+	return &Registry{cl: cl, auto: cfg.AutoRegister, ids: map[subjectSchema]uint32{}}, nil
+}
+
+// ID returns the id of an Avro schema under subject, registering it the
+// first time if auto-registration is on, looking it up otherwise.
+func (r *Registry) ID(ctx context.Context, subject, schema string) (uint32, error) {
+	k := subjectSchema{subject, schema}
+	r.mu.Lock()
+	id, ok := r.ids[k]
+	r.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	s := sr.Schema{Schema: schema, Type: sr.TypeAvro}
+	var n int
+	var err error
+	if r.auto {
+		n, err = r.cl.RegisterSchema(ctx, subject, s, -1, -1)
+	} else {
+		var ss sr.SubjectSchema
+		ss, err = r.cl.LookupSchema(ctx, subject, s)
+		n = ss.ID
+	}
+	if err != nil {
+		return 0, classify(subject, err)
+	}
+	if n < 0 || n > 1<<32-1 {
+		return 0, fmt.Errorf("subject %s: the registry gave the id %d, which Confluent's framing cannot carry", subject, n)
+	}
+	r.mu.Lock()
+	if len(r.ids) >= maxCachedIDs {
+		clear(r.ids) // many distinct payload shapes: learn again
+	}
+	r.ids[k] = uint32(n)
+	r.mu.Unlock()
+	return uint32(n), nil
+}
+
+// maxCachedIDs bounds the cache of ids (a schema is a payload's shape:
+// payloads of many shapes make many).
+const maxCachedIDs = 10000
+
+// classify tells a registry's refusal of one schema (a deterministic
+// error for that value) from an outage (transient).
+func classify(subject string, err error) error {
+	var re *sr.ResponseError
+	if errors.As(err, &re) {
+		switch {
+		case re.StatusCode == http.StatusNotFound:
+			return fmt.Errorf("subject %s: %w: %v", subject, ErrNotRegistered, err)
+		case re.StatusCode == http.StatusConflict || re.StatusCode == http.StatusUnprocessableEntity:
+			return fmt.Errorf("subject %s: %w: %v", subject, ErrRefused, err)
+		case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
+			return fmt.Errorf("subject %s: %w (HTTP %d): %v", subject, ErrUnauthorized, re.StatusCode, err)
+		}
+	}
+	return fmt.Errorf("schema registry, subject %s: %w", subject, err)
+}
+
+// Client is the registry's client, for reading schemas back.
+func (r *Registry) Client() *sr.Client { return r.cl }
+
+// Ping asks the registry for its subjects: an error if it does not answer,
+// refuses the credentials, or answers something else than Confluent's API.
+func (r *Registry) Ping(ctx context.Context) error {
+	if _, err := r.cl.Subjects(ctx); err != nil {
+		return fmt.Errorf("schema registry: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/format"
+)
+
+// Reasons of the dead letters of the registry formats.
+const (
+	// ReasonFormat is a payload the format cannot write (a name Avro
+	// refuses, a number beyond a long), as Debezium's converter fails on
+	// it.
+	ReasonFormat = "format"
+	// ReasonSchemaRefused is a schema that the registry refuses
+	// (incompatible, invalid) or, without auto-registration, does not
+	// have under its subject.
+	ReasonSchemaRefused = "schema_refused"
+)
+
+// registryEncode writes r's key and value in FormatAvro, where the sink's
+// formats say so, and reports whether r is to be published: an event that
+// the format cannot write, or whose schema the registry refuses, is
+// dead-lettered; a registry that refuses the credentials fails it as
+// fatal (walrelay stops, naming the keys); one that does not answer fails
+// it as transient (the stream restarts, nothing is sent past it).
+func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record, topic string, gen uint64, done Done) bool {
+	var err error
+	what := "key"
+	if s.cfg.KeyFormat == FormatAvro {
+		r.Key, err = s.cfg.Avro.Key(ctx, topic, r.Key)
+	}
+	if err == nil && s.cfg.ValueFormat == FormatAvro && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
+		what = "value"
+		r.Value, err = s.cfg.Avro.Value(ctx, topic, format.Payload{
+			Text: e.Payload, Column: e.PayloadColumn, Bytes: e.PayloadBytes, TextColumn: e.PayloadText,
+			Required: e.PayloadRequired, Expand: s.cfg.ExpandJSONPayload,
+		})
+	}
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, format.ErrPayload):
+		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in Avro: %w", what, err), gen, done)
+	case errors.Is(err, format.ErrRefused), errors.Is(err, format.ErrNotRegistered):
+		s.deadLetter(ctx, e, ReasonSchemaRefused, topic, fmt.Errorf("the %s's schema: %w", what, err), gen, done)
+	case errors.Is(err, format.ErrUnauthorized):
+		s.q.breakOn(err)
+		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the %s's schema: %w: fix kafka.schema_registry.username and its password", e.ID, topic, what, err)))
+	default:
+		// Nothing after this event may be sent before it: the stream
+		// restarts from the confirmed position, as after a failed publish.
+		s.q.breakOn(err)
+		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the %s's schema: %w", e.ID, topic, what, err)))
+	}
+	return false
+}
