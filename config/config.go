@@ -109,6 +109,9 @@ type Config struct {
 	Heartbeat struct {
 		Interval time.Duration
 	}
+	Tracing struct {
+		Enabled bool
+	}
 	Log struct {
 		Level            string
 		Format           string
@@ -346,6 +349,8 @@ func (c *Config) keys() []*key {
 	add("admin.pprof", "also serve Go's profiles under `/debug/pprof` on the admin listener (`?seconds=` at most 30; without authentication: `run` and `check` warn when the listener is not on loopback)", f, s)
 	f, s = duration(&c.Heartbeat.Interval, 0)
 	add("heartbeat.interval", "write a heartbeat message into the WAL this often", f, s)
+	f, s = boolean(&c.Tracing.Enabled, false)
+	add("tracing.enabled", "record OpenTelemetry spans (the WAL wait and the publish) for each event with a trace context (`outbox.trace_column`), exported by OTLP as the standard `OTEL_*` variables say (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_SERVICE_NAME` (default `walrelay`), `OTEL_TRACES_SAMPLER`, ...): see docs/tracing.md", f, s)
 	f, s = str(&c.Log.Level, "info")
 	add("log.level", "`debug`, `info`, `warn` or `error`", f, s)
 	f, s = str(&c.Log.Format, "text")
