@@ -105,7 +105,7 @@ func TestPublishSpans(t *testing.T) {
 				t.Errorf("send span attributes %v", send.Attributes)
 			}
 			for k, v := range tt.want {
-				if got := a[k].Emit(); got != v {
+				if got := a[k].String(); got != v {
 					t.Errorf("send span %s = %q, want %q", k, got, v)
 				}
 			}
