@@ -200,3 +200,31 @@ func TestOff(t *testing.T) {
 		t.Error("a nil Tracing does something")
 	}
 }
+
+// TestProtocol: OTEL_EXPORTER_OTLP_PROTOCOL chooses the OTLP exporter;
+// another value is an error that names it, never the headers' values.
+func TestProtocol(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cret")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	tests := []struct {
+		proto, traces string
+		wantErr       bool
+	}{
+		{"", "", false}, {"grpc", "", false}, {"http/protobuf", "", false},
+		{"grpc", "http/json", true}, {"thrift", "", true},
+	}
+	for _, tt := range tests {
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", tt.proto)
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", tt.traces)
+		tr, err := New(t.Context(), Config{Enabled: true})
+		if (err != nil) != tt.wantErr {
+			t.Errorf("protocol %q/%q: err %v, want error %v", tt.proto, tt.traces, err, tt.wantErr)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("the error shows a header's value: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_ = tr.Shutdown(ctx)
+		cancel()
+	}
+}
