@@ -181,7 +181,9 @@ var propagator = propagation.TraceContext{}
 // Publish implements sink.Tracer: it ends the WAL wait span of e (from its
 // commit time to now) and starts its publish span, both children of the
 // writer's span; end ends the publish span with the event's fate. A
-// traceparent that does not parse starts nothing.
+// traceparent that does not parse, or a trace the sampler does not sample
+// (by default: one the writer did not sample), starts nothing (end nil):
+// the record keeps the writer's traceparent.
 func (t *Tracing) Publish(e *event.Event, traceparent, tracestate []byte) ([]byte, func(sink.Delivery, error)) {
 	carrier := propagation.MapCarrier{"traceparent": string(traceparent)}
 	if tracestate != nil {
@@ -192,6 +194,12 @@ func (t *Tracing) Publish(e *event.Event, traceparent, tracestate []byte) ([]byt
 		return nil, nil
 	}
 	now := time.Now()
+	pctx, span := t.tracer.Start(ctx, "send", trace.WithTimestamp(now), trace.WithSpanKind(trace.SpanKindProducer))
+	if !span.IsRecording() {
+		// Not sampled: the record keeps the writer's context, and the
+		// event costs no more.
+		return nil, nil
+	}
 	common := []attribute.KeyValue{
 		AttrLSN.String(e.WALStart.String()), AttrCommitLSN.String(e.CommitLSN.String()),
 		AttrXid.Int64(int64(e.Xid)), AttrTable.String(e.Source),
@@ -201,12 +209,11 @@ func (t *Tracing) Publish(e *event.Event, traceparent, tracestate []byte) ([]byt
 			trace.WithAttributes(append(common, semconv.DBSystemNamePostgreSQL)...))
 		wait.End(trace.WithTimestamp(now))
 	}
-	attrs := append(common, semconv.MessagingSystemKafka, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"),
-		semconv.MessagingMessageID(e.ID))
+	span.SetAttributes(append(common, semconv.MessagingSystemKafka, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"),
+		semconv.MessagingMessageID(e.ID))...)
 	if e.AggregateID != "" {
-		attrs = append(attrs, semconv.MessagingKafkaMessageKey(e.AggregateID))
+		span.SetAttributes(semconv.MessagingKafkaMessageKey(e.AggregateID))
 	}
-	pctx, span := t.tracer.Start(ctx, "send", trace.WithTimestamp(now), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	out := propagation.MapCarrier{}
 	propagator.Inject(pctx, out)
 	return []byte(out["traceparent"]), func(d sink.Delivery, err error) {
