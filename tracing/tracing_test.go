@@ -227,3 +227,22 @@ func TestProtocol(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestUnansweredPublishExportsNoSendSpan: a publish Kafka never answered
+// (walrelay killed before the acknowledgement) never ends its send span,
+// so none is exported that would claim an acknowledgement: only the WAL
+// wait, which did happen.
+func TestUnansweredPublishExportsNoSendSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr, _ := newTest(t, exp, 0)
+	if _, end := tr.Publish(testEvent(), []byte("00-"+writerTrace+"-"+writerSpan+"-01"), nil); end == nil {
+		t.Fatal("no span")
+	}
+	if err := tr.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != SpanWALWait {
+		t.Errorf("spans exported before any answer: %v", spans)
+	}
+}
