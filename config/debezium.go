@@ -411,8 +411,8 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	for option, why := range map[string]string{
 		"table.op.invalid.behavior":                "walrelay's publication publishes inserts only: an update or delete of the outbox never reaches it",
 		"table.fields.additional.error.on.missing": "walrelay refuses at start an outbox without a configured header column",
-		"tracing.operation.name":                   "walrelay passes the writer's trace context on (outbox.trace_column) and starts no spans of its own",
-		"tracing.with.context.field.only":          "walrelay passes the writer's trace context on (outbox.trace_column) and starts no spans of its own",
+		"tracing.operation.name":                   "walrelay passes the writer's trace context on (outbox.trace_column); its own spans (tracing.enabled) have fixed names and start only from a row's context",
+		"tracing.with.context.field.only":          "walrelay passes the writer's trace context on (outbox.trace_column); its own spans (tracing.enabled) have fixed names and start only from a row's context",
 		"type":                                     "the EventRouter",
 	} {
 		if _, ok := opt[pre+option]; ok {

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walrelay/walrelay/migrations"
 )
@@ -127,6 +128,14 @@ type Config struct {
 	Logger *slog.Logger
 	// KafkaOpts are extra client options (TLS, SASL, client id).
 	KafkaOpts []kgo.Opt
+	// TracerProvider, if set, records an OpenTelemetry process span per
+	// record handled (each attempt), a child of the span its traceparent
+	// header names (walrelay's publish span), current in the handler's
+	// context, ended when the record's transaction committed or rolled
+	// back; a duplicate skipped and a dead letter are spans that say so
+	// (walrelay.inbox.duplicate, walrelay.dead_letter.reason). Nil: none,
+	// at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultRetention is Config.Retention's default: 30 days, four times
@@ -165,6 +174,8 @@ type Consumer struct {
 	table string
 	log   *slog.Logger
 	m     *metrics
+	// tracer is cfg.TracerProvider's, nil without one.
+	tracer trace.Tracer
 
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
@@ -253,6 +264,9 @@ func New(cfg Config) (*Consumer, error) {
 		table:   pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize(),
 		log:     log.With("component", "inbox", "consumer", cfg.Consumer),
 		workers: map[topicPartition]*worker{},
+	}
+	if cfg.TracerProvider != nil {
+		c.tracer = cfg.TracerProvider.Tracer(scopeName)
 	}
 	var err error
 	if c.m, err = newMetrics(cfg.Registerer, cfg.Consumer); err != nil {

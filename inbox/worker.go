@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/walrelay/walrelay/internal/backoff"
 	"github.com/walrelay/walrelay/internal/faultinject"
@@ -306,9 +307,23 @@ func (w *worker) run() {
 // and marks the last one's offset, and returns how many it committed, the
 // indexes of the records whose handlers ran in a transaction that did not
 // commit, and the failure of recs[n], if any.
-func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
+func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 	c := w.c
 	ctx := w.ctx
+	// The records' process spans (Config.TracerProvider), ended with the
+	// transaction: committed, or not.
+	var spans []openSpan
+	failed := -1
+	var failure error
+	if c.tracer != nil {
+		defer func() {
+			txErr := err
+			if txErr == failure {
+				txErr = nil // the records before the failed one committed
+			}
+			endSpans(spans, n, failed, failure, txErr)
+		}()
+	}
 	if _, err := eventID(recs[0]); err != nil {
 		return 0, nil, err
 	}
@@ -322,7 +337,6 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 	defer w.busy(0, nil)                    // before the rollback: abandon never ends a backend the pool handed on
 	done, handled, dups := 0, 0, 0
 	var ran []int
-	var failure error
 	for i, r := range recs {
 		if i > 0 && time.Since(start) >= c.cfg.BatchMaxTime {
 			break
@@ -335,11 +349,19 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 		if i == 0 {
 			m.Attempt = w.attempts + w.cuts + 1
 		}
+		hctx, span := c.startSpan(ctx, r, id)
+		if span != nil {
+			spans = append(spans, openSpan{span, i})
+			span.SetAttributes(attrAttempt.Int(m.Attempt))
+		}
 		fresh, err := w.claim(ctx, tx, r.Topic, m.ID, i > 0)
 		if err != nil {
 			return 0, ran, fmt.Errorf("claim event %s of %s in %s: %w", m.ID, r.Topic, c.table, err)
 		}
 		if !fresh {
+			if span != nil {
+				span.SetAttributes(attrDuplicate.Bool(true))
+			}
 			dups++
 			done = i + 1
 			continue
@@ -347,7 +369,7 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 		ran = append(ran, i)
 		w.busy(tx.Conn().PgConn().PID(), r)
 		began := time.Now()
-		err = w.call(ctx, tx, m)
+		err = w.call(hctx, tx, m)
 		w.longestRun = max(w.longestRun, time.Since(began))
 		if err != nil {
 			w.handlerState = sqlState(err)
@@ -355,6 +377,7 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 				return 0, ran, fmt.Errorf("roll back event %s after its handler failed (%v): %w", m.ID, err, rerr)
 			}
 			failure = &handlerError{fmt.Errorf("handle event %s (%s/%d at offset %d): %w", m.ID, r.Topic, r.Partition, r.Offset, err)}
+			failed = i
 			break
 		}
 		handled++
@@ -555,6 +578,12 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 		kgo.RecordHeader{Key: sink.HeaderConsumer, Value: []byte(c.cfg.Consumer)},
 	)
 	dl := &kgo.Record{Topic: c.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: h}
+	id, _ := eventID(r)
+	if _, span := c.startSpan(w.ctx, r, id); span != nil {
+		span.SetAttributes(attrDeadLetter.String(reason))
+		span.SetStatus(codes.Error, "dead-lettered: "+reason)
+		defer span.End()
+	}
 	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", logID(r), "reason", reason, "attempts", w.attempts+w.cuts, "err", cause)
 	for try := 0; ; try++ {
 		err := w.cl.ProduceSync(w.ctx, dl).FirstErr()

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walrelay/walrelay/decoder"
 )
@@ -42,8 +43,11 @@ type Event struct {
 type Config struct {
 	// Layout names the outbox table, its columns and its header columns,
 	// as walrelay's outbox.* settings (or an entry of outbox.tables) do;
-	// empty fields take walrelay's defaults. Only Schema, Table, Columns
-	// and HeaderColumns are used.
+	// empty fields take walrelay's defaults. Only Schema, Table, Columns,
+	// HeaderColumns and TraceColumn are used: with a TraceColumn, each row
+	// records the span context current in the caller's context
+	// (OpenTelemetry's), so that walrelay's spans and the consumer's
+	// continue the caller's trace; NULL without one.
 	Layout decoder.Layout
 	// RawPayload is for a payload column of type text or bytea: the
 	// payload is written as given, not checked as JSON.
@@ -62,6 +66,7 @@ type Writer struct {
 	insert  string
 	del     string
 	headers map[string]int // header column -> its parameter's index
+	trace   int            // the trace column's parameter's index, or 0: none
 	table   string
 }
 
@@ -83,6 +88,10 @@ func New(cfg Config) (*Writer, error) {
 		w.headers[h] = len(cols)
 		cols = append(cols, h)
 	}
+	if l.TraceColumn != "" {
+		w.trace = len(cols)
+		cols = append(cols, l.TraceColumn)
+	}
 	seen := map[string]bool{}
 	quoted := make([]string, len(cols))
 	params := make([]string, len(cols))
@@ -99,8 +108,9 @@ func New(cfg Config) (*Writer, error) {
 	return w, nil
 }
 
-// args checks e and returns its id and the insert's arguments.
-func (w *Writer) args(e *Event) (string, []any, error) {
+// args checks e and returns its id and the insert's arguments; the trace
+// column's is ctx's span context.
+func (w *Writer) args(ctx context.Context, e *Event) (string, []any, error) {
 	var missing []string
 	for _, f := range []struct{ name, v string }{{"AggregateType", e.AggregateType}, {"AggregateID", e.AggregateID}, {"Type", e.Type}} {
 		if f.v == "" {
@@ -113,7 +123,20 @@ func (w *Writer) args(e *Event) (string, []any, error) {
 	if e.Payload != nil && !w.cfg.RawPayload && !json.Valid(e.Payload) {
 		return "", nil, fmt.Errorf("outbox: event %s: the payload is not valid JSON (set Config.RawPayload for a text or bytea payload column)", e.describe())
 	}
-	args := make([]any, 5+len(w.headers))
+	n := 5 + len(w.headers)
+	if w.trace > 0 {
+		n++
+		if v := traceValue(ctx); v != "" {
+			args := make([]any, n)
+			args[w.trace] = v
+			return w.fill(e, args)
+		}
+	}
+	return w.fill(e, make([]any, n))
+}
+
+// fill puts e's values in args.
+func (w *Writer) fill(e *Event, args []any) (string, []any, error) {
 	for name, v := range e.Headers {
 		i, ok := w.headers[name]
 		if !ok {
@@ -169,7 +192,7 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]s
 	ids := make([]string, len(events))
 	b := &pgx.Batch{}
 	for i := range events {
-		id, args, err := w.args(&events[i])
+		id, args, err := w.args(ctx, &events[i])
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +215,7 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]s
 // PostgreSQL driver that takes $n parameters, such as pgx's stdlib) and
 // returns its id.
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, e Event) (string, error) {
-	id, args, err := w.args(&e)
+	id, args, err := w.args(ctx, &e)
 	if err != nil {
 		return "", err
 	}
@@ -224,4 +247,19 @@ func WriteBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]string, error
 // transaction and returns its id.
 func WriteSQL(ctx context.Context, tx *sql.Tx, e Event) (string, error) {
 	return std.WriteSQL(ctx, tx, e)
+}
+
+// traceValue is the trace column's value for ctx's span context: its W3C
+// traceparent, or with a tracestate the java.util.Properties text of both
+// (as Debezium's tracingspancontext column holds); "" without a valid one.
+func traceValue(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	parent := fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	if st := sc.TraceState().String(); st != "" {
+		return "traceparent=" + parent + "\ntracestate=" + st
+	}
+	return parent
 }

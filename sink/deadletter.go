@@ -111,7 +111,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 				if s.tx != nil {
 					s.tx.unpoison(e) // committed
 				}
-				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, nil)
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why, Offset: r.Offset}, nil)
 			case errors.Is(err, errStale):
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: -1, DeadLetter: why}, err)
 			case s.tx != nil && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:

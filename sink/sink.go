@@ -126,6 +126,10 @@ type Config struct {
 	DisableAutoCreateTopics bool
 	// Logger receives lifecycle logs and the client's warnings. Nil discards.
 	Logger *slog.Logger
+	// Tracer, if set, records spans for the events that carry a trace
+	// context (a traceparent header, from outbox.trace_column); package
+	// tracing makes one. Nil (the default) costs a nil check per event.
+	Tracer Tracer
 	// Opts are extra client options (TLS, SASL), applied last to every
 	// client the sink makes; ProducerOpts (hooks) to the producer alone.
 	// Hooks given in Opts (kgo.WithHooks) are set on the producer alone,
@@ -435,6 +439,8 @@ type Delivery struct {
 	// Skipped is true for an event that an earlier Kafka transaction
 	// committed (exactly-once mode): it was not produced again.
 	Skipped bool
+	// Offset is the record's offset when Kafka acknowledged it, else 0.
+	Offset int64
 }
 
 // Done is called once per published event, from the client's callback
@@ -450,6 +456,9 @@ type Done func(d Delivery, err error)
 // records behind it (anything but a dead-lettered event), every record
 // published until Abort fails with ErrNotSent, unsent.
 func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
+	if s.cfg.Tracer != nil {
+		e, done = s.traced(e, done)
+	}
 	gen := s.q.generation()
 	// The event's position: the position record of an exactly-once
 	// transaction; the log of a topic that gained partitions (lanes.go).
@@ -564,7 +573,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			if alone {
 				s.suspects.clear(suspectOf(e))
 			}
-			done(Delivery{Topic: topic, Partition: r.Partition}, nil)
+			done(Delivery{Topic: topic, Partition: r.Partition, Offset: r.Offset}, nil)
 		case s.refusedBatch(r, err):
 			s.q.breakOn(err)
 			// Transient: the stream restarts, Abort forgets the topic, and

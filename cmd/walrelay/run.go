@@ -18,6 +18,8 @@ import (
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/tracing"
 )
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
@@ -82,6 +84,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	rcfg.Hooks = m.Hooks()
+	stopTracing, err := startTracing(ctx, cfg, &rcfg.Sink, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if tc := rcfg.Sink.Transactions; tc != nil {
 		tc.OnCommit, tc.OnAbort = m.TransactionHooks()
 	}
@@ -116,6 +123,11 @@ func runPoll(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	pcfg.Hooks, pcfg.PollHooks = m.Hooks(), m.PollHooks()
+	stopTracing, err := startTracing(ctx, cfg, &pcfg.Sink, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	p, err := poll.New(pcfg)
 	if err != nil {
 		return err
@@ -147,4 +159,26 @@ func warnOfTrust(cfg *config.Config, log *slog.Logger) {
 			log.Warn(tc.Name+": "+tc.Detail, "check", tc.Name)
 		}
 	}
+}
+
+// startTracing sets up tracing (tracing.enabled) as the OTEL_* environment
+// says, for the sink of sc, with its metric; stop exports what is queued
+// (for 5 s at most) and stops it.
+func startTracing(ctx context.Context, cfg *config.Config, sc *sink.Config, m *admin.Metrics, log *slog.Logger) (stop func(), err error) {
+	t, err := tracing.New(ctx, tracing.Config{Enabled: cfg.Tracing.Enabled, Logger: log})
+	if err != nil || t == nil {
+		return func() {}, err
+	}
+	sc.Tracer = t // only a non-nil one: a nil *Tracing in the interface is not nil
+	m.RegisterTracing(t.Dropped)
+	// The endpoint is not logged: it may hold credentials, as
+	// OTEL_EXPORTER_OTLP_HEADERS does.
+	log.Info("tracing: spans for events with a trace context, exported by OTLP as the OTEL_* environment says")
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := t.Shutdown(sctx); err != nil {
+			log.Warn("tracing: spans not exported at shutdown", "err", err)
+		}
+	}, nil
 }

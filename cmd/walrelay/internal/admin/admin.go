@@ -176,6 +176,14 @@ func (m *Metrics) TransactionHooks() (onCommit func(event.Position, time.Duratio
 		}
 }
 
+// RegisterTracing adds walrelay_trace_spans_dropped_total, read from
+// dropped at scrape time (tracing.enabled).
+func (m *Metrics) RegisterTracing(dropped func() uint64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "walrelay_trace_spans_dropped_total",
+		Help: "Trace spans dropped because the queue to the OTLP exporter was full or the export failed (tracing.enabled); events never wait for spans."},
+		func() float64 { return float64(dropped()) }))
+}
+
 // Register adds the gauges read from the running pipeline at scrape time.
 func (m *Metrics) Register(r Source) {
 	gauge := func(name, help string, fn func() float64) {

@@ -1,0 +1,99 @@
+package inbox
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// scopeName is the instrumentation scope of the inbox's spans.
+const scopeName = "github.com/walrelay/walrelay/inbox"
+
+// Attributes of the inbox's process spans besides the messaging ones.
+const (
+	attrDuplicate  = attribute.Key("walrelay.inbox.duplicate")
+	attrAttempt    = attribute.Key("walrelay.inbox.attempt")
+	attrDeadLetter = attribute.Key("walrelay.dead_letter.reason")
+)
+
+// headerCarrier reads a record's headers as a propagation.TextMapCarrier.
+type headerCarrier []kgo.RecordHeader
+
+func (h headerCarrier) Get(key string) string {
+	for _, x := range h {
+		if x.Key == key {
+			return string(x.Value)
+		}
+	}
+	return ""
+}
+
+func (headerCarrier) Set(string, string) {}
+
+func (h headerCarrier) Keys() []string {
+	keys := make([]string, len(h))
+	for i, x := range h {
+		keys[i] = x.Key
+	}
+	return keys
+}
+
+// startSpan starts the process span of r (whose event id is id, "" if
+// unreadable) in ctx, a child of the span context its traceparent header
+// names: each record is processed by a handler call of its own, for which
+// OpenTelemetry's messaging conventions allow the producer's context as
+// the parent, and a child keeps the writer's, walrelay's and the
+// consumer's spans in one trace that a trace viewer shows as one tree (a
+// link is what the conventions recommend for a batch processed as one).
+// Without a TracerProvider it returns ctx and nil, allocating nothing.
+func (c *Consumer) startSpan(ctx context.Context, r *kgo.Record, id string) (context.Context, trace.Span) {
+	if c.tracer == nil {
+		return ctx, nil
+	}
+	pctx := propagation.TraceContext{}.Extract(ctx, headerCarrier(r.Headers))
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKafka, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(r.Topic), semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))),
+		semconv.MessagingKafkaOffset(int(r.Offset)), semconv.MessagingConsumerGroupName(c.cfg.Group),
+	}
+	if id != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(id))
+	}
+	if len(r.Key) > 0 {
+		attrs = append(attrs, semconv.MessagingKafkaMessageKey(string(r.Key)))
+	}
+	return c.tracer.Start(pctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+}
+
+// openSpan is the process span of the batch's record at index i.
+type openSpan struct {
+	span trace.Span
+	i    int
+}
+
+// endSpans ends the process spans of a batch: those before done committed
+// (OK), the one at failed (if >= 0) failed with failure, and the others
+// with the transaction, which did not commit (txErr).
+func endSpans(spans []openSpan, done, failed int, failure, txErr error) {
+	for _, s := range spans {
+		switch {
+		case s.i < done && txErr == nil:
+		case s.i == failed && failure != nil:
+			s.span.RecordError(failure)
+			s.span.SetStatus(codes.Error, failure.Error())
+		default:
+			msg := "the transaction did not commit"
+			if txErr != nil {
+				msg += ": " + txErr.Error()
+			}
+			s.span.SetStatus(codes.Error, msg)
+		}
+		s.span.End()
+	}
+}
