@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,18 @@ func refusePublicationGap(ctx context.Context, conn *pgx.Conn, cfg *Config, log 
 		return err
 	case behind:
 		return replication.PublicationGapError(cfg.Slot, cfg.Publication)
+	}
+	// A table added to the publication after the slot's position: its
+	// rows written in between are not in the stream, and a refusal would
+	// not bring them back (only the table has them): said, with the way
+	// out, and the start goes on.
+	tables, err := replication.TablesAddedAfterSlot(ctx, conn, cfg.Slot, cfg.Publication)
+	if err != nil {
+		log.Warn("could not tell whether an outbox table was added to the publication after the slot's position", "slot", cfg.Slot, "publication", cfg.Publication, "err", err)
+		return nil
+	}
+	if len(tables) > 0 {
+		log.Warn(replication.TablesAddedAfterSlotError(cfg.Slot, cfg.Publication, tables), "slot", cfg.Slot, "publication", cfg.Publication, "tables", strings.Join(tables, ","))
 	}
 	return nil
 }
