@@ -205,7 +205,6 @@ func publicationSkipped(warning, pub string) error {
 		"walrelay stops rather than let the rows of that transaction pass unpublished: walrelay check tells which and gives the way out", warning, pub)
 }
 
-
 // TablesAddedAfterSlot lists (schema.table) the tables of publication pub
 // that were added to it (CREATE PUBLICATION ... FOR TABLE, ALTER
 // PUBLICATION ... ADD TABLE) after the logical slot's position may be:
