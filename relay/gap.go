@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -58,4 +59,26 @@ func refusePublicationGap(ctx context.Context, conn *pgx.Conn, cfg *Config, log 
 		log.Warn(replication.TablesAddedAfterSlotError(cfg.Slot, cfg.Publication, tables), "slot", cfg.Slot, "publication", cfg.Publication, "tables", strings.Join(tables, ","))
 	}
 	return nil
+}
+
+// checkInterval is how often a running relay checks the outbox's
+// partitions and its publication.
+var checkInterval = 5 * time.Second
+
+// publicationChanged is the error of a publication changed under the
+// running stream (WatchPublication's problems): the cause, and the way out
+// for the rows passed over, from the time of the last check that found
+// the publication right (since is zero before the first).
+func publicationChanged(pub string, problems []string, tables []replication.Table, since time.Time) error {
+	window := "--all"
+	if !since.IsZero() {
+		window = "--since " + since.UTC().Add(-time.Minute).Format(time.RFC3339) + " (or --all)"
+	}
+	var cmds []string
+	for _, t := range tables {
+		cmds = append(cmds, "walrelay reconcile --table "+t.Schema+"."+t.Name+" "+window+" --replay --yes")
+	}
+	return fmt.Errorf("%s: PostgreSQL passes over, without an error, every row written to an outbox table while the publication does not publish it, then and on every later read of the slot, "+
+		"so walrelay stops. Put the publication right (walrelay check names the statement), start walrelay again, and republish from the table the rows missing from the topic: %s",
+		strings.Join(problems, "; "), strings.Join(cmds, "; "))
 }
