@@ -82,3 +82,24 @@ func publicationChanged(pub string, problems []string, tables []replication.Tabl
 		"so walrelay stops. Put the publication right (walrelay check names the statement), start walrelay again, and republish from the table the rows missing from the topic: %s",
 		strings.Join(problems, "; "), strings.Join(cmds, "; "))
 }
+
+// watchPublication takes the running relay's first reading of its
+// publication (replication.WatchPublication), on a connection of its own,
+// and refuses to stream when it finds a problem already.
+func watchPublication(ctx context.Context, cfg *Config, tables []replication.Table) (replication.Membership, time.Time, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		return replication.Membership{}, time.Time{}, fmt.Errorf("connect to read publication %s: %w", cfg.Publication, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	m, problems, err := replication.WatchPublication(cctx, conn, cfg.Publication, tables, replication.Membership{})
+	if err != nil {
+		return m, time.Time{}, err
+	}
+	if len(problems) > 0 {
+		return m, time.Time{}, publicationChanged(cfg.Publication, problems, tables, time.Time{})
+	}
+	return m, time.Now(), nil
+}

@@ -271,8 +271,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	// can do nothing else for those rows: only the table has them.
 	layouts := dcfg.Layouts()
 	tables := PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter).Tables
-	var membership replication.Membership
-	var lastGood time.Time
+	// The first reading is taken now, before the stream starts: a table
+	// taken out and put back before the first check is seen too.
+	membership, lastGood, err := watchPublication(runCtx, cfg, tables)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	bg.Go(func() {
 		Periodically(runCtx, cfg.ConnConfig, checkInterval, func(ctx context.Context, conn *pgx.Conn) error {
 			for _, l := range layouts {
