@@ -13,7 +13,8 @@ import (
 // version: pgoutput passes the rows between over. walrelay checks the
 // publication while it runs and stops, naming the cause and the reconcile
 // that republishes those rows; check then names the table as added after
-// the slot's position; put back and reconciled, every row is on its topic.
+// the slot's position, and so does run at start; put back and reconciled,
+// every row is on its topic.
 func TestOutboxRemovedFromPublicationStops(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
@@ -44,6 +45,9 @@ func TestOutboxRemovedFromPublicationStops(t *testing.T) {
 	}
 	p = streaming(t, e)
 	defer func() { p.signal(syscall.SIGTERM); p.exit(time.Minute) }()
+	if !strings.Contains(p.out.String(), "public.outbox was added to publication walrelay_outbox after slot walrelay's position") {
+		t.Fatalf("run says nothing at start of the table added after the slot's position:\n%s", tail(p.out.String(), 3000))
+	}
 	if code, out := runCmd(t, e, "reconcile", "--table", "public.outbox", "--all", "--replay", "--yes"); code != 0 {
 		t.Fatalf("reconcile: exit %d\n%s", code, tail(out, 2000))
 	}
