@@ -265,11 +265,23 @@ func (r *Relay) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	// An unlogged partition attached while walrelay runs: its rows never
-	// reach the WAL. Checked every 5 s; it stops the relay, which can do
-	// nothing else for them.
+	// reach the WAL. An outbox table taken out of the publication (or the
+	// publication changed so) while walrelay runs: pgoutput passes its rows
+	// over, with no error. Checked every 5 s; each stops the relay, which
+	// can do nothing else for those rows: only the table has them.
 	layouts := dcfg.Layouts()
+	tables := PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter).Tables
+	// The first reading is taken now, before the stream starts: a table
+	// taken out and put back before the first check is seen too.
+	membership, lastGood, err := watchPublication(runCtx, cfg, tables)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	bg.Go(func() {
-		Periodically(runCtx, cfg.ConnConfig, 5*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
+		Periodically(runCtx, cfg.ConnConfig, checkInterval, func(ctx context.Context, conn *pgx.Conn) error {
 			for _, l := range layouts {
 				problems, err := replication.UnloggedPartitions(ctx, conn, l.Schema, l.Table)
 				if err != nil {
@@ -279,8 +291,17 @@ func (r *Relay) Run(ctx context.Context) error {
 					r.p.fail(fmt.Errorf("%s (rows written to it since it was attached or set unlogged are in the table only)", strings.Join(problems, "; ")))
 				}
 			}
+			now, problems, err := replication.WatchPublication(ctx, conn, cfg.Publication, tables, membership)
+			if err != nil {
+				return err
+			}
+			if len(problems) > 0 {
+				r.p.fail(publicationChanged(cfg.Publication, problems, tables, lastGood))
+				return nil
+			}
+			membership, lastGood = now, time.Now()
 			return nil
-		}, func(err error) { r.log.Warn("check the outbox's partitions", "err", err) })
+		}, func(err error) { r.log.Warn("check the outbox's partitions and publication", "err", err) })
 	})
 	if cfg.HeartbeatInterval > 0 {
 		bg.Go(func() {

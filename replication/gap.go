@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,8 +60,9 @@ func PublicationGap(ctx context.Context, conn *pgx.Conn, slot, pub string) (behi
 	// WARNING: skipped loading publication "…").
 	var skipped bool
 	ccfg := conn.Config()
+	ReceiveWarnings(ccfg.RuntimeParams)
 	ccfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if strings.Contains(n.Message, "publication") && strings.Contains(n.Message, pub) {
+		if isPublicationSkipped(n.Code, n.Message, pub) {
 			skipped = true
 		}
 	}
@@ -161,6 +164,38 @@ func (e *behindError) Error() string {
 		"(rows deleted from the table in between cannot be recovered that way; docs/debezium.md)", e.pub, e.slot)
 }
 
+// isPublicationSkipped says whether a notice (its SQLSTATE and message) is
+// PostgreSQL 18's WARNING `skipped loading publication "pub"`. The text is
+// translated into the server's lc_messages, so it is recognized by its
+// SQLSTATE, 55000 (object_not_in_prerequisite_state), and pub's name
+// standing alone in the message (between quotes of any language: "…",
+// »…«, „…“, 「…」).
+func isPublicationSkipped(code, message, pub string) bool {
+	if code != "55000" || pub == "" {
+		return false
+	}
+	for rest, off := message, 0; ; {
+		i := strings.Index(rest, pub)
+		if i < 0 {
+			return false
+		}
+		start, end := off+i, off+i+len(pub)
+		before, _ := utf8.DecodeLastRuneInString(message[:start])
+		after, _ := utf8.DecodeRuneInString(message[end:])
+		if !identRune(before) && !identRune(after) {
+			return true
+		}
+		off = start + 1
+		rest = message[off:]
+	}
+}
+
+// identRune says whether r can be part of an unquoted SQL identifier, so
+// that a name next to it is part of a longer name.
+func identRune(r rune) bool {
+	return r == '_' || r == '$' || unicode.IsLetter(r) || unicode.IsDigit(r)
+}
+
 // publicationSkipped is the error of PostgreSQL 18's WARNING `skipped
 // loading publication "…"` in the stream: the server could not see the
 // publication as of a transaction and would pass that transaction's rows
@@ -168,4 +203,52 @@ func (e *behindError) Error() string {
 func publicationSkipped(warning, pub string) error {
 	return fmt.Errorf("%s: publication %s was dropped, or created (or created again) after the slot's position; "+
 		"walrelay stops rather than let the rows of that transaction pass unpublished: walrelay check tells which and gives the way out", warning, pub)
+}
+
+// TablesAddedAfterSlot lists (schema.table) the tables of publication pub
+// that were added to it (CREATE PUBLICATION ... FOR TABLE, ALTER
+// PUBLICATION ... ADD TABLE) after the logical slot's position may be:
+// pgoutput decodes each transaction with the publication's tables as of its
+// commit, so a row written to such a table between the slot's position and
+// the ALTER is passed over, on every PostgreSQL version, with no error and
+// no WARNING. Only the table can give those rows back (walrelay reconcile
+// --table T --all --replay --yes).
+//
+// The test is that of PublicationGap's first step, per table: the
+// pg_publication_rel row's xmin (the transaction that added the table)
+// against the slot's catalog_xmin. A table added before the slot's restart
+// point is none, for sure. One added after it is listed even when the slot
+// has since confirmed past the ALTER (a slot no one read since, or
+// between two of its reader's standby updates): the decode of a copy cannot
+// tell, since the rows passed over leave no trace in the stream. A
+// publication whose own row is after the slot's position is PublicationGap's
+// case, and lists nothing here; a missing slot or publication neither.
+func TablesAddedAfterSlot(ctx context.Context, conn *pgx.Conn, slot, pub string) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT n.nspname || '.' || c.relname
+		FROM pg_replication_slots s, pg_publication p
+		JOIN pg_publication_rel r ON r.prpubid = p.oid
+		JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE s.slot_name = $1 AND s.slot_type = 'logical' AND s.catalog_xmin IS NOT NULL AND s.database = current_database() AND p.pubname = $2
+		AND age(p.xmin) > age(s.catalog_xmin) AND age(r.xmin) <= age(s.catalog_xmin)
+		ORDER BY 1`, slot, pub)
+	var tables []string
+	if err == nil {
+		tables, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("compare slot %s with the tables of publication %s: %w", slot, pub, err)
+	}
+	return tables, nil
+}
+
+// TablesAddedAfterSlotError says that tables were added to publication pub
+// after slot's position, and the way out.
+func TablesAddedAfterSlotError(slot, pub string, tables []string) string {
+	var cmds []string
+	for _, t := range tables {
+		cmds = append(cmds, "walrelay reconcile --table "+t+" --all --replay --yes")
+	}
+	return fmt.Sprintf("%s added to publication %s after slot %s's position, or near it: the rows written to it between the slot's position and the ALTER PUBLICATION are passed over by the stream, without an error. "+
+		"Only the table has them: %s republishes those missing from the topic (--since TIME instead of --all bounds the window to the rows written since TIME)",
+		strings.Join(tables, ", ")+map[bool]string{true: " was", false: " were"}[len(tables) == 1], pub, slot, strings.Join(cmds, "; "))
 }

@@ -248,7 +248,9 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, o Outbox) ([]string, 
 	}
 	for i, t := range o.Tables {
 		if !covered[i] && !p.AllTables && len(schemas) == 0 {
-			problems = append(problems, fmt.Sprintf("it does not publish the outbox %s.%s: ALTER PUBLICATION %s ADD TABLE %s", t.Schema, t.Name, name, t.qualified()))
+			problems = append(problems, fmt.Sprintf("it does not publish the outbox %s.%s: ALTER PUBLICATION %s ADD TABLE %s "+
+				"(the rows already written to it are not in the stream, then or later: walrelay reconcile --table %s.%s --all --replay --yes republishes those missing from the topic)",
+				t.Schema, t.Name, name, t.qualified(), t.Schema, t.Name))
 		}
 		var partitioned bool
 		if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)", t.sanitized()).Scan(&partitioned); err != nil {
@@ -365,4 +367,70 @@ func DropPublication(ctx context.Context, conn *pgx.Conn, name string, dryRun bo
 		return p, fmt.Errorf("drop publication %s: %w", name, err)
 	}
 	return p, nil
+}
+
+// Membership is how a publication published the outbox tables at one
+// moment, as WatchPublication read it: the publication's oid and, per
+// outbox table, the oid of its pg_publication_rel row (0 when a FOR ALL
+// TABLES or a schema covers it). The zero Membership is "not read yet".
+type Membership struct {
+	pub  uint32
+	rels []uint32
+}
+
+// WatchPublication reads how publication pub publishes the outbox tables
+// now and lists, against prev (the previous reading, or the zero
+// Membership), every change under a running stream that lets rows of an
+// outbox table pass unpublished: pgoutput decodes each transaction with the
+// publication as of its commit, so a row written while its table is out of
+// the publication, or while the publication does not publish inserts, is
+// passed over without an error (and on PostgreSQL 18 without an error even
+// when the publication itself is gone), then and on every later decode. It
+// names: the publication gone, or dropped and created again; inserts no
+// longer published; an outbox table no longer published; an outbox table
+// removed and added again between two readings (its pg_publication_rel row
+// is new; a SET TABLE that changes its row filter or column list makes a
+// new row too). An outbox table that no longer exists is not named.
+func WatchPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []Table, prev Membership) (Membership, []string, error) {
+	var now Membership
+	var insert, all bool
+	err := conn.QueryRow(ctx, "SELECT oid, pubinsert, puballtables FROM pg_publication WHERE pubname = $1", pub).Scan(&now.pub, &insert, &all)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return now, []string{fmt.Sprintf("publication %s was dropped", pub)}, nil
+	}
+	if err != nil {
+		return prev, nil, fmt.Errorf("read publication %s: %w", pub, err)
+	}
+	var problems []string
+	if prev.pub != 0 && prev.pub != now.pub {
+		problems = append(problems, fmt.Sprintf("publication %s was dropped and created again", pub))
+	}
+	if !insert {
+		problems = append(problems, fmt.Sprintf("publication %s no longer publishes inserts (ALTER PUBLICATION ... SET (publish = ...))", pub))
+	}
+	now.rels = make([]uint32, len(tables))
+	for i, t := range tables {
+		var exists, covered bool
+		var rel *uint32
+		err := conn.QueryRow(ctx, `SELECT to_regclass($2) IS NOT NULL,
+			(SELECT r.oid FROM pg_publication_rel r WHERE r.prpubid = $1 AND r.prrelid = to_regclass($2)),
+			EXISTS (SELECT 1 FROM pg_publication_namespace pn JOIN pg_class c ON c.relnamespace = pn.pnnspid WHERE pn.pnpubid = $1 AND c.oid = to_regclass($2))`,
+			now.pub, t.sanitized()).Scan(&exists, &rel, &covered)
+		if err != nil {
+			return prev, nil, fmt.Errorf("read how publication %s publishes %s: %w", pub, t.qualified(), err)
+		}
+		if !exists {
+			continue
+		}
+		if rel != nil {
+			now.rels[i] = *rel
+		}
+		switch {
+		case rel == nil && !covered && !all:
+			problems = append(problems, fmt.Sprintf("the outbox %s.%s was removed from publication %s (ALTER PUBLICATION ... DROP TABLE, or SET TABLE without it)", t.Schema, t.Name, pub))
+		case prev.pub == now.pub && len(prev.rels) == len(tables) && prev.rels[i] != now.rels[i]:
+			problems = append(problems, fmt.Sprintf("the outbox %s.%s was removed from publication %s and added again (or its row filter or column list was changed) since the last check", t.Schema, t.Name, pub))
+		}
+	}
+	return now, problems, nil
 }

@@ -29,7 +29,8 @@ func TestPublicationOfSeveralTables(t *testing.T) {
 	three := two
 	three.Tables = append(three.Tables, Table{Schema: "public", Name: "audit", Columns: []string{"id"}})
 	if problems, err := CheckPublication(ctx, conn, three); err != nil || len(problems) != 1 ||
-		problems[0] != "it does not publish the outbox public.audit: ALTER PUBLICATION p ADD TABLE public.audit" {
+		!strings.HasPrefix(problems[0], "it does not publish the outbox public.audit: ALTER PUBLICATION p ADD TABLE public.audit (the rows already written to it are not in the stream") ||
+		!strings.Contains(problems[0], "walrelay reconcile --table public.audit --all --replay --yes") {
 		t.Fatalf("a table missing: %q %v", problems, err)
 	}
 	if created, added, err := EnsurePublication(ctx, conn, three); err != nil || created || strings.Join(added, ",") != "public.audit" {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -240,8 +239,10 @@ func (ss *Session) change(raw pgproto3.BackendMessage) (Change, bool, error) {
 	case *pgproto3.NoticeResponse:
 		// PostgreSQL 18 skips a publication it cannot see as of a
 		// transaction, with a WARNING, instead of failing: the rows of
-		// that transaction would pass unpublished.
-		if strings.Contains(msg.Message, "skipped loading publication") {
+		// that transaction would pass unpublished. The session asks for
+		// warnings (ReceiveWarnings); the WARNING is known by its SQLSTATE
+		// and the publication's name, its text being translated.
+		if isPublicationSkipped(msg.Code, msg.Message, cfg.Publication) {
 			return Change{}, false, failure.Mark(failure.Fatal, fmt.Errorf("stream from slot %s: %w", cfg.Slot, publicationSkipped(msg.Message, cfg.Publication)))
 		}
 		return Change{}, false, nil

@@ -223,6 +223,7 @@ func replicationSession(c *pgconn.Config) *pgconn.Config {
 	for k, v := range SessionParams {
 		c.RuntimeParams[k] = v
 	}
+	ReceiveWarnings(c.RuntimeParams)
 	if c.RuntimeParams["application_name"] == "" {
 		c.RuntimeParams["application_name"] = "walrelay"
 	}
@@ -272,6 +273,21 @@ var SessionParams = map[string]string{
 	"extra_float_digits": "3",
 	"bytea_output":       "hex",
 	"IntervalStyle":      "postgres",
+}
+
+// ReceiveWarnings sets client_min_messages in params, the startup
+// parameters of a session, to warning unless it asks for a lower level
+// (notice, log, debug…): PostgreSQL 18 tells of a publication it cannot see
+// as of a decoded transaction (and of that transaction's rows passed over)
+// with a WARNING only, which a session at error never receives. A startup
+// parameter beats the role's and the database's settings (ALTER ROLE or
+// DATABASE ... SET client_min_messages) and the DSN's options (-c).
+func ReceiveWarnings(params map[string]string) {
+	switch strings.ToLower(strings.TrimSpace(params["client_min_messages"])) {
+	case "debug5", "debug4", "debug3", "debug2", "debug1", "debug", "log", "notice", "warning":
+	default:
+		params["client_min_messages"] = "warning"
+	}
 }
 
 // State returns what the stream is doing: "starting", "streaming",

@@ -235,6 +235,11 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 		default:
 			add("slot", "ok", "%s (pgoutput), %s behind the server", s.SlotName, admin.HumanBytes(lag))
 		}
+		if tables, err := replication.TablesAddedAfterSlot(cctx, conn, s.SlotName, cfg.Postgres.Publication); err != nil {
+			add("late tables", "warn", "could not tell whether an outbox table was added to publication %s after slot %s's position: %v", cfg.Postgres.Publication, s.SlotName, err)
+		} else if len(tables) > 0 {
+			add("late tables", "warn", "%s", replication.TablesAddedAfterSlotError(s.SlotName, cfg.Postgres.Publication, tables))
+		}
 	}
 
 	checkFailover(cctx, conn, cfg, add)
