@@ -2,14 +2,16 @@ package sink
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
-	"syscall"
-	"log/slog"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -66,5 +68,39 @@ func TestConnFailureWithNewCauseWarns(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), "level=WARN"); n != 3 || !strings.Contains(buf.String(), "x509") || !strings.Contains(buf.String(), "connection reset") {
 		t.Fatalf("%d WARN lines for 3 causes, 2 of each, want 3, one per cause:\n%s", n, buf.String())
+	}
+}
+
+// TestPingResetAtOnceExplained: a listener that resets the connection at
+// the first request (not Kafka, wants TLS, or a TCP proxy whose backends
+// are all down) is explained as one that closes it, not left as the bare
+// "connection reset by peer".
+func TestPingResetAtOnceExplained(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*net.TCPConn).SetLinger(0) // close with a reset
+			_ = c.Close()
+		}
+	}()
+	sk, err := New(Config{Brokers: []string{ln.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sk.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = sk.Ping(ctx)
+	if err == nil || !strings.Contains(err.Error(), "closed the connection before it answered its first request") || !strings.Contains(err.Error(), "proxy") {
+		t.Fatalf("Ping of a listener that resets at once: %v", err)
 	}
 }
