@@ -281,6 +281,12 @@ func checkInactiveSlots(ctx context.Context, conn *pgx.Conn, slot string, add fu
 				admin.HumanBytes(retained), where)
 			return nil
 		}
+		if typ == "physical" {
+			add("inactive slot "+name, "warn", "holds %s of WAL (physical: a standby's, or a backup tool's) and no standby streams it now: check the standby that uses it (its primary_slot_name); "+
+				"only if that standby is gone for good, drop it with SELECT pg_drop_replication_slot('%s') (a standby whose slot is dropped may need a new base backup; walrelay slot drop handles logical slots only)",
+				admin.HumanBytes(retained), name)
+			return nil
+		}
 		add("inactive slot "+name, "warn", "holds %s of WAL (%s) and no process streams it: if nothing will, drop it (walrelay slot drop %s, or SELECT pg_drop_replication_slot('%s'))",
 			admin.HumanBytes(retained), where, name, name)
 		return nil

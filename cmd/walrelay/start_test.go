@@ -233,3 +233,26 @@ func TestPollStartWaitsForKafka(t *testing.T) {
 	}
 	waitAll(t, col, w.written(), time.Minute)
 }
+
+// TestCheckAdvisesPhysicalSlotsApart: review of #37 (trap 2's check). An
+// inactive physical slot is a standby's (a replica restarting, a Patroni
+// member down for maintenance): check does not tell to drop it with
+// walrelay slot drop, which cannot (it knows logical slots only), but to
+// check the standby, and how to drop it if that standby is gone.
+func TestCheckAdvisesPhysicalSlotsApart(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	execSQL(t, conn, "SELECT pg_create_physical_replication_slot('replica_b', true)")
+	_, out := runCmd(t, baseEnv(pg, kc), "check")
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "inactive slot replica_b") {
+			line = l
+		}
+	}
+	if !strings.HasPrefix(line, "WARN") || strings.Contains(line, "walrelay slot drop replica_b") ||
+		!strings.Contains(line, "check the standby") || !strings.Contains(line, "SELECT pg_drop_replication_slot('replica_b')") {
+		t.Fatalf("check's line of an inactive physical slot: %q", line)
+	}
+}
