@@ -272,6 +272,11 @@ func Slots(ctx context.Context, conn *pgx.Conn, name string) ([]SlotStatus, erro
 		return nil, fmt.Errorf("read pg_replication_slots: %w", err)
 	}
 	if name != "" && len(out) == 0 {
+		var typ string
+		if conn.QueryRow(ctx, "SELECT slot_type::text FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&typ) == nil && typ == "physical" {
+			return nil, fmt.Errorf("slot %s is a physical slot (a standby's, or a backup tool's), not a logical one: walrelay's slot commands handle logical slots only; "+
+				"if the standby that uses it is gone for good, SELECT pg_drop_replication_slot('%s') drops it: %w", name, name, ErrSlotMissing)
+		}
 		return nil, fmt.Errorf("slot %s: %w", name, ErrSlotMissing)
 	}
 	return out, nil

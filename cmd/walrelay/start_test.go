@@ -255,4 +255,8 @@ func TestCheckAdvisesPhysicalSlotsApart(t *testing.T) {
 		!strings.Contains(line, "check the standby") || !strings.Contains(line, "SELECT pg_drop_replication_slot('replica_b')") {
 		t.Fatalf("check's line of an inactive physical slot: %q", line)
 	}
+	code, out := runCmd(t, baseEnv(pg, kc), "slot", "drop", "replica_b", "--yes")
+	if code == 0 || !strings.Contains(out, "is a physical slot") {
+		t.Fatalf("walrelay slot drop replica_b --yes (a physical slot): exit %d: %q", code, lastLine(out))
+	}
 }
