@@ -243,7 +243,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	if pingErr != nil && ctx.Err() == nil && !BrokersDown(pingErr) {
 		return pingErr
 	}
-	if err := prepareSlot(ctx, cfg, dcfg, r.log); err != nil {
+	createdSlot, err := prepareSlot(ctx, cfg, dcfg, r.log)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -253,6 +254,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err := WaitForBrokers(ctx, r.sink, r.log); err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			// Kafka answered at last, with something that fails the start
+			// (a listener that wants TLS): the slot this start created stays.
+			if createdSlot {
+				leftSlot(cfg, r.log, err)
 			}
 			return err
 		}
