@@ -62,6 +62,71 @@ type Reconciled struct {
 // (Reconciled.Trimmed).
 var ErrTrimmed = errors.New("reconcile --replay refused")
 
+// querier is a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// topics returns the topics of the window's rows (from their routing
+// fields) and the dead-letter topic.
+func (rc *Reconciler) topics(ctx context.Context, q querier, cond string, args []any) ([]string, error) {
+	t := rc.Table
+	at, typ := pgx.Identifier{t.layout.Columns.AggregateType}.Sanitize(), pgx.Identifier{t.layout.Columns.Type}.Sanitize()
+	rows, err := q.Query(ctx, "SELECT DISTINCT "+at+"::text, "+typ+"::text FROM "+t.name+" WHERE "+cond, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read the window's aggregate types: %w", err)
+	}
+	defer rows.Close()
+	set := map[string]bool{rc.DLQTopic: true}
+	for rows.Next() {
+		var a, ty *string
+		if err := rows.Scan(&a, &ty); err != nil {
+			return nil, err
+		}
+		e := &event.Event{}
+		if a != nil {
+			e.AggregateType = *a
+		}
+		if ty != nil {
+			e.Type = *ty
+		}
+		set[rc.Publisher.Topic(e)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the window's aggregate types: %w", err)
+	}
+	topics := make([]string, 0, len(set))
+	for tp := range set {
+		topics = append(topics, tp)
+	}
+	return topics, nil
+}
+
+// Trimmed says, before anything is moved or sent, why a reconcile with
+// Replay of the window w could be refused: the notes that Run would put in
+// Reconciled.Trimmed for the window's topics (a compacted topic, a topic
+// whose log starts after offset 0), nil when there are none. Run refuses
+// to replay when there are such notes and rows count as missing.
+func (rc *Reconciler) Trimmed(ctx context.Context, w Window) ([]string, error) {
+	cond, args, err := rc.Table.where(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	topics, err := rc.topics(ctx, rc.Table.conn, cond, args)
+	if err != nil {
+		return nil, err
+	}
+	since := w.Since
+	if !since.IsZero() {
+		margin := rc.Margin
+		if margin <= 0 {
+			margin = 5 * time.Minute
+		}
+		since = since.Add(-margin)
+	}
+	return trimmedTopics(ctx, rc.Kafka, topics, since)
+}
+
 // Run reconciles the window w. It takes a snapshot of the table, waits
 // (up to Wait) for the slot to confirm past the WAL position of that
 // moment, so that every row of the snapshot was published or
@@ -98,33 +163,9 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	}
 	res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlots(ctx, tx, rc.Slot, rc.IgnoreSlots, res.Start, wait)
 
-	// The window's topics, from its rows' routing fields.
-	at, typ := pgx.Identifier{t.layout.Columns.AggregateType}.Sanitize(), pgx.Identifier{t.layout.Columns.Type}.Sanitize()
-	rows, err := tx.Query(ctx, "SELECT DISTINCT "+at+"::text, "+typ+"::text FROM "+t.name+" WHERE "+cond, args...)
+	topics, err := rc.topics(ctx, tx, cond, args)
 	if err != nil {
-		return res, fmt.Errorf("read the window's aggregate types: %w", err)
-	}
-	set := map[string]bool{rc.DLQTopic: true}
-	for rows.Next() {
-		var a, ty *string
-		if err := rows.Scan(&a, &ty); err != nil {
-			return res, err
-		}
-		e := &event.Event{}
-		if a != nil {
-			e.AggregateType = *a
-		}
-		if ty != nil {
-			e.Type = *ty
-		}
-		set[rc.Publisher.Topic(e)] = true
-	}
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("read the window's aggregate types: %w", err)
-	}
-	topics := make([]string, 0, len(set))
-	for tp := range set {
-		topics = append(topics, tp)
+		return res, err
 	}
 
 	// The ids on the topics, into a temporary table.

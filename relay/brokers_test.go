@@ -49,6 +49,9 @@ func TestBrokersDown(t *testing.T) {
 		{"no route to the host", dial(&osSyscallError{syscall.EHOSTUNREACH}), true},
 		{"dial timed out", dial(timeoutError{}), true},
 		{"host does not resolve", dial(&net.DNSError{Err: "no such host", Name: "k", IsNotFound: true}), false},
+		{"the resolver timed out: a DNS outage", dial(&net.DNSError{Err: "i/o timeout", Name: "k", Server: "10.96.0.10:53", IsTimeout: true}), true},
+		{"the resolver failed (SERVFAIL): a DNS outage", dial(&net.DNSError{Err: "server misbehaving", Name: "k", Server: "10.96.0.10:53", IsTemporary: true}), true},
+		{"reset at the first request: not Kafka, wants TLS, or a proxy with no backend", fmt.Errorf("reach kafka brokers k:9092: %w", &net.OpError{Op: "read", Net: "tcp", Err: &osSyscallError{syscall.ECONNRESET}}), false},
 		{"closed at once: not Kafka, or wants TLS", fmt.Errorf("reach kafka brokers k:9092: %w", errors.New("EOF")), false},
 		{"answered, refused", errors.New("SASL_AUTHENTICATION_FAILED"), false},
 	} {

@@ -197,25 +197,49 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 // committed before are not in its stream; rows committed while walrelay
 // then waits for Kafka are. walrelay migrate creates the slot before the application
 // writes; walrelay replay sends rows written before.
-func prepareSlot(ctx context.Context, cfg *Config, dcfg decoder.Config, log *slog.Logger) error {
+//
+// createdSlot says whether this start created the slot.
+func prepareSlot(ctx context.Context, cfg *Config, dcfg decoder.Config, log *slog.Logger) (createdSlot bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg.ConnConfig.Copy())
 	if err != nil {
-		return fmt.Errorf("postgres.dsn: connect: %w", err)
+		return false, fmt.Errorf("postgres.dsn: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
 	if cfg.CreateSlot {
-		if err := createPublicationAndSlot(cctx, conn, cfg, PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter), log); err != nil {
-			return err
+		if createdSlot, err = createPublicationAndSlot(cctx, conn, cfg, PublicationSpec(dcfg, cfg.Publication, cfg.AllowRowFilter), log); err != nil {
+			return createdSlot, err
 		}
 	}
-	return markFailover(cctx, conn, cfg, log)
+	return createdSlot, markFailover(cctx, conn, cfg, log)
+}
+
+// leftSlot logs, at ERROR, that a start which created the slot then failed
+// (cause) before streaming it: the slot is not dropped (it may hold rows
+// committed while the start waited for Kafka, in no other stream), so the
+// line names it, the WAL it holds, and the way to drop it if walrelay will
+// not run with it again.
+func leftSlot(cfg *Config, log *slog.Logger, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	held := "an unknown amount of WAL"
+	if conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy()); err == nil {
+		if st, err := replication.Slots(ctx, conn, cfg.Slot); err == nil && st[0].RetainedWALBytes != nil {
+			held = fmt.Sprintf("%.1f MiB of WAL", float64(*st[0].RetainedWALBytes)/(1<<20))
+		}
+		conn.Close(context.Background())
+	}
+	log.Error("this start created replication slot "+cfg.Slot+" and then failed: the slot stays, holding "+held+" until a walrelay streams it "+
+		"(it may hold rows committed since it was created, in no other stream, so it is not dropped). Fix the cause and start again: nothing is lost. "+
+		"If walrelay will not run with this slot, drop it, after reconciling the rows committed since (walrelay reconcile --since <the start's time> --replay --yes): walrelay slot drop "+cfg.Slot+" --yes",
+		"slot", cfg.Slot, "held", held, "err", cause)
 }
 
 // createPublicationAndSlot creates the publication of spec and the slot if
-// they are missing (postgres.create_slot), the publication first.
-func createPublicationAndSlot(cctx context.Context, conn *pgx.Conn, cfg *Config, spec replication.Outbox, log *slog.Logger) error {
+// they are missing (postgres.create_slot), the publication first; createdSlot
+// says whether it created the slot.
+func createPublicationAndSlot(cctx context.Context, conn *pgx.Conn, cfg *Config, spec replication.Outbox, log *slog.Logger) (createdSlot bool, err error) {
 	// The publication first: a slot only sees a publication created
 	// before the changes it decodes.
 	created, added, err := replication.EnsurePublication(cctx, conn, spec)
@@ -224,23 +248,23 @@ func createPublicationAndSlot(cctx context.Context, conn *pgx.Conn, cfg *Config,
 			"publication", cfg.Publication, "table", t)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if created {
 		log.Info("created publication", "publication", cfg.Publication, "tables", spec.Names())
 	}
-	created, err = replication.EnsureSlot(cctx, conn, cfg.Slot, cfg.Publication, false)
+	createdSlot, err = replication.EnsureSlot(cctx, conn, cfg.Slot, cfg.Publication, false)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if created {
+	if createdSlot {
 		log.Info("created replication slot", "slot", cfg.Slot)
 	}
 	if ok, err := replication.SlotRecorded(cctx, conn, cfg.Publication, cfg.Slot); err == nil && !ok {
 		log.Warn("the slot could not be recorded on the publication (that needs the publication's owner): if the slot is dropped, walrelay cannot tell and would create it again, after the gap",
 			"slot", cfg.Slot, "publication", cfg.Publication)
 	}
-	return nil
+	return createdSlot, nil
 }
 
 // checkSlotSettings refuses, before anything is created,

@@ -243,7 +243,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	if pingErr != nil && ctx.Err() == nil && !BrokersDown(pingErr) {
 		return pingErr
 	}
-	if err := prepareSlot(ctx, cfg, dcfg, r.log); err != nil {
+	createdSlot, err := prepareSlot(ctx, cfg, dcfg, r.log)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -253,6 +254,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err := WaitForBrokers(ctx, r.sink, r.log); err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			// Kafka answered at last, with something that fails the start
+			// (a listener that wants TLS): the slot this start created stays.
+			if createdSlot {
+				leftSlot(cfg, r.log, err)
 			}
 			return err
 		}
@@ -348,9 +354,11 @@ func PingBrokers(ctx context.Context, p Publisher) error {
 // down: while no broker accepts a connection (refused, no route, the dial
 // timed out), it retries with backoff (1 s to 30 s) until one answers or
 // ctx ends (ctx's error), as the pipeline holds and retries when Kafka goes
-// away later. A mistake in the configuration still fails at once: a host
-// that does not resolve, a listener that does not speak Kafka (or wants
-// TLS or SASL), a refusal of the broker's.
+// away later, and while the resolver times out or fails (a DNS outage). A
+// mistake in the configuration still fails at once: a host that does not
+// resolve, a listener that does not speak Kafka (or wants TLS or SASL:
+// it closes or resets the connection at the first request, as a TCP proxy
+// with no backend up also does), a refusal of the broker's.
 func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
 	var waitedSince time.Time
 	for n := 0; ; n++ {
@@ -384,13 +392,17 @@ func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
 }
 
 // BrokersDown reports whether err, from PingBrokers, says that no broker
-// accepted a connection: refused, unreachable, or a dial that timed out,
-// as when Kafka is stopped or restarting. A host that does not resolve is
-// not down but misnamed, and a listener that answered is not down either.
+// accepted a connection: refused, unreachable, a dial that timed out, or a
+// resolver that timed out or failed (a DNS outage, SERVFAIL), as when Kafka
+// or the cluster's DNS is stopped or restarting. A host that does not
+// resolve (NXDOMAIN) is not down but misnamed, and a listener that
+// answered is not down either: one that closed or reset the connection at
+// its first request (not Kafka, wants TLS; a TCP proxy whose backends are
+// all down looks the same, and fails fast too).
 func BrokersDown(err error) bool {
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
-		return false
+		return !dnsErr.IsNotFound && (dnsErr.IsTimeout || dnsErr.IsTemporary)
 	}
 	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN} {
 		if errors.Is(err, errno) {

@@ -205,6 +205,25 @@ func SlotRecorded(ctx context.Context, conn *pgx.Conn, pub, slot string) (bool, 
 	return slices.Contains(slots, slot), nil
 }
 
+// RecordSlot records on publication pub the logical slot of this database
+// that walrelay is to stream with it, when that slot exists (a slot
+// another reader made, as Debezium's, taken over): if it is then dropped
+// (Debezium's slot.drop.on.stop=true), EnsureSlot says it is gone instead
+// of creating a new one at the end of the WAL. recorded says whether pub's
+// comment records it now (false when the slot does not exist, or the role
+// does not own pub).
+func RecordSlot(ctx context.Context, conn *pgx.Conn, pub, slot string) (recorded bool, err error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical' AND database = current_database())", slot).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up slot %s: %w", slot, err)
+	}
+	if !exists {
+		return false, nil
+	}
+	recordSlot(ctx, conn, pub, slot)
+	return SlotRecorded(ctx, conn, pub, slot)
+}
+
 // recordSlot adds slot to pub's comment. It is best effort: the role may
 // not own the publication (SlotRecorded then tells).
 func recordSlot(ctx context.Context, conn *pgx.Conn, pub, slot string) {
@@ -272,6 +291,11 @@ func Slots(ctx context.Context, conn *pgx.Conn, name string) ([]SlotStatus, erro
 		return nil, fmt.Errorf("read pg_replication_slots: %w", err)
 	}
 	if name != "" && len(out) == 0 {
+		var typ string
+		if conn.QueryRow(ctx, "SELECT slot_type::text FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&typ) == nil && typ == "physical" {
+			return nil, fmt.Errorf("slot %s is a physical slot (a standby's, or a backup tool's), not a logical one: walrelay's slot commands handle logical slots only; "+
+				"if the standby that uses it is gone for good, SELECT pg_drop_replication_slot('%s') drops it: %w", name, name, ErrSlotMissing)
+		}
 		return nil, fmt.Errorf("slot %s: %w", name, ErrSlotMissing)
 	}
 	return out, nil

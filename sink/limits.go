@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -22,7 +23,7 @@ import (
 // another shape; Resume starts the transactions.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.cl.Ping(ctx); err != nil {
-		if errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			return &closedError{msg: fmt.Sprintf("reach kafka brokers %s: %s", strings.Join(s.cfg.Brokers, ","), s.closedAtOnce(ctx)), err: err}
 		}
 		return fmt.Errorf("reach kafka brokers %s: %w", strings.Join(s.cfg.Brokers, ","), err)
@@ -52,8 +53,9 @@ func (e *closedError) Error() string { return e.msg }
 func (e *closedError) Unwrap() error { return e.err }
 
 // closedAtOnce says, for each configured broker, what it answers on a
-// connection of its own: nothing (it closed before its first answer, as a
-// listener that wants TLS does), Kafka's API versions without Produce (a
+// connection of its own: nothing (it closed or reset the connection before
+// its first answer, as a listener that wants TLS does, and as a TCP proxy
+// or load balancer whose backends are all down does), Kafka's API versions without Produce (a
 // KRaft controller's listener), or API versions and then nothing (as a
 // listener that wants SASL does).
 func (s *Sink) closedAtOnce(ctx context.Context) string {
@@ -84,7 +86,7 @@ func probe(ctx context.Context, addr string, tlsCfg *tls.Config, sasl bool) stri
 	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
 	switch {
 	case err != nil && tlsCfg == nil:
-		return "closed the connection before it answered its first request (api versions), as a listener that wants TLS does: kafka.tls.enabled is false"
+		return "closed the connection before it answered its first request (api versions), as a listener that wants TLS does: kafka.tls.enabled is false (a TCP proxy or load balancer whose Kafka backends are all down closes the same way)"
 	case err != nil:
 		return fmt.Sprintf("did not answer its first request (api versions) over TLS: check kafka.tls.* against the listener (%v)", err)
 	}

@@ -2,6 +2,8 @@ package sink
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -19,6 +21,9 @@ const connRepeatQuiet = time.Minute
 // seconds, beside walrelay's own line that Kafka is not answering): the
 // adapter logs the first of each broker at WARN, the repeats within
 // connRepeatQuiet at DEBUG, and the next WARN line says how many it folded.
+// A repeat is a failure of the same broker with the same cause: one whose
+// cause differs from the last WARN line's (refused, then a certificate not
+// trusted) is at WARN at once.
 type slogAdapter struct {
 	l *slog.Logger
 
@@ -30,6 +35,7 @@ type slogAdapter struct {
 // logged one at WARN.
 type connFailures struct {
 	warned time.Time
+	cause  string // the root cause of the last WARN line
 	folded int
 }
 
@@ -71,10 +77,13 @@ func (a *slogAdapter) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 // WARN for the first of its broker (keyvals' addr) in connRepeatQuiet, with
 // the count of those folded since the last one, else DEBUG.
 func (a *slogAdapter) foldConnFailure(now time.Time, keyvals []any) (slog.Level, []any) {
-	addr := ""
+	addr, cause := "", ""
 	for i := 0; i+1 < len(keyvals); i += 2 {
-		if k, _ := keyvals[i].(string); k == "addr" {
+		switch k, _ := keyvals[i].(string); k {
+		case "addr":
 			addr, _ = keyvals[i+1].(string)
+		case "err":
+			cause = rootCause(keyvals[i+1])
 		}
 	}
 	a.mu.Lock()
@@ -84,7 +93,7 @@ func (a *slogAdapter) foldConnFailure(now time.Time, keyvals []any) (slog.Level,
 		f = &connFailures{}
 		a.failed[addr] = f
 	}
-	if !f.warned.IsZero() && now.Sub(f.warned) < connRepeatQuiet {
+	if !f.warned.IsZero() && now.Sub(f.warned) < connRepeatQuiet && cause == f.cause {
 		f.folded++
 		return slog.LevelDebug, keyvals
 	}
@@ -92,6 +101,23 @@ func (a *slogAdapter) foldConnFailure(now time.Time, keyvals []any) (slog.Level,
 	if f.folded > 0 {
 		keyvals = append(keyvals, "folded", f.folded)
 	}
-	f.warned, f.folded = now, 0
+	f.warned, f.cause, f.folded = now, cause, 0
 	return slog.LevelWarn, keyvals
+}
+
+// rootCause is the text of the innermost error of v (an error, or
+// anything else's text): the same for two failures of one cause even when
+// the outer texts differ, as a reset's local port does.
+func rootCause(v any) string {
+	err, ok := v.(error)
+	if !ok {
+		return fmt.Sprint(v)
+	}
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			return err.Error()
+		}
+		err = inner
+	}
 }

@@ -264,6 +264,17 @@ func cmdPublication(ctx context.Context, args []string, stdout, stderr io.Writer
 		if behind != "" && !*a.json {
 			defer fmt.Fprintf(a.out, "note: %s\n", behind)
 		}
+		// The slot walrelay is to stream with it, if it exists (Debezium's,
+		// taken over), is recorded on the publication: dropped later (as
+		// Debezium's slot.drop.on.stop=true does), run says it is gone
+		// instead of creating a new one at the end of the WAL.
+		if slot := a.cfg.Postgres.Slot; name == a.cfg.Postgres.Publication {
+			if recorded, err := replication.RecordSlot(ctx, conn, name, slot); err != nil {
+				return err
+			} else if recorded && !*a.json {
+				defer fmt.Fprintf(a.out, "slot %s recorded on publication %s: if it is dropped, walrelay run stops and says so, instead of creating a new slot after the rows committed meanwhile\n", slot, name)
+			}
+		}
 		if len(added) > 0 {
 			return a.say(map[string]any{"name": name, "created": false, "added": added}, "publication %s: added %s (rows written to them before now are not in the stream)", name, strings.Join(added, ", "))
 		}

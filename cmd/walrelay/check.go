@@ -264,8 +264,11 @@ func runChecks(ctx context.Context, cfg *config.Config) []checkResult {
 // position): a slot left behind (by a tool, a test, a first start of an
 // older walrelay that failed) keeps WAL until the disk fills unless
 // max_slot_wal_keep_size bounds it. slot is walrelay's own, which is
-// inactive whenever walrelay is stopped: its line is ok, with its size.
+// inactive whenever walrelay is stopped: its line is ok, with its size,
+// unless no transaction was ever streamed from it (a first start that
+// created it and failed): then it is a warning.
 func checkInactiveSlots(ctx context.Context, conn *pgx.Conn, slot string, add func(check, status, format string, args ...any)) {
+	fresh := neverStreamed(ctx, conn, slot)
 	rows, err := conn.Query(ctx, `SELECT slot_name, slot_type, coalesce(database, ''),
 		coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint
 		FROM pg_replication_slots WHERE NOT active ORDER BY 4 DESC, 1`)
@@ -283,8 +286,21 @@ func checkInactiveSlots(ctx context.Context, conn *pgx.Conn, slot string, add fu
 			where += ", database " + db
 		}
 		if name == slot {
+			if fresh {
+				add("inactive slot "+name, "warn", "walrelay's slot, and no transaction was ever streamed from it since it was created (pg_stat_replication_slots; or since its statistics were reset): "+
+					"it holds %s of WAL (%s). A first start that created it and then failed leaves it so (its log says why): fix that and start walrelay again, nothing is lost. "+
+					"If walrelay will not run with this slot, reconcile the rows committed since its creation (walrelay reconcile --since TIME --replay --yes), then drop it: walrelay slot drop %s --yes",
+					admin.HumanBytes(retained), where, name)
+				return nil
+			}
 			add("inactive slot "+name, "ok", "walrelay's slot, not streamed now: it holds %s of WAL (%s) until a walrelay streams it",
 				admin.HumanBytes(retained), where)
+			return nil
+		}
+		if typ == "physical" {
+			add("inactive slot "+name, "warn", "holds %s of WAL (physical: a standby's, or a backup tool's) and no standby streams it now: check the standby that uses it (its primary_slot_name); "+
+				"only if that standby is gone for good, drop it with SELECT pg_drop_replication_slot('%s') (a standby whose slot is dropped may need a new base backup; walrelay slot drop handles logical slots only)",
+				admin.HumanBytes(retained), name)
 			return nil
 		}
 		add("inactive slot "+name, "warn", "holds %s of WAL (%s) and no process streams it: if nothing will, drop it (walrelay slot drop %s, or SELECT pg_drop_replication_slot('%s'))",
@@ -298,6 +314,15 @@ func checkInactiveSlots(ctx context.Context, conn *pgx.Conn, slot string, add fu
 	if n == 0 {
 		add("inactive slots", "ok", "none: every slot is streamed")
 	}
+}
+
+// neverStreamed reports whether no transaction was ever decoded from slot
+// since it was created or its statistics were reset (PostgreSQL 14 and
+// later: pg_stat_replication_slots; false when that cannot be read).
+func neverStreamed(ctx context.Context, conn *pgx.Conn, slot string) bool {
+	var txns int64
+	err := conn.QueryRow(ctx, "SELECT total_txns FROM pg_stat_replication_slots WHERE slot_name = $1", slot).Scan(&txns)
+	return err == nil && txns == 0
 }
 
 // checkKafka checks the brokers, and what exactly-once mode needs of them

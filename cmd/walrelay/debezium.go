@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/walrelay/walrelay/config"
 )
@@ -77,10 +78,23 @@ func cmdDebezium(_ context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "missing: kafka.brokers: %s\n", missing)
 		header += "# MISSING kafka.brokers: " + missing + "\n"
 	}
+	dropOnStop := strings.EqualFold(strings.TrimSpace(connector["slot.drop.on.stop"]), "true")
+	if dropOnStop {
+		// Stopping Debezium would drop the slot walrelay takes over, and
+		// with it the rows committed since Debezium's position.
+		warn := "the connector has slot.drop.on.stop=true: stopping Debezium DROPS slot " + keys["postgres.slot"] +
+			", the slot walrelay is to take over, and the rows committed since Debezium's last position are then in no stream. " +
+			"FIRST set slot.drop.on.stop=false in the connector's configuration (PUT /connectors/NAME/config) and let it restart, then follow the steps"
+		fmt.Fprintf(stderr, "WARNING: %s\n", warn)
+		header += "# WARNING: " + warn + "\n"
+	}
 	if keys["postgres.publication"] == "walrelay_outbox" {
 		// The switch-over's order, with the file it needs.
-		header += "# Switching from Debezium on slot " + keys["postgres.slot"] + " (docs/debezium.md):\n" +
-			"#   1. while Debezium still runs: walrelay publication create --config walrelay.yaml\n" +
+		header += "# Switching from Debezium on slot " + keys["postgres.slot"] + " (docs/debezium.md):\n"
+		if dropOnStop {
+			header += "#   0. set slot.drop.on.stop=false on the connector first (see the WARNING above)\n"
+		}
+		header += "#   1. while Debezium still runs: walrelay publication create --config walrelay.yaml\n" +
 			"#   2. walrelay check --config walrelay.yaml, until it says OK for slot " + keys["postgres.slot"] + "\n" +
 			"#   3. stop Debezium (delete the connector), then: walrelay run --config walrelay.yaml\n"
 	}

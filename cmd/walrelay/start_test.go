@@ -233,3 +233,99 @@ func TestPollStartWaitsForKafka(t *testing.T) {
 	}
 	waitAll(t, col, w.written(), time.Minute)
 }
+
+// TestCheckAdvisesPhysicalSlotsApart: review of #37 (trap 2's check). An
+// inactive physical slot is a standby's (a replica restarting, a Patroni
+// member down for maintenance): check does not tell to drop it with
+// walrelay slot drop, which cannot (it knows logical slots only), but to
+// check the standby, and how to drop it if that standby is gone.
+func TestCheckAdvisesPhysicalSlotsApart(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	execSQL(t, conn, "SELECT pg_create_physical_replication_slot('replica_b', true)")
+	_, out := runCmd(t, baseEnv(pg, kc), "check")
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "inactive slot replica_b") {
+			line = l
+		}
+	}
+	if !strings.HasPrefix(line, "WARN") || strings.Contains(line, "walrelay slot drop replica_b") ||
+		!strings.Contains(line, "check the standby") || !strings.Contains(line, "SELECT pg_drop_replication_slot('replica_b')") {
+		t.Fatalf("check's line of an inactive physical slot: %q", line)
+	}
+	code, out := runCmd(t, baseEnv(pg, kc), "slot", "drop", "replica_b", "--yes")
+	if code == 0 || !strings.Contains(out, "is a physical slot") {
+		t.Fatalf("walrelay slot drop replica_b --yes (a physical slot): exit %d: %q", code, lastLine(out))
+	}
+}
+
+// TestFailedStartAfterKafkaWaitSaysItsSlot: review of #37 (traps 2 and 3).
+// A first start that finds Kafka down creates its slot, then waits; when
+// Kafka's address then answers with something that fails the start (here
+// a listener that closes at once, as a TLS listener does for a client
+// without TLS), the slot stays: it may hold rows committed during the
+// wait, in no other stream. The start says so loudly (ERROR, the slot's
+// name, the WAL it holds, how to drop it), and check warns of walrelay's
+// slot that nothing was ever streamed from, with its size, where it said
+// "ok, walrelay's slot". Once walrelay has streamed it, check says ok.
+func TestFailedStartAfterKafkaWaitSaysItsSlot(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	addr := freeAddr(t) // refused until the listener below
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_SLOT", "wr_left")
+	p := start(t, e.with("WALRELAY_KAFKA_BROKERS", addr), "run")
+	p.waitLog("waiting for Kafka at start", 30*time.Second)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	code := p.exit(45 * time.Second)
+	var said string
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "created replication slot wr_left") {
+			said = line
+		}
+	}
+	if code == 0 || !slotExists(t, conn, "wr_left") || !strings.Contains(said, "of WAL") || !strings.Contains(said, "walrelay slot drop wr_left --yes") {
+		t.Fatalf("the start failed (exit %d: %q) and left its new slot wr_left (exists: %v) without an ERROR line naming it, the WAL it holds and how to drop it: %q",
+			code, lastLine(p.out.String()), slotExists(t, conn, "wr_left"), said)
+	}
+	inactive := func() string {
+		_, out := runCmd(t, e, "check")
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "inactive slot wr_left") {
+				return l
+			}
+		}
+		return ""
+	}
+	if l := inactive(); !strings.HasPrefix(l, "WARN") || !strings.Contains(l, "of WAL") || !strings.Contains(l, "walrelay slot drop wr_left --yes") {
+		t.Fatalf("check's line of walrelay's slot that a failed start left: %q", l)
+	}
+	p = streaming(t, e)
+	w := newWriter(2, 5)
+	if err := w.write(t.Context(), conn, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("run exited %d", code)
+	}
+	if l := inactive(); !strings.HasPrefix(l, "OK") {
+		t.Fatalf("check's line of walrelay's slot once streamed: %q", l)
+	}
+}

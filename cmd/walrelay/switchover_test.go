@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -333,4 +334,45 @@ func TestPublicationDroppedUnderRunningSlot(t *testing.T) {
 	t.Logf("every row on the topic: %s", c)
 	p.signal(syscall.SIGTERM)
 	p.exit(time.Minute)
+}
+
+// TestSwitchOverSlotDropOnStop: review of #37 (trap 1's switch-over). With
+// the connector's slot.drop.on.stop=true, stopping Debezium drops the slot
+// walrelay is to take over. debezium import warns of it at the top of the
+// steps (set it false first); publication create records the slot on the
+// publication, so that walrelay run, finding it dropped anyway, stops and
+// says the slot is gone instead of creating a new one at the end of the
+// WAL, after the rows committed meanwhile, silently.
+func TestSwitchOverSlotDropOnStop(t *testing.T) {
+	t.Parallel()
+	const slot = "debezium"
+	pg, kc, _, conn, dir := debeziumAsItWas(t, slot)
+	f, err := os.OpenFile(filepath.Join(dir, "connector.properties"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("slot.drop.on.stop=true\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	stopDebezium := debeziumReading(t, pg.DSN, slot)
+	cfgFile, out := importDebezium(t, dir)
+	warn, first := strings.Index(out, "# WARNING: the connector has slot.drop.on.stop=true: stopping Debezium DROPS slot debezium"), strings.Index(out, "#   1. while Debezium still runs")
+	if warn < 0 || first < 0 || warn > first || !strings.Contains(out, "0. set slot.drop.on.stop=false on the connector first") {
+		t.Errorf("debezium import of a connector with slot.drop.on.stop=true does not warn at the top of the steps:\n%s", out)
+	}
+	e := env{"WALRELAY_ADMIN_LISTEN": "", "WALRELAY_KAFKA_DLQ_TOPIC": kc.dlq()}
+	code, out := step(t, e, "publication", "create", "--config", cfgFile)
+	if code != 0 || !strings.Contains(out, "slot debezium recorded on publication walrelay_outbox") {
+		t.Errorf("publication create while Debezium reads the slot: exit %d, the slot not said recorded:\n%s", code, out)
+	}
+	stopDebezium()
+	waitSlotInactive(t, conn, slot)
+	execSQL(t, conn, "SELECT pg_drop_replication_slot('"+slot+"')") // what slot.drop.on.stop=true does
+	p := start(t, e, "run", "--config", cfgFile)
+	code = p.exit(30 * time.Second) // it used to stream on a new slot: no exit
+	if code == 0 || !strings.Contains(p.out.String(), "the replication slot was dropped") || slotExists(t, conn, slot) {
+		t.Fatalf("walrelay run after the taken-over slot was dropped: exit %d, slot %s exists again: %v, last line %q: want a refusal saying the slot is gone, and no new slot",
+			code, slot, slotExists(t, conn, slot), lastLine(p.out.String()))
+	}
 }
