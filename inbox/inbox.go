@@ -133,9 +133,9 @@ type Config struct {
 // Kafka's default retention.ms.
 const DefaultRetention = 30 * 24 * time.Hour
 
-// claimVersion is the comment migrations/inbox/0003 sets on the claim
-// function: Run refuses an inbox not migrated that far.
-const claimVersion = "walrelay inbox claim, 0003"
+// claimVersion is the comment migrations/inbox/0004 sets on the claim
+// functions: Run refuses an inbox not migrated that far.
+const claimVersion = "walrelay inbox claim, 0004"
 
 // Message is one Kafka record handed to the handler.
 type Message struct {
@@ -403,14 +403,15 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if !exists {
 		return fmt.Errorf("inbox: the inbox table %s does not exist: run walrelay migrate --inbox, or inbox.Migrate", c.table)
 	}
-	// The comment is set by migrations/inbox/0003: claims of both forms
-	// serialize on (consumer, event id).
+	// The comment is set by migrations/inbox/0004: claims of both forms
+	// serialize on (consumer, event id) (0003) and refuse a transaction
+	// that is not READ COMMITTED (0004).
 	if err := c.cfg.Postgres.QueryRow(ctx, `SELECT coalesce(obj_description(to_regprocedure($2), 'pg_proc') = $3, false) AND EXISTS (
 		SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'topic' AND NOT attisdropped)`, c.table, c.claim+"(text, text, text)", claimVersion).Scan(&exists); err != nil {
 		return fmt.Errorf("inbox: look up the claim function %s: %w", c.claim, err)
 	}
 	if !exists {
-		return fmt.Errorf("inbox: the inbox table %s or its claim function %s is of an earlier layout (keyed on the event id alone, not the topic too, or claims that do not wait for each other): run walrelay migrate --inbox, or inbox.Migrate", c.table, c.claim)
+		return fmt.Errorf("inbox: the inbox table %s or its claim function %s is of an earlier layout (keyed on the event id alone, not the topic too, claims that do not wait for each other, or claims that do not refuse a transaction other than READ COMMITTED): run walrelay migrate --inbox, or inbox.Migrate", c.table, c.claim)
 	}
 	if err := c.checkRetention(ctx); err != nil {
 		return err

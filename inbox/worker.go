@@ -314,7 +314,10 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 	}
 	start := time.Now()
 	w.txStart, w.longestRun, w.handlerState = start, 0, ""
-	tx, err := c.cfg.Postgres.Begin(ctx)
+	// READ COMMITTED whatever the pool's default: a claim's snapshot must
+	// be taken after it waited for a claim of the same event in flight,
+	// which a REPEATABLE READ transaction's is not (the claims refuse it).
+	tx, err := c.cfg.Postgres.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return 0, nil, fmt.Errorf("begin a transaction: %w", err)
 	}

@@ -271,7 +271,9 @@ func InboxClaimFunction(schema, table string) string {
 // ApplyInbox creates the inbox table schema.table (if missing) and its
 // claim functions (InboxClaimFunction), or migrates a table of an earlier
 // layout (0002_inbox_topic.sql: keyed on the topic too;
-// 0003_inbox_claims_serialize.sql: both claims serialize), in one
+// 0003_inbox_claims_serialize.sql: both claims serialize;
+// 0004_inbox_claims_read_committed.sql: both refuse a transaction that is
+// not READ COMMITTED), in one
 // transaction. It needs
 // nothing of the outbox: it runs in the consumer's database.
 func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error {

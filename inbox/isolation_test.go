@@ -1,0 +1,132 @@
+package inbox_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walrelay/walrelay/inbox"
+)
+
+// TestRepeatableReadPoolHandlesOnce: the claims serialize on an advisory
+// lock and then look in a statement of their own, which sees what the
+// claim they waited for committed only in READ COMMITTED. A pool whose
+// default_transaction_isolation is repeatable read (a database, role or
+// DSN setting) must not give the consumer's claim a snapshot taken before
+// its wait: an event claimed by the two-argument claim (a service in
+// another language, a consumer of the earlier layout) and in flight while
+// the consumer reads it is handled once. Before, the consumer began its
+// transactions with the pool's default isolation and handled it again.
+func TestRepeatableReadPoolHandlesOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	ctx := t.Context()
+	rr := repeatableReadPool(t, e.dsn)
+
+	// The other claimant holds the event, handles it and commits later.
+	other, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(context.Background()) //nolint:errcheck
+	var fresh bool
+	if err := other.QueryRow(ctx, "SELECT walrelay_inbox_claim('shipping', 'evt-rr')").Scan(&fresh); err != nil || !fresh {
+		t.Fatalf("the other claim: %v %v", fresh, err)
+	}
+	if _, err := other.Exec(ctx, "INSERT INTO effects (event_id, key, seq) VALUES ('evt-rr', 'order-1', 1)"); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := e.start(t, inbox.Config{Postgres: rr}, record)
+	e.produce(t, event("evt-rr", "order-1", 1))
+	// The consumer's claim waits on the advisory lock meanwhile.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var waiting int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the consumer's claim never waited on the other claim")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	perID, _ := e.effects(t)
+	if n := perID["evt-rr"]; n != 1 {
+		t.Fatalf("event evt-rr handled %d times (the other claimant's, then the consumer's in a pool whose default isolation is repeatable read), want once", n)
+	}
+}
+
+// repeatableReadPool is a pool on dsn whose sessions' default isolation is
+// repeatable read.
+func repeatableReadPool(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	rr, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rr.Close)
+	return rr
+}
+
+// TestClaimsRefuseOtherIsolation: both claim functions (the per-topic one
+// and the two-argument one that services in other languages call) raise
+// an error in a transaction that is not READ COMMITTED, whose snapshot
+// would not see a claim they waited for: a caller that begins its
+// transaction REPEATABLE READ or SERIALIZABLE (or runs on a pool that
+// defaults to it) learns it at once instead of handling an event twice.
+// In READ COMMITTED they claim.
+func TestClaimsRefuseOtherIsolation(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	ctx := t.Context()
+	rr := repeatableReadPool(t, e.dsn)
+	for _, c := range []struct {
+		name string
+		pool interface {
+			BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+		}
+		iso  pgx.TxIsoLevel
+		want string // "" claims
+	}{
+		{"repeatable read", e.pool, pgx.RepeatableRead, "read committed"},
+		{"serializable", e.pool, pgx.Serializable, "read committed"},
+		{"pool default repeatable read", rr, "", "read committed"},
+		{"read committed", rr, pgx.ReadCommitted, ""},
+	} {
+		for _, call := range []string{"SELECT walrelay_inbox_claim('shipping', $1)", "SELECT walrelay_inbox_claim('shipping', 'orders', $1)"} {
+			tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: c.iso})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fresh bool
+			err = tx.QueryRow(ctx, call, "iso-"+c.name).Scan(&fresh)
+			_ = tx.Rollback(ctx)
+			if c.want == "" && (err != nil || !fresh) {
+				t.Errorf("%s, %s: %v, %v; want claimed", c.name, call, fresh, err)
+			}
+			if c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("%s, %s: %v, %v; want an error naming %s", c.name, call, fresh, err, c.want)
+			}
+		}
+	}
+}
