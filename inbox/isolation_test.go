@@ -130,3 +130,53 @@ func TestClaimsRefuseOtherIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionCountsTheSegmentRoll: Kafka deletes records a segment at a
+// time, once the segment's newest record is older than retention.ms, and
+// a segment takes records for segment.ms before it rolls (default 7 days,
+// longer than many retention.ms): a record stays readable up to
+// retention.ms + segment.ms, and a group whose offsets expired reads it
+// again after its inbox row was deleted. Run refuses a Retention shorter
+// than that sum, naming segment.ms, and starts with one as long. A topic
+// that does not exist yet is checked against the broker's defaults, which
+// it will take (kfake's: 7 days each). Before, Retention was checked
+// against retention.ms alone, and a topic that did not exist not at all.
+func TestRetentionCountsTheSegmentRoll(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	const quiet = "outbox.event.quiet"
+	if err := e.kc.CreateTopic(quiet, 1, map[string]string{"retention.ms": "86400000", "segment.ms": "604800000"}); err != nil {
+		t.Fatal(err)
+	}
+	const day = 24 * time.Hour
+	for _, c := range []struct {
+		topic     string
+		retention time.Duration
+		refused   []string // nil: started
+	}{
+		{quiet, 25 * time.Hour, []string{quiet, "segment.ms", "Retention"}},
+		{quiet, 8 * day, nil},
+		{"outbox.event.notyet", 10 * day, []string{"outbox.event.notyet", "does not exist yet", "log.roll.ms", "segment.ms"}},
+		{"outbox.event.notyet2", 14 * day, nil},
+	} {
+		ci, err := inbox.New(inbox.Config{Postgres: e.pool, Brokers: e.kc.Addrs(), Topics: []string{c.topic}, Group: "g-" + c.topic, Retention: c.retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err = ci.Run(ctx, record)
+		cancel()
+		switch {
+		case c.refused == nil && err != nil:
+			t.Errorf("%s with Retention %s: %v, want started", c.topic, c.retention, err)
+		case c.refused != nil && err == nil:
+			t.Errorf("%s with Retention %s: started, want refused naming %v", c.topic, c.retention, c.refused)
+		case c.refused != nil:
+			for _, w := range c.refused {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s with Retention %s: %v, want refused naming %q", c.topic, c.retention, err, w)
+				}
+			}
+		}
+	}
+}
