@@ -176,7 +176,8 @@ type Consumer struct {
 	h       Handler
 	fatal   error
 	stopRun context.CancelFunc
-	// pgStarted is the server's pg_postmaster_start_time as last seen.
+	// pgStarted is the server's pg_postmaster_start_time as last seen
+	// (by Run, or a worker): a new worker's first (worker.pgStarted).
 	pgStarted time.Time
 }
 
@@ -490,7 +491,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if err := c.cfg.Postgres.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&started); err != nil {
 		return fmt.Errorf("inbox: read the server's start time: %w", err)
 	}
-	c.restarted(started)
+	c.serverStarted(started)
 	runCtx, stop := context.WithCancel(ctx)
 	var retaining sync.WaitGroup
 	defer func() {
@@ -589,15 +590,17 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
-// restarted reports whether the server started at another time than
-// when last seen (pg_postmaster_start_time): a restart ended every
-// session. The first call only records it.
-func (c *Consumer) restarted(started time.Time) bool {
+// serverStarted records started, the server's pg_postmaster_start_time
+// as just read, as the last seen, and returns the one seen before (zero
+// the first time): the start time a worker created now takes as its own.
+func (c *Consumer) serverStarted(started time.Time) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev := c.pgStarted
-	c.pgStarted = started
-	return !prev.IsZero() && !prev.Equal(started)
+	if started.After(prev) {
+		c.pgStarted = started
+	}
+	return prev
 }
 
 // fail stops Run with err.

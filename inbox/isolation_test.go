@@ -1,8 +1,13 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walrelay/walrelay/inbox"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // TestRepeatableReadPoolHandlesOnce: the claims serialize on an advisory
@@ -177,6 +185,80 @@ func TestRetentionCountsTheSegmentRoll(t *testing.T) {
 					t.Errorf("%s with Retention %s: %v, want refused naming %q", c.topic, c.retention, err, w)
 				}
 			}
+		}
+	}
+}
+
+// TestServerRestartIsNotCountedOnAnyWorker: the server restarts while the
+// handlers of two partitions run, each in its worker's transaction: the
+// restart is no handler's failure on either, so with MaxAttempts 1 every
+// event is handled once the server is back and none is dead-lettered.
+// Before, the start time the workers compared against was the consumer's,
+// one for all: the first worker to look saw the restart and recorded it,
+// the second saw no change and counted a cut or a handler's fault (an
+// innocent record dead-lettered, or a cut counted toward maxCuts).
+func TestServerRestartIsNotCountedOnAnyWorker(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2)
+	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	// Events until both partitions have one.
+	parts := map[int32]bool{}
+	produced := 0
+	for ; len(parts) < 2 && produced < 64; produced++ {
+		r := event(fmt.Sprintf("restart-%d", produced), fmt.Sprintf("order-%d", produced), 1)
+		e.produce(t, r)
+		parts[r.Partition] = true
+	}
+	if len(parts) < 2 {
+		t.Fatal("no event on the second partition")
+	}
+	running := make(chan int32, 100)
+	var restarted atomic.Bool
+	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		if !restarted.Load() {
+			running <- m.Partition
+			time.Sleep(time.Second)
+		}
+		return record(ctx, tx, m)
+	}
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	stop := e.start(t, inbox.Config{Logger: logger, MaxAttempts: 1, BatchMaxRecords: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond}, h)
+	seen := map[int32]bool{}
+	deadline := time.After(20 * time.Second)
+	for len(seen) < 2 {
+		select {
+		case p := <-running:
+			seen[p] = true
+		case <-deadline:
+			t.Fatal("the handlers of both partitions did not run")
+		}
+	}
+	restarted.Store(true)
+	if err := e.pg.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	waitfor.Until(t, 30*time.Second, "every event handled or dead-lettered", func() bool {
+		_ = e.pool.QueryRow(t.Context(), "SELECT count(DISTINCT event_id) FROM effects").Scan(&n)
+		return n+len(dlq.Records()) >= produced
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range dlq.Records() {
+		t.Errorf("a handler whose session a server restart ended was dead-lettered: id %s, reason %s, error %s", kafkatest.Header(r, "id"), kafkatest.Header(r, sink.HeaderReason), kafkatest.Header(r, sink.HeaderError))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `msg="the session of a transaction ended`) || strings.Contains(line, `msg="handler failed`) || strings.Contains(line, "one per transaction") {
+			t.Errorf("a worker took the server's restart for a cut or a handler's fault: %s", line)
 		}
 	}
 }

@@ -118,6 +118,10 @@ type worker struct {
 	// handler returned, if any (the server's reason for ending a session
 	// reaches the handler's statement first).
 	handlerState string
+	// pgStarted is the server's pg_postmaster_start_time as this worker
+	// last saw it (blame), or the consumer's when it was created (newWorker
+	// runs under c.mu).
+	pgStarted time.Time
 	// isolate: records up to this offset are handled one per transaction,
 	// to find which handler broke the connection of a batch.
 	isolate int64
@@ -125,7 +129,8 @@ type worker struct {
 
 func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &worker{c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), stopCh: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), isolate: -1}
+	return &worker{c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), stopCh: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), isolate: -1,
+		pgStarted: c.pgStarted}
 }
 
 // push queues records fetched for the partition; fetching pauses while
@@ -443,8 +448,12 @@ const maxCuts = 10
 //     failure at the commit, a transaction a handler left aborted or
 //     whose savepoint it released): the handlers';
 //   - the connection's, and the database does not answer another
-//     connection, or the server restarted since (pg_postmaster_start_time
-//     changed): not the handlers';
+//     connection, or the server restarted since this worker last looked
+//     (pg_postmaster_start_time changed; each worker keeps its own, so
+//     every worker whose session one restart ended sees it): not the
+//     handlers'. A worker that ran through a restart without a failure
+//     takes its next failure of the connection for that restart, once
+//     (retried, not counted);
 //   - the server ended the session on idle_in_transaction_session_timeout
 //     or transaction_timeout (SQLSTATE 25P03, 25P04), or a handler ran at
 //     least idle_in_transaction_session_timeout, or the transaction lasted
@@ -465,7 +474,13 @@ func (w *worker) blame(err error) (int, string) {
 		coalesce((SELECT setting::int8 FROM pg_settings WHERE name = 'transaction_timeout'), 0)`).Scan(&started, &idle, &total); err != nil {
 		return notHandlers, "the database does not answer"
 	}
-	if w.c.restarted(started) {
+	// Each worker compares with the start time it last saw itself (when
+	// created, the consumer's): one restart ends every worker's session,
+	// and each must see it, not only the first to look.
+	prev := w.pgStarted
+	w.pgStarted = started
+	w.c.serverStarted(started)
+	if !prev.IsZero() && !prev.Equal(started) {
 		return notHandlers, "the server restarted"
 	}
 	code := sqlState(err)
