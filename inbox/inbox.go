@@ -152,7 +152,16 @@ type Message struct {
 	Partition int32
 	Offset    int64
 	Timestamp time.Time
-	// Attempt counts the handler's runs for this record, from 1.
+	// Attempt counts the handler's runs for this record, from 1: every
+	// run, whatever ended the one before (the handler's error, a session
+	// cut, a server restart, or a batch whose commit failed and is handled
+	// again one record per transaction, when the handlers of records that
+	// did nothing wrong run again). Greater than 1, the handler's effects
+	// inside tx were undone, but anything it did outside (an e-mail, an
+	// HTTP call) was done already: make such effects idempotent, keyed on
+	// ID. Counted by this process's worker of the partition: a record
+	// delivered again after a rebalance or a restart of the process
+	// starts at 1 again.
 	Attempt int
 }
 

@@ -262,3 +262,59 @@ func TestServerRestartIsNotCountedOnAnyWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestAttemptCountsEveryRun: Message.Attempt counts the handler's runs
+// for a record, whatever ended the runs before: a batch whose commit
+// fails (a DEFERRABLE constraint one handler violated) is handled again
+// one record per transaction, and each of its records' handlers runs a
+// second time with Attempt 2, so that a handler with effects outside the
+// transaction (an e-mail, a call) can tell a re-run. Before, the re-runs
+// of that retry got Attempt 1, as if the first run had never been.
+func TestAttemptCountsEveryRun(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE parent (id int PRIMARY KEY);
+		CREATE TABLE child (id int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	e.produce(t, event("good-1", "order-1", 1), event("good-2", "order-1", 2), event("bad", "order-1", 3), event("good-3", "order-1", 4))
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		mu.Lock()
+		attempts[m.ID] = append(attempts[m.ID], m.Attempt)
+		mu.Unlock()
+		if m.ID == "bad" {
+			if _, err := tx.Exec(ctx, "INSERT INTO child VALUES (42)"); err != nil { // no parent 42: fails at commit
+				return err
+			}
+		}
+		return record(ctx, tx, m)
+	}
+	stop := e.start(t, inbox.Config{MaxAttempts: 2, BatchMaxTime: time.Minute, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, h)
+	waitfor.Until(t, 15*time.Second, "the guilty event dead-lettered and the others handled", func() bool {
+		return len(dlq.Records()) > 0 && e.count(t) >= 3
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts["good-1"]) < 2 {
+		t.Fatalf("attempts %v: the batch was not handled again one record per transaction (the first batch did not hold every record?)", attempts)
+	}
+	for id, got := range attempts {
+		for i, a := range got {
+			if a != i+1 {
+				t.Errorf("event %s: Attempt of its runs %v, want 1, 2, … (one more each run)", id, got)
+				break
+			}
+		}
+	}
+}

@@ -122,6 +122,10 @@ type worker struct {
 	// last saw it (blame), or the consumer's when it was created (newWorker
 	// runs under c.mu).
 	pgStarted time.Time
+	// runs counts the handler's runs of each queued record that ran in a
+	// transaction that did not commit (by offset; dropped when popped):
+	// Message.Attempt.
+	runs map[int64]int
 	// isolate: records up to this offset are handled one per transaction,
 	// to find which handler broke the connection of a batch.
 	isolate int64
@@ -130,7 +134,7 @@ type worker struct {
 func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &worker{c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), stopCh: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), isolate: -1,
-		pgStarted: c.pgStarted}
+		pgStarted: c.pgStarted, runs: map[int64]int{}}
 }
 
 // push queues records fetched for the partition; fetching pauses while
@@ -154,6 +158,9 @@ func (w *worker) push(recs []*kgo.Record, hwm int64) {
 // pop drops the first n queued records (handled or dead-lettered).
 func (w *worker) pop(n int) {
 	w.mu.Lock()
+	for _, r := range w.queue[:n] {
+		delete(w.runs, r.Offset)
+	}
 	w.queue = w.queue[n:]
 	if len(w.queue) == 0 {
 		w.queue = nil
@@ -340,9 +347,6 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 			break // at the head of the next batch: dead-lettered
 		}
 		m := message(r, id, 1)
-		if i == 0 {
-			m.Attempt = w.attempts + w.cuts + 1
-		}
 		fresh, err := w.claim(ctx, tx, r.Topic, m.ID, i > 0)
 		if err != nil {
 			return 0, ran, fmt.Errorf("claim event %s of %s in %s: %w", m.ID, r.Topic, c.table, err)
@@ -353,6 +357,11 @@ func (w *worker) batch(recs []*kgo.Record) (int, []int, error) {
 			continue
 		}
 		ran = append(ran, i)
+		// Attempt counts this record's runs, whatever ended the ones
+		// before (a failure, a cut, a restart, a batch's commit that
+		// failed and is retried one record per transaction).
+		w.runs[r.Offset]++
+		m.Attempt = w.runs[r.Offset]
 		w.busy(tx.Conn().PgConn().PID(), r)
 		began := time.Now()
 		err = w.call(ctx, tx, m)
