@@ -88,10 +88,14 @@ type Config struct {
 	// then every Retention/24 (an hour at most), as Prune does. An event
 	// delivered again after its row was deleted is handled again, so keep
 	// rows longer than any redelivery can come: at least the topics'
-	// retention.ms (Kafka's default is 7 days; a group whose offsets
+	// retention.ms plus segment.ms (a record is deleted with its
+	// segment, which takes records for segment.ms before it rolls: Kafka's
+	// defaults are 7 days each, 14 days together; a group whose offsets
 	// expired reads its topics again from their start). Run refuses to
-	// start when a topic keeps its records longer (retention.ms, -1 or a
-	// compacted topic: for ever), before it deletes anything. A replay
+	// start when a topic keeps its records longer (retention.ms +
+	// segment.ms; -1 or a compacted topic: for ever), or, for a topic that
+	// does not exist yet, the broker's defaults do, before it deletes
+	// anything. A replay
 	// (walrelay replay, reconcile --replay, dlq replay) of an event
 	// handled more than Retention ago is handled again: Run cannot see
 	// it coming. Default 30 days; at least an hour; negative: never
@@ -142,9 +146,9 @@ type Config struct {
 // Kafka's default retention.ms.
 const DefaultRetention = 30 * 24 * time.Hour
 
-// claimVersion is the comment migrations/inbox/0003 sets on the claim
-// function: Run refuses an inbox not migrated that far.
-const claimVersion = "walrelay inbox claim, 0003"
+// claimVersion is the comment migrations/inbox/0004 sets on the claim
+// functions: Run refuses an inbox not migrated that far.
+const claimVersion = "walrelay inbox claim, 0004"
 
 // Message is one Kafka record handed to the handler.
 type Message struct {
@@ -157,7 +161,16 @@ type Message struct {
 	Partition int32
 	Offset    int64
 	Timestamp time.Time
-	// Attempt counts the handler's runs for this record, from 1.
+	// Attempt counts the handler's runs for this record, from 1: every
+	// run, whatever ended the one before (the handler's error, a session
+	// cut, a server restart, or a batch whose commit failed and is handled
+	// again one record per transaction, when the handlers of records that
+	// did nothing wrong run again). Greater than 1, the handler's effects
+	// inside tx were undone, but anything it did outside (an e-mail, an
+	// HTTP call) was done already: make such effects idempotent, keyed on
+	// ID. Counted by this process's worker of the partition: a record
+	// delivered again after a rebalance or a restart of the process
+	// starts at 1 again.
 	Attempt int
 }
 
@@ -183,7 +196,8 @@ type Consumer struct {
 	h       Handler
 	fatal   error
 	stopRun context.CancelFunc
-	// pgStarted is the server's pg_postmaster_start_time as last seen.
+	// pgStarted is the server's pg_postmaster_start_time as last seen
+	// (by Run, or a worker): a new worker's first (worker.pgStarted).
 	pgStarted time.Time
 }
 
@@ -323,10 +337,16 @@ func (c *Consumer) Prune(ctx context.Context, olderThan time.Duration) (int64, e
 // checkRetention refuses a Retention shorter than what a topic read
 // keeps: a record delivered again (a rebalance, a group whose offsets
 // expired and reads from the start) after its inbox row was deleted would
-// be handled twice. A topic keeps its records retention.ms (-1: for
-// ever), a compacted one (cleanup.policy compact without delete) each
-// key's latest for ever. Topics that do not exist yet, and brokers that
-// do not answer or refuse DescribeConfigs, are not checked (a warning).
+// be handled twice. Kafka deletes a topic's records a segment at a time,
+// once the segment's newest record is older than retention.ms, and a
+// segment takes records until it rolls (segment.ms after its first): a
+// record stays readable up to retention.ms + segment.ms (-1: for ever). A
+// compacted topic (cleanup.policy compact without delete) keeps each
+// key's latest for ever. A topic that does not exist yet is checked
+// against the broker's defaults (log.retention.*, log.roll.*,
+// log.cleanup.policy), which it takes when created without its own.
+// Brokers that do not answer or refuse DescribeConfigs are not checked (a
+// warning).
 func (c *Consumer) checkRetention(ctx context.Context) error {
 	if c.cfg.Retention < 0 {
 		return nil
@@ -338,46 +358,106 @@ func (c *Consumer) checkRetention(ctx context.Context) error {
 	defer cl.Close()
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	cfgs, err := kadm.NewClient(cl).DescribeTopicConfigs(dctx, c.cfg.Topics...)
+	adm := kadm.NewClient(cl)
+	cfgs, err := adm.DescribeTopicConfigs(dctx, c.cfg.Topics...)
 	if err != nil {
-		c.log.Warn("could not read the topics' retention.ms to check Retention against it", "topics", c.cfg.Topics, "retention", c.cfg.Retention, "err", err)
+		c.log.Warn("could not read the topics' retention.ms and segment.ms to check Retention against them", "topics", c.cfg.Topics, "retention", c.cfg.Retention, "err", err)
 		return nil
 	}
-	fix := "set Config.Retention to at least that, or negative to keep every row (and prune with Consumer.Prune)"
+	var missing []string
 	for _, rc := range cfgs {
 		if rc.Err != nil {
-			if !errors.Is(rc.Err, kerr.UnknownTopicOrPartition) {
-				c.log.Warn("could not read a topic's retention.ms to check Retention against it", "topic", rc.Name, "retention", c.cfg.Retention, "err", rc.Err)
+			if errors.Is(rc.Err, kerr.UnknownTopicOrPartition) {
+				missing = append(missing, rc.Name)
+			} else {
+				c.log.Warn("could not read a topic's retention.ms and segment.ms to check Retention against them", "topic", rc.Name, "retention", c.cfg.Retention, "err", rc.Err)
 			}
 			continue
 		}
-		var policy, retention string
-		for _, cf := range rc.Configs {
-			if cf.Value == nil {
-				continue
-			}
-			switch cf.Key {
-			case "cleanup.policy":
-				policy = *cf.Value
-			case "retention.ms":
-				retention = *cf.Value
-			}
-		}
-		if strings.Contains(policy, "compact") && !strings.Contains(policy, "delete") {
-			return fmt.Errorf("inbox: topic %s is compacted (cleanup.policy=%s): it keeps each key's latest record for ever, longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", rc.Name, policy, c.cfg.Retention, fix)
-		}
-		ms, err := strconv.ParseInt(retention, 10, 64)
-		if err != nil {
-			continue
-		}
-		if ms < 0 {
-			return fmt.Errorf("inbox: topic %s keeps its records for ever (retention.ms=%d), longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", rc.Name, ms, c.cfg.Retention, fix)
-		}
-		if kept := time.Duration(ms) * time.Millisecond; kept > c.cfg.Retention {
-			return fmt.Errorf("inbox: topic %s keeps its records %s (retention.ms=%d), longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", rc.Name, kept, ms, c.cfg.Retention, fix)
+		v := configValues(rc.Configs)
+		if err := c.retentionAgainst("topic "+rc.Name, v["cleanup.policy"], v["retention.ms"], v["segment.ms"]); err != nil {
+			return err
 		}
 	}
+	if len(missing) == 0 {
+		return nil
+	}
+	bcfgs, err := adm.DescribeBrokerConfigs(dctx)
+	if err == nil && len(bcfgs) > 0 && bcfgs[0].Err != nil {
+		err = bcfgs[0].Err
+	}
+	if err != nil || len(bcfgs) == 0 {
+		c.log.Warn("topics that do not exist yet: could not read the broker's defaults (log.retention.ms, log.roll.ms) to check Retention against what they will keep", "topics", missing, "retention", c.cfg.Retention, "err", err)
+		return nil
+	}
+	v := configValues(bcfgs[0].Configs)
+	retention := firstOf(v["log.retention.ms"], scaled(v["log.retention.minutes"], 60000), scaled(v["log.retention.hours"], 3600000))
+	roll := firstOf(v["log.roll.ms"], scaled(v["log.roll.hours"], 3600000))
+	return c.retentionAgainst("topic "+strings.Join(missing, ", ")+" (it does not exist yet: created without configs of its own, it takes the broker's defaults log.cleanup.policy, log.retention.ms, log.roll.ms)",
+		v["log.cleanup.policy"], retention, roll)
+}
+
+// kafkaSegmentMs is Kafka's default segment.ms (log.roll.hours 168): 7
+// days, taken when a topic's is not known.
+const kafkaSegmentMs = 7 * 24 * 3600 * 1000
+
+// retentionAgainst refuses Retention when what (a topic, or topics) keeps
+// its records longer: by policy (compacted), or retention.ms + segment.ms
+// (segment defaulting to Kafka's). An unknown retention is not checked.
+func (c *Consumer) retentionAgainst(what, policy, retention, segment string) error {
+	fix := "set Config.Retention to at least that, or negative to keep every row (and prune with Consumer.Prune)"
+	if strings.Contains(policy, "compact") && !strings.Contains(policy, "delete") {
+		return fmt.Errorf("inbox: %s is compacted (cleanup.policy=%s): it keeps each key's latest record for ever, longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", what, policy, c.cfg.Retention, fix)
+	}
+	ms, err := strconv.ParseInt(retention, 10, 64)
+	if err != nil {
+		return nil
+	}
+	if ms < 0 {
+		return fmt.Errorf("inbox: %s keeps its records for ever (retention.ms=%d), longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", what, ms, c.cfg.Retention, fix)
+	}
+	seg, err := strconv.ParseInt(segment, 10, 64)
+	if err != nil || seg < 0 {
+		seg = kafkaSegmentMs
+	}
+	if kept := time.Duration(ms+seg) * time.Millisecond; kept > c.cfg.Retention {
+		return fmt.Errorf("inbox: %s keeps its records up to %s (retention.ms=%d, plus segment.ms=%d: a record is deleted with its segment, which takes records for segment.ms before it rolls), longer than the inbox's Retention %s, so a record read again after its inbox row was deleted would be handled twice; %s", what, kept, ms, seg, c.cfg.Retention, fix)
+	}
 	return nil
+}
+
+// configValues maps the configs that have a value to it.
+func configValues(cfgs []kadm.Config) map[string]string {
+	v := make(map[string]string, len(cfgs))
+	for _, cf := range cfgs {
+		if cf.Value != nil {
+			v[cf.Key] = *cf.Value
+		}
+	}
+	return v
+}
+
+// scaled is the number of s times unit, as text, or "" if s is not a
+// number.
+func scaled(s string, unit int64) string {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return ""
+	}
+	if n < 0 {
+		return "-1"
+	}
+	return strconv.FormatInt(n*unit, 10)
+}
+
+// firstOf is the first of vs that is not empty.
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // retain deletes the inbox rows older than Retention until ctx ends: at
@@ -417,14 +497,15 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if !exists {
 		return fmt.Errorf("inbox: the inbox table %s does not exist: run walrelay migrate --inbox, or inbox.Migrate", c.table)
 	}
-	// The comment is set by migrations/inbox/0003: claims of both forms
-	// serialize on (consumer, event id).
+	// The comment is set by migrations/inbox/0004: claims of both forms
+	// serialize on (consumer, event id) (0003) and refuse a transaction
+	// that is not READ COMMITTED (0004).
 	if err := c.cfg.Postgres.QueryRow(ctx, `SELECT coalesce(obj_description(to_regprocedure($2), 'pg_proc') = $3, false) AND EXISTS (
 		SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'topic' AND NOT attisdropped)`, c.table, c.claim+"(text, text, text)", claimVersion).Scan(&exists); err != nil {
 		return fmt.Errorf("inbox: look up the claim function %s: %w", c.claim, err)
 	}
 	if !exists {
-		return fmt.Errorf("inbox: the inbox table %s or its claim function %s is of an earlier layout (keyed on the event id alone, not the topic too, or claims that do not wait for each other): run walrelay migrate --inbox, or inbox.Migrate", c.table, c.claim)
+		return fmt.Errorf("inbox: the inbox table %s or its claim function %s is of an earlier layout (keyed on the event id alone, not the topic too, claims that do not wait for each other, or claims that do not refuse a transaction other than READ COMMITTED): run walrelay migrate --inbox, or inbox.Migrate", c.table, c.claim)
 	}
 	if err := c.checkRetention(ctx); err != nil {
 		return err
@@ -433,7 +514,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if err := c.cfg.Postgres.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&started); err != nil {
 		return fmt.Errorf("inbox: read the server's start time: %w", err)
 	}
-	c.restarted(started)
+	c.serverStarted(started)
 	runCtx, stop := context.WithCancel(ctx)
 	var retaining sync.WaitGroup
 	defer func() {
@@ -532,15 +613,17 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
-// restarted reports whether the server started at another time than
-// when last seen (pg_postmaster_start_time): a restart ended every
-// session. The first call only records it.
-func (c *Consumer) restarted(started time.Time) bool {
+// serverStarted records started, the server's pg_postmaster_start_time
+// as just read, as the last seen, and returns the one seen before (zero
+// the first time): the start time a worker created now takes as its own.
+func (c *Consumer) serverStarted(started time.Time) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev := c.pgStarted
-	c.pgStarted = started
-	return !prev.IsZero() && !prev.Equal(started)
+	if started.After(prev) {
+		c.pgStarted = started
+	}
+	return prev
 }
 
 // fail stops Run with err.

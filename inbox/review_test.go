@@ -305,9 +305,10 @@ func TestRetentionShorterThanTopicsRefused(t *testing.T) {
 		{"outbox.event.kept90d", 0, "retention.ms"},
 		{"outbox.event.forever", 0, "retention.ms"},
 		{"outbox.event.compacted", 0, "cleanup.policy"},
-		{"outbox.event.kept90d", 91 * 24 * time.Hour, ""},
+		{"outbox.event.kept90d", 91 * 24 * time.Hour, "segment.ms"}, // 90 days + Kafka's default segment.ms, 7 days
+		{"outbox.event.kept90d", 97 * 24 * time.Hour, ""},
 		{"outbox.event.forever", -1, ""},
-		{topic, 0, ""}, // kfake's default retention.ms: 7 days
+		{topic, 0, ""}, // kfake's defaults, retention.ms and segment.ms: 7 days each
 	} {
 		err := run(c.topic, c.retention)
 		switch {

@@ -119,6 +119,14 @@ type worker struct {
 	// handler returned, if any (the server's reason for ending a session
 	// reaches the handler's statement first).
 	handlerState string
+	// pgStarted is the server's pg_postmaster_start_time as this worker
+	// last saw it (blame), or the consumer's when it was created (newWorker
+	// runs under c.mu).
+	pgStarted time.Time
+	// runs counts the handler's runs of each queued record that ran in a
+	// transaction that did not commit (by offset; dropped when popped):
+	// Message.Attempt.
+	runs map[int64]int
 	// isolate: records up to this offset are handled one per transaction,
 	// to find which handler broke the connection of a batch.
 	isolate int64
@@ -126,7 +134,8 @@ type worker struct {
 
 func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &worker{c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), stopCh: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), isolate: -1}
+	return &worker{c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), stopCh: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), isolate: -1,
+		pgStarted: c.pgStarted, runs: map[int64]int{}}
 }
 
 // push queues records fetched for the partition; fetching pauses while
@@ -150,6 +159,9 @@ func (w *worker) push(recs []*kgo.Record, hwm int64) {
 // pop drops the first n queued records (handled or dead-lettered).
 func (w *worker) pop(n int) {
 	w.mu.Lock()
+	for _, r := range w.queue[:n] {
+		delete(w.runs, r.Offset)
+	}
 	w.queue = w.queue[n:]
 	if len(w.queue) == 0 {
 		w.queue = nil
@@ -329,7 +341,10 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 	}
 	start := time.Now()
 	w.txStart, w.longestRun, w.handlerState = start, 0, ""
-	tx, err := c.cfg.Postgres.Begin(ctx)
+	// READ COMMITTED whatever the pool's default: a claim's snapshot must
+	// be taken after it waited for a claim of the same event in flight,
+	// which a REPEATABLE READ transaction's is not (the claims refuse it).
+	tx, err := c.cfg.Postgres.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return 0, nil, fmt.Errorf("begin a transaction: %w", err)
 	}
@@ -346,13 +361,9 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 			break // at the head of the next batch: dead-lettered
 		}
 		m := message(r, id, 1)
-		if i == 0 {
-			m.Attempt = w.attempts + w.cuts + 1
-		}
 		hctx, span := c.startSpan(ctx, r, id)
 		if span != nil {
 			spans = append(spans, openSpan{span, i})
-			span.SetAttributes(attrAttempt.Int(m.Attempt))
 		}
 		fresh, err := w.claim(ctx, tx, r.Topic, m.ID, i > 0)
 		if err != nil {
@@ -367,6 +378,14 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 			continue
 		}
 		ran = append(ran, i)
+		// Attempt counts this record's runs, whatever ended the ones
+		// before (a failure, a cut, a restart, a batch's commit that
+		// failed and is retried one record per transaction).
+		w.runs[r.Offset]++
+		m.Attempt = w.runs[r.Offset]
+		if span != nil {
+			span.SetAttributes(attrAttempt.Int(m.Attempt))
+		}
 		w.busy(tx.Conn().PgConn().PID(), r)
 		began := time.Now()
 		err = w.call(hctx, tx, m)
@@ -463,8 +482,12 @@ const maxCuts = 10
 //     failure at the commit, a transaction a handler left aborted or
 //     whose savepoint it released): the handlers';
 //   - the connection's, and the database does not answer another
-//     connection, or the server restarted since (pg_postmaster_start_time
-//     changed): not the handlers';
+//     connection, or the server restarted since this worker last looked
+//     (pg_postmaster_start_time changed; each worker keeps its own, so
+//     every worker whose session one restart ended sees it): not the
+//     handlers'. A worker that ran through a restart without a failure
+//     takes its next failure of the connection for that restart, once
+//     (retried, not counted);
 //   - the server ended the session on idle_in_transaction_session_timeout
 //     or transaction_timeout (SQLSTATE 25P03, 25P04), or a handler ran at
 //     least idle_in_transaction_session_timeout, or the transaction lasted
@@ -485,7 +508,13 @@ func (w *worker) blame(err error) (int, string) {
 		coalesce((SELECT setting::int8 FROM pg_settings WHERE name = 'transaction_timeout'), 0)`).Scan(&started, &idle, &total); err != nil {
 		return notHandlers, "the database does not answer"
 	}
-	if w.c.restarted(started) {
+	// Each worker compares with the start time it last saw itself (when
+	// created, the consumer's): one restart ends every worker's session,
+	// and each must see it, not only the first to look.
+	prev := w.pgStarted
+	w.pgStarted = started
+	w.c.serverStarted(started)
+	if !prev.IsZero() && !prev.Equal(started) {
 		return notHandlers, "the server restarted"
 	}
 	code := sqlState(err)

@@ -90,3 +90,45 @@ func TestCreatedAtIndex(t *testing.T) {
 		t.Fatalf("indexes %q, statements %v; want the new table's index built and the large table's statement given", indexes, res.CreatedAtIndex)
 	}
 }
+
+// TestCreatedAtOfExistingRowsIsUnknown: the rows a table holds when
+// migrate adds created_at take CreatedAtUnknown (their time is not
+// known), without a rewrite of the table (its file stays the same: a
+// constant default is stored once in the catalog), and rows inserted
+// after get the time of their insert. Before, they took the migration's
+// time, which a time window took for theirs.
+func TestCreatedAtOfExistingRowsIsUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb);
+		INSERT INTO outbox SELECT gen_random_uuid(), 'order', 'old-' || g, 'T', '{}' FROM generate_series(1, 10) g`); err != nil {
+		t.Fatal(err)
+	}
+	var before, after uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_relation_filenode('outbox')").Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Apply(ctx, conn, decoder.Config{}); err != nil || len(res.CreatedAt) != 1 {
+		t.Fatalf("Apply: %+v, %v", res, err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', 'new', 'T', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	var unknown, recent int
+	if err := conn.QueryRow(ctx, `SELECT pg_relation_filenode('outbox'),
+		count(*) FILTER (WHERE aggregateid LIKE 'old-%' AND created_at = $1::timestamptz),
+		count(*) FILTER (WHERE aggregateid = 'new' AND created_at > now() - interval '1 minute')
+		FROM outbox`, CreatedAtUnknown).Scan(&after, &unknown, &recent); err != nil {
+		t.Fatal(err)
+	}
+	if before != after || unknown != 10 || recent != 1 {
+		t.Fatalf("file %d then %d (want the same: no rewrite), %d old rows at %s (want 10), %d new row at its insert's time (want 1)", before, after, unknown, CreatedAtUnknown, recent)
+	}
+}

@@ -51,7 +51,7 @@ type Result struct {
 	Created []string // the outbox tables created, schema.table; tables that existed are left as they are (but for CreatedAt)
 	// CreatedAt holds the tables, schema.table, that were given the
 	// column CreatedAt by this run: the rows a table that existed held
-	// take the migration's time.
+	// take CreatedAtUnknown.
 	CreatedAt []string
 	// CreatedAtIndex holds, for a table of CreatedAt too large to index
 	// in the migration (the build would hold its writers), the statement
@@ -64,8 +64,20 @@ type Result struct {
 // row's insert. The time windows of replay, reconcile and prune use it
 // (without outbox.timestamp_column), whatever the ids; the poll source
 // orders by it. A table that existed gets it without a rewrite: its rows
-// take the migration's time.
+// take CreatedAtUnknown.
 const CreatedAt = "created_at"
+
+// CreatedAtUnknown is the created_at of the rows a table held when Apply
+// gave it CreatedAt: their time is not known, and a constant default is
+// stored once in the catalog instead of rewriting the table. The time
+// windows take such a row as older than any window (a window with a start
+// never holds it, one with only an end does), but a row whose id is a
+// UUIDv7, which they place by its id's time. Not -infinity: the poll
+// source computes extract(epoch ...)::int8 of created_at.
+const CreatedAtUnknown = "1970-01-01 00:00:00+00"
+
+// CreatedAtUnknownTime is CreatedAtUnknown as a time.
+var CreatedAtUnknownTime = time.Unix(0, 0).UTC()
 
 // tableMigration is the migration that creates an outbox table: applied for
 // each table of several, the others once, in the first table's schema.
@@ -163,10 +175,11 @@ var createdAtLockWait = 10 * time.Second
 // addCreatedAt gives the table of l the column CreatedAt if it has no
 // column of that name (one of another type is left as it is, and the
 // windows do not use it), and an index on it, and says whether it added
-// the column, and the statement to index it when it did not. Added with the
-// migration's time as its default, which PostgreSQL stores once instead of
-// rewriting the table (a volatile default would rewrite it), then
-// defaulting to each insert's time.
+// the column, and the statement to index it when it did not. Added with
+// the constant CreatedAtUnknown as its default, which PostgreSQL stores
+// once in the catalog instead of rewriting the table (a volatile default
+// would rewrite it), so the rows there take it; then defaulting to each
+// insert's time.
 func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (added bool, index string, err error) {
 	name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	var has bool
@@ -184,7 +197,7 @@ func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (added bool,
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", createdAtLockWait.Milliseconds())); err != nil {
 		return false, "", fmt.Errorf("add %s to %s: %w", CreatedAt, l.Name(), err)
 	}
-	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+col+" timestamptz NOT NULL DEFAULT now()"); err != nil {
+	if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+col+" timestamptz NOT NULL DEFAULT "+quoteLiteral(CreatedAtUnknown)+"::timestamptz"); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "55P03" {
 			return false, "", fmt.Errorf("add %s to %s: the table's lock was not free within %s (a long transaction uses it); migrate changed nothing: run it again when the table is quieter", CreatedAt, l.Name(), createdAtLockWait)
@@ -258,7 +271,9 @@ func InboxClaimFunction(schema, table string) string {
 // ApplyInbox creates the inbox table schema.table (if missing) and its
 // claim functions (InboxClaimFunction), or migrates a table of an earlier
 // layout (0002_inbox_topic.sql: keyed on the topic too;
-// 0003_inbox_claims_serialize.sql: both claims serialize), in one
+// 0003_inbox_claims_serialize.sql: both claims serialize;
+// 0004_inbox_claims_read_committed.sql: both refuse a transaction that is
+// not READ COMMITTED), in one
 // transaction. It needs
 // nothing of the outbox: it runs in the consumer's database.
 func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error {

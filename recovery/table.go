@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/outbox"
 )
@@ -58,6 +60,11 @@ type Table struct {
 	// column, else the table's created_at (migrations.CreatedAt) when it
 	// is a timestamptz, else none (the time of UUIDv7 ids).
 	timeColumn string
+	// unknownTimes: the time column is created_at, whose
+	// migrations.CreatedAtUnknown marks rows of unknown time (the rows
+	// there when migrate added it): older than any window, but a UUIDv7
+	// id's, placed by its time.
+	unknownTimes bool
 	// createdAtType is the type of a created_at column that is not a
 	// timestamptz (the windows do not read it), or "".
 	createdAtType string
@@ -126,6 +133,7 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 	t.timeColumn = timestampColumn
 	if typ, ok := types[migrations.CreatedAt]; t.timeColumn == "" && typ == "timestamp with time zone" {
 		t.timeColumn = migrations.CreatedAt
+		t.unknownTimes = true
 	} else if ok && typ != "timestamp with time zone" {
 		t.createdAtType = typ
 	}
@@ -246,11 +254,26 @@ func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
 	if w.timed() {
 		if t.timeColumn != "" {
 			ts := pgx.Identifier{t.timeColumn}.Sanitize()
+			// A row of unknown time (created_at CreatedAtUnknown, before
+			// any window) whose id is a UUIDv7 is placed by its id's
+			// time. Each side stays a range of the created_at index, or
+			// two.
+			unknownV7 := ""
+			if t.unknownTimes && t.idIsUUID {
+				unknownV7 = ts + " = " + sqlquote.Literal(migrations.CreatedAtUnknown) + "::timestamptz AND " + id + "::text ~ '" + v7Pattern + "'"
+			}
 			if !w.Since.IsZero() {
-				conds = append(conds, ts+" >= "+arg(w.Since))
+				if unknownV7 != "" {
+					conds = append(conds, "("+ts+" >= "+arg(w.Since)+" OR ("+unknownV7+" AND "+id+" >= "+arg(uuidAt(w.Since))+"::uuid))")
+				} else {
+					conds = append(conds, ts+" >= "+arg(w.Since))
+				}
 			}
 			if !w.Until.IsZero() {
 				conds = append(conds, ts+" < "+arg(w.Until))
+				if unknownV7 != "" {
+					conds = append(conds, "NOT ("+unknownV7+" AND "+id+" >= "+arg(uuidAt(w.Until))+"::uuid)")
+				}
 			}
 		} else {
 			if err := t.checkUUIDv7(ctx); err != nil {
@@ -295,7 +318,7 @@ func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
 // one that is not (a random UUIDv4) is not its row's, and a window by id
 // would take or leave such a row whatever its age.
 func (t *Table) checkUUIDv7(ctx context.Context) error {
-	noColumn, fix := "the table has no created_at", "run walrelay migrate (it adds created_at, the time of each insert; rows already there take the migration's time), set outbox.timestamp_column, or use --ids FILE or --all"
+	noColumn, fix := "the table has no created_at", "run walrelay migrate (it adds created_at, the time of each insert; rows already there are of unknown time, older than any window, but UUIDv7 ids), set outbox.timestamp_column, or use --ids FILE or --all"
 	if t.createdAtType != "" {
 		noColumn = "its created_at is " + t.createdAtType + ", not timestamptz"
 		fix = "set outbox.timestamp_column: created_at if it holds each row's time (without a zone, UTC), or use --ids FILE or --all"
@@ -335,6 +358,31 @@ func (t *Table) uuidV7(ctx context.Context) (bool, string, error) {
 	}
 	t.v7, t.v7Sample = &v7, sample
 	return v7, sample, nil
+}
+
+// isV7 tells whether id is the text of a UUIDv7.
+func isV7(id string) bool { return v7Regexp.MatchString(id) }
+
+var v7Regexp = regexp.MustCompile(v7Pattern)
+
+// Undated tells whether the table holds rows of unknown time that no
+// window with a start selects: rows that were in it when walrelay migrate
+// added created_at (migrations.CreatedAtUnknown) and whose ids are not
+// UUIDv7. Such rows are reached by --all or --ids FILE only. It reads the
+// created_at index's rows of that time.
+func (t *Table) Undated(ctx context.Context) (bool, error) {
+	if !t.unknownTimes {
+		return false, nil
+	}
+	cond := pgx.Identifier{t.timeColumn}.Sanitize() + " = " + sqlquote.Literal(migrations.CreatedAtUnknown) + "::timestamptz"
+	if t.idIsUUID {
+		cond += " AND " + pgx.Identifier{t.layout.Columns.ID}.Sanitize() + "::text !~ '" + v7Pattern + "'"
+	}
+	var found bool
+	if err := t.conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+t.name+" WHERE "+cond+")").Scan(&found); err != nil {
+		return false, fmt.Errorf("read %s: %w", t.Name(), err)
+	}
+	return found, nil
 }
 
 // Row is one row of the window: its event (no WAL position, transaction
@@ -483,6 +531,12 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 		if tsIndex >= 0 && raw[tsIndex] != nil {
 			if v, err := decoder.ParseText(t.cols[tsIndex].DataType, raw[tsIndex]); err == nil {
 				if tm, ok := v.(time.Time); ok {
+					r.Time = tm
+				}
+			}
+			if t.unknownTimes && r.Time.Equal(migrations.CreatedAtUnknownTime) {
+				r.Time = time.Time{} // unknown, but a UUIDv7's
+				if tm, ok := outbox.IDTime(e.ID); ok && t.idIsUUID && isV7(e.ID) {
 					r.Time = tm
 				}
 			}

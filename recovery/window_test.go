@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,8 +100,14 @@ func TestTimeWindowsOnMixedIDs(t *testing.T) {
 // TestTimeWindowsOnExistingTable: a table of the layout before created_at,
 // of mixed ids (a UUIDv7 row first, then a random one): a time window is
 // refused, naming migrate (not placing the random id by its bits); migrate
-// adds created_at without touching the rows, which take the migration's
-// time; then windows work, and rows written after it have their own time.
+// adds created_at without touching the rows, which take a time before any
+// window (migrations.CreatedAtUnknown): a UUIDv7 row among them is placed
+// by its id's time, a random one is in no window that has a start (it is
+// older than any), and rows written after it have their own time. Before,
+// the rows there took the migration's time: a window starting before the
+// migration held the whole old table, days of rows a reconcile then
+// counted missing (its topics read from the window's start) and a replay
+// sent again, and the UUIDv7 rows lost the time of their ids.
 func TestTimeWindowsOnExistingTable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -115,6 +122,11 @@ func TestTimeWindowsOnExistingTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	insertMixed(t, conn, "before", "", "")
+	// A UUIDv7 row of two days ago, written before created_at existed.
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1::uuid, 'order', 'old-v7', 'T', '{}')`,
+		uuidAt(time.Now().Add(-48*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
 	tb, err := Open(ctx, conn, decoder.Layout{})
 	if err != nil {
 		t.Fatal(err)
@@ -133,18 +145,28 @@ func TestTimeWindowsOnExistingTable(t *testing.T) {
 	if tb, err = Open(ctx, conn, decoder.Layout{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(windowIDs(t, tb, Window{Since: migrated.Add(-time.Minute)}), " "); got != "after-v4 after-v7 before-v4 before-v7" {
-		t.Fatalf("--since a minute before the migration: %s, want every row", got)
+	if got := strings.Join(windowIDs(t, tb, Window{Since: migrated.Add(-time.Minute)}), " "); got != "after-v4 after-v7 before-v7" {
+		t.Fatalf("--since a minute before the migration: %s, want the rows written after it and the UUIDv7 row of that minute (not the random id of unknown time, nor the UUIDv7 of two days ago)", got)
 	}
-	if got := windowIDs(t, tb, Window{Until: migrated.Add(-time.Minute)}); len(got) != 0 {
-		t.Fatalf("--until a minute before the migration: %v, want none (the rows there take the migration's time)", got)
+	if got := strings.Join(windowIDs(t, tb, Window{Since: migrated.Add(-72 * time.Hour), Until: migrated.Add(-24 * time.Hour)}), " "); got != "old-v7" {
+		t.Fatalf("--since 3 days --until 1 day before the migration: %s, want the UUIDv7 row of two days ago", got)
 	}
-	var split time.Time
-	if err := conn.QueryRow(ctx, "SELECT max(created_at) FROM outbox WHERE aggregateid LIKE 'before-%'").Scan(&split); err != nil {
+	if got := strings.Join(windowIDs(t, tb, Window{Until: migrated.Add(-time.Minute)}), " "); got != "before-v4 old-v7" {
+		t.Fatalf("--until a minute before the migration: %s, want the random id of unknown time (older than any window) and the UUIDv7 of two days ago", got)
+	}
+	var times []string
+	if err := tb.Rows(ctx, nil, Window{All: true}, func(r Row) error {
+		times = append(times, r.Event.AggregateID+"="+strconv.FormatBool(r.Time.IsZero()))
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(windowIDs(t, tb, Window{Since: split.Add(time.Millisecond)}), " "); got != "after-v4 after-v7" {
-		t.Fatalf("--since after the migration: %s, want the rows written after it", got)
+	slices.Sort(times)
+	if got := strings.Join(times, " "); got != "after-v4=false after-v7=false before-v4=true before-v7=false old-v7=false" {
+		t.Fatalf("rows' times unknown (true): %s, want only the random id written before the migration", got)
+	}
+	if undated, err := tb.Undated(ctx); err != nil || !undated {
+		t.Fatalf("Undated: %v, %v; want true (a random id written before the migration)", undated, err)
 	}
 	// Re-running migrate changes nothing.
 	if res, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil || len(res.CreatedAt) != 0 {

@@ -107,7 +107,7 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 	for _, l := range ocfg.Layouts() {
 		say("table "+l.Name(), slices.Contains(res.Created, l.Name()))
 		if slices.Contains(res.CreatedAt, l.Name()) && !slices.Contains(res.Created, l.Name()) {
-			fmt.Fprintf(stdout, "%-40s %s\n", "column "+l.Name()+"."+migrations.CreatedAt, "added: the time of each insert, which the time windows of reconcile, replay and prune use (the rows already there take this migration's time)")
+			fmt.Fprintf(stdout, "%-40s %s\n", "column "+l.Name()+"."+migrations.CreatedAt, "added: the time of each insert, which the time windows of reconcile, replay and prune use (the rows already there are of unknown time, 1970-01-01 in it: a window with a start leaves them out but UUIDv7 ids, placed by their time; --all or --ids FILE reach them)")
 		}
 		if stmt, ok := res.CreatedAtIndex[l.Name()]; ok {
 			fmt.Fprintf(stdout, "%-40s %s\n", "index of "+l.Name()+"."+migrations.CreatedAt, "not built: the table is large, and building it here would hold its writers; for fast time windows run "+stmt)

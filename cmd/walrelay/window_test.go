@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
@@ -110,8 +112,58 @@ func TestMigrateGivesTimeWindows(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "walrelay reconcile --since <a time before the skipped rows>") {
 		t.Fatalf("lsn advance after migrate: exit %d, want a hint naming --since:\n%s", code, out)
 	}
+	if !strings.Contains(out, "are of unknown time and in no --since window") {
+		t.Fatalf("lsn advance after migrate: want the rows of unknown time named:\n%s", out)
+	}
+	// The UUIDv7 row is placed by its id's time; the random one written
+	// before created_at is of unknown time, in no window with a start.
 	code, out = runCmd(t, e, "reconcile", "--since", "10m", "--wait", "1s")
+	if code != 2 || !strings.Contains(out, "1 rows judged") {
+		t.Fatalf("reconcile --since 10m after migrate: exit %d, want the UUIDv7 row judged (missing):\n%s", code, out)
+	}
+	code, out = runCmd(t, e, "reconcile", "--all", "--wait", "1s")
 	if code != 2 || !strings.Contains(out, "2 rows judged") {
-		t.Fatalf("reconcile --since 10m after migrate: exit %d, want both rows judged (missing):\n%s", code, out)
+		t.Fatalf("reconcile --all after migrate: exit %d, want both rows judged (missing):\n%s", code, out)
+	}
+}
+
+// TestReconcileSinceAfterMigrateLeavesOlderRowsOut: walrelay migrate gives
+// an existing outbox created_at; the rows already there, published days
+// before, take a time before any window (migrations.CreatedAtUnknown), so
+// reconcile --since 1h right after migrate judges none of them (its topics
+// read from an hour ago, less a margin, would not hold them). Before, they
+// took the migration's time: all 50 counted missing, and --replay --yes
+// would have sent the whole old table again.
+func TestReconcileSinceAfterMigrateLeavesOlderRowsOut(t *testing.T) {
+	t.Parallel()
+	kc := newBroker(t)
+	pg := pgtest.Start(t)
+	conn := connect(t, pg.DSN)
+	ctx := t.Context()
+	// The layout before created_at, with 50 rows published two days ago.
+	execSQL(t, conn, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)`)
+	ids := texts(t, conn, `INSERT INTO outbox SELECT gen_random_uuid(), 'order', 'order-' || g, 'T', '{}' FROM generate_series(1, 50) g RETURNING id::text`)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	then := time.Now().Add(-48 * time.Hour)
+	var recs []*kgo.Record
+	for i, id := range ids {
+		recs = append(recs, &kgo.Record{Topic: kc.topic("order"), Key: []byte(fmt.Sprintf("order-%d", i+1)), Value: []byte("{}"), Timestamp: then,
+			Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(id)}}})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e := baseEnv(pg, kc)
+	if code, out := runCmd(t, e, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	code, out := runCmd(t, e, "reconcile", "--since", "1h", "--wait", "1s")
+	if code != 0 || !strings.Contains(out, " 0 missing") {
+		t.Fatalf("reconcile --since 1h right after migrate of an outbox whose 50 rows were published two days ago: exit %d, want 0 and none missing (the rows are not of the last hour)\n%s", code, tail(out, 800))
 	}
 }
