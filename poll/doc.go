@@ -20,7 +20,8 @@
 //     "block", or PARKED) are set PARKED in the same statement, out of the
 //     due index, so that later claims do not walk a blocked backlog again.
 //     Each round first releases (PARKED to PENDING, at most a batch per
-//     aggregate) the parked rows of each aggregate whose first unsent row
+//     aggregate and ten batches in all; a release that fails is logged and
+//     the claim runs all the same) the parked rows of each aggregate whose first unsent row
 //     is PARKED: what blocked it was sent, skipped or deleted. A PARKED row
 //     is unsent and not due, so it holds its aggregate's later rows as any
 //     such row: parking and release never decide what is claimed, and a

@@ -83,8 +83,17 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	// another sent the row before it is released by the next round all
 	// the same. Ordering none parks nothing and releases every parked row
 	// (left by an earlier setting).
+	//
+	// A release sets back at most parkBatches batches of rows in all, as a
+	// claim parks at most that many: the end of an outage, on_dead switched
+	// from block to skip, or poll retry --all can unblock every aggregate
+	// at once, and one statement that set back a batch of each could
+	// outlive the round's timeout, and fail again every round. The
+	// aggregates left are released by the next rounds: those released
+	// already are no longer free (their first unsent row is PENDING), so
+	// each release goes on where the last one stopped.
 	t.releaseSQL = `UPDATE ` + q + ` SET status = 'PENDING'
-	WHERE ` + id + ` = ANY (ARRAY(SELECT p.` + id + ` FROM ` + q + ` p WHERE p.status = 'PARKED' LIMIT $1 FOR UPDATE SKIP LOCKED))`
+	WHERE ` + id + ` = ANY (ARRAY(SELECT p.` + id + ` FROM ` + q + ` p WHERE p.status = 'PARKED' LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + ` FOR UPDATE SKIP LOCKED))`
 	if cfg.Ordering == OrderAggregate {
 		unsent := "e.status <> 'SENT'"
 		if cfg.OnDead != DeadBlock {
@@ -125,6 +134,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	), rel AS (
 		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
 			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $1 FOR UPDATE SKIP LOCKED) r
+		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
 	)
 	UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
 		// A window over the batch and the blockers, by aggregate in
@@ -220,9 +230,14 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 }
 
 // release sets back to PENDING the parked rows whose aggregate is no
-// longer blocked (at most a batch of each), and returns how many.
+// longer blocked (at most a batch of each, parkBatches batches in all),
+// and returns how many.
 func (t *table) release(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	tag, err := conn.Exec(ctx, t.releaseSQL, t.batch)
+	args := []any{t.batch}
+	if !strings.Contains(t.releaseSQL, "$1") {
+		args = nil
+	}
+	tag, err := conn.Exec(ctx, t.releaseSQL, args...)
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,93 @@
+package poll
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/sink"
+
+	"time"
+)
+
+// TestReleaseBounded (review of issue 36 item 6): the release before each
+// claim sets back at most parkBatches batches of rows, whatever the number
+// of aggregates unblocked at once (on_dead switched from block to skip
+// here, 2,000 aggregates with 5 parked rows each), and the next releases
+// go on with the aggregates left, until each has its first batch back.
+func TestReleaseBounded(t *testing.T) {
+	t.Parallel()
+	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, OnDead: DeadBlock})
+	ctx := t.Context()
+	const aggs, behind = 2000, 5
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status)
+		SELECT gen_random_uuid(), 'order', 'a-' || g, 'T', '{}', CASE WHEN n = 0 THEN 'DEAD' ELSE 'PARKED' END
+		FROM generate_series(1, $1::int) g, generate_series(0, $2::int) n ORDER BY n, g`, aggs, behind); err != nil {
+		t.Fatal(err)
+	}
+	if n := release(t, conn, tb); n != 0 {
+		t.Fatalf("released %d rows behind DEAD rows under on_dead block", n)
+	}
+	// The operator switches on_dead to skip.
+	skip := newTable(tb.rt, Config{Ordering: OrderAggregate, OnDead: DeadSkip, BatchSize: tb.batch, MaxBatchBytes: int(tb.maxBytes), MaxEventBytes: tb.maxEvent, Lease: 30e9})
+	limit := int64(parkBatches * tb.batch)
+	total := int64(0)
+	for i := 0; ; i++ {
+		start := time.Now()
+		n := release(t, conn, skip)
+		if n > limit {
+			t.Fatalf("release %d set %d rows back to PENDING in %s, more than the %d a claim may park: a release is bounded by nothing (every aggregate unblocked at once times a batch), under the round's 30 s timeout",
+				i, n, time.Since(start).Round(time.Millisecond), limit)
+		}
+		total += n
+		if n == 0 || i > 20 {
+			break
+		}
+	}
+	// Each aggregate's parked rows (5, under a batch) back, in all.
+	if total != aggs*behind {
+		t.Fatalf("the releases set back %d rows in all, want %d (every aggregate's parked rows)", total, aggs*behind)
+	}
+}
+
+// TestClaimDespiteFailedRelease (review of issue 36 item 6): a release
+// that fails (here a trigger refuses it) is logged and counted, and the
+// claim runs all the same: a release that keeps failing must not stop
+// every claim.
+func TestClaimDespiteFailedRelease(t *testing.T) {
+	t.Parallel()
+	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, OnDead: DeadSkip})
+	ctx := t.Context()
+	if _, err := conn.Exec(ctx, `CREATE FUNCTION refuse_release() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF OLD.status = 'PARKED' AND NEW.status = 'PENDING' THEN RAISE EXCEPTION 'release refused'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_release BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_release()`); err != nil {
+		t.Fatal(err)
+	}
+	// One aggregate whose parked row is releasable, one due row of another.
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status) VALUES
+		(gen_random_uuid(), 'order', 'parked', 'T', '{}', 'PARKED')`); err != nil {
+		t.Fatal(err)
+	}
+	insertMany(t, conn, "due", 1)
+	cc, _ := pgx.ParseConfig("postgres://u@127.0.0.1:1/db")
+	var failed []error
+	p, err := New(Config{ConnConfig: cc, Ordering: OrderAggregate, Sink: sink.Config{Brokers: []string{"127.0.0.1:1"}},
+		PollHooks: Hooks{Released: func(table string, rows int64, err error) {
+			if err != nil {
+				failed = append(failed, err)
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _, err := p.claimTable(ctx, conn, tb, "w:1")
+	if err != nil {
+		t.Fatalf("a claim after a failed release: %v, want the due row claimed all the same", err)
+	}
+	if len(rs) != 1 || rs[0].e.AggregateID != "due" {
+		t.Fatalf("claimed %d rows, want the due row", len(rs))
+	}
+	if len(failed) != 1 {
+		t.Fatalf("release failures counted: %v, want 1", failed)
+	}
+}
