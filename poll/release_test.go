@@ -1,10 +1,15 @@
 package poll
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/testkit/pgtest"
+	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/sink"
 
 	"time"
@@ -89,5 +94,42 @@ func TestClaimDespiteFailedRelease(t *testing.T) {
 	}
 	if len(failed) != 1 {
 		t.Fatalf("release failures counted: %v, want 1", failed)
+	}
+}
+
+// TestCheckTableWantsParkedPartition (review of issue 36 item 6): an
+// outbox partitioned by LIST (status) with no partition for PARKED rows
+// (every claim that parks a row would fail) is refused, naming it; a
+// partition for them (or a DEFAULT one) satisfies the check.
+func TestCheckTableWantsParkedPartition(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.Start(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+			type varchar(255) NOT NULL, payload jsonb, status text NOT NULL DEFAULT 'PENDING') PARTITION BY LIST (status);
+		CREATE TABLE outbox_unsent PARTITION OF outbox FOR VALUES IN ('PENDING', 'SENDING');
+		CREATE TABLE outbox_done PARTITION OF outbox FOR VALUES IN ('SENT', 'DEAD')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.ApplyPoll(ctx, conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	l := decoder.Config{}.WithDefaults().Layouts()[0]
+	if err := CheckTable(ctx, conn, l); err == nil || !strings.Contains(err.Error(), "a partition for status PARKED") {
+		t.Fatalf("CheckTable of an outbox partitioned by status without a partition for PARKED: %v, want it named", err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE outbox_parked PARTITION OF outbox FOR VALUES IN ('PARKED')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckTable(ctx, conn, l); err != nil {
+		t.Fatalf("CheckTable with a partition for PARKED: %v", err)
 	}
 }
