@@ -66,9 +66,16 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	// parkBatches batches of them: parking is an update of each row, and
 	// a claim that parked a backlog of millions at once could outlive its
 	// timeout and park nothing, for ever; the rows left are parked by the
-	// next claims, each walking fewer of them. A row
-	// under a live lease does not park the rows behind it: it is sent or
-	// its lease ends within poll.lease. Parking is no part of the order:
+	// next claims, each walking fewer of them. A row under a live lease
+	// (SENDING, claimed by another worker) parks the rows behind it too:
+	// a lease is renewed for as long as Kafka does not answer (an outage
+	// of minutes), and every claim of the other workers would walk them
+	// meanwhile. They are released as any parked row, once the first
+	// unsent row of their aggregate is PARKED: the leased row was SENT (or
+	// DEAD under on_dead skip); set back to PENDING in backoff, or claimed
+	// again after its lease ended, it still blocks them. The cost: two
+	// more updates (park, release) of a row that another worker's claim
+	// meets behind an aggregate in flight. Parking is no part of the order:
 	// a PARKED row is unsent and not due, so it holds the later rows of
 	// its aggregate as any such row does, and the two tests above decide
 	// alone which rows are claimed.
@@ -108,10 +115,11 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 			WHERE e.` + agg + ` = a._wr_agg AND ` + unsent + ` AND e.` + id + ` NOT IN (SELECT _wr_id FROM cand)
 			ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
 	)`
-		blocked := `EXISTS (SELECT 1 FROM (SELECT e.status, e.available_at, e.created_at, e.` + id + ` FROM ` + q + ` e
+		blocked := `EXISTS (SELECT 1 FROM (SELECT e.status, e.available_at, e.lease_until, e.created_at, e.` + id + ` FROM ` + q + ` e
 				WHERE e.` + agg + ` = c.` + agg + ` AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
 			WHERE (f.created_at, f.` + id + `) < (c.created_at, c.` + id + `)
-				AND (f.status IN ('DEAD', 'PARKED') OR (f.status = 'PENDING' AND f.available_at > now())))`
+				AND (f.status IN ('DEAD', 'PARKED') OR (f.status = 'PENDING' AND f.available_at > now())
+					OR (f.status = 'SENDING' AND f.lease_until > now())))`
 		park = `, bound AS MATERIALIZED (
 		SELECT CASE WHEN count(*) >= $1 THEN max(_wr_at) ELSE 'infinity' END AS _wr_at FROM locked
 	), topark AS MATERIALIZED (
