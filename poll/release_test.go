@@ -2,6 +2,7 @@ package poll
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,5 +132,53 @@ func TestCheckTableWantsParkedPartition(t *testing.T) {
 	}
 	if err := CheckTable(ctx, conn, l); err != nil {
 		t.Fatalf("CheckTable with a partition for PARKED: %v", err)
+	}
+}
+
+// TestMarkReleasesParkedRows (review of issue 36 item 6): the mark that
+// sends the row that blocked an aggregate releases the rows parked behind
+// it at once (in order, by the claims that follow), so that the sweep of
+// every aggregate with parked rows, which walks every blocked aggregate,
+// runs only once per sweepEvery, not before every claim.
+func TestMarkReleasesParkedRows(t *testing.T) {
+	t.Parallel()
+	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, OnDead: DeadSkip})
+	ctx := t.Context()
+	ids := map[string]string{}
+	insert(t, conn, ids, "a", "a", "a", "b")
+	set(t, conn, ids["a-0"], "available_at = now() + interval '1 hour', attempts = 1")
+	cc, _ := pgx.ParseConfig("postgres://u@127.0.0.1:1/db")
+	sweeps := 0
+	p, err := New(Config{ConnConfig: cc, Ordering: OrderAggregate, Sink: sink.Config{Brokers: []string{"127.0.0.1:1"}},
+		PollHooks: Hooks{Released: func(string, int64, error) { sweeps++ }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _, err := p.claimTable(ctx, conn, tb, "w:1")
+	if err != nil || len(rs) != 1 || rs[0].e.AggregateID != "b" {
+		t.Fatalf("first claim: %d rows, %v; want b-0", len(rs), err)
+	}
+	if got, want := statuses(t, conn, ids, "a-1", "a-2"), []string{"PARKED", "PARKED"}; !slices.Equal(got, want) {
+		t.Fatalf("rows behind a-0 in backoff: %v, want %v", got, want)
+	}
+	set(t, conn, ids["a-0"], "available_at = now()")
+	rs, _, err = p.claimTable(ctx, conn, tb, "w:2")
+	if err != nil || len(rs) != 1 || rs[0].id != ids["a-0"] {
+		t.Fatalf("second claim: %d rows, %v; want a-0", len(rs), err)
+	}
+	if sweeps != 1 {
+		t.Fatalf("%d sweeps of the parked rows for two claims within %s, want 1", sweeps, sweepEvery)
+	}
+	c := &claimed{t: tb, claim: "w:2", rows: rs, m: &marks{}}
+	c.m.add(ids["a-0"], "SENT", 0, 0, "")
+	if err := p.mark(ctx, conn, c); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := statuses(t, conn, ids, "a-0", "a-1", "a-2"), []string{"SENT", "PENDING", "PENDING"}; !slices.Equal(got, want) {
+		t.Fatalf("after the mark that sent a-0: %v, want %v (the rows parked behind it released by the mark)", got, want)
+	}
+	rs, _, err = p.claimTable(ctx, conn, tb, "w:3")
+	if err != nil || len(rs) != 2 || rs[0].id != ids["a-1"] || rs[1].id != ids["a-2"] {
+		t.Fatalf("third claim: %d rows, %v; want a-1, a-2 in order", len(rs), err)
 	}
 }

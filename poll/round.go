@@ -51,9 +51,15 @@ func (p *Poller) claimTable(ctx context.Context, conn *pgx.Conn, t *table, claim
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	// The parked rows of aggregates no longer blocked first: the claim
-	// takes them at once.
-	released, err := t.release(cctx, conn)
-	p.cfg.PollHooks.Released(t.name, released, err)
+	// takes them at once. The mark releases those behind the rows it
+	// sends; this sweep, for the rest, runs once per sweepEvery.
+	var released int64
+	var err error
+	if time.Since(t.swept) >= sweepEvery {
+		t.swept = time.Now()
+		released, err = t.release(cctx, conn)
+		p.cfg.PollHooks.Released(t.name, released, err)
+	}
 	switch {
 	case err != nil:
 		p.log.Warn("release parked rows (the claim runs all the same; the next round tries again)", "table", t.name, "err", err)

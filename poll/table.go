@@ -19,12 +19,17 @@ type table struct {
 	claimSQL string
 	// releaseSQL sets PARKED rows back to PENDING (see newTable).
 	releaseSQL string
-	renewSQL   string
-	markSQL    string
-	batch      int
-	maxBytes   int64
-	maxEvent   int64 // a row larger (its columns' text) is not read: it is dead-lettered too_large
-	leaseSecs  float64
+	// releaseMarkedSQL releases the parked rows of the aggregates of the
+	// rows a mark changed ($1, ids); empty with ordering none.
+	releaseMarkedSQL string
+	// swept is when release last ran (the poller's goroutine only).
+	swept     time.Time
+	renewSQL  string
+	markSQL   string
+	batch     int
+	maxBytes  int64
+	maxEvent  int64 // a row larger (its columns' text) is not read: it is dead-lettered too_large
+	leaseSecs float64
 }
 
 // parkBatches bounds the rows one claim parks, in batches (BatchSize).
@@ -145,6 +150,25 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
 	)
 	UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
+		// Release from the mark: once a mark committed, the aggregates of
+		// the rows it changed whose first unsent row is PARKED (the row that
+		// blocked them was just sent, or DEAD under on_dead skip) have their
+		// first parked rows set back, in a statement of its own, so that the
+		// next claim takes them: the sweep above (releaseSQL), which walks
+		// every aggregate with parked rows, then runs only once per
+		// sweepEvery, for what the mark cannot see: a row parked by another
+		// worker's claim while the mark ran, a block ended outside the
+		// poller (dlq replay's mark, a DELETE, on_dead switched to skip).
+		t.releaseMarkedSQL = `WITH free AS (
+		SELECT a.a FROM (SELECT DISTINCT m.` + agg + ` AS a FROM ` + q + ` m WHERE m.` + id + ` = ANY($1::text[]::` + idType + `[])) a
+		WHERE (SELECT e.status FROM ` + q + ` e
+			WHERE e.` + agg + ` = a.a AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'
+	), rel AS (
+		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
+			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $2 FOR UPDATE SKIP LOCKED) r
+		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
+	)
+	UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
 		// A window over the batch and the blockers, by aggregate in
 		// order: a row is held back when a blocker comes before it.
 		ok = `SELECT _wr_id, _wr_prev, _wr_size FROM (
@@ -246,6 +270,25 @@ func (t *table) release(ctx context.Context, conn *pgx.Conn) (int64, error) {
 		args = nil
 	}
 	tag, err := conn.Exec(ctx, t.releaseSQL, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// sweepEvery is how often the poller runs the release of every
+// aggregate's parked rows (release) before a claim; the mark releases
+// those of the aggregates it sends (releaseMarked) at once.
+const sweepEvery = time.Second
+
+// releaseMarked releases the parked rows of the aggregates of ids (the
+// rows a mark changed) whose first unsent row is PARKED, at most a batch
+// each, and returns how many.
+func (t *table) releaseMarked(ctx context.Context, conn *pgx.Conn, ids []string) (int64, error) {
+	if t.releaseMarkedSQL == "" || len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := conn.Exec(ctx, t.releaseMarkedSQL, ids, t.batch)
 	if err != nil {
 		return 0, err
 	}
