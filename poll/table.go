@@ -101,7 +101,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	// from block to skip, or poll retry --all can unblock every aggregate
 	// at once, and one statement that set back a batch of each could
 	// outlive the round's timeout, and fail again every round. The
-	// aggregates left are released by the next rounds: those released
+	// aggregates left are released by the next sweeps: those released
 	// already are no longer free (their first unsent row is PENDING), so
 	// each release goes on where the last one stopped.
 	t.releaseSQL = `UPDATE ` + q + ` SET status = 'PENDING'
