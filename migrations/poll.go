@@ -7,9 +7,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // The poll source's columns (`walrelay migrate --poll`), with the types and
@@ -62,6 +62,46 @@ type PollResult struct {
 	// transaction-time default (TransactionTime), that default: ApplyPoll
 	// set it to clock_timestamp().
 	Redefaulted map[string]string
+	// Unbuilt holds, for a table too large to index in the migration (the
+	// build would hold its writers), the statements that build its
+	// missing poll indexes without blocking them (PollIndexes), to run by
+	// hand: the poll source refuses the table until they are built.
+	Unbuilt map[string][]string
+}
+
+// PollIndex is one partial index of the poll source: its name and the
+// statement that builds it (CREATE INDEX IF NOT EXISTS).
+type PollIndex struct{ Name, Create string }
+
+// Concurrently is the index's statement that builds it without blocking
+// the table's writers (CREATE INDEX CONCURRENTLY, outside a transaction).
+func (x PollIndex) Concurrently() string {
+	return strings.Replace(x.Create, "CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
+}
+
+// PollIndexes returns the poll source's indexes of layout l: the rows
+// still to send by insert order (the claims), by aggregate (the order
+// checks), and the parked rows by aggregate (the release).
+func PollIndexes(l decoder.Layout) []PollIndex {
+	l = l.WithDefaults()
+	n := PollNamesOf(l)
+	name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
+	id, agg := pgx.Identifier{l.Columns.ID}.Sanitize(), pgx.Identifier{l.Columns.AggregateID}.Sanitize()
+	return []PollIndex{
+		{n.DueIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.DueIndex}.Sanitize() + " ON " + name + " (created_at, " + id + ") WHERE status IN ('PENDING', 'SENDING')"},
+		{n.UnsentIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.UnsentIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status <> 'SENT'"},
+		{n.ParkedIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.ParkedIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status = 'PARKED'"},
+	}
+}
+
+// lockTimeout is the error ApplyPoll returns when a table's lock was not
+// free within createdAtLockWait, or err.
+func lockTimeout(err error, what, table string) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" {
+		return fmt.Errorf("%s of %s: the table's lock was not free within %s (a long transaction uses it); migrate changed nothing: run it again when the table is quieter", what, table, createdAtLockWait)
+	}
+	return fmt.Errorf("%s of %s: %w", what, table, err)
 }
 
 // TransactionTime reports whether def, a column default as pg_get_expr
@@ -110,12 +150,20 @@ func ColumnDefault(ctx context.Context, q interface {
 // transaction, under the migrations' lock; re-running changes nothing.
 func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResult, error) {
 	o = o.WithDefaults()
-	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}, Redefaulted: map[string]string{}}
+	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}, Redefaulted: map[string]string{}, Unbuilt: map[string][]string{}}
 	tx, err := begin(ctx, conn)
 	if err != nil {
 		return res, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	// Each statement on a table waits for its lock behind every
+	// transaction that uses the table, and the application's writes
+	// queue behind that wait: it waits a bounded time, and migrate fails
+	// (changing nothing) rather than stall the writers, as addCreatedAt.
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", createdAtLockWait.Milliseconds())); err != nil {
+		return res, fmt.Errorf("poll migration: %w", err)
+	}
+	var validate [][2]string // table, statement
 	for i, l := range o.Layouts() {
 		name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 		have := map[string]string{}
@@ -162,7 +210,7 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 				res.Pending[l.Name()] = n
 			}
 			if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" "+strings.Join(adds, ", ")); err != nil {
-				return res, fmt.Errorf("add the poll columns to %s: %w", l.Name(), err)
+				return res, lockTimeout(err, "add the poll columns", l.Name())
 			}
 		}
 		// Rows that were there share the migration's time (their ids order
@@ -186,32 +234,67 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 		}
 		if redefault {
 			if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN created_at SET DEFAULT clock_timestamp()"); err != nil {
-				return res, fmt.Errorf("set the default of %s.created_at: %w", l.Name(), err)
+				return res, lockTimeout(err, "set the default of created_at", l.Name())
 			}
 		}
 		n := PollNamesOf(l)
-		id, agg := pgx.Identifier{l.Columns.ID}.Sanitize(), pgx.Identifier{l.Columns.AggregateID}.Sanitize()
+		check := pgx.Identifier{n.StatusCheck}.Sanitize()
 		statuses := "'" + strings.Join(PollStatuses, "', '") + "'"
-		stmts := []string{
-			// A check of an earlier version lacks PARKED: it is replaced
-			// (one ALTER TABLE, which reads the table once to validate it).
-			`DO ` + sqlquote.Dollar(` BEGIN
-				IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = `+quoteLiteral(name)+`::regclass AND conname = `+quoteLiteral(n.StatusCheck)+`
-						AND pg_get_constraintdef(oid) LIKE '%''PARKED''%') THEN
-					ALTER TABLE `+name+` DROP CONSTRAINT IF EXISTS `+pgx.Identifier{n.StatusCheck}.Sanitize()+`,
-						ADD CONSTRAINT `+pgx.Identifier{n.StatusCheck}.Sanitize()+` CHECK (status IN (`+statuses+`));
-				END IF;
-			END `),
-			"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.DueIndex}.Sanitize() + " ON " + name + " (created_at, " + id + ") WHERE status IN ('PENDING', 'SENDING')",
-			"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.UnsentIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status <> 'SENT'",
-			"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.ParkedIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status = 'PARKED'",
-			"CREATE OR REPLACE FUNCTION " + pgx.Identifier{l.Schema, n.Function}.Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $$
+		// A check of an earlier version lacks PARKED: it is replaced, NOT
+		// VALID (a moment under the table's lock, no read of the table),
+		// and validated after the commit (a read of the table that does
+		// not hold its writers): the rows there satisfy the old check,
+		// a subset of the new one.
+		var hasParked, valid bool
+		err = tx.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_and(convalidated), false) FROM pg_constraint
+			WHERE conrelid = $1::regclass AND conname = $2 AND pg_get_constraintdef(oid) LIKE '%''PARKED''%'`, name, n.StatusCheck).Scan(&hasParked, &valid)
+		if err != nil {
+			return res, fmt.Errorf("read the status check of %s: %w", l.Name(), err)
+		}
+		if !hasParked {
+			if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" DROP CONSTRAINT IF EXISTS "+check+", ADD CONSTRAINT "+check+" CHECK (status IN ("+statuses+")) NOT VALID"); err != nil {
+				return res, lockTimeout(err, "replace the status check", l.Name())
+			}
+		}
+		if !valid {
+			validate = append(validate, [2]string{l.Name(), "ALTER TABLE " + name + " VALIDATE CONSTRAINT " + check})
+		}
+		// The indexes, built here on a table of at most indexRowsAtOnce
+		// rows (a moment); on a larger one the build would hold the
+		// writers as long as it takes, so the statements that build them
+		// without blocking them are given instead (as addCreatedAt).
+		var missing []PollIndex
+		for _, x := range PollIndexes(l) {
+			var has bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass AND c.relname = $2)", name, x.Name[:min(len(x.Name), 63)]).Scan(&has); err != nil {
+				return res, fmt.Errorf("look up index %s: %w", x.Name, err)
+			}
+			if !has {
+				missing = append(missing, x)
+			}
+		}
+		var rowsThere int64
+		if len(missing) > 0 {
+			if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM (SELECT FROM %s LIMIT %d) s", name, indexRowsAtOnce+1)).Scan(&rowsThere); err != nil {
+				return res, fmt.Errorf("count the rows of %s: %w", l.Name(), err)
+			}
+		}
+		var stmts []string
+		for _, x := range missing {
+			if rowsThere > indexRowsAtOnce {
+				res.Unbuilt[l.Name()] = append(res.Unbuilt[l.Name()], x.Concurrently())
+				continue
+			}
+			stmts = append(stmts, x.Create)
+		}
+		stmts = append(stmts,
+			"CREATE OR REPLACE FUNCTION "+pgx.Identifier{l.Schema, n.Function}.Sanitize()+`() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify(` + quoteLiteral(NotifyChannel) + `, TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME);
+    PERFORM pg_notify(`+quoteLiteral(NotifyChannel)+`, TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME);
     RETURN NULL;
 END $$`,
-			"CREATE OR REPLACE TRIGGER " + pgx.Identifier{n.Trigger}.Sanitize() + " AFTER INSERT ON " + name + " FOR EACH STATEMENT EXECUTE FUNCTION " + pgx.Identifier{l.Schema, n.Function}.Sanitize() + "()",
-		}
+			"CREATE OR REPLACE TRIGGER "+pgx.Identifier{n.Trigger}.Sanitize()+" AFTER INSERT ON "+name+" FOR EACH STATEMENT EXECUTE FUNCTION "+pgx.Identifier{l.Schema, n.Function}.Sanitize()+"()",
+		)
 		if i == 0 {
 			// walrelay_emit may write a WAL message, which the poll source
 			// never reads: it inserts a row instead.
@@ -219,12 +302,28 @@ END $$`,
 		}
 		for _, s := range stmts {
 			if _, err := tx.Exec(ctx, s); err != nil {
-				return res, fmt.Errorf("poll migration of %s: %w", l.Name(), err)
+				return res, lockTimeout(err, "poll migration", l.Name())
 			}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("commit migrations: %w", err)
+	}
+	// The status checks replaced NOT VALID: validated each in a statement
+	// of its own (SHARE UPDATE EXCLUSIVE: the writers go on while it reads
+	// the table), its wait for the lock bounded too. A check left not
+	// valid is enforced on every write all the same; a re-run validates it.
+	for _, v := range validate {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", createdAtLockWait.Milliseconds())); err != nil {
+			return res, fmt.Errorf("validate the status check: %w", err)
+		}
+		_, err := conn.Exec(ctx, v[1])
+		if _, rerr := conn.Exec(ctx, "RESET lock_timeout"); err == nil && rerr != nil {
+			err = rerr
+		}
+		if err != nil {
+			return res, lockTimeout(err, "validate the status check (it is enforced on every write already; run walrelay migrate --poll again to validate it)", v[0])
+		}
 	}
 	return res, nil
 }

@@ -107,13 +107,27 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 		// behind a blocked row of their aggregate, which its check refuses.
 		missing = append(missing, "constraint "+n.StatusCheck+" allowing status PARKED")
 	}
-	for _, ix := range []string{n.DueIndex, n.UnsentIndex, n.ParkedIndex} {
-		if !slices.Contains(indexes, ix[:min(len(ix), 63)]) { // PostgreSQL cuts names to 63 bytes
-			missing = append(missing, "index "+ix)
+	for _, ix := range migrations.PollIndexes(l) {
+		if !slices.Contains(indexes, ix.Name[:min(len(ix.Name), 63)]) { // PostgreSQL cuts names to 63 bytes
+			// migrate --poll leaves it to build by hand on a large table.
+			missing = append(missing, "index "+ix.Name+" (on a large table, build it without holding the writers: "+ix.Concurrently()+")")
 		}
 	}
 	if !hasTrigger {
 		missing = append(missing, "trigger "+n.Trigger+" (enabled)")
+	}
+	// An outbox partitioned by LIST (status) must have a partition that
+	// takes PARKED rows (one listing it, or a DEFAULT partition): else
+	// every claim that parks a row fails.
+	var byStatus, takesParked bool
+	err = conn.QueryRow(ctx, `SELECT coalesce(pg_get_partkeydef($1::regclass) ~* '^LIST \("?status"?\)$', false),
+		EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass
+			AND (pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT' OR pg_get_expr(c.relpartbound, c.oid) LIKE '%''PARKED''%'))`, q).Scan(&byStatus, &takesParked)
+	if err != nil {
+		return fmt.Errorf("read the partitions of %s: %w", l.Name(), err)
+	}
+	if byStatus && !takesParked {
+		missing = append(missing, "a partition for status PARKED (the table is partitioned by LIST (status): CREATE TABLE ... PARTITION OF "+q+" FOR VALUES IN ('PARKED'), or a DEFAULT partition)")
 	}
 	if len(missing) > 0 {
 		return failure.Mark(failure.Fatal, fmt.Errorf("table %s lacks what the poll source needs: %s (run walrelay migrate --poll)", l.Name(), strings.Join(missing, ", ")))

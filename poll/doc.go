@@ -16,15 +16,18 @@
 //     lease, PENDING in backoff, or DEAD when OnDead is "block"), unless
 //     that row is claimed in the same batch, ahead of it.
 //   - Parking: the rows a claim passes over because their aggregate is
-//     blocked (its first unsent row in backoff, DEAD when OnDead is
-//     "block", or PARKED) are set PARKED in the same statement, out of the
-//     due index, so that later claims do not walk a blocked backlog again.
-//     Each round first releases (PARKED to PENDING, at most a batch per
-//     aggregate) the parked rows of each aggregate whose first unsent row
-//     is PARKED: what blocked it was sent, skipped or deleted. A PARKED row
+//     blocked (its first unsent row in backoff, under another worker's
+//     live lease, DEAD when OnDead is "block", or PARKED) are set PARKED
+//     in the same statement, out of the due index, so that later claims
+//     do not walk a blocked backlog again. The mark releases (PARKED to
+//     PENDING, at most a batch per aggregate, ten batches in all) the rows
+//     parked behind the rows it sent; once a second, before a claim, a
+//     sweep releases those of each aggregate whose first unsent row is
+//     PARKED (what blocked it was sent, skipped or deleted); a release
+//     that fails is logged, and the claim runs all the same. A PARKED row
 //     is unsent and not due, so it holds its aggregate's later rows as any
 //     such row: parking and release never decide what is claimed, and a
-//     race between workers can only delay a release by a round.
+//     race between workers can only delay a release, by up to a second.
 //   - Publish through the relay's sink (same topics, keys, headers, DLQ),
 //     renewing the batch's leases while Kafka has not answered.
 //   - Mark: after Kafka acknowledged, a conditional update sets SENT only

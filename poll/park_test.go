@@ -380,9 +380,13 @@ func TestParkingWorkersKeepOrder(t *testing.T) {
 				default:
 				}
 				claim := fmt.Sprintf("w%d:%d", w, n)
-				if _, err := tb.release(ctx, c); err != nil {
-					errs <- fmt.Errorf("release: %w", err)
-					return
+				// The sweep now and then, as the poller runs it (once per
+				// sweepEvery); the mark's release after every mark.
+				if n%10 == 1 {
+					if _, err := tb.release(ctx, c); err != nil {
+						errs <- fmt.Errorf("release: %w", err)
+						return
+					}
 				}
 				rs, _, err := tb.claim(ctx, c, claim)
 				if err != nil {
@@ -408,6 +412,10 @@ func TestParkingWorkersKeepOrder(t *testing.T) {
 				if len(rs) > 0 {
 					if _, err := tb.mark(ctx, c, claim, &m); err != nil {
 						errs <- fmt.Errorf("mark: %w", err)
+						return
+					}
+					if _, err := tb.releaseMarked(ctx, c, m.ids); err != nil {
+						errs <- fmt.Errorf("release after the mark: %w", err)
 						return
 					}
 				} else {

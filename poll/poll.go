@@ -103,6 +103,10 @@ type Hooks struct {
 	// after a failure, DEAD, and rows whose claim was lost (another worker
 	// claimed them after the lease expired: they were sent twice).
 	Marked func(table string, took time.Duration, sent, retried, dead, lost int)
+	// Released is called after each release of parked rows (before each
+	// claim): rows set back to PENDING, or the release's error (the claim
+	// runs all the same).
+	Released func(table string, rows int64, err error)
 }
 
 // Publisher is what the poller needs of a sink: *sink.Sink is one.
@@ -186,6 +190,9 @@ func New(cfg Config) (*Poller, error) {
 	cfg.Hooks = cfg.Hooks.WithDefaults()
 	if cfg.PollHooks.Claimed == nil {
 		cfg.PollHooks.Claimed = func(string, int, int, time.Duration) {}
+	}
+	if cfg.PollHooks.Released == nil {
+		cfg.PollHooks.Released = func(string, int64, error) {}
 	}
 	if cfg.PollHooks.Marked == nil {
 		cfg.PollHooks.Marked = func(string, time.Duration, int, int, int, int) {}

@@ -112,6 +112,15 @@ func (p *Poller) mark(ctx context.Context, conn *pgx.Conn, c *claimed) error {
 		p.log.Warn("rows claimed again by another worker before they were marked (their lease expired): they were sent twice", "table", c.t.name, "claim", c.claim, "rows", lost)
 	}
 	p.cfg.PollHooks.Marked(c.t.name, time.Since(start), c.sent, c.retried, c.dead, lost)
+	// The rows parked behind the rows just sent go with the next claim (a
+	// failure is only logged: the sweep releases them within sweepEvery).
+	if c.m.sentOrDead() {
+		released, err := c.t.releaseMarked(ctx, conn, c.m.ids)
+		p.cfg.PollHooks.Released(c.t.name, released, err)
+		if err != nil {
+			p.log.Warn("release the rows parked behind the rows just sent (the next sweep does)", "table", c.t.name, "err", err)
+		}
+	}
 	return nil
 }
 
@@ -174,6 +183,16 @@ type marks struct {
 	ids, statuses, errs []string
 	delays              []float64
 	undo                []int32
+}
+
+// sentOrDead reports whether m sets a row SENT or DEAD.
+func (m *marks) sentOrDead() bool {
+	for _, s := range m.statuses {
+		if s == "SENT" || s == "DEAD" {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *marks) add(id, status string, delay float64, undo int32, err string) {

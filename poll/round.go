@@ -40,6 +40,40 @@ type answer struct {
 	err error
 }
 
+// claimTable releases t's parked rows whose aggregate is no longer blocked,
+// then claims t's due rows under claim. A release that fails is logged and
+// counted (Hooks.Released), and the claim runs all the same: the release
+// only moves rows back into the claims' index, and one that failed every
+// round must not stop every claim. Neither is cut by a stop: a claim
+// cancelled after it committed would leave its rows SENDING, unknown to
+// anyone, until the lease ends.
+func (p *Poller) claimTable(ctx context.Context, conn *pgx.Conn, t *table, claim string) ([]*row, int, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	// The parked rows of aggregates no longer blocked first: the claim
+	// takes them at once. The mark releases those behind the rows it
+	// sends; this sweep, for the rest, runs once per sweepEvery.
+	var released int64
+	var err error
+	if time.Since(t.swept) >= sweepEvery {
+		t.swept = time.Now()
+		released, err = t.release(cctx, conn)
+		p.cfg.PollHooks.Released(t.name, released, err)
+	}
+	switch {
+	case err != nil:
+		p.log.Warn("release parked rows (the claim runs all the same; the next round tries again)", "table", t.name, "err", err)
+		if conn.IsClosed() {
+			return nil, 0, fmt.Errorf("release parked rows: %w", err)
+		}
+	case released > 0:
+		p.log.Debug("parked rows released", "table", t.name, "rows", released)
+	}
+	cctx2, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel2()
+	return t.claim(cctx2, conn, claim)
+}
+
 // round claims from every table, publishes what it claimed, waits for
 // Kafka's answers (renewing the leases meanwhile) and marks the rows. It
 // returns how many rows it claimed. db is replaced when its connection was
@@ -71,19 +105,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 		start := time.Now()
 		// Not cut by a stop: a claim cancelled after it committed would
 		// leave its rows SENDING, unknown to anyone, until the lease ends.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		// The parked rows of aggregates no longer blocked first: the claim
-		// takes them at once.
-		released, err := t.release(cctx, conn)
-		var rs []*row
-		var expired int
-		if err == nil {
-			if released > 0 {
-				p.log.Debug("parked rows released", "table", t.name, "rows", released)
-			}
-			rs, expired, err = t.claim(cctx, conn, claim)
-		}
-		cancel()
+		rs, expired, err := p.claimTable(ctx, conn, t, claim)
 		if err != nil {
 			// Rows claimed from the tables before this one are released
 			// (their leases would hold them otherwise).

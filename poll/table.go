@@ -19,12 +19,17 @@ type table struct {
 	claimSQL string
 	// releaseSQL sets PARKED rows back to PENDING (see newTable).
 	releaseSQL string
-	renewSQL   string
-	markSQL    string
-	batch      int
-	maxBytes   int64
-	maxEvent   int64 // a row larger (its columns' text) is not read: it is dead-lettered too_large
-	leaseSecs  float64
+	// releaseMarkedSQL releases the parked rows of the aggregates of the
+	// rows a mark changed ($1, ids); empty with ordering none.
+	releaseMarkedSQL string
+	// swept is when release last ran (the poller's goroutine only).
+	swept     time.Time
+	renewSQL  string
+	markSQL   string
+	batch     int
+	maxBytes  int64
+	maxEvent  int64 // a row larger (its columns' text) is not read: it is dead-lettered too_large
+	leaseSecs float64
 }
 
 // parkBatches bounds the rows one claim parks, in batches (BatchSize).
@@ -66,9 +71,16 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	// parkBatches batches of them: parking is an update of each row, and
 	// a claim that parked a backlog of millions at once could outlive its
 	// timeout and park nothing, for ever; the rows left are parked by the
-	// next claims, each walking fewer of them. A row
-	// under a live lease does not park the rows behind it: it is sent or
-	// its lease ends within poll.lease. Parking is no part of the order:
+	// next claims, each walking fewer of them. A row under a live lease
+	// (SENDING, claimed by another worker) parks the rows behind it too:
+	// a lease is renewed for as long as Kafka does not answer (an outage
+	// of minutes), and every claim of the other workers would walk them
+	// meanwhile. They are released as any parked row, once the first
+	// unsent row of their aggregate is PARKED: the leased row was SENT (or
+	// DEAD under on_dead skip); set back to PENDING in backoff, or claimed
+	// again after its lease ended, it still blocks them. The cost: two
+	// more updates (park, release) of a row that another worker's claim
+	// meets behind an aggregate in flight. Parking is no part of the order:
 	// a PARKED row is unsent and not due, so it holds the later rows of
 	// its aggregate as any such row does, and the two tests above decide
 	// alone which rows are claimed.
@@ -83,8 +95,17 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	// another sent the row before it is released by the next round all
 	// the same. Ordering none parks nothing and releases every parked row
 	// (left by an earlier setting).
+	//
+	// A release sets back at most parkBatches batches of rows in all, as a
+	// claim parks at most that many: the end of an outage, on_dead switched
+	// from block to skip, or poll retry --all can unblock every aggregate
+	// at once, and one statement that set back a batch of each could
+	// outlive the round's timeout, and fail again every round. The
+	// aggregates left are released by the next sweeps: those released
+	// already are no longer free (their first unsent row is PENDING), so
+	// each release goes on where the last one stopped.
 	t.releaseSQL = `UPDATE ` + q + ` SET status = 'PENDING'
-	WHERE ` + id + ` = ANY (ARRAY(SELECT p.` + id + ` FROM ` + q + ` p WHERE p.status = 'PARKED' LIMIT $1 FOR UPDATE SKIP LOCKED))`
+	WHERE ` + id + ` = ANY (ARRAY(SELECT p.` + id + ` FROM ` + q + ` p WHERE p.status = 'PARKED' LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + ` FOR UPDATE SKIP LOCKED))`
 	if cfg.Ordering == OrderAggregate {
 		unsent := "e.status <> 'SENT'"
 		if cfg.OnDead != DeadBlock {
@@ -99,10 +120,11 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 			WHERE e.` + agg + ` = a._wr_agg AND ` + unsent + ` AND e.` + id + ` NOT IN (SELECT _wr_id FROM cand)
 			ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
 	)`
-		blocked := `EXISTS (SELECT 1 FROM (SELECT e.status, e.available_at, e.created_at, e.` + id + ` FROM ` + q + ` e
+		blocked := `EXISTS (SELECT 1 FROM (SELECT e.status, e.available_at, e.lease_until, e.created_at, e.` + id + ` FROM ` + q + ` e
 				WHERE e.` + agg + ` = c.` + agg + ` AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) f
 			WHERE (f.created_at, f.` + id + `) < (c.created_at, c.` + id + `)
-				AND (f.status IN ('DEAD', 'PARKED') OR (f.status = 'PENDING' AND f.available_at > now())))`
+				AND (f.status IN ('DEAD', 'PARKED') OR (f.status = 'PENDING' AND f.available_at > now())
+					OR (f.status = 'SENDING' AND f.lease_until > now())))`
 		park = `, bound AS MATERIALIZED (
 		SELECT CASE WHEN count(*) >= $1 THEN max(_wr_at) ELSE 'infinity' END AS _wr_at FROM locked
 	), topark AS MATERIALIZED (
@@ -125,6 +147,26 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	), rel AS (
 		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
 			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $1 FOR UPDATE SKIP LOCKED) r
+		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
+	)
+	UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
+		// Release from the mark: once a mark committed, the aggregates of
+		// the rows it changed whose first unsent row is PARKED (the row that
+		// blocked them was just sent, or DEAD under on_dead skip) have their
+		// first parked rows set back, in a statement of its own, so that the
+		// next claim takes them: the sweep above (releaseSQL), which walks
+		// every aggregate with parked rows, then runs only once per
+		// sweepEvery, for what the mark cannot see: a row parked by another
+		// worker's claim while the mark ran, a block ended outside the
+		// poller (dlq replay's mark, a DELETE, on_dead switched to skip).
+		t.releaseMarkedSQL = `WITH free AS (
+		SELECT a.a FROM (SELECT DISTINCT m.` + agg + ` AS a FROM ` + q + ` m WHERE m.` + id + ` = ANY($1::text[]::` + idType + `[])) a
+		WHERE (SELECT e.status FROM ` + q + ` e
+			WHERE e.` + agg + ` = a.a AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'
+	), rel AS (
+		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
+			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $2 FOR UPDATE SKIP LOCKED) r
+		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
 	)
 	UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
 		// A window over the batch and the blockers, by aggregate in
@@ -220,9 +262,33 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 }
 
 // release sets back to PENDING the parked rows whose aggregate is no
-// longer blocked (at most a batch of each), and returns how many.
+// longer blocked (at most a batch of each, parkBatches batches in all),
+// and returns how many.
 func (t *table) release(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	tag, err := conn.Exec(ctx, t.releaseSQL, t.batch)
+	args := []any{t.batch}
+	if !strings.Contains(t.releaseSQL, "$1") {
+		args = nil
+	}
+	tag, err := conn.Exec(ctx, t.releaseSQL, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// sweepEvery is how often the poller runs the release of every
+// aggregate's parked rows (release) before a claim; the mark releases
+// those of the aggregates it sends (releaseMarked) at once.
+const sweepEvery = time.Second
+
+// releaseMarked releases the parked rows of the aggregates of ids (the
+// rows a mark changed) whose first unsent row is PARKED, at most a batch
+// each, and returns how many.
+func (t *table) releaseMarked(ctx context.Context, conn *pgx.Conn, ids []string) (int64, error) {
+	if t.releaseMarkedSQL == "" || len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := conn.Exec(ctx, t.releaseMarkedSQL, ids, t.batch)
 	if err != nil {
 		return 0, err
 	}

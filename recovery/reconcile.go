@@ -33,8 +33,19 @@ type Reconciler struct {
 	// a record is produced after its row's time, on a clock that may be
 	// behind the database's. Default 5m.
 	Margin time.Duration
-	// Replay republishes the missing rows (as Replay does).
+	// Replay republishes the missing rows (as Replay does); with Poll, it
+	// sets them back to PENDING for the poller instead.
 	Replay bool
+	// Poll is for an outbox of the poll source: only the rows its poller
+	// considers sent (SENT, DEAD) are judged; the others (PENDING,
+	// SENDING, PARKED) are in flight (Reconciled.InFlight) and never sent
+	// by the reconcile, which would send them ahead of an earlier unsent
+	// row of their aggregate. A judged row missing from the topics is set
+	// back to PENDING (with Replay), as walrelay poll retry does, and the
+	// poller sends it again in its aggregate's order: behind the
+	// aggregate's unsent rows that precede it, ahead of those that
+	// follow it.
+	Poll bool
 	// OnMissing, if set, is called for each missing row, in id order.
 	OnMissing func(Row)
 }
@@ -46,6 +57,8 @@ type Reconciled struct {
 	DeadLettered int // not on their topic, on the dead-letter topic
 	Missing      int // on neither
 	NotJudged    int // committed after the reconcile started
+	InFlight     int // with Poll: not sent yet by the poller (PENDING, SENDING, PARKED), not judged
+	Requeued     int // with Poll and Replay: missing rows set back to PENDING for the poller
 	Start        pglogrepl.LSN
 	Confirmed    pglogrepl.LSN // the slot's, when the wait ended
 	SlotCaughtUp bool          // the slot confirmed past Start: a missing row is not in flight
@@ -144,6 +157,9 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	if margin <= 0 {
 		margin = 5 * time.Minute
 	}
+	if rc.Poll {
+		w.Sent = true
+	}
 	cond, args, err := t.where(ctx, w)
 	if err != nil {
 		return res, err
@@ -161,7 +177,24 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	if err := tx.QueryRow(ctx, "SELECT "+currentLSN).Scan(lsnScanner{&res.Start}); err != nil {
 		return res, fmt.Errorf("read the WAL position: %w", err)
 	}
-	res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlots(ctx, tx, rc.Slot, rc.IgnoreSlots, res.Start, wait)
+	// With Poll, the window's rows whatever their status.
+	acond, aargs := cond, args
+	if rc.Poll {
+		all := w
+		all.Sent = false
+		if acond, aargs, err = t.where(ctx, all); err != nil {
+			return res, err
+		}
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+acond+" AND NOT "+sentSQL, aargs...).Scan(&res.InFlight); err != nil {
+			return res, fmt.Errorf("count the window's unsent rows: %w", err)
+		}
+	}
+	if rc.Poll {
+		// No slot publishes the rows: a row is SENT once Kafka acknowledged it.
+		res.SlotCaughtUp = true
+	} else {
+		res.Confirmed, res.SlotCaughtUp, res.SlotNote = waitForSlots(ctx, tx, rc.Slot, rc.IgnoreSlots, res.Start, wait)
+	}
 
 	topics, err := rc.topics(ctx, tx, cond, args)
 	if err != nil {
@@ -219,14 +252,18 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 		return res, fmt.Errorf("%w: %d rows count as missing, and %s; a row counted missing there may have been published; list them with reconcile without --replay, and send the rows you know are missing with walrelay replay --ids FILE", ErrTrimmed, missing, strings.Join(res.Trimmed, "; "))
 	}
 	var s *sender
-	if rc.Replay {
+	if rc.Replay && !rc.Poll {
 		s = newSender(rc.Publisher, false)
 	}
+	var requeue []string
 	w.extra = "NOT EXISTS (SELECT 1 FROM walrelay_seen s WHERE s.id = " + id + ")"
 	err = t.Rows(ctx, tx, w, func(r Row) error {
 		res.Missing++
 		if rc.OnMissing != nil {
 			rc.OnMissing(r)
+		}
+		if rc.Replay && rc.Poll {
+			requeue = append(requeue, r.Event.ID)
 		}
 		if s != nil {
 			return s.send(ctx, r.Event)
@@ -246,12 +283,35 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	if err := tx.Rollback(ctx); err != nil {
 		return res, fmt.Errorf("end the snapshot: %w", err)
 	}
+	if res.Requeued, err = t.requeue(ctx, requeue); err != nil {
+		return res, err
+	}
 	var now int
-	if err := t.conn.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+cond, args...).Scan(&now); err != nil {
+	if err := t.conn.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+acond, aargs...).Scan(&now); err != nil {
 		return res, fmt.Errorf("count the window's rows: %w", err)
 	}
-	res.NotJudged = max(0, now-res.Rows)
+	res.NotJudged = max(0, now-res.Rows-res.InFlight)
 	return res, nil
+}
+
+// requeue sets the rows of ids that are still SENT or DEAD back to PENDING
+// for the poll source's poller (a DEAD row with its attempts reset, as
+// walrelay poll retry does), a batch of rows a transaction, and returns
+// how many it set.
+func (t *Table) requeue(ctx context.Context, ids []string) (int, error) {
+	idCol := pgx.Identifier{t.layout.Columns.ID}.Sanitize()
+	n := 0
+	for len(ids) > 0 {
+		b := ids[:min(len(ids), batchRows)]
+		ids = ids[len(b):]
+		tag, err := t.conn.Exec(ctx, "UPDATE "+t.name+" SET status = 'PENDING', available_at = now(), claim_id = NULL, lease_until = NULL, "+
+			"attempts = CASE WHEN status = 'DEAD' THEN 0 ELSE attempts END WHERE "+idCol+"::text = ANY($1::text[]) AND "+sentSQL, b)
+		if err != nil {
+			return n, fmt.Errorf("set the missing rows back to PENDING: %w", err)
+		}
+		n += int(tag.RowsAffected())
+	}
+	return n, nil
 }
 
 // currentLSN is the WAL position past every transaction a snapshot taken

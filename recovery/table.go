@@ -33,6 +33,12 @@ type Window struct {
 	IDs []string
 	// All selects the whole table (with AggregateType, if set).
 	All bool
+	// Sent, for an outbox of the poll source, selects only the rows its
+	// poller considers sent (status SENT or DEAD): the others (PENDING,
+	// SENDING, PARKED) are its own to send, in each aggregate's order,
+	// and a tool that sent one would send it ahead of an earlier unsent
+	// row of its aggregate.
+	Sent bool
 
 	extra string // a further SQL condition, of the tools' own
 }
@@ -305,6 +311,9 @@ func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
 	if !w.timed() && w.IDs == nil && !w.All {
 		return "", nil, errors.New("say which rows: --since (and --until), --ids FILE, or --all")
 	}
+	if w.Sent {
+		conds = append(conds, sentSQL)
+	}
 	if w.extra != "" {
 		conds = append(conds, w.extra)
 	}
@@ -312,6 +321,25 @@ func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
 		return "true", nil, nil
 	}
 	return strings.Join(conds, " AND "), args, nil
+}
+
+// sentSQL is the condition of a row of the poll source that its poller
+// considers sent (Window.Sent).
+const sentSQL = "status IN ('SENT', 'DEAD')"
+
+// Unsent counts the rows of w (Sent or not) that the poll source has not
+// sent yet: PENDING, SENDING or PARKED.
+func (t *Table) Unsent(ctx context.Context, w Window) (int, error) {
+	w.Sent = false
+	cond, args, err := t.where(ctx, w)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if err := t.conn.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+cond+" AND NOT "+sentSQL, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the window's unsent rows: %w", err)
+	}
+	return n, nil
 }
 
 // checkUUIDv7 refuses a table whose ids are not all UUIDv7: the time of

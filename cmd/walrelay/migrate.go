@@ -211,6 +211,9 @@ func migratePoll(ctx context.Context, conn *pgx.Conn, o decoder.Config, stdout i
 		return err
 	}
 	for _, l := range o.Layouts() {
+		for _, stmt := range res.Unbuilt[l.Name()] {
+			fmt.Fprintf(stdout, "%-40s %s\n", "index of "+l.Name(), "not built: the table is large, and building it here would hold its writers; the poll source refuses the table until it is built: run "+stmt)
+		}
 		if err := poll.CheckTable(ctx, conn, l); err != nil {
 			return err
 		}

@@ -234,6 +234,16 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	// With the poll source, the rows its poller has not sent are its own
+	// to send, in each aggregate's order: a replay would send them ahead of
+	// an earlier unsent row of their aggregate.
+	unsent := 0
+	if c.cfg.Source == "poll" {
+		if unsent, err = t.Unsent(ctx, w); err != nil {
+			return err
+		}
+		w.Sent = true
+	}
 	start := time.Now()
 	sent, err := recovery.Replay(ctx, t, sk, w, !*c.yes, progress(stderr, "read"))
 	if err != nil {
@@ -241,7 +251,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	took := time.Since(start)
 	if *c.json {
-		return c.printJSON(map[string]any{"dry_run": !*c.yes, "rows": sent.Rows, "topics": sent.Topics, "dead_lettered": sent.DeadLettered, "seconds": took.Seconds(),
+		return c.printJSON(map[string]any{"dry_run": !*c.yes, "rows": sent.Rows, "unsent_left": unsent, "topics": sent.Topics, "dead_lettered": sent.DeadLettered, "seconds": took.Seconds(),
 			"order": order.By, "order_unsure": order.Unsure})
 	}
 	defer c.printOrder(order)
@@ -254,6 +264,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(tw, "%s (dead-lettered: %s)\t%d\n", c.cfg.Kafka.DLQTopic, k, sent.DeadLettered[k])
 	}
 	tw.Flush()
+	if unsent > 0 {
+		fmt.Fprintf(c.out, "%d rows of the window not sent yet by the poller (PENDING, SENDING or PARKED): left to it, which sends them in their aggregate's order\n", unsent)
+	}
 	if !*c.yes {
 		fmt.Fprintf(c.out, "would send %d rows of %s (dry run: add --yes to send them)\n", sent.Rows, t.Name())
 		return nil
@@ -284,6 +297,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	header := false
 	rc := &recovery.Reconciler{Table: t, Publisher: sk, Kafka: opts, DLQTopic: c.cfg.Kafka.DLQTopic, Slot: c.cfg.Postgres.Slot, IgnoreSlots: ignore, Wait: *wait, Replay: *replay && *c.yes,
+		Poll: c.cfg.Source == "poll",
 		OnMissing: func(r recovery.Row) {
 			m := missingRow{ID: r.Event.ID, AggregateType: r.Event.AggregateType, AggregateID: r.Event.AggregateID}
 			if !r.Time.IsZero() {
@@ -311,7 +325,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	took := time.Since(start)
 	if *c.json {
 		doc := map[string]any{"rows": res.Rows, "found": res.Found, "dead_lettered": res.DeadLettered, "missing": res.Missing, "missing_rows": missing,
-			"not_judged": res.NotJudged, "slot_caught_up": res.SlotCaughtUp, "slot_note": res.SlotNote, "start_lsn": res.Start.String(),
+			"not_judged": res.NotJudged, "in_flight": res.InFlight, "requeued": res.Requeued, "slot_caught_up": res.SlotCaughtUp, "slot_note": res.SlotNote, "start_lsn": res.Start.String(),
 			"replayed": res.Replayed.Rows, "seconds": took.Seconds(), "order": order.By, "order_unsure": order.Unsure, "trimmed_topics": res.Trimmed}
 		if err := c.printJSON(doc); err != nil {
 			return err
@@ -319,6 +333,9 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	} else {
 		tw.Flush()
 		fmt.Fprintf(c.out, "%s: %d rows judged in %s: %d on their topic, %d dead-lettered, %d missing\n", t.Name(), res.Rows, took.Round(time.Millisecond), res.Found, res.DeadLettered, res.Missing)
+		if res.InFlight > 0 {
+			fmt.Fprintf(c.out, "%d rows of the window in flight (PENDING, SENDING or PARKED): not judged; the poller sends them in their aggregate's order\n", res.InFlight)
+		}
 		if res.NotJudged > 0 {
 			fmt.Fprintf(c.out, "%d rows of the window committed after the reconcile started: not judged\n", res.NotJudged)
 		}
@@ -329,12 +346,16 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			fmt.Fprintln(c.out, "warning: "+n+" (reconcile --replay refuses such topics)")
 		}
 		switch {
+		case res.Missing > 0 && *replay && *c.yes && rc.Poll:
+			fmt.Fprintf(c.out, "set %d SENT rows missing from their topic back to PENDING: the poller sends them again, each in its aggregate's order (as walrelay poll retry does)\n", res.Requeued)
+		case res.Missing > 0 && *replay && rc.Poll:
+			fmt.Fprintf(c.out, "would set the %d missing rows back to PENDING for the poller (dry run: add --yes)\n", res.Missing)
 		case res.Missing > 0 && *replay && *c.yes:
 			fmt.Fprintf(c.out, "replayed the %d missing rows, each with the header %s\n", res.Replayed.Rows, recovery.HeaderReplay)
 		case res.Missing > 0 && *replay:
 			fmt.Fprintf(c.out, "would replay the %d missing rows (dry run: add --yes)\n", res.Missing)
 		}
-		if res.Missing > 0 && *replay {
+		if res.Missing > 0 && *replay && !rc.Poll {
 			c.printOrder(order)
 		}
 	}

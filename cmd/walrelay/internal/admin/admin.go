@@ -104,12 +104,13 @@ type Metrics struct {
 	retain  *int64
 	slotErr string
 
-	pollStats []poll.Stats // the last read of the outbox tables (source poll)
-	pollRows  *prometheus.GaugeVec
-	pollAge   *prometheus.GaugeVec
-	pollClaim *prometheus.HistogramVec
-	pollMark  *prometheus.HistogramVec
-	pollRowsN *prometheus.CounterVec
+	pollStats  []poll.Stats // the last read of the outbox tables (source poll)
+	pollRows   *prometheus.GaugeVec
+	pollAge    *prometheus.GaugeVec
+	pollClaim  *prometheus.HistogramVec
+	pollMark   *prometheus.HistogramVec
+	pollRowsN  *prometheus.CounterVec
+	pollRelErr *prometheus.CounterVec
 }
 
 // New returns the metrics, registered.

@@ -21,13 +21,21 @@ func (m *Metrics) PollHooks() poll.Hooks {
 	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 	m.pollClaim = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walrelay_poll_claim_seconds", Help: "Source poll: how long a claim transaction took (with the release of parked rows before it).", Buckets: buckets}, []string{"table"})
 	m.pollMark = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walrelay_poll_mark_seconds", Help: "Source poll: how long a mark statement took.", Buckets: buckets}, []string{"table"})
-	m.pollRowsN = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_poll_rows_total", Help: "Source poll: rows by what happened to them: claimed (an attempt), lease_expired (claimed after another claim's lease ended), sent, retried (back to PENDING after a failure), dead, lost_claim (marked by no one: claimed again meanwhile, so sent twice)."}, []string{"table", "event"})
-	m.reg.MustRegister(m.pollRows, m.pollAge, m.pollClaim, m.pollMark, m.pollRowsN)
+	m.pollRowsN = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_poll_rows_total", Help: "Source poll: rows by what happened to them: claimed (an attempt), lease_expired (claimed after another claim's lease ended), sent, retried (back to PENDING after a failure), dead, lost_claim (marked by no one: claimed again meanwhile, so sent twice), released (PARKED rows set back to PENDING before a claim)."}, []string{"table", "event"})
+	m.pollRelErr = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_poll_release_errors_total", Help: "Source poll: releases of parked rows that failed (the claim ran all the same; the next round tries again)."}, []string{"table"})
+	m.reg.MustRegister(m.pollRows, m.pollAge, m.pollClaim, m.pollMark, m.pollRowsN, m.pollRelErr)
 	return poll.Hooks{
 		Claimed: func(table string, rows, expired int, took time.Duration) {
 			m.pollClaim.WithLabelValues(table).Observe(took.Seconds())
 			m.pollRowsN.WithLabelValues(table, "claimed").Add(float64(rows))
 			m.pollRowsN.WithLabelValues(table, "lease_expired").Add(float64(expired))
+		},
+		Released: func(table string, rows int64, err error) {
+			if err != nil {
+				m.pollRelErr.WithLabelValues(table).Inc()
+				return
+			}
+			m.pollRowsN.WithLabelValues(table, "released").Add(float64(rows))
 		},
 		Marked: func(table string, took time.Duration, sent, retried, dead, lost int) {
 			m.pollMark.WithLabelValues(table).Observe(took.Seconds())
