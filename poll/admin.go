@@ -149,7 +149,9 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 type Stats struct {
 	Table string `json:"table"`
 	// Due rows may be claimed now; OldestDueSeconds is the age of the
-	// oldest of them (by created_at), 0 when none.
+	// oldest of them (by created_at), 0 when none; rows of unknown time
+	// (migrations.CreatedAtUnknown: in the table before migrate added
+	// created_at) are not counted in it.
 	Due              int64   `json:"due_rows"`
 	OldestDueSeconds float64 `json:"oldest_due_seconds"`
 	Pending          int64   `json:"pending_rows"`
@@ -169,7 +171,7 @@ func ReadStats(ctx context.Context, conn *pgx.Conn, o decoder.Config) ([]Stats, 
 	for _, l := range o.WithDefaults().Layouts() {
 		s := Stats{Table: l.Name()}
 		err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE `+dueSQL("o")+`),
-			COALESCE(extract(epoch FROM now() - min(created_at) FILTER (WHERE `+dueSQL("o")+`))::float8, 0),
+			COALESCE(extract(epoch FROM now() - min(created_at) FILTER (WHERE `+dueSQL("o")+` AND created_at <> '`+migrations.CreatedAtUnknown+`'))::float8, 0),
 			count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'SENDING'),
 			count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= now()), count(*) FILTER (WHERE status = 'DEAD'),
 			count(*) FILTER (WHERE status = 'PARKED')

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/recovery"
 )
 
@@ -250,8 +251,11 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 			r.e.Invalid = recovery.TooLargeError(size, t.maxEvent)
 		}
 		// The header walrelay.commit_time carries the insert time: the
-		// poll source knows no commit.
-		r.e.CommitTime = r.created
+		// poll source knows no commit. A row that was in the table when
+		// migrate added created_at has none (CreatedAtUnknown): no time.
+		if !r.created.Equal(migrations.CreatedAtUnknownTime) {
+			r.e.CommitTime = r.created
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

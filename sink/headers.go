@@ -66,7 +66,7 @@ func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time
 	s.mu.Lock()
 	if t := &s.last; t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid || !t.commit.Equal(e.CommitTime) {
 		*t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, commit: e.CommitTime, lsnText: []byte(e.CommitLSN.String()),
-			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: e.CommitTime.AppendFormat(nil, time.RFC3339Nano), stamp: time.Now()}
+			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: commitTimeText(e.CommitTime), stamp: time.Now()}
 	} else if t.uses++; t.uses == stampEvery {
 		t.stamp, t.uses = time.Now(), 0
 	}
@@ -75,7 +75,7 @@ func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time
 	h := make([]kgo.RecordHeader, 0, 1+len(OptionalHeaders)+len(e.Headers)+extra)
 	h = append(h, kgo.RecordHeader{Key: HeaderID, Value: readOnly(e.ID)})
 	for i, v := range [len(OptionalHeaders)][]byte{readOnly(e.Type), t.lsnText, t.xidText, t.timeText} {
-		if !s.omit[i] {
+		if !s.omit[i] && (v != nil || OptionalHeaders[i] != headerCommitTime) {
 			h = append(h, kgo.RecordHeader{Key: OptionalHeaders[i], Value: v})
 		}
 	}
@@ -83,6 +83,16 @@ func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time
 		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
 	}
 	return h, t.stamp
+}
+
+// commitTimeText is the value of the header walrelay.commit_time, nil for
+// an event of no known time (a replayed row without a time column, a poll
+// row of unknown time), which then carries no such header.
+func commitTimeText(t time.Time) []byte {
+	if t.IsZero() {
+		return nil
+	}
+	return t.AppendFormat(nil, time.RFC3339Nano)
 }
 
 // ceHeaders is how many headers cloudEventHeaders appends, at most.

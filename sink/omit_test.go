@@ -3,6 +3,7 @@ package sink
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -57,5 +58,36 @@ func TestOmitHeaders(t *testing.T) {
 		if _, err := New(Config{Brokers: kc.Addrs(), OmitHeaders: []string{c.omit}}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("OmitHeaders %s: %v, want %q", c.omit, err, c.want)
 		}
+	}
+}
+
+// TestNoTimeNoCommitTimeHeader: an event of no known time (a replayed row
+// without a time column, a poll row that was in the table before migrate
+// added created_at) carries no walrelay.commit_time header, where it
+// carried 0001-01-01T00:00:00Z; its other headers stay, an empty type
+// included.
+func TestNoTimeNoCommitTimeHeader(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	col, err := kafkatest.Collect(kc.Addrs(), `notime`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	e := newEvent("e1")
+	e.CommitTime, e.Type = time.Time{}, ""
+	if err := publish(t, newSink(t, kc, Config{Topic: "notime"}), e); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, h := range recs[0].Headers {
+		keys = append(keys, h.Key)
+	}
+	if got, want := strings.Join(keys, " "), "id type walrelay.lsn walrelay.xid tenant"; got != want {
+		t.Fatalf("headers of an event of no time: %s, want %s", got, want)
 	}
 }
