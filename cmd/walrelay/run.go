@@ -165,7 +165,7 @@ func warnOfTrust(cfg *config.Config, log *slog.Logger) {
 // says, for the sink of sc, with its metric; stop exports what is queued
 // (for 5 s at most) and stops it.
 func startTracing(ctx context.Context, cfg *config.Config, sc *sink.Config, m *admin.Metrics, log *slog.Logger) (stop func(), err error) {
-	t, err := tracing.New(ctx, tracing.Config{Enabled: cfg.Tracing.Enabled, Logger: log})
+	t, err := tracing.New(ctx, tracing.Config{Enabled: cfg.Tracing.Enabled, RootSpans: cfg.Tracing.RootSpans, Logger: log})
 	if err != nil || t == nil {
 		return func() {}, err
 	}
