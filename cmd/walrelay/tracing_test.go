@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/testkit/jaegertest"
@@ -81,14 +82,37 @@ func TestTracingEnabled(t *testing.T) {
 
 // TestTracingSIGKILL: rows with a trace context each (one trace per row)
 // are written, one every 20 ms, while the broker answers 300 ms late, and
-// walrelay is killed with SIGKILL once the first spans are out, with events
-// in flight and rows still arriving; started
+// walrelay is killed with SIGKILL once the first records are on the topic,
+// their acknowledgements in flight and rows still arriving; started
 // again, it sends the rest. Every `send` span exported (before the kill or
 // after) that claims an offset names a record really on the topic there,
 // with the span's event id and the span's own traceparent; and every event
-// has at least one such span.
+// has at least one such span, unless the killed walrelay had it
+// acknowledged and confirmed (its span ended, not yet exported, lost:
+// spans are never held for) and the restart did not send it. In exactly-once mode the topic is read with
+// read_committed isolation, so a span claiming a record of a transaction
+// that was aborted (or never committed: killed) names no record; an event
+// whose committing span was lost with the process (ended, not yet
+// exported) may instead have a span with walrelay.skipped (the restart
+// found it committed). There walrelay kills itself (the faultinject build)
+// after its first transaction's records and position record were flushed
+// and acknowledged by the broker, before the commit: those records are on
+// the topic, uncommitted, and their spans must not be exported (long(t):
+// the build).
 func TestTracingSIGKILL(t *testing.T) {
 	t.Parallel()
+	tracingSIGKILL(t, false)
+}
+
+// TestTracingSIGKILLExactlyOnce is TestTracingSIGKILL in exactly-once
+// mode.
+func TestTracingSIGKILLExactlyOnce(t *testing.T) {
+	long(t) // builds the faultinject binary
+	t.Parallel()
+	tracingSIGKILL(t, true)
+}
+
+func tracingSIGKILL(t *testing.T, eos bool) {
 	pg, kc, col := setup(t)
 	network := kc.net(t)
 	conn := connect(t, pg.DSN)
@@ -96,9 +120,26 @@ func TestTracingSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	rcv := jaegertest.StartReceiver(t)
-	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_TRACE_COLUMN", "trace", "WALRELAY_TRACING_ENABLED", "true",
+	base, raw := baseEnv(pg, kc), col // raw: every record, committed or not
+	if eos {
+		base, col = eosEnv(pg, kc), committedCollector(t, kc)
+	}
+	e := base.with("WALRELAY_OUTBOX_TRACE_COLUMN", "trace", "WALRELAY_TRACING_ENABLED", "true",
 		"OTEL_EXPORTER_OTLP_ENDPOINT", rcv.OTLPHTTP, "OTEL_BSP_SCHEDULE_DELAY", "20")
-	p := streaming(t, e)
+	var p *proc
+	if eos {
+		// It kills itself in its first transaction, its records produced
+		// and acknowledged by the broker, its position record flushed,
+		// before the commit.
+		bin, err := faultBin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = startBin(t, bin, e.with("WALRELAY_FAULT_KILL_AT", "txn_position_flushed:1"), "run")
+		p.waitLog("msg=streaming", 60*time.Second)
+	} else {
+		p = streaming(t, e)
+	}
 	network.Slow(300 * time.Millisecond)
 	const n = 60
 	traceOf := map[string]string{} // event id -> trace id
@@ -123,6 +164,7 @@ func TestTracingSIGKILL(t *testing.T) {
 		}
 		wrote <- nil
 	}()
+	skipped := map[string]bool{}
 	sends := func() (acked map[string][]jaegertest.Span) {
 		acked = map[string][]jaegertest.Span{}
 		for id, trace := range traceOf {
@@ -134,19 +176,33 @@ func TestTracingSIGKILL(t *testing.T) {
 				if strings.HasPrefix(s.OperationName, "send ") && s.Tag("messaging.kafka.offset") != "" {
 					acked[id] = append(acked[id], s)
 				}
+				if s.Tag("walrelay.skipped") == "true" {
+					skipped[id] = true
+				}
 			}
 		}
 		return acked
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(sends()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no send span within 30 s")
+	if eos {
+		if code := p.exit(60 * time.Second); code != -1 {
+			t.Fatalf("exit %d, want killed by SIGKILL in its first transaction:\n%s", code, tail(p.out.String(), 2000))
 		}
-		time.Sleep(10 * time.Millisecond)
+	} else {
+		// Killed as soon as the first records are on the topic, while the
+		// broker's answers are late: acknowledgements are in flight.
+		for deadline := time.Now().Add(10 * time.Second); len(raw.Records()) == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("no record on the topic within 10 s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		p.kill()
 	}
-	p.kill()
 	before := sends()
+	// The end of each partition once the requests in flight landed: a
+	// record below it was produced by the killed walrelay.
+	time.Sleep(time.Second)
+	ends := endOffsets(t, kc.Addrs(), kc.topic("order"))
 	network.Up()
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
@@ -169,10 +225,18 @@ func TestTracingSIGKILL(t *testing.T) {
 			onTopic[at{strconv.Itoa(int(r.Partition)), r.Offset}] = r
 		}
 	}
-	spans := 0
+	spans, lost := 0, 0
 	for _, id := range ids {
-		if len(acked[id]) == 0 {
-			t.Errorf("event %s: no send span with an acknowledged offset", id)
+		if len(acked[id]) == 0 && !skipped[id] {
+			// Its span may have ended and been lost with the killed
+			// process (spans are not held for): then every record of it
+			// is the killed walrelay's, and the restart did not send it.
+			for _, r := range col.Records() {
+				if string(kafkatest.Header(r, "id")) == id && r.Offset >= ends[r.Partition] {
+					t.Errorf("event %s: no send span with an acknowledged offset, and a record at partition %d offset %d sent after the restart", id, r.Partition, r.Offset)
+				}
+			}
+			lost++
 		}
 		for _, s := range acked[id] {
 			spans++
@@ -193,5 +257,28 @@ func TestTracingSIGKILL(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d events, %d with an acked send span exported before the SIGKILL; %d acked send spans in all, %d records on the topic", n, len(before), spans, len(onTopic))
+	all := 0
+	for _, r := range raw.Records() {
+		if r.Topic == kc.topic("order") {
+			all++
+		}
+	}
+	t.Logf("%d events, %d with an acked send span exported before the SIGKILL; %d acked send spans in all, %d events with a skipped span, %d events acked before the kill whose span was lost with it; %d records on the topic (%d read committed)", n, len(before), spans, len(skipped), lost, all, len(onTopic))
+}
+
+// endOffsets returns the end offset of each partition of topic.
+func endOffsets(t *testing.T, addrs []string, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	lo, err := kadm.NewClient(cl).ListEndOffsets(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[int32]int64{}
+	lo.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	return ends
 }
