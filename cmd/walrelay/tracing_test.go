@@ -282,3 +282,44 @@ func endOffsets(t *testing.T, addrs []string, topic string) map[int32]int64 {
 	lo.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
 	return ends
 }
+
+// TestTracingRootSpans: with WALRELAY_TRACING_ROOT_SPANS, a row without a
+// trace context starts a new trace: its record carries a traceparent whose
+// trace walrelay exported, the send span as its root.
+func TestTracingRootSpans(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	if _, err := conn.Exec(t.Context(), "ALTER TABLE public.outbox ADD COLUMN trace text"); err != nil {
+		t.Fatal(err)
+	}
+	rcv := jaegertest.StartReceiver(t)
+	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_TRACE_COLUMN", "trace", "WALRELAY_TRACING_ENABLED", "true", "WALRELAY_TRACING_ROOT_SPANS", "true",
+		"OTEL_EXPORTER_OTLP_ENDPOINT", rcv.OTLPHTTP, "OTEL_BSP_SCHEDULE_DELAY", "20")
+	p := streaming(t, e)
+	id := outbox.NewID()
+	if _, err := conn.Exec(t.Context(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'o-1', 'Created', '{}')`, id); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, []string{id}, 30*time.Second)
+	p.signal(syscall.SIGTERM)
+	if p.exit(30*time.Second) != 0 {
+		t.Errorf("walrelay did not stop cleanly")
+	}
+	tp := strings.Split(string(kafkatest.Header(col.Records()[0], "traceparent")), "-")
+	if len(tp) != 4 {
+		t.Fatalf("record's traceparent %q, want a new trace's", strings.Join(tp, "-"))
+	}
+	spans, err := rcv.Trace(t.Context(), tp[1])
+	if err != nil {
+		t.Fatalf("trace %s of the record: %v", tp[1], err)
+	}
+	for _, s := range spans {
+		if s.SpanID == tp[2] && (s.OperationName != "send "+kc.topic("order") || len(s.References) != 0) {
+			t.Errorf("the record's span %q has references %v, want a root send span", s.OperationName, s.References)
+		}
+	}
+	if len(spans) != 2 {
+		t.Errorf("%d spans in the new trace, want 2 (send, wal wait)", len(spans))
+	}
+}
