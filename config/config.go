@@ -116,7 +116,8 @@ type Config struct {
 		Interval time.Duration
 	}
 	Tracing struct {
-		Enabled bool
+		Enabled   bool
+		RootSpans bool
 	}
 	Log struct {
 		Level            string
@@ -371,6 +372,8 @@ func (c *Config) keys() []*key {
 	add("heartbeat.interval", "write a heartbeat message into the WAL this often", f, s)
 	f, s = boolean(&c.Tracing.Enabled, false)
 	add("tracing.enabled", "record OpenTelemetry spans (the WAL wait and the publish) for each event with a trace context (`outbox.trace_column`), exported by OTLP as the standard `OTEL_*` variables say (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_SERVICE_NAME` (default `walrelay`), `OTEL_TRACES_SAMPLER`, ...): see docs/tracing.md", f, s)
+	f, s = boolean(&c.Tracing.RootSpans, false)
+	add("tracing.root_spans", "with `tracing.enabled`, start a new trace (walrelay's publish span as its root, sampled by `OTEL_TRACES_SAMPLER`) for each event without a trace context, and send its `traceparent` with the record; by default such an event starts no trace", f, s)
 	f, s = str(&c.Log.Level, "info")
 	add("log.level", "`debug`, `info`, `warn` or `error`", f, s)
 	f, s = str(&c.Log.Format, "text")

@@ -16,6 +16,7 @@ type fakeTracer struct {
 	parents []string
 	states  []string
 	ends    []Delivery
+	roots   bool // start a trace for an event without a context
 }
 
 const carried = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01"
@@ -23,6 +24,9 @@ const carried = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01"
 func (f *fakeTracer) Publish(_ *event.Event, parent, state []byte) ([]byte, func(Delivery, error)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if parent == nil && !f.roots {
+		return nil, nil
+	}
 	f.parents, f.states = append(f.parents, string(parent)), append(f.states, string(state))
 	return []byte(carried), func(d Delivery, _ error) {
 		f.mu.Lock()
@@ -86,6 +90,40 @@ func TestTracerCarriesPublishSpan(t *testing.T) {
 	}
 	if len(ft.ends) != 3 || ft.ends[0].Topic != "orders" || ft.ends[0].Offset != 0 || ft.ends[1].Offset != 1 || ft.ends[2].DeadLetter != "invalid_topic" {
 		t.Errorf("tracer's ends %+v", ft.ends)
+	}
+}
+
+// TestTracerRootSpan: an event without a trace context, given to a Tracer
+// that starts a new trace (tracing.root_spans), gets the traceparent
+// header the Tracer returned, and the Tracer hears its fate.
+func TestTracerRootSpan(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	ft := &fakeTracer{roots: true}
+	s := newSink(t, kc, Config{Topic: "roots", Tracer: ft})
+	e := newEvent("e1")
+	if err := publish(t, s, e); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Headers) != 0 && e.Headers[len(e.Headers)-1].Key == HeaderTraceparent {
+		t.Errorf("the event itself was given a traceparent: %v", e.Headers)
+	}
+	col, err := kafkatest.Collect(kc.Addrs(), `roots`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(kafkatest.Header(recs[0], HeaderTraceparent)); got != carried {
+		t.Errorf("record's traceparent %q, want the new trace's %s", got, carried)
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if len(ft.parents) != 1 || ft.parents[0] != "" || len(ft.ends) != 1 || ft.ends[0].Topic != "roots" {
+		t.Errorf("tracer given %q, ends %+v", ft.parents, ft.ends)
 	}
 }
 

@@ -62,6 +62,10 @@ type Config struct {
 	// Logger receives the one line logged when spans are first dropped.
 	// Nil is slog.Default().
 	Logger *slog.Logger
+	// RootSpans starts a new trace (a root publish span, sampled by the
+	// configured sampler) for an event without a trace context. By
+	// default (false) such an event starts no trace.
+	RootSpans bool
 }
 
 // Tracing is walrelay's tracer: it implements sink.Tracer. A nil *Tracing
@@ -70,6 +74,7 @@ type Tracing struct {
 	tp     *sdktrace.TracerProvider
 	tracer trace.Tracer
 	q      *queue
+	roots  bool
 }
 
 var _ sink.Tracer = (*Tracing)(nil)
@@ -103,7 +108,7 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 	// The sampler is the SDK's default: OTEL_TRACES_SAMPLER and
 	// OTEL_TRACES_SAMPLER_ARG, else parentbased_always_on.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q))
-	return &Tracing{tp: tp, tracer: tp.Tracer(ScopeName), q: q}, nil
+	return &Tracing{tp: tp, tracer: tp.Tracer(ScopeName), q: q, roots: cfg.RootSpans}, nil
 }
 
 // otlpExporter is the OTLP exporter of OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
@@ -183,18 +188,34 @@ var propagator = propagation.TraceContext{}
 // writer's span; end ends the publish span with the event's fate. A
 // traceparent that does not parse, or a trace the sampler does not sample
 // (by default: one the writer did not sample), starts nothing (end nil):
-// the record keeps the writer's traceparent.
+// the record keeps the writer's traceparent. An event without a trace
+// context (traceparent nil) starts nothing unless Config.RootSpans: then
+// its publish span is the root of a new trace (as the sampler decides),
+// with the WAL wait as its child.
 func (t *Tracing) Publish(e *event.Event, traceparent, tracestate []byte) ([]byte, func(sink.Delivery, error)) {
-	carrier := propagation.MapCarrier{"traceparent": string(traceparent)}
-	if tracestate != nil {
-		carrier["tracestate"] = string(tracestate)
+	root := traceparent == nil
+	if root && !t.roots {
+		return nil, nil // first: no cost for an event without a context
 	}
-	ctx := propagator.Extract(context.Background(), carrier)
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return nil, nil
+	ctx := context.Background()
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	if root {
+		opts = append(opts, trace.WithNewRoot())
+	} else {
+		carrier := propagation.MapCarrier{"traceparent": string(traceparent)}
+		if tracestate != nil {
+			carrier["tracestate"] = string(tracestate)
+		}
+		ctx = propagator.Extract(ctx, carrier)
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			return nil, nil
+		}
 	}
 	now := time.Now()
-	pctx, span := t.tracer.Start(ctx, "send", trace.WithTimestamp(now), trace.WithSpanKind(trace.SpanKindProducer))
+	pctx, span := t.tracer.Start(ctx, "send", append(opts, trace.WithTimestamp(now))...)
+	if root {
+		ctx = pctx // the WAL wait is the root's child
+	}
 	if !span.IsRecording() {
 		// Not sampled: the record keeps the writer's context, and the
 		// event costs no more.

@@ -36,6 +36,77 @@ func newTest(t *testing.T, exp sdktrace.SpanExporter, size int) (*Tracing, *byte
 	return tr, &logs
 }
 
+func newRoots(t *testing.T, exp sdktrace.SpanExporter, roots bool) *Tracing {
+	t.Helper()
+	tr, err := New(t.Context(), Config{Enabled: true, Exporter: exp, RootSpans: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	return tr
+}
+
+// TestRootSpans: an event without a trace context starts no trace (and
+// costs no allocation) by default; with RootSpans it starts one whose root
+// is the send span, the WAL wait its child, the record carrying the root,
+// unless the sampler (OTEL_TRACES_SAMPLER) says no.
+func TestRootSpans(t *testing.T) {
+	tests := []struct {
+		name    string
+		roots   bool
+		sampler string
+		want    int // spans
+	}{
+		{name: "off by default", want: 0},
+		{name: "root spans", roots: true, want: 2},
+		{name: "root spans, always_off sampler", roots: true, sampler: "always_off", want: 0},
+		{name: "root spans, traceidratio 0", roots: true, sampler: "traceidratio", want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.sampler != "" {
+				t.Setenv("OTEL_TRACES_SAMPLER", tt.sampler)
+				t.Setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+			}
+			exp := tracetest.NewInMemoryExporter()
+			tr := newRoots(t, exp, tt.roots)
+			e := testEvent()
+			if !tt.roots {
+				if n := testing.AllocsPerRun(1000, func() { tr.Publish(e, nil, nil) }); n != 0 {
+					t.Errorf("%v allocations per event without a context", n)
+				}
+			}
+			carry, end := tr.Publish(e, nil, nil)
+			if (end != nil) != (tt.want > 0) {
+				t.Fatalf("end %v, want a span: %v", end != nil, tt.want > 0)
+			}
+			if end != nil {
+				end(sink.Delivery{Topic: "orders", Partition: 0, Offset: 7}, nil)
+			}
+			if err := tr.ForceFlush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			spans := exp.GetSpans()
+			if len(spans) != tt.want {
+				t.Fatalf("%d spans, want %d", len(spans), tt.want)
+			}
+			if tt.want == 0 {
+				return
+			}
+			wait, send := spans[0], spans[1]
+			if send.Parent.IsValid() || send.Name != "send orders" {
+				t.Errorf("send span %q parent %v, want a root", send.Name, send.Parent)
+			}
+			if wait.Name != SpanWALWait || wait.Parent.SpanID() != send.SpanContext.SpanID() || wait.SpanContext.TraceID() != send.SpanContext.TraceID() {
+				t.Errorf("wal wait span %q parent %v, want the send span %v", wait.Name, wait.Parent, send.SpanContext)
+			}
+			if want := "00-" + send.SpanContext.TraceID().String() + "-" + send.SpanContext.SpanID().String() + "-01"; string(carry) != want {
+				t.Errorf("carried traceparent %s, want the root's %s", carry, want)
+			}
+		})
+	}
+}
+
 func testEvent() *event.Event {
 	return &event.Event{ID: "e1", AggregateID: "order-1", Source: "public.outbox", WALStart: 0x16B3748, CommitLSN: 0x16B3800, Xid: 771,
 		CommitTime: time.Now().Add(-50 * time.Millisecond), Transactional: true}

@@ -165,7 +165,7 @@ func warnOfTrust(cfg *config.Config, log *slog.Logger) {
 // says, for the sink of sc, with its metric; stop exports what is queued
 // (for 5 s at most) and stops it.
 func startTracing(ctx context.Context, cfg *config.Config, sc *sink.Config, m *admin.Metrics, log *slog.Logger) (stop func(), err error) {
-	t, err := tracing.New(ctx, tracing.Config{Enabled: cfg.Tracing.Enabled, Logger: log})
+	t, err := tracing.New(ctx, tracing.Config{Enabled: cfg.Tracing.Enabled, RootSpans: cfg.Tracing.RootSpans, Logger: log})
 	if err != nil || t == nil {
 		return func() {}, err
 	}
@@ -173,7 +173,11 @@ func startTracing(ctx context.Context, cfg *config.Config, sc *sink.Config, m *a
 	m.RegisterTracing(t.Dropped)
 	// The endpoint is not logged: it may hold credentials, as
 	// OTEL_EXPORTER_OTLP_HEADERS does.
-	log.Info("tracing: spans for events with a trace context, exported by OTLP as the OTEL_* environment says")
+	if cfg.Tracing.RootSpans {
+		log.Info("tracing: spans for every event (a new trace for one without a trace context, tracing.root_spans), exported by OTLP as the OTEL_* environment says")
+	} else {
+		log.Info("tracing: spans for events with a trace context, exported by OTLP as the OTEL_* environment says")
+	}
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

@@ -96,6 +96,8 @@ func TestDeployFilesNameServedMetrics(t *testing.T) {
 	ph.Marked("public.outbox", time.Millisecond, 1, 0, 0, 0)
 	m.pollRows.WithLabelValues("public.outbox", "due").Set(0)
 	m.pollAge.WithLabelValues("public.outbox").Set(0)
+	// Tracing's (tracing.enabled).
+	m.RegisterTracing(func() uint64 { return 0 })
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
