@@ -138,4 +138,3 @@ func (r *Registry) schema(ctx context.Context, id uint32) (avro.Schema, error) {
 	r.mu.Unlock()
 	return s, nil
 }
-
