@@ -430,7 +430,7 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 		}
 		doc.WaitingFor = m.waitingFor(r, problem)
 		if doc.SchemaRegistry = m.registryStatus(); doc.SchemaRegistry != nil && !doc.SchemaRegistry.Answering && problem == "" {
-			doc.WaitingFor = fmt.Sprintf("the schema registry: events held until it answers (%d in flight)", r.InFlight())
+			doc.WaitingFor = "the schema registry: events held until it answers (the stream resumes from the confirmed position then)"
 		}
 		if exactlyOnce {
 			pos, _ := m.committedPos.Load().(string)
