@@ -24,13 +24,14 @@ func runBilling(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("schema registry: %w", err)
 	}
-	c, err := inbox.New(inbox.Config{Postgres: pool, Brokers: []string{"kafka:9092"}, Topics: []string{"outbox.event.order"}, Group: "billing"})
+	c, err := inbox.New(inbox.Config{Postgres: pool, Brokers: []string{"kafka:9092"}, Topics: []string{"outbox.event.order"}, Group: "billing",
+		Registry: reg}) // for m.Decode
 	if err != nil {
 		return fmt.Errorf("create the inbox consumer: %w", err)
 	}
 	return c.Run(ctx, func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 		var o Order
-		if err := reg.Decode(ctx, m.Value, &o); err != nil {
+		if err := m.Decode(ctx, &o); err != nil { // reg.Decode(ctx, m.Key, &k) for an avro key
 			return err // retried, then dead-lettered
 		}
 		_, err := tx.Exec(ctx, "INSERT INTO invoices (order_id, total) VALUES ($1, $2)", o.ID, o.Total)

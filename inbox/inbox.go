@@ -136,6 +136,10 @@ type Config struct {
 	// (walrelay.inbox.duplicate, walrelay.dead_letter.reason). Nil: none,
 	// at no cost.
 	TracerProvider trace.TracerProvider
+	// Registry, if set, decodes the values in a schema registry's format
+	// (Message.Decode). Nil: Message.Decode fails; Registry.Decode works
+	// without it.
+	Registry *Registry
 }
 
 // DefaultRetention is Config.Retention's default: 30 days, four times
@@ -159,6 +163,8 @@ type Message struct {
 	Timestamp time.Time
 	// Attempt counts the handler's runs for this record, from 1.
 	Attempt int
+	// reg is Config.Registry, for Decode.
+	reg *Registry
 }
 
 // Handler handles one message inside tx, the transaction that also claims

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -25,6 +26,16 @@ var ErrNotFramed = format.ErrUnframed
 func (m Message) SchemaID() (id uint32, ok bool) {
 	id, _, err := format.Unframe(m.Value)
 	return id, err == nil
+}
+
+// Decode decodes the message's value, in Confluent's wire format, into v
+// with Config.Registry (Registry.Decode says into what); an error without
+// a Registry in the Config.
+func (m Message) Decode(ctx context.Context, v any) error {
+	if m.reg == nil {
+		return errors.New("inbox: Message.Decode needs Config.Registry")
+	}
+	return m.reg.Decode(ctx, m.Value, v)
 }
 
 // RegistryConfig is how a consumer reaches the schema registry of the

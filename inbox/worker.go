@@ -346,6 +346,7 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 			break // at the head of the next batch: dead-lettered
 		}
 		m := message(r, id, 1)
+		m.reg = c.cfg.Registry
 		if i == 0 {
 			m.Attempt = w.attempts + w.cuts + 1
 		}
