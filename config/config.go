@@ -97,6 +97,7 @@ type Config struct {
 			AutoRegister                          bool
 			IDKind                                string
 			Timeout                               time.Duration
+			TLSCAFile, TLSCertFile, TLSKeyFile    string
 		}
 	}
 	Poll struct {
@@ -275,7 +276,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.KeyFormat, "raw")
 	add("kafka.key_format", "the key as Kafka Connect's converters write it: `raw` (StringConverter), `json` or `json_schema` (JsonConverter with `schemas.enable` false or true), or `avro` (Apicurio's AvroConverter with `as-confluent=true`, `use-id=contentId`, `headers.enabled=false`: Avro in Confluent's wire format, its schema in `kafka.schema_registry.url`, see docs/schema-registry.md), as Debezium's outbox records carry it", f, s)
 	f, s = str(&c.Kafka.ValueFormat, "raw")
-	add("kafka.value_format", "the value likewise; the JSON formats write a NULL payload as JSON `null` (no tombstone), as the JsonConverter does", f, s)
+	add("kafka.value_format", "the value likewise; the JSON formats write a NULL payload as JSON `null` (no tombstone), as the JsonConverter does; or `registry_passthrough` (values only): a payload that the application already serialized and framed in Confluent's wire format (Debezium's Avro recipe, a `bytea` payload) is published untouched once its framing is checked and its schema id found in `kafka.schema_registry.url`, else dead-lettered (`format`, `schema_unknown`)", f, s)
 	f, s = boolean(&c.Kafka.ExpandJSONPayload, false)
 	add("kafka.expand_json_payload", "with `kafka.value_format` `json`, `json_schema` or `avro`: a `json`, `jsonb` or text payload whose text starts with `{` or `[` and parses is written as that JSON value (`json_schema`: in the envelope with the schema Debezium infers, named by the payload column; `avro`: a record of that schema; fields that are null or empty arrays left out), as Debezium's `table.expand.json.payload`; a payload Debezium would leave a string (not an object or array, an array of mixed types or number kinds, an array of nulls only) stays one; with `raw`, an error", f, s)
 	f, s = str(&c.Kafka.CloudEvents, "")
@@ -346,6 +347,12 @@ func (c *Config) keys() []*key {
 	add("kafka.schema_registry.auto_register", "register a schema that its subject (`<topic>-key`, `<topic>-value`) does not have yet, as Debezium's `…auto-register=true`; `false`: such an event is dead-lettered (`schema_refused`)", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.IDKind, "contentId")
 	add("kafka.schema_registry.id_kind", "the schema id in the records' framing: `contentId`, the id that Confluent's API gives (Apicurio's content id, Debezium's `…use-id=contentId`); Apicurio's `globalId` is not supported", f, s)
+	f, s = str(&c.Kafka.SchemaRegistry.TLSCAFile, "")
+	add("kafka.schema_registry.tls_ca_file", "PEM file of the CAs that the `https` schema registry's certificate is verified against, instead of the system's", f, s)
+	f, s = str(&c.Kafka.SchemaRegistry.TLSCertFile, "")
+	add("kafka.schema_registry.tls_cert_file", "PEM client certificate for a schema registry that asks for one (mutual TLS), with `kafka.schema_registry.tls_key_file`", f, s)
+	f, s = str(&c.Kafka.SchemaRegistry.TLSKeyFile, "")
+	add("kafka.schema_registry.tls_key_file", "PEM private key of `kafka.schema_registry.tls_cert_file`", f, s)
 	f, s = duration(&c.Kafka.SchemaRegistry.Timeout, 10*time.Second)
 	add("kafka.schema_registry.timeout", "how long one request to the schema registry may take; a registry that does not answer holds the events (retried as when Kafka is down)", f, s)
 

@@ -49,7 +49,11 @@ const (
 	jsonConverter     = "org.apache.kafka.connect.json.JsonConverter"
 	apicurioAvro      = "io.apicurio.registry.utils.converter.AvroConverter"
 	confluentAvro     = "io.confluent.connect.avro.AvroConverter"
-	defaultRegex      = "(?<routedByValue>.*)"
+	// Debezium's Avro recipe for the outbox: a bytea payload that the
+	// application framed, passed through.
+	binaryConverter    = "io.debezium.converters.BinaryDataConverter"
+	byteArrayConverter = "org.apache.kafka.connect.converters.ByteArrayConverter"
+	defaultRegex       = "(?<routedByValue>.*)"
 )
 
 // ReadDebezium parses a connector or worker configuration: a .properties
@@ -269,6 +273,18 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		case apicurioAvro, confluentAvro:
 			keys["kafka."+side+"_format"] = "avro"
 			registryFromDebezium(option, c == apicurioAvro, get, refuse, keys, &ignored)
+		case binaryConverter, byteArrayConverter:
+			if side == "key" {
+				refuse(option, "the key is the aggregate id's text, which "+c+" does not take")
+				break
+			}
+			ignored = append(ignored, DebeziumNote{option, c + ": the bytea payload is published as it is (kafka.value_format raw); kafka.value_format registry_passthrough with kafka.schema_registry.url also checks its Confluent framing and schema id (docs/schema-registry.md)"})
+			for k := range opt {
+				if strings.HasPrefix(k, option+".delegate.converter.type") {
+					used[k] = true
+					ignored = append(ignored, DebeziumNote{k, "the delegate converts values that are not bytes: the payload column is bytea"})
+				}
+			}
 		case "":
 			refuse(option, "not set: give the worker's configuration (--worker FILE), where Kafka Connect's default converter is set")
 		default:

@@ -156,6 +156,10 @@ func (c *Config) checkSchemaRegistry() error {
 	switch {
 	case avro && r.URL == "":
 		return errors.New("kafka.key_format or kafka.value_format avro needs kafka.schema_registry.url")
+	case c.Kafka.KeyFormat == string(sink.FormatRegistryPassthrough):
+		return errors.New("kafka.key_format registry_passthrough: values only (the key is the aggregate id's text)")
+	case c.Kafka.ValueFormat == string(sink.FormatRegistryPassthrough) && r.URL == "":
+		return errors.New("kafka.value_format registry_passthrough needs kafka.schema_registry.url")
 	case r.IDKind != "contentId":
 		return fmt.Errorf("kafka.schema_registry.id_kind %q: want contentId (the id of Confluent's API; Apicurio's globalId is not supported)", r.IDKind)
 	case r.Timeout <= 0:
@@ -193,20 +197,20 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 		return sink.Config{}, fmt.Errorf("kafka.key_format: %w", err)
 	}
 	var avro *format.AvroEncoder
+	var pass *format.Passthrough
 	vf, err := sink.ParseFormat(k.ValueFormat)
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)
 	}
-	if kf == sink.FormatAvro || vf == sink.FormatAvro {
-		r := k.SchemaRegistry
-		reg, err := format.NewRegistry(format.RegistryConfig{URL: r.URL, Username: r.Username, Password: r.Password, AutoRegister: r.AutoRegister, Timeout: r.Timeout})
+	if kf == sink.FormatAvro || vf == sink.FormatAvro || vf == sink.FormatRegistryPassthrough {
+		reg, err := Registry(cfg)
 		if err != nil {
-			return sink.Config{}, fmt.Errorf("kafka.schema_registry.url: %w", err)
+			return sink.Config{}, err
 		}
-		avro = format.NewAvroEncoder(reg)
+		avro, pass = format.NewAvroEncoder(reg), format.NewPassthrough(reg)
 	}
 	sc := sink.Config{
-		Avro:      avro,
+		Avro: avro, Passthrough: pass,
 		KeyFormat: kf, ValueFormat: vf, ExpandJSONPayload: k.ExpandJSONPayload, RequestTimeout: k.RequestTimeout,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty,

@@ -84,6 +84,7 @@ type RegistryConfig struct {
 type Registry struct {
 	cl   *sr.Client
 	auto bool
+	obs  *observed // reports each request (OnRequest)
 	mu   sync.Mutex
 	ids  map[subjectSchema]uint32
 }
@@ -102,7 +103,8 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.TLS != nil {
 		tr.TLSClientConfig = cfg.TLS
 	}
-	opts := []sr.ClientOpt{sr.URLs(cfg.URL), sr.HTTPClient(&http.Client{Timeout: cfg.Timeout, Transport: tr}), sr.UserAgent("walrelay")}
+	obs := &observed{base: tr}
+	opts := []sr.ClientOpt{sr.URLs(cfg.URL), sr.HTTPClient(&http.Client{Timeout: cfg.Timeout, Transport: obs}), sr.UserAgent("walrelay")}
 	if cfg.Username != "" {
 		opts = append(opts, sr.BasicAuth(cfg.Username, cfg.Password))
 	}
@@ -110,7 +112,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema registry client: %w", err)
 	}
-	return &Registry{cl: cl, auto: cfg.AutoRegister, ids: map[subjectSchema]uint32{}}, nil
+	return &Registry{cl: cl, auto: cfg.AutoRegister, obs: obs, ids: map[subjectSchema]uint32{}}, nil
 }
 
 // ID returns the id of an Avro schema under subject, registering it the

@@ -19,4 +19,10 @@
 // wait for it. A stop or a rebalance waits for a handler ShutdownTimeout
 // and a short grace at most. Rows older than Retention are deleted while
 // the consumer runs. Package inbox knows nothing of the WAL.
+//
+// Values in a schema registry's format (walrelay's avro and
+// registry_passthrough: Confluent's wire format) carry their schema id
+// (Message.SchemaID); a Registry decodes them with the registry's schema
+// of that id into the handler's type or plain Go values (Registry.Decode,
+// or Message.Decode with Config.Registry).
 package inbox

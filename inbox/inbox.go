@@ -140,6 +140,10 @@ type Config struct {
 	// (walrelay.inbox.duplicate, walrelay.dead_letter.reason). Nil: none,
 	// at no cost.
 	TracerProvider trace.TracerProvider
+	// Registry, if set, decodes the values in a schema registry's format
+	// (Message.Decode). Nil: Message.Decode fails; Registry.Decode works
+	// without it.
+	Registry *Registry
 }
 
 // DefaultRetention is Config.Retention's default: 30 days, four times
@@ -172,6 +176,8 @@ type Message struct {
 	// delivered again after a rebalance or a restart of the process
 	// starts at 1 again.
 	Attempt int
+	// reg is Config.Registry, for Decode.
+	reg *Registry
 }
 
 // Handler handles one message inside tx, the transaction that also claims

@@ -361,6 +361,7 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 			break // at the head of the next batch: dead-lettered
 		}
 		m := message(r, id, 1)
+		m.reg = c.cfg.Registry
 		hctx, span := c.startSpan(ctx, r, id)
 		if span != nil {
 			spans = append(spans, openSpan{span, i})

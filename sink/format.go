@@ -35,10 +35,10 @@ func ParseFormat(s string) (Format, error) {
 	switch f := Format(s); f {
 	case "", FormatRaw:
 		return FormatRaw, nil
-	case FormatJSON, FormatJSONSchema, FormatAvro:
+	case FormatJSON, FormatJSONSchema, FormatAvro, FormatRegistryPassthrough:
 		return f, nil
 	}
-	return "", fmt.Errorf("format %q: want raw, json, json_schema or avro", s)
+	return "", fmt.Errorf("format %q: want raw, json, json_schema, avro or registry_passthrough", s)
 }
 
 // encode returns text in format f; schema is the JsonConverter's schema of

@@ -93,6 +93,9 @@ type Config struct {
 	// Avro writes the keys and values of FormatAvro (package format), its
 	// schemas registered in a schema registry; required by FormatAvro.
 	Avro *format.AvroEncoder
+	// Passthrough checks the values of FormatRegistryPassthrough against a
+	// schema registry; required by it.
+	Passthrough *format.Passthrough
 	// ExpandJSONPayload writes a json or text payload that is a JSON object
 	// or array as that JSON value in the JSON formats, with its inferred
 	// schema in FormatJSONSchema, as Debezium's table.expand.json.payload
@@ -203,6 +206,12 @@ func New(cfg Config) (*Sink, error) {
 	}
 	if (cfg.KeyFormat == FormatAvro || cfg.ValueFormat == FormatAvro) && cfg.Avro == nil {
 		return nil, errors.New("format avro: no schema registry configured")
+	}
+	if cfg.KeyFormat == FormatRegistryPassthrough {
+		return nil, errors.New("format registry_passthrough: values only")
+	}
+	if cfg.ValueFormat == FormatRegistryPassthrough && cfg.Passthrough == nil {
+		return nil, errors.New("format registry_passthrough: no schema registry configured")
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = "outbox.event.{aggregatetype}"
@@ -531,13 +540,16 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			return
 		}
 	}
+	if s.cfg.ValueFormat == FormatRegistryPassthrough && !s.passthrough(ctx, e, r, topic, gen, done) {
+		return
+	}
 	if s.cfg.KeyFormat != FormatRaw && s.cfg.KeyFormat != FormatAvro {
 		r.Key = s.cfg.KeyFormat.encode(r.Key, keySchema)
 	}
 	switch {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
 		r.Value = nil
-	case s.cfg.ValueFormat == FormatAvro:
+	case s.cfg.ValueFormat == FormatAvro, s.cfg.ValueFormat == FormatRegistryPassthrough:
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))

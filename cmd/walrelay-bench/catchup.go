@@ -114,6 +114,9 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 		{"raw Go receiver, `pglogrepl.Parse` only: **the decode limit**", rawReceiver, ""},
 		{"**walrelay** into kfake, until `confirmed_flush_lsn` reaches the end", walrelay(o.bin, kfakeBrokers, 1), "walrelay into kfake"},
 	}
+	if o.registry {
+		contenders = append(contenders, registryContender(o))
+	}
 	if o.shards > 1 {
 		contenders = append(contenders, contender{fmt.Sprintf("walrelay sharded: %d processes, each on its own slot and a publication of the aggregates that hash to it (row filter), into kfake, until every slot reaches the end", o.shards),
 			walrelay(o.bin, kfakeBrokers, o.shards), fmt.Sprintf("walrelay in %d shards (sums)", o.shards)})

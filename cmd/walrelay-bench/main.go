@@ -28,6 +28,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
 func main() {
@@ -62,6 +64,11 @@ type options struct {
 	// shards, above 1, adds walrelay sharded across that many slots.
 	shards int
 	bigTxn int
+	// registry adds walrelay with kafka.key_format and value_format avro,
+	// against a real Apicurio Registry that the bench starts (registry.go).
+	registry bool
+	// registryURL is that registry's, once started.
+	registryURL string
 
 	latencyProfile string
 }
@@ -85,6 +92,7 @@ func run() error {
 	flag.DurationVar(&o.txnInterval, "txn-interval", 10*time.Millisecond, "kafka.transaction_interval of the exactly-once runs")
 	flag.IntVar(&o.shards, "shards", 0, "also time walrelay sharded across this many slots and row-filtered publications, one process each (0 or 1: not)")
 	flag.IntVar(&kfakeBrokerCount, "kfake-brokers", 1, "brokers of each kfake cluster (its partitions are spread over them)")
+	flag.BoolVar(&o.registry, "registry", false, "also time walrelay with kafka.key_format and value_format avro (the JSON payload expanded, schemas registered in a real Apicurio Registry "+registrytest.Version+" that the bench starts: fetched from Maven Central on first use, needs Java 17), into kfake, beside the raw format")
 	flag.StringVar(&o.svg, "svg", "", "write a plot of latency against offered load to this file")
 	flag.IntVar(&o.inboxEvents, "inbox", 0, "also time package inbox against a plain consumer on this many records (0: skip)")
 	flag.IntVar(&o.pollEvents, "poll", 0, "also compare the poll source with the WAL source on this many rows, per data set of -rows-per-txn (0: skip)")
@@ -133,6 +141,13 @@ func run() error {
 			}
 		}
 	}()
+	if o.registry {
+		stop, err := startRegistry(ctx, &o)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	fmt.Printf("walrelay-bench: %d events of %d-byte payloads per data set, %d runs each, on %d cores\n\n", o.events, o.payload, o.runs, numCPU())
 	var tables []string
 	for _, rows := range o.shapes {

@@ -367,6 +367,11 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} else {
 		fmt.Fprintf(tw, "kafka\tNOT ANSWERING since %s: %s\n", st.Kafka.Since, st.Kafka.Problem)
 	}
+	if r := st.SchemaRegistry; r != nil && r.Answering {
+		fmt.Fprintf(tw, "schema registry\tanswering\n")
+	} else if r != nil {
+		fmt.Fprintf(tw, "schema registry\tNOT ANSWERING since %s: %s\n", r.Since, r.Problem)
+	}
 	if st.Source == "poll" {
 		fmt.Fprintf(tw, "source\tpoll\n")
 		for _, p := range st.Poll {

@@ -13,7 +13,6 @@ import (
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
@@ -330,7 +329,7 @@ func neverStreamed(ctx context.Context, conn *pgx.Conn, slot string) bool {
 // registry of the avro format.
 func checkKafka(ctx context.Context, cfg *config.Config, txnID string) []checkResult {
 	out := checkKafkaBrokers(ctx, cfg, txnID)
-	if cfg.Kafka.KeyFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatAvro) {
+	if cfg.Kafka.KeyFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatRegistryPassthrough) {
 		out = append(out, checkRegistry(ctx, cfg))
 	}
 	return out
@@ -341,7 +340,7 @@ func checkKafka(ctx context.Context, cfg *config.Config, txnID string) []checkRe
 func checkRegistry(ctx context.Context, cfg *config.Config) checkResult {
 	r := checkResult{Check: "schema registry"}
 	sr := cfg.Kafka.SchemaRegistry
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: sr.URL, Username: sr.Username, Password: sr.Password, Timeout: sr.Timeout})
+	reg, err := config.Registry(cfg)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

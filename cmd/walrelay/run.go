@@ -84,6 +84,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	rcfg.Hooks = m.Hooks()
+	watchRegistry(rcfg.Sink, m)
 	stopTracing, err := startTracing(ctx, cfg, &rcfg.Sink, m, log)
 	if err != nil {
 		return err
@@ -123,6 +124,7 @@ func runPoll(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	pcfg.Hooks, pcfg.PollHooks = m.Hooks(), m.PollHooks()
+	watchRegistry(pcfg.Sink, m)
 	stopTracing, err := startTracing(ctx, cfg, &pcfg.Sink, m, log)
 	if err != nil {
 		return err

@@ -94,6 +94,8 @@ type Metrics struct {
 	outageFails     atomic.Int64 // connect failures since the first one after a success
 	kafkaErr        atomic.Value // string: the last connect failure
 
+	registry *registryState // the schema registry's answers (RegistryRequest)
+
 	publishedN, deadLetteredN atomic.Int64
 	newestAcked               atomic.Int64 // unix nanoseconds of the newest acknowledged commit
 
@@ -116,6 +118,7 @@ type Metrics struct {
 // New returns the metrics, registered.
 func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.registry = newRegistryState(m.reg)
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_published_total", Help: "Events acknowledged by Kafka on their topic, by outbox table (schema.table; message for walrelay_emit); past 1000 topics, the others' events under topic=\"(other)\"."}, []string{"table", "topic"})
 	m.deadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_events_dead_lettered_total", Help: "Events acknowledged on the dead-letter topic, by outbox table and reason."}, []string{"table", "reason"})
@@ -361,6 +364,9 @@ type Status struct {
 	Poll []poll.Stats `json:"poll,omitempty"`
 	// Kafka is what the brokers' last answers say.
 	Kafka KafkaStatus `json:"kafka"`
+	// SchemaRegistry is what the schema registry's last answers say, with
+	// a registry format.
+	SchemaRegistry *RegistryStatus `json:"schema_registry,omitempty"`
 	// WaitingFor says what the pipeline waits for now.
 	WaitingFor string `json:"waiting_for"`
 	Error      string `json:"error,omitempty"`
@@ -424,6 +430,9 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 			doc.Kafka.Since = since.UTC().Format(time.RFC3339)
 		}
 		doc.WaitingFor = m.waitingFor(r, problem)
+		if doc.SchemaRegistry = m.registryStatus(); doc.SchemaRegistry != nil && !doc.SchemaRegistry.Answering && problem == "" {
+			doc.WaitingFor = "the schema registry: events held until it answers (the stream resumes from the confirmed position then)"
+		}
 		if exactlyOnce {
 			pos, _ := m.committedPos.Load().(string)
 			doc.ExactlyOnce = &ExactlyOnceStatus{CommittedPosition: pos, TransactionsCommitted: m.txnCommitted.Load(), TransactionsAborted: m.txnAborted.Load()}

@@ -63,7 +63,7 @@ func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, l
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var (
-		kafkaDown            bool
+		kafkaDown, regDown   bool
 		kafkaDownAt, lostAt  time.Time
 		lastState            = r.State()
 		lastReconnects       = r.Reconnects()
@@ -88,6 +88,15 @@ func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, l
 				kafkaDown = false
 				log.Info("Kafka answers again", "after", now.Sub(kafkaDownAt).Round(100*time.Millisecond), "in_flight", r.InFlight(),
 					"failed_connects", m.outageFails.Load())
+			}
+			switch problem, since := m.registryProblem(); {
+			case problem != "" && !regDown:
+				regDown = true
+				log.Warn("the schema registry is not answering: walrelay holds the events it cannot encode or check and retries; nothing is dropped",
+					"why", problem, "since", since.UTC().Format(time.RFC3339), "in_flight", r.InFlight())
+			case problem == "" && regDown:
+				regDown = false
+				log.Info("the schema registry answers again", "in_flight", r.InFlight())
 			}
 			// The stream went away if it left a working state, or if it
 			// reconnected between two looks.

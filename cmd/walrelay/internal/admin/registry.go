@@ -1,0 +1,82 @@
+package admin
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// RegistryStatus is whether the schema registry of the registry formats
+// answers, and if not, why walrelay takes it to be down and since when.
+type RegistryStatus struct {
+	Answering bool   `json:"answering"`
+	Problem   string `json:"problem,omitempty"`
+	Since     string `json:"since,omitempty"` // RFC 3339
+}
+
+// registryState is what the schema registry's last answers say.
+type registryState struct {
+	used     atomic.Bool  // a registry format is configured (RegistryRequest was wired)
+	ok, fail atomic.Int64 // unix nanoseconds of the last answer, the last failure
+	downAt   atomic.Int64 // unix nanoseconds of the first failure after an answer
+	err      atomic.Value // string: the last failure
+	requests *prometheus.CounterVec
+}
+
+func newRegistryState(reg *prometheus.Registry) *registryState {
+	s := &registryState{requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walrelay_schema_registry_requests_total",
+		Help: "Requests to the schema registry of the registry formats, by outcome (ok: it answered, a refusal included; error: no answer, a timeout or a 5xx)."}, []string{"outcome"})}
+	reg.MustRegister(s.requests)
+	return s
+}
+
+// UseRegistry says that a registry format is configured: status shows the
+// registry from then on.
+func (m *Metrics) UseRegistry() { m.registry.used.Store(true) }
+
+// RegistryRequest counts a request to the schema registry: err nil if it
+// answered, else why not (format.Registry.OnRequest). The error holds no
+// secret (basic auth is a header, never in it).
+func (m *Metrics) RegistryRequest(err error) {
+	s := m.registry
+	s.used.Store(true)
+	now := time.Now().UnixNano()
+	if err == nil {
+		s.requests.WithLabelValues("ok").Inc()
+		s.ok.Store(now)
+		s.downAt.Store(0)
+		return
+	}
+	s.requests.WithLabelValues("error").Inc()
+	s.err.Store(err.Error())
+	s.fail.Store(now)
+	s.downAt.CompareAndSwap(0, now)
+}
+
+// registryState is "" while the registry answers (or none is used), else
+// why walrelay takes it to be down, with since when.
+func (m *Metrics) registryProblem() (problem string, since time.Time) {
+	s := m.registry
+	if s.fail.Load() <= s.ok.Load() {
+		return "", time.Time{}
+	}
+	msg := "no answer"
+	if e, _ := s.err.Load().(string); e != "" {
+		msg += ": " + e
+	}
+	return msg, time.Unix(0, s.downAt.Load())
+}
+
+// registryStatus is the status's view of the registry, nil without one.
+func (m *Metrics) registryStatus() *RegistryStatus {
+	if !m.registry.used.Load() {
+		return nil
+	}
+	problem, since := m.registryProblem()
+	st := &RegistryStatus{Answering: problem == "", Problem: problem}
+	if problem != "" {
+		st.Since = since.UTC().Format(time.RFC3339)
+	}
+	return st
+}

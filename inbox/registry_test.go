@@ -1,0 +1,95 @@
+package inbox
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/testkit/registrytest"
+)
+
+// TestMessageSchemaID: a value in Confluent's wire format gives its id; a
+// JSON value, a short one and a tombstone none.
+func TestMessageSchemaID(t *testing.T) {
+	for _, c := range []struct {
+		v    []byte
+		id   uint32
+		want bool
+	}{
+		{format.Frame(nil, 42, []byte{2}), 42, true},
+		{format.Frame(nil, 1<<31+5, nil), 1<<31 + 5, true},
+		{[]byte(`{"id":1}`), 0, false},
+		{[]byte{0, 0, 1}, 0, false},
+		{nil, 0, false},
+	} {
+		if id, ok := (Message{Value: c.v}).SchemaID(); id != c.id || ok != c.want {
+			t.Errorf("%x: %d %v, want %d %v", c.v, id, ok, c.id, c.want)
+		}
+	}
+}
+
+// TestRegistryDecode (a real Apicurio Registry: WALRELAY_TEST_REGISTRY=1):
+// a value that walrelay's avro format wrote (its schema inferred and
+// registered) decodes into a struct and into plain Go values with the
+// schema the registry gives for its id; a value framed with an id the
+// registry lacks is format.ErrSchemaUnknown; an unframed one ErrNotFramed.
+func TestRegistryDecode(t *testing.T) {
+	r := registrytest.Start(t)
+	ctx := t.Context()
+	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL(), AutoRegister: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := format.NewAvroEncoder(w).Value(ctx, "orders", format.Payload{Text: []byte(`{"id": 7, "total": 1.5, "lines": [{"sku": "a"}]}`), Column: "payload", Expand: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := NewRegistry(RegistryConfig{URL: r.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Message{Value: v}
+	if _, ok := m.SchemaID(); !ok {
+		t.Fatal("no schema id")
+	}
+	var o struct {
+		ID    *int     `avro:"id"`
+		Total *float64 `avro:"total"`
+	}
+	if err := reg.Decode(ctx, m.Value, &o); err != nil || o.ID == nil || *o.ID != 7 || o.Total == nil || *o.Total != 1.5 {
+		t.Fatalf("into a struct: %+v, %v", o, err)
+	}
+	var got map[string]any
+	if err := reg.Decode(ctx, m.Value, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"id": 7, "total": 1.5, "lines": []any{map[string]any{"sku": "a"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("into a map: %#v, want %#v", got, want)
+	}
+
+	// A value that an application framed itself (registry_passthrough).
+	schema := `{"type":"record","name":"Ping","fields":[{"name":"n","type":"long"}]}`
+	id, err := w.Client().RegisterSchema(ctx, "pings-value", sr.Schema{Schema: schema, Type: sr.TypeAvro}, -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := avro.Marshal(avro.MustParse(schema), map[string]any{"n": int64(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x any
+	if err := reg.Decode(ctx, format.Frame(nil, uint32(id), body), &x); err != nil || !reflect.DeepEqual(x, map[string]any{"n": int64(3)}) {
+		t.Errorf("passthrough value: %#v, %v", x, err)
+	}
+	if err := reg.Decode(ctx, format.Frame(nil, uint32(id)+1000, body), &x); !errors.Is(err, format.ErrSchemaUnknown) {
+		t.Errorf("unknown id: %v", err)
+	}
+	if err := reg.Decode(ctx, []byte(`{"n":3}`), &x); !errors.Is(err, ErrNotFramed) {
+		t.Errorf("unframed: %v", err)
+	}
+}
