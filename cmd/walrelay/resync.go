@@ -18,8 +18,8 @@ import (
 )
 
 // resyncOldTxWait bounds how long slot resync waits, before it moves the
-// slot, for the transactions that were running when the publication was
-// seen to exist.
+// slot, for the transactions of this database that may have begun writing
+// before the publication existed.
 const resyncOldTxWait = 30 * time.Second
 
 // cmdSlotResync is `walrelay slot resync [--yes]`: the way out of a slot
@@ -39,8 +39,8 @@ const resyncOldTxWait = 30 * time.Second
 // so everything that can refuse is done before it: the tables are opened,
 // Kafka is pinged, the topics are checked as reconcile --replay would
 // (refused when compacted or trimmed), the publication is created if it is
-// missing, and the transactions that were running when it was seen to
-// exist are waited for. A failure after the move says which reconciles
+// missing, and the transactions of this database that may have begun
+// writing before it existed are waited for (resyncTarget). A failure after the move says which reconciles
 // remain to run, and exits non-zero. Without --yes it runs the checks and
 // says what it would do.
 func cmdSlotResync(ctx context.Context, args []string, stdout, stderr io.Writer) error {
