@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -95,5 +96,38 @@ func TestWaitForBrokers(t *testing.T) {
 	p = &pingPublisher{errs: []error{refused, refused, refused, refused}}
 	if err := relay.WaitForBrokers(ctx, p, log); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ctx ended while waiting: %v, want ctx's error", err)
+	}
+}
+
+// seededPublisher is a pingPublisher that tells its seed brokers.
+type seededPublisher struct {
+	pingPublisher
+	seeds []string
+}
+
+func (p *seededPublisher) SeedBrokers() []string { return p.seeds }
+
+// TestWaitForBrokersWarnsNamingTheBrokers: second review of #37
+// (review37b). A start waiting for Kafka repeats, at WARN (every minute;
+// at every retry here), that it is still waiting, naming the brokers'
+// addresses: a mistyped address (a closed port, a host on a resolver that
+// fails) waits for ever, and said so only once, at INFO, without them.
+func TestWaitForBrokersWarnsNamingTheBrokers(t *testing.T) {
+	defer relay.SetBrokersWaitWarnEvery(0)()
+	refused := fmt.Errorf("unable to dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: &osSyscallError{syscall.ECONNREFUSED}})
+	var out strings.Builder
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	p := &seededPublisher{pingPublisher{errs: []error{refused, refused}}, []string{"kafka-0.example:9092", "kafka-1.example:9092"}}
+	if err := relay.WaitForBrokers(t.Context(), p, log); err != nil {
+		t.Fatal(err)
+	}
+	var warned bool
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "still waiting for Kafka") && strings.Contains(line, "kafka-0.example:9092,kafka-1.example:9092") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatalf("no WARN line naming the brokers while waiting:\n%s", out.String())
 	}
 }

@@ -215,12 +215,12 @@ func prepareSlot(ctx context.Context, cfg *Config, dcfg decoder.Config, log *slo
 	return createdSlot, markFailover(cctx, conn, cfg, log)
 }
 
-// leftSlot logs, at ERROR, that a start which created the slot then failed
-// (cause) before streaming it: the slot is not dropped (it may hold rows
-// committed while the start waited for Kafka, in no other stream), so the
-// line names it, the WAL it holds, and the way to drop it if walrelay will
-// not run with it again.
-func leftSlot(cfg *Config, log *slog.Logger, cause error) {
+// leftSlot logs that a start which created the slot then failed (cause,
+// at ERROR) or was stopped (stopped, at WARN) before streaming it: the
+// slot is not dropped (it may hold rows committed while the start waited
+// for Kafka, in no other stream), so the line names it, the WAL it holds,
+// and the way to drop it if walrelay will not run with it again.
+func leftSlot(cfg *Config, log *slog.Logger, stopped bool, cause error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	held := "an unknown amount of WAL"
@@ -230,10 +230,18 @@ func leftSlot(cfg *Config, log *slog.Logger, cause error) {
 		}
 		conn.Close(context.Background())
 	}
-	log.Error("this start created replication slot "+cfg.Slot+" and then failed: the slot stays, holding "+held+" until a walrelay streams it "+
+	what, level := "failed", slog.LevelError
+	if stopped {
+		what, level = "was stopped", slog.LevelWarn
+	}
+	attrs := []any{"slot", cfg.Slot, "held", held}
+	if cause != nil {
+		attrs = append(attrs, "err", cause)
+	}
+	log.Log(context.Background(), level, "this start created replication slot "+cfg.Slot+" and then "+what+" before streaming it: the slot stays, holding "+held+" until a walrelay streams it "+
 		"(it may hold rows committed since it was created, in no other stream, so it is not dropped). Fix the cause and start again: nothing is lost. "+
 		"If walrelay will not run with this slot, drop it, after reconciling the rows committed since (walrelay reconcile --since <the start's time> --replay --yes): walrelay slot drop "+cfg.Slot+" --yes",
-		"slot", cfg.Slot, "held", held, "err", cause)
+		attrs...)
 }
 
 // createPublicationAndSlot creates the publication of spec and the slot if

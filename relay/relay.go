@@ -245,6 +245,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	createdSlot, err := prepareSlot(ctx, cfg, dcfg, r.log)
 	if err != nil {
+		if createdSlot {
+			// Created, then marking it for failover failed (or the start
+			// was stopped): the slot stays.
+			leftSlot(cfg, r.log, ctx.Err() != nil, err)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -253,12 +258,18 @@ func (r *Relay) Run(ctx context.Context) error {
 	if pingErr != nil {
 		if err := WaitForBrokers(ctx, r.sink, r.log); err != nil {
 			if ctx.Err() != nil {
+				// Stopped while it waited (Ctrl-C, SIGTERM; perhaps
+				// because the address was mistyped): the slot this start
+				// created stays, and is named.
+				if createdSlot {
+					leftSlot(cfg, r.log, true, nil)
+				}
 				return nil
 			}
 			// Kafka answered at last, with something that fails the start
 			// (a listener that wants TLS): the slot this start created stays.
 			if createdSlot {
-				leftSlot(cfg, r.log, err)
+				leftSlot(cfg, r.log, false, err)
 			}
 			return err
 		}
@@ -360,7 +371,11 @@ func PingBrokers(ctx context.Context, p Publisher) error {
 // it closes or resets the connection at the first request, as a TCP proxy
 // with no backend up also does), a refusal of the broker's.
 func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
-	var waitedSince time.Time
+	var waitedSince, warned time.Time
+	var brokers string
+	if sb, ok := p.(interface{ SeedBrokers() []string }); ok {
+		brokers = strings.Join(sb.SeedBrokers(), ",")
+	}
 	for n := 0; ; n++ {
 		err := PingBrokers(ctx, p)
 		if err == nil {
@@ -375,10 +390,18 @@ func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
 		if !BrokersDown(err) {
 			return err
 		}
-		if waitedSince.IsZero() {
-			waitedSince = time.Now()
-			log.Info("waiting for Kafka at start: nothing is read before it answers", "err", err)
-		} else {
+		switch {
+		case waitedSince.IsZero():
+			waitedSince, warned = time.Now(), time.Now()
+			log.Info("waiting for Kafka at start: nothing is read before it answers", "brokers", brokers, "err", err)
+		case time.Since(warned) >= brokersWaitWarnEvery:
+			// Repeated at WARN: a broker down for long, or an address that
+			// was mistyped (a closed port, a host on a resolver that fails
+			// rather than says it does not exist) looks the same from here.
+			warned = time.Now()
+			log.Warn("still waiting for Kafka at start: nothing is read before it answers; if the brokers' addresses are wrong (kafka.brokers), stop walrelay and fix them",
+				"brokers", brokers, "waited", time.Since(waitedSince).Round(time.Second), "attempts", n+1, "err", err)
+		default:
 			log.Debug("Kafka is still not answering", "err", err, "attempt", n+1)
 		}
 		t := time.NewTimer(backoff.Wait(time.Second, 30*time.Second, n))
@@ -390,6 +413,10 @@ func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
 		}
 	}
 }
+
+// brokersWaitWarnEvery is how often WaitForBrokers repeats, at WARN, that
+// it is still waiting.
+var brokersWaitWarnEvery = time.Minute
 
 // BrokersDown reports whether err, from PingBrokers, says that no broker
 // accepted a connection: refused, unreachable, a dial that timed out, or a

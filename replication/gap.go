@@ -220,16 +220,21 @@ func publicationSkipped(warning, pub string) error {
 // point is none, for sure. One added after it is listed even when the slot
 // has since confirmed past the ALTER (a slot no one read since, or
 // between two of its reader's standby updates): the decode of a copy cannot
-// tell, since the rows passed over leave no trace in the stream. A
-// publication whose own row is after the slot's position is PublicationGap's
-// case, and lists nothing here; a missing slot or publication neither.
+// tell, since the rows passed over leave no trace in the stream. Each table
+// is judged by its own pg_publication_rel row, whatever the publication's
+// row: that row is rewritten by any ALTER PUBLICATION (SET (publish = ...)
+// re-applied, OWNER TO, RENAME), which says nothing of the tables. A
+// publication created after the slot's position lists its tables too: the
+// callers let PublicationGap's refusal take precedence when its copy test
+// says the publication itself is behind the slot. A missing slot or
+// publication lists nothing.
 func TablesAddedAfterSlot(ctx context.Context, conn *pgx.Conn, slot, pub string) ([]string, error) {
 	rows, err := conn.Query(ctx, `SELECT n.nspname || '.' || c.relname
 		FROM pg_replication_slots s, pg_publication p
 		JOIN pg_publication_rel r ON r.prpubid = p.oid
 		JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE s.slot_name = $1 AND s.slot_type = 'logical' AND s.catalog_xmin IS NOT NULL AND s.database = current_database() AND p.pubname = $2
-		AND age(p.xmin) > age(s.catalog_xmin) AND age(r.xmin) <= age(s.catalog_xmin)
+		AND age(r.xmin) <= age(s.catalog_xmin)
 		ORDER BY 1`, slot, pub)
 	var tables []string
 	if err == nil {

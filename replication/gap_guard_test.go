@@ -206,3 +206,49 @@ func TestTablesAddedAfterSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestTablesAddedAfterSlotSurvivesAPublicationRewrite: second review of
+// #37 (review37b). A table added to the publication after the slot's
+// position stays listed after any later rewrite of the publication's own
+// row (SET (publish = ...) with the same value, as a deploy tool re-applies
+// it; OWNER TO; RENAME and back). It used to be listed only while that row
+// was older than the slot's catalog_xmin: the rewrite moved the case to
+// PublicationGap, whose copy test found the publication visible and said
+// nothing either, and the rows passed over were told of by nothing.
+func TestTablesAddedAfterSlotSurvivesAPublicationRewrite(t *testing.T) {
+	t.Parallel()
+	_, conn := serverConn(t)
+	ctx := t.Context()
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("CREATE TABLE outbox (id int PRIMARY KEY); CREATE TABLE outbox2 (id int PRIMARY KEY)")
+	exec("CREATE PUBLICATION p FOR TABLE outbox WITH (publish = 'insert')")
+	exec("SELECT pg_create_logical_replication_slot('add', 'pgoutput')")
+	exec("INSERT INTO outbox2 VALUES (1)") // after the slot, before the table is published: passed over
+	exec("ALTER PUBLICATION p ADD TABLE outbox2")
+	for _, rewrite := range []string{
+		"ALTER PUBLICATION p SET (publish = 'insert')", // the same value, re-applied
+		"ALTER PUBLICATION p OWNER TO CURRENT_USER",
+		"ALTER PUBLICATION p RENAME TO p2; ALTER PUBLICATION p2 RENAME TO p",
+	} {
+		exec(rewrite)
+		added, err := TablesAddedAfterSlot(ctx, conn, "add", "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		behind, err := PublicationGap(ctx, conn, "add", "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if behind {
+			t.Fatalf("after %s: PublicationGap says the publication is behind the slot; it is not", rewrite)
+		}
+		if !slices.Equal(added, []string{"public.outbox2"}) {
+			t.Fatalf("after %s: TablesAddedAfterSlot = %v: row 1 of outbox2 was passed over and nothing says so any more; want [public.outbox2]", rewrite, added)
+		}
+	}
+}

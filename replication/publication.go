@@ -370,12 +370,16 @@ func DropPublication(ctx context.Context, conn *pgx.Conn, name string, dryRun bo
 }
 
 // Membership is how a publication published the outbox tables at one
-// moment, as WatchPublication read it: the publication's oid and, per
-// outbox table, the oid of its pg_publication_rel row (0 when a FOR ALL
-// TABLES or a schema covers it). The zero Membership is "not read yet".
+// moment, as WatchPublication read it: the publication's oid and its row's
+// xmin (the transaction that last wrote it) and, per outbox table, whether
+// it existed, the oid of its pg_publication_rel row and that of the
+// pg_publication_namespace row of its schema (0 when none). The zero
+// Membership is "not read yet".
 type Membership struct {
-	pub  uint32
-	rels []uint32
+	pub, xmin uint32
+	exists    []bool
+	rels      []uint32
+	nsps      []uint32
 }
 
 // WatchPublication reads how publication pub publishes the outbox tables
@@ -388,13 +392,27 @@ type Membership struct {
 // when the publication itself is gone), then and on every later decode. It
 // names: the publication gone, or dropped and created again; inserts no
 // longer published; an outbox table no longer published; an outbox table
-// removed and added again between two readings (its pg_publication_rel row
-// is new; a SET TABLE that changes its row filter or column list makes a
-// new row too). An outbox table that no longer exists is not named.
+// taken out and put back between two readings, which leaves a new
+// pg_publication_rel row (a SET TABLE that changes its row filter or
+// column list makes a new row too) or a new pg_publication_namespace row
+// (DROP and ADD TABLES IN SCHEMA), unless another of the ways that covered
+// it (its own row, its schema's) stayed the same row throughout; and the
+// publication's own row rewritten (its xmin changed), since
+// SET (publish = ...) turned off and on again between two readings leaves
+// nothing else to see.
+//
+// That last one cannot be told from a harmless rewrite of the same row
+// (ALTER PUBLICATION ... OWNER TO, RENAME, SET (publish = ...) re-applied
+// with the same value, SET (publish_via_partition_root = ...)): the row's
+// earlier versions are not readable. It is named as a possible loss, the
+// caller stops and gives the reconcile of the window, which finds nothing
+// missing when nothing was. ADD, DROP and SET TABLE leave the publication's
+// row as it is. An outbox table that no longer exists is not named, nor
+// one that did not exist at the previous reading.
 func WatchPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []Table, prev Membership) (Membership, []string, error) {
 	var now Membership
 	var insert, all bool
-	err := conn.QueryRow(ctx, "SELECT oid, pubinsert, puballtables FROM pg_publication WHERE pubname = $1", pub).Scan(&now.pub, &insert, &all)
+	err := conn.QueryRow(ctx, "SELECT oid, xmin::text::bigint, pubinsert, puballtables FROM pg_publication WHERE pubname = $1", pub).Scan(&now.pub, &now.xmin, &insert, &all)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return now, []string{fmt.Sprintf("publication %s was dropped", pub)}, nil
 	}
@@ -402,34 +420,48 @@ func WatchPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []
 		return prev, nil, fmt.Errorf("read publication %s: %w", pub, err)
 	}
 	var problems []string
+	same := prev.pub != 0 && prev.pub == now.pub
 	if prev.pub != 0 && prev.pub != now.pub {
 		problems = append(problems, fmt.Sprintf("publication %s was dropped and created again", pub))
 	}
 	if !insert {
 		problems = append(problems, fmt.Sprintf("publication %s no longer publishes inserts (ALTER PUBLICATION ... SET (publish = ...))", pub))
+	} else if same && prev.xmin != now.xmin {
+		problems = append(problems, fmt.Sprintf("publication %s's row was rewritten since the last check (ALTER PUBLICATION ... SET (publish = ...), OWNER TO, RENAME): "+
+			"if publish was turned off and on again in between, the rows written meanwhile were passed over, and walrelay cannot tell whether it was", pub))
 	}
+	now.exists = make([]bool, len(tables))
 	now.rels = make([]uint32, len(tables))
+	now.nsps = make([]uint32, len(tables))
+	comparable := same && len(prev.rels) == len(tables) && len(prev.nsps) == len(tables) && len(prev.exists) == len(tables)
 	for i, t := range tables {
-		var exists, covered bool
-		var rel *uint32
+		var exists bool
+		var rel, nsp *uint32
 		err := conn.QueryRow(ctx, `SELECT to_regclass($2) IS NOT NULL,
 			(SELECT r.oid FROM pg_publication_rel r WHERE r.prpubid = $1 AND r.prrelid = to_regclass($2)),
-			EXISTS (SELECT 1 FROM pg_publication_namespace pn JOIN pg_class c ON c.relnamespace = pn.pnnspid WHERE pn.pnpubid = $1 AND c.oid = to_regclass($2))`,
-			now.pub, t.sanitized()).Scan(&exists, &rel, &covered)
+			(SELECT pn.oid FROM pg_publication_namespace pn JOIN pg_class c ON c.relnamespace = pn.pnnspid WHERE pn.pnpubid = $1 AND c.oid = to_regclass($2))`,
+			now.pub, t.sanitized()).Scan(&exists, &rel, &nsp)
 		if err != nil {
 			return prev, nil, fmt.Errorf("read how publication %s publishes %s: %w", pub, t.qualified(), err)
 		}
 		if !exists {
 			continue
 		}
+		now.exists[i] = true
 		if rel != nil {
 			now.rels[i] = *rel
 		}
+		if nsp != nil {
+			now.nsps[i] = *nsp
+		}
+		kept := func(was, is uint32) bool { return was != 0 && was == is }
 		switch {
-		case rel == nil && !covered && !all:
-			problems = append(problems, fmt.Sprintf("the outbox %s.%s was removed from publication %s (ALTER PUBLICATION ... DROP TABLE, or SET TABLE without it)", t.Schema, t.Name, pub))
-		case prev.pub == now.pub && len(prev.rels) == len(tables) && prev.rels[i] != now.rels[i]:
-			problems = append(problems, fmt.Sprintf("the outbox %s.%s was removed from publication %s and added again (or its row filter or column list was changed) since the last check", t.Schema, t.Name, pub))
+		case all:
+			// FOR ALL TABLES covers every table, and cannot be altered.
+		case rel == nil && nsp == nil:
+			problems = append(problems, fmt.Sprintf("the outbox %s.%s was removed from publication %s (ALTER PUBLICATION ... DROP TABLE or DROP TABLES IN SCHEMA, or SET without it)", t.Schema, t.Name, pub))
+		case comparable && prev.exists[i] && !kept(prev.rels[i], now.rels[i]) && !kept(prev.nsps[i], now.nsps[i]):
+			problems = append(problems, fmt.Sprintf("the outbox %s.%s was removed from publication %s and added again (DROP and ADD TABLE, DROP and ADD TABLES IN SCHEMA, or its row filter or column list changed) since the last check", t.Schema, t.Name, pub))
 		}
 	}
 	return now, problems, nil

@@ -17,6 +17,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// SeedBrokers returns the seed brokers' addresses of the configuration
+// (host:port), as given.
+func (s *Sink) SeedBrokers() []string { return append([]string(nil), s.cfg.Brokers...) }
+
 // Ping checks that a broker answers within ctx, and reads the broker's
 // message.max.bytes and the dead-letter topic's limit. In exactly-once mode
 // it also creates the offsets topic if it is missing, and refuses one of

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/recovery"
@@ -17,8 +18,8 @@ import (
 )
 
 // resyncOldTxWait bounds how long slot resync waits, before it moves the
-// slot, for the transactions that were running when the publication was
-// seen to exist.
+// slot, for the transactions of this database that may have begun writing
+// before the publication existed.
 const resyncOldTxWait = 30 * time.Second
 
 // cmdSlotResync is `walrelay slot resync [--yes]`: the way out of a slot
@@ -38,8 +39,8 @@ const resyncOldTxWait = 30 * time.Second
 // so everything that can refuse is done before it: the tables are opened,
 // Kafka is pinged, the topics are checked as reconcile --replay would
 // (refused when compacted or trimmed), the publication is created if it is
-// missing, and the transactions that were running when it was seen to
-// exist are waited for. A failure after the move says which reconciles
+// missing, and the transactions of this database that may have begun
+// writing before it existed are waited for (resyncTarget). A failure after the move says which reconciles
 // remain to run, and exits non-zero. Without --yes it runs the checks and
 // says what it would do.
 func cmdSlotResync(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -156,14 +157,22 @@ func cmdSlotResync(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return c.resyncUnfinished(slot, names, fmt.Errorf("slot %s moved only to %s, not to %s (the WAL flushed so far): run walrelay slot resync --yes again", slot, now, target))
 	}
 	// The slot is now past the publication's creation and past every
-	// transaction that was running when it existed (resyncTarget): each
-	// transaction it decodes committed later and began after it, so it is
-	// decoded with the publication. The copy test below confirms it; it
-	// needs a free slot of max_replication_slots, and is skipped when it
-	// cannot run.
-	if behind, err := replication.PublicationGap(ctx, conn, slot, pub); err != nil {
-		fmt.Fprintf(c.out, "note: the test of the moved slot with a temporary copy could not run (%v): not needed, the slot is past the publication's creation and every transaction running at it\n", err)
-	} else if behind {
+	// transaction of this database that could have written before it
+	// (resyncTarget's marker wait). That is reasoning about the server's
+	// internals, which has been wrong before (the snapshot's xmax missed a
+	// transaction): the test of the moved slot with a temporary copy is what
+	// is sure, and is mandatory when it can run. It needs a free slot of
+	// max_replication_slots: with none, it is said, and resync goes on on
+	// the strength of the wait alone (which passed, or nothing was moved).
+	behind, err := replication.PublicationGap(ctx, conn, slot, pub)
+	var pgErr *pgconn.PgError
+	switch {
+	case err != nil && errors.As(err, &pgErr) && pgErr.Code == "53400":
+		fmt.Fprintf(c.out, "note: the test of the moved slot with a temporary copy could not run (no free slot of max_replication_slots: %v); "+
+			"going on because every transaction of this database older than the publication had ended before the move; run walrelay check before walrelay run\n", err)
+	case err != nil:
+		return c.resyncUnfinished(slot, names, fmt.Errorf("the test of the moved slot with a temporary copy failed (run walrelay check: it repeats the test): %w", err))
+	case behind:
 		return c.resyncUnfinished(slot, names, fmt.Errorf("slot %s is still before publication %s after the move: report this", slot, pub))
 	}
 	base := withoutFlag(args, "table")
@@ -202,30 +211,53 @@ func (c *recoveryCmd) resyncUnfinished(slot string, tables []string, err error) 
 }
 
 // resyncTarget is where slot resync moves the slot: a WAL position after
-// the publication's creation and after every transaction that was running
-// when the publication was seen to exist (such a transaction decoded later
-// would be decoded, for its changes before the creation, without the
-// publication), flushed (a slot cannot move past the flushed WAL). It
-// waits up to wait for those transactions to end, and refuses if they do
-// not.
+// the publication's creation and after every transaction of this database
+// that could have written before it (such a transaction, decoded at its
+// commit, is decoded for those changes without the publication), flushed
+// (a slot cannot move past the flushed WAL).
+//
+// Called once the publication exists, it takes a marker xid X in a
+// transaction of its own, committed: every xid given out after X is newer
+// than the publication's commit, so a transaction that first wrote before
+// it has an xid below X. It waits until no transaction of this database
+// (pg_stat_activity, pg_prepared_xacts) with an xid below X is running:
+// not the snapshot's xmax, which is only the last completed xid + 1 (a
+// transaction that took its xid after the publication's, before its
+// commit, is above it). Another database's transactions are never decoded
+// by the slot and are not waited for. Then it reads the insert position
+// and commits a second marker with synchronous_commit on: that commit
+// flushes the WAL past the position, on a quiet server too (an open
+// transaction's WAL at the end is flushed by nothing else). It waits up to
+// wait for the older transactions, and refuses if they do not end.
 func resyncTarget(ctx context.Context, conn *pgx.Conn, wait time.Duration) (pglogrepl.LSN, error) {
-	var xmax string
-	if err := conn.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").Scan(&xmax); err != nil {
-		return 0, fmt.Errorf("read the running transactions: %w", err)
+	x, err := markerXid(ctx, conn)
+	if err != nil {
+		return 0, err
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		var done bool
-		if err := conn.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8", xmax).Scan(&done); err != nil {
+		var pids, prepared string
+		err := conn.QueryRow(ctx, `SELECT
+			coalesce((SELECT string_agg(pid::text, ', ' ORDER BY pid) FROM pg_stat_activity
+				WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND age(backend_xid) > age($1::xid8::xid)), ''),
+			coalesce((SELECT string_agg(gid, ', ' ORDER BY gid) FROM pg_prepared_xacts
+				WHERE database = current_database() AND age(transaction) > age($1::xid8::xid)), '')`, x).Scan(&pids, &prepared)
+		if err != nil {
 			return 0, fmt.Errorf("read the running transactions: %w", err)
 		}
-		if done {
+		if pids == "" && prepared == "" {
 			break
 		}
 		if time.Now().After(deadline) {
-			var pids string
-			_ = conn.QueryRow(ctx, "SELECT coalesce(string_agg(pid::text, ', '), 'none: prepared transactions (pg_prepared_xacts)') FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()").Scan(&pids)
-			return 0, fmt.Errorf("transactions that were running when the publication existed are still running after %s (server processes holding a transaction id: %s): the slot cannot move past them yet; end them, or run walrelay slot resync --yes again later", wait, pids)
+			var held []string
+			if pids != "" {
+				held = append(held, "server processes "+pids)
+			}
+			if prepared != "" {
+				held = append(held, "prepared transactions (pg_prepared_xacts) "+prepared)
+			}
+			return 0, fmt.Errorf("transactions of this database that began writing before the publication existed are still running after %s (%s): the slot cannot move past them yet; end them, or run walrelay slot resync --yes again later", wait, strings.Join(held, "; "))
 		}
 		select {
 		case <-ctx.Done():
@@ -236,6 +268,9 @@ func resyncTarget(ctx context.Context, conn *pgx.Conn, wait time.Duration) (pglo
 	var target pglogrepl.LSN
 	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(lsnText{&target}); err != nil {
 		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	if _, err := markerXid(ctx, conn); err != nil { // its commit flushes the WAL past target
+		return 0, err
 	}
 	for {
 		var flushed pglogrepl.LSN
@@ -254,6 +289,23 @@ func resyncTarget(ctx context.Context, conn *pgx.Conn, wait time.Duration) (pglo
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// markerXid takes a transaction id in a transaction of its own and commits
+// it with synchronous_commit on (the commit flushes the WAL up to it). It
+// returns the xid's text (xid8).
+func markerXid(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var x string
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit TO on"); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&x)
+	})
+	if err != nil {
+		return "", fmt.Errorf("take a marker transaction id: %w", err)
+	}
+	return x, nil
 }
 
 // withoutFlag returns args without the flag name and its value (-name V,

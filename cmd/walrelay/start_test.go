@@ -329,3 +329,39 @@ func TestFailedStartAfterKafkaWaitSaysItsSlot(t *testing.T) {
 		t.Fatalf("check's line of walrelay's slot once streamed: %q", l)
 	}
 }
+
+// TestStoppedKafkaWaitNamesItsSlot: second review of #37 (review37b).
+// Issue #37's trap 2 as reported (`walrelay run --postgres.slot wr9
+// --kafka.brokers <a closed port>`): a closed port is "Kafka down", so the
+// start creates the slot and waits for a broker that was only mistyped.
+// Stopped (Ctrl-C, SIGTERM), it exits 0 and the new slot stays, holding
+// WAL: a WARN line must name it (none did).
+func TestStoppedKafkaWaitNamesItsSlot(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_SLOT", "wr9")
+	addr := freeAddr(t) // a mistyped port: refused
+	p := start(t, e.with("WALRELAY_KAFKA_BROKERS", addr), "run")
+	p.waitLog("waiting for Kafka at start", 30*time.Second)
+	p.signal(syscall.SIGTERM)
+	code := p.exit(30 * time.Second)
+	var said, first string
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "created replication slot wr9") {
+			said = line
+		}
+		if first == "" && strings.Contains(line, "waiting for Kafka at start") {
+			first = line
+		}
+	}
+	if !slotExists(t, conn, "wr9") {
+		t.Fatal("no slot wr9: the test expects the start to have created it")
+	}
+	if said == "" || !strings.Contains(said, "walrelay slot drop wr9 --yes") {
+		t.Fatalf("stopped while waiting for Kafka (exit %d, last line %q): the slot wr9 it created stays, and no WARN line names it", code, lastLine(p.out.String()))
+	}
+	if !strings.Contains(first, addr) {
+		t.Fatalf("the line 'waiting for Kafka at start' does not name the brokers' address %s: %q", addr, first)
+	}
+}
