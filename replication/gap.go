@@ -42,7 +42,7 @@ var ErrPublicationAfterSlot = errors.New("the slot's position is before the publ
 // "maybe".
 func PublicationGap(ctx context.Context, conn *pgx.Conn, slot, pub string) (behind bool, err error) {
 	var suspect bool
-	err = conn.QueryRow(ctx, `SELECT age(p.xmin) <= age(s.catalog_xmin)
+	err = conn.QueryRow(ctx, `SELECT age(p.xmin) BETWEEN 0 AND age(s.catalog_xmin)
 		FROM pg_replication_slots s, pg_publication p
 		WHERE s.slot_name = $1 AND s.slot_type = 'logical' AND s.catalog_xmin IS NOT NULL AND s.database = current_database() AND p.pubname = $2`, slot, pub).Scan(&suspect)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -227,14 +227,16 @@ func publicationSkipped(warning, pub string) error {
 // publication created after the slot's position lists its tables too: the
 // callers let PublicationGap's refusal take precedence when its copy test
 // says the publication itself is behind the slot. A missing slot or
-// publication lists nothing.
+// publication lists nothing. A negative age() is a row older than 2^31
+// transactions (age is a 32-bit circular difference and freezing keeps the
+// raw xmin): old, not late; the same holds in PublicationGap's first step.
 func TablesAddedAfterSlot(ctx context.Context, conn *pgx.Conn, slot, pub string) ([]string, error) {
 	rows, err := conn.Query(ctx, `SELECT n.nspname || '.' || c.relname
 		FROM pg_replication_slots s, pg_publication p
 		JOIN pg_publication_rel r ON r.prpubid = p.oid
 		JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE s.slot_name = $1 AND s.slot_type = 'logical' AND s.catalog_xmin IS NOT NULL AND s.database = current_database() AND p.pubname = $2
-		AND age(r.xmin) <= age(s.catalog_xmin)
+		AND age(r.xmin) BETWEEN 0 AND age(s.catalog_xmin)
 		ORDER BY 1`, slot, pub)
 	var tables []string
 	if err == nil {
