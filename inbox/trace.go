@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -62,13 +63,35 @@ func (c *Consumer) startSpan(ctx context.Context, r *kgo.Record, id string) (con
 		semconv.MessagingDestinationName(r.Topic), semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))),
 		semconv.MessagingKafkaOffset(int(r.Offset)), semconv.MessagingConsumerGroupName(c.cfg.Group),
 	}
-	if id != "" {
-		attrs = append(attrs, semconv.MessagingMessageID(id))
+	if v, ok := textAttr([]byte(id)); ok {
+		attrs = append(attrs, semconv.MessagingMessageID(v))
 	}
-	if len(r.Key) > 0 {
-		attrs = append(attrs, semconv.MessagingKafkaMessageKey(string(r.Key)))
+	if v, ok := textAttr(r.Key); ok {
+		attrs = append(attrs, semconv.MessagingKafkaMessageKey(v))
 	}
 	return c.tracer.Start(pctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+}
+
+// maxAttrLen bounds the length of the key and id attributes: the user's
+// TracerProvider may set no limit, and a key may be large.
+const maxAttrLen = 256
+
+// textAttr is b as a span attribute value: cut to maxAttrLen bytes on a
+// character boundary, and not at all (false) when b is empty or not UTF-8
+// (an Avro or other binary key): protobuf refuses a string that is not,
+// and the OTLP exporter then fails the whole batch holding the span.
+func textAttr(b []byte) (string, bool) {
+	if len(b) == 0 || !utf8.Valid(b) {
+		return "", false
+	}
+	if len(b) > maxAttrLen {
+		n := maxAttrLen
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
+		}
+		b = b[:n]
+	}
+	return string(b), true
 }
 
 // openSpan is the process span of the batch's record at index i.
