@@ -215,8 +215,9 @@ func (t *Tracing) Publish(e *event.Event, traceparent, tracestate []byte) ([]byt
 	now := time.Now()
 	pctx, span := t.tracer.Start(ctx, "send", trace.WithTimestamp(now), trace.WithSpanKind(trace.SpanKindProducer))
 	if !span.IsRecording() {
-		// Not sampled: the record keeps the writer's context, and the
-		// event costs no more.
+		// Not sampled: the record keeps the writer's context. (Under a
+		// parent-based sampler an unsampled writer's event returned
+		// above, allocating nothing; here, the sampler's own decision.)
 		return nil, nil
 	}
 	common := []attribute.KeyValue{
