@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 	// The sampler is OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG's,
 	// else parentbased_always_on.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q), sdktrace.WithSampler(sampler),
-		sdktrace.WithSpanLimits(spanLimits()))
+		sdktrace.WithRawSpanLimits(spanLimits()))
 	return &Tracing{tp: tp, tracer: tp.Tracer(ScopeName), q: q, parentBased: parentBased}, nil
 }
 
