@@ -2,7 +2,9 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -94,6 +96,16 @@ func textAttr(b []byte) (string, bool) {
 	return string(b), true
 }
 
+// validErr is err, or when its text is not UTF-8 (a handler's error
+// quoting a binary key) an error of its text made valid (U+FFFD): a span's
+// status and exception event are protobuf strings.
+func validErr(err error) error {
+	if msg := err.Error(); !utf8.ValidString(msg) {
+		return errors.New(strings.ToValidUTF8(msg, "\uFFFD"))
+	}
+	return err
+}
+
 // openSpan is the process span of the batch's record at index i.
 type openSpan struct {
 	span trace.Span
@@ -108,12 +120,13 @@ func endSpans(spans []openSpan, done, failed int, failure, txErr error) {
 		switch {
 		case s.i < done && txErr == nil:
 		case s.i == failed && failure != nil:
+			failure := validErr(failure)
 			s.span.RecordError(failure)
 			s.span.SetStatus(codes.Error, failure.Error())
 		default:
 			msg := "the transaction did not commit"
 			if txErr != nil {
-				msg += ": " + txErr.Error()
+				msg += ": " + validErr(txErr).Error()
 			}
 			s.span.SetStatus(codes.Error, msg)
 		}

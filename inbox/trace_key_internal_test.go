@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,5 +66,33 @@ func TestProcessSpanKeyAttribute(t *testing.T) {
 				t.Errorf("the OTLP export of the batch holding this span fails: %v", err)
 			}
 		})
+	}
+}
+
+// TestProcessSpanErrorTextUTF8: a handler's error that quotes bytes that
+// are not UTF-8 (a binary key, a payload) ends the span with the text
+// made valid (U+FFFD), in its status and its exception event: the OTLP
+// exporter would otherwise fail the whole batch holding the span.
+func TestProcessSpanErrorTextUTF8(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tr := tp.Tracer(scopeName)
+	_, failed := tr.Start(t.Context(), "process orders")
+	_, undone := tr.Start(t.Context(), "process orders")
+	bad := errors.New("no order for key \xff\xfe")
+	endSpans([]openSpan{{failed, 0}, {undone, 1}}, 0, 0, bad, bad)
+	_, dl := tr.Start(t.Context(), "process orders")
+	endDeadLetterSpan(dl, "handler_failed", bad)
+	for _, s := range rec.Ended() {
+		if !utf8.ValidString(s.Status().Description) {
+			t.Errorf("status %q is not UTF-8", s.Status().Description)
+		}
+		for _, ev := range s.Events() {
+			for _, a := range ev.Attributes {
+				if !utf8.ValidString(a.Value.String()) {
+					t.Errorf("event %s: %s = %q is not UTF-8", ev.Name, a.Key, a.Value.String())
+				}
+			}
+		}
 	}
 }

@@ -661,7 +661,7 @@ func endDeadLetterSpan(span trace.Span, reason string, err error) {
 		return
 	}
 	if err != nil {
-		span.SetStatus(codes.Error, "not dead-lettered: "+err.Error())
+		span.SetStatus(codes.Error, "not dead-lettered: "+validErr(err).Error())
 	} else {
 		span.SetAttributes(attrDeadLetter.String(reason))
 		span.SetStatus(codes.Error, "dead-lettered: "+reason)
