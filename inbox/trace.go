@@ -2,7 +2,10 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -62,13 +65,45 @@ func (c *Consumer) startSpan(ctx context.Context, r *kgo.Record, id string) (con
 		semconv.MessagingDestinationName(r.Topic), semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))),
 		semconv.MessagingKafkaOffset(int(r.Offset)), semconv.MessagingConsumerGroupName(c.cfg.Group),
 	}
-	if id != "" {
-		attrs = append(attrs, semconv.MessagingMessageID(id))
+	if v, ok := textAttr([]byte(id)); ok {
+		attrs = append(attrs, semconv.MessagingMessageID(v))
 	}
-	if len(r.Key) > 0 {
-		attrs = append(attrs, semconv.MessagingKafkaMessageKey(string(r.Key)))
+	if v, ok := textAttr(r.Key); ok {
+		attrs = append(attrs, semconv.MessagingKafkaMessageKey(v))
 	}
 	return c.tracer.Start(pctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+}
+
+// maxAttrLen bounds the length of the key and id attributes: the user's
+// TracerProvider may set no limit, and a key may be large.
+const maxAttrLen = 256
+
+// textAttr is b as a span attribute value: cut to maxAttrLen bytes on a
+// character boundary, and not at all (false) when b is empty or not UTF-8
+// (an Avro or other binary key): protobuf refuses a string that is not,
+// and the OTLP exporter then fails the whole batch holding the span.
+func textAttr(b []byte) (string, bool) {
+	if len(b) == 0 || !utf8.Valid(b) {
+		return "", false
+	}
+	if len(b) > maxAttrLen {
+		n := maxAttrLen
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
+		}
+		b = b[:n]
+	}
+	return string(b), true
+}
+
+// validErr is err, or when its text is not UTF-8 (a handler's error
+// quoting a binary key) an error of its text made valid (U+FFFD): a span's
+// status and exception event are protobuf strings.
+func validErr(err error) error {
+	if msg := err.Error(); !utf8.ValidString(msg) {
+		return errors.New(strings.ToValidUTF8(msg, "\uFFFD"))
+	}
+	return err
 }
 
 // openSpan is the process span of the batch's record at index i.
@@ -85,12 +120,13 @@ func endSpans(spans []openSpan, done, failed int, failure, txErr error) {
 		switch {
 		case s.i < done && txErr == nil:
 		case s.i == failed && failure != nil:
+			failure := validErr(failure)
 			s.span.RecordError(failure)
 			s.span.SetStatus(codes.Error, failure.Error())
 		default:
 			msg := "the transaction did not commit"
 			if txErr != nil {
-				msg += ": " + txErr.Error()
+				msg += ": " + validErr(txErr).Error()
 			}
 			s.span.SetStatus(codes.Error, msg)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walrelay/walrelay/internal/backoff"
 	"github.com/walrelay/walrelay/internal/faultinject"
@@ -609,38 +610,64 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 	)
 	dl := &kgo.Record{Topic: c.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: h}
 	id, _ := eventID(r)
-	if _, span := c.startSpan(w.ctx, r, id); span != nil {
-		span.SetAttributes(attrDeadLetter.String(reason))
-		span.SetStatus(codes.Error, "dead-lettered: "+reason)
-		defer span.End()
-	}
+	_, span := c.startSpan(w.ctx, r, id)
 	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", logID(r), "reason", reason, "attempts", w.attempts+w.cuts, "err", cause)
-	for try := 0; ; try++ {
-		err := w.cl.ProduceSync(w.ctx, dl).FirstErr()
-		if err == nil {
-			break
-		}
-		switch {
-		case w.ctx.Err() != nil:
-			return
-		case errors.Is(err, kerr.MessageTooLarge) && dl.Value != nil:
-			dl.Headers = append(dl.Headers, kgo.RecordHeader{Key: sink.HeaderOmitted, Value: []byte(strconv.Itoa(len(dl.Value)))})
-			dl.Value = nil
-			continue
-		case errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed):
-			c.fail(fmt.Errorf("dead-letter a record of %s/%d at offset %d to %s: %w", r.Topic, r.Partition, r.Offset, c.cfg.DeadLetterTopic, err))
-			return
-		}
-		wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, try)
-		c.log.Warn("dead-letter topic unavailable; retrying", "topic", c.cfg.DeadLetterTopic, "err", err, "retry_in", wait)
-		if !w.sleep(wait) {
-			return
-		}
+	err := w.produceDeadLetter(r, dl)
+	endDeadLetterSpan(span, reason, err)
+	if err != nil {
+		return
 	}
 	w.mark(r)
 	w.pop(1)
 	w.attempts, w.cuts = 0, 0
 	c.m.deadLettered.WithLabelValues(r.Topic, reason).Inc()
+}
+
+// produceDeadLetter produces dl, the dead letter of r, retrying until the
+// broker acknowledges it (nil), or the worker stops or the broker refuses
+// it for want of authorization (which stops the consumer): the error then
+// says why it was not written.
+func (w *worker) produceDeadLetter(r *kgo.Record, dl *kgo.Record) error {
+	c := w.c
+	for try := 0; ; try++ {
+		err := w.cl.ProduceSync(w.ctx, dl).FirstErr()
+		if err == nil {
+			return nil
+		}
+		switch {
+		case w.ctx.Err() != nil:
+			return fmt.Errorf("the consumer stopped (the dead-letter topic %s refused it: %w)", c.cfg.DeadLetterTopic, err)
+		case errors.Is(err, kerr.MessageTooLarge) && dl.Value != nil:
+			dl.Headers = append(dl.Headers, kgo.RecordHeader{Key: sink.HeaderOmitted, Value: []byte(strconv.Itoa(len(dl.Value)))})
+			dl.Value = nil
+			continue
+		case errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed):
+			err = fmt.Errorf("dead-letter a record of %s/%d at offset %d to %s: %w", r.Topic, r.Partition, r.Offset, c.cfg.DeadLetterTopic, err)
+			c.fail(err)
+			return err
+		}
+		wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, try)
+		c.log.Warn("dead-letter topic unavailable; retrying", "topic", c.cfg.DeadLetterTopic, "err", err, "retry_in", wait)
+		if !w.sleep(wait) {
+			return fmt.Errorf("the consumer stopped (the dead-letter topic %s refused it: %w)", c.cfg.DeadLetterTopic, err)
+		}
+	}
+}
+
+// endDeadLetterSpan ends span (nil: none), the dead letter's, as
+// dead-lettered for reason only if the dead letter was written (err nil);
+// else in error as not dead-lettered, since the record is handled again.
+func endDeadLetterSpan(span trace.Span, reason string, err error) {
+	if span == nil {
+		return
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, "not dead-lettered: "+validErr(err).Error())
+	} else {
+		span.SetAttributes(attrDeadLetter.String(reason))
+		span.SetStatus(codes.Error, "dead-lettered: "+reason)
+	}
+	span.End()
 }
 
 // message is the Message of r, whose event id is id.

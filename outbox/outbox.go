@@ -259,7 +259,16 @@ func traceValue(ctx context.Context) string {
 	}
 	parent := fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 	if st := sc.TraceState().String(); st != "" {
-		return "traceparent=" + parent + "\ntracestate=" + st
+		return "traceparent=" + parent + "\ntracestate=" + propertiesValue(st)
 	}
 	return parent
+}
+
+// propertiesValue escapes s as a java.util.Properties value that reads
+// back as s. A W3C tracestate is printable ASCII without leading blanks,
+// so that only its backslashes need escaping: otherwise they would be
+// read as escapes ("\n" a newline, "\u0041" an A, a trailing one a line
+// continuation).
+func propertiesValue(s string) string {
+	return strings.ReplaceAll(s, `\`, `\\`)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -75,6 +76,11 @@ type Tracing struct {
 	tracer trace.Tracer
 	q      *queue
 	roots  bool
+	// parentBased is true when the sampler follows the writer's sampled
+	// flag: Publish then reads the flag itself and returns at once for an
+	// unsampled trace.
+	parentBased bool
+	resent      resent
 }
 
 var _ sink.Tracer = (*Tracing)(nil)
@@ -91,9 +97,18 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Before the exporter reads the environment: what OpenTelemetry
+	// reports goes to the log, without the values it names.
+	routeOTelLogs(cfg.Logger)
+	sampler, parentBased, err := samplerFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	exp := cfg.Exporter
 	if exp == nil {
-		var err error
+		if err := checkOTLPEnv(); err != nil {
+			return nil, err
+		}
 		if exp, err = otlpExporter(ctx); err != nil {
 			return nil, err
 		}
@@ -105,10 +120,11 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
 	q := newQueue(cfg.QueueSize, &counting{SpanExporter: exp}, cfg.Logger)
-	// The sampler is the SDK's default: OTEL_TRACES_SAMPLER and
-	// OTEL_TRACES_SAMPLER_ARG, else parentbased_always_on.
-	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q))
-	return &Tracing{tp: tp, tracer: tp.Tracer(ScopeName), q: q, roots: cfg.RootSpans}, nil
+	// The sampler is OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG's,
+	// else parentbased_always_on.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q), sdktrace.WithSampler(sampler),
+		sdktrace.WithRawSpanLimits(spanLimits()))
+	return &Tracing{tp: tp, tracer: tp.Tracer(ScopeName), q: q, roots: cfg.RootSpans, parentBased: parentBased}, nil
 }
 
 // otlpExporter is the OTLP exporter of OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
@@ -197,6 +213,9 @@ func (t *Tracing) Publish(e *event.Event, traceparent, tracestate []byte) ([]byt
 	if root && !t.roots {
 		return nil, nil // first: no cost for an event without a context
 	}
+	if t.parentBased && unsampled(traceparent) {
+		return nil, nil
+	}
 	ctx := context.Background()
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
 	if root {
@@ -217,35 +236,44 @@ func (t *Tracing) Publish(e *event.Event, traceparent, tracestate []byte) ([]byt
 		ctx = pctx // the WAL wait is the root's child
 	}
 	if !span.IsRecording() {
-		// Not sampled: the record keeps the writer's context, and the
-		// event costs no more.
+		// Not sampled: the record keeps the writer's context. (Under a
+		// parent-based sampler an unsampled writer's event returned
+		// above, allocating nothing; here, the sampler's own decision.)
 		return nil, nil
 	}
 	common := []attribute.KeyValue{
 		AttrLSN.String(e.WALStart.String()), AttrCommitLSN.String(e.CommitLSN.String()),
-		AttrXid.Int64(int64(e.Xid)), AttrTable.String(e.Source),
+		AttrXid.Int64(int64(e.Xid)), AttrTable.String(validText(e.Source)),
 	}
-	if !e.CommitTime.IsZero() && e.CommitTime.Before(now) {
+	resent := t.resent.take(e.Position())
+	if !e.CommitTime.IsZero() && e.CommitTime.Before(now) && !resent {
 		_, wait := t.tracer.Start(ctx, SpanWALWait, trace.WithTimestamp(e.CommitTime), trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(append(common, semconv.DBSystemNamePostgreSQL)...))
 		wait.End(trace.WithTimestamp(now))
 	}
-	span.SetAttributes(append(common, semconv.MessagingSystemKafka, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"),
-		semconv.MessagingMessageID(e.ID))...)
-	if e.AggregateID != "" {
+	span.SetAttributes(append(common, semconv.MessagingSystemKafka, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))...)
+	if utf8.ValidString(e.ID) {
+		span.SetAttributes(semconv.MessagingMessageID(e.ID))
+	}
+	// A key that is not UTF-8 (a SQL_ASCII database) is left out: the
+	// OTLP exporter would fail the whole batch holding it. Its length is
+	// bounded by the span limits.
+	if e.AggregateID != "" && utf8.ValidString(e.AggregateID) {
 		span.SetAttributes(semconv.MessagingKafkaMessageKey(e.AggregateID))
 	}
 	out := propagation.MapCarrier{}
 	propagator.Inject(pctx, out)
 	return []byte(out["traceparent"]), func(d sink.Delivery, err error) {
-		span.SetName("send " + d.Topic)
-		span.SetAttributes(semconv.MessagingDestinationName(d.Topic))
+		topic := validText(d.Topic)
+		span.SetName("send " + topic)
+		span.SetAttributes(semconv.MessagingDestinationName(topic))
 		if d.Partition >= 0 {
 			span.SetAttributes(semconv.MessagingDestinationPartitionID(fmt.Sprint(d.Partition)))
 		}
 		switch {
 		case err != nil:
-			span.SetStatus(codes.Error, err.Error())
+			t.resent.add(e.Position())
+			span.SetStatus(codes.Error, validText(err.Error()))
 			span.SetAttributes(semconv.ErrorTypeOther)
 		case d.Skipped:
 			span.SetAttributes(AttrSkipped.Bool(true))
