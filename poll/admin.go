@@ -171,7 +171,7 @@ func ReadStats(ctx context.Context, conn *pgx.Conn, o decoder.Config) ([]Stats, 
 	for _, l := range o.WithDefaults().Layouts() {
 		s := Stats{Table: l.Name()}
 		err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE `+dueSQL("o")+`),
-			COALESCE(extract(epoch FROM now() - min(created_at) FILTER (WHERE `+dueSQL("o")+` AND created_at <> '`+migrations.CreatedAtUnknown+`'))::float8, 0),
+			COALESCE(extract(epoch FROM now() - min(created_at) FILTER (WHERE `+dueSQL("o")+` AND NOT `+migrations.UnknownTimeSQL("created_at")+`))::float8, 0),
 			count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'SENDING'),
 			count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= now()), count(*) FILTER (WHERE status = 'DEAD'),
 			count(*) FILTER (WHERE status = 'PARKED')

@@ -253,7 +253,7 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 		// The header walrelay.commit_time carries the insert time: the
 		// poll source knows no commit. A row that was in the table when
 		// migrate added created_at has none (CreatedAtUnknown): no time.
-		if !r.created.Equal(migrations.CreatedAtUnknownTime) {
+		if !migrations.UnknownTime(r.created) {
 			r.e.CommitTime = r.created
 		}
 		out = append(out, r)
