@@ -143,12 +143,25 @@ func stampOverlapSQL(q, agg string) string {
 
 // PollIndex is one partial index of the poll source: its name and the
 // statement that builds it (CREATE INDEX IF NOT EXISTS).
-type PollIndex struct{ Name, Create string }
+type PollIndex struct{ Schema, Name, Create string }
 
 // Concurrently is the index's statement that builds it without blocking
 // the table's writers (CREATE INDEX CONCURRENTLY, outside a transaction).
 func (x PollIndex) Concurrently() string {
 	return strings.Replace(x.Create, "CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
+}
+
+// Rebuild is the index's statements that replace an INVALID index of its
+// name (left by a failed CREATE INDEX CONCURRENTLY, which IF NOT EXISTS
+// keeps) without blocking the table's writers: DROP INDEX CONCURRENTLY,
+// then Concurrently.
+func (x PollIndex) Rebuild() string {
+	return "DROP INDEX CONCURRENTLY IF EXISTS " + x.schemaName() + "; " + x.Concurrently() + ";"
+}
+
+// schemaName is the index's quoted schema.name.
+func (x PollIndex) schemaName() string {
+	return pgx.Identifier{x.Schema, x.Name}.Sanitize()
 }
 
 // PollIndexes returns the poll source's indexes of layout l: the rows
@@ -160,9 +173,9 @@ func PollIndexes(l decoder.Layout) []PollIndex {
 	name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	id, agg := pgx.Identifier{l.Columns.ID}.Sanitize(), pgx.Identifier{l.Columns.AggregateID}.Sanitize()
 	return []PollIndex{
-		{n.DueIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.DueIndex}.Sanitize() + " ON " + name + " (created_at, " + id + ") WHERE status IN ('PENDING', 'SENDING')"},
-		{n.UnsentIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.UnsentIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status <> 'SENT'"},
-		{n.ParkedIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.ParkedIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status = 'PARKED'"},
+		{l.Schema, n.DueIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.DueIndex}.Sanitize() + " ON " + name + " (created_at, " + id + ") WHERE status IN ('PENDING', 'SENDING')"},
+		{l.Schema, n.UnsentIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.UnsentIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status <> 'SENT'"},
+		{l.Schema, n.ParkedIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.ParkedIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status = 'PARKED'"},
 	}
 }
 
@@ -405,14 +418,19 @@ func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts P
 		// rows (a moment); on a larger one the build would hold the
 		// writers as long as it takes, so the statements that build them
 		// without blocking them are given instead (as addCreatedAt).
+		// An INVALID index (a failed CREATE INDEX CONCURRENTLY) is as
+		// missing: the planner does not use it. It is dropped and built
+		// again here on a small table, else both statements are given.
 		var missing []PollIndex
+		invalid := map[string]bool{}
 		for _, x := range PollIndexes(l) {
-			var has bool
-			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass AND c.relname = $2)", name, x.Name[:min(len(x.Name), 63)]).Scan(&has); err != nil {
+			var has, valid bool
+			if err := tx.QueryRow(ctx, "SELECT count(*) > 0, coalesce(bool_and(i.indisvalid AND i.indisready), false) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass AND c.relname = $2", name, x.Name[:min(len(x.Name), 63)]).Scan(&has, &valid); err != nil {
 				return res, fmt.Errorf("look up index %s: %w", x.Name, err)
 			}
-			if !has {
+			if !has || !valid {
 				missing = append(missing, x)
+				invalid[x.Name] = has
 			}
 		}
 		var rowsThere int64
@@ -424,8 +442,15 @@ func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts P
 		var stmts []string
 		for _, x := range missing {
 			if rowsThere > indexRowsAtOnce {
-				res.Unbuilt[l.Name()] = append(res.Unbuilt[l.Name()], x.Concurrently())
+				stmt := x.Concurrently()
+				if invalid[x.Name] {
+					stmt = x.Rebuild()
+				}
+				res.Unbuilt[l.Name()] = append(res.Unbuilt[l.Name()], stmt)
 				continue
+			}
+			if invalid[x.Name] {
+				stmts = append(stmts, "DROP INDEX "+x.schemaName())
 			}
 			stmts = append(stmts, x.Create)
 		}
