@@ -79,6 +79,23 @@ const CreatedAtUnknown = "1970-01-01 00:00:00+00"
 // CreatedAtUnknownTime is CreatedAtUnknown as a time.
 var CreatedAtUnknownTime = time.Unix(0, 0).UTC()
 
+// CreatedAtUnknownSpan is the span from CreatedAtUnknown of the created_at
+// of rows of unknown time: ApplyPollWith (ExistingPending) stamps apart
+// the rows of one aggregate at CreatedAtUnknown by a microsecond each.
+const CreatedAtUnknownSpan = 24 * time.Hour
+
+// UnknownTime reports whether t, a created_at, marks a row of unknown
+// time (within CreatedAtUnknownSpan of CreatedAtUnknown).
+func UnknownTime(t time.Time) bool {
+	return !t.Before(CreatedAtUnknownTime) && t.Before(CreatedAtUnknownTime.Add(CreatedAtUnknownSpan))
+}
+
+// UnknownTimeSQL is the condition that col (quoted), a created_at, marks a
+// row of unknown time (UnknownTime): a range of its index.
+func UnknownTimeSQL(col string) string {
+	return "(" + col + " >= " + quoteLiteral(CreatedAtUnknown) + "::timestamptz AND " + col + " < " + quoteLiteral(CreatedAtUnknown) + "::timestamptz + interval '1 day')"
+}
+
 // tableMigration is the migration that creates an outbox table: applied for
 // each table of several, the others once, in the first table's schema.
 const tableMigration = "0001_outbox.sql"

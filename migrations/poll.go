@@ -62,6 +62,17 @@ type PollResult struct {
 	// transaction-time default (TransactionTime), that default: ApplyPoll
 	// set it to clock_timestamp().
 	Redefaulted map[string]string
+	// Sent holds, for a table given the status column over rows it held
+	// with PollOptions.ExistingRows sent, how many: they are SENT.
+	Sent map[string]int64
+	// Stamped holds, for a table given the status column over rows it
+	// held with PollOptions.ExistingRows pending, how many of those rows
+	// had their created_at moved apart (StampTies).
+	Stamped map[string]int64
+	// Tied holds, for a table whose created_at default was redefaulted,
+	// how many unsent rows share their created_at with another unsent row
+	// of their aggregate: the claims order those by id.
+	Tied map[string]int64
 	// Unbuilt holds, for a table too large to index in the migration (the
 	// build would hold its writers), the statements that build its
 	// missing poll indexes without blocking them (PollIndexes), to run by
@@ -69,14 +80,88 @@ type PollResult struct {
 	Unbuilt map[string][]string
 }
 
+// The values of PollOptions.ExistingRows.
+const (
+	// ExistingSent: the rows a table holds when it gets the status column
+	// were published already (by the WAL source, or another relay): they
+	// become SENT (sent_at the migration's time), without a rewrite.
+	ExistingSent = "sent"
+	// ExistingPending: the poll source sends them. Rows of one aggregate
+	// that share a created_at (CreatedAtUnknown, or one transaction's
+	// now()) are stamped apart first (StampTies).
+	ExistingPending = "pending"
+)
+
+// PollOptions are the choices of ApplyPollWith.
+type PollOptions struct {
+	// ExistingRows says what the rows a table holds when ApplyPollWith
+	// adds its status column are: ExistingSent or ExistingPending. Empty
+	// (the default) refuses such a table: their order is not known, and
+	// whether they were sent is the operator's knowledge.
+	ExistingRows string
+}
+
+// ExistingRowsError is ApplyPollWith's refusal of a table with rows and no
+// status column when PollOptions.ExistingRows is empty.
+type ExistingRowsError struct {
+	Table string
+	Rows  int64
+}
+
+func (e *ExistingRowsError) Error() string {
+	return fmt.Sprintf("table %s holds %d rows and gets the status column now: say what they are, with --existing-rows sent (the WAL source or another relay published them: they become SENT) or --existing-rows pending (the poll source sends them; rows of one aggregate that share a created_at are ordered by their physical insertion order, which holds for a table only ever inserted into); migrate changed nothing", e.Table, e.Rows)
+}
+
+// StampTies is the statement that moves apart the created_at of rows of
+// one aggregate that share it (rows there before created_at existed, at
+// CreatedAtUnknown, or one transaction's rows under a default of now()):
+// each takes a distinct, increasing microsecond after the shared time, in
+// the order of their insertion as the table shows it: the age of the
+// transaction that wrote the row (xmin), then its place in the table
+// (ctid). That is the insertion order for a table only ever inserted into;
+// an UPDATE or DELETE followed by VACUUM lets a later row take an earlier
+// place. Rows at CreatedAtUnknown stay within CreatedAtUnknownSpan. q is
+// the quoted table, agg and id its quoted columns.
+func StampTies(q, agg, id string) string {
+	return `WITH g AS (
+		SELECT ` + id + ` AS _wr_id, created_at AS _wr_at,
+			row_number() OVER (PARTITION BY ` + agg + `, created_at ORDER BY age(xmin) DESC, ctid) - 1 AS _wr_k,
+			count(*) OVER (PARTITION BY ` + agg + `, created_at) AS _wr_n
+		FROM ` + q + `
+	)
+	UPDATE ` + q + ` t SET created_at = g._wr_at + g._wr_k * interval '1 microsecond'
+	FROM g WHERE g._wr_n > 1 AND g._wr_k > 0 AND t.` + id + ` = g._wr_id AND t.created_at = g._wr_at`
+}
+
+// stampOverlapSQL counts the groups of tied rows whose stamps would reach
+// the next created_at of their aggregate (the order would change).
+func stampOverlapSQL(q, agg string) string {
+	return `SELECT count(*) FROM (SELECT created_at, count(*) AS n, lead(created_at) OVER (PARTITION BY ` + agg + ` ORDER BY created_at) AS nxt
+		FROM ` + q + ` GROUP BY ` + agg + `, created_at) s
+		WHERE s.n > 1 AND s.nxt IS NOT NULL AND s.created_at + (s.n - 1) * interval '1 microsecond' >= s.nxt`
+}
+
 // PollIndex is one partial index of the poll source: its name and the
 // statement that builds it (CREATE INDEX IF NOT EXISTS).
-type PollIndex struct{ Name, Create string }
+type PollIndex struct{ Schema, Name, Create string }
 
 // Concurrently is the index's statement that builds it without blocking
 // the table's writers (CREATE INDEX CONCURRENTLY, outside a transaction).
 func (x PollIndex) Concurrently() string {
 	return strings.Replace(x.Create, "CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
+}
+
+// Rebuild is the index's statements that replace an INVALID index of its
+// name (left by a failed CREATE INDEX CONCURRENTLY, which IF NOT EXISTS
+// keeps) without blocking the table's writers: DROP INDEX CONCURRENTLY,
+// then Concurrently.
+func (x PollIndex) Rebuild() string {
+	return "DROP INDEX CONCURRENTLY IF EXISTS " + x.schemaName() + "; " + x.Concurrently() + ";"
+}
+
+// schemaName is the index's quoted schema.name.
+func (x PollIndex) schemaName() string {
+	return pgx.Identifier{x.Schema, x.Name}.Sanitize()
 }
 
 // PollIndexes returns the poll source's indexes of layout l: the rows
@@ -88,9 +173,9 @@ func PollIndexes(l decoder.Layout) []PollIndex {
 	name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	id, agg := pgx.Identifier{l.Columns.ID}.Sanitize(), pgx.Identifier{l.Columns.AggregateID}.Sanitize()
 	return []PollIndex{
-		{n.DueIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.DueIndex}.Sanitize() + " ON " + name + " (created_at, " + id + ") WHERE status IN ('PENDING', 'SENDING')"},
-		{n.UnsentIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.UnsentIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status <> 'SENT'"},
-		{n.ParkedIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.ParkedIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status = 'PARKED'"},
+		{l.Schema, n.DueIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.DueIndex}.Sanitize() + " ON " + name + " (created_at, " + id + ") WHERE status IN ('PENDING', 'SENDING')"},
+		{l.Schema, n.UnsentIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.UnsentIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status <> 'SENT'"},
+		{l.Schema, n.ParkedIndex, "CREATE INDEX IF NOT EXISTS " + pgx.Identifier{n.ParkedIndex}.Sanitize() + " ON " + name + " (" + agg + ", created_at, " + id + ") WHERE status = 'PARKED'"},
 	}
 }
 
@@ -148,9 +233,27 @@ func ColumnDefault(ctx context.Context, q interface {
 // NotifyChannel on insert; and makes walrelay_emit insert into the first
 // table (the poll source reads no WAL messages). Run Apply first. One
 // transaction, under the migrations' lock; re-running changes nothing.
+//
+// A table that holds rows and lacks the status column is refused: see
+// ApplyPollWith.
 func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResult, error) {
+	return ApplyPollWith(ctx, conn, o, PollOptions{})
+}
+
+// ApplyPollWith is ApplyPoll with opts. A table that holds rows and gets
+// the status column now is refused (ExistingRowsError) unless
+// opts.ExistingRows says what its rows are: ExistingSent makes them SENT;
+// ExistingPending leaves them PENDING, and stamps apart the created_at of
+// those of one aggregate that share it (StampTies), refusing the table
+// when a stamp would reach the aggregate's next time.
+func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts PollOptions) (PollResult, error) {
 	o = o.WithDefaults()
-	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}, Redefaulted: map[string]string{}, Unbuilt: map[string][]string{}}
+	switch opts.ExistingRows {
+	case "", ExistingSent, ExistingPending:
+	default:
+		return PollResult{}, fmt.Errorf("existing rows %q: want %q or %q", opts.ExistingRows, ExistingSent, ExistingPending)
+	}
+	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}, Redefaulted: map[string]string{}, Unbuilt: map[string][]string{}, Sent: map[string]int64{}, Stamped: map[string]int64{}, Tied: map[string]int64{}}
 	tx, err := begin(ctx, conn)
 	if err != nil {
 		return res, err
@@ -185,7 +288,22 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 		if len(have) == 0 {
 			return res, fmt.Errorf("table %s does not exist", l.Name())
 		}
-		var adds []string
+		// The rows there when the status column is added: the operator says
+		// whether they were sent (ExistingRows).
+		var existing int64
+		if _, ok := have["status"]; !ok {
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+name).Scan(&existing); err != nil {
+				return res, fmt.Errorf("count the rows of %s: %w", l.Name(), err)
+			}
+			if existing > 0 && opts.ExistingRows == "" {
+				return res, &ExistingRowsError{Table: l.Name(), Rows: existing}
+			}
+		}
+		asSent := existing > 0 && opts.ExistingRows == ExistingSent
+		if asSent {
+			res.Sent[l.Name()] = existing
+		}
+		var adds, after []string
 		for _, c := range PollColumns {
 			t, ok := have[c.Name]
 			if ok {
@@ -198,20 +316,45 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 			if c.Default != "" {
 				def = " NOT NULL DEFAULT " + c.Default
 			}
+			// Rows that were sent: status SENT and sent_at the migration's
+			// time, constant defaults (no rewrite), then the defaults of new
+			// rows.
+			switch {
+			case asSent && c.Name == "status":
+				def = " NOT NULL DEFAULT 'SENT'"
+				after = append(after, "ALTER COLUMN status SET DEFAULT "+c.Default)
+			case asSent && c.Name == "sent_at":
+				def = " DEFAULT now()"
+				after = append(after, "ALTER COLUMN sent_at DROP DEFAULT")
+			}
 			adds = append(adds, "ADD COLUMN "+pgx.Identifier{c.Name}.Sanitize()+" "+c.Type+def)
 			res.Added[l.Name()] = append(res.Added[l.Name()], c.Name)
 		}
 		if len(adds) > 0 {
-			if _, ok := have["status"]; !ok {
-				var n int64
-				if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+name).Scan(&n); err != nil {
-					return res, fmt.Errorf("count the rows of %s: %w", l.Name(), err)
-				}
-				res.Pending[l.Name()] = n
-			}
 			if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" "+strings.Join(adds, ", ")); err != nil {
 				return res, lockTimeout(err, "add the poll columns", l.Name())
 			}
+			if len(after) > 0 {
+				if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" "+strings.Join(after, ", ")); err != nil {
+					return res, lockTimeout(err, "set the defaults of the poll columns", l.Name())
+				}
+			}
+		}
+		agg, id := pgx.Identifier{l.Columns.AggregateID}.Sanitize(), pgx.Identifier{l.Columns.ID}.Sanitize()
+		if existing > 0 && opts.ExistingRows == ExistingPending {
+			res.Pending[l.Name()] = existing
+			var overlap int64
+			if err := tx.QueryRow(ctx, stampOverlapSQL(name, agg)).Scan(&overlap); err != nil {
+				return res, fmt.Errorf("read the tied rows of %s: %w", l.Name(), err)
+			}
+			if overlap > 0 {
+				return res, fmt.Errorf("table %s: %d groups of rows of one aggregate share a created_at and are too close to the aggregate's next row to be stamped apart by a microsecond each (their order would change): order them by hand (set created_at), or use --existing-rows sent; migrate changed nothing", l.Name(), overlap)
+			}
+			tag, err := tx.Exec(ctx, StampTies(name, agg, id))
+			if err != nil {
+				return res, lockTimeout(err, "stamp apart the tied rows", l.Name())
+			}
+			res.Stamped[l.Name()] = tag.RowsAffected()
 		}
 		// Rows that were there share the migration's time (their ids order
 		// them); each new row gets the time of its insert. A volatile
@@ -235,6 +378,18 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 		if redefault {
 			if _, err := tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN created_at SET DEFAULT clock_timestamp()"); err != nil {
 				return res, lockTimeout(err, "set the default of created_at", l.Name())
+			}
+		}
+		if _, ok := res.Redefaulted[l.Name()]; ok {
+			// Unsent rows written under the old default: those of one
+			// transaction share a time, and the claims order them by id.
+			var tied int64
+			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM (SELECT count(*) AS n FROM `+name+`
+				WHERE status <> 'SENT' GROUP BY `+agg+`, created_at HAVING count(*) > 1) s`).Scan(&tied); err != nil {
+				return res, fmt.Errorf("count the tied rows of %s: %w", l.Name(), err)
+			}
+			if tied > 0 {
+				res.Tied[l.Name()] = tied
 			}
 		}
 		n := PollNamesOf(l)
@@ -263,14 +418,19 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 		// rows (a moment); on a larger one the build would hold the
 		// writers as long as it takes, so the statements that build them
 		// without blocking them are given instead (as addCreatedAt).
+		// An INVALID index (a failed CREATE INDEX CONCURRENTLY) is as
+		// missing: the planner does not use it. It is dropped and built
+		// again here on a small table, else both statements are given.
 		var missing []PollIndex
+		invalid := map[string]bool{}
 		for _, x := range PollIndexes(l) {
-			var has bool
-			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass AND c.relname = $2)", name, x.Name[:min(len(x.Name), 63)]).Scan(&has); err != nil {
+			var has, valid bool
+			if err := tx.QueryRow(ctx, "SELECT count(*) > 0, coalesce(bool_and(i.indisvalid AND i.indisready), false) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass AND c.relname = $2", name, x.Name[:min(len(x.Name), 63)]).Scan(&has, &valid); err != nil {
 				return res, fmt.Errorf("look up index %s: %w", x.Name, err)
 			}
-			if !has {
+			if !has || !valid {
 				missing = append(missing, x)
+				invalid[x.Name] = has
 			}
 		}
 		var rowsThere int64
@@ -282,8 +442,15 @@ func ApplyPoll(ctx context.Context, conn *pgx.Conn, o decoder.Config) (PollResul
 		var stmts []string
 		for _, x := range missing {
 			if rowsThere > indexRowsAtOnce {
-				res.Unbuilt[l.Name()] = append(res.Unbuilt[l.Name()], x.Concurrently())
+				stmt := x.Concurrently()
+				if invalid[x.Name] {
+					stmt = x.Rebuild()
+				}
+				res.Unbuilt[l.Name()] = append(res.Unbuilt[l.Name()], stmt)
 				continue
+			}
+			if invalid[x.Name] {
+				stmts = append(stmts, "DROP INDEX "+x.schemaName())
 			}
 			stmts = append(stmts, x.Create)
 		}

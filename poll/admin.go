@@ -89,13 +89,14 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 	n := migrations.PollNamesOf(l)
 	q := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	var hasCheck, checkParked, hasTrigger bool
-	var indexes []string
+	var indexes, invalid []string
 	err = conn.QueryRow(ctx, `SELECT
 		EXISTS (SELECT FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2),
 		EXISTS (SELECT FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2 AND pg_get_constraintdef(oid) LIKE '%''PARKED''%'),
 		EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $3 AND tgenabled <> 'D'),
-		ARRAY(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass)`,
-		q, n.StatusCheck, n.Trigger).Scan(&hasCheck, &checkParked, &hasTrigger, &indexes)
+		ARRAY(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass),
+		ARRAY(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass AND NOT (i.indisvalid AND i.indisready))`,
+		q, n.StatusCheck, n.Trigger).Scan(&hasCheck, &checkParked, &hasTrigger, &indexes, &invalid)
 	if err != nil {
 		return fmt.Errorf("read the poll objects of %s: %w", l.Name(), err)
 	}
@@ -108,9 +109,16 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 		missing = append(missing, "constraint "+n.StatusCheck+" allowing status PARKED")
 	}
 	for _, ix := range migrations.PollIndexes(l) {
-		if !slices.Contains(indexes, ix.Name[:min(len(ix.Name), 63)]) { // PostgreSQL cuts names to 63 bytes
+		short := ix.Name[:min(len(ix.Name), 63)] // PostgreSQL cuts names to 63 bytes
+		switch {
+		case !slices.Contains(indexes, short):
 			// migrate --poll leaves it to build by hand on a large table.
 			missing = append(missing, "index "+ix.Name+" (on a large table, build it without holding the writers: "+ix.Concurrently()+")")
+		case slices.Contains(invalid, short):
+			// A CREATE INDEX CONCURRENTLY that failed leaves the index
+			// INVALID: the planner does not use it, and its IF NOT EXISTS
+			// keeps it when run again.
+			missing = append(missing, "a valid index "+ix.Name+" (it is INVALID, left by a failed concurrent build; the planner does not use it: "+ix.Rebuild()+")")
 		}
 	}
 	if !hasTrigger {
@@ -171,7 +179,7 @@ func ReadStats(ctx context.Context, conn *pgx.Conn, o decoder.Config) ([]Stats, 
 	for _, l := range o.WithDefaults().Layouts() {
 		s := Stats{Table: l.Name()}
 		err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE `+dueSQL("o")+`),
-			COALESCE(extract(epoch FROM now() - min(created_at) FILTER (WHERE `+dueSQL("o")+` AND created_at <> '`+migrations.CreatedAtUnknown+`'))::float8, 0),
+			COALESCE(extract(epoch FROM now() - min(created_at) FILTER (WHERE `+dueSQL("o")+` AND NOT `+migrations.UnknownTimeSQL("created_at")+`))::float8, 0),
 			count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'SENDING'),
 			count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= now()), count(*) FILTER (WHERE status = 'DEAD'),
 			count(*) FILTER (WHERE status = 'PARKED')

@@ -57,7 +57,7 @@ func (p *Poller) claimTable(ctx context.Context, conn *pgx.Conn, t *table, claim
 	var err error
 	if time.Since(t.swept) >= sweepEvery {
 		t.swept = time.Now()
-		released, err = t.release(cctx, conn)
+		released, err = t.sweep(cctx, conn)
 		p.cfg.PollHooks.Released(t.name, released, err)
 	}
 	switch {

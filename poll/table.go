@@ -24,7 +24,18 @@ type table struct {
 	// rows a mark changed ($1, ids); empty with ordering none.
 	releaseMarkedSQL string
 	// swept is when release last ran (the poller's goroutine only).
-	swept     time.Time
+	swept time.Time
+	// sweepSQL and sweepFromSQL release the parked rows of the first
+	// sweepCap aggregates with parked rows whose first unsent row is
+	// PARKED, from the first aggregate or from after the cursor
+	// (ordering aggregate only; see newTable). sweepFromSQL's
+	// {{aggtype}} is resolved on the first sweep (aggType).
+	sweepSQL, sweepFromSQL string
+	sweepCap               int
+	aggType                string
+	// cursor is the last aggregate the last sweep visited (text), nil to
+	// start from the first (the poller's goroutine only).
+	cursor    *string
 	renewSQL  string
 	markSQL   string
 	batch     int
@@ -137,6 +148,34 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	), parked AS (
 		UPDATE ` + q + ` SET status = 'PARKED' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM topark))
 	)`
+		// The sweep visits at most sweepAggs aggregates with parked rows,
+		// from after the last one the previous sweep visited (a per-table
+		// cursor, $2, in the aggregate column's type, {{aggtype}}, read on
+		// the first sweep), and starts again from the first once it
+		// reached the last: with many aggregates blocked (a topic refusing
+		// its records), a sweep that walked them all would cost the round
+		// their number once a second.
+		sweep := func(from string) string {
+			return `WITH RECURSIVE aggs(a, n) AS (
+		(SELECT p.` + agg + `, 1 FROM ` + q + ` p WHERE p.status = 'PARKED'` + from + ` ORDER BY p.` + agg + ` LIMIT 1)
+		UNION ALL
+		SELECT (SELECT p.` + agg + ` FROM ` + q + ` p WHERE p.status = 'PARKED' AND p.` + agg + ` > aggs.a ORDER BY p.` + agg + ` LIMIT 1), aggs.n + 1
+		FROM aggs WHERE aggs.a IS NOT NULL AND aggs.n < ` + strconv.Itoa(sweepAggs(cfg.BatchSize)) + `
+	), free AS (
+		SELECT aggs.a FROM aggs WHERE aggs.a IS NOT NULL AND (SELECT e.status FROM ` + q + ` e
+			WHERE e.` + agg + ` = aggs.a AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'
+	), rel AS (
+		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
+			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $1 FOR UPDATE SKIP LOCKED) r
+		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
+	), upd AS (
+		UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel)) RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM aggs WHERE a IS NOT NULL), (SELECT a::text FROM aggs WHERE a IS NOT NULL ORDER BY n DESC LIMIT 1)`
+		}
+		t.sweepSQL = sweep("")
+		t.sweepFromSQL = sweep(" AND p." + agg + " > $2::text::{{aggtype}}")
+		t.sweepCap = sweepAggs(cfg.BatchSize)
 		t.releaseSQL = `WITH RECURSIVE aggs(a) AS (
 		(SELECT p.` + agg + ` FROM ` + q + ` p WHERE p.status = 'PARKED' ORDER BY p.` + agg + ` LIMIT 1)
 		UNION ALL
@@ -253,7 +292,7 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 		// The header walrelay.commit_time carries the insert time: the
 		// poll source knows no commit. A row that was in the table when
 		// migrate added created_at has none (CreatedAtUnknown): no time.
-		if !r.created.Equal(migrations.CreatedAtUnknownTime) {
+		if !migrations.UnknownTime(r.created) {
 			r.e.CommitTime = r.created
 		}
 		out = append(out, r)
@@ -265,9 +304,60 @@ func (t *table) claim(ctx context.Context, conn *pgx.Conn, claim string) ([]*row
 	return out, expired, nil
 }
 
+// sweepAggs is how many aggregates with parked rows one sweep visits, for
+// a batch size: parkBatches batches' worth.
+func sweepAggs(batch int) int { return parkBatches * batch }
+
+// sweepTimeout bounds one sweep (statement_timeout): it runs in the round,
+// before a claim, and must never delay it long. A sweep cut by it releases
+// nothing; the mark releases the aggregates it sends all the same.
+const sweepTimeout = 500 * time.Millisecond
+
+// sweep sets back to PENDING the parked rows of the aggregates no longer
+// blocked among the next sweepCap aggregates with parked rows (from after
+// the cursor, wrapping around), at most a batch of each and parkBatches
+// batches in all, under sweepTimeout, and returns how many. Ordering none
+// has no cursor: it is release.
+func (t *table) sweep(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	if t.sweepSQL == "" {
+		return t.release(ctx, conn)
+	}
+	if t.aggType == "" {
+		l := t.rt.Layout()
+		err := conn.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2`,
+			pgx.Identifier{l.Schema, l.Table}.Sanitize(), l.Columns.AggregateID).Scan(&t.aggType)
+		if err != nil {
+			return 0, fmt.Errorf("read the type of %s.%s: %w", t.name, l.Columns.AggregateID, err)
+		}
+	}
+	var released, visited int64
+	var last *string
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", sweepTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		var row pgx.Row
+		if t.cursor == nil {
+			row = tx.QueryRow(ctx, t.sweepSQL, t.batch)
+		} else {
+			row = tx.QueryRow(ctx, strings.ReplaceAll(t.sweepFromSQL, "{{aggtype}}", t.aggType), t.batch, *t.cursor)
+		}
+		return row.Scan(&released, &visited, &last)
+	})
+	if err != nil {
+		return 0, err
+	}
+	t.cursor = last
+	if visited < int64(t.sweepCap) {
+		t.cursor = nil // the last aggregate reached: from the first again
+	}
+	return released, nil
+}
+
 // release sets back to PENDING the parked rows whose aggregate is no
 // longer blocked (at most a batch of each, parkBatches batches in all),
-// and returns how many.
+// every aggregate with parked rows visited, and returns how many (ordering
+// none; with ordering aggregate the poller's round sweeps instead).
 func (t *table) release(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	args := []any{t.batch}
 	if !strings.Contains(t.releaseSQL, "$1") {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/event"
-	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/outbox"
 )
@@ -266,7 +265,7 @@ func (t *Table) where(ctx context.Context, w Window) (string, []any, error) {
 			// two.
 			unknownV7 := ""
 			if t.unknownTimes && t.idIsUUID {
-				unknownV7 = ts + " = " + sqlquote.Literal(migrations.CreatedAtUnknown) + "::timestamptz AND " + id + "::text ~ '" + v7Pattern + "'"
+				unknownV7 = migrations.UnknownTimeSQL(ts) + " AND " + id + "::text ~ '" + v7Pattern + "'"
 			}
 			if !w.Since.IsZero() {
 				if unknownV7 != "" {
@@ -402,7 +401,7 @@ func (t *Table) Undated(ctx context.Context) (bool, error) {
 	if !t.unknownTimes {
 		return false, nil
 	}
-	cond := pgx.Identifier{t.timeColumn}.Sanitize() + " = " + sqlquote.Literal(migrations.CreatedAtUnknown) + "::timestamptz"
+	cond := migrations.UnknownTimeSQL(pgx.Identifier{t.timeColumn}.Sanitize())
 	if t.idIsUUID {
 		cond += " AND " + pgx.Identifier{t.layout.Columns.ID}.Sanitize() + "::text !~ '" + v7Pattern + "'"
 	}
@@ -562,7 +561,7 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 					r.Time = tm
 				}
 			}
-			if t.unknownTimes && r.Time.Equal(migrations.CreatedAtUnknownTime) {
+			if t.unknownTimes && migrations.UnknownTime(r.Time) {
 				r.Time = time.Time{} // unknown, but a UUIDv7's
 				if tm, ok := outbox.IDTime(e.ID); ok && t.idIsUUID && isV7(e.ID) {
 					r.Time = tm

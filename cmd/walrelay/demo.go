@@ -82,7 +82,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.Postgres.DSN = pg.DSN
 	cfg.Kafka.Brokers = kc.Addrs()
 	fmt.Fprintf(stdout, "postgres %s, kafka %s\n", pg.DSN, brokers)
-	if err := migrate(ctx, &cfg, false, stdout); err != nil {
+	if err := migrate(ctx, &cfg, false, "", stdout); err != nil {
 		return err
 	}
 	conn, err := pgx.Connect(ctx, pg.DSN)

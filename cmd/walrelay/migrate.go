@@ -26,6 +26,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	inbox := fs.Bool("inbox", false, "create only the inbox table of package inbox and its claim function, in the consumer's database that postgres.dsn names (no outbox, publication or slot)")
 	inboxTable := fs.String("inbox-table", "public.walrelay_inbox", "the inbox table that --inbox creates, schema.table")
 	pollCols := fs.Bool("poll", false, "for source poll: create the outbox table if missing and add the poll source's columns, indexes and insert trigger (no publication or slot); implied by source: poll")
+	existing := fs.String("existing-rows", "", "with --poll, for a table that holds rows and gets the status column now: sent (the WAL source or another relay published them: they become SENT) or pending (the poll source sends them, ties within an aggregate in their physical insertion order); required for such a table")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -36,7 +37,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *inbox {
 		return config.ScrubError(migrateInbox(ctx, cfg, *inboxTable, stdout), cfg.Secrets())
 	}
-	return config.ScrubError(migrate(ctx, cfg, *pollCols || cfg.Source == "poll", stdout), cfg.Secrets())
+	return config.ScrubError(migrate(ctx, cfg, *pollCols || cfg.Source == "poll", *existing, stdout), cfg.Secrets())
 }
 
 // migrateInbox creates the inbox table schema.table and its claim
@@ -74,7 +75,7 @@ func migrateInbox(ctx context.Context, cfg *config.Config, name string, stdout i
 // and says for each whether it was created or already there. With poll
 // (source poll) it gives the tables the poll source's columns, indexes and
 // trigger instead of a publication and a slot.
-func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Writer) error {
+func migrate(ctx context.Context, cfg *config.Config, poll bool, existing string, stdout io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := connectDSN(cctx, cfg)
@@ -122,7 +123,7 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, stdout io.Write
 		}
 	}
 	if poll {
-		return migratePoll(cctx, conn, ocfg, stdout)
+		return migratePoll(cctx, conn, ocfg, existing, stdout)
 	}
 	emit := ocfg.Schema + "." + migrations.EmitFunction
 	var privErr error
@@ -205,8 +206,8 @@ func connectDSN(ctx context.Context, cfg *config.Config) (*pgx.Conn, error) {
 
 // migratePoll gives the outbox tables of o what the poll source needs, and
 // says what it did.
-func migratePoll(ctx context.Context, conn *pgx.Conn, o decoder.Config, stdout io.Writer) error {
-	res, err := migrations.ApplyPoll(ctx, conn, o)
+func migratePoll(ctx context.Context, conn *pgx.Conn, o decoder.Config, existing string, stdout io.Writer) error {
+	res, err := migrations.ApplyPollWith(ctx, conn, o, migrations.PollOptions{ExistingRows: existing})
 	if err != nil {
 		return err
 	}
@@ -226,7 +227,13 @@ func migratePoll(ctx context.Context, conn *pgx.Conn, o decoder.Config, stdout i
 			fmt.Fprintf(stdout, "%-40s default was %s (the transaction's time): set to clock_timestamp(), so that one transaction's rows keep their insert order\n", "created_at of "+l.Name(), def)
 		}
 		if n := res.Pending[l.Name()]; n > 0 {
-			fmt.Fprintf(stdout, "%-40s %d rows that were there are PENDING: the poll source sends them (mark them SENT first if they were sent already)\n", "", n)
+			fmt.Fprintf(stdout, "%-40s %d rows that were there are PENDING (--existing-rows pending): the poll source sends them; %d rows of one aggregate that shared a created_at were stamped a microsecond apart in their physical insertion order (age of the writing transaction, then place in the table: the insert order for a table only ever inserted into)\n", "", n, res.Stamped[l.Name()])
+		}
+		if n := res.Sent[l.Name()]; n > 0 {
+			fmt.Fprintf(stdout, "%-40s %d rows that were there are SENT (--existing-rows sent): the poll source does not send them\n", "", n)
+		}
+		if n := res.Tied[l.Name()]; n > 0 {
+			fmt.Fprintf(stdout, "%-40s warning: %d unsent rows share their created_at with another unsent row of their aggregate (written under the old default): they go out in the order of their ids, which need not be the order they were written in\n", "", n)
 		}
 		names := migrations.PollNamesOf(l)
 		fmt.Fprintf(stdout, "%-40s %s\n", "indexes "+names.DueIndex+", "+names.UnsentIndex+", "+names.ParkedIndex, "present")
