@@ -97,6 +97,9 @@ type Config struct {
 			AutoRegister                          bool
 			IDKind                                string
 			Timeout                               time.Duration
+			// The schema-first formats (schemafirst.go).
+			SubjectStrategy, Subject, Version, Message string
+			Subjects                                   []string
 		}
 	}
 	Poll struct {
@@ -274,7 +277,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.KeyFormat, "raw")
 	add("kafka.key_format", "the key as Kafka Connect's converters write it: `raw` (StringConverter), `json` or `json_schema` (JsonConverter with `schemas.enable` false or true), or `avro` (Apicurio's AvroConverter with `as-confluent=true`, `use-id=contentId`, `headers.enabled=false`: Avro in Confluent's wire format, its schema in `kafka.schema_registry.url`, see docs/schema-registry.md), as Debezium's outbox records carry it", f, s)
 	f, s = str(&c.Kafka.ValueFormat, "raw")
-	add("kafka.value_format", "the value likewise; the JSON formats write a NULL payload as JSON `null` (no tombstone), as the JsonConverter does", f, s)
+	add("kafka.value_format", "the value likewise; the JSON formats write a NULL payload as JSON `null` (no tombstone), as the JsonConverter does. Or a schema-first format: the payload is JSON that the application wrote, written in the schema registered for its event in `kafka.schema_registry.url` (`kafka.schema_registry.subject_strategy`), in Confluent's wire format: `registered_avro` (Avro), `registered_protobuf` (Protobuf, after Confluent's message indexes) or `registered_jsonschema` (the JSON itself, valid in the JSON Schema); a payload that does not fit is dead-lettered (`schema_mismatch`, the field in `walrelay.error`); see Schema-first (docs/schema-registry.md)", f, s)
 	f, s = boolean(&c.Kafka.ExpandJSONPayload, false)
 	add("kafka.expand_json_payload", "with `kafka.value_format` `json`, `json_schema` or `avro`: a `json`, `jsonb` or text payload whose text starts with `{` or `[` and parses is written as that JSON value (`json_schema`: in the envelope with the schema Debezium infers, named by the payload column; `avro`: a record of that schema; fields that are null or empty arrays left out), as Debezium's `table.expand.json.payload`; a payload Debezium would leave a string (not an object or array, an array of mixed types or number kinds, an array of nulls only) stays one; with `raw`, an error", f, s)
 	f, s = str(&c.Kafka.CloudEvents, "")
@@ -347,6 +350,7 @@ func (c *Config) keys() []*key {
 	add("kafka.schema_registry.id_kind", "the schema id in the records' framing: `contentId`, the id that Confluent's API gives (Apicurio's content id, Debezium's `…use-id=contentId`); Apicurio's `globalId` is not supported", f, s)
 	f, s = duration(&c.Kafka.SchemaRegistry.Timeout, 10*time.Second)
 	add("kafka.schema_registry.timeout", "how long one request to the schema registry may take; a registry that does not answer holds the events (retried as when Kafka is down)", f, s)
+	schemaFirstKeys(c, add)
 
 	f, s = duration(&c.Poll.Interval, time.Second)
 	add("poll.interval", "`source: poll`: the longest wait between claims when no insert notification comes (`LISTEN` wakes the poller at once)", f, s)

@@ -376,7 +376,7 @@ func TestSchemaRegistryKeys(t *testing.T) {
 	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
 	for _, bad := range []struct{ yaml, want string }{
 		{"  value_format: avro\n", "kafka.key_format or kafka.value_format avro needs kafka.schema_registry.url"},
-		{"  value_format: protobuf\n", `format "protobuf": want raw, json, json_schema or avro`},
+		{"  value_format: protobuf\n", `format "protobuf": want raw, json, json_schema, avro, registered_avro`},
 		{"  value_format: avro\n  schema_registry:\n    url: http://r/x\n    id_kind: globalId\n", `kafka.schema_registry.id_kind "globalId"`},
 		{"  value_format: avro\n  schema_registry:\n    url: http://u:hunter2@r/x\n", "kafka.schema_registry.url holds a password"},
 		{"  value_format: avro\n  schema_registry:\n    url: ftp://r/x\n", "want an http or https URL"},

@@ -35,10 +35,10 @@ func ParseFormat(s string) (Format, error) {
 	switch f := Format(s); f {
 	case "", FormatRaw:
 		return FormatRaw, nil
-	case FormatJSON, FormatJSONSchema, FormatAvro:
+	case FormatJSON, FormatJSONSchema, FormatAvro, FormatRegisteredAvro, FormatRegisteredProtobuf, FormatRegisteredJSONSchema:
 		return f, nil
 	}
-	return "", fmt.Errorf("format %q: want raw, json, json_schema or avro", s)
+	return "", fmt.Errorf("format %q: want raw, json, json_schema, avro, registered_avro, registered_protobuf or registered_jsonschema", s)
 }
 
 // encode returns text in format f; schema is the JsonConverter's schema of

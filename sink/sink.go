@@ -93,6 +93,9 @@ type Config struct {
 	// Avro writes the keys and values of FormatAvro (package format), its
 	// schemas registered in a schema registry; required by FormatAvro.
 	Avro *format.AvroEncoder
+	// SchemaFirst writes the values of the schema-first formats
+	// (FormatRegisteredAvro, …: schemafirst.go); required by them.
+	SchemaFirst *format.SchemaFirst
 	// ExpandJSONPayload writes a json or text payload that is a JSON object
 	// or array as that JSON value in the JSON formats, with its inferred
 	// schema in FormatJSONSchema, as Debezium's table.expand.json.payload
@@ -203,6 +206,12 @@ func New(cfg Config) (*Sink, error) {
 	}
 	if (cfg.KeyFormat == FormatAvro || cfg.ValueFormat == FormatAvro) && cfg.Avro == nil {
 		return nil, errors.New("format avro: no schema registry configured")
+	}
+	if _, ok := cfg.ValueFormat.SchemaFirst(); ok && cfg.SchemaFirst == nil {
+		return nil, fmt.Errorf("format %s: no schema registry configured", cfg.ValueFormat)
+	}
+	if _, ok := cfg.KeyFormat.SchemaFirst(); ok {
+		return nil, fmt.Errorf("key format %s: the schema-first formats are for values", cfg.KeyFormat)
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = "outbox.event.{aggregatetype}"
@@ -524,7 +533,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		}
 		r.Partition = e.Partition
 	}
-	if s.cfg.KeyFormat == FormatAvro || s.cfg.ValueFormat == FormatAvro {
+	if s.cfg.KeyFormat == FormatAvro || s.cfg.ValueFormat.registry() {
 		// Before the JSON formats: they never fail, and a key or value
 		// written here is not written again.
 		if !s.registryEncode(ctx, e, r, topic, gen, done) {
@@ -537,7 +546,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	switch {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
 		r.Value = nil
-	case s.cfg.ValueFormat == FormatAvro:
+	case s.cfg.ValueFormat.registry():
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))
