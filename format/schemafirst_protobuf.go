@@ -43,11 +43,11 @@ func compileProtobuf(ctx context.Context, text string, refs map[string]string, m
 	return func(dst, payload []byte) ([]byte, *MismatchError) {
 		m := dynamicpb.NewMessage(md)
 		if err := (protojson.UnmarshalOptions{}).Unmarshal(payload, m); err != nil {
-			return nil, mismatch(protoField(md, err), strings.TrimPrefix(err.Error(), "proto: "))
+			return nil, mismatch(protoField(md, err), protoReason(err))
 		}
 		body, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		if err != nil {
-			return nil, mismatch("", strings.TrimPrefix(err.Error(), "proto: "))
+			return nil, mismatch("", protoReason(err))
 		}
 		return append(AppendMessageIndexes(dst, indexes), body...), nil
 	}, nil
@@ -124,4 +124,11 @@ func protoField(md protoreflect.MessageDescriptor, err error) string {
 		return "/" + pointerToken(name)
 	}
 	return ""
+}
+
+// protoReason is a protobuf error's text without its "proto:" prefix
+// (which the module writes with a space or a no-break space, at random, so
+// that no one matches its errors' text).
+func protoReason(err error) string {
+	return strings.TrimLeft(strings.TrimPrefix(err.Error(), "proto:"), " \u00a0")
 }

@@ -330,10 +330,11 @@ func neverStreamed(ctx context.Context, conn *pgx.Conn, slot string) bool {
 // registry of the avro format.
 func checkKafka(ctx context.Context, cfg *config.Config, txnID string) []checkResult {
 	out := checkKafkaBrokers(ctx, cfg, txnID)
-	if cfg.Kafka.KeyFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatAvro) {
+	_, schemaFirst := sink.Format(cfg.Kafka.ValueFormat).SchemaFirst()
+	if cfg.Kafka.KeyFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatAvro) || schemaFirst {
 		out = append(out, checkRegistry(ctx, cfg))
 	}
-	return out
+	return append(out, checkSchemaFirst(ctx, cfg)...)
 }
 
 // checkRegistry checks that the schema registry of the avro format
