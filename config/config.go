@@ -337,7 +337,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.SASL.PasswordFile, "")
 	add("kafka.sasl.password_file", "file holding the SASL password instead (both set is an error)", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.URL, "")
-	add("kafka.schema_registry.url", "the schema registry of the `avro` format, through Confluent's Schema Registry API (Apicurio Registry: `http://host:8080/apis/ccompat/v7`), `http` or `https` (the system's CAs); Debezium's `…converter.apicurio.registry.url` or `…converter.schema.registry.url` (see Schema registry formats (docs/schema-registry.md))", f, s)
+	add("kafka.schema_registry.url", "the schema registry of the `avro` format and the schema-first ones (`registered_avro`, `registered_protobuf`, `registered_jsonschema`), through Confluent's Schema Registry API (Apicurio Registry: `http://host:8080/apis/ccompat/v7`), `http` or `https` (the system's CAs); Debezium's `…converter.apicurio.registry.url` or `…converter.schema.registry.url` (see Schema registry formats (docs/schema-registry.md))", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.Username, "")
 	add("kafka.schema_registry.username", "HTTP basic auth user of the schema registry", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.Password, "")

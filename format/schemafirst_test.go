@@ -336,3 +336,49 @@ func TestCheckStrategy(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaFirstMismatches (no registry: the schemas compiled as the
+// encoder compiles the registry's): each format's mismatch names the
+// field as a JSON pointer and says why.
+func TestSchemaFirstMismatches(t *testing.T) {
+	t.Parallel()
+	mismatch := func(field, reason string) *MismatchError {
+		return &MismatchError{Subject: "s", Version: 1, Field: field, Reason: reason}
+	}
+	avroW, err := compileAvro(orderAvro, mismatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	protoW, err := compileProtobuf(t.Context(), orderProto, nil, "OrderCreated", mismatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonW, err := compileJSONSchema(orderJSONSchema, nil, mismatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		write   func(dst, payload []byte) ([]byte, *MismatchError)
+		payload string
+		field   string
+		reason  string
+	}{
+		{"avro missing", avroW, `{"id": 1, "qty": 1, "price": 1}`, "/status", "missing: the field status of the record shop.OrderCreated is required"},
+		{"avro map value", avroW, `{"id": 1, "qty": 1, "price": 1, "status": "NEW", "attrs": {"a/b": "x"}}`, "/attrs/a~1b", "want long, got a string"},
+		{"avro fixed-point", avroW, `{"id": 1.5, "qty": 1, "price": 1, "status": "NEW"}`, "/id", "want long, got 1.5"},
+		{"protobuf nested", protoW, `{"lines": [{"sku": 1}]}`, "/sku", "invalid value for string field sku"},
+		{"protobuf not JSON", protoW, `{`, "", "unexpected"},
+		{"jsonschema type", jsonW, `{"id": 1, "qty": 1, "lines": [{"sku": 2}]}`, "/lines/0/sku", "want string"},
+		{"jsonschema required", jsonW, `{"id": 1}`, "", "missing property 'qty'"},
+	} {
+		_, me := c.write(nil, []byte(c.payload))
+		if me == nil || me.Field != c.field || !strings.Contains(me.Reason, c.reason) {
+			t.Errorf("%s: %v, want field %q and %q", c.name, me, c.field, c.reason)
+		}
+	}
+	// A payload that fits: framing left to the caller, the body appended.
+	if b, me := protoW([]byte{9}, []byte(`{"id": "1", "lines": [{"sku": "a"}]}`)); me != nil || b[0] != 9 || b[1] != 2 || b[2] != 2 {
+		t.Errorf("protobuf: % x %v, want 09 then indexes 02 02", b, me)
+	}
+}
