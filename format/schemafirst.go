@@ -249,7 +249,13 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	}
 	ss, err := s.reg.cl.SchemaByVersion(ctx, subject, s.cfg.Version)
 	if err != nil {
-		return nil, classify(subject, err)
+		err = classify(subject, err)
+		if ok && !errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrUnauthorized) {
+			// A registry that does not answer the reading again of a
+			// latest: the one known serves meanwhile.
+			return c, nil
+		}
+		return nil, err
 	}
 	c, err = s.compile(ctx, ss)
 	if err != nil {

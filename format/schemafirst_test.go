@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
@@ -141,6 +142,25 @@ func TestRegistrySchemaFirstAvro(t *testing.T) {
 	}
 	if _, err := enc.Value(ctx, "orders", "Unknown", []byte(`{}`)); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("an unregistered type: %v, want ErrNotRegistered", err)
+	}
+	// A new version registered: a payload that fits it alone makes the
+	// encoder read the latest again (once the one it knows is over 5 s
+	// old), and it is written with the new version's id.
+	v2 := strings.Replace(orderAvro, `{"name":"id","type":"long"},`, `{"name":"id","type":"long"},{"name":"channel","type":"string","default":"web"},`, 1)
+	id2 := register(t, reg.Client(), "OrderCreated", sr.Schema{Schema: v2, Type: sr.TypeAvro})
+	newer := []byte(`{"id": 1, "qty": 1, "price": 1, "status": "NEW", "channel": "app"}`)
+	if _, err := enc.Value(ctx, "orders", "OrderCreated", newer); !errors.Is(err, ErrMismatch) {
+		t.Errorf("a field of version 2 within 5 s of reading version 1: %v, want a mismatch", err)
+	}
+	enc.mu.Lock()
+	for _, c := range enc.schemas {
+		c.learnt = c.learnt.Add(-6 * time.Second)
+	}
+	enc.mu.Unlock()
+	if v, err := enc.Value(ctx, "orders", "OrderCreated", newer); err != nil {
+		t.Errorf("a field of version 2: %v", err)
+	} else if got, _, _ := Unframe(v); int(got) != id2 {
+		t.Errorf("a field of version 2: id %d, want %d", got, id2)
 	}
 	if subjects, _ := reg.Client().Subjects(ctx); len(subjects) != 1 {
 		t.Errorf("subjects %v: want OrderCreated alone (nothing registered)", subjects)
