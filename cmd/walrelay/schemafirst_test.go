@@ -183,7 +183,7 @@ func schemaFirstStreams(t *testing.T, reg *registrytest.Registry, c schemaFirstC
 
 	seen := 0
 	for _, r := range col.Records() {
-		id := string(kafkatest.Header(r, "id"))
+		id := sink.Header(r, "id")
 		if _, ok := want[id]; !ok {
 			continue
 		}
