@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/outbox"
 	"github.com/walrelay/walrelay/sink"
@@ -116,13 +118,19 @@ message Envelope {
 		decode: func(t *testing.T, cl *sr.Client, id int, body []byte) string { return string(body) },
 	}}
 	for _, c := range cases {
-		t.Run(c.format, func(t *testing.T) { schemaFirstStreams(t, reg, c) })
+		t.Run(c.format, func(t *testing.T) { schemaFirstStreams(t, reg, c, false) })
 	}
+	// Exactly-once: the dead letters in the transactions, read committed.
+	t.Run("registered_avro_exactly_once", func(t *testing.T) { schemaFirstStreams(t, reg, cases[0], true) })
 }
 
-func schemaFirstStreams(t *testing.T, reg *registrytest.Registry, c schemaFirstCase) {
+func schemaFirstStreams(t *testing.T, reg *registrytest.Registry, c schemaFirstCase, exactlyOnce bool) {
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
+	e := baseEnv(pg, kc)
+	if exactlyOnce {
+		e, col = eosEnv(pg, kc), committedCollector(t, kc)
+	}
 	cl, err := sr.NewClient(sr.URLs(reg.URL()))
 	if err != nil {
 		t.Fatal(err)
@@ -144,8 +152,7 @@ func schemaFirstStreams(t *testing.T, reg *registrytest.Registry, c schemaFirstC
 		}
 	}
 	subjectsBefore, _ := cl.Subjects(t.Context())
-	e := baseEnv(pg, kc).with(append([]string{"WALRELAY_KAFKA_VALUE_FORMAT", c.format, "WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", reg.URL()}, c.env...)...)
-	streaming(t, e)
+	streaming(t, e.with(append([]string{"WALRELAY_KAFKA_VALUE_FORMAT", c.format, "WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", reg.URL()}, c.env...)...))
 
 	var all []string
 	want := map[string]string{}
@@ -273,4 +280,74 @@ func subjectCheckLine(out, check string) string {
 		}
 	}
 	return ""
+}
+
+// TestRegistrySchemaFirstOutageHoldsEvents (WALRELAY_TEST_REGISTRY=1):
+// while the schema registry refuses connections, schema-first events are
+// held, those that will not fit their schema too (none published, none
+// dead-lettered: without the schema nothing can be judged); once it is
+// back, the ones that fit arrive in commit order and the one that does not
+// is dead-lettered (schema_mismatch).
+func TestRegistrySchemaFirstOutageHoldsEvents(t *testing.T) {
+	reg := registrytest.Start(t)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateSchema(t.Context(), "Tick", sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3"; message Tick { int32 n = 1; }`}); err != nil {
+		t.Fatal(err)
+	}
+	px, err := proxy.New(strings.TrimPrefix(reg.Base(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	px.Down()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	p := streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_VALUE_FORMAT", "registered_protobuf",
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", "http://"+px.Addr()+registrytest.CCompatPath, "WALRELAY_KAFKA_SCHEMA_REGISTRY_TIMEOUT", "2s"))
+	var ids []string
+	insert := func(payload string) string {
+		id := outbox.NewID()
+		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'one', 'Tick', $2)", id, payload); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for i := range 3 {
+		ids = append(ids, insert(fmt.Sprintf(`{"n": %d}`, i)))
+	}
+	bad := insert(`{"n": "x"}`)
+	ids = append(ids, insert(`{"n": 3}`))
+	p.waitLog("schema registry", 30*time.Second)
+	time.Sleep(2 * time.Second)
+	if n := len(col.Records()); n != 0 {
+		t.Fatalf("%d records published or dead-lettered while the registry was down", n)
+	}
+	px.Up()
+	waitAll(t, col, ids, time.Minute)
+	var got []string
+	deadLettered := false
+	for _, r := range inLogOrder(col.Records()) {
+		id := sink.Header(r, "id")
+		if len(got) == 0 || got[len(got)-1] != id {
+			got = append(got, id)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := col.Wait(ctx, func(rs []*kgo.Record) bool {
+		for _, r := range rs {
+			if sink.Header(r, "id") == bad && r.Topic == kc.dlq() && sink.Header(r, sink.HeaderReason) == sink.ReasonSchemaMismatch {
+				deadLettered = true
+			}
+		}
+		return deadLettered
+	}); err != nil {
+		t.Errorf("the payload that does not fit was not dead-lettered (schema_mismatch): %v", err)
+	}
+	if !slices.Equal(dedupe(got), ids) {
+		t.Fatalf("order %v, want %v", got, ids)
+	}
 }
