@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
 )
@@ -233,8 +234,8 @@ func (s *SchemaFirst) Check(ctx context.Context, subject string) (id uint32, ver
 	return c.id, c.version, nil
 }
 
-// Strategy is the subject strategy; FixedSubject the subject of
-// StrategySubject.
+// Strategy returns the subject strategy and, for StrategySubject, its
+// subject.
 func (s *SchemaFirst) Strategy() (strategy, subject string) { return s.cfg.Strategy, s.cfg.Subject }
 
 // schema returns subject's compiled schema of the configured version,
@@ -272,10 +273,8 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 
 // compile makes a registered schema ready to write payloads.
 func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compiledSchema, error) {
-	kind := string(ss.Type.String())
-	if ss.Type == 0 {
-		kind = KindAvro // the API leaves schemaType out for Avro
-	}
+	kind := ss.Type.String() // AVRO when the API leaves schemaType out
+
 	if kind != s.cfg.Kind {
 		return nil, fmt.Errorf("a %s schema, and the format writes %s", kind, s.cfg.Kind)
 	}
@@ -284,7 +283,7 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compil
 	}
 	c := &compiledSchema{id: uint32(ss.ID), version: ss.Version, learnt: time.Now()}
 	mismatch := func(field, reason string) *MismatchError {
-		return &MismatchError{Subject: ss.Subject, Version: ss.Version, Field: field, Reason: reason}
+		return &MismatchError{Subject: ss.Subject, Version: ss.Version, Field: clip(field), Reason: clip(reason)}
 	}
 	var err error
 	switch s.cfg.Kind {
@@ -333,4 +332,20 @@ func (s *SchemaFirst) references(ctx context.Context, refs []sr.SchemaReference,
 		}
 	}
 	return out, nil
+}
+
+// maxReason bounds a mismatch's field and reason: they go into the log and
+// the dead letter's error header, and may quote the payload's values.
+const maxReason = 300
+
+// clip cuts s to maxReason bytes, on a character boundary.
+func clip(s string) string {
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

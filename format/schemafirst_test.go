@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
@@ -400,5 +401,19 @@ func TestSchemaFirstMismatches(t *testing.T) {
 	// A payload that fits: framing left to the caller, the body appended.
 	if b, me := protoW([]byte{9}, []byte(`{"id": "1", "lines": [{"sku": "a"}]}`)); me != nil || b[0] != 9 || b[1] != 2 || b[2] != 2 {
 		t.Errorf("protobuf: % x %v, want 09 then indexes 02 02", b, me)
+	}
+}
+
+// TestClip: a mismatch's reason, which may quote the payload, is cut to
+// maxReason bytes on a character boundary.
+func TestClip(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 400)
+	got := clip(long)
+	if len(got) > maxReason+len("…") || !strings.HasSuffix(got, "…") || !utf8.ValidString(got) {
+		t.Errorf("clip: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	if clip("short") != "short" {
+		t.Error("a short reason was cut")
 	}
 }
