@@ -152,6 +152,9 @@ func kafkaSecurity(cfg *Config) ([]kgo.Opt, error) {
 // checkSchemaRegistry checks the keys of the schema registry formats.
 func (c *Config) checkSchemaRegistry() error {
 	r := c.Kafka.SchemaRegistry
+	if err := c.checkSchemaFirst(); err != nil {
+		return err
+	}
 	avro := c.Kafka.KeyFormat == string(sink.FormatAvro) || c.Kafka.ValueFormat == string(sink.FormatAvro)
 	switch {
 	case avro && r.URL == "":
@@ -209,8 +212,12 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 		}
 		avro, pass = format.NewAvroEncoder(reg), format.NewPassthrough(reg)
 	}
+	sf, err := SchemaFirst(cfg)
+	if err != nil {
+		return sink.Config{}, err
+	}
 	sc := sink.Config{
-		Avro: avro, Passthrough: pass,
+		Avro: avro, Passthrough: pass, SchemaFirst: sf,
 		KeyFormat: kf, ValueFormat: vf, ExpandJSONPayload: k.ExpandJSONPayload, RequestTimeout: k.RequestTimeout,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty,
