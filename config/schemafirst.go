@@ -77,8 +77,23 @@ func (c *Config) SchemaFirstSubjects() []string {
 }
 
 // SchemaFirst makes the encoder of the schema-first value format, nil for
-// another format.
+// another format; its registry is Registry's (TLS included).
 func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
+	if _, ok := c.schemaFirstFormat(); !ok {
+		return nil, nil
+	}
+	reg, err := Registry(c)
+	if err != nil {
+		return nil, err
+	}
+	return schemaFirstOf(c, reg)
+}
+
+// schemaFirstOf makes the encoder of the schema-first value format reading
+// its schemas from reg, nil for another format. It never registers a
+// schema, whatever kafka.schema_registry.auto_register says (that key is
+// the avro format's).
+func schemaFirstOf(c *Config, reg *format.Registry) (*format.SchemaFirst, error) {
 	kind, ok := c.schemaFirstFormat()
 	if !ok {
 		return nil, nil
@@ -87,10 +102,6 @@ func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
 	version, err := format.ParseVersion(r.Version)
 	if err != nil {
 		return nil, fmt.Errorf("kafka.schema_registry.version: %w", err)
-	}
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: r.URL, Username: r.Username, Password: r.Password, Timeout: r.Timeout})
-	if err != nil {
-		return nil, fmt.Errorf("kafka.schema_registry.url: %w", err)
 	}
 	enc, err := format.NewSchemaFirst(reg, format.SchemaFirstConfig{Kind: kind, Strategy: r.SubjectStrategy, Subject: r.Subject, Version: version, Message: r.Message})
 	if err != nil {

@@ -201,20 +201,23 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	}
 	var avro *format.AvroEncoder
 	var pass *format.Passthrough
+	var sf *format.SchemaFirst
 	vf, err := sink.ParseFormat(k.ValueFormat)
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)
 	}
-	if kf == sink.FormatAvro || vf == sink.FormatAvro || vf == sink.FormatRegistryPassthrough {
+	_, schemaFirst := vf.SchemaFirst()
+	if kf == sink.FormatAvro || vf == sink.FormatAvro || vf == sink.FormatRegistryPassthrough || schemaFirst {
+		// One client for every registry format: its TLS, and one watch
+		// (RegistryOf) that sees each request.
 		reg, err := Registry(cfg)
 		if err != nil {
 			return sink.Config{}, err
 		}
 		avro, pass = format.NewAvroEncoder(reg), format.NewPassthrough(reg)
-	}
-	sf, err := SchemaFirst(cfg)
-	if err != nil {
-		return sink.Config{}, err
+		if sf, err = schemaFirstOf(cfg, reg); err != nil {
+			return sink.Config{}, err
+		}
 	}
 	sc := sink.Config{
 		Avro: avro, Passthrough: pass, SchemaFirst: sf,
