@@ -98,6 +98,9 @@ type Config struct {
 			IDKind                                string
 			Timeout                               time.Duration
 			TLSCAFile, TLSCertFile, TLSKeyFile    string
+			// The schema-first formats (schemafirst.go).
+			SubjectStrategy, Subject, Version, Message string
+			Subjects                                   []string
 		}
 	}
 	Poll struct {
@@ -276,7 +279,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.KeyFormat, "raw")
 	add("kafka.key_format", "the key as Kafka Connect's converters write it: `raw` (StringConverter), `json` or `json_schema` (JsonConverter with `schemas.enable` false or true), or `avro` (Apicurio's AvroConverter with `as-confluent=true`, `use-id=contentId`, `headers.enabled=false`: Avro in Confluent's wire format, its schema in `kafka.schema_registry.url`, see docs/schema-registry.md), as Debezium's outbox records carry it", f, s)
 	f, s = str(&c.Kafka.ValueFormat, "raw")
-	add("kafka.value_format", "the value likewise; the JSON formats write a NULL payload as JSON `null` (no tombstone), as the JsonConverter does; or `registry_passthrough` (values only): a payload that the application already serialized and framed in Confluent's wire format (Debezium's Avro recipe, a `bytea` payload) is published untouched once its framing is checked and its schema id found in `kafka.schema_registry.url`, else dead-lettered (`format`, `schema_unknown`)", f, s)
+	add("kafka.value_format", "the value likewise; the JSON formats write a NULL payload as JSON `null` (no tombstone), as the JsonConverter does. Or `registry_passthrough` (values only): a payload that the application already serialized and framed in Confluent's wire format (Debezium's Avro recipe, a `bytea` payload) is published untouched once its framing is checked and its schema id found in `kafka.schema_registry.url`, else dead-lettered (`format`, `schema_unknown`). Or a schema-first format (values only): the payload is JSON that the application wrote, written in the schema registered for its event in `kafka.schema_registry.url` (`kafka.schema_registry.subject_strategy`), in Confluent's wire format: `registered_avro` (Avro), `registered_protobuf` (Protobuf, after Confluent's message indexes) or `registered_jsonschema` (the JSON itself, valid in the JSON Schema); a payload that does not fit is dead-lettered (`schema_mismatch`, the field in `walrelay.error`); see Schema-first (docs/schema-registry.md)", f, s)
 	f, s = boolean(&c.Kafka.ExpandJSONPayload, false)
 	add("kafka.expand_json_payload", "with `kafka.value_format` `json`, `json_schema` or `avro`: a `json`, `jsonb` or text payload whose text starts with `{` or `[` and parses is written as that JSON value (`json_schema`: in the envelope with the schema Debezium infers, named by the payload column; `avro`: a record of that schema; fields that are null or empty arrays left out), as Debezium's `table.expand.json.payload`; a payload Debezium would leave a string (not an object or array, an array of mixed types or number kinds, an array of nulls only) stays one; with `raw`, an error", f, s)
 	f, s = str(&c.Kafka.CloudEvents, "")
@@ -336,7 +339,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.SASL.PasswordFile, "")
 	add("kafka.sasl.password_file", "file holding the SASL password instead (both set is an error)", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.URL, "")
-	add("kafka.schema_registry.url", "the schema registry of the `avro` format, through Confluent's Schema Registry API (Apicurio Registry: `http://host:8080/apis/ccompat/v7`), `http` or `https` (the system's CAs); Debezium's `…converter.apicurio.registry.url` or `…converter.schema.registry.url` (see Schema registry formats (docs/schema-registry.md))", f, s)
+	add("kafka.schema_registry.url", "the schema registry of the `avro` and `registry_passthrough` formats and the schema-first ones (`registered_avro`, `registered_protobuf`, `registered_jsonschema`), through Confluent's Schema Registry API (Apicurio Registry: `http://host:8080/apis/ccompat/v7`), `http` or `https` (the system's CAs, or `kafka.schema_registry.tls_ca_file`'s); Debezium's `…converter.apicurio.registry.url` or `…converter.schema.registry.url` (see Schema registry formats (docs/schema-registry.md))", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.Username, "")
 	add("kafka.schema_registry.username", "HTTP basic auth user of the schema registry", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.Password, "")
@@ -355,6 +358,7 @@ func (c *Config) keys() []*key {
 	add("kafka.schema_registry.tls_key_file", "PEM private key of `kafka.schema_registry.tls_cert_file`", f, s)
 	f, s = duration(&c.Kafka.SchemaRegistry.Timeout, 10*time.Second)
 	add("kafka.schema_registry.timeout", "how long one request to the schema registry may take; a registry that does not answer holds the events (retried as when Kafka is down)", f, s)
+	schemaFirstKeys(c, add)
 
 	f, s = duration(&c.Poll.Interval, time.Second)
 	add("poll.interval", "`source: poll`: the longest wait between claims when no insert notification comes (`LISTEN` wakes the poller at once)", f, s)

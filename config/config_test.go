@@ -376,11 +376,12 @@ func TestSchemaRegistryKeys(t *testing.T) {
 	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
 	for _, bad := range []struct{ yaml, want string }{
 		{"  value_format: avro\n", "kafka.key_format or kafka.value_format avro needs kafka.schema_registry.url"},
-		{"  value_format: protobuf\n", `format "protobuf": want raw, json, json_schema, avro`},
+		{"  value_format: protobuf\n", `format "protobuf": want raw, json, json_schema, avro, registry_passthrough, registered_avro, registered_protobuf or registered_jsonschema`},
 		{"  value_format: registry_passthrough\n", "kafka.value_format registry_passthrough needs kafka.schema_registry.url"},
 		{"  key_format: registry_passthrough\n  schema_registry:\n    url: http://r/x\n", "kafka.key_format registry_passthrough: values only"},
 		{"  value_format: registry_passthrough\n  schema_registry:\n    url: https://r/x\n    tls_cert_file: /c.pem\n", "kafka.schema_registry.tls_cert_file is set without kafka.schema_registry.tls_key_file"},
 		{"  value_format: avro\n  schema_registry:\n    url: https://r/x\n    tls_ca_file: /nonexistent/ca.pem\n", "kafka.schema_registry.tls_ca_file: open /nonexistent/ca.pem"},
+		{"  value_format: registered_avro\n  schema_registry:\n    url: https://r/x\n    tls_ca_file: /nonexistent/ca.pem\n", "kafka.schema_registry.tls_ca_file: open /nonexistent/ca.pem"},
 		{"  value_format: avro\n  schema_registry:\n    url: http://r/x\n    id_kind: globalId\n", `kafka.schema_registry.id_kind "globalId"`},
 		{"  value_format: avro\n  schema_registry:\n    url: http://u:hunter2@r/x\n", "kafka.schema_registry.url holds a password"},
 		{"  value_format: avro\n  schema_registry:\n    url: ftp://r/x\n", "want an http or https URL"},

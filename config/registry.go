@@ -36,6 +36,8 @@ func RegistryOf(sc sink.Config) *format.Registry {
 		return sc.Avro.Registry()
 	case sc.Passthrough != nil:
 		return sc.Passthrough.Registry()
+	case sc.SchemaFirst != nil:
+		return sc.SchemaFirst.Registry()
 	}
 	return nil
 }

@@ -62,3 +62,32 @@ func TestRegistryTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistryOfSchemaFirst: a schema-first value format has its registry
+// watched (walrelay status, the log, walrelay_schema_registry_requests_total)
+// as the avro and registry_passthrough formats have.
+func TestRegistryOfSchemaFirst(t *testing.T) {
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n  value_format: registered_avro\n  schema_registry:\n    url: http://r:8080/apis/ccompat/v7\n"
+	for _, c := range []struct{ name, yaml string }{
+		{"value registered_avro", ""},
+		{"key avro, value registered_avro", "  key_format: avro\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := load(t, base+c.yaml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := SinkConfig(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if RegistryOf(sc) == nil {
+				t.Fatal("RegistryOf: no registry for a schema-first value format")
+			}
+			// One client for both formats: the watch sees every request.
+			if RegistryOf(sc) != sc.SchemaFirst.Registry() {
+				t.Error("the schema-first format has a registry client of its own, unwatched")
+			}
+		})
+	}
+}

@@ -152,6 +152,9 @@ func kafkaSecurity(cfg *Config) ([]kgo.Opt, error) {
 // checkSchemaRegistry checks the keys of the schema registry formats.
 func (c *Config) checkSchemaRegistry() error {
 	r := c.Kafka.SchemaRegistry
+	if err := c.checkSchemaFirst(); err != nil {
+		return err
+	}
 	avro := c.Kafka.KeyFormat == string(sink.FormatAvro) || c.Kafka.ValueFormat == string(sink.FormatAvro)
 	switch {
 	case avro && r.URL == "":
@@ -198,19 +201,26 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	}
 	var avro *format.AvroEncoder
 	var pass *format.Passthrough
+	var sf *format.SchemaFirst
 	vf, err := sink.ParseFormat(k.ValueFormat)
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)
 	}
-	if kf == sink.FormatAvro || vf == sink.FormatAvro || vf == sink.FormatRegistryPassthrough {
+	_, schemaFirst := vf.SchemaFirst()
+	if kf == sink.FormatAvro || vf == sink.FormatAvro || vf == sink.FormatRegistryPassthrough || schemaFirst {
+		// One client for every registry format: its TLS, and one watch
+		// (RegistryOf) that sees each request.
 		reg, err := Registry(cfg)
 		if err != nil {
 			return sink.Config{}, err
 		}
 		avro, pass = format.NewAvroEncoder(reg), format.NewPassthrough(reg)
+		if sf, err = schemaFirstOf(cfg, reg); err != nil {
+			return sink.Config{}, err
+		}
 	}
 	sc := sink.Config{
-		Avro: avro, Passthrough: pass,
+		Avro: avro, Passthrough: pass, SchemaFirst: sf,
 		KeyFormat: kf, ValueFormat: vf, ExpandJSONPayload: k.ExpandJSONPayload, RequestTimeout: k.RequestTimeout,
 		Brokers: k.Brokers, ClientID: k.ClientID, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		TopicRegex: k.TopicRegex, TombstoneOnEmpty: k.TombstoneOnEmpty,

@@ -13,6 +13,18 @@
 // (github.com/twmb/franz-go/pkg/sr), its id cached (Registry,
 // AvroEncoder).
 //
+// Schema-first (SchemaFirst, schemafirst*.go): the application writes
+// JSON, and the value is written in the schema that the registry already
+// holds for the event (its type, its topic and type, or a configured
+// subject and version), never inferred nor registered: Avro (the JSON read
+// by the schema, hamba/avro), Protobuf (the registry's .proto compiled with
+// github.com/bufbuild/protocompile, the JSON read by protojson into a
+// dynamicpb message, Confluent's message indexes before it) or JSON Schema
+// (the JSON validated with github.com/santhosh-tekuri/jsonschema/v6 and
+// written as it is). A payload that does not fit is ErrMismatch, a
+// *MismatchError naming the field (a JSON pointer): the sink dead-letters
+// it.
+//
 // A value that the format cannot write (ErrPayload: a name Avro refuses, a
 // number beyond a long) and a schema the registry refuses or does not have
 // (ErrRefused, ErrNotRegistered) are errors of that event: the sink

@@ -46,3 +46,6 @@ func (e *AvroEncoder) Registry() *Registry { return e.reg }
 
 // Registry is the checker's schema registry.
 func (p *Passthrough) Registry() *Registry { return p.reg }
+
+// Registry is the schema-first encoder's schema registry.
+func (s *SchemaFirst) Registry() *Registry { return s.reg }

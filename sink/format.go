@@ -35,10 +35,10 @@ func ParseFormat(s string) (Format, error) {
 	switch f := Format(s); f {
 	case "", FormatRaw:
 		return FormatRaw, nil
-	case FormatJSON, FormatJSONSchema, FormatAvro, FormatRegistryPassthrough:
+	case FormatJSON, FormatJSONSchema, FormatAvro, FormatRegistryPassthrough, FormatRegisteredAvro, FormatRegisteredProtobuf, FormatRegisteredJSONSchema:
 		return f, nil
 	}
-	return "", fmt.Errorf("format %q: want raw, json, json_schema, avro or registry_passthrough", s)
+	return "", fmt.Errorf("format %q: want raw, json, json_schema, avro, registry_passthrough, registered_avro, registered_protobuf or registered_jsonschema", s)
 }
 
 // encode returns text in format f; schema is the JsonConverter's schema of

@@ -43,9 +43,15 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 			Required: e.PayloadRequired, Expand: s.cfg.ExpandJSONPayload,
 		})
 	}
+	if err == nil && s.cfg.ValueFormat != FormatAvro && s.cfg.ValueFormat.registry() && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
+		what = "value"
+		r.Value, err = s.schemaFirstValue(ctx, e, topic)
+	}
 	switch {
 	case err == nil:
 		return true
+	case errors.Is(err, format.ErrMismatch):
+		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, s.cfg.ValueFormat, err), gen, done)
 	case errors.Is(err, format.ErrPayload):
 		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in Avro: %w", what, err), gen, done)
 	case errors.Is(err, format.ErrRefused), errors.Is(err, format.ErrNotRegistered):

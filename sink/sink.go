@@ -96,6 +96,9 @@ type Config struct {
 	// Passthrough checks the values of FormatRegistryPassthrough against a
 	// schema registry; required by it.
 	Passthrough *format.Passthrough
+	// SchemaFirst writes the values of the schema-first formats
+	// (FormatRegisteredAvro, …: schemafirst.go); required by them.
+	SchemaFirst *format.SchemaFirst
 	// ExpandJSONPayload writes a json or text payload that is a JSON object
 	// or array as that JSON value in the JSON formats, with its inferred
 	// schema in FormatJSONSchema, as Debezium's table.expand.json.payload
@@ -212,6 +215,12 @@ func New(cfg Config) (*Sink, error) {
 	}
 	if cfg.ValueFormat == FormatRegistryPassthrough && cfg.Passthrough == nil {
 		return nil, errors.New("format registry_passthrough: no schema registry configured")
+	}
+	if _, ok := cfg.ValueFormat.SchemaFirst(); ok && cfg.SchemaFirst == nil {
+		return nil, fmt.Errorf("format %s: no schema registry configured", cfg.ValueFormat)
+	}
+	if _, ok := cfg.KeyFormat.SchemaFirst(); ok {
+		return nil, fmt.Errorf("key format %s: the schema-first formats are for values", cfg.KeyFormat)
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = "outbox.event.{aggregatetype}"
@@ -533,7 +542,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		}
 		r.Partition = e.Partition
 	}
-	if s.cfg.KeyFormat == FormatAvro || s.cfg.ValueFormat == FormatAvro {
+	if s.cfg.KeyFormat == FormatAvro || s.cfg.ValueFormat.registry() {
 		// Before the JSON formats: they never fail, and a key or value
 		// written here is not written again.
 		if !s.registryEncode(ctx, e, r, topic, gen, done) {
@@ -549,7 +558,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	switch {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
 		r.Value = nil
-	case s.cfg.ValueFormat == FormatAvro, s.cfg.ValueFormat == FormatRegistryPassthrough:
+	case s.cfg.ValueFormat.registry(), s.cfg.ValueFormat == FormatRegistryPassthrough:
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))

@@ -329,17 +329,19 @@ func neverStreamed(ctx context.Context, conn *pgx.Conn, slot string) bool {
 }
 
 // checkKafka checks the brokers, and what exactly-once mode needs of them
-// when it is on (txnID is its transactional id, if known), and the schema
-// registry of the avro format.
+// when it is on (txnID is its transactional id, if known), the schema
+// registry of the registry formats (avro, registry_passthrough and the
+// schema-first ones) and the schema-first subjects.
 func checkKafka(ctx context.Context, cfg *config.Config, txnID string) []checkResult {
 	out := checkKafkaBrokers(ctx, cfg, txnID)
-	if cfg.Kafka.KeyFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatRegistryPassthrough) {
+	_, schemaFirst := sink.Format(cfg.Kafka.ValueFormat).SchemaFirst()
+	if cfg.Kafka.KeyFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatRegistryPassthrough) || schemaFirst {
 		out = append(out, checkRegistry(ctx, cfg))
 	}
-	return out
+	return append(out, checkSchemaFirst(ctx, cfg)...)
 }
 
-// checkRegistry checks that the schema registry of the avro format
+// checkRegistry checks that the schema registry of the registry formats
 // answers, with the configured credentials.
 func checkRegistry(ctx context.Context, cfg *config.Config) checkResult {
 	r := checkResult{Check: "schema registry"}

@@ -1,0 +1,111 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// schemaFirstKeys declares the keys of the schema-first value formats
+// (registered_avro, registered_protobuf, registered_jsonschema).
+func schemaFirstKeys(c *Config, add func(name, help string, f func(string) error, s func() string) *key) {
+	r := &c.Kafka.SchemaRegistry
+	f, s := str(&r.SubjectStrategy, format.StrategyType)
+	add("kafka.schema_registry.subject_strategy", "the subject of an event's schema in the schema-first formats: `type` (the event's type), `topic_type` (`<topic>-<type>`), or `subject` (`kafka.schema_registry.subject` for every event); an event without a type under `type` or `topic_type` is dead-lettered (`schema_refused`). walrelay never registers these schemas: their owners do", f, s)
+	f, s = str(&r.Subject, "")
+	add("kafka.schema_registry.subject", "the subject of `kafka.schema_registry.subject_strategy` `subject`", f, s)
+	f, s = str(&r.Version, "latest")
+	add("kafka.schema_registry.version", "the version of `kafka.schema_registry.subject` to write in: `latest` (read again every minute, and at once when a payload does not fit a latest read more than 5 s before) or a number; the other strategies use each subject's latest", f, s)
+	f, s = str(&r.Message, "")
+	add("kafka.schema_registry.message", "`registered_protobuf`: the message to write, by full (`shop.OrderCreated`) or simple name, nested ones included, in every subject's schema; empty: each schema's first message", f, s)
+	f, s = list(&r.Subjects, nil)
+	add("kafka.schema_registry.subjects", "subjects that `walrelay check` verifies, comma-separated, with the strategies `type` and `topic_type` (the event types, or `<topic>-<type>`, that the outbox writes): each must exist in the registry with a schema of the format's kind that walrelay compiles; with `subject`, check verifies that one", f, s)
+}
+
+// schemaFirstFormat reports whether the value format is a schema-first
+// one, and its kind of schema.
+func (c *Config) schemaFirstFormat() (kind string, ok bool) {
+	return sink.Format(c.Kafka.ValueFormat).SchemaFirst()
+}
+
+// checkSchemaFirst checks the keys of the schema-first formats.
+func (c *Config) checkSchemaFirst() error {
+	r := c.Kafka.SchemaRegistry
+	if _, ok := sink.Format(c.Kafka.KeyFormat).SchemaFirst(); ok {
+		return fmt.Errorf("kafka.key_format %s: the schema-first formats are for values (the key is the aggregate id, a string): want raw, json, json_schema or avro", c.Kafka.KeyFormat)
+	}
+	version, err := format.ParseVersion(r.Version)
+	if err != nil {
+		return fmt.Errorf("kafka.schema_registry.version: %w", err)
+	}
+	kind, ok := c.schemaFirstFormat()
+	if !ok {
+		return nil
+	}
+	switch {
+	case r.URL == "":
+		return fmt.Errorf("kafka.value_format %s needs kafka.schema_registry.url", c.Kafka.ValueFormat)
+	case r.Message != "" && kind != format.KindProtobuf:
+		return fmt.Errorf("kafka.schema_registry.message %q is for kafka.value_format registered_protobuf, not %s", r.Message, c.Kafka.ValueFormat)
+	case c.Kafka.ExpandJSONPayload:
+		return fmt.Errorf("kafka.expand_json_payload with kafka.value_format %s: the schema-first formats read the JSON payload by its registered schema", c.Kafka.ValueFormat)
+	case c.Kafka.CloudEvents != "":
+		// The CloudEvents binding's content-type would say
+		// application/json of a value in Avro or Protobuf.
+		return fmt.Errorf("kafka.cloudevents with kafka.value_format %s: not supported (content-type application/json would be wrong)", c.Kafka.ValueFormat)
+	}
+	if err := format.CheckStrategy(r.SubjectStrategy, r.Subject, version); err != nil {
+		return fmt.Errorf("kafka.schema_registry.subject_strategy, subject, version: %w", err)
+	}
+	if r.SubjectStrategy == format.StrategySubject && len(r.Subjects) > 0 && !slices.Equal(r.Subjects, []string{r.Subject}) {
+		return errors.New("kafka.schema_registry.subjects with the subject strategy subject: check verifies kafka.schema_registry.subject; leave subjects empty")
+	}
+	return nil
+}
+
+// SchemaFirstSubjects are the subjects that `walrelay check` verifies:
+// the configured subject, or kafka.schema_registry.subjects.
+func (c *Config) SchemaFirstSubjects() []string {
+	r := c.Kafka.SchemaRegistry
+	if r.SubjectStrategy == format.StrategySubject {
+		return []string{r.Subject}
+	}
+	return r.Subjects
+}
+
+// SchemaFirst makes the encoder of the schema-first value format, nil for
+// another format; its registry is Registry's (TLS included).
+func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
+	if _, ok := c.schemaFirstFormat(); !ok {
+		return nil, nil
+	}
+	reg, err := Registry(c)
+	if err != nil {
+		return nil, err
+	}
+	return schemaFirstOf(c, reg)
+}
+
+// schemaFirstOf makes the encoder of the schema-first value format reading
+// its schemas from reg, nil for another format. It never registers a
+// schema, whatever kafka.schema_registry.auto_register says (that key is
+// the avro format's).
+func schemaFirstOf(c *Config, reg *format.Registry) (*format.SchemaFirst, error) {
+	kind, ok := c.schemaFirstFormat()
+	if !ok {
+		return nil, nil
+	}
+	r := c.Kafka.SchemaRegistry
+	version, err := format.ParseVersion(r.Version)
+	if err != nil {
+		return nil, fmt.Errorf("kafka.schema_registry.version: %w", err)
+	}
+	enc, err := format.NewSchemaFirst(reg, format.SchemaFirstConfig{Kind: kind, Strategy: r.SubjectStrategy, Subject: r.Subject, Version: version, Message: r.Message})
+	if err != nil {
+		return nil, fmt.Errorf("kafka.value_format %s: %w", c.Kafka.ValueFormat, err)
+	}
+	return enc, nil
+}

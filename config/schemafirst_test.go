@@ -1,0 +1,69 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// TestSchemaFirstKeys: kafka.value_format registered_avro,
+// registered_protobuf and registered_jsonschema give the sink a
+// schema-first encoder with the subject strategy of
+// kafka.schema_registry.*; what cannot work is refused at load, naming the
+// key.
+func TestSchemaFirstKeys(t *testing.T) {
+	t.Parallel()
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
+	reg := "  schema_registry:\n    url: http://r:8080/apis/ccompat/v7\n"
+	for _, bad := range []struct{ yaml, want string }{
+		{"  value_format: registered_avro\n", "kafka.value_format registered_avro needs kafka.schema_registry.url"},
+		{"  key_format: registered_protobuf\n" + reg, "kafka.key_format registered_protobuf: the schema-first formats are for values"},
+		{"  value_format: registered_avro\n" + reg + "    message: shop.Order\n", "kafka.schema_registry.message \"shop.Order\" is for kafka.value_format registered_protobuf"},
+		{"  value_format: registered_avro\n" + reg + "    subject_strategy: record\n", `subject strategy "record": want type, topic_type or subject`},
+		{"  value_format: registered_avro\n" + reg + "    subject_strategy: subject\n", `the subject strategy "subject" needs a subject`},
+		{"  value_format: registered_avro\n" + reg + "    version: \"2\"\n", "version 2 with the subject strategy \"type\""},
+		{"  value_format: registered_avro\n" + reg + "    subject_strategy: subject\n    subject: s\n    version: first\n", `kafka.schema_registry.version: version "first"`},
+		{"  value_format: registered_jsonschema\n  expand_json_payload: true\n" + reg, "kafka.expand_json_payload with kafka.value_format registered_jsonschema"},
+	} {
+		if _, err := load(t, base+bad.yaml); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: err = %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+	for _, good := range []struct {
+		yaml     string
+		format   sink.Format
+		subjects []string
+	}{
+		{"  value_format: registered_avro\n" + reg + "    subjects: [OrderCreated, OrderPaid]\n", sink.FormatRegisteredAvro, []string{"OrderCreated", "OrderPaid"}},
+		{"  value_format: registered_protobuf\n" + reg + "    subject_strategy: subject\n    subject: orders-value\n    version: \"3\"\n    message: shop.Order\n", sink.FormatRegisteredProtobuf, []string{"orders-value"}},
+		{"  value_format: registered_jsonschema\n" + reg + "    subject_strategy: topic_type\n", sink.FormatRegisteredJSONSchema, nil},
+	} {
+		c, err := load(t, base+good.yaml)
+		if err != nil {
+			t.Fatalf("%q: %v", good.yaml, err)
+		}
+		sc, err := SinkConfig(c, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", good.yaml, err)
+		}
+		if sc.ValueFormat != good.format || sc.SchemaFirst == nil {
+			t.Errorf("%q: value format %s, encoder %v", good.yaml, sc.ValueFormat, sc.SchemaFirst)
+		}
+		if got := c.SchemaFirstSubjects(); strings.Join(got, ",") != strings.Join(good.subjects, ",") {
+			t.Errorf("%q: check's subjects %v, want %v", good.yaml, got, good.subjects)
+		}
+	}
+	c, err := load(t, base+"  value_format: registered_protobuf\n"+reg+"    subject_strategy: topic_type\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, _ := SchemaFirst(c)
+	if subject, err := sf.Subject("orders", "OrderCreated"); err != nil || subject != "orders-OrderCreated" {
+		t.Errorf("topic_type subject %q %v", subject, err)
+	}
+	if strategy, _ := sf.Strategy(); strategy != format.StrategyTopicType {
+		t.Errorf("strategy %s", strategy)
+	}
+}

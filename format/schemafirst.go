@@ -1,0 +1,351 @@
+package format
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/sr"
+)
+
+// Schema-first formats: the application writes JSON, and walrelay writes it
+// in the schema that a schema registry already holds for the event (its
+// type, or its topic and type, or one configured subject), in Confluent's
+// wire format. Nothing is inferred and, by default, nothing registered.
+const (
+	// KindAvro is Avro: the JSON converted by the schema (avro.go's
+	// encoding, github.com/hamba/avro/v2).
+	KindAvro = "AVRO"
+	// KindProtobuf is Protobuf: the JSON read as protojson reads it into
+	// the schema's message, written with Confluent's message indexes.
+	KindProtobuf = "PROTOBUF"
+	// KindJSONSchema is JSON Schema: the JSON validated, written as it is.
+	KindJSONSchema = "JSON"
+)
+
+// Subject strategies of the schema-first formats.
+const (
+	// StrategyType: the subject is the event's type.
+	StrategyType = "type"
+	// StrategyTopicType: the subject is <topic>-<type>.
+	StrategyTopicType = "topic_type"
+	// StrategySubject: one configured subject (and version) for every
+	// event.
+	StrategySubject = "subject"
+)
+
+// Latest is the version that names a subject's latest schema.
+const Latest = -1
+
+// ErrMismatch is a payload that does not fit its schema (a missing
+// required field, a field the schema does not have, a value of another
+// type): the event goes to the dead-letter topic. Its error is a
+// *MismatchError.
+var ErrMismatch = errors.New("the payload does not fit its schema")
+
+// MismatchError is a payload that does not fit the schema of its subject:
+// Field is where (a JSON pointer, "/order/qty"; "" for the whole payload),
+// Reason what.
+type MismatchError struct {
+	Subject string
+	Version int
+	Field   string
+	Reason  string
+}
+
+func (e *MismatchError) Error() string {
+	field := e.Field
+	if field == "" {
+		field = "/"
+	}
+	return fmt.Sprintf("subject %s version %d: field %s: %s", e.Subject, e.Version, field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// SchemaFirstConfig is what a schema-first encoder writes and where it
+// finds its schemas.
+type SchemaFirstConfig struct {
+	// Kind is KindAvro, KindProtobuf or KindJSONSchema. Required.
+	Kind string
+	// Strategy is StrategyType (the default), StrategyTopicType or
+	// StrategySubject.
+	Strategy string
+	// Subject is the subject of StrategySubject.
+	Subject string
+	// Version is the subject's version to use; Latest (or 0) for its
+	// latest, read again every LatestTTL.
+	Version int
+	// Message is the Protobuf message to write, by full or simple name;
+	// default the schema's first message.
+	Message string
+	// LatestTTL is how long a subject's latest schema is used before it is
+	// read again. Default 1 minute. A payload that does not fit a latest
+	// schema learnt more than 5 s ago makes walrelay read it again first
+	// (a new version registered meanwhile).
+	LatestTTL time.Duration
+}
+
+// SchemaFirst writes JSON payloads in the schema registered for their
+// event. It is safe for concurrent use.
+type SchemaFirst struct {
+	reg *Registry
+	cfg SchemaFirstConfig
+	mu  sync.Mutex
+	// schemas caches the compiled schema of each subject and version.
+	schemas map[subjectVersion]*compiledSchema
+}
+
+type subjectVersion struct {
+	subject string
+	version int
+}
+
+// compiledSchema is one version of a subject, ready to write payloads.
+type compiledSchema struct {
+	id      uint32
+	version int
+	learnt  time.Time
+	write   func(dst, payload []byte) ([]byte, *MismatchError)
+}
+
+// NewSchemaFirst returns an encoder reading its schemas from reg.
+func NewSchemaFirst(reg *Registry, cfg SchemaFirstConfig) (*SchemaFirst, error) {
+	switch cfg.Kind {
+	case KindAvro, KindProtobuf, KindJSONSchema:
+	default:
+		return nil, fmt.Errorf("schema-first format %q: want %s, %s or %s", cfg.Kind, KindAvro, KindProtobuf, KindJSONSchema)
+	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = StrategyType
+	}
+	if err := CheckStrategy(cfg.Strategy, cfg.Subject, cfg.Version); err != nil {
+		return nil, err
+	}
+	if cfg.Version == 0 {
+		cfg.Version = Latest
+	}
+	if cfg.Message != "" && cfg.Kind != KindProtobuf {
+		return nil, fmt.Errorf("a Protobuf message %q for format %s", cfg.Message, cfg.Kind)
+	}
+	if cfg.LatestTTL <= 0 {
+		cfg.LatestTTL = time.Minute
+	}
+	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}}, nil
+}
+
+// CheckStrategy checks a subject strategy with its subject and version
+// (0 or Latest: the latest).
+func CheckStrategy(strategy, subject string, version int) error {
+	switch strategy {
+	case "", StrategyType, StrategyTopicType:
+		if subject != "" {
+			return fmt.Errorf("a subject (%s) with the subject strategy %q: want the strategy %q", subject, strategy, StrategySubject)
+		}
+		if version > 0 {
+			return fmt.Errorf("version %d with the subject strategy %q: a version is for one subject (strategy %q)", version, strategy, StrategySubject)
+		}
+	case StrategySubject:
+		if subject == "" {
+			return fmt.Errorf("the subject strategy %q needs a subject", StrategySubject)
+		}
+	default:
+		return fmt.Errorf("subject strategy %q: want %s, %s or %s", strategy, StrategyType, StrategyTopicType, StrategySubject)
+	}
+	if version < Latest {
+		return fmt.Errorf("version %d: want a version (1 or more) or latest", version)
+	}
+	return nil
+}
+
+// ParseVersion reads a subject's version: "latest" (or empty), or a
+// number from 1.
+func ParseVersion(s string) (int, error) {
+	if s == "" || s == "latest" {
+		return Latest, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("version %q: want latest or a version number (1 or more)", s)
+	}
+	return n, nil
+}
+
+// Subject is the subject of an event of type typ to topic; an error if the
+// strategy needs a type and the event has none.
+func (s *SchemaFirst) Subject(topic, typ string) (string, error) {
+	switch s.cfg.Strategy {
+	case StrategySubject:
+		return s.cfg.Subject, nil
+	case StrategyTopicType:
+		if typ == "" {
+			return "", fmt.Errorf("%w: the event has no type, which names its subject (<topic>-<type>)", ErrNotRegistered)
+		}
+		return topic + "-" + typ, nil
+	}
+	if typ == "" {
+		return "", fmt.Errorf("%w: the event has no type, which names its subject", ErrNotRegistered)
+	}
+	return typ, nil
+}
+
+// Value writes payload, a JSON document, the value of an event of type
+// typ to topic, in its subject's schema, framed in Confluent's wire
+// format. A NULL payload is a tombstone (nil). Errors: ErrMismatch (a
+// *MismatchError), ErrNotRegistered (no such subject or version, or a
+// schema of another kind), ErrUnauthorized, or an outage.
+func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []byte) ([]byte, error) {
+	if payload == nil {
+		return nil, nil
+	}
+	subject, err := s.Subject(topic, typ)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.schema(ctx, subject, false)
+	if err != nil {
+		return nil, err
+	}
+	out, merr := c.write(Frame(make([]byte, 0, 16+len(payload)), c.id, nil), payload)
+	if merr != nil && s.cfg.Version == Latest && time.Since(c.learnt) > 5*time.Second {
+		// A new version may have been registered since: read it again.
+		if c2, err := s.schema(ctx, subject, true); err == nil && c2.id != c.id {
+			out, merr = c2.write(Frame(make([]byte, 0, 16+len(payload)), c2.id, nil), payload)
+		}
+	}
+	if merr != nil {
+		return nil, merr
+	}
+	return out, nil
+}
+
+// Check reads subject's configured version and compiles it: what `walrelay
+// check` reports (its id and version), or why it cannot be used.
+func (s *SchemaFirst) Check(ctx context.Context, subject string) (id uint32, version int, err error) {
+	c, err := s.schema(ctx, subject, true)
+	if err != nil {
+		return 0, 0, err
+	}
+	return c.id, c.version, nil
+}
+
+// Strategy returns the subject strategy and, for StrategySubject, its
+// subject.
+func (s *SchemaFirst) Strategy() (strategy, subject string) { return s.cfg.Strategy, s.cfg.Subject }
+
+// schema returns subject's compiled schema of the configured version,
+// from the cache unless refresh (or a latest too old).
+func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) (*compiledSchema, error) {
+	k := subjectVersion{subject, s.cfg.Version}
+	s.mu.Lock()
+	c, ok := s.schemas[k]
+	s.mu.Unlock()
+	if ok && !refresh && (s.cfg.Version != Latest || time.Since(c.learnt) < s.cfg.LatestTTL) {
+		return c, nil
+	}
+	ss, err := s.reg.cl.SchemaByVersion(ctx, subject, s.cfg.Version)
+	if err != nil {
+		err = classify(subject, err)
+		if ok && !errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrUnauthorized) {
+			// A registry that does not answer the reading again of a
+			// latest: the one known serves meanwhile.
+			return c, nil
+		}
+		return nil, err
+	}
+	c, err = s.compile(ctx, ss)
+	if err != nil {
+		return nil, fmt.Errorf("subject %s version %d: %w: %w", subject, ss.Version, ErrNotRegistered, err)
+	}
+	s.mu.Lock()
+	if len(s.schemas) >= maxCachedSchemas {
+		clear(s.schemas)
+	}
+	s.schemas[k] = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// compile makes a registered schema ready to write payloads.
+func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compiledSchema, error) {
+	kind := ss.Type.String() // AVRO when the API leaves schemaType out
+
+	if kind != s.cfg.Kind {
+		return nil, fmt.Errorf("a %s schema, and the format writes %s", kind, s.cfg.Kind)
+	}
+	if ss.ID < 0 || ss.ID > 1<<32-1 {
+		return nil, fmt.Errorf("the id %d, which Confluent's framing cannot carry", ss.ID)
+	}
+	c := &compiledSchema{id: uint32(ss.ID), version: ss.Version, learnt: time.Now()}
+	mismatch := func(field, reason string) *MismatchError {
+		return &MismatchError{Subject: ss.Subject, Version: ss.Version, Field: clip(field), Reason: clip(reason)}
+	}
+	var err error
+	switch s.cfg.Kind {
+	case KindAvro:
+		c.write, err = compileAvro(ss.Schema.Schema, mismatch)
+	case KindProtobuf:
+		var refs map[string]string
+		if refs, err = s.references(ctx, ss.Schema.References, 0); err == nil {
+			c.write, err = compileProtobuf(ctx, ss.Schema.Schema, refs, s.cfg.Message, mismatch)
+		}
+	case KindJSONSchema:
+		var refs map[string]string
+		if refs, err = s.references(ctx, ss.Schema.References, 0); err == nil {
+			c.write, err = compileJSONSchema(ss.Schema.Schema, refs, mismatch)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// references reads the schemas that a schema references (an imported
+// .proto, a $ref'd JSON Schema), by the name it references them with,
+// and theirs.
+func (s *SchemaFirst) references(ctx context.Context, refs []sr.SchemaReference, depth int) (map[string]string, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	if depth > 10 {
+		return nil, errors.New("schema references nested more than 10 deep")
+	}
+	out := map[string]string{}
+	for _, r := range refs {
+		ss, err := s.reg.cl.SchemaByVersion(ctx, r.Subject, r.Version)
+		if err != nil {
+			return nil, fmt.Errorf("reference %s (subject %s version %d): %w", r.Name, r.Subject, r.Version, classify(r.Subject, err))
+		}
+		out[r.Name] = ss.Schema.Schema
+		more, err := s.references(ctx, ss.Schema.References, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range more {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// maxReason bounds a mismatch's field and reason: they go into the log and
+// the dead letter's error header, and may quote the payload's values.
+const maxReason = 300
+
+// clip cuts s to maxReason bytes, on a character boundary.
+func clip(s string) string {
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -1,0 +1,332 @@
+package format
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/hamba/avro/v2"
+)
+
+// compileAvro parses an Avro schema of the registry and returns the writer
+// of JSON payloads in it: the JSON converted, by the schema, into the
+// values github.com/hamba/avro/v2 writes.
+func compileAvro(text string, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte) ([]byte, *MismatchError), error) {
+	schema, err := avro.ParseBytesWithCache([]byte(text), "", &avro.SchemaCache{})
+	if err != nil {
+		return nil, fmt.Errorf("parse the Avro schema: %w", err)
+	}
+	return func(dst, payload []byte) ([]byte, *MismatchError) {
+		v, err := decodeJSON(payload)
+		if err != nil {
+			return nil, mismatch("", err.Error())
+		}
+		native, field, reason := avroNative(schema, v, "")
+		if reason != "" {
+			return nil, mismatch(field, reason)
+		}
+		body, err := avro.Marshal(schema, native)
+		if err != nil {
+			return nil, mismatch("", err.Error())
+		}
+		return append(dst, body...), nil
+	}, nil
+}
+
+// decodeJSON reads one JSON document, numbers as json.Number.
+func decodeJSON(b []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if d.More() {
+		return nil, fmt.Errorf("not one JSON document: more after it")
+	}
+	return v, nil
+}
+
+// jsonType names a JSON value's type, for errors.
+func jsonType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// pointerToken escapes a JSON pointer's token (RFC 6901).
+func pointerToken(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+// avroNative converts the JSON value v at path (a JSON pointer) into what
+// hamba/avro writes in schema s: records and maps as map[string]any (a
+// record's missing fields given their defaults), a union's value as a
+// one-entry map naming its branch. A value that does not fit returns the
+// field and the reason.
+func avroNative(s avro.Schema, v any, path string) (out any, field, reason string) {
+	want := func() (any, string, string) {
+		return nil, path, fmt.Sprintf("want %s, got %s", avroTypeName(s), jsonType(v))
+	}
+	switch s.Type() {
+	case avro.Ref:
+		return avroNative(s.(*avro.RefSchema).Schema(), v, path)
+	case avro.Null:
+		if v != nil {
+			return want()
+		}
+		return nil, "", ""
+	case avro.Boolean:
+		if b, ok := v.(bool); ok {
+			return b, "", ""
+		}
+		return want()
+	case avro.Int, avro.Long:
+		n, ok := v.(json.Number)
+		if !ok {
+			return want()
+		}
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil {
+			return nil, path, fmt.Sprintf("want %s, got %s", avroTypeName(s), n)
+		}
+		if s.Type() == avro.Int {
+			if int64(int32(i)) != i {
+				return nil, path, fmt.Sprintf("%d is out of an int's range", i)
+			}
+			return int32(i), "", ""
+		}
+		return i, "", ""
+	case avro.Float, avro.Double:
+		n, ok := v.(json.Number)
+		if !ok {
+			return want()
+		}
+		f, err := strconv.ParseFloat(string(n), 64)
+		if err != nil {
+			return nil, path, fmt.Sprintf("%s is out of a %s's range", n, s.Type())
+		}
+		if s.Type() == avro.Float {
+			return float32(f), "", ""
+		}
+		return f, "", ""
+	case avro.String:
+		if str, ok := v.(string); ok {
+			return str, "", ""
+		}
+		return want()
+	case avro.Bytes:
+		str, ok := v.(string)
+		if !ok {
+			return want()
+		}
+		b, ok := latin1(str)
+		if !ok {
+			return nil, path, "want bytes (a string of code points up to U+00FF, as Avro's JSON encoding writes them)"
+		}
+		return b, "", ""
+	case avro.Fixed:
+		fs := s.(*avro.FixedSchema)
+		str, ok := v.(string)
+		if !ok {
+			return want()
+		}
+		b, ok := latin1(str)
+		if !ok || len(b) != fs.Size() {
+			return nil, path, fmt.Sprintf("want %d bytes of the fixed %s", fs.Size(), fs.FullName())
+		}
+		a := reflect.New(reflect.ArrayOf(fs.Size(), reflect.TypeFor[byte]())).Elem()
+		reflect.Copy(a, reflect.ValueOf(b))
+		return a.Interface(), "", ""
+	case avro.Enum:
+		es := s.(*avro.EnumSchema)
+		str, ok := v.(string)
+		if !ok {
+			return want()
+		}
+		for _, sym := range es.Symbols() {
+			if sym == str {
+				return str, "", ""
+			}
+		}
+		return nil, path, fmt.Sprintf("%q is not a symbol of the enum %s (%s)", str, es.FullName(), strings.Join(es.Symbols(), ", "))
+	case avro.Array:
+		a, ok := v.([]any)
+		if !ok {
+			return want()
+		}
+		items := s.(*avro.ArraySchema).Items()
+		out := make([]any, len(a))
+		for i, e := range a {
+			n, f, r := avroNative(items, e, path+"/"+strconv.Itoa(i))
+			if r != "" {
+				return nil, f, r
+			}
+			out[i] = n
+		}
+		return out, "", ""
+	case avro.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return want()
+		}
+		values := s.(*avro.MapSchema).Values()
+		out := make(map[string]any, len(m))
+		for k, e := range m {
+			n, f, r := avroNative(values, e, path+"/"+pointerToken(k))
+			if r != "" {
+				return nil, f, r
+			}
+			out[k] = n
+		}
+		return out, "", ""
+	case avro.Record:
+		rs := s.(*avro.RecordSchema)
+		m, ok := v.(map[string]any)
+		if !ok {
+			return want()
+		}
+		out := make(map[string]any, len(rs.Fields()))
+		for _, f := range rs.Fields() {
+			fp := path + "/" + pointerToken(f.Name())
+			e, present := m[f.Name()]
+			if !present {
+				if !f.HasDefault() {
+					return nil, fp, fmt.Sprintf("missing: the field %s of the record %s is required (it has no default)", f.Name(), rs.FullName())
+				}
+				d, err := defaultJSON(f.Default())
+				if err != nil {
+					return nil, fp, fmt.Sprintf("the default of %s: %v", f.Name(), err)
+				}
+				e = d
+			}
+			n, ff, r := avroNative(f.Type(), e, fp)
+			if r != "" {
+				return nil, ff, r
+			}
+			out[f.Name()] = n
+		}
+		for k := range m {
+			if !hasField(rs, k) {
+				return nil, path + "/" + pointerToken(k), fmt.Sprintf("the record %s has no field %s", rs.FullName(), k)
+			}
+		}
+		return out, "", ""
+	case avro.Union:
+		us := s.(*avro.UnionSchema)
+		if v == nil {
+			for _, b := range us.Types() {
+				if b.Type() == avro.Null {
+					return map[string]any{}, "", ""
+				}
+			}
+		}
+		var reasons []string
+		for _, b := range us.Types() {
+			if b.Type() == avro.Null {
+				continue
+			}
+			n, _, r := avroNative(b, v, path)
+			if r == "" {
+				return map[string]any{branchName(b): n}, "", ""
+			}
+			reasons = append(reasons, r)
+		}
+		// Avro's own JSON encoding of a union: {"<branch>": value}.
+		if m, ok := v.(map[string]any); ok && len(m) == 1 {
+			for k, e := range m {
+				for _, b := range us.Types() {
+					if branchName(b) == k {
+						n, f, r := avroNative(b, e, path+"/"+pointerToken(k))
+						if r != "" {
+							return nil, f, r
+						}
+						return map[string]any{k: n}, "", ""
+					}
+				}
+			}
+		}
+		return nil, path, fmt.Sprintf("fits none of the union's types (%s): %s", avroTypeName(s), strings.Join(reasons, "; "))
+	}
+	return nil, path, fmt.Sprintf("the Avro type %s is not supported", s.Type())
+}
+
+func hasField(rs *avro.RecordSchema, name string) bool {
+	for _, f := range rs.Fields() {
+		if f.Name() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultJSON is a field's default as JSON decodes it (numbers as
+// json.Number), whatever Go type the schema parser gave it.
+func defaultJSON(d any) (any, error) {
+	if d == nil {
+		return nil, nil
+	}
+	if b, ok := d.([]byte); ok {
+		return string(b), nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return decodeJSON(b)
+}
+
+// latin1 is Avro's JSON encoding of bytes: each code point a byte.
+func latin1(s string) ([]byte, bool) {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		if r > 0xff {
+			return nil, false
+		}
+		b = append(b, byte(r))
+	}
+	return b, true
+}
+
+// branchName is how hamba/avro names a union's branch: a named type by its
+// full name, else its type (with its logical type).
+func branchName(s avro.Schema) string {
+	if r, ok := s.(*avro.RefSchema); ok {
+		s = r.Schema()
+	}
+	if n, ok := s.(avro.NamedSchema); ok {
+		return n.FullName()
+	}
+	name := string(s.Type())
+	if ls, ok := s.(avro.LogicalTypeSchema); ok && ls.Logical() != nil {
+		name += "." + string(ls.Logical().Type())
+	}
+	return name
+}
+
+// avroTypeName names a schema for errors.
+func avroTypeName(s avro.Schema) string {
+	if u, ok := s.(*avro.UnionSchema); ok {
+		var names []string
+		for _, b := range u.Types() {
+			names = append(names, branchName(b))
+		}
+		return strings.Join(names, " | ")
+	}
+	return branchName(s)
+}
