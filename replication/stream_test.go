@@ -26,6 +26,17 @@ func serverConn(t *testing.T) (*pgtest.Server, *pgx.Conn) {
 	return pg, conn
 }
 
+// execer returns a function that runs sql on conn and fails the test,
+// naming the SQL, on an error.
+func execer(t *testing.T, conn *pgx.Conn) func(sql string) {
+	return func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
 // streamed gives a test a server with an outbox, its publication and slot,
 // and one committed transaction of rows rows after the slot.
 func streamed(t *testing.T, rows int) *pgtest.Server {
