@@ -71,18 +71,7 @@ var Settings = map[string]string{
 // EnvDSN) and stops it when the test ends.
 func Start(t TB) *Server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := New(ctx)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Logf("stop postgres: %v", err)
-		}
-	})
-	return s
+	return started(t, New)
 }
 
 // StartBin is Start with the server binaries of bin (a bin directory),
@@ -90,9 +79,16 @@ func Start(t TB) *Server {
 // such as an upgrade from one to another.
 func StartBin(t TB, bin string) *Server {
 	t.Helper()
+	return started(t, func(ctx context.Context) (*Server, error) { return newThrowaway(ctx, bin) })
+}
+
+// started gives a test the server that newServer starts (within a minute)
+// and stops it when the test ends.
+func started(t TB, newServer func(context.Context) (*Server, error)) *Server {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := newThrowaway(ctx, bin)
+	s, err := newServer(ctx)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
