@@ -1,7 +1,6 @@
 package migrations
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -19,12 +18,7 @@ func conns(t *testing.T, n int) []*pgx.Conn {
 	pg := pgtest.Start(t)
 	cs := make([]*pgx.Conn, n)
 	for i := range cs {
-		c, err := pgx.Connect(t.Context(), pg.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		cs[i] = c
+		cs[i] = pgtest.Connect(t, pg.DSN)
 	}
 	return cs
 }

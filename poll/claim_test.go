@@ -21,13 +21,7 @@ import (
 // test ends.
 func serverConn(t testing.TB) *pgx.Conn {
 	t.Helper()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
+	return pgtest.Connect(t, pgtest.Start(t).DSN)
 }
 
 // insertCreatedPaid writes the rows "created" and "paid" of aggregate o-1

@@ -1,7 +1,6 @@
 package recovery
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,12 +19,7 @@ import (
 func serverConn(t *testing.T) (*pgtest.Server, *pgx.Conn) {
 	t.Helper()
 	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return pg, conn
+	return pg, pgtest.Connect(t, pg.DSN)
 }
 
 // migratedConn is serverConn's connection to a database walrelay migrate

@@ -18,12 +18,7 @@ import (
 func serverConn(t *testing.T) (*pgtest.Server, *pgx.Conn) {
 	t.Helper()
 	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return pg, conn
+	return pg, pgtest.Connect(t, pg.DSN)
 }
 
 // execer returns a function that runs sql on conn and fails the test,
@@ -243,11 +238,7 @@ func TestStatusUpdateTiming(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { sess.Close(errors.New("test over")) })
-		conn, err := pgx.Connect(t.Context(), pg.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close(context.Background()) })
+		conn := pgtest.Connect(t, pg.DSN)
 		return pg, conn, sess
 	}
 

@@ -100,6 +100,20 @@ func started(t TB, newServer func(context.Context) (*Server, error)) *Server {
 	return s
 }
 
+// Connect gives a test a connection to dsn (a server of Start's, or
+// another database on it), closed when the test ends.
+func Connect(t TB, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // New starts a server, or creates a database on the server of EnvDSN.
 func New(ctx context.Context) (*Server, error) {
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
