@@ -18,9 +18,7 @@ import (
 func TestOthersSearchPathDoesNotBlockStart(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	e := baseEnv(pg, kc)
 	mallory := asRole(t, pg, su, "mallory", "CREATE SCHEMA tenant_m AUTHORIZATION mallory")
 	execSQL(t, mallory, "ALTER ROLE mallory SET search_path = tenant_m, public",
@@ -41,9 +39,7 @@ func TestOthersSearchPathDoesNotBlockStart(t *testing.T) {
 func TestOverloadOfOtherArityDoesNotBlockStart(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	e := baseEnv(pg, kc)
 	mallory := asRole(t, pg, su, "mallory", "GRANT CREATE ON SCHEMA public TO PUBLIC")
 	execSQL(t, mallory, "CREATE FUNCTION public.walrelay_emit(x int) RETURNS void LANGUAGE sql AS 'SELECT NULL'",
@@ -72,9 +68,7 @@ func TestDefinerWithSQLBodyRefused(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
 	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", "true")
-	if code, out := runCmd(t, e, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "migrate")
 	execSQL(t, su, `CREATE FUNCTION public.refund(p text) RETURNS pg_lsn LANGUAGE sql SECURITY DEFINER
 		BEGIN ATOMIC SELECT pg_logical_emit_message(true, 'walrelay', p); END`)
 	if code, out := runCmd(t, e, "check"); code == 0 || !strings.Contains(out, "refund") {
@@ -104,9 +98,7 @@ func TestDefinerWithSQLBodyRefused(t *testing.T) {
 func TestMessagesBeforePrivilegesDeadLettered(t *testing.T) {
 	t.Parallel()
 	pg, kc, col, su := bareSetup(t)
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	e := baseEnv(pg, kc)
 	p := streaming(t, e)
 	p.signal(15)
@@ -224,9 +216,7 @@ func TestMessagesBypassTableRulesRefused(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
 	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", "true")
-	if code, out := runCmd(t, e, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "migrate")
 	execSQL(t, su, "CREATE FUNCTION public.stamp() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'",
 		"CREATE TRIGGER stamp BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION public.stamp()")
 	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "BEFORE INSERT trigger stamp") {
