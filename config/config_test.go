@@ -419,3 +419,40 @@ func TestSchemaRegistryKeys(t *testing.T) {
 		t.Errorf("the registry's password is not among the secrets")
 	}
 }
+
+// TestPasswordFiles: kafka.sasl.password_file and
+// kafka.schema_registry.password_file are read (the final newline
+// dropped) into the password they stand for, which is then a secret; a
+// missing or empty file is refused naming its key, and so is a password
+// set as well, naming both keys.
+func TestPasswordFiles(t *testing.T) {
+	dir := t.TempDir()
+	pw, empty := filepath.Join(dir, "pw"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(pw, []byte("s3cr3t-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
+	sasl := func(more string) string { return "  sasl:\n    mechanism: PLAIN\n    username: u\n" + more }
+	registry := func(more string) string { return "  schema_registry:\n    url: http://r/x\n    username: u\n" + more }
+	c, err := load(t, base+sasl("    password_file: "+pw+"\n")+registry("    password_file: "+pw+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Kafka.SASL.Password != "s3cr3t-file" || c.Kafka.SchemaRegistry.Password != "s3cr3t-file" || !slices.Contains(c.Secrets(), "s3cr3t-file") {
+		t.Fatalf("the files' password: SASL %q, registry %q, a secret %v; want s3cr3t-file in both, and a secret",
+			c.Kafka.SASL.Password, c.Kafka.SchemaRegistry.Password, slices.Contains(c.Secrets(), "s3cr3t-file"))
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{sasl("    password: p\n    password_file: " + pw + "\n"), "kafka.sasl.password_file and kafka.sasl.password are both set: keep one"},
+		{registry("    password: p\n    password_file: " + pw + "\n"), "kafka.schema_registry.password_file and kafka.schema_registry.password are both set: keep one"},
+		{sasl("    password_file: " + filepath.Join(dir, "missing") + "\n"), "kafka.sasl.password_file: open " + filepath.Join(dir, "missing")},
+		{registry("    password_file: " + empty + "\n"), "kafka.schema_registry.password_file: " + empty + " is empty"},
+	} {
+		if _, err := load(t, base+bad.yaml); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: err = %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+}

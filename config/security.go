@@ -37,26 +37,27 @@ func (c *Config) readSecrets() error {
 		}
 		c.pgPassword = pw
 	}
-	if f := c.Kafka.SASL.PasswordFile; f != "" {
-		if c.Kafka.SASL.Password != "" {
-			return errors.New("kafka.sasl.password_file and kafka.sasl.password are both set: keep one")
-		}
-		pw, err := readSecret("kafka.sasl.password_file", f)
-		if err != nil {
-			return err
-		}
-		c.Kafka.SASL.Password = pw
+	if err := passwordFile("kafka.sasl.password", c.Kafka.SASL.PasswordFile, &c.Kafka.SASL.Password); err != nil {
+		return err
 	}
-	if f := c.Kafka.SchemaRegistry.PasswordFile; f != "" {
-		if c.Kafka.SchemaRegistry.Password != "" {
-			return errors.New("kafka.schema_registry.password_file and kafka.schema_registry.password are both set: keep one")
-		}
-		pw, err := readSecret("kafka.schema_registry.password_file", f)
-		if err != nil {
-			return err
-		}
-		c.Kafka.SchemaRegistry.Password = pw
+	return passwordFile("kafka.schema_registry.password", c.Kafka.SchemaRegistry.PasswordFile, &c.Kafka.SchemaRegistry.Password)
+}
+
+// passwordFile reads the password of the key key+"_file", the file path
+// (none if empty), into *pw, the password of the key key, which must not be
+// set as well.
+func passwordFile(key, path string, pw *string) error {
+	if path == "" {
+		return nil
 	}
+	if *pw != "" {
+		return fmt.Errorf("%s_file and %s are both set: keep one", key, key)
+	}
+	s, err := readSecret(key+"_file", path)
+	if err != nil {
+		return err
+	}
+	*pw = s
 	return nil
 }
 

@@ -36,11 +36,7 @@ func withIDs(key string, seq int, ids ...string) *kgo.Record {
 func TestOneReadingOfTheID(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
+	dlq := e.collectDLQ(t)
 	e.produce(t,
 		withIDs("order-1", 1, "evt-1", "corr-42"),
 		withIDs("order-1", 2, "evt-2", "corr-42"),
@@ -145,11 +141,7 @@ func TestHandlerKillingItsConnectionIsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
+	dlq := e.collectDLQ(t)
 	e.produce(t, event("slow", "order-1", 1), event("suicide", "order-1", 2), event("fine", "order-1", 3))
 	var mu sync.Mutex
 	attempts := map[string][]int{}

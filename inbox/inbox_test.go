@@ -191,6 +191,18 @@ func (e *env) count(t *testing.T) int {
 	return n
 }
 
+// collectDLQ collects the records of the inbox's dead-letter topic until
+// the test ends.
+func (e *env) collectDLQ(t *testing.T) *kafkatest.Collector {
+	t.Helper()
+	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dlq.Close)
+	return dlq
+}
+
 // TestEachEventOnce: 600 events on 3 partitions, 100 of them produced a
 // second time at later offsets (as a relay's crash leaves them), read by a
 // consumer that is stopped and started again midway: each event's effect
@@ -305,11 +317,7 @@ func TestFailuresRetriedThenDeadLettered(t *testing.T) {
 		}
 		return record(ctx, tx, m)
 	}
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
+	dlq := e.collectDLQ(t)
 	e.produce(t, recs...)
 	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, h)
 	waitfor.Until(t, time.Minute, "39 handled", func() bool { return e.count(t) == 39 })
@@ -394,11 +402,7 @@ func TestHandlerErrorsOfAnyKindAreDeadLettered(t *testing.T) {
 		}
 		return record(ctx, tx, m)
 	}
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
+	dlq := e.collectDLQ(t)
 	e.produce(t, recs...)
 	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond}, h)
 	waitfor.Until(t, time.Minute, "9 handled", func() bool { return e.count(t) == 9 })

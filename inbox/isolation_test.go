@@ -200,11 +200,7 @@ func TestRetentionCountsTheSegmentRoll(t *testing.T) {
 func TestServerRestartIsNotCountedOnAnyWorker(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 2)
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
+	dlq := e.collectDLQ(t)
 	// Events until both partitions have one.
 	parts := map[int32]bool{}
 	produced := 0
@@ -273,29 +269,14 @@ func TestServerRestartIsNotCountedOnAnyWorker(t *testing.T) {
 func TestAttemptCountsEveryRun(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	ctx := t.Context()
-	if _, err := e.pool.Exec(ctx, `CREATE TABLE parent (id int PRIMARY KEY);
-		CREATE TABLE child (id int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
-		t.Fatal(err)
-	}
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
-	e.produce(t, event("good-1", "order-1", 1), event("good-2", "order-1", 2), event("bad", "order-1", 3), event("good-3", "order-1", 4))
+	dlq := e.commitFault(t)
 	var mu sync.Mutex
 	attempts := map[string][]int{}
 	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 		mu.Lock()
 		attempts[m.ID] = append(attempts[m.ID], m.Attempt)
 		mu.Unlock()
-		if m.ID == "bad" {
-			if _, err := tx.Exec(ctx, "INSERT INTO child VALUES (42)"); err != nil { // no parent 42: fails at commit
-				return err
-			}
-		}
-		return record(ctx, tx, m)
+		return failAtCommit(ctx, tx, m)
 	}
 	stop := e.start(t, inbox.Config{MaxAttempts: 2, BatchMaxTime: time.Minute, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, h)
 	waitfor.Until(t, 15*time.Second, "the guilty event dead-lettered and the others handled", func() bool {

@@ -118,6 +118,32 @@ func TestOldAndNewClaimsSerialize(t *testing.T) {
 	})
 }
 
+// commitFault gives e the tables parent and child, whose foreign key is
+// checked at commit, collects the dead-letter topic, and produces the
+// events good-1, good-2, bad and good-3 of one key, for a handler of
+// failAtCommit.
+func (e *env) commitFault(t *testing.T) *kafkatest.Collector {
+	t.Helper()
+	if _, err := e.pool.Exec(t.Context(), `CREATE TABLE parent (id int PRIMARY KEY);
+		CREATE TABLE child (id int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	dlq := e.collectDLQ(t)
+	e.produce(t, event("good-1", "order-1", 1), event("good-2", "order-1", 2), event("bad", "order-1", 3), event("good-3", "order-1", 4))
+	return dlq
+}
+
+// failAtCommit is record, but the handler of the event bad also writes a
+// child row without its parent, which fails the transaction at its commit.
+func failAtCommit(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+	if m.ID == "bad" {
+		if _, err := tx.Exec(ctx, "INSERT INTO child VALUES (42)"); err != nil { // no parent 42: fails at commit
+			return err
+		}
+	}
+	return record(ctx, tx, m)
+}
+
 // TestCommitFailureCountsOnlyItsRecord: a handler whose fault surfaces
 // only at the batch's commit (a DEFERRABLE INITIALLY DEFERRED constraint
 // it violates) fails a transaction that other records share: the batch's
@@ -127,26 +153,8 @@ func TestOldAndNewClaimsSerialize(t *testing.T) {
 func TestCommitFailureCountsOnlyItsRecord(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	ctx := t.Context()
-	if _, err := e.pool.Exec(ctx, `CREATE TABLE parent (id int PRIMARY KEY);
-		CREATE TABLE child (id int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
-		t.Fatal(err)
-	}
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
-	e.produce(t, event("good-1", "order-1", 1), event("good-2", "order-1", 2), event("bad", "order-1", 3), event("good-3", "order-1", 4))
-	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		if m.ID == "bad" {
-			if _, err := tx.Exec(ctx, "INSERT INTO child VALUES (42)"); err != nil { // no parent 42: fails at commit
-				return err
-			}
-		}
-		return record(ctx, tx, m)
-	}
-	stop := e.start(t, inbox.Config{MaxAttempts: 1, BatchMaxTime: time.Minute, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, h)
+	dlq := e.commitFault(t)
+	stop := e.start(t, inbox.Config{MaxAttempts: 1, BatchMaxTime: time.Minute, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, failAtCommit)
 	waitfor.Until(t, 15*time.Second, "the guilty event dead-lettered", func() bool {
 		for _, r := range dlq.Records() {
 			if string(kafkatest.Header(r, "id")) == "bad" {
@@ -180,11 +188,7 @@ func TestCommitFailureCountsOnlyItsRecord(t *testing.T) {
 func TestSessionCutFromOutsideIsNotCounted(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
+	dlq := e.collectDLQ(t)
 	e.produce(t, event("innocent", "order-1", 1))
 	running := make(chan struct{}, 10)
 	var mu sync.Mutex
@@ -231,11 +235,7 @@ func TestSessionCutFromOutsideIsNotCounted(t *testing.T) {
 func TestServerRestartIsNotCounted(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
+	dlq := e.collectDLQ(t)
 	e.produce(t, event("through-restart", "order-1", 1))
 	running := make(chan struct{}, 10)
 	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {

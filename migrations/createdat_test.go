@@ -1,7 +1,6 @@
 package migrations
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,30 @@ import (
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 )
 
+// conns gives a test a server and n connections to it, closed when the
+// test ends.
+func conns(t *testing.T, n int) []*pgx.Conn {
+	t.Helper()
+	pg := pgtest.Start(t)
+	cs := make([]*pgx.Conn, n)
+	for i := range cs {
+		cs[i] = pgtest.Connect(t, pg.DSN)
+	}
+	return cs
+}
+
+// polled gives conn's database the outbox of migrate --poll (Apply, then
+// ApplyPoll, with the default layout).
+func polled(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if _, err := Apply(t.Context(), conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ApplyPoll(t.Context(), conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCreatedAtWaitsBounded: adding created_at to a table that a long
 // transaction uses waits a bounded time for the table's lock, then fails
 // naming the cause, having changed nothing (the application's writes
@@ -19,16 +42,8 @@ import (
 // added.
 func TestCreatedAtWaitsBounded(t *testing.T) {
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	connect := func() *pgx.Conn {
-		c, err := pgx.Connect(ctx, pg.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		return c
-	}
-	conn, other := connect(), connect()
+	cs := conns(t, 2)
+	conn, other := cs[0], cs[1]
 	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
 		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)`); err != nil {
 		t.Fatal(err)
@@ -60,12 +75,7 @@ func TestCreatedAtWaitsBounded(t *testing.T) {
 // the CREATE INDEX CONCURRENTLY statement instead.
 func TestCreatedAtIndex(t *testing.T) {
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	conn := conns(t, 1)[0]
 	was := indexRowsAtOnce
 	indexRowsAtOnce = 10
 	t.Cleanup(func() { indexRowsAtOnce = was })
@@ -100,12 +110,7 @@ func TestCreatedAtIndex(t *testing.T) {
 func TestCreatedAtOfExistingRowsIsUnknown(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	conn := conns(t, 1)[0]
 	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
 		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb);
 		INSERT INTO outbox SELECT gen_random_uuid(), 'order', 'old-' || g, 'T', '{}' FROM generate_series(1, 10) g`); err != nil {

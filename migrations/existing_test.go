@@ -4,10 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 )
 
 // TestExistingRowsSent: migrate --poll --existing-rows sent over a table
@@ -15,13 +12,8 @@ import (
 // sent_at (prune deletes them in time), and new rows are PENDING with no
 // sent_at; a value other than sent or pending is refused.
 func TestExistingRowsSent(t *testing.T) {
-	pg := pgtest.Start(t)
+	conn := conns(t, 1)[0]
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
 	if _, err := Apply(ctx, conn, decoder.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -55,19 +47,9 @@ func TestExistingRowsSent(t *testing.T) {
 // migration, an INVALID poll index is given back as the statements that
 // drop it and build it again without blocking the writers.
 func TestInvalidIndexGivenToRebuild(t *testing.T) {
-	pg := pgtest.Start(t)
+	conn := conns(t, 1)[0]
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	if _, err := Apply(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ApplyPoll(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	polled(t, conn)
 	was := indexRowsAtOnce
 	indexRowsAtOnce = 10
 	t.Cleanup(func() { indexRowsAtOnce = was })

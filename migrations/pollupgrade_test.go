@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 )
 
 // TestParkingUpgradeWaitsBounded (review of issue 36 item 6): migrate
@@ -49,22 +48,9 @@ func preParking(t *testing.T, conn *pgx.Conn) {
 // (upgrade) or of this version (a re-run, which changes nothing).
 func parkingUpgrade(t *testing.T, upgrade bool) {
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	connect := func() *pgx.Conn {
-		c, err := pgx.Connect(ctx, pg.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		return c
-	}
-	conn, long, app := connect(), connect(), connect()
-	if _, err := Apply(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ApplyPoll(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	cs := conns(t, 3)
+	conn, long, app := cs[0], cs[1], cs[2]
+	polled(t, conn)
 	if upgrade {
 		preParking(t, conn)
 	}
@@ -136,18 +122,8 @@ func parkingUpgrade(t *testing.T, upgrade bool) {
 // the CREATE INDEX CONCURRENTLY statement instead.
 func TestParkingUpgradeOfLargeTable(t *testing.T) {
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	if _, err := Apply(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ApplyPoll(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	conn := conns(t, 1)[0]
+	polled(t, conn)
 	preParking(t, conn)
 	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) SELECT gen_random_uuid(), 'order', 'o', 'T', '{}' FROM generate_series(1, 11)`); err != nil {
 		t.Fatal(err)

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/migrations"
@@ -23,11 +21,7 @@ func TestEmitPrefixUnderBothSettings(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
+	conn := pgtest.Connect(t, pg.DSN)
 	const prefix = `it's\walrelay`
 	if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: prefix, Messages: true}); err != nil {
 		t.Fatal(err)

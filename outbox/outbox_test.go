@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"context"
 	"database/sql"
 	"slices"
 	"strings"
@@ -22,11 +21,7 @@ import (
 func setup(t *testing.T, l decoder.Layout) *pgx.Conn {
 	t.Helper()
 	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	conn := pgtest.Connect(t, pg.DSN)
 	if l.Schema != "" {
 		if _, err := conn.Exec(t.Context(), "CREATE SCHEMA "+pgx.Identifier{l.Schema}.Sanitize()); err != nil {
 			t.Fatal(err)

@@ -17,17 +17,53 @@ import (
 	"github.com/walrelay/walrelay/recovery"
 )
 
+// serverConn gives a test a server and a connection to it, closed when the
+// test ends.
+func serverConn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	return pgtest.Connect(t, pgtest.Start(t).DSN)
+}
+
+// insertCreatedPaid writes the rows "created" and "paid" of aggregate o-1
+// in that order in one transaction, the id of paid sorting first.
+func insertCreatedPaid(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	ctx := t.Context()
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, r := range [][2]string{{"ffffffff-0000-4000-8000-000000000000", "created"}, {"00000000-0000-4000-8000-000000000000", "paid"}} {
+			if _, err := tx.Exec(ctx, "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'o-1', $2, '{}')", r[0], r[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimAggregate claims one batch of the table of layout l, ordered by
+// aggregate.
+func claimAggregate(t *testing.T, conn *pgx.Conn, l decoder.Layout) []*row {
+	t.Helper()
+	rt, err := recovery.Open(t.Context(), conn, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := newTable(rt, Config{Ordering: OrderAggregate, OnDead: DeadSkip, BatchSize: 100, MaxBatchBytes: 1 << 20, MaxEventBytes: 1 << 20, Lease: 30e9})
+	rows, _, err := tb.claim(t.Context(), conn, "w:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
 // claimFixture is an outbox with the poll columns on a real PostgreSQL,
 // and the statements of a poller with cfg's ordering rules.
 func claimFixture(t testing.TB, cfg Config) (*pgx.Conn, *table) {
 	t.Helper()
-	pg := pgtest.Start(t)
+	conn := serverConn(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
 	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
 		t.Fatal(err)
 	}

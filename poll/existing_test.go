@@ -1,18 +1,13 @@
 package poll
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/migrations"
-	"github.com/walrelay/walrelay/recovery"
 )
 
 // TestRowsThereBeforeMigrateKeepInsertOrder: rows in an outbox before
@@ -33,13 +28,8 @@ func TestRowsThereBeforeMigrateKeepInsertOrder(t *testing.T) {
 		{"now() default", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pg := pgtest.Start(t)
+			conn := serverConn(t)
 			ctx := t.Context()
-			conn, err := pgx.Connect(ctx, pg.DSN)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { conn.Close(context.Background()) })
 			for _, s := range tc.setup {
 				if _, err := conn.Exec(ctx, s); err != nil {
 					t.Fatal(err)
@@ -53,23 +43,13 @@ func TestRowsThereBeforeMigrateKeepInsertOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				for _, r := range [][2]string{{"ffffffff-0000-4000-8000-000000000000", "created"}, {"00000000-0000-4000-8000-000000000000", "paid"}} {
-					if _, err := tx.Exec(ctx, "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'o-1', $2, '{}')", r[0], r[1]); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			insertCreatedPaid(t, conn)
 			if !tc.oneTx {
 				if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			_, err = migrations.ApplyPoll(ctx, conn, decoder.Config{})
+			_, err := migrations.ApplyPoll(ctx, conn, decoder.Config{})
 			var ee *migrations.ExistingRowsError
 			if !errors.As(err, &ee) || !strings.Contains(err.Error(), "--existing-rows sent") || !strings.Contains(err.Error(), "--existing-rows pending") {
 				t.Fatalf("migrate --poll on a table with rows and no status column, no choice: %v, want a refusal naming --existing-rows sent and pending", err)
@@ -85,15 +65,7 @@ func TestRowsThereBeforeMigrateKeepInsertOrder(t *testing.T) {
 			if err := CheckTable(ctx, conn, l); err != nil {
 				t.Fatal(err)
 			}
-			rt, err := recovery.Open(ctx, conn, l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb := newTable(rt, Config{Ordering: OrderAggregate, OnDead: DeadSkip, BatchSize: 100, MaxBatchBytes: 1 << 20, MaxEventBytes: 1 << 20, Lease: 30e9})
-			rows, _, err := tb.claim(ctx, conn, "w:1")
-			if err != nil {
-				t.Fatal(err)
-			}
+			rows := claimAggregate(t, conn, l)
 			var got []string
 			for _, r := range rows {
 				got = append(got, r.e.Type)

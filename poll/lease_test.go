@@ -11,7 +11,8 @@ import (
 
 // probeReads runs fn in a transaction it rolls back, after a VACUUM of the
 // outbox, and returns how many blocks of the outbox and its indexes fn
-// read (as claimReads measures a claim).
+// read (pg_stat_get_xact_blocks_fetched; claimReads measures a claim with
+// it).
 func probeReads(t *testing.T, conn *pgx.Conn, fn func(tx pgx.Tx)) int64 {
 	t.Helper()
 	ctx := t.Context()

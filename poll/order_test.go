@@ -1,17 +1,12 @@
 package poll
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/migrations"
-	"github.com/walrelay/walrelay/recovery"
 )
 
 // TestClaimOrderOfOneTransaction: an outbox that had a created_at column
@@ -23,13 +18,8 @@ import (
 // migration kept now(), and the claim fell back on the ids: [paid created].
 func TestClaimOrderOfOneTransaction(t *testing.T) {
 	t.Parallel()
-	pg := pgtest.Start(t)
+	conn := serverConn(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
 	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -43,26 +33,8 @@ func TestClaimOrderOfOneTransaction(t *testing.T) {
 	if err := CheckTable(ctx, conn, l); err != nil {
 		t.Fatalf("CheckTable after migrate --poll: %v", err)
 	}
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		for _, r := range [][2]string{{"ffffffff-0000-4000-8000-000000000000", "created"}, {"00000000-0000-4000-8000-000000000000", "paid"}} {
-			if _, err := tx.Exec(ctx, "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'o-1', $2, '{}')", r[0], r[1]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := recovery.Open(ctx, conn, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := newTable(rt, Config{Ordering: OrderAggregate, OnDead: DeadSkip, BatchSize: 100, MaxBatchBytes: 1 << 20, MaxEventBytes: 1 << 20, Lease: 30e9})
-	rows, _, err := tb.claim(ctx, conn, "w:1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	insertCreatedPaid(t, conn)
+	rows := claimAggregate(t, conn, l)
 	var got []string
 	for _, r := range rows {
 		got = append(got, r.e.Type)

@@ -21,39 +21,24 @@ import (
 // returns the claimed rows' aggregates and how many blocks of the outbox
 // and its indexes the claim read (pg_stat_get_xact_blocks_fetched: the
 // transaction's own counts, hits and reads alike): the work of the claim,
-// which machines' speed does not change. It vacuums the outbox first.
+// which machines' speed does not change. It vacuums the outbox first
+// (probeReads).
 func claimReads(t *testing.T, conn *pgx.Conn, tb *table) ([]string, int64) {
 	t.Helper()
-	ctx := t.Context()
 	// The index entries of the rows' versions before they were parked
 	// are read until a scan finds them dead, or a vacuum removes them:
-	// what is measured is the claims after that.
-	if _, err := conn.Exec(ctx, "VACUUM outbox"); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // the claim is only measured
-	const fetched = `SELECT sum(pg_stat_get_xact_blocks_fetched(oid))::int8 FROM pg_class
-		WHERE oid = 'outbox'::regclass OR oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'outbox'::regclass)`
-	var before, after int64
-	if err := tx.QueryRow(ctx, fetched).Scan(&before); err != nil {
-		t.Fatal(err)
-	}
-	rows, _, err := tb.claim(ctx, tx.Conn(), "measure:1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow(ctx, fetched).Scan(&after); err != nil {
-		t.Fatal(err)
-	}
+	// what is measured is the claims after that (probeReads vacuums).
 	var aggs []string
-	for _, r := range rows {
-		aggs = append(aggs, r.e.AggregateID)
-	}
-	return aggs, after - before
+	n := probeReads(t, conn, func(tx pgx.Tx) {
+		rows, _, err := tb.claim(t.Context(), tx.Conn(), "measure:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			aggs = append(aggs, r.e.AggregateID)
+		}
+	})
+	return aggs, n
 }
 
 // insertMany inserts n rows of aggregate agg in one statement (each its
@@ -177,6 +162,20 @@ func release(t *testing.T, conn *pgx.Conn, tb *table) int64 {
 	return n
 }
 
+// sentAgain is the end of a block of a-0 that leaves it unsent (what says
+// how): no row behind it is released, the next claim takes a-0 alone,
+// and it is marked SENT.
+func sentAgain(t *testing.T, conn *pgx.Conn, tb *table, ids map[string]string, what string) {
+	t.Helper()
+	if n := release(t, conn, tb); n != 0 {
+		t.Fatalf("released %d rows while a-0 is unsent", n)
+	}
+	if got, want := claimNames(t, conn, tb, "w:u", ids), []string{"a-0"}; !slices.Equal(got, want) {
+		t.Fatalf("a-0 %s: claimed %v, want %v", what, got, want)
+	}
+	markAs(t, conn, tb, "w:u", "SENT", ids, "a-0")
+}
+
 // TestParkedRowsKeepOrder: the rows behind a blocked row are parked by the
 // claim that passes them over, a row inserted later for the blocked
 // aggregate too; none is claimed ahead of the blocked row, whatever
@@ -193,13 +192,7 @@ func TestParkedRowsKeepOrder(t *testing.T) {
 	}{
 		{"backoff_then_sent", DeadSkip, "available_at = now() + interval '1 hour', attempts = 1", func(t *testing.T, conn *pgx.Conn, tb *table, ids map[string]string) {
 			set(t, conn, ids["a-0"], "available_at = now()") // its backoff ends
-			if n := release(t, conn, tb); n != 0 {
-				t.Fatalf("released %d rows while a-0 is unsent", n)
-			}
-			if got, want := claimNames(t, conn, tb, "w:u", ids), []string{"a-0"}; !slices.Equal(got, want) {
-				t.Fatalf("a-0 due again: claimed %v, want %v", got, want)
-			}
-			markAs(t, conn, tb, "w:u", "SENT", ids, "a-0")
+			sentAgain(t, conn, tb, ids, "due again")
 		}},
 		{"backoff_then_dead_skip", DeadSkip, "available_at = now() + interval '1 hour', attempts = 1", func(t *testing.T, conn *pgx.Conn, tb *table, ids map[string]string) {
 			set(t, conn, ids["a-0"], "status = 'DEAD'") // out of attempts: skip lets the rest go
@@ -208,13 +201,7 @@ func TestParkedRowsKeepOrder(t *testing.T) {
 			if _, _, err := Retry(t.Context(), conn, tb.rt.Layout(), []string{ids["a-0"]}, false, false); err != nil {
 				t.Fatal(err)
 			}
-			if n := release(t, conn, tb); n != 0 {
-				t.Fatalf("released %d rows while a-0 is unsent", n)
-			}
-			if got, want := claimNames(t, conn, tb, "w:u", ids), []string{"a-0"}; !slices.Equal(got, want) {
-				t.Fatalf("a-0 retried: claimed %v, want %v", got, want)
-			}
-			markAs(t, conn, tb, "w:u", "SENT", ids, "a-0")
+			sentAgain(t, conn, tb, ids, "retried")
 		}},
 		{"dead_block_then_dlq_replay", DeadBlock, "status = 'DEAD', attempts = 20", func(t *testing.T, conn *pgx.Conn, tb *table, ids map[string]string) {
 			// recovery's markReplayed, after dlq replay sent it.

@@ -1,7 +1,6 @@
 package poll
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/sink"
 
@@ -104,13 +102,8 @@ func TestClaimDespiteFailedRelease(t *testing.T) {
 // partition for them (or a DEFAULT one) satisfies the check.
 func TestCheckTableWantsParkedPartition(t *testing.T) {
 	t.Parallel()
-	pg := pgtest.Start(t)
+	conn := serverConn(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
 	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
 			type varchar(255) NOT NULL, payload jsonb, status text NOT NULL DEFAULT 'PENDING') PARTITION BY LIST (status);
 		CREATE TABLE outbox_unsent PARTITION OF outbox FOR VALUES IN ('PENDING', 'SENDING');

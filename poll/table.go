@@ -148,6 +148,24 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	), parked AS (
 		UPDATE ` + q + ` SET status = 'PARKED' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM topark))
 	)`
+		// The three statements that release parked rows share their
+		// parts: firstParked(a) holds when the first unsent row of
+		// aggregate a is PARKED (a free aggregate), release(limit) is the
+		// CTE rel of the first parked rows (limit of them) of each free
+		// aggregate, at most parkBatches batches in all, and setBack the
+		// update that sets rel's rows back to PENDING.
+		firstParked := func(a string) string {
+			return `(SELECT e.status FROM ` + q + ` e
+			WHERE e.` + agg + ` = ` + a + ` AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'`
+		}
+		release := func(limit string) string {
+			return `rel AS (
+		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
+			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED) r
+		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
+	)`
+		}
+		setBack := `UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
 		// The sweep visits at most sweepAggs aggregates with parked rows,
 		// from after the last one the previous sweep visited (a per-table
 		// cursor, $2, in the aggregate column's type, {{aggtype}}, read on
@@ -162,14 +180,9 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		SELECT (SELECT p.` + agg + ` FROM ` + q + ` p WHERE p.status = 'PARKED' AND p.` + agg + ` > aggs.a ORDER BY p.` + agg + ` LIMIT 1), aggs.n + 1
 		FROM aggs WHERE aggs.a IS NOT NULL AND aggs.n < ` + strconv.Itoa(sweepAggs(cfg.BatchSize)) + `
 	), free AS (
-		SELECT aggs.a FROM aggs WHERE aggs.a IS NOT NULL AND (SELECT e.status FROM ` + q + ` e
-			WHERE e.` + agg + ` = aggs.a AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'
-	), rel AS (
-		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
-			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $1 FOR UPDATE SKIP LOCKED) r
-		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
-	), upd AS (
-		UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel)) RETURNING 1
+		SELECT aggs.a FROM aggs WHERE aggs.a IS NOT NULL AND ` + firstParked("aggs.a") + `
+	), ` + release("$1") + `, upd AS (
+		` + setBack + ` RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM aggs WHERE a IS NOT NULL), (SELECT a::text FROM aggs WHERE a IS NOT NULL ORDER BY n DESC LIMIT 1)`
 		}
@@ -182,14 +195,9 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		SELECT (SELECT p.` + agg + ` FROM ` + q + ` p WHERE p.status = 'PARKED' AND p.` + agg + ` > aggs.a ORDER BY p.` + agg + ` LIMIT 1)
 		FROM aggs WHERE aggs.a IS NOT NULL
 	), free AS (
-		SELECT aggs.a FROM aggs WHERE aggs.a IS NOT NULL AND (SELECT e.status FROM ` + q + ` e
-			WHERE e.` + agg + ` = aggs.a AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'
-	), rel AS (
-		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
-			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $1 FOR UPDATE SKIP LOCKED) r
-		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
-	)
-	UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
+		SELECT aggs.a FROM aggs WHERE aggs.a IS NOT NULL AND ` + firstParked("aggs.a") + `
+	), ` + release("$1") + `
+	` + setBack
 		// Release from the mark: once a mark committed, the aggregates of
 		// the rows it changed whose first unsent row is PARKED (the row that
 		// blocked them was just sent, or DEAD under on_dead skip) have their
@@ -201,14 +209,9 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		// poller (dlq replay's mark, a DELETE, on_dead switched to skip).
 		t.releaseMarkedSQL = `WITH free AS (
 		SELECT a.a FROM (SELECT DISTINCT m.` + agg + ` AS a FROM ` + q + ` m WHERE m.` + id + ` = ANY($1::text[]::` + idType + `[])) a
-		WHERE (SELECT e.status FROM ` + q + ` e
-			WHERE e.` + agg + ` = a.a AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'
-	), rel AS (
-		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
-			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT $2 FOR UPDATE SKIP LOCKED) r
-		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
-	)
-	UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
+		WHERE ` + firstParked("a.a") + `
+	), ` + release("$2") + `
+	` + setBack
 		// A window over the batch and the blockers, by aggregate in
 		// order: a row is held back when a blocker comes before it.
 		ok = `SELECT _wr_id, _wr_prev, _wr_size FROM (

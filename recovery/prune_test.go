@@ -20,12 +20,7 @@ import (
 func pruneFixture(t *testing.T, n int, slots ...string) (*pgtest.Server, *pgx.Conn, *Table) {
 	t.Helper()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	pg, conn := serverConn(t)
 	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,25 @@ import (
 	"github.com/walrelay/walrelay/migrations"
 )
 
+// serverConn gives a test a server and a connection to it, closed when the
+// test ends.
+func serverConn(t *testing.T) (*pgtest.Server, *pgx.Conn) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	return pg, pgtest.Connect(t, pg.DSN)
+}
+
+// migratedConn is serverConn's connection to a database walrelay migrate
+// prepared (its outbox table).
+func migratedConn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	_, conn := serverConn(t)
+	if _, err := migrations.Apply(t.Context(), conn, decoder.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // TestReplayOrderOfPolledRows: the poll source updates the rows it sends
 // (status, lease, sent_at), which gives them the transaction id, command
 // id and place of the update: a row sent after a retry, behind later rows
@@ -23,15 +42,7 @@ import (
 func TestReplayOrderOfPolledRows(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	conn := migratedConn(t)
 	if _, err := migrations.ApplyPoll(ctx, conn, decoder.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -80,12 +91,7 @@ func TestReplayOrderOfPolledRows(t *testing.T) {
 func TestFirstWroteOrder(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
+	_, conn := serverConn(t)
 	// The 32-bit xid of d transactions ago.
 	ago := func(d int64) string {
 		return fmt.Sprintf("((((txid_current() - %d) %% 4294967296) + 4294967296) %% 4294967296)::text::xid", d)
@@ -127,15 +133,7 @@ func TestFirstWroteOrder(t *testing.T) {
 func TestRowsLeaveOutLargeColumns(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	conn := migratedConn(t)
 	if _, err := conn.Exec(ctx, `ALTER TABLE outbox ADD COLUMN tenant text;
 		INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant)
 		VALUES (gen_random_uuid(), 'order', 'o-1', 'T', '{}', repeat('k', 5000)), (gen_random_uuid(), 'order', 'o-2', 'T', '{}', 'small')`); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/outbox"
 )
@@ -53,12 +52,7 @@ func insertMixed(t *testing.T, conn *pgx.Conn, tag, cols, vals string) {
 func TestTimeWindowsOnMixedIDs(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
+	pg, conn := serverConn(t)
 	const slot = "window_mixed"
 	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
 		t.Fatal(err)
@@ -111,12 +105,7 @@ func TestTimeWindowsOnMixedIDs(t *testing.T) {
 func TestTimeWindowsOnExistingTable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
+	_, conn := serverConn(t)
 	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
 		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)`); err != nil {
 		t.Fatal(err)
@@ -182,15 +171,7 @@ func TestTimeWindowsOnExistingTable(t *testing.T) {
 func TestDocsSQLRunsAsWritten(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	if _, err := migrations.Apply(ctx, conn, decoder.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	conn := migratedConn(t)
 	for _, doc := range []string{"../README.md", "../docs/outbox.md"} {
 		b, err := os.ReadFile(doc)
 		if err != nil {
@@ -228,12 +209,7 @@ func TestDocsSQLRunsAsWritten(t *testing.T) {
 func TestCreatedAtOfAnotherType(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
+	_, conn := serverConn(t)
 	if _, err := conn.Exec(ctx, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
 		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb, created_at timestamp DEFAULT (now() AT TIME ZONE 'UTC'))`); err != nil {
 		t.Fatal(err)

@@ -239,11 +239,7 @@ func TestRestartResendsInOrder(t *testing.T) {
 func outboxDB(t *testing.T, more ...string) (*pgtest.Server, *pgx.Conn) {
 	t.Helper()
 	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	conn := pgtest.Connect(t, pg.DSN)
 	for _, sql := range append([]string{`CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL,
 		type text NOT NULL, payload jsonb)`}, more...) {
 		if _, err := conn.Exec(t.Context(), sql); err != nil {

@@ -22,12 +22,7 @@ func TestPublicationGapSeenWithClientMinMessagesError(t *testing.T) {
 	t.Parallel()
 	_, conn := serverConn(t)
 	ctx := t.Context()
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execer(t, conn)
 	exec("CREATE TABLE outbox (id int PRIMARY KEY)")
 	exec("SELECT pg_create_logical_replication_slot('cmm', 'pgoutput')")
 	exec("INSERT INTO outbox VALUES (1)")
@@ -111,11 +106,10 @@ func TestSkippedPublicationWarningLocalized(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v >= 180000 {
+		exec := execer(t, conn)
 		for _, sql := range []string{"CREATE TABLE outbox (id int PRIMARY KEY)", "SELECT pg_create_logical_replication_slot('loc', 'pgoutput')",
 			"INSERT INTO outbox VALUES (1)", "CREATE PUBLICATION late FOR TABLE outbox"} {
-			if _, err := conn.Exec(ctx, sql); err != nil {
-				t.Fatalf("%s: %v", sql, err)
-			}
+			exec(sql)
 		}
 		var got *pgconn.Notice
 		cfg := conn.Config()
@@ -162,6 +156,19 @@ func TestSkippedPublicationWarningLocalized(t *testing.T) {
 	}
 }
 
+// lateTableServer gives a test a server with the tables outbox and outbox2,
+// a publication p of outbox alone, and the slot add created after it, and
+// returns a connection and its execer.
+func lateTableServer(t *testing.T) (*pgx.Conn, func(sql string)) {
+	t.Helper()
+	_, conn := serverConn(t)
+	exec := execer(t, conn)
+	exec("CREATE TABLE outbox (id int PRIMARY KEY); CREATE TABLE outbox2 (id int PRIMARY KEY)")
+	exec("CREATE PUBLICATION p FOR TABLE outbox WITH (publish = 'insert')")
+	exec("SELECT pg_create_logical_replication_slot('add', 'pgoutput')")
+	return conn, exec
+}
+
 // TestTablesAddedAfterSlot: a table added to the publication (ALTER
 // PUBLICATION ADD TABLE) after the slot's position is a gap: pgoutput
 // decodes each transaction with the publication's tables as of its commit,
@@ -170,17 +177,8 @@ func TestSkippedPublicationWarningLocalized(t *testing.T) {
 // such a table; a table published before the slot was created is none.
 func TestTablesAddedAfterSlot(t *testing.T) {
 	t.Parallel()
-	_, conn := serverConn(t)
+	conn, exec := lateTableServer(t)
 	ctx := t.Context()
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	exec("CREATE TABLE outbox (id int PRIMARY KEY); CREATE TABLE outbox2 (id int PRIMARY KEY)")
-	exec("CREATE PUBLICATION p FOR TABLE outbox WITH (publish = 'insert')")
-	exec("SELECT pg_create_logical_replication_slot('add', 'pgoutput')")
 	if added, err := TablesAddedAfterSlot(ctx, conn, "add", "p"); err != nil || len(added) != 0 {
 		t.Fatalf("before the ALTER: TablesAddedAfterSlot = %v, %v; want none", added, err)
 	}
@@ -217,17 +215,8 @@ func TestTablesAddedAfterSlot(t *testing.T) {
 // nothing either, and the rows passed over were told of by nothing.
 func TestTablesAddedAfterSlotSurvivesAPublicationRewrite(t *testing.T) {
 	t.Parallel()
-	_, conn := serverConn(t)
+	conn, exec := lateTableServer(t)
 	ctx := t.Context()
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	exec("CREATE TABLE outbox (id int PRIMARY KEY); CREATE TABLE outbox2 (id int PRIMARY KEY)")
-	exec("CREATE PUBLICATION p FOR TABLE outbox WITH (publish = 'insert')")
-	exec("SELECT pg_create_logical_replication_slot('add', 'pgoutput')")
 	exec("INSERT INTO outbox2 VALUES (1)") // after the slot, before the table is published: passed over
 	exec("ALTER PUBLICATION p ADD TABLE outbox2")
 	for _, rewrite := range []string{

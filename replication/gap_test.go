@@ -21,12 +21,7 @@ func TestPublicationGap(t *testing.T) {
 	t.Parallel()
 	_, conn := serverConn(t)
 	ctx := t.Context()
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execer(t, conn)
 	gap := func(slot, pub string, want bool) {
 		t.Helper()
 		if got, err := PublicationGap(ctx, conn, slot, pub); err != nil || got != want {

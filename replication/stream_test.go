@@ -18,12 +18,18 @@ import (
 func serverConn(t *testing.T) (*pgtest.Server, *pgx.Conn) {
 	t.Helper()
 	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
+	return pg, pgtest.Connect(t, pg.DSN)
+}
+
+// execer returns a function that runs sql on conn and fails the test,
+// naming the SQL, on an error.
+func execer(t *testing.T, conn *pgx.Conn) func(sql string) {
+	return func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
 	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return pg, conn
 }
 
 // streamed gives a test a server with an outbox, its publication and slot,
@@ -232,11 +238,7 @@ func TestStatusUpdateTiming(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { sess.Close(errors.New("test over")) })
-		conn, err := pgx.Connect(t.Context(), pg.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close(context.Background()) })
+		conn := pgtest.Connect(t, pg.DSN)
 		return pg, conn, sess
 	}
 

@@ -12,12 +12,7 @@ func watchServer(t *testing.T, create string) (exec func(string), read func() []
 	t.Helper()
 	_, conn := serverConn(t)
 	ctx := t.Context()
-	exec = func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec = execer(t, conn)
 	exec("CREATE SCHEMA ob; CREATE TABLE ob.outbox (id int PRIMARY KEY); CREATE TABLE ob.other (id int PRIMARY KEY)")
 	exec(create)
 	exec("SELECT pg_create_logical_replication_slot('w', 'pgoutput')")
@@ -47,6 +42,28 @@ func watchServer(t *testing.T, create string) (exec func(string), read func() []
 	return exec, read, inserts
 }
 
+// passedOver publishes ob.outbox by create, writes row 1, unpublishes it by
+// off, writes row 2 (passed over by the stream), publishes it again by on
+// and writes row 3: the watch's next reading must see it, and its problems
+// are returned. how says what was done between the two readings.
+func passedOver(t *testing.T, create, off, on, how string) []string {
+	t.Helper()
+	exec, read, inserts := watchServer(t, create)
+	exec("INSERT INTO ob.outbox VALUES (1)")
+	exec(off)
+	exec("INSERT INTO ob.outbox VALUES (2)") // passed over
+	exec(on)
+	exec("INSERT INTO ob.outbox VALUES (3)")
+	if n := inserts(); n != 2 {
+		t.Fatalf("the stream holds %d of 3 rows; the test expects row 2 passed over", n)
+	}
+	problems := read()
+	if len(problems) == 0 {
+		t.Fatalf("WatchPublication saw nothing, but row 2 of ob.outbox was passed over by the stream (%s between two readings)", how)
+	}
+	return problems
+}
+
 // TestWatchPublicationSeesPublishToggledOffAndOn: second review of #37
 // (review37b). Inserts turned off and on again between two readings (5 s
 // apart in walrelay run) pass the rows written in between over, with no
@@ -54,19 +71,9 @@ func watchServer(t *testing.T, create string) (exec func(string), read func() []
 // as read, and saw nothing; it now sees the publication's row rewritten.
 func TestWatchPublicationSeesPublishToggledOffAndOn(t *testing.T) {
 	t.Parallel()
-	exec, read, inserts := watchServer(t, "CREATE PUBLICATION p FOR TABLE ob.outbox WITH (publish = 'insert')")
-	exec("INSERT INTO ob.outbox VALUES (1)")
-	exec("ALTER PUBLICATION p SET (publish = 'update')")
-	exec("INSERT INTO ob.outbox VALUES (2)") // passed over
-	exec("ALTER PUBLICATION p SET (publish = 'insert')")
-	exec("INSERT INTO ob.outbox VALUES (3)")
-	if n := inserts(); n != 2 {
-		t.Fatalf("the stream holds %d of 3 rows; the test expects row 2 passed over", n)
-	}
-	problems := read()
-	if len(problems) == 0 {
-		t.Fatalf("WatchPublication saw nothing, but row 2 of ob.outbox was passed over by the stream (publish turned off and on between two readings)")
-	}
+	problems := passedOver(t, "CREATE PUBLICATION p FOR TABLE ob.outbox WITH (publish = 'insert')",
+		"ALTER PUBLICATION p SET (publish = 'update')", "ALTER PUBLICATION p SET (publish = 'insert')",
+		"publish turned off and on")
 	if !strings.Contains(strings.Join(problems, "; "), "rewritten") {
 		t.Fatalf("problems %q do not say the publication's row was rewritten", problems)
 	}
@@ -80,18 +87,9 @@ func TestWatchPublicationSeesPublishToggledOffAndOn(t *testing.T) {
 // whether it was the same row, and saw nothing.
 func TestWatchPublicationSeesSchemaDroppedAndAddedAgain(t *testing.T) {
 	t.Parallel()
-	exec, read, inserts := watchServer(t, "CREATE PUBLICATION p FOR TABLES IN SCHEMA ob WITH (publish = 'insert')")
-	exec("INSERT INTO ob.outbox VALUES (1)")
-	exec("ALTER PUBLICATION p DROP TABLES IN SCHEMA ob")
-	exec("INSERT INTO ob.outbox VALUES (2)") // passed over
-	exec("ALTER PUBLICATION p ADD TABLES IN SCHEMA ob")
-	exec("INSERT INTO ob.outbox VALUES (3)")
-	if n := inserts(); n != 2 {
-		t.Fatalf("the stream holds %d of 3 rows; the test expects row 2 passed over", n)
-	}
-	if problems := read(); len(problems) == 0 {
-		t.Fatalf("WatchPublication saw nothing, but row 2 of ob.outbox was passed over by the stream (schema dropped from the publication and added again between two readings)")
-	}
+	passedOver(t, "CREATE PUBLICATION p FOR TABLES IN SCHEMA ob WITH (publish = 'insert')",
+		"ALTER PUBLICATION p DROP TABLES IN SCHEMA ob", "ALTER PUBLICATION p ADD TABLES IN SCHEMA ob",
+		"schema dropped from the publication and added again")
 }
 
 // TestWatchPublicationQuietOnTableChanges: the sound side. An ALTER

@@ -15,9 +15,7 @@ func TestMigratePollExistingRows(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.Start(t)
 	e := env{"WALRELAY_POSTGRES_DSN": pg.DSN}
-	if code, out := runCmd(t, e, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "migrate")
 	conn := connect(t, pg.DSN)
 	execSQL(t, conn, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) SELECT gen_random_uuid(), 'order', 'o-1', 'T', '{}' FROM generate_series(1, 3)`)
 	code, out := runCmd(t, e, "migrate", "--poll")

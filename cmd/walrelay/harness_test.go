@@ -441,12 +441,7 @@ func setupWith(t *testing.T, addrs []string, prefix string) (*pgtest.Server, *ka
 
 func connect(t *testing.T, dsn string) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
+	return pgtest.Connect(t, dsn)
 }
 
 // writer writes outbox rows as an application would, remembering each

@@ -241,9 +241,7 @@ func TestMessagePrefixFollowsTheConfiguration(t *testing.T) {
 	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", "true", "WALRELAY_OUTBOX_MESSAGE_PREFIX", "orders", "WALRELAY_OUTBOX_IGNORE_MESSAGE_PREFIXES", "audit")
 
 	// The database migrated with the default prefix: refused.
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_OUTBOX_MESSAGES": "true"}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_OUTBOX_MESSAGES": "true"}, "migrate")
 	code, out := runCmd(t, e, "run")
 	if code != 1 || !strings.Contains(lastLine(out), "walrelay_emit(uuid, text, text, text, jsonb) emits under another prefix") {
 		t.Fatalf("exit %d, want the prefix mismatch refused:\n%s", code, tail(out, 2000))

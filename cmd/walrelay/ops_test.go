@@ -28,6 +28,15 @@ func runCmd(t *testing.T, e env, args ...string) (int, string) {
 	return code, p.out.String()
 }
 
+// mustRun runs walrelay with args and e, and fails the test unless it
+// exits 0, naming the command and giving its output.
+func mustRun(t *testing.T, e env, args ...string) {
+	t.Helper()
+	if code, out := runCmd(t, e, args...); code != 0 {
+		t.Fatalf("%s: exit %d\n%s", strings.Join(args, " "), code, out)
+	}
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -321,9 +321,7 @@ func TestOutboxWriterRollsBack(t *testing.T) {
 func TestOrdersExampleKeepsToItsTable(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, conn := bareSetup(t)
-	if code, out := runCmd(t, baseEnv(pg, kc), "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, baseEnv(pg, kc), "migrate")
 	orders := exampleBin(t, "orders")
 	execSQL(t, conn, "CREATE TABLE orders (id bigint PRIMARY KEY, note text)", "INSERT INTO orders VALUES (1, 'a real order')")
 	p := startBin(t, orders, env{}, "-dsn", pg.DSN, "-count", "3")

@@ -686,9 +686,7 @@ func TestPollCommands(t *testing.T) {
 	kc := newBroker(t)
 	pg := pgtest.Start(t)
 	e := pollEnv(pg, kc)
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	code, out := runCmd(t, e, "run")
 	if code != 1 || !strings.Contains(out, "lacks what the poll source needs") || !strings.Contains(out, "walrelay migrate --poll") {
 		t.Fatalf("run before migrate --poll: exit %d\n%s", code, out)
@@ -903,9 +901,7 @@ func TestPollWithoutLogicalReplication(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), "SELECT to_regclass('public.outbox') IS NOT NULL OR EXISTS (SELECT 1 FROM pg_publication)").Scan(&exists); err != nil || exists {
 		t.Fatalf("a refused migrate left a table or a publication (%v)", err)
 	}
-	if code, out := runCmd(t, pollEnv(pg, kc), "migrate", "--poll"); code != 0 {
-		t.Fatalf("migrate --poll: exit %d\n%s", code, out)
-	}
+	mustRun(t, pollEnv(pg, kc), "migrate", "--poll")
 	execSQL(t, conn, "CREATE ROLE poller LOGIN NOREPLICATION", "GRANT SELECT, UPDATE ON outbox TO poller")
 	dsn := strings.Replace(pg.DSN, "postgres://postgres@", "postgres://poller@", 1)
 	if dsn == pg.DSN {

@@ -5,7 +5,25 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
+
+// streamingWithRows starts walrelay with e and has it publish 5 rows of a
+// writer of 3 aggregates (seed), which it returns: the state before the
+// publication is changed under the running walrelay.
+func streamingWithRows(t *testing.T, e env, conn *pgx.Conn, col *kafkatest.Collector, seed uint64) (*proc, *writer) {
+	t.Helper()
+	p := streaming(t, e)
+	w := newWriter(3, seed)
+	if err := w.write(t.Context(), conn, 5, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	return p, w
+}
 
 // TestOutboxRemovedFromPublicationStops: an outbox table taken out of the
 // publication while walrelay streams (ALTER PUBLICATION ... DROP TABLE,
@@ -20,12 +38,7 @@ func TestOutboxRemovedFromPublicationStops(t *testing.T) {
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
 	e := baseEnv(pg, kc)
-	p := streaming(t, e)
-	w := newWriter(3, 91)
-	if err := w.write(t.Context(), conn, 5, 5); err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, col, w.written(), time.Minute)
+	p, w := streamingWithRows(t, e, conn, col, 91)
 	execSQL(t, conn, "ALTER PUBLICATION walrelay_outbox DROP TABLE outbox")
 	if err := w.write(t.Context(), conn, 5, 5); err != nil {
 		t.Fatal(err)
@@ -62,12 +75,7 @@ func TestOutboxRemovedAndAddedAgainStops(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
-	p := streaming(t, baseEnv(pg, kc))
-	w := newWriter(3, 92)
-	if err := w.write(t.Context(), conn, 5, 5); err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, col, w.written(), time.Minute)
+	p, w := streamingWithRows(t, baseEnv(pg, kc), conn, col, 92)
 	execSQL(t, conn, "ALTER PUBLICATION walrelay_outbox DROP TABLE outbox")
 	if err := w.write(t.Context(), conn, 5, 5); err != nil {
 		t.Fatal(err)
@@ -94,12 +102,7 @@ func TestQuietSessionStopsOnPublicationGap(t *testing.T) {
 		sep = "&"
 	}
 	e := baseEnv(pg, kc).with("WALRELAY_POSTGRES_DSN", pg.DSN+sep+"options=-c%20client_min_messages%3Derror")
-	p := streaming(t, e)
-	w := newWriter(3, 29)
-	if err := w.write(t.Context(), conn, 5, 5); err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, col, w.written(), time.Minute)
+	p, w := streamingWithRows(t, e, conn, col, 29)
 	execSQL(t, conn, "DROP PUBLICATION walrelay_outbox")
 	if err := w.write(t.Context(), conn, 5, 5); err != nil {
 		t.Fatal(err)

@@ -69,9 +69,7 @@ func TestLostSlotRunbook(t *testing.T) {
 	if code, out := runCmd(t, e, "run"); code != 1 || !strings.Contains(lastLine(out), "walrelay reconcile --since") {
 		t.Fatalf("run after the drop: exit %d, want the refusal naming reconcile:\n%s", code, tail(out, 2000))
 	}
-	if code, out := runCmd(t, e, "slot", "create"); code != 0 {
-		t.Fatalf("slot create: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "slot", "create")
 	p = streaming(t, e)
 	after := newWriter(5, 43)
 	if err := after.write(t.Context(), conn, 100, 10); err != nil {
@@ -163,9 +161,7 @@ func TestLostSlotRunbookRandomIDs(t *testing.T) {
 	if code, out := runCmd(t, e, "run"); code != 1 || !strings.Contains(lastLine(out), "--all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids") {
 		t.Fatalf("run after the drop: exit %d, want the refusal naming reconcile --all:\n%s", code, tail(out, 2000))
 	}
-	if code, out := runCmd(t, e, "slot", "create"); code != 0 {
-		t.Fatalf("slot create: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "slot", "create")
 	p = streaming(t, e) // reconcile waits for the slot to confirm past its start
 	if code, out := runCmd(t, e, "reconcile", "--since", "10m"); code != 1 || !strings.Contains(out, "--all") {
 		t.Fatalf("reconcile --since on random ids: exit %d, want a refusal naming --all:\n%s", code, out)

@@ -59,9 +59,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 			}
 			t.Cleanup(col.Close)
 			pg := pgtest.Start(t)
-			if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-				t.Fatalf("migrate: exit %d\n%s", code, out)
-			}
+			mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 			e := env{
 				"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_KAFKA_BROKERS": strings.Join(kc.Addrs(), ","), "WALRELAY_ADMIN_LISTEN": "",
 				"WALRELAY_KAFKA_TLS_CA_FILE": certs.CAFile, "WALRELAY_KAFKA_SASL_MECHANISM": tc.mechanism, "WALRELAY_KAFKA_SASL_USERNAME": user,
@@ -99,9 +97,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 		t.Parallel()
 		kc := kafkatest.Start(t, kfake.TLS(certs.ServerConfig(false)), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", user, password))
 		pg := pgtest.Start(t)
-		if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-			t.Fatalf("migrate: exit %d\n%s", code, out)
-		}
+		mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 		good := env{
 			"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_KAFKA_BROKERS": strings.Join(kc.Addrs(), ","), "WALRELAY_ADMIN_LISTEN": "",
 			"WALRELAY_KAFKA_TLS_CA_FILE": certs.CAFile, "WALRELAY_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
@@ -239,9 +235,7 @@ func TestWrongKafkaPort(t *testing.T) {
 	}
 	pg := pgtest.Start(t)
 	e := env{"WALRELAY_POSTGRES_DSN": pg.DSN, "WALRELAY_KAFKA_BROKERS": addr, "WALRELAY_ADMIN_LISTEN": ""}
-	if code, out := runCmd(t, e, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "migrate")
 	code, out := runCmd(t, e, "run")
 	if code != 1 || !strings.Contains(lastLine(out), "as a KRaft controller's listener") || !strings.Contains(lastLine(out), "kafka.brokers must name the brokers' client listeners") ||
 		strings.Contains(lastLine(out), "SASL missing") {

@@ -11,6 +11,20 @@ import (
 	"github.com/walrelay/walrelay/outbox"
 )
 
+// runExited starts walrelay run with e and waits up to 20 s for it to
+// exit (a refusal to start): it returns the process and whether it
+// exited.
+func runExited(t *testing.T, e env) (*proc, bool) {
+	t.Helper()
+	p := start(t, e, "run")
+	select {
+	case <-p.done:
+		return p, true
+	case <-time.After(20 * time.Second):
+		return p, false
+	}
+}
+
 // TestOthersSearchPathDoesNotBlockStart: a role without INSERT on the
 // outbox sets its own search_path to a schema it owns and creates a
 // walrelay_emit there; it writes no events, so check passes (issue 34
@@ -18,9 +32,7 @@ import (
 func TestOthersSearchPathDoesNotBlockStart(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	e := baseEnv(pg, kc)
 	mallory := asRole(t, pg, su, "mallory", "CREATE SCHEMA tenant_m AUTHORIZATION mallory")
 	execSQL(t, mallory, "ALTER ROLE mallory SET search_path = tenant_m, public",
@@ -41,9 +53,7 @@ func TestOthersSearchPathDoesNotBlockStart(t *testing.T) {
 func TestOverloadOfOtherArityDoesNotBlockStart(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	e := baseEnv(pg, kc)
 	mallory := asRole(t, pg, su, "mallory", "GRANT CREATE ON SCHEMA public TO PUBLIC")
 	execSQL(t, mallory, "CREATE FUNCTION public.walrelay_emit(x int) RETURNS void LANGUAGE sql AS 'SELECT NULL'",
@@ -72,22 +82,16 @@ func TestDefinerWithSQLBodyRefused(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
 	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", "true")
-	if code, out := runCmd(t, e, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "migrate")
 	execSQL(t, su, `CREATE FUNCTION public.refund(p text) RETURNS pg_lsn LANGUAGE sql SECURITY DEFINER
 		BEGIN ATOMIC SELECT pg_logical_emit_message(true, 'walrelay', p); END`)
 	if code, out := runCmd(t, e, "check"); code == 0 || !strings.Contains(out, "refund") {
 		t.Errorf("check passes a SECURITY DEFINER function with an SQL-standard body that emits messages, executable by PUBLIC (exit %d): %s", code, lastLine(out))
 	}
-	p := start(t, e, "run")
-	select {
-	case <-p.done:
-		if out := p.out.String(); !strings.Contains(out, "refund") {
-			t.Errorf("run exits without naming the function: %s", lastLine(out))
-		}
-	case <-time.After(20 * time.Second):
+	if p, exited := runExited(t, e); !exited {
 		t.Errorf("run starts with public.refund executable by PUBLIC")
+	} else if out := p.out.String(); !strings.Contains(out, "refund") {
+		t.Errorf("run exits without naming the function: %s", lastLine(out))
 	}
 	_ = outbox.NewID
 }
@@ -104,9 +108,7 @@ func TestDefinerWithSQLBodyRefused(t *testing.T) {
 func TestMessagesBeforePrivilegesDeadLettered(t *testing.T) {
 	t.Parallel()
 	pg, kc, col, su := bareSetup(t)
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	e := baseEnv(pg, kc)
 	p := streaming(t, e)
 	p.signal(15)
@@ -169,14 +171,10 @@ func TestMessagesBeforePrivilegesDeadLettered(t *testing.T) {
 	p.exit(time.Minute)
 	// Privileges right, but no horizon recorded (fixed by hand, say).
 	execSQL(t, su, "COMMENT ON FUNCTION walrelay_emit(uuid, text, text, text, jsonb) IS NULL")
-	p = start(t, em, "run")
-	select {
-	case <-p.done:
-		if out := p.out.String(); !strings.Contains(out, "walrelay migrate") {
-			t.Errorf("run exits without naming walrelay migrate: %s", lastLine(out))
-		}
-	case <-time.After(20 * time.Second):
+	if p, exited := runExited(t, em); !exited {
 		t.Errorf("run starts without the horizon migrate records")
+	} else if out := p.out.String(); !strings.Contains(out, "walrelay migrate") {
+		t.Errorf("run exits without naming walrelay migrate: %s", lastLine(out))
 	}
 }
 
@@ -198,14 +196,10 @@ func TestPartitionPrivilegeRefused(t *testing.T) {
 	if code, out := runCmd(t, e, "check"); code == 0 || !strings.Contains(out, "REVOKE INSERT ON outbox_2026_01 FROM etl") {
 		t.Errorf("check passes (exit %d) with etl's INSERT on a partition of the outbox: %s", code, lastLine(out))
 	}
-	p := start(t, e, "run")
-	select {
-	case <-p.done:
-		if out := p.out.String(); !strings.Contains(out, "outbox_2026_01") {
-			t.Errorf("run exits without naming the partition: %s", lastLine(out))
-		}
-	case <-time.After(20 * time.Second):
+	if p, exited := runExited(t, e); !exited {
 		t.Errorf("run starts with etl's INSERT on a partition of the outbox")
+	} else if out := p.out.String(); !strings.Contains(out, "outbox_2026_01") {
+		t.Errorf("run exits without naming the partition: %s", lastLine(out))
 	}
 	if code, out := runCmd(t, pollEnv(pg, kc), "check"); code == 0 || !strings.Contains(out, "REVOKE INSERT ON outbox_2026_01 FROM etl") {
 		t.Errorf("check with source poll passes (exit %d) with etl's INSERT on a partition of the outbox: %s", code, lastLine(out))
@@ -224,9 +218,7 @@ func TestMessagesBypassTableRulesRefused(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
 	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", "true")
-	if code, out := runCmd(t, e, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "migrate")
 	execSQL(t, su, "CREATE FUNCTION public.stamp() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'",
 		"CREATE TRIGGER stamp BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION public.stamp()")
 	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "BEFORE INSERT trigger stamp") {
@@ -240,16 +232,12 @@ func TestMessagesBypassTableRulesRefused(t *testing.T) {
 		if code, out := runCmd(t, e, "check"); code == 0 || !strings.Contains(out, c.want) {
 			t.Errorf("%s: check passes (exit %d) though messages would bypass it: %s", c.name, code, lastLine(out))
 		}
-		p := start(t, e, "run")
-		select {
-		case <-p.done:
-			if out := p.out.String(); !strings.Contains(out, c.want) {
-				t.Errorf("%s: run exits without naming it: %s", c.name, lastLine(out))
-			}
-		case <-time.After(20 * time.Second):
+		if p, exited := runExited(t, e); !exited {
 			t.Errorf("%s: run starts though messages would bypass it", c.name)
 			p.signal(15)
 			p.exit(time.Minute)
+		} else if out := p.out.String(); !strings.Contains(out, c.want) {
+			t.Errorf("%s: run exits without naming it: %s", c.name, lastLine(out))
 		}
 		execSQL(t, su, c.fix)
 	}

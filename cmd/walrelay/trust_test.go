@@ -120,9 +120,7 @@ func TestMessageSourceNeedsItsPrivileges(t *testing.T) {
 	t.Parallel()
 	pg, kc, col, su := bareSetup(t)
 	e := baseEnv(pg, kc).with("WALRELAY_OUTBOX_MESSAGES", "true")
-	if code, out := runCmd(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, env{"WALRELAY_POSTGRES_DSN": pg.DSN}, "migrate")
 	app := asRole(t, pg, su, "app", "GRANT INSERT, SELECT ON outbox TO app")
 	mallory := asRole(t, pg, su, "mallory")
 	const revoke = "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC"
@@ -180,9 +178,7 @@ func TestEmitFunctionCannotBeBypassed(t *testing.T) {
 	t.Parallel()
 	pg, kc, _, su := bareSetup(t)
 	e := baseEnv(pg, kc)
-	if code, out := runCmd(t, e, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "migrate")
 	const args = "(p_id uuid, p_aggregatetype text, p_aggregateid text, p_type text, p_payload jsonb)"
 	execSQL(t, su, "CREATE SCHEMA app", "CREATE FUNCTION app.walrelay_emit"+args+` RETURNS pg_lsn LANGUAGE sql AS $$
     SELECT pg_logical_emit_message(true, 'elsewhere', json_build_object('id', p_id)::text) $$`)

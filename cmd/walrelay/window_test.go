@@ -159,9 +159,7 @@ func TestReconcileSinceAfterMigrateLeavesOlderRowsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := baseEnv(pg, kc)
-	if code, out := runCmd(t, e, "migrate"); code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", code, out)
-	}
+	mustRun(t, e, "migrate")
 	code, out := runCmd(t, e, "reconcile", "--since", "1h", "--wait", "1s")
 	if code != 0 || !strings.Contains(out, " 0 missing") {
 		t.Fatalf("reconcile --since 1h right after migrate of an outbox whose 50 rows were published two days ago: exit %d, want 0 and none missing (the rows are not of the last hour)\n%s", code, tail(out, 800))

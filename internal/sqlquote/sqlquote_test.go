@@ -3,8 +3,6 @@ package sqlquote_test
 import (
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 )
@@ -16,11 +14,7 @@ import (
 func TestLiteralUnderBothSettings(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(t.Context(), pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(t.Context()) })
+	conn := pgtest.Connect(t, pg.DSN)
 	values := []string{"", "plain", "it's", `a\b`, `\`, `'`, `\'`, `ends in \`, `x\'; SELECT 1; --`, `''\\''`, "ünïcødé ☃", "two\nlines"}
 	for _, scs := range []string{"on", "off"} {
 		if _, err := conn.Exec(t.Context(), "SET standard_conforming_strings = "+scs+"; SET escape_string_warning = off"); err != nil {

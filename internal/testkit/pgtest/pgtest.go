@@ -71,9 +71,24 @@ var Settings = map[string]string{
 // EnvDSN) and stops it when the test ends.
 func Start(t TB) *Server {
 	t.Helper()
+	return started(t, New)
+}
+
+// StartBin is Start with the server binaries of bin (a bin directory),
+// whatever PG_BINDIR and EnvDSN say: for a test of particular versions,
+// such as an upgrade from one to another.
+func StartBin(t TB, bin string) *Server {
+	t.Helper()
+	return started(t, func(ctx context.Context) (*Server, error) { return newThrowaway(ctx, bin) })
+}
+
+// started gives a test the server that newServer starts (within a minute)
+// and stops it when the test ends.
+func started(t TB, newServer func(context.Context) (*Server, error)) *Server {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := New(ctx)
+	s, err := newServer(ctx)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -85,23 +100,18 @@ func Start(t TB) *Server {
 	return s
 }
 
-// StartBin is Start with the server binaries of bin (a bin directory),
-// whatever PG_BINDIR and EnvDSN say: for a test of particular versions,
-// such as an upgrade from one to another.
-func StartBin(t TB, bin string) *Server {
+// Connect gives a test a connection to dsn (a server of Start's, or
+// another database on it), closed when the test ends.
+func Connect(t TB, dsn string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := newThrowaway(ctx, bin)
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		t.Fatalf("%v", err)
+		t.Fatalf("connect: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Logf("stop postgres: %v", err)
-		}
-	})
-	return s
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }
 
 // New starts a server, or creates a database on the server of EnvDSN.
