@@ -291,12 +291,12 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compil
 		c.write, err = compileAvro(ss.Schema.Schema, mismatch)
 	case KindProtobuf:
 		var refs map[string]string
-		if refs, err = s.references(ctx, ss.Schema.References, 0); err == nil {
+		if refs, err = s.reg.References(ctx, ss.Schema.References); err == nil {
 			c.write, err = compileProtobuf(ctx, ss.Schema.Schema, refs, s.cfg.Message, mismatch)
 		}
 	case KindJSONSchema:
 		var refs map[string]string
-		if refs, err = s.references(ctx, ss.Schema.References, 0); err == nil {
+		if refs, err = s.reg.References(ctx, ss.Schema.References); err == nil {
 			c.write, err = compileJSONSchema(ss.Schema.Schema, refs, mismatch)
 		}
 	}
@@ -304,34 +304,6 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compil
 		return nil, err
 	}
 	return c, nil
-}
-
-// references reads the schemas that a schema references (an imported
-// .proto, a $ref'd JSON Schema), by the name it references them with,
-// and theirs.
-func (s *SchemaFirst) references(ctx context.Context, refs []sr.SchemaReference, depth int) (map[string]string, error) {
-	if len(refs) == 0 {
-		return nil, nil
-	}
-	if depth > 10 {
-		return nil, errors.New("schema references nested more than 10 deep")
-	}
-	out := map[string]string{}
-	for _, r := range refs {
-		ss, err := s.reg.cl.SchemaByVersion(ctx, r.Subject, r.Version)
-		if err != nil {
-			return nil, fmt.Errorf("reference %s (subject %s version %d): %w", r.Name, r.Subject, r.Version, classify(r.Subject, err))
-		}
-		out[r.Name] = ss.Schema.Schema
-		more, err := s.references(ctx, ss.Schema.References, depth+1)
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range more {
-			out[k] = v
-		}
-	}
-	return out, nil
 }
 
 // maxReason bounds a mismatch's field and reason: they go into the log and
