@@ -275,7 +275,7 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 		}
 		if pm, ok := protoTarget(v); ok {
 			if got := pm.ProtoReflect().Descriptor().FullName(); got != md.FullName() {
-				return undecodable(id, fmt.Errorf("the value is a %s, not a %s (%T)", md.FullName(), got, v))
+				return undecodable(id, fmt.Errorf("the value is a %s: cannot decode it into a %s (%T)", md.FullName(), got, v))
 			}
 			if err := proto.Unmarshal(msg, pm); err != nil {
 				return undecodable(id, fmt.Errorf("decode the Protobuf message %s: %w", md.FullName(), err))
