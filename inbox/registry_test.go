@@ -2,7 +2,11 @@ package inbox
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hamba/avro/v2"
@@ -91,5 +95,58 @@ func TestRegistryDecode(t *testing.T) {
 	}
 	if err := reg.Decode(ctx, []byte(`{"n":3}`), &x); !errors.Is(err, ErrNotFramed) {
 		t.Errorf("unframed: %v", err)
+	}
+}
+
+// TestRegistryAnswersClassified: what a registry answers for a schema id
+// not cached decides what the consumer does with the record: a 404 is
+// ErrUndecodable (dead-lettered at once), a 5xx, a 401 or 403 and no
+// answer at all are ErrRegistryUnavailable (retried without limit); a
+// value not framed is ErrUndecodable without a request. (The real
+// registry's answers are in TestRegistryDecodeProtobuf.)
+func TestRegistryAnswersClassified(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		status int
+		want   error
+	}{
+		{http.StatusNotFound, ErrUndecodable},
+		{http.StatusInternalServerError, ErrRegistryUnavailable},
+		{http.StatusServiceUnavailable, ErrRegistryUnavailable},
+		{http.StatusUnauthorized, ErrRegistryUnavailable},
+		{http.StatusForbidden, ErrRegistryUnavailable},
+		{0, ErrRegistryUnavailable}, // the connection closed without an answer
+	} {
+		var requests atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			requests.Add(1)
+			if c.status == 0 {
+				hj, _ := w.(http.Hijacker)
+				conn, _, _ := hj.Hijack()
+				conn.Close()
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(c.status)
+			fmt.Fprintf(w, `{"error_code": %d, "message": "no"}`, c.status*100+1)
+		}))
+		reg, err := NewRegistry(RegistryConfig{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		err = reg.Decode(t.Context(), format.Frame(nil, 9, []byte{0}), &v)
+		other := ErrUndecodable
+		if c.want == ErrUndecodable {
+			other = ErrRegistryUnavailable
+		}
+		if !errors.Is(err, c.want) || errors.Is(err, other) {
+			t.Errorf("HTTP %d: %v, want %v", c.status, err, c.want)
+		}
+		before := requests.Load()
+		if err := reg.Decode(t.Context(), []byte(`{"id": 1}`), &v); !errors.Is(err, ErrUndecodable) || !errors.Is(err, ErrNotFramed) || requests.Load() != before {
+			t.Errorf("not framed: %v (%d requests)", err, requests.Load()-before)
+		}
+		srv.Close()
 	}
 }
