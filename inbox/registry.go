@@ -254,6 +254,9 @@ func (r *Registry) Decoded(ctx context.Context, b []byte) (Decoded, error) {
 //   - a proto.Message: protojson's Unmarshal;
 //   - anything else: encoding/json's Unmarshal.
 //
+// A v that is not a non-nil pointer is the handler's error, not the
+// value's: an error that is not ErrUndecodable.
+//
 // Errors: ErrUndecodable (ErrNotFramed for b not framed, an error
 // wrapping format.ErrSchemaUnknown for an id the registry lacks, any
 // failure to compile the schema or to decode b with it into v), on which
@@ -261,6 +264,9 @@ func (r *Registry) Decoded(ctx context.Context, b []byte) (Decoded, error) {
 // registry that did not answer for a schema not cached yet), on which it
 // retries the record without limit, not counting it as an attempt.
 func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
+	if rv := reflect.ValueOf(v); rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("inbox: decode into %T: want a non-nil pointer", v)
+	}
 	id, s, body, err := r.unframe(ctx, b)
 	if err != nil {
 		return err

@@ -315,18 +315,6 @@ func TestRegistryDecodeJSONSchema(t *testing.T) {
 	}
 }
 
-func jsonEqual(t *testing.T, a, b string) bool {
-	t.Helper()
-	var x, y any
-	if err := json.Unmarshal([]byte(a), &x); err != nil {
-		t.Fatalf("%s: %v", a, err)
-	}
-	if err := json.Unmarshal([]byte(b), &y); err != nil {
-		t.Fatalf("%s: %v", b, err)
-	}
-	return reflect.DeepEqual(x, y)
-}
-
 func mustJSON(t *testing.T, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)
