@@ -144,8 +144,8 @@ type Config struct {
 	// at no cost.
 	TracerProvider trace.TracerProvider
 	// Registry, if set, decodes the values in a schema registry's format
-	// (Message.Decode). Nil: Message.Decode fails; Registry.Decode works
-	// without it.
+	// (Avro, Protobuf, JSON Schema: Message.Decode, Message.Decoded). Nil:
+	// those fail; Registry.Decode works without it.
 	Registry *Registry
 }
 
