@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,10 +68,11 @@ type undecodableError struct {
 }
 
 func (e *undecodableError) Error() string {
-	if e.id == 0 && errors.Is(e.err, ErrNotFramed) {
-		return e.err.Error()
+	prefix := fmt.Sprintf("schema id %d: ", e.id)
+	if msg := e.err.Error(); (e.id == 0 && errors.Is(e.err, ErrNotFramed)) || strings.HasPrefix(msg, prefix) {
+		return msg
 	}
-	return fmt.Sprintf("schema id %d: %v", e.id, e.err)
+	return prefix + e.err.Error()
 }
 func (e *undecodableError) Unwrap() error        { return e.err }
 func (e *undecodableError) Is(target error) bool { return target == ErrUndecodable }

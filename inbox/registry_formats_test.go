@@ -242,8 +242,8 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 			t.Errorf("%s: %v, want ErrUndecodable saying %q", c.name, err, c.want)
 		}
 	}
-	if _, err := reg.Decoded(ctx, format.Frame(nil, durID+1000, []byte{0})); !errors.Is(err, format.ErrSchemaUnknown) {
-		t.Errorf("unknown id: %v, want format.ErrSchemaUnknown", err)
+	if _, err := reg.Decoded(ctx, format.Frame(nil, durID+1000, []byte{0})); !errors.Is(err, format.ErrSchemaUnknown) || strings.Count(err.Error(), "schema id") != 1 {
+		t.Errorf("unknown id: %v, want format.ErrSchemaUnknown, the id named once", err)
 	}
 }
 
