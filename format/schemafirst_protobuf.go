@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 
@@ -124,7 +125,7 @@ func MessageByIndexes(fd protoreflect.FileDescriptor, indexes []int) (protorefle
 			if md != nil {
 				where = "message " + string(md.FullName())
 			}
-			return nil, fmt.Errorf("message indexes %v: %s has %d messages, no index %d (at depth %d)", indexes, where, ms.Len(), i, depth)
+			return nil, fmt.Errorf("message indexes %v: %s has %d message(s), no index %d (at depth %d)", indexes, where, ms.Len(), i, depth)
 		}
 		md = ms.Get(i)
 		ms = md.Messages()
@@ -144,8 +145,13 @@ func SplitMessageIndexes(body []byte) (indexes []int, msg []byte, err error) {
 	var h sr.ConfluentHeader
 	indexes, msg, err = h.DecodeIndex(body, maxIndexes)
 	if err != nil {
-		if errors.Is(err, sr.ErrNotRegistered) {
+		switch {
+		case errors.Is(err, sr.ErrNotRegistered):
 			err = fmt.Errorf("more than %d", maxIndexes)
+		case errors.Is(err, sr.ErrBadHeader):
+			err = errors.New("a negative count")
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			err = fmt.Errorf("truncated (%d bytes after the schema id)", len(body))
 		}
 		return nil, nil, fmt.Errorf("read the message indexes: %w", err)
 	}

@@ -238,6 +238,7 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 		} else {
 			_, err = reg.Decoded(ctx, c.b)
 		}
+		t.Logf("%s: %v", c.name, err)
 		if !errors.Is(err, ErrUndecodable) || errors.Is(err, ErrRegistryUnavailable) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrUndecodable saying %q", c.name, err, c.want)
 		}
