@@ -171,6 +171,39 @@ func classify(subject string, err error) error {
 	return fmt.Errorf("schema registry, subject %s: %w", subject, err)
 }
 
+// References reads the schemas that a schema references (an imported
+// .proto, a $ref'd JSON Schema), by the name it references them with,
+// and theirs. Errors: ErrNotRegistered (a subject or version the
+// registry lacks), ErrUnauthorized, or an outage.
+func (r *Registry) References(ctx context.Context, refs []sr.SchemaReference) (map[string]string, error) {
+	return r.references(ctx, refs, 0)
+}
+
+func (r *Registry) references(ctx context.Context, refs []sr.SchemaReference, depth int) (map[string]string, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	if depth > 10 {
+		return nil, fmt.Errorf("%w: schema references nested more than 10 deep", ErrNotRegistered)
+	}
+	out := map[string]string{}
+	for _, ref := range refs {
+		ss, err := r.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
+		if err != nil {
+			return nil, fmt.Errorf("reference %s (subject %s version %d): %w", ref.Name, ref.Subject, ref.Version, classify(ref.Subject, err))
+		}
+		out[ref.Name] = ss.Schema.Schema
+		more, err := r.references(ctx, ss.Schema.References, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range more {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
 // Client is the registry's client, for reading schemas back.
 func (r *Registry) Client() *sr.Client { return r.cl }
 

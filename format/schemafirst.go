@@ -258,8 +258,22 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 		}
 		return nil, err
 	}
-	c, err = s.compile(ctx, ss)
+	var refs map[string]string
+	if ss.Type != sr.TypeAvro { // Avro's references are not resolved
+		if refs, err = s.reg.References(ctx, ss.Schema.References); err != nil {
+			// A referenced subject the registry lacks is ErrNotRegistered;
+			// a registry that does not answer for it, an outage (held).
+			if ok && !errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrUnauthorized) {
+				return c, nil
+			}
+			return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, err)
+		}
+	}
+	c, err = s.compile(ctx, ss, refs)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, ctx.Err())
+		}
 		return nil, fmt.Errorf("subject %s version %d: %w: %w", subject, ss.Version, ErrNotRegistered, err)
 	}
 	s.mu.Lock()
@@ -271,8 +285,9 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	return c, nil
 }
 
-// compile makes a registered schema ready to write payloads.
-func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compiledSchema, error) {
+// compile makes a registered schema ready to write payloads, with the
+// schemas it references (refs, by the name it references them with).
+func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs map[string]string) (*compiledSchema, error) {
 	kind := ss.Type.String() // AVRO when the API leaves schemaType out
 
 	if kind != s.cfg.Kind {
@@ -290,48 +305,14 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compil
 	case KindAvro:
 		c.write, err = compileAvro(ss.Schema.Schema, mismatch)
 	case KindProtobuf:
-		var refs map[string]string
-		if refs, err = s.references(ctx, ss.Schema.References, 0); err == nil {
-			c.write, err = compileProtobuf(ctx, ss.Schema.Schema, refs, s.cfg.Message, mismatch)
-		}
+		c.write, err = compileProtobuf(ctx, ss.Schema.Schema, refs, s.cfg.Message, mismatch)
 	case KindJSONSchema:
-		var refs map[string]string
-		if refs, err = s.references(ctx, ss.Schema.References, 0); err == nil {
-			c.write, err = compileJSONSchema(ss.Schema.Schema, refs, mismatch)
-		}
+		c.write, err = compileJSONSchema(ss.Schema.Schema, refs, mismatch)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
-}
-
-// references reads the schemas that a schema references (an imported
-// .proto, a $ref'd JSON Schema), by the name it references them with,
-// and theirs.
-func (s *SchemaFirst) references(ctx context.Context, refs []sr.SchemaReference, depth int) (map[string]string, error) {
-	if len(refs) == 0 {
-		return nil, nil
-	}
-	if depth > 10 {
-		return nil, errors.New("schema references nested more than 10 deep")
-	}
-	out := map[string]string{}
-	for _, r := range refs {
-		ss, err := s.reg.cl.SchemaByVersion(ctx, r.Subject, r.Version)
-		if err != nil {
-			return nil, fmt.Errorf("reference %s (subject %s version %d): %w", r.Name, r.Subject, r.Version, classify(r.Subject, err))
-		}
-		out[r.Name] = ss.Schema.Schema
-		more, err := s.references(ctx, ss.Schema.References, depth+1)
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range more {
-			out[k] = v
-		}
-	}
-	return out, nil
 }
 
 // maxReason bounds a mismatch's field and reason: they go into the log and

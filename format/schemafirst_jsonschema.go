@@ -19,6 +19,26 @@ const jsonSchemaURL = "walrelay:///subject.json"
 // after Confluent's framing. The schema's draft is its $schema (default
 // 2020-12); nothing is fetched from elsewhere.
 func compileJSONSchema(text string, refs map[string]string, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte) ([]byte, *MismatchError), error) {
+	sch, err := CompileJSONSchema(text, refs)
+	if err != nil {
+		return nil, err
+	}
+	return func(dst, payload []byte) ([]byte, *MismatchError) {
+		if field, reason, ok := sch.Check(payload); !ok {
+			return nil, mismatch(field, reason)
+		}
+		return append(dst, payload...), nil
+	}, nil
+}
+
+// JSONSchema is a compiled JSON Schema of the registry.
+type JSONSchema struct{ s *jsonschema.Schema }
+
+// CompileJSONSchema compiles a JSON Schema of the registry (refs: the
+// schemas it references, by the name it references them with, as
+// Registry.References gives them). The schema's draft is its $schema
+// (default 2020-12); nothing is fetched from elsewhere.
+func CompileJSONSchema(text string, refs map[string]string) (*JSONSchema, error) {
 	c := jsonschema.NewCompiler()
 	c.UseLoader(noLoader{})
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
@@ -41,21 +61,25 @@ func compileJSONSchema(text string, refs map[string]string, mismatch func(field,
 	if err != nil {
 		return nil, fmt.Errorf("compile the JSON Schema: %w", err)
 	}
-	return func(dst, payload []byte) ([]byte, *MismatchError) {
-		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
-		if err != nil {
-			return nil, mismatch("", fmt.Sprintf("not JSON: %v", err))
+	return &JSONSchema{sch}, nil
+}
+
+// Check validates payload, a JSON document: ok, or where it fails (a JSON
+// pointer, "" for the whole document) and why.
+func (s *JSONSchema) Check(payload []byte) (field, reason string, ok bool) {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+	if err != nil {
+		return "", fmt.Sprintf("not JSON: %v", err), false
+	}
+	if err := s.s.Validate(v); err != nil {
+		ve, isVE := err.(*jsonschema.ValidationError)
+		if !isVE {
+			return "", err.Error(), false
 		}
-		if err := sch.Validate(v); err != nil {
-			ve, ok := err.(*jsonschema.ValidationError)
-			if !ok {
-				return nil, mismatch("", err.Error())
-			}
-			field, reason := firstCause(ve)
-			return nil, mismatch(field, reason)
-		}
-		return append(dst, payload...), nil
-	}, nil
+		field, reason = firstCause(ve)
+		return field, reason, false
+	}
+	return "", "", true
 }
 
 var english = message.NewPrinter(language.English)

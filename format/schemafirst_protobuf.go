@@ -3,11 +3,14 @@ package format
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 
 	"github.com/bufbuild/protocompile"
+	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -24,18 +27,11 @@ const protoFile = "walrelay-subject.proto"
 // as protojson reads it (proto3's JSON mapping: unknown fields refused),
 // written in Protobuf after Confluent's message indexes.
 func compileProtobuf(ctx context.Context, text string, refs map[string]string, message string, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte) ([]byte, *MismatchError), error) {
-	srcs := map[string]string{protoFile: text}
-	for name, t := range refs {
-		srcs[name] = t
-	}
-	c := protocompile.Compiler{
-		Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(srcs)}),
-	}
-	files, err := c.Compile(ctx, protoFile)
+	fd, err := CompileProtobuf(ctx, text, refs)
 	if err != nil {
-		return nil, fmt.Errorf("compile the Protobuf schema: %w", err)
+		return nil, err
 	}
-	md, err := findMessage(files[0], message)
+	md, err := findMessage(fd, message)
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +47,24 @@ func compileProtobuf(ctx context.Context, text string, refs map[string]string, m
 		}
 		return append(AppendMessageIndexes(dst, indexes), body...), nil
 	}, nil
+}
+
+// CompileProtobuf compiles a Protobuf schema of the registry: the .proto
+// text, with the files it imports (refs, by import path, as
+// Registry.References gives them, and Google's well-known types).
+func CompileProtobuf(ctx context.Context, text string, refs map[string]string) (protoreflect.FileDescriptor, error) {
+	srcs := map[string]string{protoFile: text}
+	for name, t := range refs {
+		srcs[name] = t
+	}
+	c := protocompile.Compiler{
+		Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(srcs)}),
+	}
+	files, err := c.Compile(ctx, protoFile)
+	if err != nil {
+		return nil, fmt.Errorf("compile the Protobuf schema: %w", err)
+	}
+	return files[0], nil
 }
 
 // findMessage finds the message to write: by full name, else by simple
@@ -94,6 +108,54 @@ func MessageIndexes(md protoreflect.MessageDescriptor) []int {
 		path = append([]int{m.Index()}, path...)
 	}
 	return path
+}
+
+// MessageByIndexes is the message of fd that Confluent's message indexes
+// name (MessageIndexes' inverse): an error for indexes out of fd's
+// messages.
+func MessageByIndexes(fd protoreflect.FileDescriptor, indexes []int) (protoreflect.MessageDescriptor, error) {
+	if len(indexes) == 0 {
+		return nil, errors.New("no message indexes")
+	}
+	ms := fd.Messages()
+	var md protoreflect.MessageDescriptor
+	for depth, i := range indexes {
+		if i < 0 || i >= ms.Len() {
+			where := fmt.Sprintf("the schema (package %q)", fd.Package())
+			if md != nil {
+				where = "message " + string(md.FullName())
+			}
+			return nil, fmt.Errorf("message indexes %v: %s has %d message(s), no index %d (at depth %d)", indexes, where, ms.Len(), i, depth)
+		}
+		md = ms.Get(i)
+		ms = md.Messages()
+	}
+	return md, nil
+}
+
+// maxIndexes bounds the message indexes read: a message nested deeper is
+// not one a .proto file holds.
+const maxIndexes = 64
+
+// SplitMessageIndexes reads Confluent's message indexes at the start of
+// body (the value after its 5-byte framing), with franz-go's
+// sr.ConfluentHeader, and returns them and the Protobuf message after
+// them.
+func SplitMessageIndexes(body []byte) (indexes []int, msg []byte, err error) {
+	var h sr.ConfluentHeader
+	indexes, msg, err = h.DecodeIndex(body, maxIndexes)
+	if err != nil {
+		switch {
+		case errors.Is(err, sr.ErrNotRegistered):
+			err = fmt.Errorf("more than %d", maxIndexes)
+		case errors.Is(err, sr.ErrBadHeader):
+			err = errors.New("a negative count")
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			err = fmt.Errorf("truncated (%d bytes after the schema id)", len(body))
+		}
+		return nil, nil, fmt.Errorf("read the message indexes: %w", err)
+	}
+	return indexes, msg, nil
 }
 
 // AppendMessageIndexes appends Confluent's message indexes: their count

@@ -336,6 +336,61 @@ func TestMessageIndexes(t *testing.T) {
 	}
 }
 
+// TestMessageByIndexes: the message indexes that AppendMessageIndexes
+// writes read back (SplitMessageIndexes) to the message they were taken
+// from (MessageByIndexes), every message of a file with nested ones; and
+// indexes that are truncated, negative, too many or out of the file's
+// messages are errors, never a panic.
+func TestMessageByIndexes(t *testing.T) {
+	t.Parallel()
+	fd, err := CompileProtobuf(t.Context(), orderProto, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(ms protoreflect.MessageDescriptors)
+	n := 0
+	walk = func(ms protoreflect.MessageDescriptors) {
+		for i := range ms.Len() {
+			md := ms.Get(i)
+			b := append(AppendMessageIndexes(nil, MessageIndexes(md)), 0xaa)
+			idx, rest, err := SplitMessageIndexes(b)
+			if err != nil || !bytes.Equal(rest, []byte{0xaa}) {
+				t.Errorf("%s: %v %x %v", md.FullName(), idx, rest, err)
+				continue
+			}
+			got, err := MessageByIndexes(fd, idx)
+			if err != nil || got.FullName() != md.FullName() {
+				t.Errorf("%s: indexes %v name %v, %v", md.FullName(), idx, got, err)
+			}
+			n++
+			walk(md.Messages())
+		}
+	}
+	walk(fd.Messages())
+	if n != 3 {
+		t.Errorf("%d messages, want 3", n)
+	}
+	for _, c := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"truncated count", []byte{0x80}},
+		{"truncated index", []byte{4, 2}},
+		{"negative count", []byte{1}},
+		{"too many", []byte{0xfe, 0x03}},
+	} {
+		if _, _, err := SplitMessageIndexes(c.b); err == nil {
+			t.Errorf("%s: no error", c.name)
+		}
+	}
+	for _, idx := range [][]int{{2}, {-1}, {1, 1}, {0, 0}, {1, 0, 0}, {}} {
+		if md, err := MessageByIndexes(fd, idx); err == nil {
+			t.Errorf("%v: %v, want an error", idx, md.FullName())
+		}
+	}
+}
+
 // TestCheckStrategy: the subject strategies and what they need.
 func TestCheckStrategy(t *testing.T) {
 	t.Parallel()

@@ -20,9 +20,13 @@
 // and a short grace at most. Rows older than Retention are deleted while
 // the consumer runs. Package inbox knows nothing of the WAL.
 //
-// Values in a schema registry's format (walrelay's avro and
-// registry_passthrough: Confluent's wire format) carry their schema id
-// (Message.SchemaID); a Registry decodes them with the registry's schema
-// of that id into the handler's type or plain Go values (Registry.Decode,
-// or Message.Decode with Config.Registry).
+// Values in a schema registry's format (walrelay's avro,
+// registry_passthrough and registered_* formats: Confluent's wire format)
+// carry their schema id (Message.SchemaID); a Registry decodes them, in
+// Avro, Protobuf (after Confluent's message indexes) or JSON Schema, with
+// the registry's schema of that id into the handler's type
+// (Message.Decode with Config.Registry, or Registry.Decode) or gives
+// their id, type and value (Message.Decoded, Registry.Decoded). A
+// handler returning ErrUndecodable has its record dead-lettered at once;
+// one returning ErrRegistryUnavailable has it retried without limit.
 package inbox

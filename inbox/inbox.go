@@ -61,9 +61,12 @@ type Config struct {
 	// (capped exponential, with jitter). Default 100ms and 10s.
 	RetryBackoffMin, RetryBackoffMax time.Duration
 	// DeadLetterTopic receives the records that failed MaxAttempts times,
-	// and those whose event id cannot be read: no "id" header (reason
-	// no_id), an empty one (empty_id) or several (several_ids). Default
-	// "walrelay.inbox.dlq".
+	// those whose event id cannot be read: no "id" header (reason
+	// no_id), an empty one (empty_id) or several (several_ids), and those
+	// whose handler returned ErrUndecodable (undecodable, at once: a
+	// value that Registry.Decode cannot decode). A handler returning
+	// ErrRegistryUnavailable has its record retried without limit, not
+	// counted. Default "walrelay.inbox.dlq".
 	DeadLetterTopic string
 	// BatchMaxRecords bounds how many records of a partition share one
 	// database transaction. Default 100.
@@ -141,8 +144,8 @@ type Config struct {
 	// at no cost.
 	TracerProvider trace.TracerProvider
 	// Registry, if set, decodes the values in a schema registry's format
-	// (Message.Decode). Nil: Message.Decode fails; Registry.Decode works
-	// without it.
+	// (Avro, Protobuf, JSON Schema: Message.Decode, Message.Decoded). Nil:
+	// those fail; Registry.Decode works without it.
 	Registry *Registry
 }
 

@@ -3,26 +3,87 @@ package inbox
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/hamba/avro/v2"
-	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/walrelay/walrelay/format"
 )
 
+// The schema types that a Registry decodes (Decoded.Type), as the
+// registry names them.
+const (
+	// Avro is Avro (walrelay's avro, registry_passthrough and
+	// registered_avro formats).
+	Avro = format.KindAvro
+	// Protobuf is Protobuf after Confluent's message indexes
+	// (registered_protobuf).
+	Protobuf = format.KindProtobuf
+	// JSONSchema is JSON, its schema a JSON Schema (registered_jsonschema).
+	JSONSchema = format.KindJSONSchema
+)
+
+// Errors of decoding, on which the consumer branches when a handler
+// returns them (wrapped or not).
+var (
+	// ErrUndecodable is a key or value that will not decode however often
+	// it is tried: not framed (ErrNotFramed), a schema id the registry
+	// does not have (format.ErrSchemaUnknown), a schema that does not
+	// compile or whose references the registry lacks, message indexes
+	// that name no message of the schema, bytes that do not decode with
+	// the schema or into the handler's type, a JSON value invalid in its
+	// schema (RegistryConfig.ValidateJSON). A handler returning it has
+	// the record dead-lettered at once, reason "undecodable", without
+	// the retries of MaxAttempts.
+	ErrUndecodable = errors.New("undecodable")
+	// ErrRegistryUnavailable is a registry that did not answer (refused,
+	// timed out), failed (5xx, another unexpected answer) or refused the
+	// consumer's credentials (401, 403) when it was asked for a schema
+	// not cached yet. A handler returning it has the record retried
+	// without limit, as when the database is down, and not counted as an
+	// attempt: nothing is dead-lettered because of an outage.
+	ErrRegistryUnavailable = errors.New("the schema registry is unavailable")
+)
+
 // ErrNotFramed is a key or value that is not in Confluent's wire format
 // (the magic byte 0 and a 4-byte schema id): not written by a schema
-// registry format.
+// registry format. Decode's error is also ErrUndecodable.
 var ErrNotFramed = format.ErrUnframed
 
+// undecodableError is a decoding failure that retrying cannot fix:
+// errors.Is(err, ErrUndecodable), and its cause.
+type undecodableError struct {
+	id  uint32 // 0: not framed
+	err error
+}
+
+func (e *undecodableError) Error() string {
+	prefix := fmt.Sprintf("schema id %d: ", e.id)
+	if msg := e.err.Error(); (e.id == 0 && errors.Is(e.err, ErrNotFramed)) || strings.HasPrefix(msg, prefix) {
+		return msg
+	}
+	return prefix + e.err.Error()
+}
+func (e *undecodableError) Unwrap() error        { return e.err }
+func (e *undecodableError) Is(target error) bool { return target == ErrUndecodable }
+
+// undecodable is err, a failure of the value of schema id, as
+// ErrUndecodable.
+func undecodable(id uint32, err error) error { return &undecodableError{id, err} }
+
 // SchemaID is the schema id of the message's value if it is in
-// Confluent's wire format (kafka.value_format avro, or
-// registry_passthrough): ok is false for a value in another format, or a
-// tombstone.
+// Confluent's wire format (a registry format of walrelay's): ok is false
+// for a value in another format, or a tombstone.
 func (m Message) SchemaID() (id uint32, ok bool) {
 	id, _, err := format.Unframe(m.Value)
 	return id, err == nil
@@ -38,6 +99,16 @@ func (m Message) Decode(ctx context.Context, v any) error {
 	return m.reg.Decode(ctx, m.Value, v)
 }
 
+// Decoded decodes the message's value, in Confluent's wire format, with
+// Config.Registry: its schema id, type and value (Registry.Decoded); an
+// error without a Registry in the Config.
+func (m Message) Decoded(ctx context.Context) (Decoded, error) {
+	if m.reg == nil {
+		return Decoded{}, errors.New("inbox: Message.Decoded needs Config.Registry")
+	}
+	return m.reg.Decoded(ctx, m.Value)
+}
+
 // RegistryConfig is how a consumer reaches the schema registry of the
 // records it decodes (Confluent's Schema Registry API; Apicurio serves it
 // at /apis/ccompat/v7).
@@ -51,15 +122,33 @@ type RegistryConfig struct {
 	Timeout time.Duration
 	// TLS is the TLS configuration of an https URL; nil for Go's defaults.
 	TLS *tls.Config
+	// ValidateJSON validates JSON Schema values against their schema
+	// before they are decoded: an invalid one is ErrUndecodable, naming
+	// the field (a JSON pointer) and the reason. Off, a JSON value is
+	// decoded as it is (its schema fetched by id only for its type, and
+	// not compiled). walrelay's registered_jsonschema format validates
+	// each value before it writes it.
+	ValidateJSON bool
 }
 
 // Registry decodes keys and values in Confluent's wire format with the
-// schemas of a schema registry, each schema fetched once by its id and
-// kept. It is safe for concurrent use; one Registry serves every handler.
+// schemas of a schema registry: Avro, Protobuf (after Confluent's message
+// indexes) and JSON Schema. Each schema is fetched once by its id (with
+// its references), compiled and kept. It is safe for concurrent use; one
+// Registry serves every handler.
 type Registry struct {
-	reg     *format.Registry
-	mu      sync.Mutex
-	schemas map[uint32]avro.Schema
+	reg      *format.Registry
+	validate bool
+	mu       sync.Mutex
+	schemas  map[uint32]*schema
+}
+
+// schema is a registry's schema, compiled.
+type schema struct {
+	typ   string
+	avro  avro.Schema                 // Avro
+	proto protoreflect.FileDescriptor // Protobuf
+	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
 
 // NewRegistry returns a decoder of the registry of cfg.
@@ -68,14 +157,85 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Registry{reg: reg, schemas: map[uint32]avro.Schema{}}, nil
+	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}}, nil
 }
 
 // maxSchemas bounds the schemas kept.
 const maxSchemas = 10000
 
+// Decoded is a key or value in Confluent's wire format, decoded.
+type Decoded struct {
+	// ID is the schema id of its framing.
+	ID uint32
+	// Type is its schema's type: Avro, Protobuf or JSONSchema.
+	Type string
+	// Message is the full name of the Protobuf message that its message
+	// indexes name ("shop.OrderCreated"); "" for the other types.
+	Message string
+	// Value is the decoded value:
+	//   - Avro: plain Go values, as Registry.Decode into *any gives them;
+	//   - Protobuf: a proto.Message, a *dynamicpb.Message of the schema's
+	//     message (protojson.Marshal writes it in JSON, Decoded.JSON
+	//     too);
+	//   - JSON Schema: the JSON as encoding/json's Unmarshal into an any
+	//     gives it (an object a map[string]any, numbers float64).
+	Value any
+	// Body is the encoded value after the framing (and, for Protobuf, the
+	// message indexes): an Avro datum, a Protobuf message, a JSON text.
+	Body []byte
+}
+
+// JSON is the value in JSON: the text itself for JSON Schema, protojson's
+// for Protobuf (proto3's JSON mapping: fields by their JSON name, 64-bit
+// integers as strings), encoding/json's of the plain values for Avro.
+func (d Decoded) JSON() ([]byte, error) {
+	switch v := d.Value.(type) {
+	case proto.Message:
+		return protojson.Marshal(v)
+	default:
+		if d.Type == JSONSchema {
+			return d.Body, nil
+		}
+		return json.Marshal(v)
+	}
+}
+
+// Decoded decodes b, a key or value in Confluent's wire format (m.Value,
+// m.Key), with the schema its id names: its id, type and value. Errors as
+// Decode's.
+func (r *Registry) Decoded(ctx context.Context, b []byte) (Decoded, error) {
+	id, s, body, err := r.unframe(ctx, b)
+	if err != nil {
+		return Decoded{}, err
+	}
+	d := Decoded{ID: id, Type: s.typ, Body: body}
+	switch s.typ {
+	case Avro:
+		if d.Value, err = format.DecodeAvroWith(s.avro, body); err != nil {
+			return Decoded{}, undecodable(id, err)
+		}
+	case Protobuf:
+		md, msg, err := r.message(id, s, body)
+		if err != nil {
+			return Decoded{}, err
+		}
+		m := dynamicpb.NewMessage(md)
+		if err := proto.Unmarshal(msg, m); err != nil {
+			return Decoded{}, undecodable(id, fmt.Errorf("decode the Protobuf message %s: %w", md.FullName(), err))
+		}
+		d.Message, d.Value, d.Body = string(md.FullName()), m, msg
+	case JSONSchema:
+		if err := json.Unmarshal(body, &d.Value); err != nil {
+			return Decoded{}, undecodable(id, fmt.Errorf("decode the JSON: %w", err))
+		}
+	}
+	return d, nil
+}
+
 // Decode decodes b, a key or value in Confluent's wire format (m.Value,
-// m.Key), into v, a pointer:
+// m.Key), with the schema its id names, into v, a pointer:
+//
+// Avro:
 //   - *any or *map[string]any: plain Go values (a record a
 //     map[string]any by field name, an array []any, a union its branch's
 //     value, nil for null; int32 as int, int64, float64, string, bool,
@@ -84,46 +244,168 @@ const maxSchemas = 10000
 //   - anything else: hamba/avro's Unmarshal (a struct with `avro:"name"`
 //     field tags, say).
 //
-// ErrNotFramed for b not framed; an error wrapping format.ErrSchemaUnknown
-// if the registry has no schema of its id; an error if the schema is not
-// Avro, or b does not decode with it. A handler returning such an error
-// has the record retried, then dead-lettered (Config.MaxAttempts).
+// Protobuf (the message that the indexes name):
+//   - a proto.Message (a generated *pb.OrderCreated, say; or a pointer
+//     to a nil one, which is allocated): proto.Unmarshal into it; its
+//     message must be the one the indexes name (the same full name);
+//   - anything else (a struct with `json` tags, *any, *map[string]any):
+//     the message in JSON as protojson writes it (Decoded.JSON), read by
+//     encoding/json's Unmarshal.
+//
+// JSON Schema (validated first with RegistryConfig.ValidateJSON):
+//   - a proto.Message: protojson's Unmarshal;
+//   - anything else: encoding/json's Unmarshal.
+//
+// A v that is not a non-nil pointer is the handler's error, not the
+// value's: an error that is not ErrUndecodable.
+//
+// Errors: ErrUndecodable (ErrNotFramed for b not framed, an error
+// wrapping format.ErrSchemaUnknown for an id the registry lacks, any
+// failure to compile the schema or to decode b with it into v), on which
+// the consumer dead-letters the record at once; ErrRegistryUnavailable (a
+// registry that did not answer for a schema not cached yet), on which it
+// retries the record without limit, not counting it as an attempt.
 func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
-	id, body, err := format.Unframe(b)
-	if err != nil {
-		return ErrNotFramed
+	if rv := reflect.ValueOf(v); rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("inbox: decode into %T: want a non-nil pointer", v)
 	}
-	s, err := r.schema(ctx, id)
+	id, s, body, err := r.unframe(ctx, b)
 	if err != nil {
 		return err
 	}
+	switch s.typ {
+	case Avro:
+		return decodeAvro(id, s.avro, body, v)
+	case Protobuf:
+		md, msg, err := r.message(id, s, body)
+		if err != nil {
+			return err
+		}
+		if pm, ok := protoTarget(v); ok {
+			if got := pm.ProtoReflect().Descriptor().FullName(); got != md.FullName() {
+				return undecodable(id, fmt.Errorf("the value is a %s: cannot decode it into a %s (%T)", md.FullName(), got, v))
+			}
+			if err := proto.Unmarshal(msg, pm); err != nil {
+				return undecodable(id, fmt.Errorf("decode the Protobuf message %s: %w", md.FullName(), err))
+			}
+			return nil
+		}
+		m := dynamicpb.NewMessage(md)
+		if err := proto.Unmarshal(msg, m); err != nil {
+			return undecodable(id, fmt.Errorf("decode the Protobuf message %s: %w", md.FullName(), err))
+		}
+		js, err := protojson.Marshal(m)
+		if err != nil {
+			return undecodable(id, fmt.Errorf("the Protobuf message %s in JSON: %w", md.FullName(), err))
+		}
+		if err := json.Unmarshal(js, v); err != nil {
+			return undecodable(id, fmt.Errorf("decode the Protobuf message %s, in JSON, into %T: %w", md.FullName(), v, err))
+		}
+		return nil
+	default: // JSONSchema
+		if pm, ok := protoTarget(v); ok {
+			if err := protojson.Unmarshal(body, pm); err != nil {
+				return undecodable(id, fmt.Errorf("decode the JSON into %T: %w", v, err))
+			}
+			return nil
+		}
+		if err := json.Unmarshal(body, v); err != nil {
+			return undecodable(id, fmt.Errorf("decode the JSON into %T: %w", v, err))
+		}
+		return nil
+	}
+}
+
+// decodeAvro decodes body, an Avro datum of s, into v.
+func decodeAvro(id uint32, s avro.Schema, body []byte, v any) error {
 	switch p := v.(type) {
 	case *any:
 		x, err := format.DecodeAvroWith(s, body)
 		if err != nil {
-			return fmt.Errorf("schema id %d: %w", id, err)
+			return undecodable(id, err)
 		}
 		*p = x
 	case *map[string]any:
 		x, err := format.DecodeAvroWith(s, body)
 		if err != nil {
-			return fmt.Errorf("schema id %d: %w", id, err)
+			return undecodable(id, err)
 		}
 		mp, ok := x.(map[string]any)
 		if !ok {
-			return fmt.Errorf("schema id %d: a %s, not a record", id, s.Type())
+			return undecodable(id, fmt.Errorf("a %s, not a record", s.Type()))
 		}
 		*p = mp
 	default:
 		if err := avro.Unmarshal(s, body, v); err != nil {
-			return fmt.Errorf("schema id %d: decode in Avro into %T: %w", id, v, err)
+			return undecodable(id, fmt.Errorf("decode in Avro into %T: %w", v, err))
 		}
 	}
 	return nil
 }
 
-// schema returns the parsed schema of id, fetched the first time.
-func (r *Registry) schema(ctx context.Context, id uint32) (avro.Schema, error) {
+var protoMessageType = reflect.TypeFor[proto.Message]()
+
+// protoTarget is v as a proto.Message to decode into: v itself, or the
+// message that v, a pointer to a message pointer, points to (allocated
+// if nil).
+func protoTarget(v any) (proto.Message, bool) {
+	if pm, ok := v.(proto.Message); ok {
+		return pm, true
+	}
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Pointer || !rv.Elem().Type().Implements(protoMessageType) {
+		return nil, false
+	}
+	if rv.Elem().IsNil() {
+		rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+	}
+	pm, ok := rv.Elem().Interface().(proto.Message)
+	return pm, ok
+}
+
+// unframe splits b into its schema id and body, and returns the compiled
+// schema of the id (a JSON Schema one is fetched only to be validated
+// against).
+func (r *Registry) unframe(ctx context.Context, b []byte) (uint32, *schema, []byte, error) {
+	id, body, err := format.Unframe(b)
+	if err != nil {
+		if len(b) == 0 {
+			return 0, nil, nil, undecodable(0, fmt.Errorf("%w (empty: a tombstone?)", ErrNotFramed))
+		}
+		return 0, nil, nil, undecodable(0, fmt.Errorf("%w (%d bytes, first 0x%02x)", ErrNotFramed, len(b), b[0]))
+	}
+	s, err := r.schema(ctx, id)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if s.json != nil {
+		if field, reason, ok := s.json.Check(body); !ok {
+			if field == "" {
+				field = "/"
+			}
+			return 0, nil, nil, undecodable(id, fmt.Errorf("the JSON is not valid in its schema: field %s: %s", field, reason))
+		}
+	}
+	return id, s, body, nil
+}
+
+// message is the Protobuf message descriptor that the indexes at the
+// start of body name in s, and the message's bytes after them.
+func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.MessageDescriptor, []byte, error) {
+	indexes, msg, err := format.SplitMessageIndexes(body)
+	if err != nil {
+		return nil, nil, undecodable(id, err)
+	}
+	md, err := format.MessageByIndexes(s.proto, indexes)
+	if err != nil {
+		return nil, nil, undecodable(id, err)
+	}
+	return md, msg, nil
+}
+
+// schema returns the compiled schema of id, fetched (with its references)
+// and compiled the first time.
+func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 	r.mu.Lock()
 	s, ok := r.schemas[id]
 	r.mu.Unlock()
@@ -132,14 +414,41 @@ func (r *Registry) schema(ctx context.Context, id uint32) (avro.Schema, error) {
 	}
 	got, err := r.reg.SchemaByID(ctx, id)
 	if err != nil {
-		return nil, err
+		if errors.Is(err, format.ErrSchemaUnknown) {
+			return nil, undecodable(id, err)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
 	}
-	if got.Type != sr.TypeAvro {
-		return nil, fmt.Errorf("schema id %d is %s: only Avro is decoded", id, got.Type)
-	}
-	s, err = avro.ParseWithCache(got.Schema, "", &avro.SchemaCache{})
-	if err != nil {
-		return nil, fmt.Errorf("schema id %d: parse the Avro schema: %w", id, err)
+	s = &schema{typ: got.Type.String()} // AVRO when the API leaves schemaType out
+	switch s.typ {
+	case Avro:
+		if s.avro, err = avro.ParseWithCache(got.Schema, "", &avro.SchemaCache{}); err != nil {
+			return nil, undecodable(id, fmt.Errorf("parse the Avro schema: %w", err))
+		}
+	case Protobuf, JSONSchema:
+		if s.typ == JSONSchema && !r.validate {
+			break // decoded as it is: nothing to compile
+		}
+		refs, err := r.reg.References(ctx, got.References)
+		if err != nil {
+			if errors.Is(err, format.ErrNotRegistered) {
+				return nil, undecodable(id, err)
+			}
+			return nil, fmt.Errorf("%w: schema id %d: %w", ErrRegistryUnavailable, id, err)
+		}
+		if s.typ == Protobuf {
+			s.proto, err = format.CompileProtobuf(ctx, got.Schema, refs)
+		} else {
+			s.json, err = format.CompileJSONSchema(got.Schema, refs)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("schema id %d: compile: %w", id, ctx.Err())
+			}
+			return nil, undecodable(id, err)
+		}
+	default:
+		return nil, undecodable(id, fmt.Errorf("a schema of type %s, which is not decoded", s.typ))
 	}
 	r.mu.Lock()
 	if len(r.schemas) >= maxSchemas {

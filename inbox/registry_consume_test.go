@@ -3,6 +3,8 @@ package inbox_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,10 +12,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/inbox"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
 )
 
@@ -74,4 +80,108 @@ func TestRegistryConsumeDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkOnce(t, want)
+}
+
+// TestRegistryConsumeProtobufAndJSONSchema (a real Apicurio Registry:
+// WALRELAY_TEST_REGISTRY=1): records that walrelay's registered_protobuf
+// and registered_jsonschema formats wrote, on one topic, reach the
+// handler whose Message.Decoded gives each one's schema id, type and
+// value. The registry is down when the consumer starts: the first record
+// is retried well past MaxAttempts, nothing dead-lettered, and once the
+// registry answers every record is handled once.
+func TestRegistryConsumeProtobufAndJSONSchema(t *testing.T) {
+	r := registrytest.Start(t)
+	e := setup(t, 1)
+	ctx := t.Context()
+	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protoID, err := w.Client().RegisterSchema(ctx, "OrderCreated", sr.Schema{Type: sr.TypeProtobuf,
+		Schema: `syntax = "proto3"; package shop; message OrderCreated { int64 seq = 1; string note = 2; }`}, -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonID, err := w.Client().RegisterSchema(ctx, "OrderPaid", sr.Schema{Type: sr.TypeJSON,
+		Schema: `{"type":"object","properties":{"seq":{"type":"integer"}},"required":["seq"]}`}, -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	encs := map[string]*format.SchemaFirst{}
+	for typ, kind := range map[string]string{"OrderCreated": format.KindProtobuf, "OrderPaid": format.KindJSONSchema} {
+		if encs[typ], err = format.NewSchemaFirst(w, format.SchemaFirstConfig{Kind: kind}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var recs []*kgo.Record
+	want := map[string]bool{}
+	for i := range 6 {
+		typ := "OrderCreated"
+		if i%2 == 1 {
+			typ = "OrderPaid"
+		}
+		v, err := encs[typ].Value(ctx, topic, typ, fmt.Appendf(nil, `{"seq": %d}`, i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := outbox.NewID()
+		rec := event(ev, "order-1", i+1)
+		rec.Value = v
+		recs, want[ev] = append(recs, rec), true
+	}
+	px, err := proxy.New(strings.TrimPrefix(r.Base(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	px.Down()
+	reg, err := inbox.NewRegistry(inbox.RegistryConfig{URL: "http://" + px.Addr() + registrytest.CCompatPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq, err := kafkatest.Collect(e.kc.Addrs(), `walrelay\.inbox\.dlq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	e.produce(t, recs...)
+	var runs atomic.Int32
+	stop := e.start(t, inbox.Config{Registry: reg, MaxAttempts: 2, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond},
+		func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+			runs.Add(1)
+			d, err := m.Decoded(ctx)
+			if err != nil {
+				return err
+			}
+			var seq int64
+			switch v := d.Value.(type) {
+			case proto.Message: // registered_protobuf
+				if d.Type != inbox.Protobuf || d.Message != "shop.OrderCreated" || int(d.ID) != protoID || m.Type != "OrderCreated" {
+					return fmt.Errorf("protobuf: %+v", d)
+				}
+				seq = v.ProtoReflect().Get(v.ProtoReflect().Descriptor().Fields().ByName("seq")).Int()
+			case map[string]any: // registered_jsonschema
+				if d.Type != inbox.JSONSchema || int(d.ID) != jsonID {
+					return fmt.Errorf("json schema: %+v", d)
+				}
+				seq = int64(v["seq"].(float64))
+			default:
+				return fmt.Errorf("a %T", d.Value)
+			}
+			_, err = tx.Exec(ctx, "INSERT INTO effects (event_id, key, seq) VALUES ($1, $2, $3)", m.ID, string(m.Key), seq)
+			return err
+		})
+	waitfor.Until(t, 30*time.Second, "the first record retried 5 times while the registry is down", func() bool { return runs.Load() >= 5 })
+	if n := e.count(t); n != 0 || len(dlq.Records()) != 0 {
+		t.Fatalf("while the registry is down: %d handled, %d dead-lettered", n, len(dlq.Records()))
+	}
+	px.Up()
+	waitfor.Until(t, 30*time.Second, "every record handled", func() bool { return e.count(t) >= len(want) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(t, want)
+	if n := len(dlq.Records()); n != 0 {
+		t.Fatalf("%d dead letters, want none", n)
+	}
 }

@@ -1,12 +1,19 @@
 package inbox
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
@@ -92,4 +99,167 @@ func TestRegistryDecode(t *testing.T) {
 	if err := reg.Decode(ctx, []byte(`{"n":3}`), &x); !errors.Is(err, ErrNotFramed) {
 		t.Errorf("unframed: %v", err)
 	}
+}
+
+// TestRegistryAnswersClassified: what a registry answers for a schema id
+// not cached decides what the consumer does with the record: a 404 is
+// ErrUndecodable (dead-lettered at once), a 5xx, a 401 or 403 and no
+// answer at all are ErrRegistryUnavailable (retried without limit); a
+// value not framed is ErrUndecodable without a request. (The real
+// registry's answers are in TestRegistryDecodeProtobuf.)
+func TestRegistryAnswersClassified(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		status int
+		want   error
+	}{
+		{http.StatusNotFound, ErrUndecodable},
+		{http.StatusInternalServerError, ErrRegistryUnavailable},
+		{http.StatusServiceUnavailable, ErrRegistryUnavailable},
+		{http.StatusUnauthorized, ErrRegistryUnavailable},
+		{http.StatusForbidden, ErrRegistryUnavailable},
+		{0, ErrRegistryUnavailable}, // the connection closed without an answer
+	} {
+		var requests atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			requests.Add(1)
+			if c.status == 0 {
+				hj, _ := w.(http.Hijacker)
+				conn, _, _ := hj.Hijack()
+				conn.Close()
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(c.status)
+			fmt.Fprintf(w, `{"error_code": %d, "message": "no"}`, c.status*100+1)
+		}))
+		reg, err := NewRegistry(RegistryConfig{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		err = reg.Decode(t.Context(), format.Frame(nil, 9, []byte{0}), &v)
+		other := ErrUndecodable
+		if c.want == ErrUndecodable {
+			other = ErrRegistryUnavailable
+		}
+		if !errors.Is(err, c.want) || errors.Is(err, other) {
+			t.Errorf("HTTP %d: %v, want %v", c.status, err, c.want)
+		}
+		before := requests.Load()
+		if err := reg.Decode(t.Context(), []byte(`{"id": 1}`), &v); !errors.Is(err, ErrUndecodable) || !errors.Is(err, ErrNotFramed) || requests.Load() != before {
+			t.Errorf("not framed: %v (%d requests)", err, requests.Load()-before)
+		}
+		srv.Close()
+	}
+}
+
+// TestDecodeTargets (no registry: the schemas put in the cache as if
+// fetched): each schema type decodes into each kind of target that
+// Registry.Decode names, and Decoded gives the id, type and value; a nil,
+// a non-pointer, a nil pointer, a message of another name and a struct
+// of the wrong shape are errors, never a panic.
+func TestDecodeTargets(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	fd, err := format.CompileProtobuf(ctx, `syntax = "proto3"; package google.protobuf; message Duration { int64 seconds = 1; int32 nanos = 2; } message Other { string x = 1; }`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := NewRegistry(RegistryConfig{URL: "http://127.0.0.1:1"}) // never asked
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.schemas[1] = &schema{typ: Avro, avro: avro.MustParse(`{"type":"record","name":"P","fields":[{"name":"n","type":"long"}]}`)}
+	reg.schemas[2] = &schema{typ: Protobuf, proto: fd}
+	reg.schemas[3] = &schema{typ: JSONSchema}
+	durBody, err := proto.Marshal(durationpb.New(90e9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	avroV := format.Frame(nil, 1, []byte{6})                              // {"n": 3}
+	protoV := format.Frame(nil, 2, append([]byte{0}, durBody...))         // Duration 90 s
+	otherV := format.Frame(nil, 2, append([]byte{2, 2}, 0x0a, 0x01, 'y')) // Other {x: "y"}
+	jsonV := format.Frame(nil, 3, []byte(`{"seconds": 90, "x": "y"}`))    // JSON
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want any // the Decoded value's JSON
+		typ  string
+	}{
+		{"avro", avroV, `{"n": 3}`, Avro},
+		{"protobuf", protoV, `"90s"`, Protobuf}, // protojson's Duration
+		{"protobuf other", otherV, `{"x": "y"}`, Protobuf},
+		{"json", jsonV, `{"seconds": 90, "x": "y"}`, JSONSchema},
+	} {
+		d, err := reg.Decoded(ctx, c.b)
+		if err != nil || d.Type != c.typ {
+			t.Errorf("%s: %+v %v", c.name, d, err)
+			continue
+		}
+		js, err := d.JSON()
+		if err != nil || !jsonEqual(t, string(js), c.want.(string)) {
+			t.Errorf("%s: JSON %s %v, want %s", c.name, js, err, c.want)
+		}
+	}
+	var dur durationpb.Duration
+	if err := reg.Decode(ctx, protoV, &dur); err != nil || dur.Seconds != 90 {
+		t.Errorf("into *durationpb.Duration: %v %v", &dur, err)
+	}
+	var durp *durationpb.Duration
+	if err := reg.Decode(ctx, protoV, &durp); err != nil || durp.GetSeconds() != 90 {
+		t.Errorf("into **durationpb.Duration: %v %v", durp, err)
+	}
+	var fromJSON durationpb.Duration // protojson: a Duration in JSON is "90s", not an object
+	if err := reg.Decode(ctx, format.Frame(nil, 3, []byte(`"90s"`)), &fromJSON); err != nil || fromJSON.Seconds != 90 {
+		t.Errorf("JSON into *durationpb.Duration: %v %v", &fromJSON, err)
+	}
+	var m map[string]any
+	if err := reg.Decode(ctx, otherV, &m); err != nil || m["x"] != "y" {
+		t.Errorf("protobuf into a map: %v %v", m, err)
+	}
+	var st struct {
+		N int64 `avro:"n"`
+	}
+	if err := reg.Decode(ctx, avroV, &st); err != nil || st.N != 3 {
+		t.Errorf("avro into a struct: %+v %v", st, err)
+	}
+	var nilDur *durationpb.Duration
+	var wrongShape struct {
+		X int `json:"x"`
+	}
+	for _, c := range []struct {
+		name        string
+		b           []byte
+		into        any
+		undecodable bool
+	}{
+		{"nil", protoV, nil, false},
+		{"nil into avro", avroV, nil, false},
+		{"not a pointer", jsonV, m, false},
+		{"a nil message", protoV, nilDur, false},
+		{"a nil pointer into json", jsonV, (*map[string]any)(nil), false},
+		{"a nil pointer into avro", avroV, (*struct{})(nil), false},
+		{"another message", otherV, &dur, true},
+		{"json of the wrong shape", jsonV, &wrongShape, true},
+		{"protobuf of the wrong shape", otherV, &wrongShape, true},
+		{"avro into a string", avroV, new(string), true},
+	} {
+		err := reg.Decode(ctx, c.b, c.into)
+		if err == nil || errors.Is(err, ErrUndecodable) != c.undecodable || errors.Is(err, ErrRegistryUnavailable) {
+			t.Errorf("%s: %v, want an error (undecodable: %v)", c.name, err, c.undecodable)
+		}
+	}
+}
+
+func jsonEqual(t *testing.T, a, b string) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal([]byte(a), &x); err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+	if err := json.Unmarshal([]byte(b), &y); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return reflect.DeepEqual(x, y)
 }

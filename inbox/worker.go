@@ -108,6 +108,9 @@ type worker struct {
 	attempts  int
 	firstFail time.Time
 	connFails int
+	// regFails counts the head's failures in a row because the schema
+	// registry was unavailable (ErrRegistryUnavailable): not attempts.
+	regFails int
 	// cuts counts the times the session of the head's transaction ended
 	// while its handler ran, for no cause blame could pin on the handler
 	// nor rule out (sessionCut): not attempts, but bounded by maxCuts.
@@ -248,7 +251,7 @@ func (w *worker) run() {
 			w.attempts, w.cuts = 0, 0
 		}
 		if err == nil {
-			w.connFails = 0
+			w.connFails, w.regFails = 0, 0
 			continue
 		}
 		if w.ctx.Err() != nil {
@@ -291,6 +294,20 @@ func (w *worker) run() {
 		switch {
 		case idReason(err) != "":
 			w.deadLetter(head, idReason(err), err)
+		case isHandlerError(err) && errors.Is(err, ErrUndecodable):
+			// Its key or value will not decode on another try.
+			w.attempts++
+			if w.attempts == 1 {
+				w.firstFail = time.Now()
+			}
+			w.deadLetter(head, "undecodable", err)
+		case isHandlerError(err) && errors.Is(err, ErrRegistryUnavailable):
+			// Not the record's fault: as the database being down.
+			w.regFails++
+			wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.regFails-1)
+			c.log.Warn("schema registry unavailable; retrying, not counted as an attempt", "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", logID(head),
+				"failures", w.regFails, "err", err, "retry_in", wait)
+			w.sleep(wait)
 		case !isHandlerError(err) && connectionTrouble(err):
 			w.connFails++
 			wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.connFails-1)
