@@ -288,16 +288,23 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compil
 	var err error
 	switch s.cfg.Kind {
 	case KindAvro:
-		c.write, err = compileAvro(ss.Schema.Schema, mismatch)
+		var refs []reference
+		if refs, err = s.references(ctx, ss.Schema.References); err == nil {
+			texts := make([]string, len(refs))
+			for i, r := range refs {
+				texts[i] = r.text
+			}
+			c.write, err = compileAvro(ss.Schema.Schema, texts, mismatch)
+		}
 	case KindProtobuf:
-		var refs map[string]string
-		if refs, err = s.references(ctx, ss.Schema.References, 0); err == nil {
-			c.write, err = compileProtobuf(ctx, ss.Schema.Schema, refs, s.cfg.Message, mismatch)
+		var refs []reference
+		if refs, err = s.references(ctx, ss.Schema.References); err == nil {
+			c.write, err = compileProtobuf(ctx, ss.Schema.Schema, byName(refs), s.cfg.Message, mismatch)
 		}
 	case KindJSONSchema:
-		var refs map[string]string
-		if refs, err = s.references(ctx, ss.Schema.References, 0); err == nil {
-			c.write, err = compileJSONSchema(ss.Schema.Schema, refs, mismatch)
+		var refs []reference
+		if refs, err = s.references(ctx, ss.Schema.References); err == nil {
+			c.write, err = compileJSONSchema(ss.Schema.Schema, byName(refs), mismatch)
 		}
 	}
 	if err != nil {
@@ -306,32 +313,56 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema) (*compil
 	return c, nil
 }
 
+// reference is a schema that a schema references: the name it is
+// referenced by (an import path, a $ref, an Avro type's full name) and its
+// text.
+type reference struct{ name, text string }
+
 // references reads the schemas that a schema references (an imported
-// .proto, a $ref'd JSON Schema), by the name it references them with,
-// and theirs.
-func (s *SchemaFirst) references(ctx context.Context, refs []sr.SchemaReference, depth int) (map[string]string, error) {
-	if len(refs) == 0 {
-		return nil, nil
+// .proto, a $ref'd JSON Schema, an Avro schema's named types), and
+// theirs: each once, after those it references itself (the order Avro's
+// parser needs: a named type before its use).
+func (s *SchemaFirst) references(ctx context.Context, refs []sr.SchemaReference) ([]reference, error) {
+	var out []reference
+	seen := map[subjectVersion]bool{}
+	var walk func(refs []sr.SchemaReference, depth int) error
+	walk = func(refs []sr.SchemaReference, depth int) error {
+		if len(refs) > 0 && depth > 10 {
+			return errors.New("schema references nested more than 10 deep")
+		}
+		for _, r := range refs {
+			k := subjectVersion{r.Subject, r.Version}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			ss, err := s.reg.cl.SchemaByVersion(ctx, r.Subject, r.Version)
+			if err != nil {
+				return fmt.Errorf("reference %s (subject %s version %d): %w", r.Name, r.Subject, r.Version, classify(r.Subject, err))
+			}
+			if err := walk(ss.Schema.References, depth+1); err != nil {
+				return err
+			}
+			out = append(out, reference{r.Name, ss.Schema.Schema})
+		}
+		return nil
 	}
-	if depth > 10 {
-		return nil, errors.New("schema references nested more than 10 deep")
-	}
-	out := map[string]string{}
-	for _, r := range refs {
-		ss, err := s.reg.cl.SchemaByVersion(ctx, r.Subject, r.Version)
-		if err != nil {
-			return nil, fmt.Errorf("reference %s (subject %s version %d): %w", r.Name, r.Subject, r.Version, classify(r.Subject, err))
-		}
-		out[r.Name] = ss.Schema.Schema
-		more, err := s.references(ctx, ss.Schema.References, depth+1)
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range more {
-			out[k] = v
-		}
+	if err := walk(refs, 0); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// byName maps references by the name they are referenced by.
+func byName(refs []reference) map[string]string {
+	if len(refs) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(refs))
+	for _, r := range refs {
+		m[r.name] = r.text
+	}
+	return m
 }
 
 // maxReason bounds a mismatch's field and reason: they go into the log and
