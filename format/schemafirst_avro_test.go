@@ -74,7 +74,7 @@ func TestRegistrySchemaFirstAvroLogicalTypes(t *testing.T) {
 			"local_us": "2024-02-29 12:34:56.789123", "t_ms": "12:34:56.789", "t_us": "12:34:56.789123", "span": "P1Y2M3DT4H5M6.007S",
 			"maybe": "2024-02-29T10:34:56.789Z"}`,
 		want: map[string]any{
-			"amount": []byte{0xfe, 0x1d, 0xc6}, // -123450
+			"amount": []byte{0xfe, 0x1d, 0xc6},  // -123450
 			"fee":    [4]byte{0, 0, 0x30, 0xd4}, // 12500
 			"id":     "0191d8a2-7c3e-7a51-8e2b-3f6c1d9e0a47",
 			"day":    19782,
