@@ -116,7 +116,7 @@ func (s *SchemaFirst) Plan(ctx context.Context, subject, text string) (string, e
 		for _, m := range res.Messages {
 			why += ": " + m
 		}
-		return "", fmt.Errorf("subject %s: the registry would refuse it: %w%s", subject, ErrIncompatible, clip(why))
+		return "", fmt.Errorf("subject %s: %w (the registry's compatibility check: it would refuse it)%s", subject, ErrIncompatible, clip(why))
 	}
 	return "would register it as a new version (compatible with the latest, as the subject's rule asks)", nil
 }
