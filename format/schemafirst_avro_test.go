@@ -308,3 +308,30 @@ func TestRegistrySchemaFirstAvroReferences(t *testing.T) {
 	wantMismatch(t, "a symbol of the referenced enum", err, "/ship_to/country")
 
 }
+
+// TestSchemaFirstAvroLogicalDefaults (no registry): a missing field of a
+// logical type takes its default as Avro's JSON encoding writes it (a
+// decimal's default is its bytes, a date's a number of days), not read
+// as the application's JSON would be.
+func TestSchemaFirstAvroLogicalDefaults(t *testing.T) {
+	t.Parallel()
+	schema := `{"type":"record","name":"D","fields":[
+	 {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":4,"scale":2},"default":"\u0001\u0000"},
+	 {"name":"day","type":{"type":"int","logicalType":"date"},"default":3},
+	 {"name":"at","type":["null",{"type":"long","logicalType":"timestamp-millis"}],"default":null}]}`
+	w, err := compileAvro(schema, nil, func(field, reason string) *MismatchError { return &MismatchError{Field: field, Reason: reason} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, me := w(nil, []byte(`{}`))
+	if me != nil {
+		t.Fatal(me)
+	}
+	var raw map[string]any
+	if err := avro.Unmarshal(avro.MustParse(logicalTypeProp.ReplaceAllString(strings.ReplaceAll(schema, "\n\t ", ""), "")), body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(raw["amount"].([]byte), []byte{1, 0}) || raw["day"] != 3 || raw["at"] != nil {
+		t.Errorf("defaults %#v, want amount 01 00 (2.56), day 3, at null", raw)
+	}
+}
