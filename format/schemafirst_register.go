@@ -26,9 +26,11 @@ var (
 )
 
 // Registered is a schema registered under a subject: its id (the one
-// that frames the records) and version.
+// that frames the records) and version, and the subject's latest version
+// (another when the schema was an older version already: registering it
+// again does not make it the latest).
 type Registered struct {
-	ID, Version int
+	ID, Version, Latest int
 }
 
 // Outage reports whether a registry's error is an outage (no answer, a
@@ -83,7 +85,11 @@ func (s *SchemaFirst) Register(ctx context.Context, subject, text string) (Regis
 	if err != nil {
 		return Registered{}, classify(subject, err)
 	}
-	return Registered{ID: ss.ID, Version: ss.Version}, nil
+	got := Registered{ID: ss.ID, Version: ss.Version, Latest: ss.Version}
+	if latest, err := s.reg.cl.SchemaByVersion(ctx, subject, -1); err == nil {
+		got.Latest = latest.Version
+	}
+	return got, nil
 }
 
 // Plan says what Register would do with text under subject, registering
@@ -98,7 +104,13 @@ func (s *SchemaFirst) Plan(ctx context.Context, subject, text string) (string, e
 	}
 	ss, err := s.reg.cl.LookupSchema(ctx, subject, schema)
 	if err == nil {
-		return fmt.Sprintf("registered already: version %d, id %d", ss.Version, ss.ID), nil
+		plan := fmt.Sprintf("registered already: version %d, id %d", ss.Version, ss.ID)
+		if latest, err := s.reg.cl.SchemaByVersion(ctx, subject, -1); err == nil && latest.Version != ss.Version {
+			// Registering it again gives this version back: the latest
+			// stays what `latest` writes.
+			plan += fmt.Sprintf(", not the latest (version %d, which the subject's latest writes)", latest.Version)
+		}
+		return plan, nil
 	}
 	var re *sr.ResponseError
 	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {

@@ -34,6 +34,9 @@ func registerSchemaFiles(ctx context.Context, cfg *config.Config, sf *format.Sch
 			got, err := sf.Register(ctx, f.Subject, text)
 			if err == nil {
 				log.Info("schema registered (kafka.schema_registry.auto_register)", "subject", f.Subject, "version", got.Version, "id", got.ID, "file", f.Path)
+				if got.Latest != got.Version {
+					log.Warn("the schema file is an older version of its subject, which the registry does not register again: the subject's latest version is another", "subject", f.Subject, "version", got.Version, "latest", got.Latest, "file", f.Path)
+				}
 				break
 			}
 			if ctx.Err() != nil {
