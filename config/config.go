@@ -347,7 +347,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.SchemaRegistry.PasswordFile, "")
 	add("kafka.schema_registry.password_file", "file holding the schema registry's password instead (both set is an error)", f, s)
 	f, s = boolean(&c.Kafka.SchemaRegistry.AutoRegister, false)
-	add("kafka.schema_registry.auto_register", "register a schema that its subject (`<topic>-key`, `<topic>-value`) does not have yet, as Debezium's `…auto-register=true`; `false`: such an event is dead-lettered (`schema_refused`)", f, s)
+	add("kafka.schema_registry.auto_register", "the `avro` format: register a schema that its subject (`<topic>-key`, `<topic>-value`) does not have yet, as Debezium's `…auto-register=true`; `false`: such an event is dead-lettered (`schema_refused`). The schema-first formats: register the schema files that `kafka.schema_registry.subjects` names (`subject=path`), at start and never otherwise; `false`: walrelay registers nothing", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.IDKind, "contentId")
 	add("kafka.schema_registry.id_kind", "the schema id in the records' framing: `contentId`, the id that Confluent's API gives (Apicurio's content id, Debezium's `…use-id=contentId`); Apicurio's `globalId` is not supported", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.TLSCAFile, "")

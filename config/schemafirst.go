@@ -3,7 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/sink"
@@ -14,7 +16,7 @@ import (
 func schemaFirstKeys(c *Config, add func(name, help string, f func(string) error, s func() string) *key) {
 	r := &c.Kafka.SchemaRegistry
 	f, s := str(&r.SubjectStrategy, format.StrategyType)
-	add("kafka.schema_registry.subject_strategy", "the subject of an event's schema in the schema-first formats: `type` (the event's type), `topic_type` (`<topic>-<type>`), or `subject` (`kafka.schema_registry.subject` for every event); an event without a type under `type` or `topic_type` is dead-lettered (`schema_refused`). walrelay never registers these schemas: their owners do", f, s)
+	add("kafka.schema_registry.subject_strategy", "the subject of an event's schema in the schema-first formats: `type` (the event's type), `topic_type` (`<topic>-<type>`), or `subject` (`kafka.schema_registry.subject` for every event); an event without a type under `type` or `topic_type` is dead-lettered (`schema_refused`). walrelay registers none of these schemas unless `kafka.schema_registry.auto_register` is on and `kafka.schema_registry.subjects` names their files", f, s)
 	f, s = str(&r.Subject, "")
 	add("kafka.schema_registry.subject", "the subject of `kafka.schema_registry.subject_strategy` `subject`", f, s)
 	f, s = str(&r.Version, "latest")
@@ -22,7 +24,7 @@ func schemaFirstKeys(c *Config, add func(name, help string, f func(string) error
 	f, s = str(&r.Message, "")
 	add("kafka.schema_registry.message", "`registered_protobuf`: the message to write, by full (`shop.OrderCreated`) or simple name, nested ones included, in every subject's schema; empty: each schema's first message", f, s)
 	f, s = list(&r.Subjects, nil)
-	add("kafka.schema_registry.subjects", "subjects that `walrelay check` verifies, comma-separated, with the strategies `type` and `topic_type` (the event types, or `<topic>-<type>`, that the outbox writes): each must exist in the registry with a schema of the format's kind that walrelay compiles; with `subject`, check verifies that one", f, s)
+	add("kafka.schema_registry.subjects", "subjects that `walrelay check` verifies, comma-separated, with the strategies `type` and `topic_type` (the event types, or `<topic>-<type>`, that the outbox writes): each must exist in the registry with a schema of the format's kind that walrelay compiles; with `subject`, check verifies that one. An entry `subject=path` names the file of the subject's schema (`.avsc`, `.proto` or JSON Schema text, of the format's kind; without references): with `kafka.schema_registry.auto_register: true` walrelay registers it at start, before any event (a new version if the subject does not hold it yet), and stops if the registry refuses it; `walrelay check` says what would be registered", f, s)
 }
 
 // schemaFirstFormat reports whether the value format is a schema-first
@@ -40,6 +42,9 @@ func (c *Config) checkSchemaFirst() error {
 	version, err := format.ParseVersion(r.Version)
 	if err != nil {
 		return fmt.Errorf("kafka.schema_registry.version: %w", err)
+	}
+	if err := c.checkSchemaFiles(); err != nil {
+		return err
 	}
 	kind, ok := c.schemaFirstFormat()
 	if !ok {
@@ -60,20 +65,81 @@ func (c *Config) checkSchemaFirst() error {
 	if err := format.CheckStrategy(r.SubjectStrategy, r.Subject, version); err != nil {
 		return fmt.Errorf("kafka.schema_registry.subject_strategy, subject, version: %w", err)
 	}
-	if r.SubjectStrategy == format.StrategySubject && len(r.Subjects) > 0 && !slices.Equal(r.Subjects, []string{r.Subject}) {
-		return errors.New("kafka.schema_registry.subjects with the subject strategy subject: check verifies kafka.schema_registry.subject; leave subjects empty")
+	if r.SubjectStrategy == format.StrategySubject && len(r.Subjects) > 0 && !slices.Equal(c.subjectNames(), []string{r.Subject}) {
+		return errors.New("kafka.schema_registry.subjects with the subject strategy subject: check verifies kafka.schema_registry.subject; leave subjects empty, or give that subject alone with its file (subject=path)")
 	}
 	return nil
 }
 
+// checkSchemaFiles checks the entries of kafka.schema_registry.subjects:
+// a subject, or subject=path, each subject once; files only with a
+// schema-first format.
+func (c *Config) checkSchemaFiles() error {
+	seen := map[string]bool{}
+	for _, e := range c.Kafka.SchemaRegistry.Subjects {
+		subject, path, withFile := strings.Cut(e, "=")
+		if subject == "" || withFile && path == "" {
+			return fmt.Errorf("kafka.schema_registry.subjects: %q: want a subject, or subject=path (the file of its schema)", e)
+		}
+		if seen[subject] {
+			return fmt.Errorf("kafka.schema_registry.subjects: %s is given twice", subject)
+		}
+		seen[subject] = true
+		if _, ok := c.schemaFirstFormat(); withFile && !ok {
+			return fmt.Errorf("kafka.schema_registry.subjects: schema files (%s) are for the schema-first formats (registered_avro, registered_protobuf, registered_jsonschema), not kafka.value_format %s", e, c.Kafka.ValueFormat)
+		}
+	}
+	return nil
+}
+
+// subjectNames are the subjects of kafka.schema_registry.subjects,
+// without their files.
+func (c *Config) subjectNames() []string {
+	var out []string
+	for _, e := range c.Kafka.SchemaRegistry.Subjects {
+		subject, _, _ := strings.Cut(e, "=")
+		out = append(out, subject)
+	}
+	return out
+}
+
 // SchemaFirstSubjects are the subjects that `walrelay check` verifies:
-// the configured subject, or kafka.schema_registry.subjects.
+// the configured subject, or kafka.schema_registry.subjects (without
+// their files).
 func (c *Config) SchemaFirstSubjects() []string {
 	r := c.Kafka.SchemaRegistry
 	if r.SubjectStrategy == format.StrategySubject {
 		return []string{r.Subject}
 	}
-	return r.Subjects
+	return c.subjectNames()
+}
+
+// SchemaFile is a schema that the operator supplies for a subject
+// (kafka.schema_registry.subjects' subject=path): registered at start
+// with kafka.schema_registry.auto_register.
+type SchemaFile struct {
+	Subject, Path string
+}
+
+// SchemaFiles are the schema files of kafka.schema_registry.subjects, in
+// their order.
+func (c *Config) SchemaFiles() []SchemaFile {
+	var out []SchemaFile
+	for _, e := range c.Kafka.SchemaRegistry.Subjects {
+		if subject, path, ok := strings.Cut(e, "="); ok {
+			out = append(out, SchemaFile{Subject: subject, Path: path})
+		}
+	}
+	return out
+}
+
+// ReadSchemaFile reads a schema file's text.
+func ReadSchemaFile(f SchemaFile) (string, error) {
+	b, err := os.ReadFile(f.Path)
+	if err != nil {
+		return "", fmt.Errorf("kafka.schema_registry.subjects: the schema of subject %s: %w", f.Subject, err)
+	}
+	return string(b), nil
 }
 
 // SchemaFirst makes the encoder of the schema-first value format, nil for
@@ -90,9 +156,9 @@ func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
 }
 
 // schemaFirstOf makes the encoder of the schema-first value format reading
-// its schemas from reg, nil for another format. It never registers a
-// schema, whatever kafka.schema_registry.auto_register says (that key is
-// the avro format's).
+// its schemas from reg, nil for another format. It registers nothing by
+// itself: walrelay's start registers the schema files
+// (walrelay run, before any event) when kafka.schema_registry.auto_register is on.
 func schemaFirstOf(c *Config, reg *format.Registry) (*format.SchemaFirst, error) {
 	kind, ok := c.schemaFirstFormat()
 	if !ok {

@@ -67,3 +67,42 @@ func TestSchemaFirstKeys(t *testing.T) {
 		t.Errorf("strategy %s", strategy)
 	}
 }
+
+// TestSchemaFirstSchemaFiles: an entry of kafka.schema_registry.subjects
+// may name the file of its schema (subject=path), which walrelay
+// registers at start with kafka.schema_registry.auto_register; check's
+// subjects are the names alone; an entry without a subject or a path, a
+// subject given twice, or a file with a format that is not schema-first,
+// is refused at load.
+func TestSchemaFirstSchemaFiles(t *testing.T) {
+	t.Parallel()
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
+	reg := "  schema_registry:\n    url: http://r:8080/apis/ccompat/v7\n    auto_register: true\n"
+	c, err := load(t, base+"  value_format: registered_avro\n"+reg+"    subjects: [OrderCreated=schemas/order-created.avsc, OrderPaid]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.SchemaFirstSubjects(); strings.Join(got, ",") != "OrderCreated,OrderPaid" {
+		t.Errorf("check's subjects %v", got)
+	}
+	if got := c.SchemaFiles(); len(got) != 1 || got[0] != (SchemaFile{Subject: "OrderCreated", Path: "schemas/order-created.avsc"}) {
+		t.Errorf("schema files %v", got)
+	}
+	c, err = load(t, base+"  value_format: registered_protobuf\n"+reg+"    subject_strategy: subject\n    subject: orders-value\n    subjects: [orders-value=o.proto]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.SchemaFiles(); len(got) != 1 || got[0].Subject != "orders-value" || strings.Join(c.SchemaFirstSubjects(), ",") != "orders-value" {
+		t.Errorf("the subject strategy's subject with its file: %v", got)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"  value_format: registered_avro\n" + reg + "    subjects: [\"=a.avsc\"]\n", "kafka.schema_registry.subjects: \"=a.avsc\""},
+		{"  value_format: registered_avro\n" + reg + "    subjects: [A=]\n", "kafka.schema_registry.subjects: \"A=\""},
+		{"  value_format: registered_avro\n" + reg + "    subjects: [A=a.avsc, A=b.avsc]\n", "kafka.schema_registry.subjects: A is given twice"},
+		{"  value_format: avro\n" + reg + "    subjects: [A=a.avsc]\n", "kafka.schema_registry.subjects: schema files (A=a.avsc) are for the schema-first formats"},
+	} {
+		if _, err := load(t, base+bad.yaml); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: err = %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+}

@@ -171,37 +171,59 @@ func classify(subject string, err error) error {
 	return fmt.Errorf("schema registry, subject %s: %w", subject, err)
 }
 
-// References reads the schemas that a schema references (an imported
-// .proto, a $ref'd JSON Schema), by the name it references them with,
-// and theirs. Errors: ErrNotRegistered (a subject or version the
-// registry lacks), ErrUnauthorized, or an outage.
-func (r *Registry) References(ctx context.Context, refs []sr.SchemaReference) (map[string]string, error) {
-	return r.references(ctx, refs, 0)
-}
+// Reference is a schema that a schema references: the name it is
+// referenced by (an import path, a $ref, an Avro type's full name) and its
+// text.
+type Reference struct{ Name, Text string }
 
-func (r *Registry) references(ctx context.Context, refs []sr.SchemaReference, depth int) (map[string]string, error) {
-	if len(refs) == 0 {
-		return nil, nil
+// References reads the schemas that a schema references (an imported
+// .proto, a $ref'd JSON Schema, an Avro schema's named types), and
+// theirs: each subject and version once, after those it references itself
+// (the order Avro's parser needs: a named type before its use), at most 10
+// deep. Errors: ErrNotRegistered (a subject or version the registry lacks,
+// or references nested too deep), ErrUnauthorized, or an outage.
+func (r *Registry) References(ctx context.Context, refs []sr.SchemaReference) ([]Reference, error) {
+	var out []Reference
+	seen := map[subjectVersion]bool{}
+	var walk func(refs []sr.SchemaReference, depth int) error
+	walk = func(refs []sr.SchemaReference, depth int) error {
+		if len(refs) > 0 && depth > 10 {
+			return fmt.Errorf("%w: schema references nested more than 10 deep", ErrNotRegistered)
+		}
+		for _, ref := range refs {
+			k := subjectVersion{ref.Subject, ref.Version}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			ss, err := r.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
+			if err != nil {
+				return fmt.Errorf("reference %s (subject %s version %d): %w", ref.Name, ref.Subject, ref.Version, classify(ref.Subject, err))
+			}
+			if err := walk(ss.Schema.References, depth+1); err != nil {
+				return err
+			}
+			out = append(out, Reference{ref.Name, ss.Schema.Schema})
+		}
+		return nil
 	}
-	if depth > 10 {
-		return nil, fmt.Errorf("%w: schema references nested more than 10 deep", ErrNotRegistered)
-	}
-	out := map[string]string{}
-	for _, ref := range refs {
-		ss, err := r.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
-		if err != nil {
-			return nil, fmt.Errorf("reference %s (subject %s version %d): %w", ref.Name, ref.Subject, ref.Version, classify(ref.Subject, err))
-		}
-		out[ref.Name] = ss.Schema.Schema
-		more, err := r.references(ctx, ss.Schema.References, depth+1)
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range more {
-			out[k] = v
-		}
+	if err := walk(refs, 0); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// RefsByName maps references by the name they are referenced by, as the
+// Protobuf compiler and the JSON Schema validator look them up.
+func RefsByName(refs []Reference) map[string]string {
+	if len(refs) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(refs))
+	for _, r := range refs {
+		m[r.Name] = r.Text
+	}
+	return m
 }
 
 // Client is the registry's client, for reading schemas back.

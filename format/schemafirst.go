@@ -258,16 +258,14 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 		}
 		return nil, err
 	}
-	var refs map[string]string
-	if ss.Type != sr.TypeAvro { // Avro's references are not resolved
-		if refs, err = s.reg.References(ctx, ss.Schema.References); err != nil {
-			// A referenced subject the registry lacks is ErrNotRegistered;
-			// a registry that does not answer for it, an outage (held).
-			if ok && !errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrUnauthorized) {
-				return c, nil
-			}
-			return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, err)
+	refs, err := s.reg.References(ctx, ss.Schema.References)
+	if err != nil {
+		// A referenced subject the registry lacks is ErrNotRegistered;
+		// a registry that does not answer for it, an outage (held).
+		if ok && !errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrUnauthorized) {
+			return c, nil
 		}
+		return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, err)
 	}
 	c, err = s.compile(ctx, ss, refs)
 	if err != nil {
@@ -286,8 +284,8 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 }
 
 // compile makes a registered schema ready to write payloads, with the
-// schemas it references (refs, by the name it references them with).
-func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs map[string]string) (*compiledSchema, error) {
+// schemas it references (refs, as References gives them).
+func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs []Reference) (*compiledSchema, error) {
 	kind := ss.Type.String() // AVRO when the API leaves schemaType out
 
 	if kind != s.cfg.Kind {
@@ -303,11 +301,11 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs map
 	var err error
 	switch s.cfg.Kind {
 	case KindAvro:
-		c.write, err = compileAvro(ss.Schema.Schema, mismatch)
+		c.write, err = compileAvro(ss.Schema.Schema, refs, mismatch)
 	case KindProtobuf:
-		c.write, err = compileProtobuf(ctx, ss.Schema.Schema, refs, s.cfg.Message, mismatch)
+		c.write, err = compileProtobuf(ctx, ss.Schema.Schema, RefsByName(refs), s.cfg.Message, mismatch)
 	case KindJSONSchema:
-		c.write, err = compileJSONSchema(ss.Schema.Schema, refs, mismatch)
+		c.write, err = compileJSONSchema(ss.Schema.Schema, RefsByName(refs), mismatch)
 	}
 	if err != nil {
 		return nil, err

@@ -11,20 +11,38 @@ import (
 	"github.com/hamba/avro/v2"
 )
 
-// compileAvro parses an Avro schema of the registry and returns the writer
-// of JSON payloads in it: the JSON converted, by the schema, into the
-// values github.com/hamba/avro/v2 writes.
-func compileAvro(text string, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte) ([]byte, *MismatchError), error) {
-	schema, err := avro.ParseBytesWithCache([]byte(text), "", &avro.SchemaCache{})
+// ParseAvro parses an Avro schema of the registry with the schemas it
+// references (as References gives them, each after those it references
+// itself): their named types are parsed first, into the cache the schema
+// is parsed with.
+func ParseAvro(text string, refs []Reference) (avro.Schema, error) {
+	cache := &avro.SchemaCache{}
+	for _, r := range refs {
+		if _, err := avro.ParseBytesWithCache([]byte(r.Text), "", cache); err != nil {
+			return nil, fmt.Errorf("parse the Avro schema's reference %s: %w", r.Name, err)
+		}
+	}
+	schema, err := avro.ParseBytesWithCache([]byte(text), "", cache)
 	if err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
+	}
+	return schema, nil
+}
+
+// compileAvro parses an Avro schema of the registry (ParseAvro) and
+// returns the writer of JSON payloads in it: the JSON converted, by the
+// schema, into the values github.com/hamba/avro/v2 writes.
+func compileAvro(text string, refs []Reference, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte) ([]byte, *MismatchError), error) {
+	schema, err := ParseAvro(text, refs)
+	if err != nil {
+		return nil, err
 	}
 	return func(dst, payload []byte) ([]byte, *MismatchError) {
 		v, err := decodeJSON(payload)
 		if err != nil {
 			return nil, mismatch("", err.Error())
 		}
-		native, field, reason := avroNative(schema, v, "")
+		native, field, reason := avroNative(schema, v, "", false)
 		if reason != "" {
 			return nil, mismatch(field, reason)
 		}
@@ -77,15 +95,20 @@ func pointerToken(s string) string {
 // avroNative converts the JSON value v at path (a JSON pointer) into what
 // hamba/avro writes in schema s: records and maps as map[string]any (a
 // record's missing fields given their defaults), a union's value as a
-// one-entry map naming its branch. A value that does not fit returns the
-// field and the reason.
-func avroNative(s avro.Schema, v any, path string) (out any, field, reason string) {
+// one-entry map naming its branch, a logical type's value as its
+// underlying type's (avroLogical). A value that does not fit returns the
+// field and the reason. With avroJSON, v is in Avro's own JSON encoding
+// (a field's default): a logical type's value is its underlying type's.
+func avroNative(s avro.Schema, v any, path string, avroJSON bool) (out any, field, reason string) {
 	want := func() (any, string, string) {
 		return nil, path, fmt.Sprintf("want %s, got %s", avroTypeName(s), jsonType(v))
 	}
+	if ls, ok := s.(avro.LogicalTypeSchema); ok && ls.Logical() != nil && !avroJSON {
+		return avroLogical(s, ls.Logical(), v, path)
+	}
 	switch s.Type() {
 	case avro.Ref:
-		return avroNative(s.(*avro.RefSchema).Schema(), v, path)
+		return avroNative(s.(*avro.RefSchema).Schema(), v, path, avroJSON)
 	case avro.Null:
 		if v != nil {
 			return want()
@@ -173,7 +196,7 @@ func avroNative(s avro.Schema, v any, path string) (out any, field, reason strin
 		items := s.(*avro.ArraySchema).Items()
 		out := make([]any, len(a))
 		for i, e := range a {
-			n, f, r := avroNative(items, e, path+"/"+strconv.Itoa(i))
+			n, f, r := avroNative(items, e, path+"/"+strconv.Itoa(i), avroJSON)
 			if r != "" {
 				return nil, f, r
 			}
@@ -188,7 +211,7 @@ func avroNative(s avro.Schema, v any, path string) (out any, field, reason strin
 		values := s.(*avro.MapSchema).Values()
 		out := make(map[string]any, len(m))
 		for k, e := range m {
-			n, f, r := avroNative(values, e, path+"/"+pointerToken(k))
+			n, f, r := avroNative(values, e, path+"/"+pointerToken(k), avroJSON)
 			if r != "" {
 				return nil, f, r
 			}
@@ -205,7 +228,9 @@ func avroNative(s avro.Schema, v any, path string) (out any, field, reason strin
 		for _, f := range rs.Fields() {
 			fp := path + "/" + pointerToken(f.Name())
 			e, present := m[f.Name()]
+			fromDefault := avroJSON
 			if !present {
+				fromDefault = true
 				if !f.HasDefault() {
 					return nil, fp, fmt.Sprintf("missing: the field %s of the record %s is required (it has no default)", f.Name(), rs.FullName())
 				}
@@ -215,7 +240,7 @@ func avroNative(s avro.Schema, v any, path string) (out any, field, reason strin
 				}
 				e = d
 			}
-			n, ff, r := avroNative(f.Type(), e, fp)
+			n, ff, r := avroNative(f.Type(), e, fp, fromDefault)
 			if r != "" {
 				return nil, ff, r
 			}
@@ -241,7 +266,7 @@ func avroNative(s avro.Schema, v any, path string) (out any, field, reason strin
 			if b.Type() == avro.Null {
 				continue
 			}
-			n, _, r := avroNative(b, v, path)
+			n, _, r := avroNative(b, v, path, avroJSON)
 			if r == "" {
 				return map[string]any{branchName(b): n}, "", ""
 			}
@@ -252,7 +277,7 @@ func avroNative(s avro.Schema, v any, path string) (out any, field, reason strin
 			for k, e := range m {
 				for _, b := range us.Types() {
 					if branchName(b) == k {
-						n, f, r := avroNative(b, e, path+"/"+pointerToken(k))
+						n, f, r := avroNative(b, e, path+"/"+pointerToken(k), avroJSON)
 						if r != "" {
 							return nil, f, r
 						}

@@ -421,7 +421,7 @@ func TestSchemaFirstMismatches(t *testing.T) {
 	mismatch := func(field, reason string) *MismatchError {
 		return &MismatchError{Subject: "s", Version: 1, Field: field, Reason: reason}
 	}
-	avroW, err := compileAvro(orderAvro, mismatch)
+	avroW, err := compileAvro(orderAvro, nil, mismatch)
 	if err != nil {
 		t.Fatal(err)
 	}

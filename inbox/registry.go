@@ -421,11 +421,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 	}
 	s = &schema{typ: got.Type.String()} // AVRO when the API leaves schemaType out
 	switch s.typ {
-	case Avro:
-		if s.avro, err = avro.ParseWithCache(got.Schema, "", &avro.SchemaCache{}); err != nil {
-			return nil, undecodable(id, fmt.Errorf("parse the Avro schema: %w", err))
-		}
-	case Protobuf, JSONSchema:
+	case Avro, Protobuf, JSONSchema:
 		if s.typ == JSONSchema && !r.validate {
 			break // decoded as it is: nothing to compile
 		}
@@ -436,10 +432,13 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 			}
 			return nil, fmt.Errorf("%w: schema id %d: %w", ErrRegistryUnavailable, id, err)
 		}
-		if s.typ == Protobuf {
-			s.proto, err = format.CompileProtobuf(ctx, got.Schema, refs)
-		} else {
-			s.json, err = format.CompileJSONSchema(got.Schema, refs)
+		switch s.typ {
+		case Avro:
+			s.avro, err = format.ParseAvro(got.Schema, refs)
+		case Protobuf:
+			s.proto, err = format.CompileProtobuf(ctx, got.Schema, format.RefsByName(refs))
+		default:
+			s.json, err = format.CompileJSONSchema(got.Schema, format.RefsByName(refs))
 		}
 		if err != nil {
 			if ctx.Err() != nil {

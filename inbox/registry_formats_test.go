@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bufbuild/protocompile"
+	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -323,4 +324,59 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestRegistryDecodeAvroReferences (a real Apicurio Registry): an Avro
+// value whose schema's named types come from the registry's references
+// (a record, and an enum that record references in turn) is decoded with
+// them; the test frames the value itself, with the three schemas parsed
+// together by hamba.
+func TestRegistryDecodeAvroReferences(t *testing.T) {
+	const (
+		country  = `{"type":"enum","name":"Country","namespace":"shop","symbols":["FR","DE"]}`
+		address  = `{"type":"record","name":"Address","namespace":"shop","fields":[{"name":"street","type":"string"},{"name":"country","type":"shop.Country"}]}`
+		shipment = `{"type":"record","name":"Shipment","namespace":"shop","fields":[{"name":"ship_to","type":"shop.Address"}]}`
+	)
+	r := registrytest.Start(t)
+	reg, err := NewRegistry(RegistryConfig{URL: r.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := w.Client()
+	registerSchema(t, cl, "shop.Country", sr.Schema{Schema: country, Type: sr.TypeAvro})
+	registerSchema(t, cl, "shop.Address", sr.Schema{Schema: address, Type: sr.TypeAvro,
+		References: []sr.SchemaReference{{Name: "shop.Country", Subject: "shop.Country", Version: 1}}})
+	id := registerSchema(t, cl, "Shipment", sr.Schema{Schema: shipment, Type: sr.TypeAvro,
+		References: []sr.SchemaReference{{Name: "shop.Address", Subject: "shop.Address", Version: 1}}})
+
+	cache := &avro.SchemaCache{}
+	var schema avro.Schema
+	for _, s := range []string{country, address, shipment} {
+		if schema, err = avro.ParseWithCache(s, "", cache); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body, err := avro.Marshal(schema, map[string]any{"ship_to": map[string]any{"street": "1 rue A", "country": "DE"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h sr.ConfluentHeader
+	value, err := h.AppendEncode(nil, int(id), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value = append(value, body...)
+
+	d, err := reg.Decoded(t.Context(), value)
+	if err != nil {
+		t.Fatalf("decode a value whose schema has references: %v", err)
+	}
+	want := map[string]any{"ship_to": map[string]any{"street": "1 rue A", "country": "DE"}}
+	if d.ID != id || d.Type != Avro || !reflect.DeepEqual(d.Value, want) {
+		t.Errorf("decoded id %d type %s value %#v, want id %d avro %#v", d.ID, d.Type, d.Value, id, want)
+	}
 }

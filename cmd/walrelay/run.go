@@ -109,7 +109,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var bg sync.WaitGroup
 	bg.Go(func() { m.PollSlot(pollCtx, r.ConnConfig(), cfg.Postgres.Slot, 5*time.Second, log) })
 	bg.Go(func() { m.Watch(pollCtx, r, cfg.Log.ProgressInterval, log) })
-	err = r.Run(ctx)
+	// The schema files, before any event (the watch above reports a
+	// registry that does not answer).
+	if err = registerSchemaFiles(ctx, cfg, rcfg.Sink.SchemaFirst, log); err == nil && ctx.Err() == nil {
+		err = r.Run(ctx)
+	}
 	stopPoll()
 	bg.Wait()
 	return err
@@ -146,7 +150,9 @@ func runPoll(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var bg sync.WaitGroup
 	bg.Go(func() { m.PollTables(statsCtx, p.ConnConfig(), pcfg.Outbox, 5*time.Second, log) })
 	bg.Go(func() { m.Watch(statsCtx, p, cfg.Log.ProgressInterval, log) })
-	err = p.Run(ctx)
+	if err = registerSchemaFiles(ctx, cfg, pcfg.Sink.SchemaFirst, log); err == nil && ctx.Err() == nil {
+		err = p.Run(ctx)
+	}
 	stopStats()
 	bg.Wait()
 	return err

@@ -49,11 +49,16 @@ type schemaFirstCase struct {
 // Confluent's message indexes, the JSON itself), to the payload; each
 // payload that does not fit is dead-lettered (schema_mismatch), its error
 // naming the field, and nothing of it reaches the topic; walrelay
-// registers no schema.
+// registers no schema (a schema file named in
+// kafka.schema_registry.subjects included, auto_register being false).
 func TestRegistrySchemaFirstStreams(t *testing.T) {
 	reg := registrytest.Start(t)
+	// A schema file named, and auto_register false (the default): walrelay
+	// registers nothing still.
+	unregistered := schemaFile(t, t.TempDir(), "never.avsc", `{"type":"record","name":"Never","fields":[{"name":"x","type":"long"}]}`)
 	cases := []schemaFirstCase{{
 		format: "registered_avro", subject: "OrderCreated", typ: "OrderCreated",
+		env: []string{"WALRELAY_KAFKA_SCHEMA_REGISTRY_SUBJECTS", "OrderCreated,NeverRegistered=" + unregistered},
 		schema: sr.Schema{Type: sr.TypeAvro, Schema: `{"type":"record","name":"OrderCreated","namespace":"shop","fields":[
 			{"name":"id","type":"long"},{"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID"]}},
 			{"name":"lines","type":{"type":"array","items":{"type":"record","name":"Line","fields":[{"name":"sku","type":"string"},{"name":"qty","type":"int","default":1}]}}},
