@@ -36,6 +36,9 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 		if err := s.Abort(ctx); err != nil {
 			return err
 		}
+		if err := s.endClientTxn(ctx); err != nil {
+			return err
+		}
 		t.mu.Lock()
 		unresolved := t.unresolved
 		t.mu.Unlock()
@@ -79,6 +82,28 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 	}
 	t.started = true
 	return s.checkHistory(h)
+}
+
+// endClientTxn ends a transaction that the client still holds after
+// Abort: one whose abort the transaction coordinator did not answer (it was
+// away: frozen, cut off the network, fenced by the sink, moving) is still
+// open in the client, which would refuse to begin the next one ("already in
+// a transaction", fatal) and stop the relay for good. The client's abort,
+// asked again, re-initialises the producer id, which has the broker abort
+// whatever of it is still open there. With no transaction open in the
+// client it returns at once. The coordinator still away is retriable: the
+// next Resume asks again, and nothing is produced meanwhile.
+func (s *Sink) endClientTxn(ctx context.Context) error {
+	t := s.tx
+	actx, cancel := context.WithTimeout(ctx, txnStepTimeout)
+	defer cancel()
+	if err := s.cl.EndTransaction(actx, kgo.TryAbort); err != nil {
+		if fenced(err) {
+			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+		}
+		return fmt.Errorf("abort the kafka transaction that an earlier abort left open (the transaction coordinator did not answer it): %w", err)
+	}
+	return nil
 }
 
 // fence initialises a producer of the transactional id id and closes it:
