@@ -91,19 +91,26 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 // a transaction", fatal) and stop the relay for good. The client's abort,
 // asked again, re-initialises the producer id, which has the broker abort
 // whatever of it is still open there. With no transaction open in the
-// client it returns at once. The coordinator still away is retriable: the
-// next Resume asks again, and nothing is produced meanwhile.
+// client it returns at once. The coordinator still away (no answer, or a
+// retriable one) is retriable: the next Resume asks again, and nothing is
+// produced meanwhile. A refusal of the broker's is fatal, as it was when
+// the next transaction failed to begin.
 func (s *Sink) endClientTxn(ctx context.Context) error {
 	t := s.tx
 	actx, cancel := context.WithTimeout(ctx, txnStepTimeout)
 	defer cancel()
-	if err := s.cl.EndTransaction(actx, kgo.TryAbort); err != nil {
-		if fenced(err) {
-			return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
-		}
-		return fmt.Errorf("abort the kafka transaction that an earlier abort left open (the transaction coordinator did not answer it): %w", err)
+	err := s.cl.EndTransaction(actx, kgo.TryAbort)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if fenced(err) {
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+	}
+	err = fmt.Errorf("abort the kafka transaction that an earlier abort left open (the transaction coordinator did not answer it): %w", err)
+	if ke := (*kerr.Error)(nil); errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.UnknownServerError) {
+		return failure.Mark(failure.Fatal, err)
+	}
+	return err
 }
 
 // fence initialises a producer of the transactional id id and closes it:
