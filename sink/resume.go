@@ -18,7 +18,8 @@ import (
 // which fences an earlier instance of the transactional id (a zombie that
 // lost the slot) and aborts its open transaction, and then reads the
 // committed position; later calls end the open transaction as Abort does,
-// so that an event the new session resends cannot join it twice. In
+// so that an event the new session resends cannot join it twice, and one
+// that a failed abort left open in the client (endClientTxn). In
 // at-least-once mode it does nothing. Waiting for the slot first keeps a
 // standby from fencing the instance that streams.
 //
