@@ -18,7 +18,8 @@ import (
 // which fences an earlier instance of the transactional id (a zombie that
 // lost the slot) and aborts its open transaction, and then reads the
 // committed position; later calls end the open transaction as Abort does,
-// so that an event the new session resends cannot join it twice. In
+// so that an event the new session resends cannot join it twice, and one
+// that a failed abort left open in the client (endClientTxn). In
 // at-least-once mode it does nothing. Waiting for the slot first keeps a
 // standby from fencing the instance that streams.
 //
@@ -34,6 +35,9 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 	}
 	if t.started {
 		if err := s.Abort(ctx); err != nil {
+			return err
+		}
+		if err := s.endClientTxn(ctx); err != nil {
 			return err
 		}
 		t.mu.Lock()
@@ -79,6 +83,35 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 	}
 	t.started = true
 	return s.checkHistory(h)
+}
+
+// endClientTxn ends a transaction that the client still holds after
+// Abort: one whose abort the transaction coordinator did not answer (it was
+// away: frozen, cut off the network, fenced by the sink, moving) is still
+// open in the client, which would refuse to begin the next one ("already in
+// a transaction", fatal) and stop the relay for good. The client's abort,
+// asked again, re-initialises the producer id, which has the broker abort
+// whatever of it is still open there. With no transaction open in the
+// client it returns at once. The coordinator still away (no answer, or a
+// retriable one) is retriable: the next Resume asks again, and nothing is
+// produced meanwhile. A refusal of the broker's is fatal, as it was when
+// the next transaction failed to begin.
+func (s *Sink) endClientTxn(ctx context.Context) error {
+	t := s.tx
+	actx, cancel := context.WithTimeout(ctx, txnStepTimeout)
+	defer cancel()
+	err := s.cl.EndTransaction(actx, kgo.TryAbort)
+	if err == nil {
+		return nil
+	}
+	if fenced(err) {
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+	}
+	err = fmt.Errorf("abort the kafka transaction that an earlier abort left open (the transaction coordinator did not answer it): %w", err)
+	if ke := (*kerr.Error)(nil); errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.UnknownServerError) {
+		return failure.Mark(failure.Fatal, err)
+	}
+	return err
 }
 
 // fence initialises a producer of the transactional id id and closes it:

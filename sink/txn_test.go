@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -233,6 +235,102 @@ func TestExactlyOnceCommitCutByAnOutage(t *testing.T) {
 				t.Fatalf("read %s", got)
 			}
 		})
+	}
+}
+
+// TestExactlyOnceAbortCutByAnOutage: a record of a transaction fails, and
+// the abort that follows cannot reach the transaction coordinator (as when
+// the coordinator is the broker a cluster change froze or cut off, and the
+// sink fenced it: the nemesis's leader_frozen). The client still holds the
+// transaction then. Once the coordinator is back, Resume ends it before
+// anything more is produced: the next event is committed, and the process
+// never has to restart. (Before, Resume left it open, and the next
+// transaction failed fatally: "begin a kafka transaction: invalid attempt
+// to begin a transaction while already in a transaction": walrelay
+// stopped, and the slot's position with it.)
+func TestExactlyOnceAbortCutByAnOutage(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := txnSink(t, kc, "walrelay-abort-cut", kgo.RetryTimeout(time.Second), kgo.RequestRetries(2))
+	if err := publish(t, s, txnEvent(0x100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// The next transaction's event is written, its position record is
+	// refused (a failure that is not retried), and its abort finds the
+	// coordinator away: the broker holds the transaction open, the event
+	// in it.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := kadm.NewClient(cl).Metadata(t.Context(), "walrelay.offsets")
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsetsID := md.Topics["walrelay.offsets"].ID // requests name it by id from Produce v13 on
+	var refused, cut atomic.Bool
+	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) != 1 || pr.Topics[0].Topic != "walrelay.offsets" && pr.Topics[0].TopicID != offsetsID || !refused.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range pr.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.PolicyViolation.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	kc.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if req.(*kmsg.EndTxnRequest).Commit || !cut.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		kc.Down()
+		return nil, errors.New("cut"), true
+	})
+	err = publish(t, s, txnEvent(0x200, 0))
+	if err == nil || failure.IsFatal(err) {
+		t.Fatalf("an event whose transaction's position record was refused: %v, want a retriable error", err)
+	}
+	if !refused.Load() || !cut.Load() {
+		t.Fatalf("position refused %v, abort cut %v: want both", refused.Load(), cut.Load())
+	}
+	// As the relay does at the next session: Resume, retried while it
+	// fails retriably (the coordinator still away, then back), then the
+	// stream resends from its confirmed position.
+	err = s.Resume(t.Context(), onTimeline1)
+	t.Logf("Resume while the coordinator is away: %v", err)
+	if failure.IsFatal(err) {
+		t.Fatalf("Resume while the coordinator is away: %v, want nil or a retriable error", err)
+	}
+	kc.Up()
+	deadline := time.Now().Add(30 * time.Second)
+	for err := s.Resume(t.Context(), onTimeline1); err != nil; err = s.Resume(t.Context(), onTimeline1) {
+		if failure.IsFatal(err) || time.Now().After(deadline) {
+			t.Fatalf("Resume once the coordinator is back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, e := range []*event.Event{txnEvent(0x200, 0), txnEvent(0x300, 0)} {
+		if err := publish(t, s, e); err != nil {
+			t.Fatalf("publish %s after the coordinator came back: %v", e.ID, err)
+		}
+	}
+	// The first attempt of 0/200#0, written in the transaction whose abort
+	// was cut, was aborted by the broker (a read_committed reader is not
+	// held up by it either): each event once.
+	ids := readCommittedIDs(t, kc, 3)
+	if got := strings.Join(ids, ","); got != "e-0/100-0,e-0/200-0,e-0/300-0" {
+		t.Fatalf("read %s", got)
 	}
 }
 

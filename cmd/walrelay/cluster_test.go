@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -397,4 +398,136 @@ func warnings(log string) string {
 		out = append(out, fmt.Sprintf("%d× %s", counts[k], k))
 	}
 	return strings.Join(out, "; ")
+}
+
+// TestKafkaClusterCoordinatorFrozen runs walrelay in exactly-once mode
+// against a three-node Apache Kafka cluster (fencing a silent node after
+// 4 s) while rows are written without pause, and freezes (SIGSTOP) or cuts
+// off the network, for 10 s, the node that is the transaction coordinator
+// of walrelay's transactional id (and leads some of the outbox topic's
+// partitions). The sink fences that node while a transaction is open: the
+// transaction's records fail, and so does its abort, which the coordinator
+// cannot answer. walrelay must go on publishing once the cluster has moved
+// the coordinator, without a restart: every row arrives, and walrelay is
+// still running. (Before, the client kept the transaction whose abort
+// failed, the next one could not begin ("invalid attempt to begin a
+// transaction while already in a transaction"), and walrelay stopped: the
+// nemesis's exactly-once stall after leader_frozen, when the frozen leader
+// happened to be the coordinator.) It needs the cluster:
+// WALRELAY_TEST_KAFKA_CLUSTER=1.
+func TestKafkaClusterCoordinatorFrozen(t *testing.T) {
+	if os.Getenv("WALRELAY_TEST_KAFKA_CLUSTER") == "" {
+		t.Skip("starts a three-node Apache Kafka cluster: set WALRELAY_TEST_KAFKA_CLUSTER=1 (.ci/run does)")
+	}
+	kc := kafkatest.StartRealCluster(t, kafkatest.FastFencing)
+	for _, f := range []struct {
+		name string
+		do   func(*kafkatest.Node) error
+	}{
+		{"coordinator_frozen", func(n *kafkatest.Node) error {
+			if err := n.Freeze(); err != nil {
+				return err
+			}
+			time.Sleep(10 * time.Second)
+			return n.Thaw()
+		}},
+		{"coordinator_cut", func(n *kafkatest.Node) error {
+			n.Cut()
+			time.Sleep(10 * time.Second)
+			n.Mend()
+			return nil
+		}},
+	} {
+		t.Run(f.name, func(t *testing.T) { coordinatorFault(t, kc, f.name, f.do) })
+	}
+}
+
+// coordinatorFault runs one fault of TestKafkaClusterCoordinatorFrozen.
+func coordinatorFault(t *testing.T, kc *kafkatest.RealCluster, name string, fault func(*kafkatest.Node) error) {
+	prefix := "coordinator." + name + "."
+	topic := prefix + "outbox.event.order"
+	createTopic(t, kc.Addrs(), topic, nil)
+	pg, col := setupWith(t, kc.Addrs(), prefix)
+	ctx := t.Context()
+	e := clusterEnv(kc, pg.DSN, prefix)
+	e["WALRELAY_KAFKA_REQUEST_TIMEOUT"] = "2s"
+	e["WALRELAY_KAFKA_EXACTLY_ONCE"] = "true"
+	e["WALRELAY_KAFKA_OFFSETS_TOPIC"] = prefix + "walrelay.offsets"
+	p := streaming(t, e)
+	conn := connect(t, pg.DSN)
+	w := newWriter(20, 31)
+	if err := w.write(ctx, conn, 200, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, col, w.written(), time.Minute)
+	if err := kc.WaitHealthy(ctx, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`msg="exactly-once: Kafka transactions" transactional_id=(\S+)`).FindStringSubmatch(p.out.String())
+	if m == nil {
+		t.Fatal("walrelay did not log its transactional id")
+	}
+	adm, done := nemesisAdmin(t, kc)
+	described, err := adm.DescribeTransactions(ctx, m[1])
+	done()
+	if err != nil {
+		t.Fatalf("describe transactional id %s: %v", m[1], err)
+	}
+	dt, ok := described[m[1]]
+	if !ok {
+		t.Fatalf("no coordinator of transactional id %s", m[1])
+	}
+	victim := kc.Node(dt.Coordinator)
+	var led []int32
+	for part := range int32(kafkatest.Partitions) {
+		if n, err := kc.Leader(ctx, topic, part); err == nil && n.ID == victim.ID {
+			led = append(led, part)
+		}
+	}
+	// Without a partition of its own, the node's silence is noticed only
+	// by the commit (a commit of unknown outcome, read back): that path
+	// is tested too, but is not the one this test is for.
+	t.Logf("%s: node %d, the coordinator of %s, leads partitions %v of %s", name, victim.ID, m[1], led, topic)
+
+	stopWriting := w.writeInBackground(ctx, pg.DSN)
+	time.Sleep(2 * time.Second)
+	began := time.Now()
+	if err := fault(victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := kc.WaitHealthy(ctx, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if failed := stopWriting(); failed != 0 {
+		t.Logf("%d transactions failed to commit (counted only if committed)", failed)
+	}
+	want := committedIDs(t, conn)
+	// Every row arrives, walrelay running all along: a walrelay that
+	// stopped would leave them in the slot for good.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	exited := make(chan struct{})
+	go func() {
+		select {
+		case <-p.done:
+			close(exited)
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	recs, err := col.Wait(wctx, func(recs []*kgo.Record) bool { return count(recs, want).missing == 0 })
+	select {
+	case <-exited:
+		t.Fatalf("%s: walrelay exited during or after the fault (%v): %s", name, p.err, count(recs, want))
+	default:
+	}
+	if err != nil {
+		t.Fatalf("%s: not every event arrived: %s: %v", name, count(recs, want), err)
+	}
+	t.Logf("%s: %d rows arrived %s after the fault began; walrelay's warnings and errors: %s", name, len(want), time.Since(began).Round(100*time.Millisecond), warnings(p.out.String()))
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(time.Minute); code != 0 {
+		t.Fatalf("walrelay exited %d", code)
+	}
 }

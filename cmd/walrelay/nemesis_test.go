@@ -305,6 +305,14 @@ func nemesis(t *testing.T, kc *kafkatest.RealCluster, mode string, schedule []st
 		worst = max(worst, past)
 		t.Logf("nemesis %s step %d %s (victim node %d, partition %d): took %s; longest stall of the slot's confirmed position %s; %s; %s past it",
 			mode, i+1, name, victim.ID, part, time.Since(began).Round(100*time.Millisecond), s.Round(10*time.Millisecond), what, past.Round(10*time.Millisecond))
+		// A walrelay that stopped is a stall that never ends: said at
+		// once, with its last lines (the cleanup prints them), rather than
+		// as rows missing minutes later.
+		select {
+		case <-p.done:
+			t.Fatalf("nemesis %s step %d %s: walrelay exited (%v)", mode, i+1, name, p.err)
+		default:
+		}
 	}
 	stop.Store(true)
 	wg.Wait()
