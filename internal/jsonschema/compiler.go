@@ -19,6 +19,13 @@ type Compiler struct {
 
 // NewCompiler create Compiler Object.
 func NewCompiler() *Compiler {
+	loadDrafts()
+	return newCompiler()
+}
+
+// newCompiler is NewCompiler without the drafts' metaschemas: loadDrafts
+// compiles them with it.
+func newCompiler() *Compiler {
 	return &Compiler{
 		schemas:       map[urlPtr]*Schema{},
 		roots:         newRoots(),
