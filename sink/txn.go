@@ -174,6 +174,7 @@ type txns struct {
 	open    bool
 	began   time.Time
 	events  int
+	bytes   int            // the records' sizes (recordSize), of the events
 	last    event.Position // the position of the last event produced in it
 	commits uint64
 }
@@ -234,13 +235,23 @@ func (s *Sink) produceInTxn(it queued) {
 			it.done(it.r, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
 			return
 		}
-		t.open, t.began, t.events = true, time.Now(), 0
+		t.open, t.began, t.events, t.bytes = true, time.Now(), 0, 0
 	}
 	t.events++
+	t.bytes += it.size
 	if it.hasPos {
 		t.last = it.pos
 	}
 	s.cl.Produce(it.ctx, it.r, s.hold(it.done))
+}
+
+// holds returns the records and bytes the open transaction holds (none if
+// no transaction is open), for the queue's room (queue.held).
+func (t *txns) holds() (records, bytes int) {
+	if !t.open {
+		return 0, 0
+	}
+	return t.events, t.bytes
 }
 
 // commitDue reports whether the open transaction should commit now: once
