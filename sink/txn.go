@@ -24,7 +24,13 @@ import (
 // holds MaxRecords events; with the events, the transaction holds a
 // record of the last event's position (event.Position) on the offsets topic,
 // keyed by Key. An event's Done runs only when its transaction committed, so
-// the caller confirms nothing that Kafka could still abort. If any record of
+// the caller confirms nothing that Kafka could still abort. Until then the
+// transaction's records count against the buffers (MaxBufferedRecords and
+// MaxBufferedBytes) with the queued ones: Publish waits while the open
+// transaction and the queue hold that many, and the transaction commits
+// (once Interval old, as nothing more can join it) to make room. A
+// catch-up's transactions are so bounded by the buffers, not by MaxRecords
+// alone. If any record of
 // a transaction fails, or the commit does, the transaction is aborted, the
 // sink is broken as in at-least-once mode, and every event of the
 // transaction is answered with an error; the caller resends from its
@@ -50,7 +56,9 @@ type Transactions struct {
 	// a record. Default 10ms.
 	Interval time.Duration
 	// MaxRecords commits a transaction that holds this many events.
-	// Default 10000.
+	// Default 10000. The buffers (Config.MaxBufferedRecords and
+	// MaxBufferedBytes) bound a transaction too, as its records count
+	// against them until it ends.
 	MaxRecords int
 	// OffsetsTopic holds the committed positions, compacted, one
 	// partition; created if missing. Default "walrelay.offsets".
