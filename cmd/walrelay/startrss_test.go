@@ -22,7 +22,7 @@ import (
 //
 // Its basis, this test on the test's own build (go build, cgo on), Linux
 // 6.18, 2 cores shared: 19.8 to 20.0 MiB at 53cf7f4 (before tracing and
-// the schema-first formats), 30.3 to 31.2 MiB after them, 30.0 with
+// the schema-first formats), 30.3 to 32.6 MiB after them, 30.0 to 31.7 with
 // jsonschema's metaschemas compiled on first use. Most of it is the
 // binary's code and read-only data (text and rodata: 18.2 MiB at 53cf7f4,
 // 29.4 after): every linked package's init touches its pages, and the
