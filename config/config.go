@@ -299,7 +299,7 @@ func (c *Config) keys() []*key {
 	f, s = integer(&c.Kafka.BatchMaxBytes, 1000012)
 	add("kafka.batch_max_bytes", "largest record batch (at least 1024), lowered for a topic whose `max.message.bytes` (read from the broker) is smaller; a larger record is dead-lettered", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedRecords, 5000)
-	add("kafka.max_buffered_records", "records published and not yet acknowledged, at most (at least 2): half in flight, half queued behind them (backpressure)", f, s)
+	add("kafka.max_buffered_records", "records published and not yet acknowledged, at most (at least 2): half in flight, half queued behind them (backpressure); in exactly-once mode a record is acknowledged when its Kafka transaction commits, and the open transaction's records count with those in flight", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedBytes, 16<<20)
 	add("kafka.max_buffered_bytes", "bytes published and not yet acknowledged, at most (at least `kafka.batch_max_bytes`), split the same way; one record larger than half is let in alone (backpressure)", f, s)
 	f, s = boolean(&c.Kafka.AutoCreateTopics, true)

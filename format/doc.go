@@ -20,7 +20,8 @@
 // by the schema, hamba/avro), Protobuf (the registry's .proto compiled with
 // github.com/bufbuild/protocompile, the JSON read by protojson into a
 // dynamicpb message, Confluent's message indexes before it) or JSON Schema
-// (the JSON validated with github.com/santhosh-tekuri/jsonschema/v6 and
+// (the JSON validated with github.com/santhosh-tekuri/jsonschema/v6, in a copy
+// that compiles its metaschemas on first use: internal/jsonschema, and
 // written as it is). A payload that does not fit is ErrMismatch, a
 // *MismatchError naming the field (a JSON pointer): the sink dead-letters
 // it.

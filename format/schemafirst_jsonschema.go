@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/walrelay/walrelay/internal/jsonschema"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )

@@ -472,3 +472,27 @@ func TestClip(t *testing.T) {
 		t.Error("a short reason was cut")
 	}
 }
+
+// TestJSONSchemaCheckedAgainstItsDraft: a JSON Schema that its draft's
+// metaschema refuses is refused at compile time, for each draft: the
+// metaschemas, compiled on first use (internal/jsonschema, not at init),
+// are there when the first schema is compiled.
+func TestJSONSchemaCheckedAgainstItsDraft(t *testing.T) {
+	t.Parallel()
+	mismatch := func(field, reason string) *MismatchError { return &MismatchError{Field: field, Reason: reason} }
+	tests := []struct{ name, schema string }{
+		{"default (2020-12)", `{"type": 5}`},
+		{"2020-12", `{"$schema": "https://json-schema.org/draft/2020-12/schema", "minLength": "x"}`},
+		{"2019-09", `{"$schema": "https://json-schema.org/draft/2019-09/schema", "required": "id"}`},
+		{"draft-07", `{"$schema": "http://json-schema.org/draft-07/schema#", "properties": []}`},
+		{"draft-06", `{"$schema": "http://json-schema.org/draft-06/schema#", "maxItems": -1}`},
+		{"draft-04", `{"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "multipleOf": 0}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := compileJSONSchema(tt.schema, nil, mismatch); err == nil {
+				t.Fatalf("%s compiled: want it refused by its draft's metaschema", tt.schema)
+			}
+		})
+	}
+}

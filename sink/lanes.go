@@ -439,7 +439,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 	// broker): the split-in-flight pattern behind reorders (KAFKA-15591).
 	handed := map[topicPartition]int{}
 	for {
-		round, _, ok := l.q.take(-1, spare, time.Time{})
+		round, _, ok := l.q.take(-1, spare, time.Time{}, false)
 		if !ok {
 			if l.retired.Load() {
 				l.cl.Close()

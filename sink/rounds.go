@@ -84,6 +84,15 @@ type queue struct {
 	maxRecs  int
 	maxBytes int
 	flushAt  int // bytes at which the flusher stops lingering
+	// held and heldBytes are the records of the open Kafka transaction
+	// (exactly-once mode), in flight or acknowledged and not yet answered,
+	// each with its event, until the transaction ends: they count against
+	// the buffers with the queued ones, so that the records published and
+	// not yet answered stay within MaxBufferedRecords and
+	// MaxBufferedBytes. A round adds its records as it leaves the queue;
+	// the flusher sets the transaction's count after each round (setHeld),
+	// and 0 when it ends.
+	held, heldBytes int
 }
 
 func newQueue(cfg Config) *queue {
@@ -123,7 +132,14 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.
 			done(r, errStale)
 			return
 		}
-		if n := len(q.items); n == 0 || n < q.maxRecs && q.bytes+size <= q.maxBytes {
+		n := len(q.items)
+		// The open transaction's records leave room for the rest of the
+		// buffers (the queue's half and the round's); the first record
+		// of an empty queue is taken whatever its size once no
+		// transaction holds any, so that a record larger than the queue
+		// goes alone.
+		room := q.held == 0 || n+q.held < 2*q.maxRecs && q.bytes+q.heldBytes+size <= 2*q.maxBytes
+		if n == 0 && q.held == 0 || n < q.maxRecs && q.bytes+size <= q.maxBytes && room {
 			if n == 0 {
 				q.firstAt = time.Now()
 			}
@@ -159,6 +175,18 @@ func (q *queue) backlog() bool {
 	return len(q.items) >= q.maxRecs || q.bytes >= q.flushAt
 }
 
+// setHeld sets the records (and their bytes) that the open transaction
+// holds, and wakes the pushes waiting for room when that is fewer.
+func (q *queue) setHeld(records, bytes int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if records < q.held || bytes < q.heldBytes {
+		close(q.space)
+		q.space = make(chan struct{})
+	}
+	q.held, q.heldBytes = records, bytes
+}
+
 // generation returns the current generation (see queue.gen).
 func (q *queue) generation() uint64 {
 	q.mu.Lock()
@@ -190,8 +218,9 @@ func (q *queue) breakOn(err error) {
 // breaks it, if any; ok is false once the queue is closed and empty. It
 // lingers for up to linger after the round's first record, unless the round
 // is full. With nothing queued at until (if not zero), it returns an empty
-// round.
-func (q *queue) take(linger time.Duration, spare []queued, until time.Time) (round []queued, broken error, ok bool) {
+// round. If holds (exactly-once mode), the round's records count as held
+// until the flusher says otherwise (setHeld).
+func (q *queue) take(linger time.Duration, spare []queued, until time.Time, holds bool) (round []queued, broken error, ok bool) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -211,6 +240,10 @@ func (q *queue) take(linger time.Duration, spare []queued, until time.Time) (rou
 		}
 		if n > 0 && wait <= 0 {
 			round := q.items
+			if holds {
+				q.held += n
+				q.heldBytes += q.bytes
+			}
 			q.items, q.bytes = spare[:0], 0
 			close(q.space)
 			q.space = make(chan struct{})
@@ -270,7 +303,7 @@ func (s *Sink) flush(ctx context.Context) {
 		if s.tx != nil {
 			until = s.tx.commitBy()
 		}
-		round, broken, ok := s.q.take(s.cfg.Linger, spare, until)
+		round, broken, ok := s.q.take(s.cfg.Linger, spare, until, s.tx != nil)
 		if !ok {
 			if s.tx != nil {
 				// Closed: what the caller did not wait for is aborted.
@@ -369,6 +402,7 @@ func (s *Sink) flush(ctx context.Context) {
 			} else if s.tx.commitDue(time.Now(), s.q.backlog()) {
 				s.endTxn(ctx, true)
 			}
+			s.q.setHeld(s.tx.holds())
 		}
 		s.waiting.Store(0)
 		clear(round)

@@ -124,7 +124,10 @@ type Config struct {
 	// MaxBufferedRecords and MaxBufferedBytes bound what is published and
 	// not yet acknowledged: half for the records in flight, half for those
 	// queued behind them; Publish blocks beyond them. Defaults 5000 and
-	// 16 MiB. A single record larger than half is let in alone.
+	// 16 MiB. A single record larger than half is let in alone. In
+	// exactly-once mode an event is acknowledged when its Kafka
+	// transaction commits: the open transaction's records, sent or
+	// acknowledged by Kafka, count with those in flight until it ends.
 	MaxBufferedRecords int
 	MaxBufferedBytes   int
 	// DisableAutoCreateTopics stops the client from asking the broker to

@@ -24,7 +24,13 @@ import (
 // holds MaxRecords events; with the events, the transaction holds a
 // record of the last event's position (event.Position) on the offsets topic,
 // keyed by Key. An event's Done runs only when its transaction committed, so
-// the caller confirms nothing that Kafka could still abort. If any record of
+// the caller confirms nothing that Kafka could still abort. Until then the
+// transaction's records count against the buffers (MaxBufferedRecords and
+// MaxBufferedBytes) with the queued ones: Publish waits while the open
+// transaction and the queue hold that many, and the transaction commits
+// (once Interval old, as nothing more can join it) to make room. A
+// catch-up's transactions are so bounded by the buffers, not by MaxRecords
+// alone. If any record of
 // a transaction fails, or the commit does, the transaction is aborted, the
 // sink is broken as in at-least-once mode, and every event of the
 // transaction is answered with an error; the caller resends from its
@@ -50,7 +56,9 @@ type Transactions struct {
 	// a record. Default 10ms.
 	Interval time.Duration
 	// MaxRecords commits a transaction that holds this many events.
-	// Default 10000.
+	// Default 10000. The buffers (Config.MaxBufferedRecords and
+	// MaxBufferedBytes) bound a transaction too, as its records count
+	// against them until it ends.
 	MaxRecords int
 	// OffsetsTopic holds the committed positions, compacted, one
 	// partition; created if missing. Default "walrelay.offsets".
@@ -174,6 +182,7 @@ type txns struct {
 	open    bool
 	began   time.Time
 	events  int
+	bytes   int            // the records' sizes (recordSize), of the events
 	last    event.Position // the position of the last event produced in it
 	commits uint64
 }
@@ -234,13 +243,23 @@ func (s *Sink) produceInTxn(it queued) {
 			it.done(it.r, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
 			return
 		}
-		t.open, t.began, t.events = true, time.Now(), 0
+		t.open, t.began, t.events, t.bytes = true, time.Now(), 0, 0
 	}
 	t.events++
+	t.bytes += it.size
 	if it.hasPos {
 		t.last = it.pos
 	}
 	s.cl.Produce(it.ctx, it.r, s.hold(it.done))
+}
+
+// holds returns the records and bytes the open transaction holds (none if
+// no transaction is open), for the queue's room (queue.held).
+func (t *txns) holds() (records, bytes int) {
+	if !t.open {
+		return 0, 0
+	}
+	return t.events, t.bytes
 }
 
 // commitDue reports whether the open transaction should commit now: once

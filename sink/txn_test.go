@@ -154,6 +154,44 @@ func TestExactlyOnceManyInFlight(t *testing.T) {
 	}
 }
 
+// TestExactlyOnceHoldsNoMoreThanItsBuffers: in exactly-once mode an event
+// is answered when its Kafka transaction commits, so the events Kafka has
+// acknowledged and their transaction holds count against the buffers
+// (MaxBufferedRecords) with those in flight: at most that many events are
+// published and not yet answered, each held with its payload and record.
+// A catch-up of 30,000 events, published as fast as Publish lets them in.
+func TestExactlyOnceHoldsNoMoreThanItsBuffers(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	s := txnSink(t, kc, "walrelay-held")
+	const n, buffered = 30000, 5000 // MaxBufferedRecords' default
+	var open, most atomic.Int64
+	answered := make(chan error, n)
+	for i := range n {
+		if o := open.Add(1); o > most.Load() {
+			most.Store(o)
+		}
+		s.Publish(t.Context(), txnEvent(pglogrepl.LSN(0x1000+i/20), i%20), func(_ Delivery, err error) {
+			open.Add(-1)
+			answered <- err
+		})
+	}
+	for range n {
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("an event was not answered within 30 s")
+		}
+	}
+	t.Logf("at most %d events published and not yet answered", most.Load())
+	if most.Load() > buffered+1 { // +1: the one Publish is letting in
+		t.Fatalf("%d events published and not yet answered at once, want at most %d (MaxBufferedRecords): a transaction held the acknowledged ones beyond the buffers", most.Load(), buffered)
+	}
+}
+
 // TestExactlyOnceRefusesAHistoryThatWentBack: a committed position beyond
 // the database's WAL (a restored database) is refused at Resume: new
 // events at those positions would be skipped.

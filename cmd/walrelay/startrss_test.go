@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// startRSSLimit bounds the peak resident set of a walrelay that has
+// started and waits on its first connection to PostgreSQL: what every
+// walrelay process holds before it streams anything, the part of the
+// 64 MiB budget (docs/benchmarks.md) that no configuration lowers.
+//
+// Its basis, this test on the test's own build (go build, cgo on), Linux
+// 6.18, 2 cores shared: 19.8 to 20.0 MiB at 53cf7f4 (before tracing and
+// the schema-first formats), 30.3 to 32.6 MiB after them, 30.0 to 31.7 with
+// jsonschema's metaschemas compiled on first use. Most of it is the
+// binary's code and read-only data (text and rodata: 18.2 MiB at 53cf7f4,
+// 29.4 after): every linked package's init touches its pages, and the
+// kernel maps the file's pages around each fault, so nearly all of the
+// binary is resident from the start (RssFile 26.9 MB a moment after start,
+// measured during TestExactlyOnceLargeTransactionKilled), and the figure
+// grows with the binary whether a feature is used or not. The limit leaves 3 to 4 MiB to the noise of a
+// loaded machine; a few MiB of code linked in crosses it.
+const startRSSLimit = 34 << 20
+
+// silentListener accepts connections and never answers on them: a
+// PostgreSQL that walrelay waits on at its first connection.
+func silentListener(t *testing.T) (addr string, accepted <-chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan struct{})
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		once  sync.Once
+	)
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			once.Do(func() { close(ch) })
+		}
+	}()
+	return l.Addr().String(), ch
+}
+
+// TestStartRSS: a walrelay that has started (configuration read, logger
+// and metrics set up, tracing off) and waits on PostgreSQL holds under
+// startRSSLimit (the least of three processes, for a noisy machine), so
+// that a dependency which makes every walrelay larger is noticed when it
+// is added, not by the exactly-once budget test weeks later.
+func TestStartRSS(t *testing.T) {
+	t.Parallel()
+	if raceEnabled {
+		t.Skip("the race detector's runtime and shadow memory are not the binary's")
+	}
+	least := int64(-1)
+	for range 3 {
+		addr, accepted := silentListener(t)
+		p := start(t, env{
+			"WALRELAY_POSTGRES_DSN":  "postgres://walrelay@" + addr + "/walrelay?sslmode=disable&connect_timeout=60",
+			"WALRELAY_KAFKA_BROKERS": addr,
+			"WALRELAY_KAFKA_TOPIC":   "outbox.event.{aggregatetype}",
+			"WALRELAY_ADMIN_LISTEN":  "",
+		}, "run")
+		select {
+		case <-accepted:
+		case <-p.done:
+			t.Fatalf("walrelay exited (%v) before connecting:\n%s", p.err, p.out.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("walrelay did not connect to PostgreSQL within 30s:\n%s", p.out.String())
+		}
+		time.Sleep(100 * time.Millisecond) // what follows the dial, before the wait
+		rss := p.peakRSS()
+		p.kill()
+		if rss <= 0 {
+			t.Skip("no /proc/<pid>/status VmHWM on this platform")
+		}
+		if least < 0 || rss < least {
+			least = rss
+		}
+	}
+	t.Logf("walrelay waiting on its first connection: peak RSS %.1f MiB (least of 3)", float64(least)/(1<<20))
+	if least > startRSSLimit {
+		t.Fatalf("walrelay at start: peak RSS %.1f MiB, want under %d MiB: a package linked in costs every walrelay (GODEBUG=inittrace=1 walrelay version lists each package's init work; see startRSSLimit)",
+			float64(least)/(1<<20), startRSSLimit>>20)
+	}
+}
+
+// initAllocLimit bounds what every linked package's init allocates, summed
+// (GODEBUG=inittrace=1): work that every walrelay process does at start,
+// whatever its configuration, and part of its resident memory. Unlike the
+// resident set, it does not vary from run to run. Its basis: 1.28 MB at
+// 53cf7f4 (before tracing and the schema-first formats), 3.74 MB after
+// them, of which 1.70 MB was santhosh-tekuri/jsonschema's init compiling
+// the metaschemas of five drafts (internal/jsonschema, a patched copy, compiles them on
+// first use: 2.04 MB). The largest left are cockroachdb/apd's constants
+// (0.56 MB), sink's topic name pattern and bufbuild/protocompile's standard
+// imports (0.2 MB each).
+const initAllocLimit = 2_500_000
+
+// TestInitAllocations: the packages' init work at start stays under
+// initAllocLimit bytes; a dependency that builds a large global registry
+// at init is named when it is added.
+func TestInitAllocations(t *testing.T) {
+	t.Parallel()
+	if raceEnabled {
+		t.Skip("the race detector's runtime allocates at init")
+	}
+	cmd := exec.CommandContext(t.Context(), walrelayBin, "version")
+	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("walrelay version: %v\n%s", err, stderr.String())
+	}
+	type pkgInit struct {
+		name  string
+		bytes int64
+	}
+	var (
+		inits []pkgInit
+		total int64
+	)
+	// init github.com/x/y @1.2 ms, 0.5 ms clock, 1234 bytes, 5 allocs
+	for line := range strings.Lines(stderr.String()) {
+		f := strings.Fields(line)
+		if len(f) < 11 || f[0] != "init" || f[8] != "bytes," {
+			continue
+		}
+		n, err := strconv.ParseInt(f[7], 10, 64)
+		if err != nil {
+			t.Fatalf("inittrace line %q: %v", line, err)
+		}
+		inits = append(inits, pkgInit{f[1], n})
+		total += n
+	}
+	if len(inits) == 0 {
+		t.Fatalf("no inittrace lines in walrelay version's output:\n%s", stderr.String())
+	}
+	slices.SortFunc(inits, func(a, b pkgInit) int { return cmp.Compare(b.bytes, a.bytes) })
+	var top strings.Builder
+	for _, p := range inits[:min(5, len(inits))] {
+		fmt.Fprintf(&top, "\n  %s: %d bytes", p.name, p.bytes)
+	}
+	t.Logf("init of %d packages: %d bytes; the largest:%s", len(inits), total, top.String())
+	if total > initAllocLimit {
+		t.Fatalf("the packages' init allocates %d bytes at every start, want at most %d (see initAllocLimit); the largest:%s", total, initAllocLimit, top.String())
+	}
+}
