@@ -16,12 +16,12 @@
 // Schema-first (SchemaFirst, schemafirst*.go): the application writes
 // JSON, and the value is written in the schema that the registry already
 // holds for the event (its type, its topic and type, or a configured
-// subject and version), never inferred nor registered: Avro (the JSON read
+// subject and version), never inferred (registered only from the
+// operator's schema files, when asked: Register): Avro (the JSON read
 // by the schema, hamba/avro), Protobuf (the registry's .proto compiled with
 // github.com/bufbuild/protocompile, the JSON read by protojson into a
 // dynamicpb message, Confluent's message indexes before it) or JSON Schema
-// (the JSON validated with github.com/santhosh-tekuri/jsonschema/v6, in a copy
-// that compiles its metaschemas on first use: internal/jsonschema, and
+// (the JSON validated with github.com/santhosh-tekuri/jsonschema/v6, and
 // written as it is). A payload that does not fit is ErrMismatch, a
 // *MismatchError naming the field (a JSON pointer): the sink dead-letters
 // it.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/walrelay/walrelay/internal/jsonschema"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )

@@ -474,9 +474,7 @@ func TestClip(t *testing.T) {
 }
 
 // TestJSONSchemaCheckedAgainstItsDraft: a JSON Schema that its draft's
-// metaschema refuses is refused at compile time, for each draft: the
-// metaschemas, compiled on first use (internal/jsonschema, not at init),
-// are there when the first schema is compiled.
+// metaschema refuses is refused at compile time, for each draft.
 func TestJSONSchemaCheckedAgainstItsDraft(t *testing.T) {
 	t.Parallel()
 	mismatch := func(field, reason string) *MismatchError { return &MismatchError{Field: field, Reason: reason} }
