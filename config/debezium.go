@@ -154,11 +154,28 @@ func ignoredWhy(option string) (string, bool) {
 // to set, the options it ignored with why, and an error that names every
 // option it refuses (whose behaviour walrelay does not reproduce).
 func FromDebezium(connector, worker map[string]string) (keys map[string]string, ignored []DebeziumNote, err error) {
+	// Kafka Connect configures a converter from one file alone: the
+	// connector's if it names the converter (key.converter,
+	// value.converter), else the worker's (Plugins.newConverter, the
+	// converter.* settings of that file). The other file's settings of
+	// that converter do not apply: noted, not read.
+	inConnector := map[string]bool{}
+	for _, cv := range converterOptions {
+		_, inConnector[cv] = connector[cv]
+	}
 	opt := map[string]string{}
 	for k, v := range worker {
+		if cv := converterOf(k); cv != "" && inConnector[cv] {
+			ignored = append(ignored, DebeziumNote{k, "the connector sets " + cv + ": Kafka Connect configures it from the connector's " + cv + ".* alone, not the worker's"})
+			continue
+		}
 		opt[k] = v
 	}
 	for k, v := range connector {
+		if cv := converterOf(k); cv != "" && !inConnector[cv] {
+			ignored = append(ignored, DebeziumNote{k, "the connector does not set " + cv + ": Kafka Connect configures the worker's from the worker's " + cv + ".* alone, not the connector's"})
+			continue
+		}
 		opt[k] = v
 	}
 	keys = map[string]string{}
@@ -455,6 +472,12 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 			refuse(k, "an EventRouter option walrelay does not reproduce")
 		case ok:
 			ignored = append(ignored, DebeziumNote{k, why})
+		case converterOf(k) != "":
+			// A setting of the converter, from the file it is configured
+			// from (the worker's or the connector's) that walrelay does
+			// not map: it may change the records (Apicurio's
+			// avro.encoding=JSON, an artifact resolver strategy).
+			refuse(k, "an option walrelay does not know: it may change the records")
 		case fromWorker && !fromConnector:
 			ignored = append(ignored, DebeziumNote{k, "a Kafka Connect worker setting"})
 		default:
@@ -467,6 +490,20 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		return nil, ignored, &DebeziumRefused{Refused: refused}
 	}
 	return keys, ignored, nil
+}
+
+// converterOptions name Kafka Connect's key and value converters.
+var converterOptions = []string{"key.converter", "value.converter"}
+
+// converterOf is the converter option (key.converter, value.converter)
+// that option is or is a setting of, "" if neither.
+func converterOf(option string) string {
+	for _, cv := range converterOptions {
+		if option == cv || strings.HasPrefix(option, cv+".") {
+			return cv
+		}
+	}
+	return ""
 }
 
 // registryFromDebezium maps the settings of an AvroConverter (Apicurio's
