@@ -295,7 +295,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 				refuse(option, "the key is the aggregate id's text, which "+c+" does not take")
 				break
 			}
-			ignored = append(ignored, DebeziumNote{option, c + ": the bytea payload is published as it is (kafka.value_format raw); kafka.value_format registry_passthrough with kafka.schema_registry.url also checks its Confluent framing and schema id (docs/schema-registry.md)"})
+			ignored = append(ignored, DebeziumNote{option, c + ": the bytea payload is published as it is (kafka.value_format raw); kafka.value_format registry_passthrough with kafka.schema_registry.url also checks its Confluent framing and that its schema id is a version of <topic>-value (kafka.schema_registry.subject_strategy; docs/schema-registry.md)"})
 			for k := range opt {
 				if strings.HasPrefix(k, option+".delegate.converter.type") {
 					used[k] = true
