@@ -53,7 +53,9 @@ const (
 	// application framed, passed through.
 	binaryConverter    = "io.debezium.converters.BinaryDataConverter"
 	byteArrayConverter = "org.apache.kafka.connect.converters.ByteArrayConverter"
-	defaultRegex       = "(?<routedByValue>.*)"
+	// Kafka Connect's default header converter.
+	simpleHeaderConverter = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+	defaultRegex          = "(?<routedByValue>.*)"
 )
 
 // ReadDebezium parses a connector or worker configuration: a .properties
@@ -309,6 +311,13 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		}
 	}
 
+	// The header converter: Kafka Connect's default writes the
+	// EventRouter's header fields as walrelay does (a string's UTF-8
+	// bytes); another (the JsonConverter's quoted strings) does not.
+	if c := get("header.converter", simpleHeaderConverter); c != simpleHeaderConverter {
+		refuse("header.converter", fmt.Sprintf("walrelay writes headers as the SimpleHeaderConverter (Kafka Connect's default) does; %s is not reproduced", c))
+	}
+
 	// Kafka.
 	// Without bootstrap.servers (in the worker's configuration) the keys
 	// lack kafka.brokers: the caller says so (walrelay debezium import).
@@ -492,11 +501,11 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	return keys, ignored, nil
 }
 
-// converterOptions name Kafka Connect's key and value converters.
-var converterOptions = []string{"key.converter", "value.converter"}
+// converterOptions name Kafka Connect's key, value and header converters.
+var converterOptions = []string{"key.converter", "value.converter", "header.converter"}
 
-// converterOf is the converter option (key.converter, value.converter)
-// that option is or is a setting of, "" if neither.
+// converterOf is the converter option (key.converter, value.converter,
+// header.converter) that option is or is a setting of, "" if none.
 func converterOf(option string) string {
 	for _, cv := range converterOptions {
 		if option == cv || strings.HasPrefix(option, cv+".") {

@@ -66,6 +66,31 @@ func TestDebeziumImportWorkerConverter(t *testing.T) {
 		}
 	}
 
+	// The header converter: Kafka Connect's default writes the
+	// EventRouter's header fields as walrelay does; another is refused,
+	// from either file.
+	for _, c := range []struct {
+		inWorker bool
+		class    string
+		refused  bool
+	}{
+		{true, "org.apache.kafka.connect.storage.SimpleHeaderConverter", false},
+		{true, "org.apache.kafka.connect.json.JsonConverter", true},
+		{false, "org.apache.kafka.connect.json.JsonConverter", true},
+	} {
+		conn, worker := connector(), map[string]string{"bootstrap.servers": "k:9092"}
+		apicurio(worker)
+		if c.inWorker {
+			worker["header.converter"] = c.class
+		} else {
+			conn["header.converter"] = c.class
+		}
+		_, _, err := FromDebezium(conn, worker)
+		if want := "header.converter: walrelay writes headers as the SimpleHeaderConverter"; c.refused != (err != nil) || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("header.converter %s (in the worker: %v): %v, want refused: %v (%q)", c.class, c.inWorker, err, c.refused, want)
+		}
+	}
+
 	// The connector names its converters: the worker's settings of its
 	// converters do not apply (a JsonConverter's, a registry's URL).
 	conn, worker := connector(), map[string]string{"bootstrap.servers": "k:9092",
