@@ -217,3 +217,59 @@ func mustPassthrough(t *testing.T, reg *Registry, cfg PassthroughConfig) *Passth
 	}
 	return p
 }
+
+// TestPassthroughSubjectsOutage: the subjects of an id that the registry
+// has are asked after it; a 5xx, or a 404 that is not Confluent's 40403
+// (a registry or proxy without the endpoint), is an outage that holds the
+// event, naming the request, never ErrSchemaUnknown; 40403 (the schema
+// deleted in between) is ErrSchemaUnknown; a 403 ErrUnauthorized. Nothing
+// is cached until the subject is found.
+func TestPassthroughSubjectsOutage(t *testing.T) {
+	var status, code atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		if !strings.HasSuffix(r.URL.Path, "/versions") {
+			_, _ = w.Write([]byte(`{"schema":"\"string\""}`))
+			return
+		}
+		s := int(status.Load())
+		w.WriteHeader(s)
+		if s == http.StatusOK {
+			_, _ = w.Write([]byte(`[{"subject":"orders-value","version":3}]`))
+			return
+		}
+		fmt.Fprintf(w, `{"error_code":%d,"message":"no"}`, code.Load())
+	}))
+	defer srv.Close()
+	ctx := t.Context()
+	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{})
+	framed := Frame(nil, 9, []byte{2, 'a'})
+	for _, c := range []struct {
+		status, code int
+		want         error // nil: an outage
+	}{
+		{http.StatusServiceUnavailable, 50301, nil},
+		{http.StatusNotFound, 404, nil},
+		{http.StatusNotFound, 0, nil},
+		{http.StatusNotFound, 40403, ErrSchemaUnknown},
+		{http.StatusForbidden, 40301, ErrUnauthorized},
+	} {
+		status.Store(int32(c.status))
+		code.Store(int32(c.code))
+		err := p.Check(ctx, "orders", "", framed)
+		switch {
+		case err == nil:
+			t.Errorf("HTTP %d %d: no error", c.status, c.code)
+		case c.want != nil && !errors.Is(err, c.want):
+			t.Errorf("HTTP %d %d: %v, want %v", c.status, c.code, err, c.want)
+		case c.want == nil && (errors.Is(err, ErrSchemaUnknown) || errors.Is(err, ErrUnauthorized)):
+			t.Errorf("HTTP %d %d: %v, want an outage", c.status, c.code, err)
+		case c.want == nil && !strings.Contains(err.Error(), "GET /schemas/ids/9/versions"):
+			t.Errorf("HTTP %d %d: %v does not name the request", c.status, c.code, err)
+		}
+	}
+	status.Store(http.StatusOK)
+	if err := p.Check(ctx, "orders", "", framed); err != nil {
+		t.Errorf("answering again: %v", err)
+	}
+}
