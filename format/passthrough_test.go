@@ -104,7 +104,7 @@ func TestRegistryPassthrough(t *testing.T) {
 	}
 }
 
-// TestPassthroughForeignSubject (a real Apicurio Registry:
+// TestRegistryPassthroughForeignSubject (a real Apicurio Registry:
 // WALRELAY_TEST_REGISTRY=1): a value of the orders topic framed with the
 // id of a payments-value schema, or of a PROTOBUF schema of audit-value,
 // is ErrSchemaUnknown naming orders-value and the id's subject; the same
@@ -112,7 +112,7 @@ func TestRegistryPassthrough(t *testing.T) {
 // a deleted version no longer counts; the other strategies name their
 // subject, and StrategyAny only wants the id to exist. The review's
 // TestProbePassthroughForeignSchema published both.
-func TestPassthroughForeignSubject(t *testing.T) {
+func TestRegistryPassthroughForeignSubject(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
 	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
