@@ -53,7 +53,9 @@ const (
 	// application framed, passed through.
 	binaryConverter    = "io.debezium.converters.BinaryDataConverter"
 	byteArrayConverter = "org.apache.kafka.connect.converters.ByteArrayConverter"
-	defaultRegex       = "(?<routedByValue>.*)"
+	// Kafka Connect's default header converter.
+	simpleHeaderConverter = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+	defaultRegex          = "(?<routedByValue>.*)"
 )
 
 // ReadDebezium parses a connector or worker configuration: a .properties
@@ -154,11 +156,28 @@ func ignoredWhy(option string) (string, bool) {
 // to set, the options it ignored with why, and an error that names every
 // option it refuses (whose behaviour walrelay does not reproduce).
 func FromDebezium(connector, worker map[string]string) (keys map[string]string, ignored []DebeziumNote, err error) {
+	// Kafka Connect configures a converter from one file alone: the
+	// connector's if it names the converter (key.converter,
+	// value.converter), else the worker's (Plugins.newConverter, the
+	// converter.* settings of that file). The other file's settings of
+	// that converter do not apply: noted, not read.
+	inConnector := map[string]bool{}
+	for _, cv := range converterOptions {
+		_, inConnector[cv] = connector[cv]
+	}
 	opt := map[string]string{}
 	for k, v := range worker {
+		if cv := converterOf(k); cv != "" && inConnector[cv] {
+			ignored = append(ignored, DebeziumNote{k, "the connector sets " + cv + ": Kafka Connect configures it from the connector's " + cv + ".* alone, not the worker's"})
+			continue
+		}
 		opt[k] = v
 	}
 	for k, v := range connector {
+		if cv := converterOf(k); cv != "" && !inConnector[cv] {
+			ignored = append(ignored, DebeziumNote{k, "the connector does not set " + cv + ": Kafka Connect configures the worker's from the worker's " + cv + ".* alone, not the connector's"})
+			continue
+		}
 		opt[k] = v
 	}
 	keys = map[string]string{}
@@ -278,7 +297,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 				refuse(option, "the key is the aggregate id's text, which "+c+" does not take")
 				break
 			}
-			ignored = append(ignored, DebeziumNote{option, c + ": the bytea payload is published as it is (kafka.value_format raw); kafka.value_format registry_passthrough with kafka.schema_registry.url also checks its Confluent framing and schema id (docs/schema-registry.md)"})
+			ignored = append(ignored, DebeziumNote{option, c + ": the bytea payload is published as it is (kafka.value_format raw); kafka.value_format registry_passthrough with kafka.schema_registry.url also checks its Confluent framing and that its schema id is a version of <topic>-value (kafka.schema_registry.subject_strategy; docs/schema-registry.md)"})
 			for k := range opt {
 				if strings.HasPrefix(k, option+".delegate.converter.type") {
 					used[k] = true
@@ -290,6 +309,13 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		default:
 			refuse(option, fmt.Sprintf("walrelay writes the %s as the StringConverter, the JsonConverter or an AvroConverter (Apicurio's, Confluent's) does; %s is not reproduced", side, c))
 		}
+	}
+
+	// The header converter: Kafka Connect's default writes the
+	// EventRouter's header fields as walrelay does (a string's UTF-8
+	// bytes); another (the JsonConverter's quoted strings) does not.
+	if c := get("header.converter", simpleHeaderConverter); c != simpleHeaderConverter {
+		refuse("header.converter", fmt.Sprintf("walrelay writes headers as the SimpleHeaderConverter (Kafka Connect's default) does; %s is not reproduced", c))
 	}
 
 	// Kafka.
@@ -455,6 +481,12 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 			refuse(k, "an EventRouter option walrelay does not reproduce")
 		case ok:
 			ignored = append(ignored, DebeziumNote{k, why})
+		case converterOf(k) != "":
+			// A setting of the converter, from the file it is configured
+			// from (the worker's or the connector's) that walrelay does
+			// not map: it may change the records (Apicurio's
+			// avro.encoding=JSON, an artifact resolver strategy).
+			refuse(k, "an option walrelay does not know: it may change the records")
 		case fromWorker && !fromConnector:
 			ignored = append(ignored, DebeziumNote{k, "a Kafka Connect worker setting"})
 		default:
@@ -467,6 +499,20 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		return nil, ignored, &DebeziumRefused{Refused: refused}
 	}
 	return keys, ignored, nil
+}
+
+// converterOptions name Kafka Connect's key, value and header converters.
+var converterOptions = []string{"key.converter", "value.converter", "header.converter"}
+
+// converterOf is the converter option (key.converter, value.converter,
+// header.converter) that option is or is a setting of, "" if none.
+func converterOf(option string) string {
+	for _, cv := range converterOptions {
+		if option == cv || strings.HasPrefix(option, cv+".") {
+			return cv
+		}
+	}
+	return ""
 }
 
 // registryFromDebezium maps the settings of an AvroConverter (Apicurio's

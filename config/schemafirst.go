@@ -15,8 +15,8 @@ import (
 // (registered_avro, registered_protobuf, registered_jsonschema).
 func schemaFirstKeys(c *Config, add func(name, help string, f func(string) error, s func() string) *key) {
 	r := &c.Kafka.SchemaRegistry
-	f, s := str(&r.SubjectStrategy, format.StrategyType)
-	add("kafka.schema_registry.subject_strategy", "the subject of an event's schema in the schema-first formats: `type` (the event's type), `topic_type` (`<topic>-<type>`), or `subject` (`kafka.schema_registry.subject` for every event); an event without a type under `type` or `topic_type` is dead-lettered (`schema_refused`). walrelay registers none of these schemas unless `kafka.schema_registry.auto_register` is on and `kafka.schema_registry.subjects` names their files", f, s)
+	f, s := str(&r.SubjectStrategy, "")
+	add("kafka.schema_registry.subject_strategy", "the subject of an event's schema. In the schema-first formats: `type` (the event's type; the default), `topic_type` (`<topic>-<type>`), or `subject` (`kafka.schema_registry.subject` for every event); an event without a type under `type` or `topic_type` is dead-lettered (`schema_refused`). walrelay registers none of these schemas unless `kafka.schema_registry.auto_register` is on and `kafka.schema_registry.subjects` names their files. In `registry_passthrough`, the subject that a value's schema id must be a version of, else the event is dead-lettered (`schema_unknown`, naming the subject and the id's subjects): `topic` (`<topic>-value`, Confluent's TopicNameStrategy; the default), `type`, `topic_type`, `subject` as above, or `any` (the id only has to exist: an application framing with the schemas of subjects that none of these names, such as Confluent's RecordNameStrategy)", f, s)
 	f, s = str(&r.Subject, "")
 	add("kafka.schema_registry.subject", "the subject of `kafka.schema_registry.subject_strategy` `subject`", f, s)
 	f, s = str(&r.Version, "latest")
@@ -46,6 +46,15 @@ func (c *Config) checkSchemaFirst() error {
 	if err := c.checkSchemaFiles(); err != nil {
 		return err
 	}
+	if c.Kafka.ValueFormat == string(sink.FormatRegistryPassthrough) {
+		if err := format.CheckPassthroughStrategy(r.SubjectStrategy, r.Subject); err != nil {
+			return fmt.Errorf("kafka.schema_registry.subject_strategy, subject with kafka.value_format registry_passthrough: %w", err)
+		}
+		if version != format.Latest {
+			return fmt.Errorf("kafka.schema_registry.version %s with kafka.value_format registry_passthrough: the application's framing names the schema; a version is for the schema-first formats", r.Version)
+		}
+		return nil
+	}
 	kind, ok := c.schemaFirstFormat()
 	if !ok {
 		return nil
@@ -62,7 +71,11 @@ func (c *Config) checkSchemaFirst() error {
 		// application/json of a value in Avro or Protobuf.
 		return fmt.Errorf("kafka.cloudevents with kafka.value_format %s: not supported (content-type application/json would be wrong)", c.Kafka.ValueFormat)
 	}
-	if err := format.CheckStrategy(r.SubjectStrategy, r.Subject, version); err != nil {
+	strategy := r.SubjectStrategy
+	if strategy == "" {
+		strategy = format.StrategyType
+	}
+	if err := format.CheckStrategy(strategy, r.Subject, version); err != nil {
 		return fmt.Errorf("kafka.schema_registry.subject_strategy, subject, version: %w", err)
 	}
 	if r.SubjectStrategy == format.StrategySubject && len(r.Subjects) > 0 && !slices.Equal(c.subjectNames(), []string{r.Subject}) {
@@ -153,6 +166,22 @@ func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
 		return nil, err
 	}
 	return schemaFirstOf(c, reg)
+}
+
+// passthroughOf makes the checker of kafka.value_format
+// registry_passthrough reading the schemas' subjects from reg, under
+// kafka.schema_registry.subject_strategy.
+func passthroughOf(c *Config, reg *format.Registry) (*format.Passthrough, error) {
+	r := c.Kafka.SchemaRegistry
+	pc := format.PassthroughConfig{Strategy: r.SubjectStrategy, Subject: r.Subject}
+	if c.Kafka.ValueFormat != string(sink.FormatRegistryPassthrough) {
+		pc = format.PassthroughConfig{Strategy: format.StrategyAny} // unused: the sink calls it in registry_passthrough only
+	}
+	p, err := format.NewPassthrough(reg, pc)
+	if err != nil {
+		return nil, fmt.Errorf("kafka.schema_registry.subject_strategy: %w", err)
+	}
+	return p, nil
 }
 
 // schemaFirstOf makes the encoder of the schema-first value format reading

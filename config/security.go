@@ -215,7 +215,10 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 		if err != nil {
 			return sink.Config{}, err
 		}
-		avro, pass = format.NewAvroEncoder(reg), format.NewPassthrough(reg)
+		avro = format.NewAvroEncoder(reg)
+		if pass, err = passthroughOf(cfg, reg); err != nil {
+			return sink.Config{}, err
+		}
 		if sf, err = schemaFirstOf(cfg, reg); err != nil {
 			return sink.Config{}, err
 		}

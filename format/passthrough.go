@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/sr"
@@ -17,32 +18,116 @@ var (
 	// 0, or shorter than its 5 bytes).
 	ErrUnframed = errors.New("the payload is not in Confluent's wire format (the magic byte 0 and a 4-byte schema id)")
 	// ErrSchemaUnknown is a framed value whose schema id the registry does
-	// not have.
+	// not have, or has in other subjects only than the value's
+	// (PassthroughConfig.Strategy).
 	ErrSchemaUnknown = errors.New("the registry has no schema of the payload's id")
 )
+
+// Subject strategies of Passthrough besides the schema-first ones
+// (StrategyType, StrategyTopicType, StrategySubject).
+const (
+	// StrategyTopic: the subject is <topic>-value, Confluent's
+	// TopicNameStrategy (its serializers' default); Passthrough's default.
+	StrategyTopic = "topic"
+	// StrategyAny: any subject; the id only has to exist (an application
+	// framing with schemas of several subjects it does not name by topic
+	// or type).
+	StrategyAny = "any"
+)
+
+// PassthroughConfig says which subject a framed value's schema id must
+// be a version of.
+type PassthroughConfig struct {
+	// Strategy is StrategyTopic (the default: <topic>-value),
+	// StrategyType (the event's type), StrategyTopicType
+	// (<topic>-<type>), StrategySubject (Subject) or StrategyAny (the id
+	// only has to exist).
+	Strategy string
+	// Subject is the subject of StrategySubject.
+	Subject string
+}
+
+// CheckPassthroughStrategy checks a Passthrough subject strategy with its
+// subject.
+func CheckPassthroughStrategy(strategy, subject string) error {
+	switch strategy {
+	case "", StrategyTopic, StrategyType, StrategyTopicType, StrategyAny:
+		if subject != "" {
+			return fmt.Errorf("a subject (%s) with the subject strategy %q: want the strategy %q", subject, strategy, StrategySubject)
+		}
+	case StrategySubject:
+		if subject == "" {
+			return fmt.Errorf("the subject strategy %q needs a subject", StrategySubject)
+		}
+	default:
+		return fmt.Errorf("subject strategy %q: want %s, %s, %s, %s or %s", strategy, StrategyTopic, StrategyType, StrategyTopicType, StrategySubject, StrategyAny)
+	}
+	return nil
+}
 
 // Passthrough checks values that the application already encoded and
 // framed in Confluent's wire format (Debezium's documented recipe: a bytea
 // payload that the application serialized with its registry's serializer,
-// passed through by the ByteArrayConverter): the framing, and that the
-// registry has a schema of the framed id. The values are left untouched.
-// Known ids are cached: a registry that goes away affects only ids not
-// seen since the start. It is safe for concurrent use.
+// passed through by the ByteArrayConverter): the framing, that the
+// registry has a schema of the framed id, and that this schema is a
+// version of the value's subject (PassthroughConfig). The values are left
+// untouched. Known ids are cached with their subject: a registry that
+// goes away affects only pairs not seen since the start. It is safe for
+// concurrent use.
 type Passthrough struct {
 	reg   *Registry
+	cfg   PassthroughConfig
 	mu    sync.Mutex
-	known map[uint32]struct{}
+	known map[knownID]struct{}
 }
 
-// NewPassthrough returns a checker that looks the ids up in reg.
-func NewPassthrough(reg *Registry) *Passthrough {
-	return &Passthrough{reg: reg, known: map[uint32]struct{}{}}
+// knownID is a schema id found a version of subject ("" under
+// StrategyAny: found at all).
+type knownID struct {
+	id      uint32
+	subject string
 }
 
-// Check reports whether v, a record's value, may be published as it is: a
-// nil value (a tombstone) may; else ErrUnframed, ErrSchemaUnknown,
-// ErrUnauthorized, or another error of the registry (an outage: retry).
-func (p *Passthrough) Check(ctx context.Context, v []byte) error {
+// NewPassthrough returns a checker that looks the ids up in reg, under
+// the subject strategy of cfg (StrategyTopic if empty); an error if the
+// strategy is not one of Passthrough's.
+func NewPassthrough(reg *Registry, cfg PassthroughConfig) (*Passthrough, error) {
+	if cfg.Strategy == "" {
+		cfg.Strategy = StrategyTopic
+	}
+	if err := CheckPassthroughStrategy(cfg.Strategy, cfg.Subject); err != nil {
+		return nil, err
+	}
+	return &Passthrough{reg: reg, cfg: cfg, known: map[knownID]struct{}{}}, nil
+}
+
+// Subject is the subject that the schema of a value of an event of type
+// typ to topic must be a version of: "" under StrategyAny; an error
+// (ErrSchemaUnknown) if the strategy needs a type and the event has none.
+func (p *Passthrough) Subject(topic, typ string) (string, error) {
+	switch p.cfg.Strategy {
+	case StrategyAny:
+		return "", nil
+	case StrategySubject:
+		return p.cfg.Subject, nil
+	case StrategyType, StrategyTopicType:
+		if typ == "" {
+			return "", fmt.Errorf("%w: the event has no type, which names the subject of its schema (subject strategy %s)", ErrSchemaUnknown, p.cfg.Strategy)
+		}
+		if p.cfg.Strategy == StrategyTopicType {
+			return topic + "-" + typ, nil
+		}
+		return typ, nil
+	}
+	return topic + "-value", nil
+}
+
+// Check reports whether v, the value of an event of type typ to topic,
+// may be published as it is: a nil value (a tombstone) may; else
+// ErrUnframed, ErrSchemaUnknown (no schema of the id, or none in the
+// value's subject), ErrUnauthorized, or another error of the registry (an
+// outage: retry).
+func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) error {
 	if v == nil {
 		return nil
 	}
@@ -50,8 +135,13 @@ func (p *Passthrough) Check(ctx context.Context, v []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w (%d bytes, first %s)", ErrUnframed, len(v), first(v))
 	}
+	subject, err := p.Subject(topic, typ)
+	if err != nil {
+		return fmt.Errorf("schema id %d: %w", id, err)
+	}
+	k := knownID{id: id, subject: subject}
 	p.mu.Lock()
-	_, ok := p.known[id]
+	_, ok := p.known[k]
 	p.mu.Unlock()
 	if ok {
 		return nil
@@ -59,13 +149,55 @@ func (p *Passthrough) Check(ctx context.Context, v []byte) error {
 	if _, err := p.reg.SchemaByID(ctx, id); err != nil {
 		return err
 	}
+	if subject != "" {
+		if err := p.reg.inSubject(ctx, id, subject); err != nil {
+			return err
+		}
+	}
 	p.mu.Lock()
 	if len(p.known) >= maxCachedIDs {
 		clear(p.known)
 	}
-	p.known[id] = struct{}{}
+	p.known[k] = struct{}{}
 	p.mu.Unlock()
 	return nil
+}
+
+// inSubject reports whether the schema of id (which exists) is a version
+// of subject, not deleted: ErrSchemaUnknown naming the subjects it is a
+// version of if not, ErrUnauthorized, or another error of the registry
+// (an outage). It asks GET /schemas/ids/{id}/versions (Confluent's API,
+// Apicurio's ccompat API).
+func (r *Registry) inSubject(ctx context.Context, id uint32, subject string) error {
+	vs, err := r.cl.SchemaVersionsByID(ctx, int(id))
+	if err != nil {
+		var re *sr.ResponseError
+		if errors.As(err, &re) {
+			switch {
+			case re.StatusCode == http.StatusNotFound && re.ErrorCode == 40403:
+				// Deleted since SchemaByID found it.
+				return fmt.Errorf("schema id %d: %w: %v", id, ErrSchemaUnknown, err)
+			case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
+				return fmt.Errorf("schema id %d: %w (HTTP %d): %v", id, ErrUnauthorized, re.StatusCode, err)
+			}
+		}
+		return fmt.Errorf("schema registry, the subjects of schema id %d (GET /schemas/ids/%d/versions): %w", id, id, err)
+	}
+	var of []string
+	for _, v := range vs {
+		if v.Subject == subject {
+			return nil
+		}
+		of = append(of, fmt.Sprintf("%s version %d", v.Subject, v.Version))
+	}
+	if len(of) == 0 {
+		return fmt.Errorf("schema id %d: %w in subject %s: it is a version of no subject (deleted)", id, ErrSchemaUnknown, subject)
+	}
+	const most = 5
+	if len(of) > most {
+		of = append(of[:most], fmt.Sprintf("%d more", len(of)-most))
+	}
+	return fmt.Errorf("schema id %d: %w in subject %s: it is %s", id, ErrSchemaUnknown, subject, strings.Join(of, ", "))
 }
 
 // first names v's first byte, for an error.

@@ -23,8 +23,9 @@ import (
 // and a bytea payload that the application serialized in Avro and framed
 // with its schema's id (Debezium's Avro recipe), the record's value is the
 // payload, byte for byte; a payload framed with an id the registry does
-// not have is dead-lettered (schema_unknown), one not framed (format), and
-// the stream goes on.
+// not have is dead-lettered (schema_unknown), one framed with the id of
+// another topic's subject too (schema_unknown, naming both subjects), one
+// not framed (format), and the stream goes on.
 func TestRegistryPassthroughStreams(t *testing.T) {
 	reg := registrytest.Start(t)
 	pg, kc, col := setup(t)
@@ -39,20 +40,26 @@ func TestRegistryPassthroughStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	payment := `{"type":"record","name":"Payment","fields":[{"name":"amount","type":"long"}]}`
+	paymentID, err := cl.RegisterSchema(t.Context(), "payments-value", sr.Schema{Schema: payment, Type: sr.TypeAvro}, -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	body, err := avro.Marshal(avro.MustParse(schema), map[string]any{"id": int64(7), "note": "é\x00"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_VALUE_FORMAT", "registry_passthrough", "WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", reg.URL()))
 
-	good, unknown, unframed, after := outbox.NewID(), outbox.NewID(), outbox.NewID(), outbox.NewID()
+	good, unknown, foreign, unframed, after := outbox.NewID(), outbox.NewID(), outbox.NewID(), outbox.NewID(), outbox.NewID()
 	payloads := map[string][]byte{
 		good:     format.Frame(nil, uint32(id), body),
 		unknown:  format.Frame(nil, uint32(id)+1000, body),
+		foreign:  format.Frame(nil, uint32(paymentID), []byte{14}),
 		unframed: []byte(`{"id": 7}`),
 		after:    format.Frame(nil, uint32(id), body),
 	}
-	for _, e := range []string{good, unknown, unframed, after} {
+	for _, e := range []string{good, unknown, foreign, unframed, after} {
 		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'o-7', 'T', $2)", e, payloads[e]); err != nil {
 			t.Fatal(err)
 		}
@@ -63,11 +70,11 @@ func TestRegistryPassthroughStreams(t *testing.T) {
 	if _, err := col.Wait(ctx, func(rs []*kgo.Record) bool {
 		n := 0
 		for _, r := range rs {
-			if id := string(kafkatest.Header(r, "id")); id == unknown || id == unframed {
+			if id := string(kafkatest.Header(r, "id")); id == unknown || id == foreign || id == unframed {
 				n++
 			}
 		}
-		return n == 2
+		return n == 3
 	}); err != nil {
 		t.Fatalf("the dead letters: %v", err)
 	}
@@ -84,6 +91,11 @@ func TestRegistryPassthroughStreams(t *testing.T) {
 			if r.Topic != kc.dlq() || reason != sink.ReasonSchemaUnknown || !strings.Contains(why, "schema id") {
 				t.Errorf("unknown id: topic %s, reason %q, error %q", r.Topic, reason, why)
 			}
+		case foreign:
+			want := "in subject " + kc.topic("order") + "-value: it is payments-value version 1"
+			if r.Topic != kc.dlq() || reason != sink.ReasonSchemaUnknown || !strings.Contains(why, want) {
+				t.Errorf("another subject's id: topic %s, reason %q, error %q, want %q", r.Topic, reason, why, want)
+			}
 		case unframed:
 			if r.Topic != kc.dlq() || reason != sink.ReasonFormat || !strings.Contains(why, "wire format") {
 				t.Errorf("unframed: topic %s, reason %q, error %q", r.Topic, reason, why)
@@ -93,7 +105,7 @@ func TestRegistryPassthroughStreams(t *testing.T) {
 		}
 		seen++
 	}
-	if seen != 4 {
-		t.Errorf("%d records, want 4", seen)
+	if seen != 5 {
+		t.Errorf("%d records, want 5", seen)
 	}
 }
