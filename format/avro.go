@@ -319,7 +319,10 @@ func (a *AvroSchema) base(s *ConnectSchema, n *Node, path string) (any, error) {
 		}
 		return n.Bool, nil
 	case "int32", "int64":
-		if n.Kind != KindInt32 && n.Kind != KindInt64 {
+		// An int64 schema takes only a literal beyond 32 bits (Jackson's
+		// LongNode): Connect refuses an Integer in it. (Only a merge of
+		// objects of differing fields gives one a smaller literal.)
+		if n.Kind != KindInt32 && n.Kind != KindInt64 || s.Type == "int64" && n.Kind != KindInt64 {
 			return nil, mismatch()
 		}
 		v, err := strconv.ParseInt(n.Text, 10, 64)

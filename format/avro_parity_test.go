@@ -54,6 +54,12 @@ func TestAvroDebeziumParity(t *testing.T) {
 		{name: "merged items keep one element's nested record", payload: `{"x":[{"a":{"p":1}},{"a":{"q":2}}]}`,
 			wantSchema: `{"type":"record","name":"payload","fields":[{"name":"x","type":["null",{"type":"array","items":{"type":"record","name":"x","namespace":"payload","fields":[{"name":"a","type":["null",{"type":"record","name":"a","namespace":"payload.x","fields":[{"name":"p","type":["null","int"],"default":null}],"connect.name":"payload.x.a"}],"default":null}],"connect.name":"payload.x"}}],"default":null}],"connect.name":"payload"}`,
 			wantHex:    "0204020202020000"},
+		// A nested record's field whose number kinds differ between the
+		// merged objects: whichever record the merge keeps, Debezium's
+		// Struct refuses the other's value (an Integer in an INT64 schema,
+		// a Long in an INT32 one).
+		{name: "a merged int64 field given an int", payload: `{"x":[{"a":{"o":1,"p":9999999999}},{"a":{"p":1}}]}`,
+			wantErr: "a JSON integer in a field of type int64"}, // DataException: Invalid Java object for schema with type INT64: class java.lang.Integer
 		{name: "a null element among merged items", payload: `{"x":[{"a":1},null,{"a":1,"b":2}]}`,
 			wantErr: "null in a required struct"}, // DataException: Invalid value: null used for required element of array field
 		// hole 11: Jackson reads an overflowing literal as ±Infinity, an
