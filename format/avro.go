@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/hamba/avro/v2"
 )
@@ -31,7 +31,14 @@ import (
 //
 // A name that Avro refuses (a field "first-name") fails Debezium's
 // converter: walrelay refuses it too (ErrAvroName), as AvroData does with
-// its default scrub.invalid.names=false.
+// its default scrub.invalid.names=false. Avro's Java library (1.12, the
+// converter's) allows more than the specification's ASCII names: a letter
+// or '_', then letters, digits or '_', as Character.isLetter and
+// isLetterOrDigit see a UTF-16 unit (so "ünï" is a name, a letter beyond
+// the Basic Multilingual Plane is not); walrelay checks names so, and
+// hamba/avro's own (ASCII) check is off (avro.SkipNameValidation, set
+// once at start: the package's schemas are written or checked here, or
+// come from a registry that took them).
 
 // defaultNamespace and defaultName name a record whose struct has no name
 // (AvroData.NAMESPACE and DEFAULT_SCHEMA_NAME).
@@ -43,7 +50,23 @@ const (
 // ErrAvroName is a field or record name that Avro does not allow.
 var ErrAvroName = errors.New("not a valid Avro name")
 
-var avroName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+func init() {
+	avro.SkipNameValidation = true
+}
+
+// avroName is Avro 1.12's Java name check (NameValidator.UTF_VALIDATOR).
+func avroName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i, r := range name {
+		ok := r == '_' || r <= 0xffff && (unicode.IsLetter(r) || i > 0 && unicode.IsDigit(r))
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // AvroSchema is an Avro schema translated from a Connect schema: its text
 // as the converter registers it, and the parsed schema that encodes
@@ -171,12 +194,12 @@ func (w *avroWriter) record(s *ConnectSchema, space string) (string, error) {
 	} else if i := strings.LastIndexByte(s.Name, '.'); i >= 0 {
 		ns, name = s.Name[:i], s.Name[i+1:]
 	}
-	if !avroName.MatchString(name) {
+	if !avroName(name) {
 		return "", fmt.Errorf("record %q: %w", s.Name, ErrAvroName)
 	}
 	if ns != "" {
 		for p := range strings.SplitSeq(ns, ".") {
-			if !avroName.MatchString(p) {
+			if !avroName(p) {
 				return "", fmt.Errorf("record %q: namespace %q: %w", s.Name, ns, ErrAvroName)
 			}
 		}
@@ -189,7 +212,7 @@ func (w *avroWriter) record(s *ConnectSchema, space string) (string, error) {
 	}
 	w.b = append(w.b, `,"fields":[`...)
 	for i, f := range s.Fields {
-		if !avroName.MatchString(f.Name) {
+		if !avroName(f.Name) {
 			return "", fmt.Errorf("field %q of %q: %w", f.Name, s.Name, ErrAvroName)
 		}
 		if i > 0 {
@@ -220,7 +243,8 @@ func (w *avroWriter) record(s *ConnectSchema, space string) (string, error) {
 
 // jsonString appends s as a JSON string as Jackson writes one (what is
 // written here is Avro names and the Connect names they were split from:
-// ASCII letters, digits, underscores and dots).
+// letters, digits, underscores and dots, non-ASCII ones as they are, in
+// UTF-8, as Jackson writes them).
 func jsonString(dst []byte, s string) []byte {
 	const hex = "0123456789ABCDEF"
 	dst = append(dst, '"')
@@ -295,7 +319,10 @@ func (a *AvroSchema) base(s *ConnectSchema, n *Node, path string) (any, error) {
 		}
 		return n.Bool, nil
 	case "int32", "int64":
-		if n.Kind != KindInt32 && n.Kind != KindInt64 {
+		// An int64 schema takes only a literal beyond 32 bits (Jackson's
+		// LongNode): Connect refuses an Integer in it. (Only a merge of
+		// objects of differing fields gives one a smaller literal.)
+		if n.Kind != KindInt32 && n.Kind != KindInt64 || s.Type == "int64" && n.Kind != KindInt64 {
 			return nil, mismatch()
 		}
 		v, err := strconv.ParseInt(n.Text, 10, 64)
@@ -313,6 +340,11 @@ func (a *AvroSchema) base(s *ConnectSchema, n *Node, path string) (any, error) {
 		switch n.Kind {
 		case KindFloat64:
 			f, err := strconv.ParseFloat(n.Text, 64)
+			if errors.Is(err, strconv.ErrRange) {
+				// Beyond a double's range: ±Inf (or 0), as Jackson's
+				// DoubleNode reads it and Debezium writes it.
+				err = nil
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", pathOr(path), err)
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -256,11 +257,16 @@ func itemSchema(key string, n *Node) (*ConnectSchema, error) {
 		}
 		return s, err
 	}
-	// Debezium merges the distinct element schemas in the order of a Java
-	// HashSet; walrelay in the order they first occur. The fields and
-	// values are the same; a consumer that reads JSON by name sees no
-	// difference.
-	var merged *ConnectSchema
+	// Debezium merges the distinct element schemas (a Java HashSet of
+	// them) in the set's order: the first one's fields, then each next
+	// one's fields that are not there yet (a field of one name keeps the
+	// schema met first: one element's nested record); a merge of two or
+	// more is a required struct (SchemaUtil.copySchemaBasics drops
+	// optional), one schema alone stays optional. The set's order hangs
+	// on Java identity hash codes, so it changes from one JVM to the
+	// next; walrelay sorts the distinct schemas by a key of their own,
+	// so that one set always gives one merge (and a merge is equal to
+	// another as Debezium's are).
 	var seen []*ConnectSchema
 	for _, e := range n.Elems {
 		if e.Kind != KindObject {
@@ -274,23 +280,56 @@ func itemSchema(key string, n *Node) (*ConnectSchema, error) {
 		for _, x := range seen {
 			dup = dup || x.Equal(s)
 		}
-		if dup {
-			continue
+		if !dup {
+			seen = append(seen, s)
 		}
-		seen = append(seen, s)
-		if merged == nil {
-			merged = s
-			continue
-		}
-		m := &ConnectSchema{Type: "struct", Name: merged.Name, Fields: append([]ConnectField(nil), merged.Fields...)}
-		for _, f := range s.Fields {
-			if m.Field(f.Name) == nil {
-				m.Fields = append(m.Fields, f)
+	}
+	if len(seen) == 1 {
+		return seen[0], nil
+	}
+	keys := make([][]byte, len(seen))
+	order := make([]int, len(seen))
+	for i, s := range seen {
+		keys[i], order[i] = s.appendKey(nil), i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
+	base := seen[order[0]]
+	merged := &ConnectSchema{Type: "struct", Name: base.Name, Version: base.Version, Required: true, Fields: slices.Clone(base.Fields)}
+	for _, i := range order[1:] {
+		for _, f := range seen[i].Fields {
+			if merged.Field(f.Name) == nil {
+				merged.Fields = append(merged.Fields, f)
 			}
 		}
-		merged = m
 	}
 	return merged, nil
+}
+
+// appendKey appends a text that orders schemas (the order in which
+// itemSchema merges them): its type, name, optionality and fields.
+func (s *ConnectSchema) appendKey(dst []byte) []byte {
+	dst = append(dst, s.Type...)
+	dst = append(dst, 0)
+	dst = append(dst, s.Name...)
+	if s.Required {
+		dst = append(dst, 0, 'r')
+	}
+	if s.Items != nil {
+		dst = append(dst, '[')
+		dst = s.Items.appendKey(dst)
+		dst = append(dst, ']')
+	}
+	if s.Type == "struct" {
+		dst = append(dst, '{')
+		for _, f := range s.Fields {
+			dst = append(dst, f.Name...)
+			dst = append(dst, 0)
+			dst = f.Schema.appendKey(dst)
+			dst = append(dst, 1)
+		}
+		dst = append(dst, '}')
+	}
+	return dst
 }
 
 // group is a node type as Jackson's getNodeType sees it: every number one.

@@ -63,26 +63,38 @@ func (e *AvroEncoder) Value(ctx context.Context, topic string, p Payload) ([]byt
 	if p.Text == nil {
 		return nil, nil
 	}
-	s, n := ValueSchema(p)
+	s, n, err := ValueSchema(p)
+	if err != nil {
+		return nil, err
+	}
 	return e.encode(ctx, Subject(topic, false), s, n)
 }
 
 // ValueSchema is the Connect schema of a non-NULL payload as Debezium's
-// EventRouter gives it to the converter, and the payload parsed in it.
-func ValueSchema(p Payload) (*ConnectSchema, *Node) {
+// EventRouter gives it to the converter, and the payload parsed in it; an
+// error (ErrPayload) where Debezium fails on the payload.
+func ValueSchema(p Payload) (*ConnectSchema, *Node, error) {
 	if !p.Bytes {
 		// A json, jsonb or text payload that Debezium expands.
-		if s, n := Expand(p.Text, p.Column, p.Expand); s != nil {
+		s, n, top := expandPayload(p.Text, p.Column, p.Expand)
+		if top {
+			// EventRouterDelegate sets the value's schema to the one
+			// JsonSchemaData infers, then its toConnectData throws (Not a
+			// struct schema), leaving the string in an array schema,
+			// which the converter fails on (for [], a null schema, on
+			// which getValueSchema throws): Debezium's task stops.
+			return nil, nil, fmt.Errorf("%w: a top-level JSON array, which Debezium's EventRouter cannot expand (its task fails on it)", ErrPayload)
+		}
+		if s != nil {
 			if s.Type == "struct" {
 				// The converter registers the schema of the Avro datum
 				// it writes: a record's own, not the optional union
-				// around it (a string's or an array's, a container of
-				// the union).
+				// around it.
 				c := *s
 				c.Required = true
 				s = &c
 			}
-			return s, n
+			return s, n, nil
 		}
 	}
 	var s *ConnectSchema
@@ -99,25 +111,111 @@ func ValueSchema(p Payload) (*ConnectSchema, *Node) {
 		c.Required = true
 		s = &c
 	}
-	return s, &Node{Kind: KindString, Text: string(p.Text)}
+	return s, &Node{Kind: KindString, Text: string(p.Text)}, nil
 }
 
 // Expand is the schema and parsed value of a JSON payload that Debezium's
 // EventRouter expands (expand set: table.expand.json.payload=true), nil
-// where it leaves the payload a string.
+// where it leaves the payload a string (or fails on it: a top-level
+// array, see ValueSchema).
 func Expand(text []byte, column string, expand bool) (*ConnectSchema, *Node) {
-	if !expand || len(text) == 0 || (text[0] != '{' && text[0] != '[') {
-		return nil, nil
-	}
-	n, err := ParseJSON(text)
-	if err != nil {
-		return nil, nil
-	}
-	s, err := InferSchema(column, n)
-	if err != nil || s == nil {
+	s, n, top := expandPayload(text, column, expand)
+	if top {
 		return nil, nil
 	}
 	return s, n
+}
+
+// expandPayload is Expand, and top: the payload is a top-level array whose schema
+// JsonSchemaData infers (or finds none for, []), on which Debezium fails.
+func expandPayload(text []byte, column string, expand bool) (s *ConnectSchema, n *Node, top bool) {
+	if !expand || len(text) == 0 || (text[0] != '{' && text[0] != '[') {
+		return nil, nil, false
+	}
+	n, err := ParseJSON(javaSurrogates(text))
+	if err != nil {
+		return nil, nil, false
+	}
+	s, err = InferSchema(column, n)
+	if err != nil {
+		return nil, nil, false
+	}
+	if n.Kind == KindArray {
+		return nil, nil, true
+	}
+	if s == nil {
+		return nil, nil, false
+	}
+	return s, n, false
+}
+
+// javaSurrogates rewrites each JSON escape of a lone UTF-16 surrogate
+// (\ud800 not followed by a low one's escape, a \udc00 not after a high
+// one's) as '?', which is what Debezium writes for it: Jackson reads it
+// into a Java string, and Java's UTF-8 encoder writes an unpaired
+// surrogate as '?' (Go's decoder would make it U+FFFD). text is returned
+// as it is when it has none.
+func javaSurrogates(text []byte) []byte {
+	var out []byte
+	last := 0
+	for i := 0; i < len(text); i++ {
+		if text[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(text) {
+			break
+		}
+		if text[i+1] != 'u' {
+			i++ // an escaped character: \\ is not the start of an escape
+			continue
+		}
+		u, ok := hex4(text, i+2)
+		if !ok {
+			i++
+			continue
+		}
+		switch {
+		case u >= 0xd800 && u < 0xdc00:
+			if i+11 < len(text) && text[i+6] == '\\' && text[i+7] == 'u' {
+				if l, ok := hex4(text, i+8); ok && l >= 0xdc00 && l < 0xe000 {
+					i += 11 // a pair
+					continue
+				}
+			}
+		case u >= 0xdc00 && u < 0xe000:
+		default:
+			i += 5
+			continue
+		}
+		out = append(append(out, text[last:i]...), '?')
+		last = i + 6
+		i += 5
+	}
+	if out == nil {
+		return text
+	}
+	return append(out, text[last:]...)
+}
+
+// hex4 is the value of the four hex digits at text[i:].
+func hex4(text []byte, i int) (rune, bool) {
+	if i+4 > len(text) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range text[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSchema, n *Node) ([]byte, error) {

@@ -38,7 +38,14 @@ func appendSchema(dst []byte, s *format.ConnectSchema, field string) []byte {
 		}
 		dst = append(dst, ']')
 	}
-	dst = append(dst, `,"optional":true`...)
+	// Every inferred schema is optional but an array's items merged from
+	// objects of differing fields (JsonSchemaData.mergeSchema), which the
+	// JsonConverter writes "optional":false.
+	if s.Required {
+		dst = append(dst, `,"optional":false`...)
+	} else {
+		dst = append(dst, `,"optional":true`...)
+	}
 	if s.Name != "" {
 		dst = append(dst, `,"name":`...)
 		dst = jacksonQuote(dst, []byte(s.Name))

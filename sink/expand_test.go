@@ -15,8 +15,11 @@ func TestExpandJSON(t *testing.T) {
 			`{"type":"struct","fields":[{"type":"int32","optional":true,"field":"n"},{"type":"boolean","optional":true,"field":"ok"},{"type":"string","optional":true,"field":"s"},{"type":"double","optional":true,"field":"f"}],"optional":true,"name":"payload"}`},
 		{`{"big": 4294967296, "d": 12345678.9, "tiny": 0.0001, "h": 100.0, "z": -0.0}`, `{"big":4294967296,"d":1.23456789E7,"tiny":1.0E-4,"h":100.0,"z":-0.0}`,
 			`{"type":"struct","fields":[{"type":"int64","optional":true,"field":"big"},{"type":"double","optional":true,"field":"d"},{"type":"double","optional":true,"field":"tiny"},{"type":"double","optional":true,"field":"h"},{"type":"double","optional":true,"field":"z"}],"optional":true,"name":"payload"}`},
-		{`{"o": {"a": {"b": 1}}, "l": [{"p": 1}, {"q": "x"}, null]}`, `{"o":{"a":{"b":1}},"l":[{"p":1,"q":null},{"p":null,"q":"x"},null]}`,
-			`{"type":"struct","fields":[{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":true,"field":"b"}],"optional":true,"name":"payload.o.a","field":"a"}],"optional":true,"name":"payload.o","field":"o"},{"type":"array","items":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"p"},{"type":"string","optional":true,"field":"q"}],"optional":true,"name":"payload.l"},"optional":true,"field":"l"}],"optional":true,"name":"payload"}`},
+		// Items merged from objects of differing fields are a required
+		// struct (Debezium's JsonSchemaData with the JsonConverter:
+		// format/testdata/debezium_json_Probe.java.txt).
+		{`{"o": {"a": {"b": 1}}, "l": [{"p": 1}, {"q": "x"}]}`, `{"o":{"a":{"b":1}},"l":[{"p":1,"q":null},{"p":null,"q":"x"}]}`,
+			`{"type":"struct","fields":[{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":true,"field":"b"}],"optional":true,"name":"payload.o.a","field":"a"}],"optional":true,"name":"payload.o","field":"o"},{"type":"array","items":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"p"},{"type":"string","optional":true,"field":"q"}],"optional":false,"name":"payload.l"},"optional":true,"field":"l"}],"optional":true,"name":"payload"}`},
 		{`{"a": 1, "a": "two"}`, `{"a":"two"}`, `{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"}],"optional":true,"name":"payload"}`},
 		{`[1, 2, 3]`, `[1,2,3]`, `{"type":"array","items":{"type":"int32","optional":true},"optional":true}`},
 		{`{"u": "é 😀"}`, `{"u":"é \uD83D\uDE00"}`, `{"type":"struct","fields":[{"type":"string","optional":true,"field":"u"}],"optional":true,"name":"payload"}`},
