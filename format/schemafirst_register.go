@@ -113,7 +113,7 @@ func (s *SchemaFirst) Plan(ctx context.Context, subject, text string) (string, e
 		return plan, nil
 	}
 	var re *sr.ResponseError
-	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+	if !errors.As(err, &re) || !notFound(re) {
 		return "", classify(subject, err)
 	}
 	if re.ErrorCode == 40401 { // subject not found
