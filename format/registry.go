@@ -134,8 +134,8 @@ type Registry struct {
 	auto      bool
 	maxSchema int
 	obs       *observed // reports each request (OnRequest)
-	mu   sync.Mutex
-	ids  map[subjectSchema]uint32
+	mu        sync.Mutex
+	ids       map[subjectSchema]uint32
 }
 
 type subjectSchema struct{ subject, schema string }
