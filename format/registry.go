@@ -187,7 +187,9 @@ func (r *Registry) ID(ctx context.Context, subject, schema string) (uint32, erro
 	var n int
 	var err error
 	if r.auto {
-		n, err = r.register(ctx, subject, s)
+		if n, err = r.register(ctx, subject, s); err != nil {
+			err = classify(subject, err)
+		}
 	} else {
 		var ss sr.SubjectSchema
 		ss, err = r.cl.LookupSchema(ctx, subject, s)
@@ -220,7 +222,8 @@ func (r *Registry) ID(ctx context.Context, subject, schema string) (uint32, erro
 // (Apicurio: the subject "already exists"), as it answers a schema that
 // the subject's compatibility rule refuses: on 409 the schema is looked
 // up (registered meanwhile by another) and registered once again before
-// it is called refused.
+// it is called refused. The error is the registry's, for the caller to
+// classify.
 func (r *Registry) register(ctx context.Context, subject string, s sr.Schema) (int, error) {
 	n, err := r.cl.RegisterSchema(ctx, subject, s, -1, -1)
 	for try := 0; err != nil && conflict(err) && try < 2; try++ {
@@ -234,10 +237,7 @@ func (r *Registry) register(ctx context.Context, subject string, s sr.Schema) (i
 		}
 		n, err = r.cl.RegisterSchema(ctx, subject, s, -1, -1)
 	}
-	if err != nil {
-		return 0, classify(subject, err)
-	}
-	return n, nil
+	return n, err
 }
 
 // conflict reports whether err is a registry's 409.

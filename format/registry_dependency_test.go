@@ -116,8 +116,9 @@ func TestRegistryNotRegisteredWording(t *testing.T) {
 // clients (each its own Registry, as separate walrelay processes) writing
 // the first value of a new subject at once: Apicurio answers the racing
 // registrations 409 ("already exists"); each looks the schema up and uses
-// its id instead of dead-lettering the event as refused. A schema that
-// the subject's rule refuses is still refused.
+// its id instead of dead-lettering the event as refused; schema-first
+// walrelays registering the same schema file at start likewise. A schema
+// that the subject's rule refuses is still refused.
 func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 	r := registrytest.Start(t)
 	const n = 8
@@ -146,6 +147,29 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 			} else if ids[i] != ids[0] {
 				t.Errorf("%s, client %d: id %d, client 0: %d", subject, i, ids[i], ids[0])
 			}
+		}
+	}
+	// Schema-first: walrelays started at once, registering the same
+	// schema file.
+	var wg sync.WaitGroup
+	got := make([]Registered, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range got {
+		sf, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			<-start
+			got[i], errs[i] = sf.Register(t.Context(), "ConcCreated", `{"type":"record","name":"ConcCreated","fields":[{"name":"id","type":"long"}]}`)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil || got[i].ID != got[0].ID {
+			t.Errorf("schema-first Register, walrelay %d: %+v, %v (walrelay 0: id %d)", i, got[i], errs[i], got[0].ID)
 		}
 	}
 	reg := mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true})

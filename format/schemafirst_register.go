@@ -77,7 +77,7 @@ func (s *SchemaFirst) Register(ctx context.Context, subject, text string) (Regis
 	if err != nil {
 		return Registered{}, fmt.Errorf("subject %s: %w", subject, err)
 	}
-	if _, err := s.reg.cl.RegisterSchema(ctx, subject, schema, -1, -1); err != nil {
+	if _, err := s.reg.register(ctx, subject, schema); err != nil {
 		return Registered{}, registerError(subject, err)
 	}
 	// The id and the version: registering answers the id alone.
