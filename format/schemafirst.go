@@ -85,9 +85,10 @@ type SchemaFirstConfig struct {
 	// default the schema's first message.
 	Message string
 	// LatestTTL is how long a subject's latest schema is used before it is
-	// read again. Default 1 minute. A payload that does not fit a latest
-	// schema learnt more than 5 s ago makes walrelay read it again first
-	// (a new version registered meanwhile).
+	// read again. Default 1 minute. A payload that does not fit the latest
+	// schema known makes walrelay read it again first (a new version
+	// registered meanwhile), however recently it was read; if the
+	// registry does not answer then, the payload is held (an outage).
 	LatestTTL time.Duration
 }
 
