@@ -270,7 +270,7 @@ func TestSchemaFirstAvroFloatRange(t *testing.T) {
 // instead of costing its size in memory; one with a Content-Length
 // beyond it is not read at all.
 func TestRegistryAnswerSizeBounded(t *testing.T) {
-	const size = 64 << 20
+	const size = 256 << 20
 	chunk := []byte(strings.Repeat("a", 1<<20))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
@@ -300,7 +300,8 @@ func TestRegistryAnswerSizeBounded(t *testing.T) {
 		err := NewPassthrough(reg).Check(t.Context(), Frame(nil, 1, []byte{2}))
 		runtime.ReadMemStats(&after)
 		alloc := after.TotalAlloc - before.TotalAlloc
-		if alloc > 48<<20 {
+		t.Logf("%s: allocated %d MiB: %v", url, alloc>>20, err)
+		if alloc > 100<<20 { // about 34 MiB (69 with -race): what io.ReadAll grows to for 16 MiB
 			t.Errorf("%s: one answer of %d MiB allocated %d MiB: no bound on an answer's size", url, size>>20, alloc>>20)
 		}
 		if err == nil || !Outage(err) || !strings.Contains(err.Error(), "larger than 16 MiB") {
