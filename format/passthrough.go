@@ -84,6 +84,7 @@ func (r *Registry) SchemaByID(ctx context.Context, id uint32) (sr.Schema, error)
 	if err == nil {
 		return s, nil
 	}
+	err = bounded{err}
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
 		switch {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
 )
@@ -253,6 +254,7 @@ const maxCachedIDs = 10000
 // classify tells a registry's refusal of one schema (a deterministic
 // error for that value) from an outage (transient).
 func classify(subject string, err error) error {
+	err = bounded{err}
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
 		switch {
@@ -268,6 +270,30 @@ func classify(subject string, err error) error {
 	}
 	return fmt.Errorf("schema registry, subject %s: %w", subject, err)
 }
+
+// maxErrorText bounds the text of a registry's error in walrelay's
+// errors: an error's text is the answer's body when it is not the API's
+// JSON (a proxy's HTML page, up to the answers' bound), and it goes into
+// the log at each retry and into a dead letter's walrelay.error header.
+const maxErrorText = 1000
+
+// bounded is an error whose text is cut to maxErrorText bytes; errors.Is
+// and errors.As see the error it wraps.
+type bounded struct{ err error }
+
+func (b bounded) Error() string {
+	s := b.err.Error()
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+func (b bounded) Unwrap() error { return b.err }
 
 // Reference is a schema that a schema references: the name it is
 // referenced by (an import path, a $ref, an Avro type's full name) and its
@@ -336,6 +362,7 @@ func (r *Registry) Ping(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
+	err = bounded{err}
 	var re *sr.ResponseError
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError

@@ -348,3 +348,25 @@ func TestRegistryHugeSchemaDeadLettered(t *testing.T) {
 		t.Errorf("HTTP 413: %v, want ErrRefused", err)
 	}
 }
+
+// TestRegistryErrorTextBounded: a registry (or a proxy) answering a 5xx
+// with a large page: walrelay's error, logged at each retry, carries at
+// most about 1,000 bytes of it, and is still the outage it is.
+func TestRegistryErrorTextBounded(t *testing.T) {
+	page := "<html>" + strings.Repeat("x", 200<<10) + "</html>"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte(page))
+	}))
+	defer srv.Close()
+	reg := mustRegistry(t, RegistryConfig{URL: srv.URL, AutoRegister: true})
+	_, err := reg.ID(t.Context(), "t-value", `"string"`)
+	var re *sr.ResponseError
+	if err == nil || !Outage(err) || !errors.As(err, &re) || re.StatusCode != http.StatusBadGateway || len(err.Error()) > 1200 {
+		t.Errorf("a 502 with a %d-byte page: a %d-byte error (%.200v…), want an outage of at most about 1,000 bytes", len(page), len(err.Error()), err)
+	}
+	err = NewPassthrough(reg).Check(t.Context(), Frame(nil, 1, []byte{2}))
+	if err == nil || !Outage(err) || len(err.Error()) > 1200 {
+		t.Errorf("passthrough, a 502 with a %d-byte page: a %d-byte error", len(page), len(err.Error()))
+	}
+}
