@@ -2,6 +2,7 @@ package format
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,11 +11,12 @@ import (
 
 // TestRegistryBasicAuthAndErrors: the registry's user and password go in
 // HTTP basic auth, never in an error; a 409 (incompatible) and a 422
-// (invalid) are ErrRefused, a 404 ErrNotRegistered, a 401
+// (invalid) are ErrRefused, a 404 with Confluent's error code
+// ErrNotRegistered (without it: a wrong URL, an outage), a 401
 // ErrUnauthorized, a 5xx an outage (none of them), the id cached after the
 // first answer.
 func TestRegistryBasicAuthAndErrors(t *testing.T) {
-	status, calls := http.StatusOK, 0
+	status, calls, noCode := http.StatusOK, 0, false
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls++
 		if u, p, ok := r.BasicAuth(); !ok || u != "relay" || p != "pw-secret" {
@@ -28,7 +30,11 @@ func TestRegistryBasicAuthAndErrors(t *testing.T) {
 			_, _ = w.Write([]byte(`{"id":7}`))
 			return
 		}
-		_, _ = w.Write([]byte(`{"error_code":40000,"message":"no"}`))
+		code := status * 100
+		if status == http.StatusNotFound && !noCode {
+			code = 40401 // subject not found
+		}
+		_, _ = fmt.Fprintf(w, `{"error_code":%d,"message":"no"}`, code)
 	}))
 	defer srv.Close()
 	ctx := t.Context()
@@ -50,6 +56,10 @@ func TestRegistryBasicAuthAndErrors(t *testing.T) {
 		case want == nil && (errors.Is(err, ErrRefused) || errors.Is(err, ErrNotRegistered)):
 			t.Errorf("%d: %v, want an outage", code, err)
 		}
+	}
+	status, noCode = http.StatusNotFound, true
+	if _, err := reg.ID(ctx, "t-value", `"long"`); !errors.Is(err, ErrNotSchemaRegistry) || !Outage(err) {
+		t.Errorf("404 without Confluent's error code: %v, want a wrong URL held as an outage", err)
 	}
 	status = http.StatusOK
 	wrong := mustRegistry(t, RegistryConfig{URL: srv.URL, Username: "relay", Password: "pw-wrong", AutoRegister: true})

@@ -1,6 +1,7 @@
 package format
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -8,14 +9,15 @@ import (
 	"testing"
 )
 
-// TestRegistryOnRequest: each request is reported, an answer (a 404
-// included) as nil, a 5xx and a refused connection as an error that names
+// TestRegistryOnRequest: each request is reported, an answer (a 404 with
+// Confluent's error code included) as nil, a 404 without it (a path that
+// is not the API), a 5xx and a refused connection as an error that names
 // neither user nor password.
 func TestRegistryOnRequest(t *testing.T) {
-	status := http.StatusOK
+	status, code := http.StatusOK, 40403
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(status)
-		_, _ = w.Write([]byte(`{"schema":"\"string\"","error_code":1,"message":"m"}`))
+		_, _ = fmt.Fprintf(w, `{"schema":"\"string\"","error_code":%d,"message":"m"}`, code)
 	}))
 	reg := mustRegistry(t, RegistryConfig{URL: srv.URL, Username: "relay", Password: "pw-secret"})
 	var mu sync.Mutex
@@ -25,14 +27,16 @@ func TestRegistryOnRequest(t *testing.T) {
 	_, _ = reg.SchemaByID(ctx, 1)
 	status = http.StatusNotFound
 	_, _ = reg.SchemaByID(ctx, 2)
+	code = 404
+	_, _ = reg.SchemaByID(ctx, 5)
 	status = http.StatusBadGateway
 	_, _ = reg.SchemaByID(ctx, 3)
 	srv.Close()
 	_, _ = reg.SchemaByID(ctx, 4)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) < 4 || got[0] != nil || got[1] != nil || got[2] == nil || got[len(got)-1] == nil {
-		t.Fatalf("reported %v, want nil, nil, then errors", got)
+	if len(got) < 5 || got[0] != nil || got[1] != nil || !NotSchemaRegistry(got[2]) || got[3] == nil || NotSchemaRegistry(got[3]) || got[len(got)-1] == nil {
+		t.Fatalf("reported %v, want nil, nil, a wrong path, then errors", got)
 	}
 	for _, err := range got[2:] {
 		if strings.Contains(err.Error(), "pw-secret") || strings.Contains(err.Error(), "relay") {

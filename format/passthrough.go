@@ -216,12 +216,15 @@ func (r *Registry) SchemaByID(ctx context.Context, id uint32) (sr.Schema, error)
 	if err == nil {
 		return s, nil
 	}
+	err = bounded{err}
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
-		switch re.StatusCode {
-		case http.StatusNotFound:
+		switch {
+		case notFound(re):
 			return sr.Schema{}, fmt.Errorf("schema id %d: %w: %v", id, ErrSchemaUnknown, err)
-		case http.StatusUnauthorized, http.StatusForbidden:
+		case re.StatusCode == http.StatusNotFound:
+			return sr.Schema{}, wrongPath(fmt.Sprintf("schema id %d", id), re)
+		case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
 			return sr.Schema{}, fmt.Errorf("schema id %d: %w (HTTP %d): %v", id, ErrUnauthorized, re.StatusCode, err)
 		}
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
 )
@@ -48,9 +51,12 @@ func Subject(topic string, key bool) string {
 // error of the registry (down, slow, 5xx) is an outage: the event is held
 // and sent again.
 var (
-	// ErrNotRegistered is a schema not registered under its subject, with
-	// auto-registration off.
-	ErrNotRegistered = errors.New("the schema is not registered under its subject (and auto-registration is off)")
+	// ErrNotRegistered is a schema, a subject or a version that the
+	// registry says it does not have (HTTP 404 with Confluent's error code
+	// 40401, 40402 or 40403), where walrelay registers nothing: with
+	// auto-registration off, or a schema-first format (which registers
+	// only the operator's schema files, at start).
+	ErrNotRegistered = errors.New("the schema is not registered under its subject")
 	// ErrRefused is a schema that the registry refuses (incompatible with
 	// the subject's, or invalid).
 	ErrRefused = errors.New("the registry refused the schema")
@@ -58,7 +64,35 @@ var (
 	// or the subject to them (403): the whole stream's error, which the
 	// operator fixes.
 	ErrUnauthorized = errors.New("the schema registry refused walrelay's credentials")
+	// ErrNotSchemaRegistry is a URL that answers, but not as Confluent's
+	// Schema Registry API does: a 404 without Confluent's error code (a
+	// wrong path: Apicurio serves the API at /apis/ccompat/v7, its own v2
+	// API is another), or an answer that is not the API's JSON. It is a
+	// configuration problem, held as an outage (the events wait, nothing
+	// is dead-lettered); walrelay run refuses to start on it (Ping).
+	ErrNotSchemaRegistry = errors.New("the schema registry URL does not serve Confluent's Schema Registry API (a wrong path? Apicurio serves it at /apis/ccompat/v7)")
 )
+
+// notFound reports whether re is Confluent's API saying that it does not
+// have a subject (error code 40401), a version (40402) or a schema
+// (40403): a 404 without one of these codes is a path the server does not
+// serve (ErrNotSchemaRegistry), not an answer about the schema.
+func notFound(re *sr.ResponseError) bool {
+	return re.StatusCode == http.StatusNotFound && re.ErrorCode >= 40401 && re.ErrorCode <= 40403
+}
+
+// wrongPath is the error of a 404 that is not Confluent's notFound.
+func wrongPath(what string, re *sr.ResponseError) error {
+	return fmt.Errorf("%s: %w: HTTP 404 from %s without Confluent's error code (error_code %d: %s)", what, ErrNotSchemaRegistry, redacted(re.URL), re.ErrorCode, clip(re.Error()))
+}
+
+// redacted is u without a password, should the URL carry one.
+func redacted(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return "the registry's URL"
+}
 
 // RegistryConfig is how walrelay reaches a schema registry through
 // Confluent's Schema Registry API (Apicurio serves it at
@@ -76,17 +110,33 @@ type RegistryConfig struct {
 	Timeout time.Duration
 	// TLS is the TLS configuration of https URLs; nil for Go's defaults.
 	TLS *tls.Config
+	// MaxSchemaBytes bounds the text of a schema that ID registers or
+	// looks up (one inferred from a payload): a larger one is the
+	// payload's error (ErrPayload), not sent. Default 1 MiB, Confluent's
+	// own bound (its schemas are records of a Kafka topic, 1 MB each by
+	// default).
+	MaxSchemaBytes int
+	// MaxAnswerBytes bounds one answer of the registry: a larger one is an
+	// error (an outage: held) instead of memory. Default 16 MiB.
+	MaxAnswerBytes int64
 }
+
+// Defaults of RegistryConfig.
+const (
+	DefaultMaxSchemaBytes = 1 << 20
+	DefaultMaxAnswerBytes = 16 << 20
+)
 
 // Registry is a client of a schema registry that caches the id of each
 // schema of each subject it has learnt (a schema is registered or looked
 // up once per process).
 type Registry struct {
-	cl   *sr.Client
-	auto bool
-	obs  *observed // reports each request (OnRequest)
-	mu   sync.Mutex
-	ids  map[subjectSchema]uint32
+	cl        *sr.Client
+	auto      bool
+	maxSchema int
+	obs       *observed // reports each request (OnRequest)
+	mu        sync.Mutex
+	ids       map[subjectSchema]uint32
 }
 
 type subjectSchema struct{ subject, schema string }
@@ -99,11 +149,17 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
+	if cfg.MaxSchemaBytes <= 0 {
+		cfg.MaxSchemaBytes = DefaultMaxSchemaBytes
+	}
+	if cfg.MaxAnswerBytes <= 0 {
+		cfg.MaxAnswerBytes = DefaultMaxAnswerBytes
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if cfg.TLS != nil {
 		tr.TLSClientConfig = cfg.TLS
 	}
-	obs := &observed{base: tr}
+	obs := &observed{base: tr, max: cfg.MaxAnswerBytes}
 	opts := []sr.ClientOpt{sr.URLs(cfg.URL), sr.HTTPClient(&http.Client{Timeout: cfg.Timeout, Transport: obs}), sr.UserAgent("walrelay")}
 	if cfg.Username != "" {
 		opts = append(opts, sr.BasicAuth(cfg.Username, cfg.Password))
@@ -112,7 +168,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema registry client: %w", err)
 	}
-	return &Registry{cl: cl, auto: cfg.AutoRegister, obs: obs, ids: map[subjectSchema]uint32{}}, nil
+	return &Registry{cl: cl, auto: cfg.AutoRegister, maxSchema: cfg.MaxSchemaBytes, obs: obs, ids: map[subjectSchema]uint32{}}, nil
 }
 
 // ID returns the id of an Avro schema under subject, registering it the
@@ -125,18 +181,29 @@ func (r *Registry) ID(ctx context.Context, subject, schema string) (uint32, erro
 	if ok {
 		return id, nil
 	}
+	if len(schema) > r.maxSchema {
+		return 0, fmt.Errorf("subject %s: %w: its schema is %d bytes, more than the %d that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", subject, ErrPayload, len(schema), r.maxSchema)
+	}
 	s := sr.Schema{Schema: schema, Type: sr.TypeAvro}
 	var n int
 	var err error
 	if r.auto {
-		n, err = r.cl.RegisterSchema(ctx, subject, s, -1, -1)
+		if n, err = r.register(ctx, subject, s); err != nil {
+			err = classify(subject, err)
+		}
 	} else {
 		var ss sr.SubjectSchema
 		ss, err = r.cl.LookupSchema(ctx, subject, s)
 		n = ss.ID
+		if err != nil {
+			err = classify(subject, err)
+			if errors.Is(err, ErrNotRegistered) {
+				err = fmt.Errorf("%w (kafka.schema_registry.auto_register is off: walrelay looks schemas up and registers none; register it, or turn auto_register on)", err)
+			}
+		}
 	}
 	if err != nil {
-		return 0, classify(subject, err)
+		return 0, err
 	}
 	if n < 0 || n > 1<<32-1 {
 		return 0, fmt.Errorf("subject %s: the registry gave the id %d, which Confluent's framing cannot carry", subject, n)
@@ -150,6 +217,36 @@ func (r *Registry) ID(ctx context.Context, subject, schema string) (uint32, erro
 	return uint32(n), nil
 }
 
+// register registers s under subject and returns its id. Several clients
+// registering the first schema of a subject at once (walrelays side by
+// side, or beside Debezium) may have the registry answer the losers 409
+// (Apicurio: the subject "already exists"), as it answers a schema that
+// the subject's compatibility rule refuses: on 409 the schema is looked
+// up (registered meanwhile by another) and registered once again before
+// it is called refused. The error is the registry's, for the caller to
+// classify.
+func (r *Registry) register(ctx context.Context, subject string, s sr.Schema) (int, error) {
+	n, err := r.cl.RegisterSchema(ctx, subject, s, -1, -1)
+	for try := 0; err != nil && conflict(err) && try < 2; try++ {
+		var ss sr.SubjectSchema
+		if ss, err = r.cl.LookupSchema(ctx, subject, s); err == nil {
+			return ss.ID, nil
+		}
+		var re *sr.ResponseError
+		if !errors.As(err, &re) || !notFound(re) {
+			break // an outage, or credentials refused: as classify says
+		}
+		n, err = r.cl.RegisterSchema(ctx, subject, s, -1, -1)
+	}
+	return n, err
+}
+
+// conflict reports whether err is a registry's 409.
+func conflict(err error) bool {
+	var re *sr.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusConflict
+}
+
 // maxCachedIDs bounds the cache of ids (a schema is a payload's shape:
 // payloads of many shapes make many).
 const maxCachedIDs = 10000
@@ -157,12 +254,15 @@ const maxCachedIDs = 10000
 // classify tells a registry's refusal of one schema (a deterministic
 // error for that value) from an outage (transient).
 func classify(subject string, err error) error {
+	err = bounded{err}
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
 		switch {
-		case re.StatusCode == http.StatusNotFound:
+		case notFound(re):
 			return fmt.Errorf("subject %s: %w: %v", subject, ErrNotRegistered, err)
-		case re.StatusCode == http.StatusConflict || re.StatusCode == http.StatusUnprocessableEntity:
+		case re.StatusCode == http.StatusNotFound:
+			return wrongPath("subject "+subject, re)
+		case re.StatusCode == http.StatusConflict || re.StatusCode == http.StatusUnprocessableEntity || re.StatusCode == http.StatusRequestEntityTooLarge:
 			return fmt.Errorf("subject %s: %w: %v", subject, ErrRefused, err)
 		case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
 			return fmt.Errorf("subject %s: %w (HTTP %d): %v", subject, ErrUnauthorized, re.StatusCode, err)
@@ -170,6 +270,30 @@ func classify(subject string, err error) error {
 	}
 	return fmt.Errorf("schema registry, subject %s: %w", subject, err)
 }
+
+// maxErrorText bounds the text of a registry's error in walrelay's
+// errors: an error's text is the answer's body when it is not the API's
+// JSON (a proxy's HTML page, up to the answers' bound), and it goes into
+// the log at each retry and into a dead letter's walrelay.error header.
+const maxErrorText = 1000
+
+// bounded is an error whose text is cut to maxErrorText bytes; errors.Is
+// and errors.As see the error it wraps.
+type bounded struct{ err error }
+
+func (b bounded) Error() string {
+	s := b.err.Error()
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+func (b bounded) Unwrap() error { return b.err }
 
 // Reference is a schema that a schema references: the name it is
 // referenced by (an import path, a $ref, an Avro type's full name) and its
@@ -229,11 +353,29 @@ func RefsByName(refs []Reference) map[string]string {
 // Client is the registry's client, for reading schemas back.
 func (r *Registry) Client() *sr.Client { return r.cl }
 
-// Ping asks the registry for its subjects: an error if it does not answer,
-// refuses the credentials, or answers something else than Confluent's API.
+// Ping asks the registry for its subjects: an error if it does not answer
+// (an outage: Outage is true), refuses the credentials (ErrUnauthorized),
+// or answers something else than Confluent's API (ErrNotSchemaRegistry:
+// a wrong path, another API, a web page).
 func (r *Registry) Ping(ctx context.Context) error {
-	if _, err := r.cl.Subjects(ctx); err != nil {
-		return fmt.Errorf("schema registry: %w", err)
+	_, err := r.cl.Subjects(ctx)
+	if err == nil {
+		return nil
 	}
-	return nil
+	err = bounded{err}
+	var re *sr.ResponseError
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, ErrNotSchemaRegistry):
+	case errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden):
+		err = fmt.Errorf("%w (HTTP %d): %v", ErrUnauthorized, re.StatusCode, err)
+	case errors.As(err, &re) && re.StatusCode == http.StatusNotFound:
+		err = wrongPath("GET /subjects", re)
+	case errors.As(err, &re) && re.StatusCode < 500:
+		err = fmt.Errorf("%w: HTTP %d to GET /subjects from %s: %s", ErrNotSchemaRegistry, re.StatusCode, redacted(re.URL), clip(re.Error()))
+	case errors.As(err, &syntax), errors.As(err, &typ):
+		err = fmt.Errorf("%w: its answer to GET /subjects is not the API's JSON: %v", ErrNotSchemaRegistry, err)
+	}
+	return fmt.Errorf("schema registry: %w", err)
 }

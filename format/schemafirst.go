@@ -85,9 +85,10 @@ type SchemaFirstConfig struct {
 	// default the schema's first message.
 	Message string
 	// LatestTTL is how long a subject's latest schema is used before it is
-	// read again. Default 1 minute. A payload that does not fit a latest
-	// schema learnt more than 5 s ago makes walrelay read it again first
-	// (a new version registered meanwhile).
+	// read again. Default 1 minute. A payload that does not fit the latest
+	// schema known makes walrelay read it again first (a new version
+	// registered meanwhile), however recently it was read; if the
+	// registry does not answer then, the payload is held (an outage).
 	LatestTTL time.Duration
 }
 
@@ -212,10 +213,23 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 		return nil, err
 	}
 	out, merr := c.write(Frame(make([]byte, 0, 16+len(payload)), c.id, nil), payload)
-	if merr != nil && s.cfg.Version == Latest && time.Since(c.learnt) > 5*time.Second {
-		// A new version may have been registered since: read it again.
-		if c2, err := s.schema(ctx, subject, true); err == nil && c2.id != c.id {
-			out, merr = c2.write(Frame(make([]byte, 0, 16+len(payload)), c2.id, nil), payload)
+	if merr != nil && s.cfg.Version == Latest {
+		// A new version may have been registered since (an application
+		// registers it, then writes payloads of it at once): read the
+		// latest again before the payload is called a mismatch. A
+		// registry that does not answer now holds the event (an outage),
+		// as one that does not answer at the first read does: nothing is
+		// dead-lettered on a schema that may be out of date.
+		c2, err := s.read(ctx, subject)
+		switch {
+		case err == nil:
+			if c2.id != c.id {
+				out, merr = c2.write(Frame(make([]byte, 0, 16+len(payload)), c2.id, nil), payload)
+			}
+		case Outage(err):
+			return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest cannot be read again to know whether a newer one fits it: %w", subject, c.version, err)
+		case errors.Is(err, ErrUnauthorized):
+			return nil, err
 		}
 	}
 	if merr != nil {
@@ -248,13 +262,25 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	if ok && !refresh && (s.cfg.Version != Latest || time.Since(c.learnt) < s.cfg.LatestTTL) {
 		return c, nil
 	}
+	fresh, err := s.read(ctx, subject)
+	if err != nil && ok && Outage(err) {
+		// A registry that does not answer the reading again of a
+		// latest: the one known serves meanwhile (for payloads that fit
+		// it; Value reads again before calling one a mismatch).
+		return c, nil
+	}
+	return fresh, err
+}
+
+// read reads subject's configured version from the registry, compiles it
+// and caches it. Errors: ErrNotRegistered (worded by whether walrelay
+// registers schemas), ErrUnauthorized, or an outage.
+func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema, error) {
 	ss, err := s.reg.cl.SchemaByVersion(ctx, subject, s.cfg.Version)
 	if err != nil {
 		err = classify(subject, err)
-		if ok && !errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrUnauthorized) {
-			// A registry that does not answer the reading again of a
-			// latest: the one known serves meanwhile.
-			return c, nil
+		if errors.Is(err, ErrNotRegistered) {
+			err = fmt.Errorf("%w (%s)", err, s.registers())
 		}
 		return nil, err
 	}
@@ -262,12 +288,9 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	if err != nil {
 		// A referenced subject the registry lacks is ErrNotRegistered;
 		// a registry that does not answer for it, an outage (held).
-		if ok && !errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrUnauthorized) {
-			return c, nil
-		}
 		return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, err)
 	}
-	c, err = s.compile(ctx, ss, refs)
+	c, err := s.compile(ctx, ss, refs)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, ctx.Err())
@@ -278,9 +301,18 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	if len(s.schemas) >= maxCachedSchemas {
 		clear(s.schemas)
 	}
-	s.schemas[k] = c
+	s.schemas[subjectVersion{subject, s.cfg.Version}] = c
 	s.mu.Unlock()
 	return c, nil
+}
+
+// registers says what the schema-first formats register, for the error
+// of a subject the registry lacks.
+func (s *SchemaFirst) registers() string {
+	if s.reg.auto {
+		return "kafka.schema_registry.auto_register is on, and a schema-first format registers only the schema files of kafka.schema_registry.subjects, at start: register the event's schema, or name its file there"
+	}
+	return "kafka.schema_registry.auto_register is off: walrelay registers nothing; register the event's schema"
 }
 
 // compile makes a registered schema ready to write payloads, with the

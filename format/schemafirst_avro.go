@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -145,6 +146,11 @@ func avroNative(s avro.Schema, v any, path string, avroJSON bool) (out any, fiel
 			return nil, path, fmt.Sprintf("%s is out of a %s's range", n, s.Type())
 		}
 		if s.Type() == avro.Float {
+			if math.IsInf(float64(float32(f)), 0) {
+				// Beyond a float32's range: Avro's float would be an
+				// infinity, which the JSON did not say.
+				return nil, path, fmt.Sprintf("%s is out of a float's range", n)
+			}
 			return float32(f), "", ""
 		}
 		return f, "", ""

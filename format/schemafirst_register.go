@@ -77,7 +77,7 @@ func (s *SchemaFirst) Register(ctx context.Context, subject, text string) (Regis
 	if err != nil {
 		return Registered{}, fmt.Errorf("subject %s: %w", subject, err)
 	}
-	if _, err := s.reg.cl.RegisterSchema(ctx, subject, schema, -1, -1); err != nil {
+	if _, err := s.reg.register(ctx, subject, schema); err != nil {
 		return Registered{}, registerError(subject, err)
 	}
 	// The id and the version: registering answers the id alone.
@@ -113,7 +113,7 @@ func (s *SchemaFirst) Plan(ctx context.Context, subject, text string) (string, e
 		return plan, nil
 	}
 	var re *sr.ResponseError
-	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+	if !errors.As(err, &re) || !notFound(re) {
 		return "", classify(subject, err)
 	}
 	if re.ErrorCode == 40401 { // subject not found

@@ -369,6 +369,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if r := st.SchemaRegistry; r != nil && r.Answering {
 		fmt.Fprintf(tw, "schema registry\tanswering\n")
+	} else if r != nil && r.WrongURL {
+		fmt.Fprintf(tw, "schema registry\tWRONG URL (not Confluent's API: check kafka.schema_registry.url) since %s: %s\n", r.Since, r.Problem)
 	} else if r != nil {
 		fmt.Fprintf(tw, "schema registry\tNOT ANSWERING since %s: %s\n", r.Since, r.Problem)
 	}

@@ -85,6 +85,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	rcfg.Hooks = m.Hooks()
 	watchRegistry(rcfg.Sink, m)
+	if err := pingRegistry(ctx, rcfg.Sink, log); err != nil {
+		return err
+	}
 	stopTracing, err := startTracing(ctx, cfg, &rcfg.Sink, m, log)
 	if err != nil {
 		return err
@@ -129,6 +132,9 @@ func runPoll(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	pcfg.Hooks, pcfg.PollHooks = m.Hooks(), m.PollHooks()
 	watchRegistry(pcfg.Sink, m)
+	if err := pingRegistry(ctx, pcfg.Sink, log); err != nil {
+		return err
+	}
 	stopTracing, err := startTracing(ctx, cfg, &pcfg.Sink, m, log)
 	if err != nil {
 		return err

@@ -432,6 +432,9 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 		doc.WaitingFor = m.waitingFor(r, problem)
 		if doc.SchemaRegistry = m.registryStatus(); doc.SchemaRegistry != nil && !doc.SchemaRegistry.Answering && problem == "" {
 			doc.WaitingFor = "the schema registry: events held until it answers (the stream resumes from the confirmed position then)"
+			if doc.SchemaRegistry.WrongURL {
+				doc.WaitingFor = "the schema registry: its URL (kafka.schema_registry.url) does not serve Confluent's Schema Registry API, a configuration problem; events held until it does (the stream resumes from the confirmed position then)"
+			}
 		}
 		if exactlyOnce {
 			pos, _ := m.committedPos.Load().(string)

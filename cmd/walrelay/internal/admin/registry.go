@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/walrelay/walrelay/format"
 )
 
 // RegistryStatus is whether the schema registry of the registry formats
@@ -13,6 +15,11 @@ type RegistryStatus struct {
 	Answering bool   `json:"answering"`
 	Problem   string `json:"problem,omitempty"`
 	Since     string `json:"since,omitempty"` // RFC 3339
+	// WrongURL: the registry's last failure was an answer that is not
+	// Confluent's Schema Registry API (a 404 without its error code, a
+	// web page): a configuration problem (kafka.schema_registry.url),
+	// held as an outage.
+	WrongURL bool `json:"wrong_url,omitempty"`
 }
 
 // registryState is what the schema registry's last answers say.
@@ -21,6 +28,7 @@ type registryState struct {
 	ok, fail atomic.Int64 // unix nanoseconds of the last answer, the last failure
 	downAt   atomic.Int64 // unix nanoseconds of the first failure after an answer
 	err      atomic.Value // string: the last failure
+	wrong    atomic.Bool  // the last failure is a URL that is not the API (format.NotSchemaRegistry)
 	requests *prometheus.CounterVec
 }
 
@@ -50,22 +58,24 @@ func (m *Metrics) RegistryRequest(err error) {
 	}
 	s.requests.WithLabelValues("error").Inc()
 	s.err.Store(err.Error())
+	s.wrong.Store(format.NotSchemaRegistry(err))
 	s.fail.Store(now)
 	s.downAt.CompareAndSwap(0, now)
 }
 
-// registryState is "" while the registry answers (or none is used), else
-// why walrelay takes it to be down, with since when.
-func (m *Metrics) registryProblem() (problem string, since time.Time) {
+// registryProblem is "" while the registry answers (or none is used),
+// else why walrelay takes it to be down (no answer, a 5xx, an answer
+// that is not Confluent's API: wrong), with since when.
+func (m *Metrics) registryProblem() (problem string, wrong bool, since time.Time) {
 	s := m.registry
 	if s.fail.Load() <= s.ok.Load() {
-		return "", time.Time{}
+		return "", false, time.Time{}
 	}
-	msg := "no answer"
-	if e, _ := s.err.Load().(string); e != "" {
-		msg += ": " + e
+	msg, _ := s.err.Load().(string)
+	if msg == "" {
+		msg = "no answer"
 	}
-	return msg, time.Unix(0, s.downAt.Load())
+	return msg, s.wrong.Load(), time.Unix(0, s.downAt.Load())
 }
 
 // registryStatus is the status's view of the registry, nil without one.
@@ -73,8 +83,8 @@ func (m *Metrics) registryStatus() *RegistryStatus {
 	if !m.registry.used.Load() {
 		return nil
 	}
-	problem, since := m.registryProblem()
-	st := &RegistryStatus{Answering: problem == "", Problem: problem}
+	problem, wrong, since := m.registryProblem()
+	st := &RegistryStatus{Answering: problem == "", Problem: problem, WrongURL: wrong}
 	if problem != "" {
 		st.Since = since.UTC().Format(time.RFC3339)
 	}

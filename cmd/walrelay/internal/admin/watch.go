@@ -89,7 +89,11 @@ func (m *Metrics) Watch(ctx context.Context, r Source, progress time.Duration, l
 				log.Info("Kafka answers again", "after", now.Sub(kafkaDownAt).Round(100*time.Millisecond), "in_flight", r.InFlight(),
 					"failed_connects", m.outageFails.Load())
 			}
-			switch problem, since := m.registryProblem(); {
+			switch problem, wrong, since := m.registryProblem(); {
+			case problem != "" && !regDown && wrong:
+				regDown = true
+				log.Error("the schema registry URL does not serve Confluent's Schema Registry API: a configuration problem (kafka.schema_registry.url; Apicurio serves the API at /apis/ccompat/v7): walrelay holds the events it cannot encode or check and retries; nothing is dropped",
+					"why", problem, "since", since.UTC().Format(time.RFC3339), "in_flight", r.InFlight())
 			case problem != "" && !regDown:
 				regDown = true
 				log.Warn("the schema registry is not answering: walrelay holds the events it cannot encode or check and retries; nothing is dropped",
