@@ -141,6 +141,10 @@ func (w *avroWriter) schema(s *ConnectSchema, space string) error {
 func (w *avroWriter) base(s *ConnectSchema, space string) (string, error) {
 	var prim string
 	switch s.Type {
+	case "int16":
+		// AvroData marks a Connect int16 on Avro's int.
+		w.b = append(w.b, `{"type":"int","connect.type":"int16"}`...)
+		return "int", nil
 	case "int32":
 		prim = "int"
 	case "int64":
@@ -318,6 +322,12 @@ func (a *AvroSchema) base(s *ConnectSchema, n *Node, path string) (any, error) {
 			return nil, mismatch()
 		}
 		return n.Bool, nil
+	case "int16":
+		v, err := strconv.ParseInt(n.Text, 10, 64)
+		if n.Kind != KindInt32 || err != nil || v < math.MinInt16 || v > math.MaxInt16 {
+			return nil, mismatch()
+		}
+		return int32(v), nil
 	case "int32", "int64":
 		// An int64 schema takes only a literal beyond 32 bits (Jackson's
 		// LongNode): Connect refuses an Integer in it. (Only a merge of

@@ -110,6 +110,9 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 		if name == layout.Columns.Payload {
 			layout.PayloadNotNull = notNull // as the relay reads it at start
 		}
+		if name == layout.Columns.AggregateID {
+			layout.AggregateIDNullable = !notNull // as the relay reads it at start
+		}
 		t.cols = append(t.cols, decoder.Column{Name: name, DataType: uint32(oid)})
 		texts = append(texts, pgx.Identifier{name}.Sanitize()+"::text")
 		if name == layout.Columns.ID {

@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // Column is an outbox column walrelay reads: the configuration key that
@@ -125,9 +127,16 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 		if err := CheckChildPrivileges(cctx, conn, *l); err != nil {
 			return dcfg, err
 		}
-		if err := conn.QueryRow(cctx, `SELECT to_regclass($1)::oid, coalesce((SELECT attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2), false)`,
-			pgx.Identifier{l.Schema, l.Table}.Sanitize(), l.Columns.Payload).Scan(&l.RelationID, &l.PayloadNotNull); err != nil {
+		var aggIDType uint32
+		var aggIDNotNull bool
+		if err := conn.QueryRow(cctx, `SELECT to_regclass($1)::oid, coalesce((SELECT attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2), false),
+			coalesce((SELECT atttypid FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $3), 0), coalesce((SELECT attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $3), false)`,
+			pgx.Identifier{l.Schema, l.Table}.Sanitize(), l.Columns.Payload, l.Columns.AggregateID).Scan(&l.RelationID, &l.PayloadNotNull, &aggIDType, &aggIDNotNull); err != nil {
 			return dcfg, fmt.Errorf("read the oid of %s: %w", l.Name(), err)
+		}
+		l.AggregateIDNullable = !aggIDNotNull
+		if err := sink.CheckKeyColumn(cfg.Sink.KeyFormat, format.KeyColumn{Type: aggIDType, Nullable: !aggIDNotNull}); err != nil {
+			return dcfg, fmt.Errorf("%s.%s: %w", l.Name(), l.Columns.AggregateID, err)
 		}
 	}
 	dcfg.Layout, dcfg.More = layouts[0], layouts[1:]
