@@ -218,6 +218,16 @@ func (t *Table) Layout() decoder.Layout { return t.layout }
 // reads them: for a query of the caller's own.
 func (t *Table) SelectList() string { return t.list }
 
+// ColumnType is the type OID of the table's column name, 0 if it has none.
+func (t *Table) ColumnType(name string) uint32 {
+	for _, c := range t.cols {
+		if c.Name == name {
+			return c.DataType
+		}
+	}
+	return 0
+}
+
 // IDType is the type of the id column (format_type's text).
 func (t *Table) IDType() string { return t.idType }
 
