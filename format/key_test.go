@@ -8,11 +8,10 @@ import (
 
 // TestAvroKeyByColumnType: the key's schema and bytes follow the aggregate
 // id column's type and nullability, as Debezium 3.6.1's EventRouter
-// (defineRecordKeySchema) and Apicurio's AvroData write them. The schema
-// texts are what AvroData.fromConnectSchema gave for these Connect schemas
-// (format/testdata/debezium_avro_Probe.java.txt's harness, review38); the
-// bytes are Avro's binary encoding of the datum (a union's branch index,
-// zigzag varints).
+// (defineRecordKeySchema) and Apicurio's AvroData write them: the schema
+// texts and bytes are what testdata/debezium_key_Probe.java.txt printed
+// (AvroData and GenericDatumWriter from Debezium 3.6.1's classpath) for
+// the Connect schemas of these columns.
 func TestAvroKeyByColumnType(t *testing.T) {
 	const uuid = "0b7e9a8c-1f2d-4e5a-9b6c-7d8e9f0a1b2c"
 	uuidHex := hex.EncodeToString([]byte(uuid))

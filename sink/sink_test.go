@@ -552,8 +552,9 @@ func TestJSONFormats(t *testing.T) {
 // aggregate id column's Connect schema, as Debezium's EventRouter gives it
 // to the JsonConverter: an integer column's key a JSON number of schema
 // int16, int32 or int64, a uuid column's io.debezium.data.Uuid, a nullable
-// column's optional; a type without a known schema (numeric) stays a
-// required string, as before.
+// column's optional (as the JsonConverter of Debezium 3.6.1's classpath
+// wrote them: format/testdata/debezium_key_Probe.java.txt); a type
+// without a known schema (numeric) stays a required string, as before.
 func TestJSONKeyByColumnType(t *testing.T) {
 	t.Parallel()
 	const u = "0b7e9a8c-1f2d-4e5a-9b6c-7d8e9f0a1b2c"
