@@ -3,8 +3,12 @@ package format
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -180,5 +184,47 @@ func TestAvroShapesKeepNoMemory(t *testing.T) {
 	t.Logf("heap: %d KiB before 10000 shapes, %d KiB after", base>>10, after>>10)
 	if after > base+2<<20 {
 		t.Errorf("the heap grew by %d KiB over 10000 payload shapes", (after-base)>>10)
+	}
+}
+
+// TestRegistryIDCacheKeepsNoSchemaText: the cache of ids keeps a hash of
+// each schema, not its text: 2 000 schemas of 20 KB (payloads of wide,
+// changing shapes) learnt leave the heap about as it was (keyed by the
+// text, the cache held 40 MB), and each is still asked for once.
+func TestRegistryIDCacheKeepsNoSchemaText(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		fmt.Fprintf(w, `{"id":%d}`, n)
+	}))
+	defer srv.Close()
+	reg := mustRegistry(t, RegistryConfig{URL: srv.URL, AutoRegister: true})
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	const schemas = 2000
+	pad := strings.Repeat("x", 20<<10)
+	schema := func(i int) string { return fmt.Sprintf(`{"type":"string","connect.name":"s%d%s"}`, i, pad) }
+	base := heap()
+	for range 2 {
+		for i := range schemas {
+			if _, err := reg.ID(t.Context(), "t-value", schema(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	grown := int64(heap()) - int64(base)
+	runtime.KeepAlive(reg) // its cache measured
+	t.Logf("heap grew %d KiB for %d schemas of %d KB", grown>>10, schemas, len(pad)>>10)
+	if grown > 8<<20 {
+		t.Errorf("the heap grew by %d KiB for %d ids cached", grown>>10, schemas)
+	}
+	if calls.Load() != schemas {
+		t.Errorf("%d requests for %d schemas, each twice: want one each", calls.Load(), schemas)
 	}
 }
