@@ -2,6 +2,7 @@ package format
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,7 +16,8 @@ import (
 // The encoder that EncodeAvro replaced (kept here to compare against):
 // the value turned into hamba/avro's generic values and marshalled with
 // the schema's text parsed by hamba/avro, one block per array as Java
-// writes it.
+// writes it; with one change, a double beyond range ±Inf as Debezium
+// writes it (#38 review hole 11, made in both).
 
 var legacyJavaAvro = avro.Config{BlockLength: math.MaxInt32, DisableBlockSizeHeader: true}.Freeze()
 
@@ -111,6 +113,9 @@ func legacyBase(s *ConnectSchema, hs avro.Schema, n *Node, path string) (any, er
 		switch n.Kind {
 		case KindFloat64:
 			f, err := strconv.ParseFloat(n.Text, 64)
+			if errors.Is(err, strconv.ErrRange) {
+				err = nil // ±Inf (parity38, #38 review hole 11)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", pathOr(path), err)
 			}

@@ -2,6 +2,7 @@ package format
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -131,6 +132,11 @@ func avroDouble(n *Node) (*float64, error) {
 	switch n.Kind {
 	case KindFloat64:
 		f, err := strconv.ParseFloat(n.Text, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			// Beyond a double's range: ±Inf (or 0), as Jackson's
+			// DoubleNode reads it and Debezium writes it.
+			err = nil
+		}
 		if err != nil {
 			return nil, &encodeError{msg: err.Error(), err: err}
 		}
