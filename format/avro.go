@@ -277,11 +277,7 @@ func DecodeAvro(schema string, body []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
 	}
-	var v any
-	if err := avro.Unmarshal(s, body, &v); err != nil {
-		return nil, fmt.Errorf("decode in Avro: %w", err)
-	}
-	return unwrap(s, v), nil
+	return DecodeAvroWith(avro.Config{}.Freeze(), s, body) // nothing kept past the call
 }
 
 // unwrap takes the union wrappers ({"name": value}) off a value that
