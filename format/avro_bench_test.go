@@ -58,7 +58,7 @@ func BenchmarkAvroEncoderValue(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkAvroEncode$ -benchmem -count 5 ./format/
 func BenchmarkAvroEncode(b *testing.B) {
 	for _, c := range benchPayloads {
-		s, n := ValueSchema(c.p)
+		s, n := valueSchema(c.p)
 		b.Run(c.name+"/legacy", func(b *testing.B) {
 			l := &legacyEncoder{schemas: map[string]avro.Schema{}}
 			for b.Loop() {

@@ -172,7 +172,10 @@ func equivalent(t *testing.T, payload []byte) {
 		{Text: payload, Column: "payload"},
 		{Text: payload, Column: "payload", Bytes: true},
 	} {
-		s, n := ValueSchema(p)
+		s, n := valueSchema(p)
+		if s == nil {
+			continue // refused before its schema
+		}
 		text, want, werr := (&legacyEncoder{}).encode(s, n)
 		var got []byte
 		as, err := Avro(s)
