@@ -16,8 +16,10 @@ import (
 // The encoder that EncodeAvro replaced (kept here to compare against):
 // the value turned into hamba/avro's generic values and marshalled with
 // the schema's text parsed by hamba/avro, one block per array as Java
-// writes it; with one change, a double beyond range ±Inf as Debezium
-// writes it (#38 review hole 11, made in both).
+// writes it; with parity38's two value rules made in both: a double
+// beyond range ±Inf as Debezium writes it (#38 review hole 11), an int
+// literal in an int64 field (a merged record's) refused as Debezium's
+// Struct refuses it.
 
 var legacyJavaAvro = avro.Config{BlockLength: math.MaxInt32, DisableBlockSizeHeader: true}.Freeze()
 
@@ -95,7 +97,9 @@ func legacyBase(s *ConnectSchema, hs avro.Schema, n *Node, path string) (any, er
 		}
 		return n.Bool, nil
 	case "int32", "int64":
-		if n.Kind != KindInt32 && n.Kind != KindInt64 {
+		// parity38's rule (an int literal in an int64 field refused), made
+		// in both.
+		if n.Kind != KindInt32 && n.Kind != KindInt64 || s.Type == "int64" && n.Kind != KindInt64 {
 			return nil, mismatch()
 		}
 		v, err := strconv.ParseInt(n.Text, 10, 64)

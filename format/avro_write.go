@@ -76,7 +76,10 @@ func (w *avroBinary) base(s *ConnectSchema, n *Node) error {
 		}
 		return nil
 	case "int32", "int64":
-		if n.Kind != KindInt32 && n.Kind != KindInt64 {
+		// An int64 schema takes only a literal beyond 32 bits (Jackson's
+		// LongNode): an int in it (a merged record's field) is an Integer
+		// that Connect's Struct refuses in INT64, as Debezium fails.
+		if n.Kind != KindInt32 && n.Kind != KindInt64 || s.Type == "int64" && n.Kind != KindInt64 {
 			return mismatch()
 		}
 		v, err := strconv.ParseInt(n.Text, 10, 64)
