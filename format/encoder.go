@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-
-	"github.com/hamba/avro/v2"
 )
 
 // Payload is an outbox payload and what Debezium's EventRouter knows of its
@@ -35,18 +32,15 @@ var ErrPayload = errors.New("the payload cannot be written in the format")
 // Confluent's wire format. It is safe for concurrent use.
 type AvroEncoder struct {
 	reg *Registry
-	mu  sync.Mutex
-	// schemas caches parsed schemas by their text.
-	schemas map[string]avro.Schema
 }
 
 // NewAvroEncoder returns an encoder that registers (or looks up) its
 // schemas in reg.
 func NewAvroEncoder(reg *Registry) *AvroEncoder {
-	return &AvroEncoder{reg: reg, schemas: map[string]avro.Schema{}}
+	return &AvroEncoder{reg: reg}
 }
 
-// maxCachedSchemas bounds the parsed schemas kept.
+// maxCachedSchemas bounds the parsed schemas kept (by SchemaFirst).
 const maxCachedSchemas = 1000
 
 // Key writes an aggregate id, the key of topic's record.
@@ -219,7 +213,7 @@ func hex4(text []byte, i int) (rune, bool) {
 }
 
 func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSchema, n *Node) ([]byte, error) {
-	as, err := e.translate(s)
+	as, err := Avro(s)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPayload, err)
 	}
@@ -232,28 +226,4 @@ func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSche
 		return nil, err
 	}
 	return Frame(make([]byte, 0, 5+len(body)), id, body), nil
-}
-
-// translate returns s's Avro schema; the parsed schema is kept by its
-// text, so that values of one shape share it.
-func (e *AvroEncoder) translate(s *ConnectSchema) (*AvroSchema, error) {
-	return translate(s, func(text []byte) (avro.Schema, error) {
-		e.mu.Lock()
-		c, ok := e.schemas[string(text)]
-		e.mu.Unlock()
-		if ok {
-			return c, nil
-		}
-		c, err := avro.ParseBytesWithCache(text, "", &avro.SchemaCache{})
-		if err != nil {
-			return nil, err
-		}
-		e.mu.Lock()
-		if len(e.schemas) >= maxCachedSchemas {
-			clear(e.schemas)
-		}
-		e.schemas[string(text)] = c
-		e.mu.Unlock()
-		return c, nil
-	})
 }
