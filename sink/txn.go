@@ -40,6 +40,15 @@ import (
 // unknown is resolved the same way after the abort; while the broker is
 // away the sink stays broken (a retriable failure) and the next Resume
 // tries again, so an outage needs no restart of the process.
+//
+// A fence (the broker refused the producer: PRODUCER_FENCED,
+// INVALID_PRODUCER_EPOCH) fails the transaction's events fatally with
+// ErrFenced, and the client can do nothing more. The caller decides by the
+// slot: if another process streams it, another instance took over and the
+// caller stops; if its next session holds the slot, the broker's answer was
+// not another instance's doing (it follows a commit whose answer was lost),
+// and Resume makes a new producer of the id (renewClient), which fences any
+// other, and reads the committed position again.
 
 // Transactions configures exactly-once production.
 type Transactions struct {

@@ -207,6 +207,11 @@ func TestExactlyOnceFalseFence(t *testing.T) {
 		t.Fatalf("%d writes failed", n)
 	}
 	onceEach(t, col, conn, "a false fence")
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		if strings.Contains(l, "fenced") {
+			t.Log(l[:min(len(l), 160)])
+		}
+	}
 	select {
 	case <-p.done:
 		t.Fatalf("walrelay exited after the false fence:\n%s", p.out.String())
