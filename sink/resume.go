@@ -140,7 +140,7 @@ func (s *Sink) renewClient(why error) error {
 	t.mu.Lock()
 	t.fencedBy, t.unresolved = nil, false
 	t.mu.Unlock()
-	t.started, t.open = false, false
+	t.started = false
 	t.renewals++
 	return nil
 }
