@@ -201,7 +201,7 @@ var ErrTooLarge = errors.New("the value would be larger than a record can be")
 // with a key of its own writes E×E nulls). For a value that s cannot
 // write, it is a guess: EncodeAvro fails on it.
 func AvroSize(s *ConnectSchema, n *Node) int64 {
-	z := avroSizer{fields: map[*ConnectSchema]map[string]int{}, nulls: map[*ConnectSchema]int64{}}
+	var z avroSizer // its maps made at the first wide record
 	return z.value(s, n)
 }
 
@@ -213,7 +213,8 @@ type avroSizer struct {
 }
 
 // sizeIndexFrom is the number of fields from which a record's size is
-// counted by the keys of its value (not by its fields).
+// counted by the keys of its value (not by its fields), when its value has
+// fewer than half as many keys: a record merged from an array's objects.
 const sizeIndexFrom = 16
 
 func (z *avroSizer) value(s *ConnectSchema, n *Node) int64 {
@@ -250,7 +251,7 @@ func (z *avroSizer) value(s *ConnectSchema, n *Node) int64 {
 		if n.Kind != KindObject {
 			return u
 		}
-		if len(s.Fields) < sizeIndexFrom {
+		if len(s.Fields) < sizeIndexFrom || len(s.Fields) <= 2*len(n.Keys) {
 			for _, f := range s.Fields {
 				u += z.value(f.Schema, n.Field(f.Name))
 			}
@@ -267,6 +268,9 @@ func (z *avroSizer) value(s *ConnectSchema, n *Node) int64 {
 				if !f.Schema.Required {
 					nulls++
 				}
+			}
+			if z.fields == nil {
+				z.fields, z.nulls = map[*ConnectSchema]map[string]int{}, map[*ConnectSchema]int64{}
 			}
 			z.fields[s], z.nulls[s] = idx, nulls
 		}
