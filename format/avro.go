@@ -91,9 +91,25 @@ var (
 // deeper than Jackson writes (MaxNestingDepth: a payload of some 250
 // nested objects) is an error: Debezium's converter fails on it.
 func Avro(s *ConnectSchema) (*AvroSchema, error) {
-	w := &avroWriter{}
+	return avroWithin(s, 0)
+}
+
+// errSchemaSize is a schema text over its bound (avroWithin).
+var errSchemaSize = errors.New("schema over its bound")
+
+// avroWithin is Avro, failing as soon as the text passes maxBytes (0 no
+// bound): the text of an inferred schema grows with the keys of the
+// payload (some 50 bytes a field, ten times the key's own).
+func avroWithin(s *ConnectSchema, maxBytes int) (*AvroSchema, error) {
+	w := &avroWriter{max: maxBytes}
 	if err := w.schema(s, ""); err != nil {
+		if errors.Is(err, errSchemaSize) {
+			return nil, fmt.Errorf("its schema is more than the %d bytes that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", maxBytes)
+		}
 		return nil, err
+	}
+	if maxBytes > 0 && len(w.b) > maxBytes {
+		return nil, fmt.Errorf("its schema is %d bytes, more than the %d that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", len(w.b), maxBytes)
 	}
 	if d := nesting(w.b); d > MaxNestingDepth {
 		return nil, fmt.Errorf("the Avro schema of the payload nests %d deep, more than the %d that Jackson writes (Debezium's converter fails on it)", d, MaxNestingDepth)
@@ -124,6 +140,7 @@ func nesting(text []byte) int {
 type avroWriter struct {
 	b        []byte
 	defaults int // records named ConnectDefault so far
+	max      int // the most bytes of b, 0 no bound (errSchemaSize)
 }
 
 // schema appends s, in a record of namespace space ("" none).
@@ -218,6 +235,9 @@ func (w *avroWriter) record(s *ConnectSchema, space string) (string, error) {
 	for i, f := range s.Fields {
 		if !avroName(f.Name) {
 			return "", fmt.Errorf("field %q of %q: %w", f.Name, s.Name, ErrAvroName)
+		}
+		if w.max > 0 && len(w.b) > w.max {
+			return "", errSchemaSize
 		}
 		if i > 0 {
 			w.b = append(w.b, ',')
