@@ -3,7 +3,6 @@ package format
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"unicode"
@@ -69,15 +68,9 @@ func avroName(name string) bool {
 }
 
 // AvroSchema is an Avro schema translated from a Connect schema: its text
-// as the converter registers it, and the parsed schema that encodes
-// values.
+// as the converter registers it (EncodeAvro writes values of it).
 type AvroSchema struct {
-	Text   string
-	schema avro.Schema
-	// unions names the non-null branch of each optional (union) schema met
-	// while translating, by Connect schema, as a generic union value is
-	// keyed (hamba/avro: the type's full name, or array, or a primitive's).
-	unions map[*ConnectSchema]string
+	Text string
 }
 
 // Primitive Connect schemas of the outbox's non-expanded keys and values,
@@ -94,30 +87,60 @@ var (
 	BytesSchema = &ConnectSchema{Type: "bytes"}
 )
 
-// Avro translates s into its Avro schema.
+// Avro translates s into its Avro schema. A schema whose text nests
+// deeper than Jackson writes (MaxNestingDepth: a payload of some 250
+// nested objects) is an error: Debezium's converter fails on it.
 func Avro(s *ConnectSchema) (*AvroSchema, error) {
-	return translate(s, func(text []byte) (avro.Schema, error) {
-		return avro.ParseBytesWithCache(text, "", &avro.SchemaCache{}) // a cache of its own: payloads name their records alike
-	})
+	return avroWithin(s, 0)
 }
 
-// translate translates s, the schema's text parsed by parse.
-func translate(s *ConnectSchema, parse func([]byte) (avro.Schema, error)) (*AvroSchema, error) {
-	w := &avroWriter{unions: map[*ConnectSchema]string{}}
+// errSchemaSize is a schema text over its bound (avroWithin).
+var errSchemaSize = errors.New("schema over its bound")
+
+// avroWithin is Avro, failing as soon as the text passes maxBytes (0 no
+// bound): the text of an inferred schema grows with the keys of the
+// payload (some 50 bytes a field, ten times the key's own).
+func avroWithin(s *ConnectSchema, maxBytes int) (*AvroSchema, error) {
+	w := &avroWriter{max: maxBytes}
 	if err := w.schema(s, ""); err != nil {
+		if errors.Is(err, errSchemaSize) {
+			return nil, fmt.Errorf("its schema is more than the %d bytes that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", maxBytes)
+		}
 		return nil, err
 	}
-	parsed, err := parse(w.b)
-	if err != nil {
-		return nil, fmt.Errorf("the Avro schema of the payload: %w", err)
+	if maxBytes > 0 && len(w.b) > maxBytes {
+		return nil, fmt.Errorf("its schema is %d bytes, more than the %d that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", len(w.b), maxBytes)
 	}
-	return &AvroSchema{Text: string(w.b), schema: parsed, unions: w.unions}, nil
+	if d := nesting(w.b); d > MaxNestingDepth {
+		return nil, fmt.Errorf("the Avro schema of the payload nests %d deep, more than the %d that Jackson writes (Debezium's converter fails on it)", d, MaxNestingDepth)
+	}
+	return &AvroSchema{Text: string(w.b)}, nil
+}
+
+// nesting is the deepest nesting of objects and arrays in a JSON text.
+func nesting(text []byte) int {
+	depth, deepest, quoted := 0, 0, false
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case quoted:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 type avroWriter struct {
 	b        []byte
 	defaults int // records named ConnectDefault so far
-	unions   map[*ConnectSchema]string
+	max      int // the most bytes of b, 0 no bound (errSchemaSize)
 }
 
 // schema appends s, in a record of namespace space ("" none).
@@ -127,11 +150,9 @@ func (w *avroWriter) schema(s *ConnectSchema, space string) error {
 		return err
 	}
 	w.b = append(w.b, `["null",`...)
-	name, err := w.base(s, space)
-	if err != nil {
+	if _, err := w.base(s, space); err != nil {
 		return err
 	}
-	w.unions[s] = name
 	w.b = append(w.b, ']')
 	return nil
 }
@@ -219,6 +240,9 @@ func (w *avroWriter) record(s *ConnectSchema, space string) (string, error) {
 		if !avroName(f.Name) {
 			return "", fmt.Errorf("field %q of %q: %w", f.Name, s.Name, ErrAvroName)
 		}
+		if w.max > 0 && len(w.b) > w.max {
+			return "", errSchemaSize
+		}
 		if i > 0 {
 			w.b = append(w.b, ',')
 		}
@@ -266,139 +290,6 @@ func jsonString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// javaAvro encodes as Avro's Java library does (GenericDatumWriter with a
-// BinaryEncoder): an array as one block of all its items, its count
-// without a byte size, then 0.
-var javaAvro = avro.Config{BlockLength: math.MaxInt32, DisableBlockSizeHeader: true}.Freeze()
-
-// EncodeAvro writes n, a value of the Connect schema s that a translated
-// into, in Avro's binary encoding (without framing).
-func (a *AvroSchema) EncodeAvro(s *ConnectSchema, n *Node) ([]byte, error) {
-	v, err := a.value(s, n, "")
-	if err != nil {
-		return nil, err
-	}
-	b, err := javaAvro.Marshal(a.schema, v)
-	if err != nil {
-		return nil, fmt.Errorf("encode in Avro: %w", err)
-	}
-	return b, nil
-}
-
-// value is n as hamba/avro's generic encoding takes a value of s: a record
-// a map by field name, an array a slice, an optional value's non-null
-// branch a one-entry map keyed by the branch's name.
-func (a *AvroSchema) value(s *ConnectSchema, n *Node, path string) (any, error) {
-	if n == nil || n.Kind == KindNull {
-		if s.Required {
-			return nil, fmt.Errorf("%s: null in a required %s", pathOr(path), s.Type)
-		}
-		return nil, nil
-	}
-	v, err := a.base(s, n, path)
-	if err != nil || s.Required {
-		return v, err
-	}
-	return map[string]any{a.unions[s]: v}, nil
-}
-
-func (a *AvroSchema) base(s *ConnectSchema, n *Node, path string) (any, error) {
-	mismatch := func() error {
-		return fmt.Errorf("%s: a JSON %s in a field of type %s", pathOr(path), kindName(n.Kind), s.Type)
-	}
-	switch s.Type {
-	case "string":
-		if n.Kind != KindString {
-			return nil, mismatch()
-		}
-		return n.Text, nil
-	case "bytes":
-		if n.Kind != KindString {
-			return nil, mismatch()
-		}
-		return []byte(n.Text), nil
-	case "boolean":
-		if n.Kind != KindBool {
-			return nil, mismatch()
-		}
-		return n.Bool, nil
-	case "int16":
-		v, err := strconv.ParseInt(n.Text, 10, 64)
-		if n.Kind != KindInt32 || err != nil || v < math.MinInt16 || v > math.MaxInt16 {
-			return nil, mismatch()
-		}
-		return int32(v), nil
-	case "int32", "int64":
-		// An int64 schema takes only a literal beyond 32 bits (Jackson's
-		// LongNode): Connect refuses an Integer in it. (Only a merge of
-		// objects of differing fields gives one a smaller literal.)
-		if n.Kind != KindInt32 && n.Kind != KindInt64 || s.Type == "int64" && n.Kind != KindInt64 {
-			return nil, mismatch()
-		}
-		v, err := strconv.ParseInt(n.Text, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", pathOr(path), err)
-		}
-		if s.Type == "int32" {
-			if v < math.MinInt32 || v > math.MaxInt32 {
-				return nil, mismatch()
-			}
-			return int32(v), nil
-		}
-		return v, nil
-	case "double":
-		switch n.Kind {
-		case KindFloat64:
-			f, err := strconv.ParseFloat(n.Text, 64)
-			if errors.Is(err, strconv.ErrRange) {
-				// Beyond a double's range: ±Inf (or 0), as Jackson's
-				// DoubleNode reads it and Debezium writes it.
-				err = nil
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", pathOr(path), err)
-			}
-			return f, nil
-		case KindBigInt:
-			// Jackson's BigIntegerNode in a double schema: Connect's
-			// converter fails on it (a BigInteger is no Double).
-			return nil, fmt.Errorf("%s: the integer %s is beyond 64 bits, which Debezium's converter cannot write as a double", pathOr(path), n.Text)
-		}
-		return nil, mismatch()
-	case "array":
-		if n.Kind != KindArray {
-			return nil, mismatch()
-		}
-		out := make([]any, len(n.Elems))
-		for i, e := range n.Elems {
-			v, err := a.value(s.Items, e, path+"["+strconv.Itoa(i)+"]")
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
-		}
-		return out, nil
-	case "struct":
-		if n.Kind != KindObject {
-			return nil, mismatch()
-		}
-		out := make(map[string]any, len(s.Fields))
-		for _, f := range s.Fields {
-			p := f.Name
-			if path != "" {
-				p = path + "." + f.Name
-			}
-			v, err := a.value(f.Schema, n.Field(f.Name), p)
-			if err != nil {
-				return nil, err
-			}
-			out[f.Name] = v
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("connect type %q has no Avro encoding here", s.Type)
-}
-
 func pathOr(p string) string {
 	if p == "" {
 		return "the value"
@@ -434,11 +325,7 @@ func DecodeAvro(schema string, body []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
 	}
-	var v any
-	if err := avro.Unmarshal(s, body, &v); err != nil {
-		return nil, fmt.Errorf("decode in Avro: %w", err)
-	}
-	return unwrap(s, v), nil
+	return DecodeAvroWith(avro.Config{}.Freeze(), s, body) // nothing kept past the call
 }
 
 // unwrap takes the union wrappers ({"name": value}) off a value that

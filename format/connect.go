@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -40,27 +41,58 @@ type Node struct {
 	Bool  bool
 	Keys  []string
 	Elems []*Node // an object's values (by keys) or an array's elements
+	// index maps a wide object's keys to their place (ParseJSON makes it
+	// past indexFrom keys), so that looking a key up is not linear.
+	index map[string]int
 }
+
+// indexFrom is the number of keys from which ParseJSON indexes an object.
+const indexFrom = 16
 
 // Field returns the value of an object's key, nil if it has none.
 func (n *Node) Field(k string) *Node {
-	for i, x := range n.Keys {
-		if x == k {
+	if n.index != nil {
+		if i, ok := n.index[k]; ok {
 			return n.Elems[i]
 		}
+		return nil
+	}
+	if i := indexOf(n.Keys, k); i >= 0 {
+		return n.Elems[i]
 	}
 	return nil
 }
 
+// Jackson's StreamReadConstraints (its defaults, which Debezium's
+// ObjectMapper keeps): a document that exceeds one fails readTree, and
+// Debezium's EventRouter leaves such a payload a string.
+const (
+	// MaxNestingDepth is the deepest nesting of objects and arrays.
+	MaxNestingDepth = 1000
+	// MaxNumberLength is the most digits of a number (its integer,
+	// fraction and exponent digits: neither sign nor point nor e).
+	MaxNumberLength = 1000
+	// MaxNameLength is the longest key, in UTF-16 code units.
+	MaxNameLength = 50000
+	// MaxStringLength is the longest string value, in UTF-16 code units.
+	MaxStringLength = 20_000_000
+)
+
+// ErrJSONLimit is a JSON document beyond one of Jackson's read limits.
+var ErrJSONLimit = errors.New("beyond Jackson's read limits")
+
 // ParseJSON parses one JSON value from text; what follows it is ignored, as
-// Jackson's readTree ignores it.
+// Jackson's readTree ignores it. A document beyond Jackson's limits
+// (MaxNestingDepth, MaxNumberLength, MaxNameLength, MaxStringLength) is
+// ErrJSONLimit. The time taken is linear in the text.
 func ParseJSON(text []byte) (*Node, error) {
 	d := json.NewDecoder(bytes.NewReader(text))
 	d.UseNumber()
-	return parseValue(d)
+	return parseValue(d, 0)
 }
 
-func parseValue(d *json.Decoder) (*Node, error) {
+// parseValue parses the next value, within depth objects and arrays.
+func parseValue(d *json.Decoder, depth int) (*Node, error) {
 	tok, err := d.Token()
 	if err != nil {
 		return nil, err
@@ -71,10 +103,19 @@ func parseValue(d *json.Decoder) (*Node, error) {
 	case bool:
 		return &Node{Kind: KindBool, Bool: v}, nil
 	case string:
+		if err := checkLength(v, MaxStringLength, "string"); err != nil {
+			return nil, err
+		}
 		return &Node{Kind: KindString, Text: v}, nil
 	case json.Number:
+		if digits := numberDigits(string(v)); digits > MaxNumberLength {
+			return nil, fmt.Errorf("a number of %d digits, more than %d: %w", digits, MaxNumberLength, ErrJSONLimit)
+		}
 		return &Node{Kind: numberKind(string(v)), Text: string(v)}, nil
 	case json.Delim:
+		if depth++; depth > MaxNestingDepth {
+			return nil, fmt.Errorf("nested %d deep, more than %d: %w", depth, MaxNestingDepth, ErrJSONLimit)
+		}
 		n := &Node{Kind: KindArray}
 		if v == '{' {
 			n.Kind = KindObject
@@ -87,17 +128,28 @@ func parseValue(d *json.Decoder) (*Node, error) {
 					return nil, err
 				}
 				key, _ = t.(string)
+				if err := checkLength(key, MaxNameLength, "key"); err != nil {
+					return nil, err
+				}
 			}
-			x, err := parseValue(d)
+			x, err := parseValue(d, depth)
 			if err != nil {
 				return nil, err
 			}
 			if n.Kind == KindObject {
-				if i := indexOf(n.Keys, key); i >= 0 {
+				if i := n.keyIndex(key); i >= 0 {
 					n.Elems[i] = x
 					continue
 				}
 				n.Keys = append(n.Keys, key)
+				if n.index != nil {
+					n.index[key] = len(n.Keys) - 1
+				} else if len(n.Keys) == indexFrom {
+					n.index = make(map[string]int, 2*indexFrom)
+					for i, k := range n.Keys {
+						n.index[k] = i
+					}
+				}
 			}
 			n.Elems = append(n.Elems, x)
 		}
@@ -109,6 +161,17 @@ func parseValue(d *json.Decoder) (*Node, error) {
 	return nil, errors.New("unexpected JSON token")
 }
 
+// keyIndex is the place of an object's key, -1 if it has none.
+func (n *Node) keyIndex(k string) int {
+	if n.index != nil {
+		if i, ok := n.index[k]; ok {
+			return i
+		}
+		return -1
+	}
+	return indexOf(n.Keys, k)
+}
+
 func indexOf(keys []string, k string) int {
 	for i, x := range keys {
 		if x == k {
@@ -116,6 +179,37 @@ func indexOf(keys []string, k string) int {
 		}
 	}
 	return -1
+}
+
+// checkLength fails a string longer than limit UTF-16 code units (Java's
+// String length).
+func checkLength(s string, limit int, what string) error {
+	if len(s) <= limit {
+		return nil // at most len(s) code units
+	}
+	units := 0
+	for _, r := range s {
+		units++
+		if r > 0xFFFF {
+			units++
+		}
+	}
+	if units > limit {
+		return fmt.Errorf("a %s of %d characters, more than %d: %w", what, units, limit, ErrJSONLimit)
+	}
+	return nil
+}
+
+// numberDigits counts the digits of a number literal, as Jackson measures
+// its length.
+func numberDigits(lit string) int {
+	n := 0
+	for i := 0; i < len(lit); i++ {
+		if lit[i] >= '0' && lit[i] <= '9' {
+			n++
+		}
+	}
+	return n
 }
 
 // numberKind is the node Jackson makes of a number literal.
@@ -267,7 +361,15 @@ func itemSchema(key string, n *Node) (*ConnectSchema, error) {
 	// next; walrelay sorts the distinct schemas by a key of their own,
 	// so that one set always gives one merge (and a merge is equal to
 	// another as Debezium's are).
+	//
+	// The distinct schemas are found by their key (appendKey, then Equal
+	// among those of one key) and the fields merged by name, in maps: the
+	// time is about linear in the elements' schemas (n log n for the sort),
+	// not in their count times the distinct ones' (20 000 objects of a key
+	// each took seconds).
 	var seen []*ConnectSchema
+	var keys [][]byte
+	byKey := map[string][]int{} // a key's distinct schemas, by place in seen
 	for _, e := range n.Elems {
 		if e.Kind != KindObject {
 			continue
@@ -276,28 +378,34 @@ func itemSchema(key string, n *Node) (*ConnectSchema, error) {
 		if err != nil {
 			return nil, err
 		}
+		k := s.appendKey(nil)
 		dup := false
-		for _, x := range seen {
-			dup = dup || x.Equal(s)
+		for _, i := range byKey[string(k)] {
+			dup = dup || seen[i].Equal(s)
 		}
 		if !dup {
-			seen = append(seen, s)
+			byKey[string(k)] = append(byKey[string(k)], len(seen))
+			seen, keys = append(seen, s), append(keys, k)
 		}
 	}
 	if len(seen) == 1 {
 		return seen[0], nil
 	}
-	keys := make([][]byte, len(seen))
 	order := make([]int, len(seen))
-	for i, s := range seen {
-		keys[i], order[i] = s.appendKey(nil), i
+	for i := range seen {
+		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
 	base := seen[order[0]]
 	merged := &ConnectSchema{Type: "struct", Name: base.Name, Version: base.Version, Required: true, Fields: slices.Clone(base.Fields)}
+	names := make(map[string]struct{}, len(base.Fields))
+	for _, f := range base.Fields {
+		names[f.Name] = struct{}{}
+	}
 	for _, i := range order[1:] {
 		for _, f := range seen[i].Fields {
-			if merged.Field(f.Name) == nil {
+			if _, ok := names[f.Name]; !ok {
+				names[f.Name] = struct{}{}
 				merged.Fields = append(merged.Fields, f)
 			}
 		}

@@ -3,11 +3,14 @@
 // (the magic byte 0, the schema's 4-byte id, the encoded value).
 //
 // It holds what those formats share with the JsonConverter's (package
-// sink): a payload parsed as Jackson parses it (ParseJSON) and its Kafka
+// sink): a payload parsed as Jackson parses it, within Jackson's read
+// limits (ParseJSON, ErrJSONLimit), and its Kafka
 // Connect schema inferred as Debezium's EventRouter infers it with
 // table.expand.json.payload=true (InferSchema). On that, Avro: the Connect
 // schema translated as Apicurio's AvroConverter translates it (Avro), the
-// value encoded with github.com/hamba/avro/v2, the schema registered (or
+// value written in Avro's binary encoding straight from that schema and
+// the parsed JSON as Avro's Java library writes it (EncodeAvro: linear in
+// the payload, nothing kept per shape), the schema registered (or
 // looked up) under the topic name strategy's subject, <topic>-key or
 // <topic>-value, through Confluent's Schema Registry API
 // (github.com/twmb/franz-go/pkg/sr), its id cached (Registry,

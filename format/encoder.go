@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-
-	"github.com/hamba/avro/v2"
 )
 
 // Payload is an outbox payload and what Debezium's EventRouter knows of its
@@ -23,6 +20,12 @@ type Payload struct {
 	// Expand is table.expand.json.payload: a JSON object or array becomes
 	// a record (or array) of the schema inferred from it.
 	Expand bool
+	// MaxBytes bounds the value written (the largest record the sink can
+	// publish); 0 none. A value whose encoding would be larger is
+	// ErrTooLarge, found before it is written (its size counted from its
+	// schema and its parsed JSON): an expanded payload of E objects with
+	// keys of their own writes about E×E bytes.
+	MaxBytes int
 }
 
 // ErrPayload is a payload that the format cannot write (Debezium's
@@ -35,18 +38,15 @@ var ErrPayload = errors.New("the payload cannot be written in the format")
 // Confluent's wire format. It is safe for concurrent use.
 type AvroEncoder struct {
 	reg *Registry
-	mu  sync.Mutex
-	// schemas caches parsed schemas by their text.
-	schemas map[string]avro.Schema
 }
 
 // NewAvroEncoder returns an encoder that registers (or looks up) its
 // schemas in reg.
 func NewAvroEncoder(reg *Registry) *AvroEncoder {
-	return &AvroEncoder{reg: reg, schemas: map[string]avro.Schema{}}
+	return &AvroEncoder{reg: reg}
 }
 
-// maxCachedSchemas bounds the parsed schemas kept.
+// maxCachedSchemas bounds the parsed schemas kept (by SchemaFirst).
 const maxCachedSchemas = 1000
 
 // Key writes an aggregate id of column c, the key of topic's record, in
@@ -63,7 +63,7 @@ func (e *AvroEncoder) Key(ctx context.Context, topic string, key []byte, c KeyCo
 	if err != nil {
 		return nil, err
 	}
-	return e.encode(ctx, Subject(topic, true), s, n)
+	return e.encode(ctx, Subject(topic, true), s, n, 0)
 }
 
 // Value writes a payload, the value of topic's record; a NULL payload is
@@ -76,7 +76,7 @@ func (e *AvroEncoder) Value(ctx context.Context, topic string, p Payload) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	return e.encode(ctx, Subject(topic, false), s, n)
+	return e.encode(ctx, Subject(topic, false), s, n, p.MaxBytes)
 }
 
 // ValueSchema is the Connect schema of a non-NULL payload as Debezium's
@@ -227,12 +227,20 @@ func hex4(text []byte, i int) (rune, bool) {
 	return r, true
 }
 
-func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSchema, n *Node) ([]byte, error) {
-	as, err := e.translate(s)
+// encode writes n in s, registered under subject, within maxBytes (0 no
+// bound). The schema's text is bounded by the registry's MaxSchemaBytes as
+// it is written, and the value's size counted before it is written, so
+// that neither is built beyond its bound.
+func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSchema, n *Node, maxBytes int) ([]byte, error) {
+	as, err := avroWithin(s, e.reg.maxSchema)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrPayload, err)
+		return nil, fmt.Errorf("subject %s: %w: %w", subject, ErrPayload, err)
 	}
-	body, err := as.EncodeAvro(s, n)
+	size := AvroSize(s, n)
+	if maxBytes > 0 && size > int64(maxBytes) {
+		return nil, fmt.Errorf("%w: its Avro encoding would be %d bytes, more than the %d of a record to the topic", ErrTooLarge, size, maxBytes)
+	}
+	body, err := encodeAvro(s, n, int(min(size, 1<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPayload, err)
 	}
@@ -241,28 +249,4 @@ func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSche
 		return nil, err
 	}
 	return Frame(make([]byte, 0, 5+len(body)), id, body), nil
-}
-
-// translate returns s's Avro schema; the parsed schema is kept by its
-// text, so that values of one shape share it.
-func (e *AvroEncoder) translate(s *ConnectSchema) (*AvroSchema, error) {
-	return translate(s, func(text []byte) (avro.Schema, error) {
-		e.mu.Lock()
-		c, ok := e.schemas[string(text)]
-		e.mu.Unlock()
-		if ok {
-			return c, nil
-		}
-		c, err := avro.ParseBytesWithCache(text, "", &avro.SchemaCache{})
-		if err != nil {
-			return nil, err
-		}
-		e.mu.Lock()
-		if len(e.schemas) >= maxCachedSchemas {
-			clear(e.schemas)
-		}
-		e.schemas[string(text)] = c
-		e.mu.Unlock()
-		return c, nil
-	})
 }

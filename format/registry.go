@@ -2,6 +2,7 @@ package format
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
@@ -139,7 +140,13 @@ type Registry struct {
 	ids       map[subjectSchema]uint32
 }
 
-type subjectSchema struct{ subject, schema string }
+// subjectSchema keys the cache of ids: a subject and its schema's SHA-256
+// (not the text itself: the schema of a wide or deep payload is megabytes,
+// and the cache holds up to maxCachedIDs of them).
+type subjectSchema struct {
+	subject string
+	schema  [sha256.Size]byte
+}
 
 // NewRegistry returns a client of the registry of cfg.
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
@@ -174,7 +181,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 // ID returns the id of an Avro schema under subject, registering it the
 // first time if auto-registration is on, looking it up otherwise.
 func (r *Registry) ID(ctx context.Context, subject, schema string) (uint32, error) {
-	k := subjectSchema{subject, schema}
+	k := subjectSchema{subject, sha256.Sum256([]byte(schema))}
 	r.mu.Lock()
 	id, ok := r.ids[k]
 	r.mu.Unlock()
@@ -248,7 +255,8 @@ func conflict(err error) bool {
 }
 
 // maxCachedIDs bounds the cache of ids (a schema is a payload's shape:
-// payloads of many shapes make many).
+// payloads of many shapes make many); each entry is a subject, a hash and
+// an id, some 100 bytes.
 const maxCachedIDs = 10000
 
 // classify tells a registry's refusal of one schema (a deterministic

@@ -141,12 +141,19 @@ type Registry struct {
 	validate bool
 	mu       sync.Mutex
 	schemas  map[uint32]*schema
+	// codecs is hamba/avro's configuration that the Avro schemas cached
+	// decode with: it keeps a decoder per schema (and target type) for
+	// as long as it lives, so it is replaced when the cache is cleared,
+	// and goes with the schemas that use it (hamba/avro's package-wide
+	// DefaultConfig would keep every schema's decoder for ever).
+	codecs avro.API
 }
 
 // schema is a registry's schema, compiled.
 type schema struct {
 	typ   string
 	avro  avro.Schema                 // Avro
+	api   avro.API                    // Avro: the codecs it decodes with (nil: DefaultConfig)
 	proto protoreflect.FileDescriptor // Protobuf
 	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
@@ -157,7 +164,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}}, nil
+	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}, codecs: avro.Config{}.Freeze()}, nil
 }
 
 // maxSchemas bounds the schemas kept.
@@ -211,7 +218,7 @@ func (r *Registry) Decoded(ctx context.Context, b []byte) (Decoded, error) {
 	d := Decoded{ID: id, Type: s.typ, Body: body}
 	switch s.typ {
 	case Avro:
-		if d.Value, err = format.DecodeAvroWith(s.avro, body); err != nil {
+		if d.Value, err = format.DecodeAvroWith(s.codecs(), s.avro, body); err != nil {
 			return Decoded{}, undecodable(id, err)
 		}
 	case Protobuf:
@@ -275,7 +282,7 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 	}
 	switch s.typ {
 	case Avro:
-		return decodeAvro(id, s.avro, body, v)
+		return decodeAvro(id, s, body, v)
 	case Protobuf:
 		md, msg, err := r.message(id, s, body)
 		if err != nil {
@@ -316,27 +323,35 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 	}
 }
 
+// codecs is the hamba/avro configuration that s decodes with.
+func (s *schema) codecs() avro.API {
+	if s.api == nil {
+		return avro.DefaultConfig
+	}
+	return s.api
+}
+
 // decodeAvro decodes body, an Avro datum of s, into v.
-func decodeAvro(id uint32, s avro.Schema, body []byte, v any) error {
+func decodeAvro(id uint32, s *schema, body []byte, v any) error {
 	switch p := v.(type) {
 	case *any:
-		x, err := format.DecodeAvroWith(s, body)
+		x, err := format.DecodeAvroWith(s.codecs(), s.avro, body)
 		if err != nil {
 			return undecodable(id, err)
 		}
 		*p = x
 	case *map[string]any:
-		x, err := format.DecodeAvroWith(s, body)
+		x, err := format.DecodeAvroWith(s.codecs(), s.avro, body)
 		if err != nil {
 			return undecodable(id, err)
 		}
 		mp, ok := x.(map[string]any)
 		if !ok {
-			return undecodable(id, fmt.Errorf("a %s, not a record", s.Type()))
+			return undecodable(id, fmt.Errorf("a %s, not a record", s.avro.Type()))
 		}
 		*p = mp
 	default:
-		if err := avro.Unmarshal(s, body, v); err != nil {
+		if err := s.codecs().Unmarshal(s.avro, body, v); err != nil {
 			return undecodable(id, fmt.Errorf("decode in Avro into %T: %w", v, err))
 		}
 	}
@@ -452,6 +467,10 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 	r.mu.Lock()
 	if len(r.schemas) >= maxSchemas {
 		clear(r.schemas)
+		r.codecs = avro.Config{}.Freeze() // the old one's decoders go with the schemas
+	}
+	if s.avro != nil {
+		s.api = r.codecs
 	}
 	r.schemas[id] = s
 	r.mu.Unlock()

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -46,11 +47,50 @@ func (s replicationSource) Open(ctx context.Context) (session, error) {
 	return sess, nil
 }
 
+// OpenUnlessTaken opens a session unless another process streams the slot
+// (replication.Stream.OpenUnlessTaken).
+func (s replicationSource) OpenUnlessTaken(ctx context.Context) (session, error) {
+	sess, err := s.Stream.OpenUnlessTaken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sess, nil
+}
+
+// untakenOpener is a source that can open a session unless another
+// process streams the slot: it returns a *replication.SlotActiveError
+// then.
+type untakenOpener interface {
+	OpenUnlessTaken(ctx context.Context) (session, error)
+}
+
+// open opens the next session. After the broker refused the producer as
+// fenced (exactly-once), the session is opened only if no other process
+// streams the slot: then no other instance can stream it, the fence was
+// not its doing (the broker answers so a re-initialisation that follows a
+// commit whose answer was lost), and the sink renews its producer
+// (sink.Sink.Resume). If another process streams it, another instance did
+// take over: the relay stops with the fence, as it always did.
+func (r *Relay) open(ctx context.Context) (session, error) {
+	fence := r.p.takeFence()
+	src, ok := r.src.(untakenOpener)
+	if fence == nil || !ok {
+		return r.src.Open(ctx)
+	}
+	r.log.Warn("exactly-once: the broker refused the producer as fenced; the slot decides: if no other process streams it, this instance goes on with a new producer", "err", fence)
+	sess, err := src.OpenUnlessTaken(ctx)
+	var active *replication.SlotActiveError
+	if errors.As(err, &active) {
+		return nil, failure.Mark(failure.Fatal, fmt.Errorf("%w (%v)", fence, err))
+	}
+	return sess, err
+}
+
 // stream is the relay's loop: open a session, read it, and open the next
 // one when it ends, until ctx ends (then it drains: nil) or a fatal error.
 func (r *Relay) stream(ctx context.Context) error {
 	for {
-		sess, err := r.src.Open(ctx)
+		sess, err := r.open(ctx)
 		if err != nil {
 			if ctx.Err() != nil && !failure.IsFatal(err) {
 				return nil

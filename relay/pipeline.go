@@ -42,9 +42,17 @@ type pipeline struct {
 	prefixesLogged map[string]bool
 	cur            *epoch // the publishing epoch of the session being read; set under mu by started
 
+	// renewsFences: the source can open a session unless another process
+	// streams the slot (OpenUnlessTaken) and the sink renews a fenced
+	// producer at the next session (sink.Sink.Resume): a fence (wrapping
+	// sink.ErrFenced) restarts the session instead of stopping the relay.
+	// Set before the run.
+	renewsFences bool
+
 	mu         sync.Mutex
 	err        error  // the first fatal error
 	restartErr error  // a transient failure in this epoch: restart the session
+	fence      error  // the fence that restarted the session, until the next opens (takeFence)
 	interrupt  func() // ends the wait for the session's next change; set by started
 	// Sessions in a row that ended on the same persistent refusal
 	// (sink.Persistent) of the same event: after maxPersistent, the relay
@@ -98,6 +106,29 @@ func (s *epoch) overtook(d sink.Delivery) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.failed[partitionOf{d.Topic, d.Partition}]
+}
+
+// fenced restarts the session after the broker refused the producer as
+// fenced (err wraps sink.ErrFenced). The next session is opened only if no
+// other process streams the slot (Relay.open): else another instance
+// really took over, and the relay stops with err.
+func (p *pipeline) fenced(s *epoch, err error, at pglogrepl.LSN) {
+	p.mu.Lock()
+	if s == p.cur && p.fence == nil {
+		p.fence = err
+	}
+	p.mu.Unlock()
+	p.restart(s, err, at)
+}
+
+// takeFence returns the fence that restarted the session, if any, and
+// forgets it.
+func (p *pipeline) takeFence() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.fence
+	p.fence = nil
+	return err
 }
 
 // fail stops the relay with err, which is marked fatal; the first error
@@ -289,6 +320,10 @@ func (p *pipeline) handleMessage(walStart pglogrepl.LSN, msg decoder.Message) er
 			if err != nil {
 				sess.failedOn(d)
 				txn.Fail()
+				if failure.IsFatal(err) && errors.Is(err, sink.ErrFenced) && p.renewsFences {
+					p.fenced(sess, err, m.WALStart)
+					return
+				}
 				if failure.IsFatal(err) {
 					p.hooks.PublishError("fatal")
 					p.fail(err)

@@ -528,6 +528,9 @@ func (r *Relay) newTransactionalSink(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.sink, r.p.sink = sk, sk
+	// The sink renews a producer refused as fenced at the next session,
+	// which the source opens only if no other process streams the slot.
+	_, r.p.renewsFences = r.src.(untakenOpener)
 	r.mu.Unlock()
 	r.log.Info("exactly-once: Kafka transactions", "transactional_id", tc.ID, "offsets_topic", tc.OffsetsTopic, "interval", tc.Interval)
 	return nil

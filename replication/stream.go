@@ -114,6 +114,7 @@ type Stream struct {
 	confirmed  atomic.Uint64 // the last position a session of this process confirmed
 
 	// Only the goroutine that opens sessions touches these.
+	lastPID    uint32    // the server process (walsender) of the last session
 	history    string    // the server's system identifier and timeline at the last session
 	ended      error     // why the last session or attempt ended; nil before the first
 	began      time.Time // when the last session or attempt began
@@ -308,6 +309,23 @@ func (s *Stream) Reconnects() uint64 { return s.reconnects.Load() }
 // active in another process) are retried until ctx ends, which returns
 // ctx's error; a fatal error (failure.IsFatal) is returned at once.
 func (s *Stream) Open(ctx context.Context) (*Session, error) {
+	return s.openLoop(ctx, false)
+}
+
+// OpenUnlessTaken is Open, but when another process streams the slot it
+// returns that *SlotActiveError at once instead of waiting as a standby.
+// The walsender of this stream's last session, which can outlive the
+// session for a moment (or until wal_sender_timeout after a network cut),
+// is waited for: it is not another process. The relay opens so after its
+// producer was refused as fenced (exactly-once): a session means that no
+// other instance streams the slot.
+func (s *Stream) OpenUnlessTaken(ctx context.Context) (*Session, error) {
+	return s.openLoop(ctx, true)
+}
+
+// openLoop is Open; unlessTaken returns a SlotActiveError of another
+// process than the last session's walsender.
+func (s *Stream) openLoop(ctx context.Context, unlessTaken bool) (*Session, error) {
 	for {
 		if s.ended != nil {
 			if err := s.wait(ctx); err != nil {
@@ -329,6 +347,10 @@ func (s *Stream) Open(ctx context.Context) (*Session, error) {
 			return nil, ctx.Err()
 		}
 		s.ended, s.progressed = err, false
+		var active *SlotActiveError
+		if unlessTaken && errors.As(err, &active) && (active.PID == 0 || uint32(active.PID) != s.lastPID) {
+			return nil, err
+		}
 	}
 }
 
@@ -455,6 +477,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
 	}
+	s.lastPID = conn.PID()
 	s.state.Store("streaming")
 	s.log.Info("streaming", "from", from.String(), "publication", s.cfg.Publication)
 	s.received.Store(max(s.received.Load(), uint64(from)))

@@ -296,3 +296,45 @@ func TestStatusUpdateTiming(t *testing.T) {
 		t.Logf("reported after %s", time.Since(start).Round(time.Millisecond))
 	})
 }
+
+// TestOpenUnlessTaken: OpenUnlessTaken returns at once, with the holder's
+// pid, when another process streams the slot (where Open waits as a
+// standby), and opens once this stream's own last session is closed: its
+// walsender, which may still hold the slot a moment, is not another
+// process.
+func TestOpenUnlessTaken(t *testing.T) {
+	t.Parallel()
+	pg := streamed(t, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a, err := New(Config{ConnString: pg.DSN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{ConnString: pg.DSN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := a.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = b.OpenUnlessTaken(ctx)
+	var active *SlotActiveError
+	if !errors.As(err, &active) || uint32(active.PID) != a.lastPID {
+		t.Fatalf("OpenUnlessTaken while another stream holds the slot: %v, want a SlotActiveError naming pid %d", err, a.lastPID)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("OpenUnlessTaken took %s to say the slot is taken", took)
+	}
+	sess.Close(errors.New("fenced"))
+	again, err := a.OpenUnlessTaken(ctx)
+	if err != nil {
+		t.Fatalf("OpenUnlessTaken after the stream's own session closed: %v", err)
+	}
+	defer again.Close(errors.New("test over"))
+	if _, err := b.OpenUnlessTaken(ctx); !errors.As(err, &active) {
+		t.Fatalf("OpenUnlessTaken of the other stream: %v, want a SlotActiveError", err)
+	}
+}

@@ -350,7 +350,7 @@ func (w *watcher) judge(now time.Time, known map[int32]string, fenced map[string
 		}
 	}
 	if moved {
-		w.s.cl.ForceMetadataRefresh()
+		w.s.client().ForceMetadataRefresh()
 		if w.s.lanes != nil {
 			w.s.lanes.each((*kgo.Client).ForceMetadataRefresh)
 		}
@@ -365,7 +365,7 @@ func (w *watcher) ask(ctx context.Context, id int32) {
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = []kmsg.MetadataRequestTopic{}
 	a := brokerList{}
-	if resp, err := w.s.cl.Broker(int(id)).Request(rctx, req); err == nil {
+	if resp, err := w.s.client().Broker(int(id)).Request(rctx, req); err == nil {
 		a.listed = map[int32]string{}
 		for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
 			a.listed[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))

@@ -618,7 +618,7 @@ func (s *Sink) sweepLanes(ctx context.Context) error {
 	defer cancel()
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = []kmsg.MetadataRequestTopic{}
-	resp, err := req.RequestWith(ctx, s.cl)
+	resp, err := req.RequestWith(ctx, s.client())
 	if err != nil {
 		return fmt.Errorf("ask for the cluster's brokers: %w", err)
 	}

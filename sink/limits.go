@@ -26,7 +26,7 @@ func (s *Sink) SeedBrokers() []string { return append([]string(nil), s.cfg.Broke
 // it also creates the offsets topic if it is missing, and refuses one of
 // another shape; Resume starts the transactions.
 func (s *Sink) Ping(ctx context.Context) error {
-	if err := s.cl.Ping(ctx); err != nil {
+	if err := s.client().Ping(ctx); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			return &closedError{msg: fmt.Sprintf("reach kafka brokers %s: %s", strings.Join(s.cfg.Brokers, ","), s.closedAtOnce(ctx)), err: err}
 		}
@@ -64,7 +64,7 @@ func (e *closedError) Unwrap() error { return e.err }
 // listener that wants SASL does).
 func (s *Sink) closedAtOnce(ctx context.Context) string {
 	tlsCfg := s.tlsCfg
-	sasl := len(s.cl.OptValues(kgo.SASL)) > 0 && s.cl.OptValues(kgo.SASL)[0] != nil
+	sasl := len(s.client().OptValues(kgo.SASL)) > 0 && s.client().OptValues(kgo.SASL)[0] != nil
 	var seen []string
 	for _, addr := range s.cfg.Brokers {
 		seen = append(seen, addr+" "+probe(ctx, addr, tlsCfg, sasl))
@@ -109,7 +109,7 @@ func probe(ctx context.Context, addr string, tlsCfg *tls.Config, sasl bool) stri
 func (s *Sink) brokerLimit(ctx context.Context) (int32, error) {
 	meta := kmsg.NewPtrMetadataRequest()
 	meta.Topics = []kmsg.MetadataRequestTopic{}
-	mresp, err := meta.RequestWith(ctx, s.cl)
+	mresp, err := meta.RequestWith(ctx, s.client())
 	if err != nil {
 		return 0, fmt.Errorf("read metadata: %w", err)
 	}
@@ -125,7 +125,7 @@ func (s *Sink) describeLimit(ctx context.Context, typ kmsg.ConfigResourceType, n
 	res := kmsg.NewDescribeConfigsRequestResource()
 	res.ResourceType, res.ResourceName, res.ConfigNames = typ, name, []string{key}
 	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(ctx, s.cl)
+	resp, err := req.RequestWith(ctx, s.client())
 	if err != nil {
 		return 0, fmt.Errorf("describe %s of %s: %w", key, name, err)
 	}
@@ -271,7 +271,7 @@ func (s *Sink) forgetATopic() {
 	if len(purge) == 0 {
 		return
 	}
-	s.cl.PurgeTopicsFromClient(purge...)
+	s.client().PurgeTopicsFromClient(purge...)
 	if s.lanes != nil {
 		// each does not hold the lanes' lock while it calls f.
 		s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(purge...) })
@@ -389,7 +389,7 @@ func (s *Sink) partitionCount(ctx context.Context, topic string, partition int32
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	meta.Topics = append(meta.Topics, mt)
-	resp, err := meta.RequestWith(ctx, s.cl)
+	resp, err := meta.RequestWith(ctx, s.client())
 	if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
 		return 0 // unknown: the client refuses a partition out of range
 	}

@@ -58,7 +58,7 @@ func (s *Sink) ensureOffsetsTopic(ctx context.Context, configs map[string]string
 	}
 	req.Topics = append(req.Topics, rt)
 	req.TimeoutMillis = 10000
-	resp, err := req.RequestWith(ctx, s.cl)
+	resp, err := req.RequestWith(ctx, s.client())
 	if err != nil {
 		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
 	}
@@ -90,7 +90,7 @@ func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	meta.Topics = append(meta.Topics, mt)
-	mresp, err := meta.RequestWith(ctx, s.cl)
+	mresp, err := meta.RequestWith(ctx, s.client())
 	if err != nil {
 		return false, fmt.Errorf("read the offsets topic's metadata: %w", err)
 	}
@@ -106,7 +106,7 @@ func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool
 	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, topic
 	res.ConfigNames = []string{"cleanup.policy"}
 	dreq.Resources = append(dreq.Resources, res)
-	dresp, err := dreq.RequestWith(ctx, s.cl)
+	dresp, err := dreq.RequestWith(ctx, s.client())
 	if err != nil || len(dresp.Resources) == 0 || dresp.Resources[0].ErrorCode != 0 {
 		s.log.Warn("cannot read the offsets topic's cleanup.policy", "topic", topic, "err", err)
 		return true, nil
@@ -126,7 +126,7 @@ func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool
 // DESCRIBE), and an offsets topic of the right shape if it exists (Resume
 // creates a missing one). It changes nothing: it fences nobody.
 func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic, transactionalID string) (string, error) {
-	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, s.cl)
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, s.client())
 	if err != nil {
 		return "", fmt.Errorf("ask the brokers' API versions: %w", err)
 	}
@@ -195,7 +195,7 @@ func (s *Sink) mayUseTransactionalID(ctx context.Context, id string) (bool, erro
 func (s *Sink) describeTransactionalID(ctx context.Context, id string) (bool, error) {
 	req := kmsg.NewPtrDescribeTransactionsRequest()
 	req.TransactionalIDs = []string{id}
-	for _, shard := range s.cl.RequestSharded(ctx, req) {
+	for _, shard := range s.client().RequestSharded(ctx, req) {
 		if shard.Err != nil {
 			if errors.Is(shard.Err, kerr.TransactionalIDAuthorizationFailed) {
 				return false, nil
@@ -314,13 +314,16 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	defer cancel()
 	// An earlier attempt that the broker cut may have left a transaction
 	// open in the client (nothing of it can commit): end it first.
-	if err := s.cl.EndTransaction(wctx, kgo.TryAbort); err != nil {
+	if err := s.client().EndTransaction(wctx, kgo.TryAbort); err != nil {
 		if fenced(err) {
 			return 0, failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
 		}
 		return 0, fmt.Errorf("abort the kafka transaction: %w", err)
 	}
-	if err := s.cl.BeginTransaction(); err != nil {
+	if err := s.client().BeginTransaction(); err != nil {
+		if fenced(err) { // the client's producer id failed so: it can begin nothing more
+			return 0, failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: begin a kafka transaction: %w", ErrFenced, t.cfg.ID, err))
+		}
 		return 0, fmt.Errorf("begin a kafka transaction: %w", err)
 	}
 	// The client flushes manually (rounds.go): produce, then flush. The
@@ -330,10 +333,10 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 		err error
 	}
 	answered := make(chan answer, 1)
-	s.cl.Produce(wctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key + "#marker"), Value: []byte(hex.EncodeToString(nonce))},
+	s.client().Produce(wctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key + "#marker"), Value: []byte(hex.EncodeToString(nonce))},
 		func(r *kgo.Record, perr error) { answered <- answer{r.Offset, perr} })
 	var at int64
-	err := s.cl.Flush(wctx)
+	err := s.client().Flush(wctx)
 	if err == nil { // every record answered
 		a := <-answered
 		at, err = a.at, a.err
@@ -342,7 +345,7 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	if err != nil {
 		try = kgo.TryAbort
 	}
-	if endErr := s.cl.EndTransaction(wctx, try); err == nil {
+	if endErr := s.client().EndTransaction(wctx, try); err == nil {
 		err = endErr
 	}
 	if err != nil {

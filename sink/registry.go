@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
@@ -41,6 +42,9 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		r.Value, err = s.cfg.Avro.Value(ctx, topic, format.Payload{
 			Text: e.Payload, Column: e.PayloadColumn, Bytes: e.PayloadBytes, TextColumn: e.PayloadText,
 			Required: e.PayloadRequired, Expand: s.cfg.ExpandJSONPayload,
+			// A value over the topic's batch cap is refused before it is
+			// written: the client would refuse the record anyway.
+			MaxBytes: int(s.batchCapOf(topic)),
 		})
 	}
 	if err == nil && s.cfg.ValueFormat != FormatAvro && s.cfg.ValueFormat.registry() && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
@@ -57,6 +61,8 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key in %s: %w", e.ID, topic, s.cfg.KeyFormat, err)))
 	case errors.Is(err, format.ErrMismatch):
 		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, s.cfg.ValueFormat, err), gen, done)
+	case errors.Is(err, format.ErrTooLarge):
+		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the %s in Avro: %w", kerr.MessageTooLarge, what, err), gen, done)
 	case errors.Is(err, format.ErrPayload):
 		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in Avro: %w", what, err), gen, done)
 	case errors.Is(err, format.ErrRefused), errors.Is(err, format.ErrNotRegistered):

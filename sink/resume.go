@@ -19,8 +19,11 @@ import (
 // lost the slot) and aborts its open transaction, and then reads the
 // committed position; later calls end the open transaction as Abort does,
 // so that an event the new session resends cannot join it twice, and one
-// that a failed abort left open in the client (endClientTxn). In
-// at-least-once mode it does nothing. Waiting for the slot first keeps a
+// that a failed abort left open in the client (endClientTxn). A later
+// call after the broker refused the producer as fenced renews it
+// (renewClient) and does what the first call does: the session holds the
+// slot, so no other instance streams it. In at-least-once mode it does
+// nothing. Waiting for the slot first keeps a
 // standby from fencing the instance that streams.
 //
 // h is the database's WAL history: a committed position that is not on it
@@ -34,27 +37,22 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 		return nil
 	}
 	if t.started {
-		if err := s.Abort(ctx); err != nil {
+		err := s.resumeSession(ctx)
+		if err == nil {
+			return s.checkHistory(h)
+		}
+		if !errors.Is(err, ErrFenced) {
 			return err
 		}
-		if err := s.endClientTxn(ctx); err != nil {
+		// This session holds the slot, so no other instance streams it:
+		// a new producer of the transactional id takes over, as a restart
+		// would (renewClient).
+		if err := s.renewClient(err); err != nil {
 			return err
 		}
-		t.mu.Lock()
-		unresolved := t.unresolved
-		t.mu.Unlock()
-		if unresolved {
-			if err := s.readCommitted(ctx); err != nil {
-				return fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err)
-			}
-			t.mu.Lock()
-			t.unresolved = false
-			t.mu.Unlock()
-		}
-		return s.checkHistory(h)
 	}
 	pctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
-	_, _, err := s.cl.ProducerID(pctx)
+	_, _, err := s.client().ProducerID(pctx)
 	cancel()
 	if err != nil {
 		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
@@ -85,6 +83,68 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 	return s.checkHistory(h)
 }
 
+// resumeSession is Resume after the first session: it ends the open
+// transaction, and one that a failed abort left open in the client, and
+// reads the committed position after a commit of unknown outcome. A fence
+// answered meanwhile, or by the last transaction, is returned (wrapping
+// ErrFenced): the client can do nothing more.
+func (s *Sink) resumeSession(ctx context.Context) error {
+	t := s.tx
+	if err := s.Abort(ctx); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	fencedBy, unresolved := t.fencedBy, t.unresolved
+	t.mu.Unlock()
+	if fencedBy != nil {
+		return fencedBy
+	}
+	if err := s.endClientTxn(ctx); err != nil {
+		return err
+	}
+	if unresolved {
+		if err := s.readCommitted(ctx); err != nil {
+			return fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err)
+		}
+		t.mu.Lock()
+		t.unresolved = false
+		t.mu.Unlock()
+	}
+	return nil
+}
+
+// renewClient replaces the producer after the broker answered it as
+// fenced (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), which the client never
+// recovers from. Resume calls it once the session holds the slot: no other
+// instance can stream the slot then, so the answer was not another
+// instance's doing, or that instance has lost the slot since. The broker
+// gives it after a commit whose answer a network cut lost: the producer's
+// re-initialisation that follows is refused, though no other producer of
+// the id ran. The new producer of the same transactional id bumps its
+// epoch, which fences any other producer of it and aborts its open
+// transaction; then Resume reads the committed position again with
+// read_committed, as at a restart. Nothing is produced in between. why is
+// the fence.
+func (s *Sink) renewClient(why error) error {
+	t := s.tx
+	s.log.Warn("exactly-once: the broker refused the producer as fenced, but this instance holds the replication slot, so no other instance streams it: "+
+		"a new producer of the transactional id takes over (it fences any other) and the committed position is read again", "transactional_id", t.cfg.ID, "err", why)
+	// The old one first: a hook that registers metrics when it sees a
+	// client created (kprom) unregisters them when it sees it closed.
+	s.client().Close()
+	cl, err := kgo.NewClient(s.clOpts...)
+	if err != nil {
+		return failure.Mark(failure.Fatal, fmt.Errorf("create a new kafka producer for transactional id %s after a fence: %w", t.cfg.ID, err))
+	}
+	s.cl.Store(cl)
+	t.mu.Lock()
+	t.fencedBy, t.unresolved = nil, false
+	t.mu.Unlock()
+	t.started = false
+	t.renewals++
+	return nil
+}
+
 // endClientTxn ends a transaction that the client still holds after
 // Abort: one whose abort the transaction coordinator did not answer (it was
 // away: frozen, cut off the network, fenced by the sink, moving) is still
@@ -100,7 +160,7 @@ func (s *Sink) endClientTxn(ctx context.Context) error {
 	t := s.tx
 	actx, cancel := context.WithTimeout(ctx, txnStepTimeout)
 	defer cancel()
-	err := s.cl.EndTransaction(actx, kgo.TryAbort)
+	err := s.client().EndTransaction(actx, kgo.TryAbort)
 	if err == nil {
 		return nil
 	}

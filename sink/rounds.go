@@ -287,7 +287,7 @@ func (s *Sink) flush(ctx context.Context) {
 		case s.lanes != nil:
 			s.lanes.send(ctx, it, leaders)
 		default:
-			s.cl.Produce(it.ctx, it.r, it.done)
+			s.client().Produce(it.ctx, it.r, it.done)
 		}
 	}
 	// flushAll returns once every record produced is answered.
@@ -295,7 +295,7 @@ func (s *Sink) flush(ctx context.Context) {
 		if s.lanes != nil {
 			s.lanes.drain(ctx)
 		} else {
-			_ = s.cl.Flush(ctx)
+			_ = s.client().Flush(ctx)
 		}
 	}
 	for {
@@ -330,7 +330,7 @@ func (s *Sink) flush(ctx context.Context) {
 				// trip per batch of a topic, only for rounds past that).
 				w := wireSize(it.r)
 				if n := handed[it.r.Topic]; n > 0 && n+w > int(s.roundCapOf(it.r.Topic))-batchOverhead {
-					_ = s.cl.Flush(ctx)
+					_ = s.client().Flush(ctx)
 					produced = false
 					clear(handed)
 					if broken = s.q.brokenNow(); broken != nil {
@@ -373,7 +373,7 @@ func (s *Sink) flush(ctx context.Context) {
 				// record in a request of its own; a failure of either
 				// breaks the rest of the round.
 				if produced {
-					_ = s.cl.Flush(ctx)
+					_ = s.client().Flush(ctx)
 					produced = false
 					if broken = s.q.brokenNow(); broken != nil {
 						it.done(it.r, broken)
@@ -381,7 +381,7 @@ func (s *Sink) flush(ctx context.Context) {
 					}
 				}
 				produce(it)
-				_ = s.cl.Flush(ctx)
+				_ = s.client().Flush(ctx)
 				broken = s.q.brokenNow()
 			default:
 				produce(it)
@@ -394,7 +394,7 @@ func (s *Sink) flush(ctx context.Context) {
 		if produced && s.lanes == nil {
 			// Returns once every record of the round is answered, or
 			// when Close cancels ctx (the client then fails the rest).
-			_ = s.cl.Flush(ctx)
+			_ = s.client().Flush(ctx)
 		}
 		if s.tx != nil {
 			if s.q.brokenNow() != nil {

@@ -157,10 +157,11 @@ type Config struct {
 // Sink produces events. Its methods are safe for concurrent use.
 type Sink struct {
 	cfg       Config
-	cl        *kgo.Client
-	q         *queue        // the next round (rounds.go)
-	stop      func()        // ends the flusher's wait for a round
-	flushed   chan struct{} // closed when the flusher returns
+	cl        atomic.Pointer[kgo.Client] // the producer; replaced only by renewClient (resume.go)
+	clOpts    []kgo.Opt                  // the producer's options, for renewClient
+	q         *queue                     // the next round (rounds.go)
+	stop      func()                     // ends the flusher's wait for a round
+	flushed   chan struct{}              // closed when the flusher returns
 	log       *slog.Logger
 	ceTable   int                      // index of {table} in CloudEventsSource, or -1
 	route     *route                   // Topic and TopicRegex
@@ -348,7 +349,8 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
-	s.cl = cl
+	s.cl.Store(cl)
+	s.clOpts = opts
 	qcfg := cfg
 	if s.tx == nil {
 		// The lanes hold half of the limits (lanes.go); the queue and the
@@ -377,6 +379,9 @@ func New(cfg Config) (*Sink, error) {
 	return s, nil
 }
 
+// client returns the producer.
+func (s *Sink) client() *kgo.Client { return s.cl.Load() }
+
 // compression returns the client option for a codec name.
 func compression(name string) (kgo.Opt, error) {
 	switch name {
@@ -403,7 +408,7 @@ func compression(name string) (kgo.Opt, error) {
 // an event published then may be sent while an earlier one of its key
 // fails.
 func (s *Sink) Abort(ctx context.Context) error {
-	abortBuffered := s.cl.AbortBufferedRecords
+	abortBuffered := s.client().AbortBufferedRecords
 	switch {
 	case s.lanes != nil:
 		abortBuffered = s.lanes.abortBuffered
@@ -426,7 +431,7 @@ func (s *Sink) Abort(ctx context.Context) error {
 	if len(stale) > 0 {
 		// The client asks ProducerBatchMaxBytesFn once per partition:
 		// purging the topics makes it ask again.
-		s.cl.PurgeTopicsFromClient(stale...)
+		s.client().PurgeTopicsFromClient(stale...)
 		if s.lanes != nil {
 			s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(stale...) })
 		}
@@ -445,7 +450,7 @@ func (s *Sink) Close() {
 	if s.lanes != nil {
 		s.lanes.close()
 	}
-	s.cl.Close()
+	s.client().Close()
 }
 
 // Delivery says where Kafka acknowledged an event.
@@ -565,7 +570,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))
-		} else if v, ok := s.expand(e); ok {
+		} else if v, ok, err := s.expand(e, topic); err != nil {
+			s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: %w", kerr.MessageTooLarge, err), gen, done)
+			return
+		} else if ok {
 			r.Value = v
 		} else {
 			r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema(e))

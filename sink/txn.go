@@ -46,6 +46,15 @@ import (
 // unknown is resolved the same way after the abort; while the broker is
 // away the sink stays broken (a retriable failure) and the next Resume
 // tries again, so an outage needs no restart of the process.
+//
+// A fence (the broker refused the producer: PRODUCER_FENCED,
+// INVALID_PRODUCER_EPOCH) fails the transaction's events fatally with
+// ErrFenced, and the client can do nothing more. The caller decides by the
+// slot: if another process streams it, another instance took over and the
+// caller stops; if its next session holds the slot, the broker's answer was
+// not another instance's doing (it follows a commit whose answer was lost),
+// and Resume makes a new producer of the id (renewClient), which fences any
+// other, and reads the committed position again.
 
 // Transactions configures exactly-once production.
 type Transactions struct {
@@ -167,6 +176,11 @@ type txns struct {
 	held      []heldDone     // the open transaction's answers, given when it ends
 
 	started bool // Resume initialised the producer; only the caller's goroutine reads it
+	// fencedBy is the fence (wrapping ErrFenced) that the broker answered
+	// the last transaction with: the client can do nothing more, and the
+	// next Resume renews it (renewClient). Guarded by mu.
+	fencedBy error
+	renewals int // clients renewed after a fence; only the caller's goroutine touches it
 	// unresolved: a commit's outcome is not known yet (the broker went
 	// away before it could be read back); Resume reads it before anything
 	// more is produced.
@@ -238,7 +252,7 @@ func (s *Sink) hold(done func(*kgo.Record, error)) func(*kgo.Record, error) {
 func (s *Sink) produceInTxn(it queued) {
 	t := s.tx
 	if !t.open {
-		if err := s.cl.BeginTransaction(); err != nil {
+		if err := s.client().BeginTransaction(); err != nil {
 			s.q.breakOn(err)
 			it.done(it.r, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
 			return
@@ -250,7 +264,7 @@ func (s *Sink) produceInTxn(it queued) {
 	if it.hasPos {
 		t.last = it.pos
 	}
-	s.cl.Produce(it.ctx, it.r, s.hold(it.done))
+	s.client().Produce(it.ctx, it.r, s.hold(it.done))
 }
 
 // holds returns the records and bytes the open transaction holds (none if
@@ -315,7 +329,7 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 	}
 	if cause == nil {
 		start := time.Now()
-		cause = s.cl.EndTransaction(ctx, kgo.TryCommit)
+		cause = s.client().EndTransaction(ctx, kgo.TryCommit)
 		if cause == nil {
 			s.committedTxn(t.last, time.Since(start))
 			return
@@ -324,7 +338,7 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 		cause = fmt.Errorf("commit the kafka transaction: %w", cause)
 	}
 	s.q.breakOn(cause)
-	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+	if err := s.client().EndTransaction(ctx, kgo.TryAbort); err != nil {
 		cause = errors.Join(cause, fmt.Errorf("abort the kafka transaction: %w", err))
 	}
 	if age := time.Since(t.began); fenced(cause) && age >= t.cfg.Timeout {
@@ -347,6 +361,12 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 				cause = failure.Mark(failure.Fatal, cause)
 			}
 		}
+	}
+	if errors.Is(cause, ErrFenced) {
+		// The client can do nothing more; the next Resume renews it.
+		t.mu.Lock()
+		t.fencedBy = cause
+		t.mu.Unlock()
 	}
 	s.log.Warn("kafka transaction aborted; its events are sent again", "err", cause)
 	if t.cfg.OnAbort != nil {
@@ -421,8 +441,8 @@ func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 	}
 	faultinject.Reached("txn_events_flushed")
 	var perr error
-	s.cl.Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key), Value: v}, func(_ *kgo.Record, err error) { perr = err })
-	if err := s.cl.Flush(ctx); err != nil {
+	s.client().Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key), Value: v}, func(_ *kgo.Record, err error) { perr = err })
+	if err := s.client().Flush(ctx); err != nil {
 		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
 	if perr != nil {

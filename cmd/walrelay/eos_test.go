@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -150,6 +151,75 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	b.signal(syscall.SIGTERM)
 	if code := b.exit(40 * time.Second); code != 0 {
 		t.Fatalf("B: exit %d", code)
+	}
+}
+
+// TestExactlyOnceFalseFence: a commit's outcome is lost (the broker
+// answers UNKNOWN_SERVER_ERROR), and the producer's re-initialisation that
+// follows is answered PRODUCER_FENCED, though no other instance runs (seen
+// on a 3-broker cluster with the coordinator cut off the network). The
+// client never recovers from that answer. walrelay restarts the session,
+// finds that no other process streams the slot, and goes on with a new
+// producer of the transactional id, in the same process; a read_committed
+// consumer sees every row once. (Before, the session was restarted without
+// end, each Resume failing on the dead producer, and nothing more was
+// published; on a real cluster walrelay stopped, "another walrelay
+// instance took over the transactional id (fenced)".) A real takeover
+// still stops the fenced instance: TestExactlyOnceZombieIsFenced.
+func TestExactlyOnceFalseFence(t *testing.T) {
+	t.Parallel()
+	pg, kc, _ := setup(t)
+	fk := kc.fake(t)
+	col := committedCollector(t, kc)
+	conn := connect(t, pg.DSN)
+	p := streaming(t, eosEnv(pg, kc))
+	w := newWriter(30, 29)
+	w.bytes = 100
+	stop := w.keepWriting(t.Context(), pg.DSN)
+	waitfor.Until(t, time.Minute, "walrelay publishing", func() bool { return len(col.Records()) > 100 })
+	var lost, fenced atomic.Bool
+	fk.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		fk.KeepControl()
+		end := req.(*kmsg.EndTxnRequest)
+		if !end.Commit || !lost.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		resp := end.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	fk.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		fk.KeepControl()
+		r := req.(*kmsg.InitProducerIDRequest)
+		// The client's re-initialisation at its own producer id; a new
+		// client asks with none (-1).
+		if r.ProducerID < 0 || !lost.Load() || !fenced.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = kerr.ProducerFenced.Code, -1, -1
+		return resp, nil, true
+	})
+	p.waitLog("a new producer of the transactional id takes over", 30*time.Second)
+	before := len(col.Records())
+	waitfor.Until(t, time.Minute, "walrelay publishing after the fence", func() bool { return len(col.Records()) > before+100 })
+	if n := stop(); n != 0 {
+		t.Fatalf("%d writes failed", n)
+	}
+	onceEach(t, col, conn, "a false fence")
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		if strings.Contains(l, "fenced") {
+			t.Log(l[:min(len(l), 160)])
+		}
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("walrelay exited after the false fence:\n%s", p.out.String())
+	default:
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(40 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
 	}
 }
 
