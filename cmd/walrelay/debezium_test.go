@@ -106,9 +106,9 @@ func TestDebeziumParity(t *testing.T) {
 	for _, c := range []struct {
 		name, converter, schemas, format, payloadType string
 		expand, registry                              bool
-		// aggType, if set, is the aggregate id column's type: bigint
-		// (NOT NULL) or uuid (nullable), whose keys Debezium writes in
-		// the column's own schema (#38).
+		// aggType, if set, is the aggregate id column's type: bigint or
+		// smallint (NOT NULL), or uuid (nullable), whose keys Debezium
+		// writes in the column's own schema (#38).
 		aggType string
 	}{
 		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw", "", false, false, ""},
@@ -130,6 +130,7 @@ func TestDebeziumParity(t *testing.T) {
 		{"json_schema_bigint_key", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "", false, false, "bigint"},
 		{"avro_bigint_key", "", "", "avro", "", false, true, "bigint"},
 		{"avro_uuid_key", "", "", "avro", "", false, true, "uuid"},
+		{"avro_smallint_key", "", "", "avro", "", false, true, "smallint"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -157,6 +158,10 @@ func TestDebeziumParity(t *testing.T) {
 				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN aggregateid TYPE bigint USING aggregateid::bigint")
 				agg = func(_ string, i int) string { return fmt.Sprint(int64(1)<<32 + int64(i)) }
 				w.prefix = "42949672" // 42949672<0..19>: most beyond an int
+			case "smallint":
+				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN aggregateid TYPE smallint USING aggregateid::smallint")
+				agg = func(_ string, i int) string { return fmt.Sprint(-32768 + i) }
+				w.prefix = "327" // 3270..32719
 			case "uuid":
 				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN aggregateid TYPE uuid USING aggregateid::uuid, ALTER COLUMN aggregateid DROP NOT NULL")
 				agg = func(_ string, i int) string { return fmt.Sprintf("0b7e9a8c-1f2d-4e5a-9b6c-7d8e9f0a%04d", i) }
