@@ -162,6 +162,10 @@ func (w *avroWriter) schema(s *ConnectSchema, space string) error {
 func (w *avroWriter) base(s *ConnectSchema, space string) (string, error) {
 	var prim string
 	switch s.Type {
+	case "int16":
+		// AvroData marks a Connect int16 on Avro's int.
+		w.b = append(w.b, `{"type":"int","connect.type":"int16"}`...)
+		return "int", nil
 	case "int32":
 		prim = "int"
 	case "int64":

@@ -96,6 +96,14 @@ func (w *avroBinary) base(s *ConnectSchema, n *Node) error {
 		}
 		w.long(v)
 		return nil
+	case "int16":
+		// An aggregate id of a smallint column (KeySchemaOf): Avro's int.
+		v, err := strconv.ParseInt(n.Text, 10, 64)
+		if n.Kind != KindInt32 || err != nil || v < math.MinInt16 || v > math.MaxInt16 {
+			return mismatch()
+		}
+		w.long(v)
+		return nil
 	case "double":
 		f, err := avroDouble(n)
 		if err != nil {
@@ -233,7 +241,7 @@ func (z *avroSizer) value(s *ConnectSchema, n *Node) int64 {
 		return u + longSize(int64(len(n.Text))) + int64(len(n.Text))
 	case "boolean":
 		return u + 1
-	case "int32", "int64":
+	case "int16", "int32", "int64":
 		v, _ := strconv.ParseInt(n.Text, 10, 64)
 		return u + longSize(v)
 	case "double":

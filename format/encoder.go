@@ -49,12 +49,21 @@ func NewAvroEncoder(reg *Registry) *AvroEncoder {
 // maxCachedSchemas bounds the parsed schemas kept (by SchemaFirst).
 const maxCachedSchemas = 1000
 
-// Key writes an aggregate id, the key of topic's record.
-func (e *AvroEncoder) Key(ctx context.Context, topic string, key []byte) ([]byte, error) {
+// Key writes an aggregate id of column c, the key of topic's record, in
+// the column's own schema as Debezium's EventRouter does (KeySchemaOf).
+func (e *AvroEncoder) Key(ctx context.Context, topic string, key []byte, c KeyColumn) ([]byte, error) {
 	if key == nil {
 		return nil, nil
 	}
-	return e.encode(ctx, Subject(topic, true), KeySchema, &Node{Kind: KindString, Text: string(key)}, 0)
+	s, err := KeySchemaOf(c)
+	if err != nil {
+		return nil, err
+	}
+	n, err := KeyNode(s, key)
+	if err != nil {
+		return nil, err
+	}
+	return e.encode(ctx, Subject(topic, true), s, n, 0)
 }
 
 // Value writes a payload, the value of topic's record; a NULL payload is

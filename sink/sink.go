@@ -561,7 +561,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		return
 	}
 	if s.cfg.KeyFormat != FormatRaw && s.cfg.KeyFormat != FormatAvro {
-		r.Key = s.cfg.KeyFormat.encode(r.Key, keySchema)
+		r.Key = s.cfg.KeyFormat.encodeKey(r.Key, keyColumn(e))
 	}
 	switch {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
