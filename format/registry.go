@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
@@ -45,6 +47,39 @@ func Subject(topic string, key bool) string {
 		return topic + "-key"
 	}
 	return topic + "-value"
+}
+
+// MaxSubjectBytes bounds a subject that walrelay makes of an event's type
+// (the type and topic_type strategies): Apicurio keeps a subject (an
+// artifact id) in 512 characters, and a request whose path is kilobytes
+// long gets no answer from it at all.
+const MaxSubjectBytes = 512
+
+// typeSubject checks subject, made of the event's type typ (the
+// application's data), before any request names it: a subject that no
+// registry can have, or that changes the request's path (".", "..", which
+// a server normalizes away: "/subjects/../versions/latest" is
+// "/versions/latest", a 404 without Confluent's error code, read as a
+// wrong URL, which would hold the whole stream for ever on one event), is
+// the event's error, wrapping kind (ErrNotRegistered, ErrSchemaUnknown)
+// and naming the type.
+func typeSubject(kind error, subject, typ string) error {
+	why := ""
+	switch {
+	case subject == "":
+		why = "an empty subject"
+	case subject == "." || subject == "..":
+		why = "a path segment that the request's URL loses"
+	case len(subject) > MaxSubjectBytes:
+		why = fmt.Sprintf("a subject of %d bytes, more than the %d a registry keeps", len(subject), MaxSubjectBytes)
+	case !utf8.ValidString(subject):
+		why = "not UTF-8"
+	case strings.IndexFunc(subject, unicode.IsControl) >= 0:
+		why = "a control character, which a registry refuses in a subject"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: the event's type %q (%d bytes) cannot name a subject: %s", kind, clip(typ), len(typ), why)
 }
 
 // Errors of a registry that retrying cannot fix for that schema: the event
