@@ -109,6 +109,15 @@ var (
 	ErrNotSchemaRegistry = errors.New("the schema registry URL does not serve Confluent's Schema Registry API (a wrong path? Apicurio serves it at /apis/ccompat/v7)")
 )
 
+// retryLater reports whether an HTTP status asks the client to retry
+// later: 408 Request Timeout, 425 Too Early, 429 Too Many Requests
+// (Confluent's and Apicurio's rate limit, error code 42901). Such an
+// answer is an outage (held, retried), never a refusal of the schema nor
+// a URL that does not serve the API.
+func retryLater(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests
+}
+
 // notFound reports whether re is Confluent's API saying that it does not
 // have a subject (error code 40401), a version (40402) or a schema
 // (40403): a 404 without one of these codes is a path the server does not
@@ -397,7 +406,8 @@ func RefsByName(refs []Reference) map[string]string {
 func (r *Registry) Client() *sr.Client { return r.cl }
 
 // Ping asks the registry for its subjects: an error if it does not answer
-// (an outage: Outage is true), refuses the credentials (ErrUnauthorized),
+// or asks to retry later (408, 425, 429: an outage, Outage is true),
+// refuses the credentials (ErrUnauthorized),
 // or answers something else than Confluent's API (ErrNotSchemaRegistry:
 // a wrong path, another API, a web page).
 func (r *Registry) Ping(ctx context.Context) error {
@@ -415,6 +425,9 @@ func (r *Registry) Ping(ctx context.Context) error {
 		err = fmt.Errorf("%w (HTTP %d): %v", ErrUnauthorized, re.StatusCode, err)
 	case errors.As(err, &re) && re.StatusCode == http.StatusNotFound:
 		err = wrongPath("GET /subjects", re)
+	case errors.As(err, &re) && retryLater(re.StatusCode):
+		// Confluent's API (or a proxy in front of it) asking to retry: an
+		// outage, not a wrong URL.
 	case errors.As(err, &re) && re.StatusCode < 500:
 		err = fmt.Errorf("%w: HTTP %d to GET /subjects from %s: %s", ErrNotSchemaRegistry, re.StatusCode, redacted(re.URL), clip(re.Error()))
 	case errors.As(err, &syntax), errors.As(err, &typ):
