@@ -83,7 +83,7 @@ func TestRegistrySchemaFirstOddTypeDeadLettered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, typ := range append([]string{"Nope", "a/b", "a?b", "a#b", "%", "a%2Fb", "a b", `a\b`, "é", strings.Repeat("é", MaxSubjectBytes/2-10)}, oddTypes...) {
+		for _, typ := range append([]string{"Nope", "a/b", "a?b", "a#b", "%", "a%2Fb", "a b", `a\b`, "é", "a/..", "../x", "./x", "%2e%2e", "a;b", ";", strings.Repeat("é", MaxSubjectBytes/2-10)}, oddTypes...) {
 			_, err := enc.Value(ctx, "orders", typ, []byte(`{"a":1}`))
 			switch {
 			case err == nil:
