@@ -153,7 +153,7 @@ type Registry struct {
 type schema struct {
 	typ   string
 	avro  avro.Schema                 // Avro
-	api   avro.API                    // Avro: the codecs it decodes with (nil: DefaultConfig)
+	api   avro.API                    // Avro: the codecs it decodes with (nil: defaultCodecs)
 	proto protoreflect.FileDescriptor // Protobuf
 	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
@@ -164,7 +164,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}, codecs: avro.Config{}.Freeze()}, nil
+	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}, codecs: format.AvroDecodeConfig()}, nil
 }
 
 // maxSchemas bounds the schemas kept.
@@ -323,10 +323,14 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 	}
 }
 
+// defaultCodecs is the hamba/avro configuration of a schema outside a
+// Registry's cache.
+var defaultCodecs = format.AvroDecodeConfig()
+
 // codecs is the hamba/avro configuration that s decodes with.
 func (s *schema) codecs() avro.API {
 	if s.api == nil {
-		return avro.DefaultConfig
+		return defaultCodecs
 	}
 	return s.api
 }
@@ -351,8 +355,8 @@ func decodeAvro(id uint32, s *schema, body []byte, v any) error {
 		}
 		*p = mp
 	default:
-		if err := s.codecs().Unmarshal(s.avro, body, v); err != nil {
-			return undecodable(id, fmt.Errorf("decode in Avro into %T: %w", v, err))
+		if err := format.UnmarshalAvro(s.codecs(), s.avro, body, v); err != nil {
+			return undecodable(id, fmt.Errorf("into %T: %w", v, err))
 		}
 	}
 	return nil
@@ -467,7 +471,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 	r.mu.Lock()
 	if len(r.schemas) >= maxSchemas {
 		clear(r.schemas)
-		r.codecs = avro.Config{}.Freeze() // the old one's decoders go with the schemas
+		r.codecs = format.AvroDecodeConfig() // the old one's decoders go with the schemas
 	}
 	if s.avro != nil {
 		s.api = r.codecs
