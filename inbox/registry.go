@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -158,8 +159,16 @@ type schema struct {
 	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
 
-// NewRegistry returns a decoder of the registry of cfg.
+// NewRegistry returns a decoder of the registry of cfg. A URL with
+// credentials in it (http://user:password@host) is refused: they go in
+// Username and Password (a URL is printed in errors and logs, a password
+// never is).
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	if u, err := url.Parse(cfg.URL); err != nil {
+		return nil, errors.New("inbox: RegistryConfig.URL is not a URL") // url.Parse's error would print it, password and all
+	} else if u.User != nil {
+		return nil, errors.New("inbox: RegistryConfig.URL holds credentials (user@ or user:password@): give them in RegistryConfig.Username and RegistryConfig.Password")
+	}
 	reg, err := format.NewRegistry(format.RegistryConfig{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS})
 	if err != nil {
 		return nil, err

@@ -64,3 +64,22 @@ func TestRegistryDecodeHostileAvroUndecodable(t *testing.T) {
 		})
 	}
 }
+
+// TestNewRegistryRefusesCredentialsInURL: credentials in the URL
+// (franz-go's errors print the URL, password and all) are refused,
+// naming Username and Password, and the refusal does not print them.
+func TestNewRegistryRefusesCredentialsInURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"http://u:s3cret-pw@registry:8081", "http://s3cret-pw@registry:8081", "http://u:s3cret-pw@registry:8081/%zz"} {
+		_, err := NewRegistry(RegistryConfig{URL: u})
+		if err == nil || !strings.Contains(err.Error(), "Username") && !strings.Contains(err.Error(), "not a URL") {
+			t.Errorf("NewRegistry(%q): %v, want a refusal naming Username and Password", u, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("NewRegistry(%q): the error prints the password: %v", u, err)
+		}
+	}
+	if _, err := NewRegistry(RegistryConfig{URL: "http://registry:8081/apis/ccompat/v7", Username: "u", Password: "pw"}); err != nil {
+		t.Errorf("a URL without credentials: %v", err)
+	}
+}
