@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/twmb/franz-go/pkg/sr"
+	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
@@ -54,7 +56,24 @@ var (
 	// without limit, as when the database is down, and not counted as an
 	// attempt: nothing is dead-lettered because of an outage.
 	ErrRegistryUnavailable = errors.New("the schema registry is unavailable")
+	// ErrRegistryRefused is an ErrRegistryUnavailable of a registry that
+	// refused the consumer's credentials (HTTP 401) or the schema to them
+	// (403): held as an outage is (nothing dead-lettered), but a
+	// configuration to mend (RegistryConfig.Username, Password), logged
+	// so and counted apart (walrelay_inbox_registry_waits_total{reason=
+	// "credentials"}).
+	ErrRegistryRefused = errors.New("the schema registry refused the consumer's credentials")
 )
+
+// registryDown is err, of the registry, as ErrRegistryUnavailable (and
+// ErrRegistryRefused for a 401 or 403).
+func registryDown(err error) error {
+	var re *sr.ResponseError
+	if errors.Is(err, format.ErrUnauthorized) || errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
+		return fmt.Errorf("%w: %w: %w", ErrRegistryUnavailable, ErrRegistryRefused, err)
+	}
+	return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+}
 
 // ErrNotFramed is a key or value that is not in Confluent's wire format
 // (the magic byte 0 and a 4-byte schema id): not written by a schema
@@ -445,7 +464,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		if errors.Is(err, format.ErrSchemaUnknown) {
 			return nil, undecodable(id, err)
 		}
-		return nil, fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+		return nil, registryDown(err)
 	}
 	s = &schema{typ: got.Type.String()} // AVRO when the API leaves schemaType out
 	switch s.typ {
@@ -458,7 +477,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 			if errors.Is(err, format.ErrNotRegistered) {
 				return nil, undecodable(id, err)
 			}
-			return nil, fmt.Errorf("%w: schema id %d: %w", ErrRegistryUnavailable, id, err)
+			return nil, registryDown(fmt.Errorf("schema id %d: %w", id, err))
 		}
 		switch s.typ {
 		case Avro:
