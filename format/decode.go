@@ -16,8 +16,8 @@ import (
 // process (a fatal out-of-memory or stack overflow, which no recover
 // catches).
 const (
-	// MaxAvroDepth is how deep records, arrays, maps and unions may nest
-	// in one datum (a recursive schema's linked list of that many).
+	// MaxAvroDepth is how deep records, arrays and maps may nest in one
+	// datum (a recursive schema's linked list of that many).
 	MaxAvroDepth = 1000
 	// MaxAvroEmptyItems is how many array items that take no bytes (a
 	// null, an empty record, a fixed of 0) one datum may hold in all.
@@ -181,7 +181,7 @@ func (w *avroWalk) datum(s avro.Schema, depth int) error {
 		if i < 0 || i >= int64(len(x.Types())) {
 			return fmt.Errorf("union branch %d of %d", i, len(x.Types()))
 		}
-		return w.datum(x.Types()[i], depth+1)
+		return w.datum(x.Types()[i], depth) // the record or array in it counts
 	case *avro.ArraySchema:
 		return w.blocks(depth, nil, x.Items())
 	case *avro.MapSchema:

@@ -55,7 +55,7 @@ func TestDecodeAvroBoundsRefuseHostileDatum(t *testing.T) {
 
 // TestDecodeAvroWithinBounds: what the bounds leave decodable: a datum
 // that walrelay's avro format writes with a text of 2 MiB (beyond
-// hamba/avro's default 1 MiB for a string), a linked list 100 deep, a few
+// hamba/avro's default 1 MiB for a string), a linked list MaxAvroDepth deep, a few
 // nulls in an array, a block with its byte size (a negative count).
 func TestDecodeAvroWithinBounds(t *testing.T) {
 	text := strings.Repeat("a", 2<<20)
@@ -71,13 +71,13 @@ func TestDecodeAvroWithinBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := append(bytes.Repeat([]byte{2}, 100), 0)
+	list := append(bytes.Repeat([]byte{2}, format.MaxAvroDepth-1), 0)
 	cases := []struct {
 		name, schema string
 		body         []byte
 	}{
 		{"walrelay's own 2 MiB text", as.Text, body},
-		{"linked list of 100", `{"type":"record","name":"R","fields":[{"name":"r","type":["null","R"]}]}`, list},
+		{"linked list of MaxAvroDepth", `{"type":"record","name":"R","fields":[{"name":"r","type":["null","R"]}]}`, list},
 		{"three nulls", `{"type":"array","items":"null"}`, []byte{6, 0}},
 		{"block with its size", `{"type":"array","items":"long"}`, []byte{3, 4, 2, 4, 0}},
 	}
