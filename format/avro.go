@@ -325,7 +325,7 @@ func DecodeAvro(schema string, body []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
 	}
-	return DecodeAvroWith(avro.Config{}.Freeze(), s, body) // nothing kept past the call
+	return DecodeAvroWith(AvroDecodeConfig(), s, body) // nothing kept past the call
 }
 
 // unwrap takes the union wrappers ({"name": value}) off a value that
