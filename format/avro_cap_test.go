@@ -29,11 +29,13 @@ func distinctObjects(n int) string {
 }
 
 // TestItemSchemaMergeLinear: the distinct schemas of an array's objects
-// are merged in time about linear in them: 20 000 objects, each with a key
-// of its own, are inferred in well under a second (the merge was
-// quadratic: 2.7 s), in the order the merge gives.
+// are merged in time about linear in them: 60 000 objects, each with a key
+// of its own, are inferred in about half a second under the race detector
+// on a loaded machine (the quadratic merge took 5.6 s for 20 000, so some
+// 50 s for these), in the order the merge gives. The bound is a hang
+// check, far from both: the speed itself is BenchmarkAvroEncoderValue's.
 func TestItemSchemaMergeLinear(t *testing.T) {
-	const objects = 20000
+	const objects = 60000
 	n, err := ParseJSON([]byte(distinctObjects(objects)))
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +47,7 @@ func TestItemSchemaMergeLinear(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d distinct objects inferred in %v", objects, took)
-	if took > time.Second {
+	if took > 15*time.Second {
 		t.Errorf("%d distinct objects took %v to infer", objects, took)
 	}
 	items := s.Field("items").Items
