@@ -42,7 +42,11 @@ func TestExactlyOnceFalseFenceAfterACutCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			kc := kafkatest.Start(t)
-			s := txnSink(t, kc, "walrelay-false-fence", kgo.RetryTimeout(time.Second), kgo.RequestRetries(2))
+			hooks := &lifecycleHooks{}
+			s := txnSink(t, kc, "walrelay-false-fence", kgo.RetryTimeout(time.Second), kgo.RequestRetries(2), kgo.WithHooks(hooks))
+			// What the hooks saw of the start: the producer created, and
+			// the client that splitHooks makes to find them.
+			created, closed := hooks.created.Load(), hooks.closed.Load()
 			if err := publish(t, s, txnEvent(0x100, 0)); err != nil {
 				t.Fatal(err)
 			}
@@ -119,6 +123,35 @@ func TestExactlyOnceFalseFenceAfterACutCommit(t *testing.T) {
 			if got := strings.Join(ids, ","); got != "e-0/100-0,e-0/200-0,e-0/300-0" {
 				t.Fatalf("read %s", got)
 			}
+			// A hook that registers metrics at a client's creation (kprom)
+			// sees the producer created once and never closed across the
+			// renewal (a second creation raced with the old producer's hook
+			// goroutines, and its close unregistered the metrics), and
+			// the renewed producer's batches.
+			batches := hooks.batches.Load()
+			if err := publish(t, s, txnEvent(0x400, 0)); err != nil {
+				t.Fatal(err)
+			}
+			if n, c := hooks.created.Load()-created, hooks.closed.Load()-closed; n != 0 || c != 0 {
+				t.Errorf("the hooks saw %d producers created and %d closed across the renewal, want none", n, c)
+			}
+			if hooks.batches.Load() == batches {
+				t.Error("the hooks saw no batch of the renewed producer")
+			}
+			s.Close()
+			if c := hooks.closed.Load() - closed; c != 1 {
+				t.Errorf("the hooks saw %d producers closed at Close, want 1", c)
+			}
 		})
 	}
+}
+
+// lifecycleHooks counts what a metrics hook such as kprom sees of the
+// producer.
+type lifecycleHooks struct{ created, closed, batches atomic.Int32 }
+
+func (h *lifecycleHooks) OnNewClient(*kgo.Client)    { h.created.Add(1) }
+func (h *lifecycleHooks) OnClientClosed(*kgo.Client) { h.closed.Add(1) }
+func (h *lifecycleHooks) OnProduceBatchWritten(kgo.BrokerMetadata, string, int32, kgo.ProduceBatchMetrics) {
+	h.batches.Add(1)
 }

@@ -129,8 +129,8 @@ func (s *Sink) renewClient(why error) error {
 	t := s.tx
 	s.log.Warn("exactly-once: the broker refused the producer as fenced, but this instance holds the replication slot, so no other instance streams it: "+
 		"a new producer of the transactional id takes over (it fences any other) and the committed position is read again", "transactional_id", t.cfg.ID, "err", why)
-	// The old one first: a hook that registers metrics when it sees a
-	// client created (kprom) unregisters them when it sees it closed.
+	// The hooks see neither the close nor the creation (announceClient):
+	// their metrics go on across the renewal.
 	s.client().Close()
 	cl, err := kgo.NewClient(s.clOpts...)
 	if err != nil {

@@ -343,7 +343,17 @@ func New(cfg Config) (*Sink, error) {
 	base := append(opts, s.opts...)
 	// The dialer of cfg.Opts (TLS included), through the fences.
 	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.dialContext)}
-	opts = append(append(slices.Clip(base), kgo.WithHooks(s.optHooks...)), cfg.ProducerOpts...)
+	// In exactly-once mode the producer may be renewed (renewClient):
+	// the hooks see its events through a relay, and its creation and its
+	// close once, from the sink (announceClient), so that a hook that
+	// registers metrics when it sees a client created (kprom) keeps them
+	// across a renewal and is not written to while the old producer's
+	// hook goroutines may still read it.
+	producerHooks := kgo.WithHooks(s.optHooks...)
+	if s.tx != nil {
+		producerHooks = kgo.WithHooks(hookRelay{s.optHooks})
+	}
+	opts = append(append(slices.Clip(base), producerHooks), cfg.ProducerOpts...)
 	opts = append(opts, append(dialer, kgo.WithHooks(s.fences))...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -351,6 +361,9 @@ func New(cfg Config) (*Sink, error) {
 	}
 	s.cl.Store(cl)
 	s.clOpts = opts
+	if s.tx != nil {
+		s.announceClient(cl, true)
+	}
 	qcfg := cfg
 	if s.tx == nil {
 		// The lanes hold half of the limits (lanes.go); the queue and the
@@ -450,7 +463,25 @@ func (s *Sink) Close() {
 	if s.lanes != nil {
 		s.lanes.close()
 	}
-	s.client().Close()
+	cl := s.client()
+	cl.Close()
+	if s.tx != nil {
+		s.announceClient(cl, false)
+	}
+}
+
+// announceClient tells the hooks given for the producer that it was
+// created (created) or closed, as the client itself tells them outside
+// exactly-once mode.
+func (s *Sink) announceClient(cl *kgo.Client, created bool) {
+	for _, h := range s.optHooks {
+		if n, ok := h.(kgo.HookNewClient); ok && created {
+			n.OnNewClient(cl)
+		}
+		if c, ok := h.(kgo.HookClientClosed); ok && !created {
+			c.OnClientClosed(cl)
+		}
+	}
 }
 
 // Delivery says where Kafka acknowledged an event.
