@@ -200,13 +200,25 @@ func checkLength(s string, limit int, what string) error {
 	return nil
 }
 
-// numberDigits counts the digits of a number literal, as Jackson measures
-// its length.
+// numberDigits counts the digits of a number literal, as Jackson's
+// ReaderBasedJsonParser measures its length: every digit, but an integer
+// part of a single 0 is not counted when the number has a fraction or an
+// exponent, not both (Jackson reads "0." and 1000 nines, "0e" and 1000
+// ones, and refuses "0.9e" and 999 ones: Debezium's harness,
+// testdata/debezium_avro_Probe.java.txt).
 func numberDigits(lit string) int {
 	n := 0
 	for i := 0; i < len(lit); i++ {
 		if lit[i] >= '0' && lit[i] <= '9' {
 			n++
+		}
+	}
+	digits := strings.TrimPrefix(lit, "-")
+	if len(digits) > 1 && digits[0] == '0' {
+		fraction := digits[1] == '.'
+		exponent := strings.ContainsAny(digits, "eE")
+		if fraction != exponent {
+			n--
 		}
 	}
 	return n
@@ -306,6 +318,12 @@ func InferSchema(key string, n *Node) (*ConnectSchema, error) {
 			fs, err := InferSchema(fk, n.Elems[i])
 			if err != nil {
 				return nil, err
+			}
+			if fs != nil && k == "" {
+				// Connect's SchemaBuilder.field throws ("fieldName
+				// cannot be null"): Debezium leaves the payload a
+				// string. A null or empty array under it is left out.
+				return nil, ErrNoSchema
 			}
 			if fs != nil {
 				s.Fields = append(s.Fields, ConnectField{k, fs})
