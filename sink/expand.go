@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -188,10 +189,20 @@ func (f Format) expandJSON(payload []byte, column string) ([]byte, bool) {
 }
 
 // expand is the expanded value of e's payload, if the sink expands JSON
-// payloads and Debezium would expand this one.
-func (s *Sink) expand(e *event.Event) ([]byte, bool) {
+// payloads and Debezium would expand this one. A value nesting deeper
+// than Jackson writes (format.MaxNestingDepth: a json_schema envelope of
+// a payload of 500 nested objects) is an error: Debezium's JsonConverter
+// fails on it ("Converting Kafka Connect data to byte[] failed due to
+// serialization error") and its task stops.
+func (s *Sink) expand(e *event.Event) ([]byte, bool, error) {
 	if !s.cfg.ExpandJSONPayload || e.Payload == nil {
-		return nil, false
+		return nil, false, nil
 	}
-	return s.cfg.ValueFormat.expandJSON(e.Payload, e.PayloadColumn)
+	v, ok := s.cfg.ValueFormat.expandJSON(e.Payload, e.PayloadColumn)
+	if ok {
+		if d := format.Nesting(v); d > format.MaxNestingDepth {
+			return nil, false, fmt.Errorf("the expanded payload nests %d deep in %s, more than the %d that Jackson writes (Debezium's converter fails on it)", d, s.cfg.ValueFormat, format.MaxNestingDepth)
+		}
+	}
+	return v, ok, nil
 }

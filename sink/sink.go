@@ -570,7 +570,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))
-		} else if v, ok := s.expand(e); ok {
+		} else if v, ok, err := s.expand(e); err != nil {
+			s.deadLetter(ctx, e, ReasonFormat, topic, err, gen, done)
+			return
+		} else if ok {
 			r.Value = v
 		} else {
 			r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema(e))
