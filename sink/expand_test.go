@@ -85,6 +85,8 @@ func TestExpandJSONDebeziumParity38(t *testing.T) {
 		{`{"a":{"":[]}}`, `{"schema":{"type":"struct","fields":[{"type":"struct","fields":[],"optional":true,"name":"payload.a","field":"a"}],"optional":true,"name":"payload"},"payload":{"a":{}}}`},
 		{`{"a":"\ud800"}`, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"}],"optional":true,"name":"payload"},"payload":{"a":"\uD800"}}`},
 		{`{"a":"x\udc00y"}`, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"}],"optional":true,"name":"payload"},"payload":{"a":"x\uDC00y"}}`},
+		{`{"a":"\ud83d\ude00\ud800\ud800\n\u00e9\\ud800\"x","\udc00":["\udfff",  "\uDBFF\uDFFF"]}`, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"},{"type":"array","items":{"type":"string","optional":true},"optional":true,"field":"\uDC00"}],"optional":true,"name":"payload"},"payload":{"a":"\uD83D\uDE00\uD800\uD800\né\\ud800\"x","\uDC00":["\uDFFF","\uDBFF\uDFFF"]}}`},
+		{`{"a":"\ud800","\ud800":{"\ud801":1}}`, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"},{"type":"struct","fields":[{"type":"int32","optional":true,"field":"\uD801"}],"optional":true,"name":"payload.\uD800","field":"\uD800"}],"optional":true,"name":"payload"},"payload":{"a":"\uD800","\uD800":{"\uD801":1}}}`},
 		{`{"\ud800":1}`, `{"schema":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"\uD800"}],"optional":true,"name":"payload"},"payload":{"\uD800":1}}`},
 		{`{"a":0.` + nines + `}`, dbl + `1.0}}`},
 		{`{"a":-0.` + nines + `}`, dbl + `-1.0}}`},
