@@ -71,6 +71,11 @@ type Layout struct {
 	// reads it from the catalog at start; a Relation message does not
 	// say): its events' PayloadRequired.
 	PayloadNotNull bool
+	// AggregateIDNullable says that the aggregate id column is not NOT
+	// NULL (the relay reads it from the catalog at start): its events'
+	// AggregateIDNullable. The zero value is NOT NULL, as walrelay migrate
+	// creates the column.
+	AggregateIDNullable bool
 	// HeaderColumns are extra columns copied into Kafka headers named after
 	// them (or as HeaderNames says). A listed column missing from the table
 	// is an error.
@@ -262,6 +267,7 @@ type relation struct {
 	// text type or bytea (Event.PayloadText, PayloadBytes).
 	payloadText, payloadBytes bool
 	payloadRequired           bool // the layout's PayloadNotNull
+	aggIDNullable             bool // the layout's AggregateIDNullable
 }
 
 // WithDefaults returns cfg with its empty fields set to the defaults.
@@ -476,6 +482,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 	r.outbox = true
 	r.source = l.Name()
 	r.payloadRequired = l.PayloadNotNull
+	r.aggIDNullable = l.AggregateIDNullable
 	index := func(name string) (int, error) {
 		for i, c := range m.Columns {
 			if c.Name == name {

@@ -140,6 +140,7 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 	// connection, so what the event keeps is copied.
 	e.PayloadText, e.PayloadBytes, e.PayloadRequired = r.payloadText, r.payloadBytes, r.payloadRequired
 	e.PayloadColumn = r.cols[r.payload].Name
+	e.AggregateIDType, e.AggregateIDNullable = r.cols[r.aggID].DataType, r.aggIDNullable
 	if p := vals[r.payload]; p.kind == 't' && passThrough(r.cols[r.payload].DataType) {
 		e.Payload = bytes.Clone(p.data)
 	} else if v, ok := value(r.payload, false); ok {

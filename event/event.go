@@ -32,6 +32,12 @@ type Event struct {
 	// json_schema format then marks the value's schema required
 	// (optional false), as Debezium does.
 	PayloadRequired bool
+	// AggregateIDType is the aggregate id column's type OID (0 for a
+	// logical message: text), and AggregateIDNullable says that the column
+	// is not NOT NULL: the avro key format writes the key in the column's
+	// own schema, as Debezium's EventRouter does.
+	AggregateIDType     uint32
+	AggregateIDNullable bool
 	// PayloadColumn is the payload column's name: the name of the schema
 	// inferred for an expanded JSON payload, as Debezium names it.
 	PayloadColumn string

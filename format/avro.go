@@ -91,9 +91,25 @@ var (
 // deeper than Jackson writes (MaxNestingDepth: a payload of some 250
 // nested objects) is an error: Debezium's converter fails on it.
 func Avro(s *ConnectSchema) (*AvroSchema, error) {
-	w := &avroWriter{}
+	return avroWithin(s, 0)
+}
+
+// errSchemaSize is a schema text over its bound (avroWithin).
+var errSchemaSize = errors.New("schema over its bound")
+
+// avroWithin is Avro, failing as soon as the text passes maxBytes (0 no
+// bound): the text of an inferred schema grows with the keys of the
+// payload (some 50 bytes a field, ten times the key's own).
+func avroWithin(s *ConnectSchema, maxBytes int) (*AvroSchema, error) {
+	w := &avroWriter{max: maxBytes}
 	if err := w.schema(s, ""); err != nil {
+		if errors.Is(err, errSchemaSize) {
+			return nil, fmt.Errorf("its schema is more than the %d bytes that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", maxBytes)
+		}
 		return nil, err
+	}
+	if maxBytes > 0 && len(w.b) > maxBytes {
+		return nil, fmt.Errorf("its schema is %d bytes, more than the %d that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", len(w.b), maxBytes)
 	}
 	if d := Nesting(w.b); d > MaxNestingDepth {
 		return nil, fmt.Errorf("the Avro schema of the payload nests %d deep, more than the %d that Jackson writes (Debezium's converter fails on it)", d, MaxNestingDepth)
@@ -124,6 +140,7 @@ func Nesting(text []byte) int {
 type avroWriter struct {
 	b        []byte
 	defaults int // records named ConnectDefault so far
+	max      int // the most bytes of b, 0 no bound (errSchemaSize)
 }
 
 // schema appends s, in a record of namespace space ("" none).
@@ -145,6 +162,10 @@ func (w *avroWriter) schema(s *ConnectSchema, space string) error {
 func (w *avroWriter) base(s *ConnectSchema, space string) (string, error) {
 	var prim string
 	switch s.Type {
+	case "int16":
+		// AvroData marks a Connect int16 on Avro's int.
+		w.b = append(w.b, `{"type":"int","connect.type":"int16"}`...)
+		return "int", nil
 	case "int32":
 		prim = "int"
 	case "int64":
@@ -218,6 +239,9 @@ func (w *avroWriter) record(s *ConnectSchema, space string) (string, error) {
 	for i, f := range s.Fields {
 		if !avroName(f.Name) {
 			return "", fmt.Errorf("field %q of %q: %w", f.Name, s.Name, ErrAvroName)
+		}
+		if w.max > 0 && len(w.b) > w.max {
+			return "", errSchemaSize
 		}
 		if i > 0 {
 			w.b = append(w.b, ',')
@@ -301,7 +325,7 @@ func DecodeAvro(schema string, body []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
 	}
-	return DecodeAvroWith(avro.Config{}.Freeze(), s, body) // nothing kept past the call
+	return DecodeAvroWith(AvroDecodeConfig(), s, body) // nothing kept past the call
 }
 
 // unwrap takes the union wrappers ({"name": value}) off a value that

@@ -188,6 +188,9 @@ func equivalent(t *testing.T, payload []byte) {
 				t.Fatalf("%q: schema\n%s, was\n%s", payload, as.Text, text)
 			}
 			got, err = as.EncodeAvro(s, n)
+			if size := AvroSize(s, n); err == nil && size != int64(len(got)) {
+				t.Fatalf("%q (%+v): AvroSize %d, written %d", payload, p, size, len(got))
+			}
 		}
 		switch {
 		case (err == nil) != (werr == nil):
@@ -226,7 +229,8 @@ var equivalenceTable = []string{
 	`{"s": "\ud800"}`, "{\"s\": \"\xff\xfe\"}", `{"dup": 1, "dup": 2}`, `{"a": {"b": 1}, "a": {"c": "x"}}`,
 	`{"l": [{"o": {"x": 1}}, {"o": {"y": 2}}]}`, `{"l": [[{"a": 1}], [{"b": 2}]]}`,
 	`{"bool": [true, false, null]}`, `{"l": [[[["deep"]]]]}`, `not json`, `{"trailing": 1} x`,
-	wideObject(300), `{"w": ` + wideObject(40) + `}`,
+	wideObject(300), `{"w": ` + wideObject(40) + `}`, distinctObjects(40),
+	`{"l": [` + wideObject(20) + `, {"k3": null, "k5": 3000000, "z": [1]}, {"k7": 2, "k1": null}, null]}`,
 }
 
 // TestAvroEncodeEquivalent: EncodeAvro writes the bytes (and refuses the

@@ -29,7 +29,12 @@ import (
 // fit s (null in a required schema, a JSON string in an int field, an
 // integer beyond 64 bits in a double one) is an error naming its place.
 func (a *AvroSchema) EncodeAvro(s *ConnectSchema, n *Node) ([]byte, error) {
-	w := avroBinary{b: make([]byte, 0, 64)}
+	return encodeAvro(s, n, 64)
+}
+
+// encodeAvro is EncodeAvro into a buffer of capacity size.
+func encodeAvro(s *ConnectSchema, n *Node, size int) ([]byte, error) {
+	w := avroBinary{b: make([]byte, 0, size)}
 	if err := w.value(s, n); err != nil {
 		return nil, err
 	}
@@ -87,6 +92,14 @@ func (w *avroBinary) base(s *ConnectSchema, n *Node) error {
 			return &encodeError{msg: err.Error(), err: err}
 		}
 		if s.Type == "int32" && (v < math.MinInt32 || v > math.MaxInt32) {
+			return mismatch()
+		}
+		w.long(v)
+		return nil
+	case "int16":
+		// An aggregate id of a smallint column (KeySchemaOf): Avro's int.
+		v, err := strconv.ParseInt(n.Text, 10, 64)
+		if n.Kind != KindInt32 || err != nil || v < math.MinInt16 || v > math.MaxInt16 {
 			return mismatch()
 		}
 		w.long(v)
@@ -182,4 +195,117 @@ func at(err error, seg string) error {
 		e.rev = append(e.rev, seg)
 	}
 	return err
+}
+
+// ErrTooLarge is a value whose encoding would be larger than the record
+// size the sink can publish (Payload.MaxBytes): it is not written, and the
+// event goes to the dead-letter topic (too_large).
+var ErrTooLarge = errors.New("the value would be larger than a record can be")
+
+// AvroSize is the length of the Avro encoding of n in s, as EncodeAvro
+// writes it, counted without writing it: the time is linear in n and s
+// (not in the output, which is not: each element of an array of records
+// writes a null for each field it lacks, so a payload of E objects each
+// with a key of its own writes E×E nulls). For a value that s cannot
+// write, it is a guess: EncodeAvro fails on it.
+func AvroSize(s *ConnectSchema, n *Node) int64 {
+	var z avroSizer // its maps made at the first wide record
+	return z.value(s, n)
+}
+
+// avroSizer counts, with the field indexes and null counts of the wide
+// records met (made once per record schema).
+type avroSizer struct {
+	fields map[*ConnectSchema]map[string]int
+	nulls  map[*ConnectSchema]int64 // the optional fields of a record
+}
+
+// sizeIndexFrom is the number of fields from which a record's size is
+// counted by the keys of its value (not by its fields), when its value has
+// fewer than half as many keys: a record merged from an array's objects.
+const sizeIndexFrom = 16
+
+func (z *avroSizer) value(s *ConnectSchema, n *Node) int64 {
+	if n == nil || n.Kind == KindNull {
+		if s.Required {
+			return 0 // EncodeAvro fails
+		}
+		return 1
+	}
+	u := int64(1)
+	if s.Required {
+		u = 0
+	}
+	switch s.Type {
+	case "string", "bytes":
+		return u + longSize(int64(len(n.Text))) + int64(len(n.Text))
+	case "boolean":
+		return u + 1
+	case "int16", "int32", "int64":
+		v, _ := strconv.ParseInt(n.Text, 10, 64)
+		return u + longSize(v)
+	case "double":
+		return u + 8
+	case "array":
+		if len(n.Elems) == 0 {
+			return u + 1
+		}
+		size := u + longSize(int64(len(n.Elems))) + 1
+		for _, e := range n.Elems {
+			size += z.value(s.Items, e)
+		}
+		return size
+	case "struct":
+		if n.Kind != KindObject {
+			return u
+		}
+		if len(s.Fields) < sizeIndexFrom || len(s.Fields) <= 2*len(n.Keys) {
+			for _, f := range s.Fields {
+				u += z.value(f.Schema, n.Field(f.Name))
+			}
+			return u
+		}
+		// A wide record: its nulls, then for each of the value's keys
+		// that is a field, its value in place of its null.
+		idx, ok := z.fields[s]
+		if !ok {
+			idx = make(map[string]int, len(s.Fields))
+			var nulls int64
+			for i, f := range s.Fields {
+				idx[f.Name] = i
+				if !f.Schema.Required {
+					nulls++
+				}
+			}
+			if z.fields == nil {
+				z.fields, z.nulls = map[*ConnectSchema]map[string]int{}, map[*ConnectSchema]int64{}
+			}
+			z.fields[s], z.nulls[s] = idx, nulls
+		}
+		size := u + z.nulls[s]
+		for i, k := range n.Keys {
+			j, ok := idx[k]
+			if !ok {
+				continue // not a field (a null or [] left out)
+			}
+			f := s.Fields[j].Schema
+			size += z.value(f, n.Elems[i])
+			if !f.Required {
+				size-- // its null
+			}
+		}
+		return size
+	}
+	return u
+}
+
+// longSize is the length of v as a zigzag varint.
+func longSize(v int64) int64 {
+	x := uint64(v<<1) ^ uint64(v>>63)
+	size := int64(1)
+	for x >= 0x80 {
+		x >>= 7
+		size++
+	}
+	return size
 }

@@ -20,6 +20,12 @@ type Payload struct {
 	// Expand is table.expand.json.payload: a JSON object or array becomes
 	// a record (or array) of the schema inferred from it.
 	Expand bool
+	// MaxBytes bounds the value written (the largest record the sink can
+	// publish); 0 none. A value whose encoding would be larger is
+	// ErrTooLarge, found before it is written (its size counted from its
+	// schema and its parsed JSON): an expanded payload of E objects with
+	// keys of their own writes about E×E bytes.
+	MaxBytes int
 }
 
 // ErrPayload is a payload that the format cannot write (Debezium's
@@ -43,12 +49,21 @@ func NewAvroEncoder(reg *Registry) *AvroEncoder {
 // maxCachedSchemas bounds the parsed schemas kept (by SchemaFirst).
 const maxCachedSchemas = 1000
 
-// Key writes an aggregate id, the key of topic's record.
-func (e *AvroEncoder) Key(ctx context.Context, topic string, key []byte) ([]byte, error) {
+// Key writes an aggregate id of column c, the key of topic's record, in
+// the column's own schema as Debezium's EventRouter does (KeySchemaOf).
+func (e *AvroEncoder) Key(ctx context.Context, topic string, key []byte, c KeyColumn) ([]byte, error) {
 	if key == nil {
 		return nil, nil
 	}
-	return e.encode(ctx, Subject(topic, true), KeySchema, &Node{Kind: KindString, Text: string(key)})
+	s, err := KeySchemaOf(c)
+	if err != nil {
+		return nil, err
+	}
+	n, err := KeyNode(s, key)
+	if err != nil {
+		return nil, err
+	}
+	return e.encode(ctx, Subject(topic, true), s, n, 0)
 }
 
 // Value writes a payload, the value of topic's record; a NULL payload is
@@ -61,7 +76,7 @@ func (e *AvroEncoder) Value(ctx context.Context, topic string, p Payload) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	return e.encode(ctx, Subject(topic, false), s, n)
+	return e.encode(ctx, Subject(topic, false), s, n, p.MaxBytes)
 }
 
 // ValueSchema is the Connect schema of a non-NULL payload as Debezium's
@@ -212,12 +227,20 @@ func hex4(text []byte, i int) (rune, bool) {
 	return r, true
 }
 
-func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSchema, n *Node) ([]byte, error) {
-	as, err := Avro(s)
+// encode writes n in s, registered under subject, within maxBytes (0 no
+// bound). The schema's text is bounded by the registry's MaxSchemaBytes as
+// it is written, and the value's size counted before it is written, so
+// that neither is built beyond its bound.
+func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSchema, n *Node, maxBytes int) ([]byte, error) {
+	as, err := avroWithin(s, e.reg.maxSchema)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrPayload, err)
+		return nil, fmt.Errorf("subject %s: %w: %w", subject, ErrPayload, err)
 	}
-	body, err := as.EncodeAvro(s, n)
+	size := AvroSize(s, n)
+	if maxBytes > 0 && size > int64(maxBytes) {
+		return nil, fmt.Errorf("%w: its Avro encoding would be %d bytes, more than the %d of a record to the topic", ErrTooLarge, size, maxBytes)
+	}
+	body, err := encodeAvro(s, n, int(min(size, 1<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPayload, err)
 	}

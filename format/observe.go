@@ -25,11 +25,11 @@ type observed struct {
 const maxErrorPeek = 64 << 10
 
 // RoundTrip implements http.RoundTripper: a request that gets no answer,
-// a 5xx, a 404 without Confluent's error code (a path that is not the
-// API, ErrNotSchemaRegistry), an HTML page, or an answer larger than max
-// is a failure of the registry (an outage, or a configuration problem
-// held as one); any other answer, a 4xx included, is the registry
-// answering.
+// a 5xx, a 408, 425 or 429 (asked to retry later: retryLater), a 404
+// without Confluent's error code (a path that is not the API,
+// ErrNotSchemaRegistry), an HTML page, or an answer larger than max is a
+// failure of the registry (an outage, or a configuration problem held as
+// one); any other answer, a 4xx included, is the registry answering.
 func (o *observed) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := o.base.RoundTrip(req)
 	var fail error
@@ -38,6 +38,8 @@ func (o *observed) RoundTrip(req *http.Request) (*http.Response, error) {
 		fail = fmt.Errorf("no answer: %w", err)
 	case resp.StatusCode >= 500:
 		fail = fmt.Errorf("no answer: HTTP %d from %s", resp.StatusCode, req.URL.Redacted())
+	case retryLater(resp.StatusCode):
+		fail = fmt.Errorf("no answer: HTTP %d from %s (retry later)", resp.StatusCode, req.URL.Redacted())
 	case o.max > 0 && resp.ContentLength > o.max:
 		resp.Body.Close()
 		resp, err = nil, o.tooLarge(req)
@@ -138,9 +140,9 @@ func (l *limited) Close() error { return l.r.Close() }
 
 // OnRequest has f called after each request to the registry: with nil if
 // it answered (a 4xx included), with the error if it did not answer,
-// answered 5xx, answered as something else than Confluent's API
-// (errors.Is ErrNotSchemaRegistry: a configuration problem), or answered
-// more than the answers' bound. For metrics and status; f must be fast
+// answered 5xx or asked to retry later (408, 425, 429), answered as
+// something else than Confluent's API (errors.Is ErrNotSchemaRegistry: a
+// configuration problem), or answered more than the answers' bound. For metrics and status; f must be fast
 // and safe for concurrent use. Passwords are in no error (basic auth is a
 // header).
 func (r *Registry) OnRequest(f func(err error)) {

@@ -103,7 +103,9 @@ func NewPassthrough(reg *Registry, cfg PassthroughConfig) (*Passthrough, error) 
 
 // Subject is the subject that the schema of a value of an event of type
 // typ to topic must be a version of: "" under StrategyAny; an error
-// (ErrSchemaUnknown) if the strategy needs a type and the event has none.
+// (ErrSchemaUnknown) if the strategy needs a type and the event has none,
+// or one that cannot name a subject (".", "..", a control character, more
+// than MaxSubjectBytes).
 func (p *Passthrough) Subject(topic, typ string) (string, error) {
 	switch p.cfg.Strategy {
 	case StrategyAny:
@@ -114,10 +116,11 @@ func (p *Passthrough) Subject(topic, typ string) (string, error) {
 		if typ == "" {
 			return "", fmt.Errorf("%w: the event has no type, which names the subject of its schema (subject strategy %s)", ErrSchemaUnknown, p.cfg.Strategy)
 		}
+		subject := typ
 		if p.cfg.Strategy == StrategyTopicType {
-			return topic + "-" + typ, nil
+			subject = topic + "-" + typ
 		}
-		return typ, nil
+		return subject, typeSubject(ErrSchemaUnknown, subject, typ)
 	}
 	return topic + "-value", nil
 }

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
@@ -47,6 +49,39 @@ func Subject(topic string, key bool) string {
 	return topic + "-value"
 }
 
+// MaxSubjectBytes bounds a subject that walrelay makes of an event's type
+// (the type and topic_type strategies): Apicurio keeps a subject (an
+// artifact id) in 512 characters, and a request whose path is kilobytes
+// long gets no answer from it at all.
+const MaxSubjectBytes = 512
+
+// typeSubject checks subject, made of the event's type typ (the
+// application's data), before any request names it: a subject that no
+// registry can have, or that changes the request's path (".", "..", which
+// a server normalizes away: "/subjects/../versions/latest" is
+// "/versions/latest", a 404 without Confluent's error code, read as a
+// wrong URL, which would hold the whole stream for ever on one event), is
+// the event's error, wrapping kind (ErrNotRegistered, ErrSchemaUnknown)
+// and naming the type.
+func typeSubject(kind error, subject, typ string) error {
+	why := ""
+	switch {
+	case subject == "":
+		why = "an empty subject"
+	case subject == "." || subject == "..":
+		why = "a path segment that the request's URL loses"
+	case len(subject) > MaxSubjectBytes:
+		why = fmt.Sprintf("a subject of %d bytes, more than the %d a registry keeps", len(subject), MaxSubjectBytes)
+	case !utf8.ValidString(subject):
+		why = "not UTF-8"
+	case strings.IndexFunc(subject, unicode.IsControl) >= 0:
+		why = "a control character, which a registry refuses in a subject"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: the event's type %q (%d bytes) cannot name a subject: %s", kind, clip(typ), len(typ), why)
+}
+
 // Errors of a registry that retrying cannot fix for that schema: the event
 // goes to the dead-letter topic. ErrUnauthorized stops walrelay. Any other
 // error of the registry (down, slow, 5xx) is an outage: the event is held
@@ -73,6 +108,15 @@ var (
 	// is dead-lettered); walrelay run refuses to start on it (Ping).
 	ErrNotSchemaRegistry = errors.New("the schema registry URL does not serve Confluent's Schema Registry API (a wrong path? Apicurio serves it at /apis/ccompat/v7)")
 )
+
+// retryLater reports whether an HTTP status asks the client to retry
+// later: 408 Request Timeout, 425 Too Early, 429 Too Many Requests
+// (Confluent's and Apicurio's rate limit, error code 42901). Such an
+// answer is an outage (held, retried), never a refusal of the schema nor
+// a URL that does not serve the API.
+func retryLater(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests
+}
 
 // notFound reports whether re is Confluent's API saying that it does not
 // have a subject (error code 40401), a version (40402) or a schema
@@ -362,7 +406,8 @@ func RefsByName(refs []Reference) map[string]string {
 func (r *Registry) Client() *sr.Client { return r.cl }
 
 // Ping asks the registry for its subjects: an error if it does not answer
-// (an outage: Outage is true), refuses the credentials (ErrUnauthorized),
+// or asks to retry later (408, 425, 429: an outage, Outage is true),
+// refuses the credentials (ErrUnauthorized),
 // or answers something else than Confluent's API (ErrNotSchemaRegistry:
 // a wrong path, another API, a web page).
 func (r *Registry) Ping(ctx context.Context) error {
@@ -380,6 +425,9 @@ func (r *Registry) Ping(ctx context.Context) error {
 		err = fmt.Errorf("%w (HTTP %d): %v", ErrUnauthorized, re.StatusCode, err)
 	case errors.As(err, &re) && re.StatusCode == http.StatusNotFound:
 		err = wrongPath("GET /subjects", re)
+	case errors.As(err, &re) && retryLater(re.StatusCode):
+		// Confluent's API (or a proxy in front of it) asking to retry: an
+		// outage, not a wrong URL.
 	case errors.As(err, &re) && re.StatusCode < 500:
 		err = fmt.Errorf("%w: HTTP %d to GET /subjects from %s: %s", ErrNotSchemaRegistry, re.StatusCode, redacted(re.URL), clip(re.Error()))
 	case errors.As(err, &syntax), errors.As(err, &typ):

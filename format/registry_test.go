@@ -51,7 +51,7 @@ func TestRegistryAvroRoundTrip(t *testing.T) {
 		t.Errorf("registered again: id %d, want %d", id2, id)
 	}
 
-	k, err := enc.Key(ctx, "outbox.event.order", []byte("order-7"))
+	k, err := enc.Key(ctx, "outbox.event.order", []byte("order-7"), KeyColumn{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,8 +177,10 @@ func ParseVersion(s string) (int, error) {
 	return n, nil
 }
 
-// Subject is the subject of an event of type typ to topic; an error if the
-// strategy needs a type and the event has none.
+// Subject is the subject of an event of type typ to topic; an error
+// (ErrNotRegistered) if the strategy needs a type and the event has none,
+// or one that cannot name a subject (typeSubject: ".", "..", a control
+// character, more than MaxSubjectBytes).
 func (s *SchemaFirst) Subject(topic, typ string) (string, error) {
 	switch s.cfg.Strategy {
 	case StrategySubject:
@@ -187,12 +189,12 @@ func (s *SchemaFirst) Subject(topic, typ string) (string, error) {
 		if typ == "" {
 			return "", fmt.Errorf("%w: the event has no type, which names its subject (<topic>-<type>)", ErrNotRegistered)
 		}
-		return topic + "-" + typ, nil
+		return topic + "-" + typ, typeSubject(ErrNotRegistered, topic+"-"+typ, typ)
 	}
 	if typ == "" {
 		return "", fmt.Errorf("%w: the event has no type, which names its subject", ErrNotRegistered)
 	}
-	return typ, nil
+	return typ, typeSubject(ErrNotRegistered, typ, typ)
 }
 
 // Value writes payload, a JSON document, the value of an event of type

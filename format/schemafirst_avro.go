@@ -27,7 +27,66 @@ func ParseAvro(text string, refs []Reference) (avro.Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
 	}
+	if err := avroNames(schema, map[avro.Schema]bool{}); err != nil {
+		return nil, fmt.Errorf("parse the Avro schema: %w", err)
+	}
 	return schema, nil
+}
+
+// avroNames checks the names in s (its named types' names and namespaces,
+// its fields' names, its enums' symbols) as Java's Avro does (avroName):
+// hamba/avro's own check is off for the whole process
+// (avro.SkipNameValidation), so a schema file or a registry's schema with
+// a field "first-name" would otherwise parse, and be written with, though
+// no Java consumer reads it. The error is ErrAvroName.
+func avroNames(s avro.Schema, seen map[avro.Schema]bool) error {
+	if r, ok := s.(*avro.RefSchema); ok {
+		s = r.Schema()
+	}
+	if seen[s] {
+		return nil
+	}
+	seen[s] = true
+	if n, ok := s.(avro.NamedSchema); ok {
+		if !avroName(n.Name()) {
+			return fmt.Errorf("%s %q: %w", s.Type(), n.Name(), ErrAvroName)
+		}
+		if ns := n.Namespace(); ns != "" {
+			for part := range strings.SplitSeq(ns, ".") {
+				if !avroName(part) {
+					return fmt.Errorf("%s %q: namespace %q: %w", s.Type(), n.Name(), ns, ErrAvroName)
+				}
+			}
+		}
+	}
+	switch x := s.(type) {
+	case *avro.RecordSchema:
+		for _, f := range x.Fields() {
+			if !avroName(f.Name()) {
+				return fmt.Errorf("field %q of %q: %w", f.Name(), x.FullName(), ErrAvroName)
+			}
+			if err := avroNames(f.Type(), seen); err != nil {
+				return err
+			}
+		}
+	case *avro.EnumSchema:
+		for _, sym := range x.Symbols() {
+			if !avroName(sym) {
+				return fmt.Errorf("symbol %q of enum %q: %w", sym, x.FullName(), ErrAvroName)
+			}
+		}
+	case *avro.ArraySchema:
+		return avroNames(x.Items(), seen)
+	case *avro.MapSchema:
+		return avroNames(x.Values(), seen)
+	case *avro.UnionSchema:
+		for _, t := range x.Types() {
+			if err := avroNames(t, seen); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // compileAvro parses an Avro schema of the registry (ParseAvro) and

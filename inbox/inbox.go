@@ -713,6 +713,7 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, abort bool) {
 	for _, w := range ws {
 		w.resume()
 		c.m.lag.DeleteLabelValues(w.tp.topic, fmt.Sprint(w.tp.partition))
+		c.m.registryHeld.DeleteLabelValues(w.tp.topic, fmt.Sprint(w.tp.partition))
 	}
 }
 

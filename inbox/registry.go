@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/twmb/franz-go/pkg/sr"
+	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -53,7 +56,24 @@ var (
 	// without limit, as when the database is down, and not counted as an
 	// attempt: nothing is dead-lettered because of an outage.
 	ErrRegistryUnavailable = errors.New("the schema registry is unavailable")
+	// ErrRegistryRefused is an ErrRegistryUnavailable of a registry that
+	// refused the consumer's credentials (HTTP 401) or the schema to them
+	// (403): held as an outage is (nothing dead-lettered), but a
+	// configuration to mend (RegistryConfig.Username, Password), logged
+	// so and counted apart (walrelay_inbox_registry_waits_total{reason=
+	// "credentials"}).
+	ErrRegistryRefused = errors.New("the schema registry refused the consumer's credentials")
 )
+
+// registryDown is err, of the registry, as ErrRegistryUnavailable (and
+// ErrRegistryRefused for a 401 or 403).
+func registryDown(err error) error {
+	var re *sr.ResponseError
+	if errors.Is(err, format.ErrUnauthorized) || errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
+		return fmt.Errorf("%w: %w: %w", ErrRegistryUnavailable, ErrRegistryRefused, err)
+	}
+	return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+}
 
 // ErrNotFramed is a key or value that is not in Confluent's wire format
 // (the magic byte 0 and a 4-byte schema id): not written by a schema
@@ -153,18 +173,26 @@ type Registry struct {
 type schema struct {
 	typ   string
 	avro  avro.Schema                 // Avro
-	api   avro.API                    // Avro: the codecs it decodes with (nil: DefaultConfig)
+	api   avro.API                    // Avro: the codecs it decodes with (nil: defaultCodecs)
 	proto protoreflect.FileDescriptor // Protobuf
 	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
 
-// NewRegistry returns a decoder of the registry of cfg.
+// NewRegistry returns a decoder of the registry of cfg. A URL with
+// credentials in it (http://user:password@host) is refused: they go in
+// Username and Password (a URL is printed in errors and logs, a password
+// never is).
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	if u, err := url.Parse(cfg.URL); err != nil {
+		return nil, errors.New("inbox: RegistryConfig.URL is not a URL") // url.Parse's error would print it, password and all
+	} else if u.User != nil {
+		return nil, errors.New("inbox: RegistryConfig.URL holds credentials (user@ or user:password@): give them in RegistryConfig.Username and RegistryConfig.Password")
+	}
 	reg, err := format.NewRegistry(format.RegistryConfig{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS})
 	if err != nil {
 		return nil, err
 	}
-	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}, codecs: avro.Config{}.Freeze()}, nil
+	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}, codecs: format.AvroDecodeConfig()}, nil
 }
 
 // maxSchemas bounds the schemas kept.
@@ -323,10 +351,14 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 	}
 }
 
+// defaultCodecs is the hamba/avro configuration of a schema outside a
+// Registry's cache.
+var defaultCodecs = format.AvroDecodeConfig()
+
 // codecs is the hamba/avro configuration that s decodes with.
 func (s *schema) codecs() avro.API {
 	if s.api == nil {
-		return avro.DefaultConfig
+		return defaultCodecs
 	}
 	return s.api
 }
@@ -351,8 +383,8 @@ func decodeAvro(id uint32, s *schema, body []byte, v any) error {
 		}
 		*p = mp
 	default:
-		if err := s.codecs().Unmarshal(s.avro, body, v); err != nil {
-			return undecodable(id, fmt.Errorf("decode in Avro into %T: %w", v, err))
+		if err := format.UnmarshalAvro(s.codecs(), s.avro, body, v); err != nil {
+			return undecodable(id, fmt.Errorf("into %T: %w", v, err))
 		}
 	}
 	return nil
@@ -432,7 +464,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		if errors.Is(err, format.ErrSchemaUnknown) {
 			return nil, undecodable(id, err)
 		}
-		return nil, fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+		return nil, registryDown(err)
 	}
 	s = &schema{typ: got.Type.String()} // AVRO when the API leaves schemaType out
 	switch s.typ {
@@ -445,7 +477,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 			if errors.Is(err, format.ErrNotRegistered) {
 				return nil, undecodable(id, err)
 			}
-			return nil, fmt.Errorf("%w: schema id %d: %w", ErrRegistryUnavailable, id, err)
+			return nil, registryDown(fmt.Errorf("schema id %d: %w", id, err))
 		}
 		switch s.typ {
 		case Avro:
@@ -467,7 +499,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 	r.mu.Lock()
 	if len(r.schemas) >= maxSchemas {
 		clear(r.schemas)
-		r.codecs = avro.Config{}.Freeze() // the old one's decoders go with the schemas
+		r.codecs = format.AvroDecodeConfig() // the old one's decoders go with the schemas
 	}
 	if s.avro != nil {
 		s.api = r.codecs

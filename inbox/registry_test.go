@@ -146,6 +146,9 @@ func TestRegistryAnswersClassified(t *testing.T) {
 		if !errors.Is(err, c.want) || errors.Is(err, other) {
 			t.Errorf("HTTP %d: %v, want %v", c.status, err, c.want)
 		}
+		if refused := c.status == http.StatusUnauthorized || c.status == http.StatusForbidden; errors.Is(err, ErrRegistryRefused) != refused {
+			t.Errorf("HTTP %d: %v: ErrRegistryRefused %v, want %v", c.status, err, !refused, refused)
+		}
 		before := requests.Load()
 		if err := reg.Decode(t.Context(), []byte(`{"id": 1}`), &v); !errors.Is(err, ErrUndecodable) || !errors.Is(err, ErrNotFramed) || requests.Load() != before {
 			t.Errorf("not framed: %v (%d requests)", err, requests.Load()-before)

@@ -251,6 +251,9 @@ func (w *worker) run() {
 			w.attempts, w.cuts = 0, 0
 		}
 		if err == nil {
+			if w.regFails > 0 {
+				w.c.m.registryHeld.WithLabelValues(w.tp.topic, strconv.Itoa(int(w.tp.partition))).Set(0)
+			}
 			w.connFails, w.regFails = 0, 0
 			continue
 		}
@@ -303,9 +306,16 @@ func (w *worker) run() {
 			w.deadLetter(head, "undecodable", err)
 		case isHandlerError(err) && errors.Is(err, ErrRegistryUnavailable):
 			// Not the record's fault: as the database being down.
+			// Wrong credentials too: held (nothing lost), but said so.
 			w.regFails++
 			wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.regFails-1)
-			c.log.Warn("schema registry unavailable; retrying, not counted as an attempt", "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", logID(head),
+			msg, reason := "schema registry unavailable; holding the partition, retrying, not counted as an attempt", "unavailable"
+			if errors.Is(err, ErrRegistryRefused) {
+				msg, reason = "schema registry refused the consumer's credentials (check RegistryConfig.Username and Password); holding the partition, retrying, not counted as an attempt", "credentials"
+			}
+			c.m.registryWaits.WithLabelValues(w.tp.topic, reason).Inc()
+			c.m.registryHeld.WithLabelValues(w.tp.topic, strconv.Itoa(int(w.tp.partition))).Set(1)
+			c.log.Warn(msg, "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", logID(head),
 				"failures", w.regFails, "err", err, "retry_in", wait)
 			w.sleep(wait)
 		case !isHandlerError(err) && connectionTrouble(err):

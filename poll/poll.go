@@ -18,6 +18,7 @@ import (
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/backoff"
 	"github.com/walrelay/walrelay/recovery"
 	"github.com/walrelay/walrelay/relay"
@@ -441,6 +442,10 @@ func (p *Poller) describe(ctx context.Context, db *pgx.Conn) error {
 		t, err := recovery.Open(ctx, db, l)
 		if err != nil {
 			return failure.Mark(failure.Fatal, err)
+		}
+		tl := t.Layout()
+		if err := sink.CheckKeyColumn(p.cfg.Sink.KeyFormat, format.KeyColumn{Type: t.ColumnType(tl.Columns.AggregateID), Nullable: tl.AggregateIDNullable}); err != nil {
+			return failure.Mark(failure.Fatal, fmt.Errorf("%s.%s: %w", t.Name(), tl.Columns.AggregateID, err))
 		}
 		p.tables = append(p.tables, newTable(t, p.cfg))
 	}

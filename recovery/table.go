@@ -110,6 +110,9 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 		if name == layout.Columns.Payload {
 			layout.PayloadNotNull = notNull // as the relay reads it at start
 		}
+		if name == layout.Columns.AggregateID {
+			layout.AggregateIDNullable = !notNull // as the relay reads it at start
+		}
 		t.cols = append(t.cols, decoder.Column{Name: name, DataType: uint32(oid)})
 		texts = append(texts, pgx.Identifier{name}.Sanitize()+"::text")
 		if name == layout.Columns.ID {
@@ -214,6 +217,16 @@ func (t *Table) Layout() decoder.Layout { return t.layout }
 // SelectList is every column of the table as text, in the order Event
 // reads them: for a query of the caller's own.
 func (t *Table) SelectList() string { return t.list }
+
+// ColumnType is the type OID of the table's column name, 0 if it has none.
+func (t *Table) ColumnType(name string) uint32 {
+	for _, c := range t.cols {
+		if c.Name == name {
+			return c.DataType
+		}
+	}
+	return 0
+}
 
 // IDType is the type of the id column (format_type's text).
 func (t *Table) IDType() string { return t.idType }

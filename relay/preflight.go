@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // Column is an outbox column walrelay reads: the configuration key that
@@ -128,6 +130,19 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 		if err := conn.QueryRow(cctx, `SELECT to_regclass($1)::oid, coalesce((SELECT attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2), false)`,
 			pgx.Identifier{l.Schema, l.Table}.Sanitize(), l.Columns.Payload).Scan(&l.RelationID, &l.PayloadNotNull); err != nil {
 			return dcfg, fmt.Errorf("read the oid of %s: %w", l.Name(), err)
+		}
+		// The aggregate id column's type and nullability: its key's
+		// schema in the avro and JSON key formats, as Debezium's.
+		var aggIDType uint32
+		var aggIDTypeName string
+		var aggIDNotNull bool
+		if err := conn.QueryRow(cctx, `SELECT atttypid, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2`,
+			pgx.Identifier{l.Schema, l.Table}.Sanitize(), l.Columns.AggregateID).Scan(&aggIDType, &aggIDTypeName, &aggIDNotNull); err != nil {
+			return dcfg, fmt.Errorf("read the type of %s.%s: %w", l.Name(), l.Columns.AggregateID, err)
+		}
+		l.AggregateIDNullable = !aggIDNotNull
+		if err := sink.CheckKeyColumn(cfg.Sink.KeyFormat, format.KeyColumn{Type: aggIDType, Nullable: !aggIDNotNull}); err != nil {
+			return dcfg, fmt.Errorf("%s.%s (%s): %w", l.Name(), l.Columns.AggregateID, aggIDTypeName, err)
 		}
 	}
 	dcfg.Layout, dcfg.More = layouts[0], layouts[1:]

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -21,21 +22,24 @@ import (
 
 // appendSchema appends s as the JsonConverter writes a schema, with the
 // "field" name of a struct's field last.
-func appendSchema(dst []byte, s *format.ConnectSchema, field string) []byte {
+func appendSchema(dst []byte, s *format.ConnectSchema, field string, limit int) []byte {
 	dst = append(dst, `{"type":"`...)
 	dst = append(dst, s.Type...)
 	dst = append(dst, '"')
 	switch s.Type {
 	case "array":
 		dst = append(dst, `,"items":`...)
-		dst = appendSchema(dst, s.Items, "")
+		dst = appendSchema(dst, s.Items, "", limit)
 	case "struct":
 		dst = append(dst, `,"fields":[`...)
 		for i, f := range s.Fields {
+			if limit > 0 && len(dst) > limit {
+				return dst // over: expandJSON refuses it
+			}
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendSchema(dst, f.Schema, f.Name)
+			dst = appendSchema(dst, f.Schema, f.Name, limit)
 		}
 		dst = append(dst, ']')
 	}
@@ -60,7 +64,7 @@ func appendSchema(dst []byte, s *format.ConnectSchema, field string) []byte {
 
 // appendValue appends n as the JsonConverter writes it in schema s: a
 // struct's fields in the schema's order, one the value lacks as null.
-func appendValue(dst []byte, n *format.Node, s *format.ConnectSchema) []byte {
+func appendValue(dst []byte, n *format.Node, s *format.ConnectSchema, limit int) []byte {
 	if n == nil || n.Kind == format.KindNull {
 		return append(dst, "null"...)
 	}
@@ -86,10 +90,13 @@ func appendValue(dst []byte, n *format.Node, s *format.ConnectSchema) []byte {
 		}
 		dst = append(dst, '[')
 		for i, e := range n.Elems {
+			if limit > 0 && len(dst) > limit {
+				return dst // over: expandJSON refuses it
+			}
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendValue(dst, e, items)
+			dst = appendValue(dst, e, items, limit)
 		}
 		return append(dst, ']')
 	}
@@ -98,12 +105,15 @@ func appendValue(dst []byte, n *format.Node, s *format.ConnectSchema) []byte {
 		s = &format.ConnectSchema{}
 	}
 	for i, f := range s.Fields {
+		if limit > 0 && len(dst) > limit {
+			return dst // over: expandJSON refuses it
+		}
 		if i > 0 {
 			dst = append(dst, ',')
 		}
 		dst = jacksonQuote(dst, []byte(f.Name))
 		dst = append(dst, ':')
-		dst = appendValue(dst, n.Field(f.Name), f.Schema)
+		dst = appendValue(dst, n.Field(f.Name), f.Schema, limit)
 	}
 	return append(dst, '}')
 }
@@ -164,45 +174,66 @@ func appendJavaDouble(dst []byte, f float64) []byte {
 // FormatJSONSchema, the envelope with its inferred schema, named by the
 // payload column), and false where Debezium leaves the payload a string.
 func (f Format) expandJSON(payload []byte, column string) ([]byte, bool) {
+	out, ok, _ := f.expandWithin(payload, column, 0)
+	return out, ok
+}
+
+// errExpandedTooLarge is an expanded value over the record cap
+// (expandWithin).
+var errExpandedTooLarge = errors.New("the expanded payload is larger than a record can be")
+
+// expandWithin is expandJSON, writing at most about maxBytes (0 no bound):
+// past it, the writing stops and the error is errExpandedTooLarge. An
+// array of E objects, each with keys of its own, is written with about
+// E×E nulls (the fields of the merged record each lacks), so that a
+// payload of 200 KB would expand to gigabytes.
+func (f Format) expandWithin(payload []byte, column string, maxBytes int) ([]byte, bool, error) {
 	if len(payload) == 0 || (payload[0] != '{' && payload[0] != '[') {
-		return nil, false
+		return nil, false, nil
 	}
 	n, err := format.ParseJSON(payload)
 	if err != nil {
-		return nil, false
+		return nil, false, nil
 	}
 	s, err := format.InferSchema(column, n)
 	if err != nil || s == nil {
-		return nil, false
+		return nil, false, nil
 	}
 	out := make([]byte, 0, len(payload)+64)
 	if f == FormatJSONSchema {
 		out = append(out, `{"schema":`...)
-		out = appendSchema(out, s, "")
+		out = appendSchema(out, s, "", maxBytes)
 		out = append(out, `,"payload":`...)
 	}
-	out = appendValue(out, n, s)
+	if maxBytes <= 0 || len(out) <= maxBytes {
+		out = appendValue(out, n, s, maxBytes)
+	}
+	if maxBytes > 0 && len(out) > maxBytes {
+		return nil, false, fmt.Errorf("%w: %s: more than the %d bytes of a record to the topic (stopped writing it there)", errExpandedTooLarge, f, maxBytes)
+	}
 	if f == FormatJSONSchema {
 		out = append(out, '}')
 	}
-	return out, true
+	return out, true, nil
 }
 
 // expand is the expanded value of e's payload, if the sink expands JSON
-// payloads and Debezium would expand this one. A value nesting deeper
-// than Jackson writes (format.MaxNestingDepth: a json_schema envelope of
-// a payload of 500 nested objects) is an error: Debezium's JsonConverter
-// fails on it ("Converting Kafka Connect data to byte[] failed due to
-// serialization error") and its task stops.
-func (s *Sink) expand(e *event.Event) ([]byte, bool, error) {
+// payloads and Debezium would expand this one; an error
+// (errExpandedTooLarge) if it is larger than the topic's batch cap, which
+// the client would refuse anyway: it is not written past it. A value
+// nesting deeper than Jackson writes (format.MaxNestingDepth: a
+// json_schema envelope of a payload of 500 nested objects) is another
+// error: Debezium's JsonConverter fails on it ("Converting Kafka Connect
+// data to byte[] failed due to serialization error") and its task stops.
+func (s *Sink) expand(e *event.Event, topic string) ([]byte, bool, error) {
 	if !s.cfg.ExpandJSONPayload || e.Payload == nil {
 		return nil, false, nil
 	}
-	v, ok := s.cfg.ValueFormat.expandJSON(e.Payload, e.PayloadColumn)
-	if ok {
+	v, ok, err := s.cfg.ValueFormat.expandWithin(e.Payload, e.PayloadColumn, int(s.batchCapOf(topic)))
+	if err == nil && ok {
 		if d := format.Nesting(v); d > format.MaxNestingDepth {
 			return nil, false, fmt.Errorf("the expanded payload nests %d deep in %s, more than the %d that Jackson writes (Debezium's converter fails on it)", d, s.cfg.ValueFormat, format.MaxNestingDepth)
 		}
 	}
-	return v, ok, nil
+	return v, ok, err
 }

@@ -136,7 +136,7 @@ func TestExpandJSONTooDeep(t *testing.T) {
 		{objs(1001), FormatJSON, false, false}, // beyond Jackson's read limit: a string
 	} {
 		s := &Sink{cfg: Config{ExpandJSONPayload: true, ValueFormat: c.f}}
-		_, ok, err := s.expand(&event.Event{Payload: []byte(c.in), PayloadColumn: "payload"})
+		_, ok, err := s.expand(&event.Event{Payload: []byte(c.in), PayloadColumn: "payload"}, "t")
 		if ok != c.ok || (err != nil) != c.tooDeep {
 			t.Errorf("%s %d bytes: expanded %v, err %v; want %v, too deep %v", c.f, len(c.in), ok, err, c.ok, c.tooDeep)
 		}

@@ -3,10 +3,12 @@ package sink
 import (
 	"encoding/base64"
 	"fmt"
+	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/format"
 )
 
 // Format is how a record's key or value carries the outbox's text, as Kafka
@@ -191,4 +193,45 @@ func blank(p []byte) bool {
 		}
 	}
 	return true
+}
+
+// jsonKeySchemas is the JsonConverter's schema of a key by its Connect
+// schema (format.KeySchemaOf), written once.
+var jsonKeySchemas = func() map[*format.ConnectSchema]string {
+	m := map[*format.ConnectSchema]string{}
+	for _, oid := range []uint32{format.OIDText, format.OIDUUID, format.OIDInt2, format.OIDInt4, format.OIDInt8} {
+		for _, nullable := range []bool{false, true} {
+			s, _ := format.KeySchemaOf(format.KeyColumn{Type: oid, Nullable: nullable})
+			b := `{"type":"` + s.Type + `","optional":` + strconv.FormatBool(!s.Required)
+			if s.Name != "" {
+				b += `,"name":"` + s.Name + `"`
+			}
+			if s.Version != 0 {
+				b += `,"version":` + strconv.Itoa(s.Version)
+			}
+			m[s] = b + "}"
+		}
+	}
+	return m
+}()
+
+// encodeKey returns the aggregate id key, of column c, in format f (json
+// or json_schema) as the JsonConverter writes it in the column's own
+// Connect schema, as Debezium's EventRouter gives it: an integer column's
+// key a JSON number, a uuid one's schema io.debezium.data.Uuid, a nullable
+// column's optional. A column of a type without a known schema keeps a
+// required string, as before.
+func (f Format) encodeKey(key []byte, c format.KeyColumn) []byte {
+	s, err := format.KeySchemaOf(c)
+	schema, ok := jsonKeySchemas[s]
+	if err != nil || !ok {
+		return f.encode(key, keySchema)
+	}
+	if key == nil || s.Type == "string" {
+		return f.encode(key, schema)
+	}
+	if _, err := strconv.ParseInt(string(key), 10, 64); err != nil {
+		return f.encode(key, keySchema) // not from an integer column
+	}
+	return f.envelope(key, schema, func(dst, v []byte) []byte { return append(dst, v...) })
 }

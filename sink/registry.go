@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
@@ -34,13 +35,16 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 	var err error
 	what := "key"
 	if s.cfg.KeyFormat == FormatAvro {
-		r.Key, err = s.cfg.Avro.Key(ctx, topic, r.Key)
+		r.Key, err = s.cfg.Avro.Key(ctx, topic, r.Key, keyColumn(e))
 	}
 	if err == nil && s.cfg.ValueFormat == FormatAvro && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
 		what = "value"
 		r.Value, err = s.cfg.Avro.Value(ctx, topic, format.Payload{
 			Text: e.Payload, Column: e.PayloadColumn, Bytes: e.PayloadBytes, TextColumn: e.PayloadText,
 			Required: e.PayloadRequired, Expand: s.cfg.ExpandJSONPayload,
+			// A value over the topic's batch cap is refused before it is
+			// written: the client would refuse the record anyway.
+			MaxBytes: int(s.batchCapOf(topic)),
 		})
 	}
 	if err == nil && s.cfg.ValueFormat != FormatAvro && s.cfg.ValueFormat.registry() && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
@@ -50,8 +54,15 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 	switch {
 	case err == nil:
 		return true
+	case errors.Is(err, format.ErrKeyType):
+		// Refused at start (CheckKeyColumn); a column whose type changed
+		// since stops walrelay rather than dead-letter every event.
+		s.q.breakOn(err)
+		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key in %s: %w", e.ID, topic, s.cfg.KeyFormat, err)))
 	case errors.Is(err, format.ErrMismatch):
 		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, s.cfg.ValueFormat, err), gen, done)
+	case errors.Is(err, format.ErrTooLarge):
+		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the %s in Avro: %w", kerr.MessageTooLarge, what, err), gen, done)
 	case errors.Is(err, format.ErrPayload):
 		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in Avro: %w", what, err), gen, done)
 	case errors.Is(err, format.ErrRefused), errors.Is(err, format.ErrNotRegistered):
@@ -66,4 +77,22 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the %s's schema: %w", e.ID, topic, what, err)))
 	}
 	return false
+}
+
+// keyColumn is what the formats need of e's aggregate id column.
+func keyColumn(e *event.Event) format.KeyColumn {
+	return format.KeyColumn{Type: e.AggregateIDType, Nullable: e.AggregateIDNullable}
+}
+
+// CheckKeyColumn refuses an aggregate id column c whose key key format f
+// cannot write as Debezium does: in avro, a column of a type without a
+// known Connect schema (format.KeySchemaOf).
+func CheckKeyColumn(f Format, c format.KeyColumn) error {
+	if f != FormatAvro {
+		return nil
+	}
+	if _, err := format.KeySchemaOf(c); err != nil {
+		return fmt.Errorf("kafka.key_format %s: %w (the key would not be Debezium's)", f, err)
+	}
+	return nil
 }

@@ -561,7 +561,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		return
 	}
 	if s.cfg.KeyFormat != FormatRaw && s.cfg.KeyFormat != FormatAvro {
-		r.Key = s.cfg.KeyFormat.encode(r.Key, keySchema)
+		r.Key = s.cfg.KeyFormat.encodeKey(r.Key, keyColumn(e))
 	}
 	switch {
 	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
@@ -570,7 +570,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))
-		} else if v, ok, err := s.expand(e); err != nil {
+		} else if v, ok, err := s.expand(e, topic); errors.Is(err, errExpandedTooLarge) {
+			s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: %w", kerr.MessageTooLarge, err), gen, done)
+			return
+		} else if err != nil {
 			s.deadLetter(ctx, e, ReasonFormat, topic, err, gen, done)
 			return
 		} else if ok {

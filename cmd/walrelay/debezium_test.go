@@ -106,23 +106,31 @@ func TestDebeziumParity(t *testing.T) {
 	for _, c := range []struct {
 		name, converter, schemas, format, payloadType string
 		expand, registry                              bool
+		// aggType, if set, is the aggregate id column's type: bigint or
+		// smallint (NOT NULL), or uuid (nullable), whose keys Debezium
+		// writes in the column's own schema (#38).
+		aggType string
 	}{
-		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw", "", false, false},
-		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", false, false},
-		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "", false, false},
-		{"json_schema_text", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", false, false},
-		{"json_schema_bytea", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "bytea", false, false},
-		{"json_schema_not_null", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "jsonb NOT NULL", false, false},
-		{"json_expand", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", true, false},
-		{"json_schema_text_expand", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", true, false},
+		{"string", "org.apache.kafka.connect.storage.StringConverter", "", "raw", "", false, false, ""},
+		{"json", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", false, false, ""},
+		{"json_schema", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "", false, false, ""},
+		{"json_schema_text", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", false, false, ""},
+		{"json_schema_bytea", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "bytea", false, false, ""},
+		{"json_schema_not_null", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "jsonb NOT NULL", false, false, ""},
+		{"json_expand", "org.apache.kafka.connect.json.JsonConverter", "false", "json", "", true, false, ""},
+		{"json_schema_text_expand", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "text", true, false, ""},
 		// Apicurio's AvroConverter (as-confluent, contentId) and walrelay's
 		// avro format, against a real Apicurio Registry
 		// (WALRELAY_TEST_REGISTRY=1): both register in it.
-		{"avro", "", "", "avro", "", false, true},
-		{"avro_expand", "", "", "avro", "", true, true},
-		{"avro_text_expand", "", "", "avro", "text", true, true},
-		{"avro_bytea", "", "", "avro", "bytea", false, true},
-		{"avro_not_null", "", "", "avro", "jsonb NOT NULL", false, true},
+		{"avro", "", "", "avro", "", false, true, ""},
+		{"avro_expand", "", "", "avro", "", true, true, ""},
+		{"avro_text_expand", "", "", "avro", "text", true, true, ""},
+		{"avro_bytea", "", "", "avro", "bytea", false, true, ""},
+		{"avro_not_null", "", "", "avro", "jsonb NOT NULL", false, true, ""},
+		{"json_schema_bigint_key", "org.apache.kafka.connect.json.JsonConverter", "true", "json_schema", "", false, false, "bigint"},
+		{"avro_bigint_key", "", "", "avro", "", false, true, "bigint"},
+		{"avro_uuid_key", "", "", "avro", "", false, true, "uuid"},
+		{"avro_smallint_key", "", "", "avro", "", false, true, "smallint"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -141,6 +149,24 @@ func TestDebeziumParity(t *testing.T) {
 					using = "convert_to(payload::text, 'UTF8')"
 				}
 				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN payload TYPE "+c.payloadType+" USING "+using)
+			}
+			// agg is the aggregate id of the column's type for a number.
+			agg := func(prefix string, i int) string { return fmt.Sprintf("%s%d", prefix, i) }
+			w := newWriter(20, 51)
+			switch c.aggType {
+			case "bigint":
+				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN aggregateid TYPE bigint USING aggregateid::bigint")
+				agg = func(_ string, i int) string { return fmt.Sprint(int64(1)<<32 + int64(i)) }
+				w.prefix = "42949672" // 42949672<0..19>: most beyond an int
+			case "smallint":
+				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN aggregateid TYPE smallint USING aggregateid::smallint")
+				agg = func(_ string, i int) string { return fmt.Sprint(-32768 + i) }
+				w.prefix = "327" // 3270..32719
+			case "uuid":
+				execSQL(t, conn, "ALTER TABLE outbox ALTER COLUMN aggregateid TYPE uuid USING aggregateid::uuid, ALTER COLUMN aggregateid DROP NOT NULL")
+				agg = func(_ string, i int) string { return fmt.Sprintf("0b7e9a8c-1f2d-4e5a-9b6c-7d8e9f0a%04d", i) }
+				w = newWriter(10, 51)
+				w.prefix = "0b7e9a8c-1f2d-4e5a-9b6c-7d8e9f0a1b2" // and one digit
 			}
 			execSQL(t, conn, "SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
 			dbzCol, err := kafkatest.Collect(kc.Addrs(), regexp.QuoteMeta(kc.prefix)+`dbz\.outbox\.event\..*`)
@@ -165,7 +191,6 @@ func TestDebeziumParity(t *testing.T) {
 			startDebezium(t, conn, worker, connector)
 			streaming(t, e)
 
-			w := newWriter(20, 51)
 			if err := w.write(t.Context(), conn, 400, 10); err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +239,7 @@ func TestDebeziumParity(t *testing.T) {
 			for i, p := range oddPayloads {
 				id := outbox.NewID()
 				if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'Odd', $4)",
-					id, []string{"order", "customer"}[i%2], fmt.Sprintf("odd-%d", i), p); err != nil {
+					id, []string{"order", "customer"}[i%2], agg("odd-", i), p); err != nil {
 					t.Fatal(err)
 				}
 				ids = append(ids, id)

@@ -1,0 +1,85 @@
+package inbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walrelay/walrelay/format"
+)
+
+// TestRegistryDecodeHostileAvroUndecodable: one Kafka record whose
+// registry schema lets a few bytes say gigabytes (an array of null with a
+// block count of 2^40, a fixed of 2^31-1 bytes) or nest without end (a
+// recursive record and 1 MiB of 0x02) is ErrUndecodable (dead-lettered),
+// into any target, instead of a fatal out-of-memory or stack overflow that
+// kills the consumer again after every restart; and a 2 MiB string, as
+// walrelay's avro format writes it, decodes.
+func TestRegistryDecodeHostileAvroUndecodable(t *testing.T) {
+	t.Parallel()
+	type rec struct {
+		R any `avro:"r"`
+	}
+	cases := []struct {
+		name, schema string
+		body         []byte
+		ok           bool
+	}{
+		{"array of null, 2^40", `{"type":"array","items":"null"}`, append(binary.AppendVarint(nil, 1<<40), 0), false},
+		{"recursive record, 1 MiB", `{"type":"record","name":"R","fields":[{"name":"r","type":["null","R"]}]}`, bytes.Repeat([]byte{2}, 1<<20), false},
+		{"fixed of 2^31-1", `{"type":"record","name":"R","fields":[{"name":"r","type":{"type":"fixed","name":"F","size":2147483647}}]}`, []byte{0}, false},
+		{"string of 2 MiB", `{"type":"record","name":"R","fields":[{"name":"r","type":"string"}]}`, append(binary.AppendVarint(nil, 2<<20), strings.Repeat("a", 2<<20)...), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+				b, _ := json.Marshal(map[string]any{"schema": c.schema})
+				_, _ = w.Write(b)
+			}))
+			defer srv.Close()
+			reg, err := NewRegistry(RegistryConfig{URL: srv.URL, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			framed := format.Frame(nil, 1, c.body)
+			var a any
+			var m map[string]any
+			var r rec
+			for _, v := range []any{&a, &m, &r} {
+				err := reg.Decode(t.Context(), framed, v)
+				if c.ok && err != nil {
+					t.Errorf("into %T: %v", v, err)
+				}
+				if !c.ok && !errors.Is(err, ErrUndecodable) {
+					t.Errorf("into %T: %v, want ErrUndecodable", v, err)
+				}
+			}
+		})
+	}
+}
+
+// TestNewRegistryRefusesCredentialsInURL: credentials in the URL
+// (franz-go's errors print the URL, password and all) are refused,
+// naming Username and Password, and the refusal does not print them.
+func TestNewRegistryRefusesCredentialsInURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"http://u:s3cret-pw@registry:8081", "http://s3cret-pw@registry:8081", "http://u:s3cret-pw@registry:8081/%zz"} {
+		_, err := NewRegistry(RegistryConfig{URL: u})
+		if err == nil || !strings.Contains(err.Error(), "Username") && !strings.Contains(err.Error(), "not a URL") {
+			t.Errorf("NewRegistry(%q): %v, want a refusal naming Username and Password", u, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("NewRegistry(%q): the error prints the password: %v", u, err)
+		}
+	}
+	if _, err := NewRegistry(RegistryConfig{URL: "http://registry:8081/apis/ccompat/v7", Username: "u", Password: "pw"}); err != nil {
+		t.Errorf("a URL without credentials: %v", err)
+	}
+}

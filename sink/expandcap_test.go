@@ -1,0 +1,89 @@
+package sink
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+)
+
+// TestExpandedOverCapIsDeadLettered: a payload of 240 KB whose expanded
+// value would be gigabytes (20 000 objects, each with a key of its own:
+// each is written with a null for each of the 19 999 others) is
+// dead-lettered too_large, naming the cap, and not written past the
+// topic's batch cap: the allocations made while publishing it stay some
+// MiB, in the JSON formats with expansion and in Avro. The next event is
+// published.
+func TestExpandedOverCapIsDeadLettered(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		fmt.Fprint(w, `{"id":1}`)
+	}))
+	defer srv.Close()
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := range 20000 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"k%d":1}`, i)
+	}
+	b.WriteString("]}")
+	payload := []byte(b.String())
+	for _, f := range []Format{FormatJSON, FormatJSONSchema, FormatAvro} {
+		t.Run(string(f), func(t *testing.T) {
+			kc := kafkatest.Start(t)
+			cfg := Config{ValueFormat: f, ExpandJSONPayload: true}
+			if f == FormatAvro {
+				// A schema bound above the inferred one's (1 MB): the
+				// value's bound is the one met.
+				reg, err := format.NewRegistry(format.RegistryConfig{URL: srv.URL, AutoRegister: true, MaxSchemaBytes: 8 << 20})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Avro = format.NewAvroEncoder(reg)
+			}
+			s := newSink(t, kc, cfg)
+			if err := publish(t, s, newEvent("warm")); err != nil {
+				t.Fatal(err)
+			}
+			big := newEvent("big")
+			big.Payload = payload
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			if err := publish(t, s, big); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&after)
+			alloc := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%s: %d KB payload: %d KiB allocated", f, len(payload)>>10, alloc>>10)
+			if alloc > 64<<20 {
+				t.Errorf("%d MiB allocated for a %d KB payload", alloc>>20, len(payload)>>10)
+			}
+			if err := publish(t, s, newEvent("next")); err != nil {
+				t.Fatal(err)
+			}
+			col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
+			defer col.Close()
+			recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 1 })
+			if err != nil {
+				t.Fatal(err)
+			}
+			reason, why := string(kafkatest.Header(recs[0], HeaderReason)), string(kafkatest.Header(recs[0], HeaderError))
+			t.Logf("dead letter: %s: %s", reason, why)
+			if reason != "too_large" || !strings.Contains(why, "more than the") || string(recs[0].Value) != string(payload) {
+				t.Errorf("dead letter %s: %s (%d bytes)", reason, why, len(recs[0].Value))
+			}
+		})
+	}
+}
