@@ -111,14 +111,14 @@ func avroWithin(s *ConnectSchema, maxBytes int) (*AvroSchema, error) {
 	if maxBytes > 0 && len(w.b) > maxBytes {
 		return nil, fmt.Errorf("its schema is %d bytes, more than the %d that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", len(w.b), maxBytes)
 	}
-	if d := nesting(w.b); d > MaxNestingDepth {
+	if d := Nesting(w.b); d > MaxNestingDepth {
 		return nil, fmt.Errorf("the Avro schema of the payload nests %d deep, more than the %d that Jackson writes (Debezium's converter fails on it)", d, MaxNestingDepth)
 	}
 	return &AvroSchema{Text: string(w.b)}, nil
 }
 
-// nesting is the deepest nesting of objects and arrays in a JSON text.
-func nesting(text []byte) int {
+// Nesting is the deepest nesting of objects and arrays in a JSON text.
+func Nesting(text []byte) int {
 	depth, deepest, quoted := 0, 0, false
 	for i := 0; i < len(text); i++ {
 		switch c := text[i]; {

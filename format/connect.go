@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Parsing a JSON payload and inferring its Kafka Connect schema as
@@ -85,15 +87,115 @@ var ErrJSONLimit = errors.New("beyond Jackson's read limits")
 // Jackson's readTree ignores it. A document beyond Jackson's limits
 // (MaxNestingDepth, MaxNumberLength, MaxNameLength, MaxStringLength) is
 // ErrJSONLimit. The time taken is linear in the text.
+//
+// The escape of a lone UTF-16 surrogate (\ud800 not followed by a low
+// one's escape, a \udc00 not after a high one's), which Jackson reads into
+// a Java string as that one char, is kept in the string or key as the
+// surrogate's three bytes of WTF-8 (ED A0 80 for U+D800; not valid UTF-8,
+// which Go's decoder would make U+FFFD): the JSON formats write it back as
+// its escape, as Jackson does; the avro format rewrites such escapes
+// before (javaSurrogates).
 func ParseJSON(text []byte) (*Node, error) {
 	d := json.NewDecoder(bytes.NewReader(text))
 	d.UseNumber()
-	return parseValue(d, 0)
+	p := &jsonParser{d: d}
+	if len(javaSurrogates(text)) != len(text) { // it has a lone surrogate
+		p.text = text
+	}
+	return p.value(0)
 }
 
-// parseValue parses the next value, within depth objects and arrays.
-func parseValue(d *json.Decoder, depth int) (*Node, error) {
-	tok, err := d.Token()
+// jsonParser parses a JSON text with d; text is set where it holds a lone
+// surrogate's escape, and strings with an escape are then read again from
+// it (unquoteWTF8).
+type jsonParser struct {
+	d    *json.Decoder
+	text []byte
+}
+
+// token is the decoder's next token; a string, with its lone surrogates
+// kept (see ParseJSON), checked against limit UTF-16 code units.
+func (p *jsonParser) token(limit int, what string) (json.Token, error) {
+	from := p.d.InputOffset()
+	tok, err := p.d.Token()
+	if err != nil {
+		return nil, err
+	}
+	v, ok := tok.(string)
+	if !ok {
+		return tok, nil
+	}
+	if err := checkLength(v, limit, what); err != nil {
+		return nil, err
+	}
+	if p.text != nil {
+		raw := p.text[from:p.d.InputOffset()]
+		if q := bytes.IndexByte(raw, '"'); q >= 0 && len(raw) >= q+2 && bytes.IndexByte(raw, '\\') >= 0 {
+			return unquoteWTF8(raw[q+1 : len(raw)-1]), nil
+		}
+	}
+	return v, nil
+}
+
+// unquoteWTF8 is the value of a JSON string's quoted text (valid, between
+// its quotes) as Go's decoder reads it, but a lone surrogate's escape
+// kept as the surrogate's WTF-8 bytes.
+func unquoteWTF8(q []byte) string {
+	b := make([]byte, 0, len(q))
+	for i := 0; i < len(q); {
+		c := q[i]
+		if c != '\\' {
+			r, n := utf8.DecodeRune(q[i:])
+			if r == utf8.RuneError && n == 1 {
+				b = utf8.AppendRune(b, utf8.RuneError)
+			} else {
+				b = append(b, q[i:i+n]...)
+			}
+			i += n
+			continue
+		}
+		if i+1 >= len(q) {
+			break
+		}
+		switch e := q[i+1]; e {
+		case 'b':
+			b = append(b, '\b')
+		case 'f':
+			b = append(b, '\f')
+		case 'n':
+			b = append(b, '\n')
+		case 'r':
+			b = append(b, '\r')
+		case 't':
+			b = append(b, '\t')
+		case 'u':
+			u, _ := hex4(q, i+2)
+			i += 6
+			if u >= 0xd800 && u < 0xdc00 && i+6 <= len(q) && q[i] == '\\' && q[i+1] == 'u' {
+				if l, ok := hex4(q, i+2); ok && l >= 0xdc00 && l < 0xe000 {
+					b = utf8.AppendRune(b, utf16.DecodeRune(u, l))
+					i += 6
+					continue
+				}
+			}
+			if u >= 0xd800 && u < 0xe000 {
+				b = append(b, byte(0xe0|u>>12), byte(0x80|u>>6&0x3f), byte(0x80|u&0x3f))
+			} else {
+				b = utf8.AppendRune(b, u)
+			}
+			continue
+		default: // " \ /
+			b = append(b, e)
+		}
+		i += 2
+	}
+	return string(b)
+}
+
+// value parses the next value, within depth objects and arrays.
+func (p *jsonParser) value(depth int) (*Node, error) {
+	d := p.d
+	tok, err := p.token(MaxStringLength, "string")
 	if err != nil {
 		return nil, err
 	}
@@ -103,9 +205,6 @@ func parseValue(d *json.Decoder, depth int) (*Node, error) {
 	case bool:
 		return &Node{Kind: KindBool, Bool: v}, nil
 	case string:
-		if err := checkLength(v, MaxStringLength, "string"); err != nil {
-			return nil, err
-		}
 		return &Node{Kind: KindString, Text: v}, nil
 	case json.Number:
 		if digits := numberDigits(string(v)); digits > MaxNumberLength {
@@ -123,16 +222,13 @@ func parseValue(d *json.Decoder, depth int) (*Node, error) {
 		for d.More() {
 			key := ""
 			if n.Kind == KindObject {
-				t, err := d.Token()
+				t, err := p.token(MaxNameLength, "key")
 				if err != nil {
 					return nil, err
 				}
 				key, _ = t.(string)
-				if err := checkLength(key, MaxNameLength, "key"); err != nil {
-					return nil, err
-				}
 			}
-			x, err := parseValue(d, depth)
+			x, err := p.value(depth)
 			if err != nil {
 				return nil, err
 			}
@@ -200,13 +296,25 @@ func checkLength(s string, limit int, what string) error {
 	return nil
 }
 
-// numberDigits counts the digits of a number literal, as Jackson measures
-// its length.
+// numberDigits counts the digits of a number literal, as Jackson's
+// ReaderBasedJsonParser measures its length: every digit, but an integer
+// part of a single 0 is not counted when the number has a fraction or an
+// exponent, not both (Jackson reads "0." and 1000 nines, "0e" and 1000
+// ones, and refuses "0.9e" and 999 ones: Debezium's harness,
+// testdata/debezium_avro_Probe.java.txt).
 func numberDigits(lit string) int {
 	n := 0
 	for i := 0; i < len(lit); i++ {
 		if lit[i] >= '0' && lit[i] <= '9' {
 			n++
+		}
+	}
+	digits := strings.TrimPrefix(lit, "-")
+	if len(digits) > 1 && digits[0] == '0' {
+		fraction := digits[1] == '.'
+		exponent := strings.ContainsAny(digits, "eE")
+		if fraction != exponent {
+			n--
 		}
 	}
 	return n
@@ -306,6 +414,12 @@ func InferSchema(key string, n *Node) (*ConnectSchema, error) {
 			fs, err := InferSchema(fk, n.Elems[i])
 			if err != nil {
 				return nil, err
+			}
+			if fs != nil && k == "" {
+				// Connect's SchemaBuilder.field throws ("fieldName
+				// cannot be null"): Debezium leaves the payload a
+				// string. A null or empty array under it is left out.
+				return nil, ErrNoSchema
 			}
 			if fs != nil {
 				s.Fields = append(s.Fields, ConnectField{k, fs})

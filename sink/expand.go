@@ -220,10 +220,20 @@ func (f Format) expandWithin(payload []byte, column string, maxBytes int) ([]byt
 // expand is the expanded value of e's payload, if the sink expands JSON
 // payloads and Debezium would expand this one; an error
 // (errExpandedTooLarge) if it is larger than the topic's batch cap, which
-// the client would refuse anyway: it is not written past it.
+// the client would refuse anyway: it is not written past it. A value
+// nesting deeper than Jackson writes (format.MaxNestingDepth: a
+// json_schema envelope of a payload of 500 nested objects) is another
+// error: Debezium's JsonConverter fails on it ("Converting Kafka Connect
+// data to byte[] failed due to serialization error") and its task stops.
 func (s *Sink) expand(e *event.Event, topic string) ([]byte, bool, error) {
 	if !s.cfg.ExpandJSONPayload || e.Payload == nil {
 		return nil, false, nil
 	}
-	return s.cfg.ValueFormat.expandWithin(e.Payload, e.PayloadColumn, int(s.batchCapOf(topic)))
+	v, ok, err := s.cfg.ValueFormat.expandWithin(e.Payload, e.PayloadColumn, int(s.batchCapOf(topic)))
+	if err == nil && ok {
+		if d := format.Nesting(v); d > format.MaxNestingDepth {
+			return nil, false, fmt.Errorf("the expanded payload nests %d deep in %s, more than the %d that Jackson writes (Debezium's converter fails on it)", d, s.cfg.ValueFormat, format.MaxNestingDepth)
+		}
+	}
+	return v, ok, err
 }

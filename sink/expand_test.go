@@ -1,7 +1,10 @@
 package sink
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/walrelay/walrelay/event"
 )
 
 // TestExpandJSON: a payload is expanded as Debezium's EventRouter and the
@@ -60,6 +63,82 @@ func TestJavaDouble(t *testing.T) {
 		123.456: "123.456", 1e21: "1.0E21", -2.5e-10: "-2.5E-10", point1 + 0.2: "0.30000000000000004", 5e-324: "4.9E-324", 1.7976931348623157e308: "1.7976931348623157E308"} {
 		if got := string(appendJavaDouble(nil, f)); got != want {
 			t.Errorf("%v: %s, want %s", f, got, want)
+		}
+	}
+}
+
+// TestExpandJSONDebeziumParity38: payloads where the json and json_schema
+// expansion once differed from Debezium 3.6.1 (#38 review holes 5, 9, 10).
+// The json_schema records are literals printed by Debezium's own
+// JsonSchemaData and JsonConverter (format/testdata/debezium_json_Probe.java.txt,
+// run as its header says); "" is a payload Debezium leaves a string
+// (JsonSchemaData throws: an empty key with a schema, "fieldName cannot be
+// null"; a number beyond Jackson's length).
+func TestExpandJSONDebeziumParity38(t *testing.T) {
+	const dbl = `{"schema":{"type":"struct","fields":[{"type":"double","optional":true,"field":"a"}],"optional":true,"name":"payload"},"payload":{"a":`
+	nines, ones := strings.Repeat("9", 1000), strings.Repeat("1", 1000)
+	for _, c := range []struct{ in, want string }{
+		{`{"":1}`, ""},
+		{`{"a":{"":1}}`, ""},
+		{`{"a":[{"":1}]}`, ""},
+		{`{"":null}`, `{"schema":{"type":"struct","fields":[],"optional":true,"name":"payload"},"payload":{}}`},
+		{`{"a":{"":[]}}`, `{"schema":{"type":"struct","fields":[{"type":"struct","fields":[],"optional":true,"name":"payload.a","field":"a"}],"optional":true,"name":"payload"},"payload":{"a":{}}}`},
+		{`{"a":"\ud800"}`, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"}],"optional":true,"name":"payload"},"payload":{"a":"\uD800"}}`},
+		{`{"a":"x\udc00y"}`, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"}],"optional":true,"name":"payload"},"payload":{"a":"x\uDC00y"}}`},
+		{`{"a":"\ud83d\ude00\ud800\ud800\n\u00e9\\ud800\"x","\udc00":["\udfff",  "\uDBFF\uDFFF"]}`, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"},{"type":"array","items":{"type":"string","optional":true},"optional":true,"field":"\uDC00"}],"optional":true,"name":"payload"},"payload":{"a":"\uD83D\uDE00\uD800\uD800\né\\ud800\"x","\uDC00":["\uDFFF","\uDBFF\uDFFF"]}}`},
+		{`{"a":"\ud800","\ud800":{"\ud801":1}}`, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"},{"type":"struct","fields":[{"type":"int32","optional":true,"field":"\uD801"}],"optional":true,"name":"payload.\uD800","field":"\uD800"}],"optional":true,"name":"payload"},"payload":{"a":"\uD800","\uD800":{"\uD801":1}}}`},
+		{`{"\ud800":1}`, `{"schema":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"\uD800"}],"optional":true,"name":"payload"},"payload":{"\uD800":1}}`},
+		{`{"a":0.` + nines + `}`, dbl + `1.0}}`},
+		{`{"a":-0.` + nines + `}`, dbl + `-1.0}}`},
+		{`{"a":0e` + ones + `}`, dbl + `0.0}}`},
+		{`{"a":-0e` + ones + `}`, dbl + `-0.0}}`},
+		{`{"a":0E+` + ones + `}`, dbl + `0.0}}`},
+		{`{"a":1.` + nines[1:] + `}`, dbl + `2.0}}`},
+		{`{"a":0.` + nines + `9}`, ""},
+		{`{"a":0e` + ones + `1}`, ""},
+		{`{"a":0.9e` + ones[1:] + `}`, ""},
+	} {
+		got, ok := FormatJSONSchema.expandJSON([]byte(c.in), "payload")
+		if c.want == "" {
+			if ok {
+				t.Errorf("%.40s: expanded to %.100s; Debezium leaves it a string", c.in, got)
+			}
+			continue
+		}
+		if !ok || string(got) != c.want {
+			t.Errorf("%.40s: json_schema %.300s (%v), Debezium writes %.300s", c.in, got, ok, c.want)
+		}
+	}
+}
+
+// TestExpandJSONTooDeep: Debezium's JsonConverter writes a json_schema
+// envelope nesting at most 1000 deep (Jackson's write limit): a payload of
+// 499 nested objects, 996 nested arrays in a field, and fails on 500 and
+// 997 ("Converting Kafka Connect data to byte[] failed due to
+// serialization error", debezium_json_Probe.java.txt); its task stops, so
+// walrelay dead-letters such an event (reason format). The json format
+// writes the payload alone, within Jackson's read limit of 1000.
+func TestExpandJSONTooDeep(t *testing.T) {
+	objs := func(d int) string { return strings.Repeat(`{"a":`, d) + "1" + strings.Repeat("}", d) }
+	arrs := func(d int) string { return `{"a":` + strings.Repeat("[", d) + "1" + strings.Repeat("]", d) + "}" }
+	for _, c := range []struct {
+		in          string
+		f           Format
+		ok, tooDeep bool
+	}{
+		{objs(499), FormatJSONSchema, true, false},
+		{objs(500), FormatJSONSchema, false, true},
+		{objs(999), FormatJSONSchema, false, true},
+		{arrs(996), FormatJSONSchema, true, false},
+		{arrs(997), FormatJSONSchema, false, true},
+		{objs(1000), FormatJSON, true, false},
+		{arrs(999), FormatJSON, true, false},
+		{objs(1001), FormatJSON, false, false}, // beyond Jackson's read limit: a string
+	} {
+		s := &Sink{cfg: Config{ExpandJSONPayload: true, ValueFormat: c.f}}
+		_, ok, err := s.expand(&event.Event{Payload: []byte(c.in), PayloadColumn: "payload"}, "t")
+		if ok != c.ok || (err != nil) != c.tooDeep {
+			t.Errorf("%s %d bytes: expanded %v, err %v; want %v, too deep %v", c.f, len(c.in), ok, err, c.ok, c.tooDeep)
 		}
 	}
 }

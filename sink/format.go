@@ -94,7 +94,9 @@ func base64Quote(dst, v []byte) []byte {
 
 // jacksonQuote appends s as a JSON string the way Jackson writes one:
 // quote and backslash escaped, control characters as \b \t \n \f \r or
-// \u00XX, everything else (slash, non-ASCII, U+2028) as it is.
+// \u00XX, a character outside the BMP as its escaped surrogate pair, a
+// lone surrogate (its WTF-8 bytes, as format.ParseJSON keeps it) as its
+// escape \uD800, everything else (slash, non-ASCII, U+2028) as it is.
 func jacksonQuote(dst, s []byte) []byte {
 	const hex = "0123456789ABCDEF"
 	dst = append(dst, '"')
@@ -108,6 +110,12 @@ func jacksonQuote(dst, s []byte) []byte {
 			}
 			r, n := utf8.DecodeRune(s[i:])
 			switch {
+			case c == 0xed && i+2 < len(s) && s[i+1] >= 0xa0 && s[i+1] <= 0xbf && s[i+2] >= 0x80 && s[i+2] <= 0xbf:
+				// A lone surrogate, as format.ParseJSON keeps it (WTF-8):
+				// Jackson writes it escaped.
+				u := 0xd000 | rune(s[i+1]&0x3f)<<6 | rune(s[i+2]&0x3f)
+				dst = append(dst, '\\', 'u', hex[u>>12&0xf], hex[u>>8&0xf], hex[u>>4&0xf], hex[u&0xf])
+				n = 3
 			case r == utf8.RuneError && n == 1:
 				dst = append(dst, "\uFFFD"...)
 			case r > 0xFFFF:

@@ -13,11 +13,11 @@ import (
 	"github.com/walrelay/walrelay/format"
 )
 
-// Reasons of the dead letters of the registry formats.
+// Reasons of the dead letters of the registry formats (and of json_schema).
 const (
 	// ReasonFormat is a payload the format cannot write (a name Avro
-	// refuses, a number beyond a long), as Debezium's converter fails on
-	// it.
+	// refuses, a number beyond a long, a json_schema envelope nesting
+	// deeper than Jackson writes), as Debezium's converter fails on it.
 	ReasonFormat = "format"
 	// ReasonSchemaRefused is a schema that the registry refuses
 	// (incompatible, invalid) or, without auto-registration, does not

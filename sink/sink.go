@@ -601,8 +601,11 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	case s.cfg.ValueFormat != FormatRaw:
 		if e.PayloadBytes {
 			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))
-		} else if v, ok, err := s.expand(e, topic); err != nil {
+		} else if v, ok, err := s.expand(e, topic); errors.Is(err, errExpandedTooLarge) {
 			s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: %w", kerr.MessageTooLarge, err), gen, done)
+			return
+		} else if err != nil {
+			s.deadLetter(ctx, e, ReasonFormat, topic, err, gen, done)
 			return
 		} else if ok {
 			r.Value = v
