@@ -31,6 +31,13 @@ import (
 // end: a restored database, a standby promoted without the last WAL) is
 // of WAL this server never had, whose new events at the same positions
 // would be skipped; that is refused (checkHistory).
+//
+// Resume must not run concurrently with Publish (the relay publishes on
+// the goroutine that calls Resume). A later call ends the client's
+// transaction (endClientTxn) on the caller's goroutine after Abort's
+// barrier: a record published in between could open a transaction on the
+// flusher that this ends, and its events would then be answered as
+// committed though it was aborted.
 func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 	t := s.tx
 	if t == nil {

@@ -93,6 +93,11 @@ type queue struct {
 	// the flusher sets the transaction's count after each round (setHeld),
 	// and 0 when it ends.
 	held, heldBytes int
+	// heldFull: a push waits for room that only the end of the open
+	// transaction frees (the transaction and the queue fill the
+	// buffers): nothing more can join it, so the flusher takes what is
+	// queued at once and commits (flush). Cleared by setHeld.
+	heldFull bool
 }
 
 func newQueue(cfg Config) *queue {
@@ -157,7 +162,14 @@ func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.
 			return
 		}
 		space := q.space
+		waken := !room && !q.heldFull
+		if !room {
+			q.heldFull = true
+		}
 		q.mu.Unlock()
+		if waken {
+			q.wake()
+		}
 		select {
 		case <-space:
 		case <-ctx.Done():
@@ -176,15 +188,25 @@ func (q *queue) backlog() bool {
 }
 
 // setHeld sets the records (and their bytes) that the open transaction
-// holds, and wakes the pushes waiting for room when that is fewer.
+// holds, and wakes the pushes waiting for room when that is fewer (each
+// then says again whether it still waits for the transaction: heldFull).
 func (q *queue) setHeld(records, bytes int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if records < q.held || bytes < q.heldBytes {
+	if records < q.held || bytes < q.heldBytes || records == 0 {
 		close(q.space)
 		q.space = make(chan struct{})
+		q.heldFull = false
 	}
 	q.held, q.heldBytes = records, bytes
+}
+
+// waitsOnHeld reports whether a push waits for room that only the end of
+// the open transaction frees (queue.heldFull).
+func (q *queue) waitsOnHeld() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.heldFull
 }
 
 // generation returns the current generation (see queue.gen).
@@ -219,7 +241,9 @@ func (q *queue) breakOn(err error) {
 // lingers for up to linger after the round's first record, unless the round
 // is full. With nothing queued at until (if not zero), it returns an empty
 // round. If holds (exactly-once mode), the round's records count as held
-// until the flusher says otherwise (setHeld).
+// until the flusher says otherwise (setHeld); and while a push waits for
+// the open transaction's room (heldFull), it neither lingers nor waits
+// for until: the transaction is to commit now.
 func (q *queue) take(linger time.Duration, spare []queued, until time.Time, holds bool) (round []queued, broken error, ok bool) {
 	var timer *time.Timer
 	defer func() {
@@ -231,12 +255,17 @@ func (q *queue) take(linger time.Duration, spare []queued, until time.Time, hold
 		q.mu.Lock()
 		n := len(q.items)
 		wait := time.Duration(0)
-		if n > 0 && !q.closed && linger > 0 && n < q.maxRecs && q.bytes < q.flushAt && q.items[0].barrier == nil {
+		full := holds && q.heldFull
+		if n > 0 && !q.closed && !full && linger > 0 && n < q.maxRecs && q.bytes < q.flushAt && q.items[0].barrier == nil {
 			wait = linger - time.Since(q.firstAt)
 		}
 		if n == 0 && q.closed {
 			q.mu.Unlock()
 			return nil, nil, false
+		}
+		if n == 0 && full {
+			q.mu.Unlock()
+			return spare[:0], nil, true
 		}
 		if n > 0 && wait <= 0 {
 			round := q.items
@@ -399,7 +428,9 @@ func (s *Sink) flush(ctx context.Context) {
 		if s.tx != nil {
 			if s.q.brokenNow() != nil {
 				s.endTxn(ctx, false) // a record failed: abort at once
-			} else if s.tx.commitDue(time.Now(), s.q.backlog()) {
+			} else if s.tx.commitDue(time.Now(), s.q.backlog()) || s.q.waitsOnHeld() {
+				// Due, or the transaction and the queue fill the
+				// buffers: nothing more can join it.
 				s.endTxn(ctx, true)
 			}
 			s.q.setHeld(s.tx.holds())
@@ -436,8 +467,11 @@ func (q *queue) abort(ctx context.Context, abortBuffered func(context.Context) e
 	}
 }
 
-// close stops the queue: records queued later are failed, and the flusher
-// returns once it has run the queued ones.
+// close stops the queue: records queued later are failed, and so are the
+// pushes waiting for room (woken here: in exactly-once mode one may wait
+// for the open transaction's room with nothing queued, and the flusher
+// then returns at once); the flusher returns once it has run the queued
+// ones.
 func (q *queue) close() {
 	q.mu.Lock()
 	if q.broken == nil {
@@ -445,6 +479,8 @@ func (q *queue) close() {
 		q.isBroken.Store(true)
 	}
 	q.closed = true
+	close(q.space)
+	q.space = make(chan struct{})
 	q.mu.Unlock()
 	q.wake()
 }

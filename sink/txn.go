@@ -27,10 +27,12 @@ import (
 // the caller confirms nothing that Kafka could still abort. Until then the
 // transaction's records count against the buffers (MaxBufferedRecords and
 // MaxBufferedBytes) with the queued ones: Publish waits while the open
-// transaction and the queue hold that many, and the transaction commits
-// (once Interval old, as nothing more can join it) to make room. A
-// catch-up's transactions are so bounded by the buffers, not by MaxRecords
-// alone. If any record of
+// transaction and the queue hold that many, and the transaction then
+// commits at once, with what is queued, to make room (nothing more can
+// join it: queue.heldFull). A catch-up's transactions are so bounded by
+// the buffers, not by MaxRecords alone: with the default buffers they
+// hold at most MaxBufferedRecords (5,000) events, under MaxRecords'
+// default. If any record of
 // a transaction fails, or the commit does, the transaction is aborted, the
 // sink is broken as in at-least-once mode, and every event of the
 // transaction is answered with an error; the caller resends from its
@@ -67,7 +69,9 @@ type Transactions struct {
 	// MaxRecords commits a transaction that holds this many events.
 	// Default 10000. The buffers (Config.MaxBufferedRecords and
 	// MaxBufferedBytes) bound a transaction too, as its records count
-	// against them until it ends.
+	// against them until it ends: it commits once they are full, so a
+	// MaxRecords over MaxBufferedRecords (the defaults: 10000 over 5000)
+	// is never reached.
 	MaxRecords int
 	// OffsetsTopic holds the committed positions, compacted, one
 	// partition; created if missing. Default "walrelay.offsets".
