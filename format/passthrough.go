@@ -174,17 +174,8 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 func (r *Registry) inSubject(ctx context.Context, id uint32, subject string) error {
 	vs, err := r.cl.SchemaVersionsByID(ctx, int(id))
 	if err != nil {
-		var re *sr.ResponseError
-		if errors.As(err, &re) {
-			switch {
-			case re.StatusCode == http.StatusNotFound && re.ErrorCode == 40403:
-				// Deleted since SchemaByID found it.
-				return fmt.Errorf("schema id %d: %w: %v", id, ErrSchemaUnknown, err)
-			case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
-				return fmt.Errorf("schema id %d: %w (HTTP %d): %v", id, ErrUnauthorized, re.StatusCode, err)
-			}
-		}
-		return fmt.Errorf("schema registry, the subjects of schema id %d (GET /schemas/ids/%d/versions): %w", id, id, err)
+		// ErrSchemaUnknown: deleted since SchemaByID found it.
+		return idError(fmt.Sprintf("the subjects of schema id %d (GET /schemas/ids/%d/versions)", id, id), err)
 	}
 	var of []string
 	for _, v := range vs {
@@ -216,20 +207,27 @@ func first(v []byte) string {
 // error if it does not answer.
 func (r *Registry) SchemaByID(ctx context.Context, id uint32) (sr.Schema, error) {
 	s, err := r.cl.SchemaByID(ctx, int(id))
-	if err == nil {
-		return s, nil
+	if err != nil {
+		return sr.Schema{}, idError(fmt.Sprintf("schema id %d", id), err)
 	}
+	return s, nil
+}
+
+// idError classifies the registry's error to a request about a schema id
+// (what): ErrSchemaUnknown for Confluent's not found, ErrNotSchemaRegistry
+// for a 404 without its code, ErrUnauthorized, else an outage.
+func idError(what string, err error) error {
 	err = bounded{err}
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
 		switch {
 		case notFound(re):
-			return sr.Schema{}, fmt.Errorf("schema id %d: %w: %v", id, ErrSchemaUnknown, err)
+			return fmt.Errorf("%s: %w: %v", what, ErrSchemaUnknown, err)
 		case re.StatusCode == http.StatusNotFound:
-			return sr.Schema{}, wrongPath(fmt.Sprintf("schema id %d", id), re)
+			return wrongPath(what, re)
 		case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
-			return sr.Schema{}, fmt.Errorf("schema id %d: %w (HTTP %d): %v", id, ErrUnauthorized, re.StatusCode, err)
+			return fmt.Errorf("%s: %w (HTTP %d): %v", what, ErrUnauthorized, re.StatusCode, err)
 		}
 	}
-	return sr.Schema{}, fmt.Errorf("schema registry, schema id %d: %w", id, err)
+	return fmt.Errorf("schema registry, %s: %w", what, err)
 }
