@@ -14,7 +14,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -190,11 +189,7 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 // payload that fits no version is a mismatch once the registry answers.
 func TestRegistrySchemaFirstNewVersionDuringOutage(t *testing.T) {
 	r := registrytest.Start(t)
-	px, err := proxy.New(strings.TrimPrefix(r.Base(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := r.Proxy(t)
 	direct := mustRegistry(t, RegistryConfig{URL: r.URL()})
 	v1 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"}]}`
 	v2 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}`

@@ -3,7 +3,6 @@ package inbox_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/inbox"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
-	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
@@ -129,11 +127,7 @@ func TestRegistryConsumeProtobufAndJSONSchema(t *testing.T) {
 		rec.Value = v
 		recs, want[ev] = append(recs, rec), true
 	}
-	px, err := proxy.New(strings.TrimPrefix(r.Base(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := r.Proxy(t)
 	px.Down()
 	reg, err := inbox.NewRegistry(inbox.RegistryConfig{URL: "http://" + px.Addr() + registrytest.CCompatPath})
 	if err != nil {

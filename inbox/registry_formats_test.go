@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/walrelay/walrelay/format"
-	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -100,11 +99,7 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 	registerSchema(t, cl, "shop-common-money", sr.Schema{Schema: moneyProto, Type: sr.TypeProtobuf})
 	id := registerSchema(t, cl, "orders-OrderCreated", sr.Schema{Schema: orderProto, Type: sr.TypeProtobuf,
 		References: []sr.SchemaReference{{Name: "shop/common/money.proto", Subject: "shop-common-money", Version: 1}}})
-	px, err := proxy.New(strings.TrimPrefix(r.Base(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := r.Proxy(t)
 	reg, err := NewRegistry(RegistryConfig{URL: "http://" + px.Addr() + registrytest.CCompatPath})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/outbox"
 )
@@ -19,11 +18,7 @@ import (
 // registry's password is printed nowhere.
 func TestRegistryOutageStatus(t *testing.T) {
 	reg := registrytest.Start(t)
-	px, err := proxy.New(strings.TrimPrefix(reg.Base(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := reg.Proxy(t)
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
 	addr := freeAddr(t)

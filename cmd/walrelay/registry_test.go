@@ -17,7 +17,6 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
-	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/outbox"
 	"github.com/walrelay/walrelay/sink"
@@ -218,11 +217,7 @@ func normalize(v any) any {
 // order, none dead-lettered.
 func TestRegistryOutageHoldsEvents(t *testing.T) {
 	reg := registrytest.Start(t)
-	px, err := proxy.New(strings.TrimPrefix(reg.Base(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := reg.Proxy(t)
 	px.Down()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
@@ -284,11 +279,7 @@ func TestRegistryCheck(t *testing.T) {
 	if code, out := runCmd(t, e, "check"); code != 0 || !strings.Contains(out, "OK    schema registry") {
 		t.Fatalf("check with the registry up: exit %d\n%s", code, out)
 	}
-	px, err := proxy.New(strings.TrimPrefix(reg.Base(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := reg.Proxy(t)
 	px.Down()
 	e = e.with("WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", "http://"+px.Addr()+registrytest.CCompatPath,
 		"WALRELAY_KAFKA_SCHEMA_REGISTRY_USERNAME", "relay", "WALRELAY_KAFKA_SCHEMA_REGISTRY_PASSWORD", "pw-not-shown")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/outbox"
 	"github.com/walrelay/walrelay/sink"
@@ -54,11 +53,7 @@ func TestRegistrySchemaFirstRegistersAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := proxy.New(strings.TrimPrefix(reg.Base(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := reg.Proxy(t)
 	px.Down()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
-	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/outbox"
 	"github.com/walrelay/walrelay/sink"
@@ -302,11 +301,7 @@ func TestRegistrySchemaFirstOutageHoldsEvents(t *testing.T) {
 	if _, err := cl.CreateSchema(t.Context(), "Tick", sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3"; message Tick { int32 n = 1; }`}); err != nil {
 		t.Fatal(err)
 	}
-	px, err := proxy.New(strings.TrimPrefix(reg.Base(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := reg.Proxy(t)
 	px.Down()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/proxy"
 )
 
 // Version is the Apicurio Registry release that Start runs.
@@ -212,6 +213,19 @@ func (r *Registry) URL() string { return r.base + CCompatPath }
 
 // Base is the registry's root URL (Apicurio's own API is under /apis).
 func (r *Registry) Base() string { return r.base }
+
+// Proxy returns a TCP proxy to the registry (its Addr in place of the
+// registry's host and port; Down and Up cut and restore it), closed at
+// the test's end.
+func (r *Registry) Proxy(t TB) *proxy.Proxy {
+	t.Helper()
+	px, err := proxy.New(strings.TrimPrefix(r.base, "http://"))
+	if err != nil {
+		t.Fatalf("registry proxy: %v", err)
+	}
+	t.Cleanup(func() { px.Close() })
+	return px
+}
 
 // Logs returns the end of the registry's output.
 func (r *Registry) Logs() string {
