@@ -185,6 +185,7 @@ type Sink struct {
 	tlsCfg     *tls.Config  // the dialer's TLS configuration, nil without TLS
 	opts       []kgo.Opt    // cfg.Opts but their hooks (hooks.go)
 	optHooks   []kgo.Hook   // the hooks of cfg.Opts: the producer's, relayed to the other clients
+	ownHooks   []kgo.Hook   // exactly-once: the producer's hooks, told of its creation and close by the sink
 	waiting    atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
 
 	mu   sync.Mutex // guards the header cache
@@ -349,11 +350,14 @@ func New(cfg Config) (*Sink, error) {
 	// registers metrics when it sees a client created (kprom) keeps them
 	// across a renewal and is not written to while the old producer's
 	// hook goroutines may still read it.
-	producerHooks := kgo.WithHooks(s.optHooks...)
+	producerHooks, producerOpts := kgo.WithHooks(s.optHooks...), cfg.ProducerOpts
 	if s.tx != nil {
-		producerHooks = kgo.WithHooks(hookRelay{s.optHooks})
+		var own []kgo.Hook
+		producerOpts, own = splitHooks(cfg.ProducerOpts)
+		s.ownHooks = append(slices.Clip(s.optHooks), own...)
+		producerHooks = kgo.WithHooks(hookRelay{s.ownHooks})
 	}
-	opts = append(append(slices.Clip(base), producerHooks), cfg.ProducerOpts...)
+	opts = append(append(slices.Clip(base), producerHooks), producerOpts...)
 	opts = append(opts, append(dialer, kgo.WithHooks(s.fences))...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -474,7 +478,7 @@ func (s *Sink) Close() {
 // created (created) or closed, as the client itself tells them outside
 // exactly-once mode.
 func (s *Sink) announceClient(cl *kgo.Client, created bool) {
-	for _, h := range s.optHooks {
+	for _, h := range s.ownHooks {
 		if n, ok := h.(kgo.HookNewClient); ok && created {
 			n.OnNewClient(cl)
 		}
