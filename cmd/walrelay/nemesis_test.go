@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 )
 
 // nemesisStep is one fault of a nemesis schedule, given the leader of a
@@ -45,13 +46,22 @@ var nemesisSteps = map[string]nemesisStep{
 	"add_partitions": {false, func(t *testing.T, nc *nemesisCtx, _ *kafkatest.Node) {
 		adm, done := nemesisAdmin(t, nc.kc)
 		defer done()
-		resp, err := adm.CreatePartitions(t.Context(), 3, nc.topic)
-		if err == nil {
-			err = resp.Error()
-		}
-		if err != nil {
-			t.Fatalf("add partitions to %s: %v", nc.topic, err)
-		}
+		ctx := t.Context()
+		// Asked again while a node does not answer; an earlier try whose
+		// answer was lost may have added them already.
+		want := kafkatest.Partitions + 3
+		waitfor.NoError(t, time.Minute, "add partitions to "+nc.topic, func() error {
+			resp, err := adm.UpdatePartitions(ctx, want, nc.topic)
+			if err == nil {
+				err = resp.Error()
+			}
+			if err != nil {
+				if md, merr := adm.Metadata(ctx, nc.topic); merr == nil && len(md.Topics[nc.topic].Partitions) == want {
+					return nil
+				}
+			}
+			return err
+		})
 		time.Sleep(8 * time.Second)
 	}},
 	"leader_killed": {true, func(t *testing.T, nc *nemesisCtx, n *kafkatest.Node) {
@@ -87,10 +97,14 @@ var nemesisSteps = map[string]nemesisStep{
 		adm, done := nemesisAdmin(t, nc.kc)
 		defer done()
 		ctx := t.Context()
-		md, err := adm.Metadata(ctx, nc.topic)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// Each request asked again while a node does not answer (a node
+		// restarted by the step before may still be starting): both are
+		// idempotent.
+		var md kadm.Metadata
+		waitfor.NoError(t, time.Minute, "the metadata of "+nc.topic, func() (err error) {
+			md, err = adm.Metadata(ctx, nc.topic)
+			return err
+		})
 		var req kadm.AlterPartitionAssignmentsReq
 		for _, p := range md.Topics[nc.topic].Partitions {
 			r := slices.Clone(p.Replicas)
@@ -99,19 +113,20 @@ var nemesisSteps = map[string]nemesisStep{
 			}
 			req.Assign(nc.topic, p.Partition, r)
 		}
-		resp, err := adm.AlterPartitionAssignments(ctx, req)
-		if err == nil {
-			err = resp.Error()
-		}
-		if err != nil {
-			t.Fatalf("reassign %s: %v", nc.topic, err)
-		}
+		waitfor.NoError(t, time.Minute, "reassign "+nc.topic, func() error {
+			resp, err := adm.AlterPartitionAssignments(ctx, req)
+			if err == nil {
+				err = resp.Error()
+			}
+			return err
+		})
 		time.Sleep(time.Second)
 		// A partition whose leader is its preferred one already answers
 		// ELECTION_NOT_NEEDED: not a failure.
-		if _, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{nc.topic: nil}); err != nil {
-			t.Fatalf("elect preferred leaders of %s: %v", nc.topic, err)
-		}
+		waitfor.NoError(t, time.Minute, "elect the preferred leaders of "+nc.topic, func() error {
+			_, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{nc.topic: nil})
+			return err
+		})
 		time.Sleep(5 * time.Second)
 	}},
 	"rolling_restart": {false, func(t *testing.T, nc *nemesisCtx, _ *kafkatest.Node) {

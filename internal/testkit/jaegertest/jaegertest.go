@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/internal/testkit/freeport"
 )
 
 // Version is the Jaeger release tools/jaeger/go.mod pins.
@@ -71,14 +72,7 @@ func Binary(ctx context.Context) (string, error) {
 }
 
 // freePort is a TCP port free on the loopback interface a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return freeport.One() }
 
 // config is Jaeger's configuration: OTLP/HTTP in, memory storage, the query
 // API, on the ports given; no metrics or other listeners of its own.

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walrelay/walrelay/internal/testkit/freeport"
 	"github.com/walrelay/walrelay/internal/testkit/proxy"
 )
 
@@ -82,7 +83,38 @@ func StartRealCluster(t TB, fencing Fencing) *RealCluster {
 		t.Fatalf("start a three-node Apache Kafka cluster: %v", err)
 	}
 	t.Cleanup(c.Close)
+	// Run before Close removes the nodes' files: a failed test shows what
+	// the nodes said of their trouble.
+	if r, ok := t.(interface {
+		Failed() bool
+		Logf(string, ...any)
+	}); ok {
+		t.Cleanup(func() {
+			if r.Failed() {
+				for _, n := range c.Nodes {
+					r.Logf("kafka node %d, its last warnings and errors:\n%s", n.ID, n.trouble(40))
+				}
+			}
+		})
+	}
 	return c
+}
+
+// trouble returns the last lines lines of the node's log that are warnings,
+// errors or its start and stop.
+func (n *Node) trouble(lines int) string {
+	b, err := os.ReadFile(filepath.Join(n.dir, "stdout.log"))
+	if err != nil {
+		return err.Error()
+	}
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "WARN") || strings.Contains(l, "ERROR") || strings.Contains(l, "FATAL") ||
+			strings.Contains(l, "Exception") || strings.Contains(l, "started (kafka") || strings.Contains(l, "shut down") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep[max(0, len(keep)-lines):], "\n")
 }
 
 // NewRealCluster fetches (once) the broker's jars, formats three nodes of one
@@ -98,7 +130,7 @@ func NewRealCluster(ctx context.Context, fencing Fencing) (*RealCluster, error) 
 		return nil, err
 	}
 	c := &RealCluster{dir: dir}
-	ports, err := freePorts(2 * RealClusterSize)
+	ports, err := freeport.Get(2 * RealClusterSize)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -226,8 +258,11 @@ func (c *RealCluster) Node(id int32) *Node {
 	return nil
 }
 
-// WaitHealthy waits until every node is a broker of the cluster and every
-// partition of topics (all topics if nil) has all three replicas in sync.
+// WaitHealthy waits until every node is a broker of the cluster, every
+// partition of topics (all topics if nil) has all three replicas in sync,
+// and every node answers a client on its own listener (asked directly: the
+// cluster's metadata, which any node gives, may name a node that does not
+// answer yet).
 func (c *RealCluster) WaitHealthy(ctx context.Context, topics []string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
 	if err != nil {
@@ -235,6 +270,15 @@ func (c *RealCluster) WaitHealthy(ctx context.Context, topics []string) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
+	var direct []*kgo.Broker // each node's own listener
+	for _, n := range c.Nodes {
+		ncl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr))
+		if err != nil {
+			return err
+		}
+		defer ncl.Close()
+		direct = append(direct, ncl.SeedBrokers()[0])
+	}
 	var last string
 	for {
 		mctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -254,6 +298,17 @@ func (c *RealCluster) WaitHealthy(ctx context.Context, topics []string) error {
 					}
 				}
 			}
+			for i, b := range direct {
+				if last != "" {
+					break
+				}
+				rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				_, err := b.Request(rctx, kmsg.NewPtrApiVersionsRequest())
+				cancel()
+				if err != nil {
+					last = fmt.Sprintf("node %d does not answer on its listener: %v", c.Nodes[i].ID, err)
+				}
+			}
 			if last == "" {
 				return nil
 			}
@@ -266,22 +321,35 @@ func (c *RealCluster) WaitHealthy(ctx context.Context, topics []string) error {
 	}
 }
 
-// Leader returns the node that leads partition of topic.
+// Leader returns the node that leads partition of topic. A cluster that
+// does not answer, or names no leader, is asked again for 30 s: a node
+// restarted a moment ago may still be starting.
 func (c *RealCluster) Leader(ctx context.Context, topic string, partition int32) (*Node, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
-	if err != nil {
-		return nil, err
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			p, ok := md.Topics[topic].Partitions[partition]
+			if ok && p.Leader >= 0 {
+				return c.Node(p.Leader), nil
+			}
+			err = fmt.Errorf("%s/%d has no leader", topic, partition)
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	p, ok := md.Topics[topic].Partitions[partition]
-	if !ok || p.Leader < 0 {
-		return nil, fmt.Errorf("%s/%d has no leader", topic, partition)
-	}
-	return c.Node(p.Leader), nil
 }
 
 // LeaderMoved asks the nodes other than from, in turn every 100 ms, which node leads

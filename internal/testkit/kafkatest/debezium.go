@@ -3,13 +3,14 @@ package kafkatest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/walrelay/walrelay/internal/testkit/freeport"
 )
 
 // DebeziumVersion is the Debezium release the tests and the benchmark run,
@@ -59,12 +60,11 @@ func StartDebeziumWith(ctx context.Context, extra []string, worker, connector ma
 	}
 	w := map[string]string{"offset.storage.file.filename": filepath.Join(dir, "offsets"), "offset.flush.interval.ms": "100", "plugin.discovery": "only_scan"}
 	if _, ok := worker["listeners"]; !ok {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := freeport.One()
 		if err != nil {
 			return nil, err
 		}
-		w["listeners"] = "http://" + l.Addr().String()
-		l.Close()
+		w["listeners"] = fmt.Sprintf("http://127.0.0.1:%d", port)
 	}
 	for k, v := range worker {
 		w[k] = v

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/internal/testkit/freeport"
 	"github.com/walrelay/walrelay/internal/testkit/proxy"
 )
 
@@ -147,7 +147,7 @@ func NewReal(ctx context.Context) (*Real, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	ports, err := freePorts(2 + FaultyListeners)
+	ports, err := freeport.Get(2 + FaultyListeners)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -270,23 +270,4 @@ func (r *Real) Close() {
 		px.Close()
 	}
 	os.RemoveAll(r.dir)
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walrelay/walrelay/internal/testkit/freeport"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/proxy"
 )
@@ -164,12 +164,10 @@ func New(ctx context.Context) (*Registry, error) {
 	if err != nil {
 		return nil, errors.New("no java on PATH: Apicurio Registry needs Java 17 or later")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.One()
 	if err != nil {
-		return nil, fmt.Errorf("find a free port: %w", err)
+		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	dir, err := os.MkdirTemp("", "walrelay-registry")
 	if err != nil {
 		return nil, err

@@ -21,3 +21,24 @@ func Until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 		pause = min(2*pause, 50*time.Millisecond)
 	}
 }
+
+// NoError calls f, every 5 ms at first and every second at most, until it
+// returns nil; after timeout it fails the test with what it tried and f's
+// last error. It is for a request a cluster in the middle of a fault may
+// refuse for a while (a node restarting, a leader moving).
+func NoError(t testing.TB, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	pause := 5 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Second)
+	}
+}
