@@ -25,6 +25,12 @@
 //     the caller is busy between two Next calls (Kafka down), and with the
 //     next Next after a keepalive that asks for one, so wal_sender_timeout
 //     does not end the session.
+//   - One writer at a time on the connection: the status goroutine, Next
+//     and Close write under the session's mutex, and none writes once
+//     pgconn has closed the connection after a failed read (it sends
+//     Terminate from a goroutine of its own, through the same
+//     pgproto3.Frontend, which is not safe for concurrent use); a clean
+//     Close of a lost connection skips its last status update.
 //   - A keepalive is yielded after every XLogData before it, so its WAL end
 //     is safe to confirm when nothing is in flight.
 //   - A session from which nothing arrives for ReceiveTimeout (time between

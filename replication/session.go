@@ -22,6 +22,16 @@ import (
 // status goroutine sends standby status updates while the caller is busy
 // between two Next calls (a Kafka outage), so that wal_sender_timeout does
 // not end the session.
+//
+// Every write to the connection (a status update, CopyDone) goes through
+// its pgproto3.Frontend, which is not safe for concurrent use, and happens
+// under mu. The one writer outside mu is pgconn itself: a read that fails
+// (other than by the read deadline) makes it close the connection in a
+// goroutine of its own, which sends a cancel request and Terminate through
+// the same frontend (PgConn.asyncClose). That happens only inside
+// ReceiveMessage, called under mu, so under mu conn.IsClosed says exactly
+// whether that goroutine may be running: a closed connection is never
+// written to again (writable).
 type Session struct {
 	s       *Stream
 	conn    *pgconn.PgConn
@@ -33,7 +43,7 @@ type Session struct {
 	closed    atomic.Bool
 
 	// mu is held by whoever does I/O on conn: Next, Close, the status
-	// goroutine.
+	// goroutine; none writes once pgconn closed conn (writable).
 	mu           sync.Mutex
 	sent         pglogrepl.LSN // highest flush LSN sent; starts at from
 	lastSent     time.Time
@@ -96,6 +106,9 @@ func (ss *Session) startStatus() {
 				ss.mu.Lock()
 				err := ss.sendStatus(time.Now(), false)
 				ss.mu.Unlock()
+				if errors.Is(err, errConnClosed) {
+					return // Next returned why: the read that failed
+				}
 				if err != nil {
 					ss.statusErr <- err
 					return
@@ -112,6 +125,20 @@ func (ss *Session) sendStatus(now time.Time, force bool) error {
 	return ss.sendStatusReply(now, force, false)
 }
 
+// errConnClosed is the error of a write to a connection that pgconn
+// closed after a failed read: the session is over.
+var errConnClosed = fmt.Errorf("the connection was closed after a failed read: %w", net.ErrClosed)
+
+// writable returns errConnClosed if pgconn closed the connection: its
+// goroutine that sends Terminate may be using the frontend, which nothing
+// else may touch from then on. mu must be held.
+func (ss *Session) writable() error {
+	if ss.conn.IsClosed() {
+		return errConnClosed
+	}
+	return nil
+}
+
 // sendStatusReply is sendStatus, asking the server for an answer at once if
 // reply (which forces the update).
 func (ss *Session) sendStatusReply(now time.Time, force, reply bool) error {
@@ -123,6 +150,9 @@ func (ss *Session) sendStatusReply(now time.Time, force, reply bool) error {
 	pos := max(pglogrepl.LSN(ss.confirmed.Load()), ss.sent)
 	if !force && since < ss.s.cfg.StatusInterval && pos == ss.sent {
 		return nil
+	}
+	if err := ss.writable(); err != nil {
+		return fmt.Errorf("send standby status update at %s: %w", pos, err)
 	}
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), ss.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos, ReplyRequested: reply,
@@ -153,6 +183,10 @@ func (ss *Session) Next(ctx context.Context) (Change, error) {
 		case err := <-ss.statusErr:
 			return Change{}, err
 		default:
+		}
+		if err := ss.writable(); err != nil {
+			// Called again after the connection's end.
+			return Change{}, fmt.Errorf("receive from slot %s: %w", cfg.Slot, err)
 		}
 		now := time.Now() // one clock read per message
 		if ss.replyDue {
@@ -314,7 +348,9 @@ func (ss *Session) Close(reason error) {
 	ss.wg.Wait()
 	s := ss.s
 	ss.mu.Lock()
-	if reason == nil {
+	if reason == nil && ss.writable() != nil {
+		s.log.Warn("the connection was lost before the stop: no last status update; the tail of the stream will be sent again on the next start", "confirmed", ss.sent.String())
+	} else if reason == nil {
 		_ = ss.conn.Conn().SetDeadline(time.Now().Add(5 * time.Second))
 		if err := ss.sendStatus(time.Now(), true); err != nil {
 			s.log.Warn("last status update failed; the tail of the stream will be sent again on the next start", "err", err)

@@ -318,10 +318,12 @@ func baseline(ctx context.Context, o options, dsn string, conn *pgx.Conn) (map[s
 			}
 		}
 	}()
+	// The receiver owns rc until it returns: rc.Close (deferred above)
+	// writes Terminate through the frontend it writes status updates to.
+	defer func() { stop(); <-done }()
 	for _, r := range o.rates {
 		tag := fmt.Sprintf("rate%dx%d", r.events, r.rows)
 		if err := writeAt(ctx, dsn, r, o.duration, tag); err != nil {
-			stop()
 			return nil, err
 		}
 		time.Sleep(time.Second)
