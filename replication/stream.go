@@ -21,6 +21,7 @@ import (
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/backoff"
 	"github.com/walrelay/walrelay/internal/pgdsn"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // Kind says what a Change is.
@@ -115,6 +116,7 @@ type Stream struct {
 
 	// Only the goroutine that opens sessions touches these.
 	lastPID    uint32    // the server process (walsender) of the last session
+	lastStart  string    // the server's backend_start of that walsender, as text
 	history    string    // the server's system identifier and timeline at the last session
 	ended      error     // why the last session or attempt ended; nil before the first
 	began      time.Time // when the last session or attempt began
@@ -371,7 +373,11 @@ func (s *Stream) wait(ctx context.Context) error {
 		// holder dies: asking is one cheap query.
 		wait = min(wait, s.cfg.StandbyRetry)
 		s.state.Store("waiting_for_slot")
-		s.log.Info("slot is active in another process; waiting", "pid", active.PID, "retry_in", wait)
+		if s.lastPID != 0 && uint32(active.PID) == s.lastPID {
+			s.log.Info("slot is still held by the walsender of this walrelay's last session; waiting", "pid", active.PID, "retry_in", wait)
+		} else {
+			s.log.Info("slot is active in another process; waiting", "pid", active.PID, "retry_in", wait)
+		}
 	} else {
 		s.state.Store("reconnecting")
 		s.log.Warn("replication stream failed; reconnecting", "err", s.ended, "retry_in", wait)
@@ -441,6 +447,16 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 			"so events after %s may be missing from Kafka; drop and recreate the slot (walrelay slot drop --yes, slot create), then walrelay reconcile --since <a time before the loss> (--all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids; walrelay migrate adds created_at) --replay --yes "+
 			"republishes the rows missing from the topics (docs/operations.md: \"The slot was lost or dropped\")", s.cfg.Slot, slot.ConfirmedFlush))
 	}
+	if slot.Active && s.lastPID != 0 && uint32(slot.ActivePID) == s.lastPID {
+		// This process's own last session, whose connection was lost
+		// without the server hearing of it (a cut route, a NAT or load
+		// balancer that dropped it): its walsender holds the slot until
+		// wal_sender_timeout. Ended after a second (a session closed in
+		// order releases the slot by then), not waited for.
+		if slot, err = s.endOwnWalsender(ctx, conn, slot); err != nil {
+			return nil, err
+		}
+	}
 	if slot.Active {
 		return nil, &SlotActiveError{Slot: s.cfg.Slot, PID: slot.ActivePID}
 	}
@@ -451,6 +467,16 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	history, err := walHistory(ctx, conn, sys)
 	if err != nil {
 		return nil, err
+	}
+	// The walsender's start names it beside its pid, which the server may
+	// give to another process once it exited (endOwnWalsender).
+	res, err := conn.Exec(ctx, "SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()").ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("read the session's start: %w", err)
+	}
+	backendStart := ""
+	if len(res) == 1 && len(res[0].Rows) == 1 {
+		backendStart = string(res[0].Rows[0][0])
 	}
 	from := s.resumeFrom(sys, slot.ConfirmedFlush)
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
@@ -477,7 +503,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
 	}
-	s.lastPID = conn.PID()
+	s.lastPID, s.lastStart = conn.PID(), backendStart
 	s.state.Store("streaming")
 	s.log.Info("streaming", "from", from.String(), "publication", s.cfg.Publication)
 	s.received.Store(max(s.received.Load(), uint64(from)))
@@ -490,6 +516,53 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	sess.startStatus()
 	started = true
 	return sess, nil
+}
+
+// endOwnWalsender ends the walsender of this process's last session, which
+// still holds the slot (slot.ActivePID is the last session's), and returns
+// the slot as it is then: inactive once that walsender exited. It is ended
+// only if it is the last session's process (the same pid and start): a pid
+// the server gave since to another process is left alone. Ending it needs
+// the same role as the session's or pg_signal_backend; refused, the slot
+// is returned still active and waited for as before.
+func (s *Stream) endOwnWalsender(ctx context.Context, conn *pgconn.PgConn, slot SlotInfo) (SlotInfo, error) {
+	// A session closed in order: its walsender exits a moment later.
+	slot, err := s.slotReleased(ctx, conn, slot, time.Second)
+	if err != nil || !slot.Active || uint32(slot.ActivePID) != s.lastPID {
+		return slot, err
+	}
+	res, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %d AND backend_start::text = %s",
+		slot.ActivePID, sqlquote.Literal(s.lastStart))).ReadAll()
+	done := err == nil && len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "t"
+	if !done {
+		why := "that pid is another process now"
+		if err != nil {
+			why = err.Error()
+		}
+		s.log.Warn("the slot is still held by this walrelay's last session, whose connection was lost; its walsender was not ended: the server ends it within wal_sender_timeout",
+			"pid", slot.ActivePID, "why", why)
+		return slot, nil
+	}
+	s.log.Warn("the slot was still held by this walrelay's last session, whose connection was lost: its walsender ended", "pid", slot.ActivePID)
+	// The walsender releases the slot as it exits, a moment later.
+	return s.slotReleased(ctx, conn, slot, 5*time.Second)
+}
+
+// slotReleased inspects the slot every 50 ms until it is inactive, for at
+// most wait, and returns it as it is then.
+func (s *Stream) slotReleased(ctx context.Context, conn *pgconn.PgConn, slot SlotInfo, wait time.Duration) (SlotInfo, error) {
+	for deadline := time.Now().Add(wait); slot.Active && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return slot, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		var err error
+		if slot, err = inspectSlot(ctx, conn, s.cfg.Slot); err != nil {
+			return slot, err
+		}
+	}
+	return slot, nil
 }
 
 // resumeFrom returns where a session starts: the slot's confirmed position,

@@ -11,10 +11,12 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Gate is a listener whose connections can be cut, refused, held or slowed.
+// Gate is a listener whose connections can be cut, refused, held, stranded
+// or slowed.
 // Its methods are safe for concurrent use.
 type Gate struct {
 	net.Listener
@@ -26,6 +28,9 @@ type Gate struct {
 	delay time.Duration // added before every write to an accepted connection
 	quiet chan struct{} // while set: nothing passes either way (BlackHole); closed by Up
 	conns map[*conn]bool
+	// strand is closed by Close: every connection stranded (Strand) waits
+	// for it.
+	strand chan struct{}
 	// stopped is set while Stop has closed the listener (closed by Up,
 	// which listens again); closed once Close was called.
 	stopped chan struct{}
@@ -33,7 +38,9 @@ type Gate struct {
 }
 
 // NewGate wraps l.
-func NewGate(l net.Listener) *Gate { return &Gate{Listener: l, conns: map[*conn]bool{}} }
+func NewGate(l net.Listener) *Gate {
+	return &Gate{Listener: l, conns: map[*conn]bool{}, strand: make(chan struct{})}
+}
 
 // Cut closes every accepted connection now; new ones are accepted as before.
 func (g *Gate) Cut() {
@@ -83,6 +90,28 @@ func (g *Gate) BlackHole() {
 		g.quiet = make(chan struct{})
 	}
 	g.mu.Unlock()
+}
+
+// Strand silences every accepted connection for good, either way, and
+// never closes it until the gate is closed, even when the client closes
+// its end: the server behind keeps its end open and hears nothing, as
+// after a NAT or a load balancer lost the connection's state. New
+// connections pass as before: only the old ones are lost.
+func (g *Gate) Strand() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for c := range g.conns {
+		c.stranded.Store(true)
+	}
+}
+
+// strandedWait blocks a stranded connection's I/O until the gate is closed.
+func (c *conn) strandedWait() error {
+	if !c.stranded.Load() {
+		return nil
+	}
+	<-c.g.strand
+	return net.ErrClosed
 }
 
 func (g *Gate) quietCh() chan struct{} {
@@ -196,6 +225,9 @@ func (g *Gate) Accept() (net.Conn, error) {
 // Close closes the listener, every connection and every held one.
 func (g *Gate) Close() error {
 	g.mu.Lock()
+	if !g.closed {
+		close(g.strand)
+	}
 	g.closed = true
 	g.mu.Unlock()
 	err := g.listener().Close()
@@ -213,11 +245,15 @@ func (g *Gate) writeDelay() time.Duration {
 // conn is an accepted connection that the gate tracks and may slow.
 type conn struct {
 	net.Conn
-	g    *Gate
-	once sync.Once
+	g        *Gate
+	once     sync.Once
+	stranded atomic.Bool
 }
 
 func (c *conn) Write(p []byte) (int, error) {
+	if err := c.strandedWait(); err != nil {
+		return 0, err
+	}
 	if q := c.g.quietCh(); q != nil {
 		<-q
 	}
@@ -229,6 +265,9 @@ func (c *conn) Write(p []byte) (int, error) {
 
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	if err := c.strandedWait(); err != nil {
+		return 0, err
+	}
 	if q := c.g.quietCh(); q != nil {
 		<-q // what arrived in the black hole is passed on only after it
 	}
@@ -236,6 +275,18 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 func (c *conn) Close() error {
+	if c.stranded.Load() {
+		// Kept open, to the server too, until the gate is closed.
+		go func() {
+			<-c.g.strand
+			c.close()
+		}()
+		return nil
+	}
+	return c.close()
+}
+
+func (c *conn) close() error {
 	c.once.Do(func() {
 		c.g.mu.Lock()
 		delete(c.g.conns, c)
