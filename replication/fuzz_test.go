@@ -83,6 +83,8 @@ func serve(conn net.Conn, write func(net.Conn)) {
 		switch {
 		case strings.HasPrefix(q.String, "SELECT active"):
 			err = rows("f", "0", "0/100", "0/100", "reserved", "t", "shop", "shop")
+		case strings.HasPrefix(q.String, "SELECT backend_start"):
+			err = rows("2026-01-01 00:00:00+00")
 		case q.String == "IDENTIFY_SYSTEM":
 			err = rows("7000000000000000001", "1", "0/1000000", "shop")
 		case strings.HasPrefix(q.String, "START_REPLICATION"):

@@ -447,7 +447,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 			"so events after %s may be missing from Kafka; drop and recreate the slot (walrelay slot drop --yes, slot create), then walrelay reconcile --since <a time before the loss> (--all on a table without created_at, outbox.timestamp_column or only UUIDv7 ids; walrelay migrate adds created_at) --replay --yes "+
 			"republishes the rows missing from the topics (docs/operations.md: \"The slot was lost or dropped\")", s.cfg.Slot, slot.ConfirmedFlush))
 	}
-	if slot.Active && s.lastPID != 0 && uint32(slot.ActivePID) == s.lastPID {
+	if slot.Active && s.lastPID != 0 && s.lastStart != "" && uint32(slot.ActivePID) == s.lastPID {
 		// This process's own last session, whose connection was lost
 		// without the server hearing of it (a cut route, a NAT or load
 		// balancer that dropped it): its walsender holds the slot until
@@ -469,14 +469,14 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 		return nil, err
 	}
 	// The walsender's start names it beside its pid, which the server may
-	// give to another process once it exited (endOwnWalsender).
-	res, err := conn.Exec(ctx, "SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()").ReadAll()
-	if err != nil {
-		return nil, fmt.Errorf("read the session's start: %w", err)
-	}
+	// give to another process once it exited (endOwnWalsender). Unknown
+	// (a server without pg_stat_activity), the walsender is never ended.
 	backendStart := ""
-	if len(res) == 1 && len(res[0].Rows) == 1 {
+	res, err := conn.Exec(ctx, "SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()").ReadAll()
+	if err == nil && len(res) == 1 && len(res[0].Rows) == 1 && res[0].Rows[0][0] != nil {
 		backendStart = string(res[0].Rows[0][0])
+	} else if err != nil && conn.IsClosed() {
+		return nil, fmt.Errorf("read the session's start: %w", err)
 	}
 	from := s.resumeFrom(sys, slot.ConfirmedFlush)
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
