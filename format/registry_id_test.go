@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,5 +69,41 @@ func TestSchemaIDBeyondInt32NoRequest(t *testing.T) {
 	}
 	if n := calls.Load(); n != 0 {
 		t.Errorf("%d requests to the registry for ids beyond int32, want none", n)
+	}
+}
+
+// TestCheckRegistryURL: a registry URL is http or https with a host and
+// no credentials; NewRegistry refuses any other without printing it (a
+// host:port with credentials and no scheme parses as the scheme "user",
+// which franz-go took and printed, password and all).
+func TestCheckRegistryURL(t *testing.T) {
+	for _, c := range []struct {
+		url  string
+		want error
+	}{
+		{"http://registry:8081", nil},
+		{"https://registry/apis/ccompat/v7", nil},
+		{"http://[::1]:8081", nil},
+		{"user:s3cret-pw@127.0.0.1:1", ErrRegistryURL},
+		{"http:/user:s3cret-pw@127.0.0.1:1", ErrRegistryURL},
+		{"http:user:s3cret-pw@127.0.0.1:1", ErrRegistryURL},
+		{"registry:8081", ErrRegistryURL},
+		{"ftp://registry", ErrRegistryURL},
+		{"http://", ErrRegistryURL},
+		{"http://u:s3cret-pw@registry:8081/%zz", ErrRegistryURL},
+		{"http://u:s3cret-pw@registry:8081", ErrRegistryURLCredentials},
+		{"https://s3cret-pw@registry", ErrRegistryURLCredentials},
+		{"//s3cret-pw@registry", ErrRegistryURLCredentials},
+	} {
+		err := CheckRegistryURL(c.url)
+		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("CheckRegistryURL(%q): %v, want %v", c.url, err, c.want)
+		}
+		if c.want == nil {
+			continue
+		}
+		if _, err := NewRegistry(RegistryConfig{URL: c.url}); err == nil || strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("NewRegistry(%q): %v, want a refusal that does not print the URL", c.url, err)
+		}
 	}
 }
