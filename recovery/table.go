@@ -58,12 +58,12 @@ type Table struct {
 	list       string // every column as text
 	// padded are the columns of a blank-padded type (char(n), bpchar,
 	// a domain over it), read as their output pads them (ColumnText).
-	padded map[string]bool
-	idType     string // the id column's type, as format_type writes it
-	rows       *decoder.RowReader
-	idIsUUID   bool
-	tsIsDate   bool
-	polled     bool // it has the poll source's columns (migrations.PollColumns)
+	padded   map[string]bool
+	idType   string // the id column's type, as format_type writes it
+	rows     *decoder.RowReader
+	idIsUUID bool
+	tsIsDate bool
+	polled   bool // it has the poll source's columns (migrations.PollColumns)
 	// timeColumn is the column of the time windows: the timestamp
 	// column, else the table's created_at (migrations.CreatedAt) when it
 	// is a timestamptz, else none (the time of UUIDv7 ids).
