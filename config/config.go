@@ -267,7 +267,7 @@ func (c *Config) keys() []*key {
 	add("outbox.partition_column", "a `smallint`, `integer` or `bigint` column whose value is the record's Kafka partition (Debezium's `…:partition` placement); NULL: the key's partition; a negative value, or a partition the topic lacks, is dead-lettered (`invalid_event`, `invalid_partition`)", f, s)
 
 	f, s = list(&c.Kafka.Brokers, nil)
-	add("kafka.brokers", "seed brokers, comma-separated", f, s)
+	add("kafka.brokers", "seed brokers, comma-separated, each `host:port` (one with credentials, `user:password@host:port` or `token@host`, or a URL is refused: SASL credentials go in `kafka.sasl.*`)", f, s)
 	f, s = str(&c.Kafka.Topic, "outbox.event.{aggregatetype}")
 	add("kafka.topic", "topic template; `{aggregatetype}` and `{type}` are replaced; with `kafka.topic_regex`, the replacement of its groups", f, s)
 	f, s = str(&c.Kafka.TopicRegex, "")
@@ -339,7 +339,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Kafka.SASL.PasswordFile, "")
 	add("kafka.sasl.password_file", "file holding the SASL password instead (both set is an error)", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.URL, "")
-	add("kafka.schema_registry.url", "the schema registry of the `avro` and `registry_passthrough` formats and the schema-first ones (`registered_avro`, `registered_protobuf`, `registered_jsonschema`), through Confluent's Schema Registry API (Apicurio Registry: `http://host:8080/apis/ccompat/v7`), `http` or `https` (the system's CAs, or `kafka.schema_registry.tls_ca_file`'s); Debezium's `…converter.apicurio.registry.url` or `…converter.schema.registry.url` (see Schema registry formats (docs/schema-registry.md))", f, s)
+	add("kafka.schema_registry.url", "the schema registry of the `avro` and `registry_passthrough` formats and the schema-first ones (`registered_avro`, `registered_protobuf`, `registered_jsonschema`), through Confluent's Schema Registry API (Apicurio Registry: `http://host:8080/apis/ccompat/v7`), `http` or `https` (the system's CAs, or `kafka.schema_registry.tls_ca_file`'s), without credentials (`user:password@` or `token@` is refused: they go in `kafka.schema_registry.username` and `kafka.schema_registry.password_file`); Debezium's `…converter.apicurio.registry.url` or `…converter.schema.registry.url` (see Schema registry formats (docs/schema-registry.md))", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.Username, "")
 	add("kafka.schema_registry.username", "HTTP basic auth user of the schema registry", f, s)
 	f, s = str(&c.Kafka.SchemaRegistry.Password, "")
@@ -445,6 +445,9 @@ func (c *Config) validate(needKafka bool) error {
 	}
 	if needKafka && len(c.Kafka.Brokers) == 0 {
 		return errors.New("kafka.brokers is not set (set " + EnvName("kafka.brokers") + ", --kafka.brokers or kafka.brokers in the config file)")
+	}
+	if err := sink.CheckBrokers(c.Kafka.Brokers); err != nil {
+		return fmt.Errorf("kafka.brokers %w (SASL credentials go in kafka.sasl.username and kafka.sasl.password_file)", err)
 	}
 	if _, _, err := c.Table(); err != nil {
 		return err

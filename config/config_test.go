@@ -383,7 +383,11 @@ func TestSchemaRegistryKeys(t *testing.T) {
 		{"  value_format: avro\n  schema_registry:\n    url: https://r/x\n    tls_ca_file: /nonexistent/ca.pem\n", "kafka.schema_registry.tls_ca_file: open /nonexistent/ca.pem"},
 		{"  value_format: registered_avro\n  schema_registry:\n    url: https://r/x\n    tls_ca_file: /nonexistent/ca.pem\n", "kafka.schema_registry.tls_ca_file: open /nonexistent/ca.pem"},
 		{"  value_format: avro\n  schema_registry:\n    url: http://r/x\n    id_kind: globalId\n", `kafka.schema_registry.id_kind "globalId"`},
-		{"  value_format: avro\n  schema_registry:\n    url: http://u:hunter2@r/x\n", "kafka.schema_registry.url holds a password"},
+		{"  value_format: avro\n  schema_registry:\n    url: http://u:hunter2@r/x\n", "kafka.schema_registry.url holds credentials"},
+		// A token as the user, without a password, is a secret too.
+		{"  value_format: avro\n  schema_registry:\n    url: http://hunter2@r/x\n", "kafka.schema_registry.url holds credentials"},
+		{"  value_format: registry_passthrough\n  schema_registry:\n    url: https://hunter2:@r/x\n", "kafka.schema_registry.username"},
+		{"  value_format: avro\n  schema_registry:\n    url: u:hunter2@r:8081\n", "want an http or https URL"},
 		{"  value_format: avro\n  schema_registry:\n    url: ftp://r/x\n", "want an http or https URL"},
 		{"  value_format: avro\n  schema_registry:\n    url: http://r/x\n    password: p\n", "needs kafka.schema_registry.username"},
 	} {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -174,12 +173,12 @@ func (c *Config) checkSchemaRegistry() error {
 	if r.URL == "" {
 		return nil
 	}
-	u, err := url.Parse(r.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errors.New("kafka.schema_registry.url: want an http or https URL")
-	}
-	if _, ok := u.User.Password(); ok {
-		return errors.New("kafka.schema_registry.url holds a password: give it in kafka.schema_registry.password or kafka.schema_registry.password_file")
+	// The errors never print the URL: it may hold a password or a token.
+	switch err := format.CheckRegistryURL(r.URL); {
+	case errors.Is(err, format.ErrRegistryURLCredentials):
+		return errors.New("kafka.schema_registry.url holds credentials (user@ or user:password@; a token as the user too), which errors and logs would print: give them in kafka.schema_registry.username and kafka.schema_registry.password or kafka.schema_registry.password_file")
+	case err != nil:
+		return errors.New("kafka.schema_registry.url: want an http or https URL with a host (http://host:port/path)")
 	}
 	return nil
 }

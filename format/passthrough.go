@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -172,6 +173,9 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 // (an outage). It asks GET /schemas/ids/{id}/versions (Confluent's API,
 // Apicurio's ccompat API).
 func (r *Registry) inSubject(ctx context.Context, id uint32, subject string) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("the subjects of schema id %d: %w", id, err)
+	}
 	vs, err := r.cl.SchemaVersionsByID(ctx, int(id))
 	if err != nil {
 		// ErrSchemaUnknown: deleted since SchemaByID found it.
@@ -203,14 +207,32 @@ func first(v []byte) string {
 }
 
 // SchemaByID returns the schema of id: ErrSchemaUnknown if the registry
-// has none, ErrUnauthorized if it refuses walrelay's credentials, another
-// error if it does not answer.
+// has none (an id above math.MaxInt32 without asking it), ErrUnauthorized
+// if it refuses walrelay's credentials, another error if it does not
+// answer.
 func (r *Registry) SchemaByID(ctx context.Context, id uint32) (sr.Schema, error) {
+	if err := checkID(id); err != nil {
+		return sr.Schema{}, fmt.Errorf("schema id %d: %w", id, err)
+	}
 	s, err := r.cl.SchemaByID(ctx, int(id))
 	if err != nil {
 		return sr.Schema{}, idError(fmt.Sprintf("schema id %d", id), err)
 	}
 	return s, nil
+}
+
+// checkID refuses a schema id that no registry can have before any
+// request names it: the wire format carries 4 bytes, but a registry's id
+// is a Java int (Confluent's, Apicurio's), so an id of 2^31 or more (a
+// hostile or corrupt frame) is ErrSchemaUnknown. Asked for it, Apicurio
+// cannot read the path's id and answers a 404 without Confluent's error
+// code, which idError would read as a wrong URL: an outage, retried for
+// ever on one event.
+func checkID(id uint32) error {
+	if id > math.MaxInt32 {
+		return fmt.Errorf("%w: an id above %d, which no registry gives (a Java int)", ErrSchemaUnknown, math.MaxInt32)
+	}
+	return nil
 }
 
 // idError classifies the registry's error to a request about a schema id

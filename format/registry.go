@@ -197,6 +197,9 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("no schema registry URL")
 	}
+	if err := CheckRegistryURL(cfg.URL); err != nil {
+		return nil, fmt.Errorf("schema registry URL: %w", err)
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
@@ -220,6 +223,36 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		return nil, fmt.Errorf("schema registry client: %w", err)
 	}
 	return &Registry{cl: cl, auto: cfg.AutoRegister, maxSchema: cfg.MaxSchemaBytes, obs: obs, ids: map[subjectSchema]uint32{}}, nil
+}
+
+// Errors of CheckRegistryURL.
+var (
+	// ErrRegistryURL is a registry URL that is not http or https with a
+	// host.
+	ErrRegistryURL = errors.New("want an http or https URL with a host (http://host:port/path)")
+	// ErrRegistryURLCredentials is a registry URL with credentials in it
+	// (user@ or user:password@): franz-go's errors print the URL.
+	ErrRegistryURLCredentials = errors.New("the URL holds credentials (user@ or user:password@), which errors would print: give them as the username and password instead")
+)
+
+// CheckRegistryURL refuses a schema registry URL that is not http or
+// https with a host (ErrRegistryURL), or that holds credentials
+// (ErrRegistryURLCredentials). The error never prints the URL: a URL
+// without its scheme ("user:pw@registry:8081") parses as the scheme
+// "user", and franz-go, putting http:// in front of it, would print the
+// password in every error.
+func CheckRegistryURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		if err == nil && u.User != nil {
+			return ErrRegistryURLCredentials
+		}
+		return ErrRegistryURL
+	}
+	if u.User != nil {
+		return ErrRegistryURLCredentials
+	}
+	return nil
 }
 
 // ID returns the id of an Avro schema under subject, registering it the

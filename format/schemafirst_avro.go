@@ -15,7 +15,11 @@ import (
 // ParseAvro parses an Avro schema of the registry with the schemas it
 // references (as References gives them, each after those it references
 // itself): their named types are parsed first, into the cache the schema
-// is parsed with.
+// is parsed with. It is for reading: names are not checked as Java's
+// Avro checks them (hamba/avro's own check is off for the whole process),
+// so a record that a non-Java producer wrote in a schema with a field
+// "first-name" decodes; a schema walrelay writes with is parsed with
+// ParseAvroWrite.
 func ParseAvro(text string, refs []Reference) (avro.Schema, error) {
 	cache := &avro.SchemaCache{}
 	for _, r := range refs {
@@ -26,6 +30,19 @@ func ParseAvro(text string, refs []Reference) (avro.Schema, error) {
 	schema, err := avro.ParseBytesWithCache([]byte(text), "", cache)
 	if err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
+	}
+	return schema, nil
+}
+
+// ParseAvroWrite parses an Avro schema that walrelay writes values with
+// (a schema-first format's, from the registry or a schema file), as
+// ParseAvro does, and refuses (ErrAvroName) the names that Java's Avro
+// refuses: Debezium's consumers, and Java's, must read what walrelay
+// writes.
+func ParseAvroWrite(text string, refs []Reference) (avro.Schema, error) {
+	schema, err := ParseAvro(text, refs)
+	if err != nil {
+		return nil, err
 	}
 	if err := avroNames(schema, map[avro.Schema]bool{}); err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
@@ -38,7 +55,8 @@ func ParseAvro(text string, refs []Reference) (avro.Schema, error) {
 // hamba/avro's own check is off for the whole process
 // (avro.SkipNameValidation), so a schema file or a registry's schema with
 // a field "first-name" would otherwise parse, and be written with, though
-// no Java consumer reads it. The error is ErrAvroName.
+// no Java consumer reads it (ParseAvroWrite; not what walrelay only
+// reads, ParseAvro). The error is ErrAvroName.
 func avroNames(s avro.Schema, seen map[avro.Schema]bool) error {
 	if r, ok := s.(*avro.RefSchema); ok {
 		s = r.Schema()
@@ -89,11 +107,11 @@ func avroNames(s avro.Schema, seen map[avro.Schema]bool) error {
 	return nil
 }
 
-// compileAvro parses an Avro schema of the registry (ParseAvro) and
+// compileAvro parses an Avro schema of the registry (ParseAvroWrite) and
 // returns the writer of JSON payloads in it: the JSON converted, by the
 // schema, into the values github.com/hamba/avro/v2 writes.
 func compileAvro(text string, refs []Reference, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte) ([]byte, *MismatchError), error) {
-	schema, err := ParseAvro(text, refs)
+	schema, err := ParseAvroWrite(text, refs)
 	if err != nil {
 		return nil, err
 	}

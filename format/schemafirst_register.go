@@ -35,10 +35,12 @@ type Registered struct {
 
 // Outage reports whether a registry's error is an outage (no answer, a
 // timeout, a 5xx): one that retrying later may fix, as opposed to a
-// refusal, credentials refused, or a schema walrelay cannot use.
+// refusal, credentials refused, a schema id the registry does not have
+// (ErrSchemaUnknown), or a schema walrelay cannot use.
 func Outage(err error) bool {
 	return err != nil && !errors.Is(err, ErrRefused) && !errors.Is(err, ErrUnauthorized) &&
-		!errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrInvalid) && !errors.Is(err, context.Canceled)
+		!errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrSchemaUnknown) && !errors.Is(err, ErrInvalid) &&
+		!errors.Is(err, context.Canceled)
 }
 
 // local is text as a schema of the format's kind, once walrelay has

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"github.com/twmb/franz-go/pkg/sr"
 	"net/http"
-	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -133,7 +132,8 @@ func (m Message) Decoded(ctx context.Context) (Decoded, error) {
 // records it decodes (Confluent's Schema Registry API; Apicurio serves it
 // at /apis/ccompat/v7).
 type RegistryConfig struct {
-	// URL is the registry's base URL.
+	// URL is the registry's base URL, http or https, without
+	// credentials (they go in Username and Password).
 	URL string
 	// Username and Password are for HTTP basic auth; none when Username is
 	// empty.
@@ -178,15 +178,19 @@ type schema struct {
 	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
 
-// NewRegistry returns a decoder of the registry of cfg. A URL with
-// credentials in it (http://user:password@host) is refused: they go in
-// Username and Password (a URL is printed in errors and logs, a password
-// never is).
+// NewRegistry returns a decoder of the registry of cfg. A URL that is not
+// http or https with a host is refused (a host:port with credentials and
+// no scheme, "user:pw@registry:8081", would be read as the scheme "user"),
+// and so is one with credentials in it (http://user:password@host,
+// http://token@host): they go in Username and Password (a URL is printed
+// in errors and logs, a password never is).
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
-	if u, err := url.Parse(cfg.URL); err != nil {
-		return nil, errors.New("inbox: RegistryConfig.URL is not a URL") // url.Parse's error would print it, password and all
-	} else if u.User != nil {
+	// The errors never print the URL: it may hold a password.
+	switch err := format.CheckRegistryURL(cfg.URL); {
+	case errors.Is(err, format.ErrRegistryURLCredentials):
 		return nil, errors.New("inbox: RegistryConfig.URL holds credentials (user@ or user:password@): give them in RegistryConfig.Username and RegistryConfig.Password")
+	case err != nil:
+		return nil, errors.New("inbox: RegistryConfig.URL is not a URL of the registry: want http or https with a host (http://host:port/path; a host:port needs its http://)")
 	}
 	reg, err := format.NewRegistry(format.RegistryConfig{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS})
 	if err != nil {

@@ -83,3 +83,26 @@ func TestNewRegistryRefusesCredentialsInURL(t *testing.T) {
 		t.Errorf("a URL without credentials: %v", err)
 	}
 }
+
+// TestNewRegistryURLWithoutScheme: a URL that is not http or https with a
+// host is refused without printing it: "user:s3cret-pw@127.0.0.1:1" (a
+// host:port with credentials, no scheme) parses as the scheme "user" and
+// no User, was taken, and franz-go, putting http:// in front of it,
+// printed the password in every error of the registry (the review's
+// TestProbeNewRegistryCredentialsWithoutScheme). As walrelay's own
+// kafka.schema_registry.url is checked (config/security.go).
+func TestNewRegistryURLWithoutScheme(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"user:s3cret-pw@127.0.0.1:1", "http:/user:s3cret-pw@127.0.0.1:1", "registry:8081", "ftp://registry:8081", "http://", "//s3cret-pw@registry:8081"} {
+		reg, err := NewRegistry(RegistryConfig{URL: u, Timeout: time.Second})
+		if err == nil {
+			var v any
+			err = reg.Decode(t.Context(), format.Frame(nil, 1, []byte{2}), &v)
+			t.Errorf("NewRegistry(%q) taken (a decode: %v), want a refusal: not an http or https URL with a host", u, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("NewRegistry(%q): the refusal prints the password: %v", u, err)
+		}
+	}
+}

@@ -224,11 +224,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 	// maxBytes (the first row always goes): what a claim holds in memory
 	// stays bounded whatever the rows' size. The rows cut off come after every row
 	// kept, so they hold none back; their locks end with the statement.
-	items := strings.Split(rt.SelectList(), ", ")
-	locked, returned := make([]string, len(items)), make([]string, len(items))
-	for i, it := range items {
-		locked[i], returned[i] = "c."+it, q+"."+it
-	}
+	locked, returned := rt.SelectTexts("c"), rt.SelectTexts(q)
 	t.claimSQL = `WITH locked AS (
 		SELECT c.` + id + ` AS _wr_id, c.` + agg + ` AS _wr_agg, c.created_at AS _wr_at, c.status AS _wr_prev,
 			` + recovery.SizeSQL(locked) + ` AS _wr_size

@@ -84,8 +84,8 @@ type querier interface {
 // fields) and the dead-letter topic.
 func (rc *Reconciler) topics(ctx context.Context, q querier, cond string, args []any) ([]string, error) {
 	t := rc.Table
-	at, typ := pgx.Identifier{t.layout.Columns.AggregateType}.Sanitize(), pgx.Identifier{t.layout.Columns.Type}.Sanitize()
-	rows, err := q.Query(ctx, "SELECT DISTINCT "+at+"::text, "+typ+"::text FROM "+t.name+" WHERE "+cond, args...)
+	at, typ := t.ColumnText("", t.layout.Columns.AggregateType), t.ColumnText("", t.layout.Columns.Type)
+	rows, err := q.Query(ctx, "SELECT DISTINCT "+at+", "+typ+" FROM "+t.name+" WHERE "+cond, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read the window's aggregate types: %w", err)
 	}

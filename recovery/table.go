@@ -56,11 +56,14 @@ type Table struct {
 	// (LimitPayload).
 	maxPayload int64
 	list       string // every column as text
-	idType     string // the id column's type, as format_type writes it
-	rows       *decoder.RowReader
-	idIsUUID   bool
-	tsIsDate   bool
-	polled     bool // it has the poll source's columns (migrations.PollColumns)
+	// padded are the columns of a blank-padded type (char(n), bpchar,
+	// a domain over it), read as their output pads them (ColumnText).
+	padded   map[string]bool
+	idType   string // the id column's type, as format_type writes it
+	rows     *decoder.RowReader
+	idIsUUID bool
+	tsIsDate bool
+	polled   bool // it has the poll source's columns (migrations.PollColumns)
 	// timeColumn is the column of the time windows: the timestamp
 	// column, else the table's created_at (migrations.CreatedAt) when it
 	// is a timestamptz, else none (the time of UUIDv7 ids).
@@ -92,7 +95,9 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 	if _, err := conn.Exec(ctx, "SET DateStyle = ISO; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET bytea_output = hex; SET jit = off"); err != nil {
 		return nil, fmt.Errorf("set the session's formats: %w", err)
 	}
-	rows, err := conn.Query(ctx, `SELECT attname, atttypid::int8, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute
+	rows, err := conn.Query(ctx, `SELECT attname, atttypid::int8, format_type(atttypid, atttypmod), attnotnull,
+			coalesce((SELECT nullif(typbasetype, 0) FROM pg_type WHERE oid = atttypid), atttypid) = 'bpchar'::regtype
+		FROM pg_attribute
 		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, t.name)
 	if err != nil {
 		return nil, fmt.Errorf("read the columns of %s.%s: %w", layout.Schema, layout.Table, err)
@@ -103,9 +108,17 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 	for rows.Next() {
 		var name, typ string
 		var oid int64
-		var notNull bool
-		if err := rows.Scan(&name, &oid, &typ, &notNull); err != nil {
+		var notNull, padded bool
+		if err := rows.Scan(&name, &oid, &typ, &notNull, &padded); err != nil {
 			return nil, err
+		}
+		if padded && name != layout.Columns.ID {
+			// Not the id: the statements that find rows by id compare
+			// it as text (id::text = ANY(...)), trimmed.
+			if t.padded == nil {
+				t.padded = map[string]bool{}
+			}
+			t.padded[name] = true
 		}
 		if name == layout.Columns.Payload {
 			layout.PayloadNotNull = notNull // as the relay reads it at start
@@ -114,7 +127,7 @@ func Open(ctx context.Context, conn *pgx.Conn, layout decoder.Layout) (*Table, e
 			layout.AggregateIDNullable = !notNull // as the relay reads it at start
 		}
 		t.cols = append(t.cols, decoder.Column{Name: name, DataType: uint32(oid)})
-		texts = append(texts, pgx.Identifier{name}.Sanitize()+"::text")
+		texts = append(texts, t.ColumnText("", name))
 		if name == layout.Columns.ID {
 			t.idIsUUID = typ == "uuid"
 			t.idType = typ
@@ -217,6 +230,35 @@ func (t *Table) Layout() decoder.Layout { return t.layout }
 // SelectList is every column of the table as text, in the order Event
 // reads them: for a query of the caller's own.
 func (t *Table) SelectList() string { return t.list }
+
+// SelectTexts is SelectList's columns each qualified with qual (a table
+// name or alias; none if empty): for a query of the caller's own that
+// reads them from a table aliased so.
+func (t *Table) SelectTexts(qual string) []string {
+	out := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		out[i] = t.ColumnText(qual, c.Name)
+	}
+	return out
+}
+
+// ColumnText is the SQL expression of column name's text, qualified with
+// qual (none if empty), as pgoutput sends it: a char(n) column (or a
+// domain over one) as bpchar's output writes it, padded with blanks to n
+// ("ab      "), as Debezium reads it too; its cast to text would drop the
+// trailing blanks, so the same row would have another aggregate id (key)
+// or type by source. The id column is read as text either way (the
+// statements that find rows by id compare it so).
+func (t *Table) ColumnText(qual, name string) string {
+	col := pgx.Identifier{name}.Sanitize()
+	if qual != "" {
+		col = qual + "." + col
+	}
+	if t.padded[name] {
+		return "bpcharout(" + col + ")::text"
+	}
+	return col + "::text"
+}
 
 // ColumnType is the type OID of the table's column name, 0 if it has none.
 func (t *Table) ColumnType(name string) uint32 {
@@ -531,12 +573,12 @@ func (t *Table) Rows(ctx context.Context, q pgx.Tx, w Window, fn func(Row) error
 		// together, and sent only when the row is under the limit (but
 		// the short columns that name it).
 		args = append(args, t.maxPayload)
-		items := strings.Split(t.list, ", ")
+		items := t.SelectTexts(t.name)
 		texts := make([]string, len(items))
 		as := make([]string, len(items))
 		for i, it := range items {
 			texts[i] = fmt.Sprintf("_wr_p._wr_%d", i)
-			as[i] = t.name + "." + it + " AS " + fmt.Sprintf("_wr_%d", i)
+			as[i] = it + " AS " + fmt.Sprintf("_wr_%d", i)
 		}
 		size := SizeSQL(texts)
 		sql = "SELECT " + t.CappedList(texts, size, fmt.Sprintf("$%d::int8", len(args))) + ", (" + size + ")::text FROM " + t.name +

@@ -397,3 +397,20 @@ func (s *Sink) partitionCount(ctx context.Context, topic string, partition int32
 	s.counts.Store(topic, n)
 	return n
 }
+
+// CheckBrokers refuses a seed broker that is not host:port (or a host):
+// one with credentials (user:pw@host:9092, token@host) or a URL
+// (kafka://host:9092). franz-go dials such an entry as a host name and
+// prints it in every dial error, password and all; the error names the
+// entry by its position, never its text. Credentials go in SASL.
+func CheckBrokers(brokers []string) error {
+	for i, b := range brokers {
+		switch {
+		case strings.Contains(b, "@"):
+			return fmt.Errorf("entry %d holds credentials (user@ or user:password@), which dial errors would print: want host:port, the credentials in SASL", i+1)
+		case strings.Contains(b, "/"):
+			return fmt.Errorf("entry %d: want host:port, not a URL", i+1)
+		}
+	}
+	return nil
+}

@@ -19,7 +19,7 @@ const (
 	// refuses, a number beyond a long, a json_schema envelope nesting
 	// deeper than Jackson writes), as Debezium's converter fails on it.
 	ReasonFormat = "format"
-	// ReasonSchemaRefused is a schema that the registry refuses
+	// ReasonSchemaRefused is a value's schema that the registry refuses
 	// (incompatible, invalid) or, without auto-registration, does not
 	// have under its subject.
 	ReasonSchemaRefused = "schema_refused"
@@ -27,8 +27,9 @@ const (
 
 // registryEncode writes r's key and value in FormatAvro, where the sink's
 // formats say so, and reports whether r is to be published: an event that
-// the format cannot write, or whose schema the registry refuses, is
-// dead-lettered; a registry that refuses the credentials fails it as
+// the format cannot write, or whose value's schema the registry refuses,
+// is dead-lettered; a refused key's schema (the same for every event of
+// the topic) fails it as fatal, as ErrKeyType does; a registry that refuses the credentials fails it as
 // fatal (walrelay stops, naming the keys); one that does not answer fails
 // it as transient (the stream restarts, nothing is sent past it).
 func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record, topic string, gen uint64, done Done) bool {
@@ -59,6 +60,13 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		// since stops walrelay rather than dead-letter every event.
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key in %s: %w", e.ID, topic, s.cfg.KeyFormat, err)))
+	case what == "key" && (errors.Is(err, format.ErrRefused) || errors.Is(err, format.ErrNotRegistered)):
+		// The key's schema follows the aggregate id column (its type and
+		// NOT NULL): the same for every event of the topic, so a refused
+		// one would dead-letter them all. walrelay stops, as Debezium's
+		// converter fails its task, with nothing confirmed past the event.
+		s.q.breakOn(err)
+		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key's schema: %w: %s", e.ID, topic, err, keySchemaFix(topic, err))))
 	case errors.Is(err, format.ErrMismatch):
 		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, s.cfg.ValueFormat, err), gen, done)
 	case errors.Is(err, format.ErrTooLarge):
@@ -77,6 +85,16 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the %s's schema: %w", e.ID, topic, what, err)))
 	}
 	return false
+}
+
+// keySchemaFix says what to do when the registry refuses, or does not
+// have, the key's schema of topic (err).
+func keySchemaFix(topic string, err error) string {
+	subject := format.Subject(topic, true)
+	if errors.Is(err, format.ErrNotRegistered) {
+		return fmt.Sprintf("the key's schema is the same for every event of the topic (the aggregate id column's type and NOT NULL), so walrelay stops rather than dead-letter each event: register it under %s (or turn on kafka.schema_registry.auto_register), then start walrelay again", subject)
+	}
+	return fmt.Sprintf("the key's schema is the same for every event of the topic and follows the aggregate id column (its type and NOT NULL: a DDL changing either, or two outbox tables of different id types on one topic, changes it), so walrelay stops rather than dead-letter each event: revert the column, or let %s take the new schema (its compatibility, e.g. NONE for the change, or a new subject), then start walrelay again", subject)
 }
 
 // keyColumn is what the formats need of e's aggregate id column.

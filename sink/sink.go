@@ -200,6 +200,9 @@ func New(cfg Config) (*Sink, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("kafka brokers: none configured")
 	}
+	if err := CheckBrokers(cfg.Brokers); err != nil {
+		return nil, fmt.Errorf("kafka brokers: %w", err)
+	}
 	if cfg.ClientID == "" {
 		cfg.ClientID = "walrelay"
 	}

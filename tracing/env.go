@@ -28,7 +28,9 @@ const samplers = "always_on, always_off, traceidratio, parentbased_always_on, pa
 
 // checkOTLPEnv refuses the OTEL_EXPORTER_OTLP_* headers and endpoints the
 // exporter could not read: the exporter would log them, value and all,
-// through OpenTelemetry's global logger, and go on without them. The
+// through OpenTelemetry's global logger, and go on without them. So is an
+// endpoint with credentials (user@, user:password@): the exporter keeps
+// only its host and never sends them. The
 // error names the variable, never its value (a header holds credentials,
 // an endpoint may hold a password).
 func checkOTLPEnv() error {
@@ -39,8 +41,12 @@ func checkOTLPEnv() error {
 	}
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
 		if v := os.Getenv(name); v != "" {
-			if _, err := url.Parse(v); err != nil {
+			u, err := url.Parse(v)
+			if err != nil {
 				return fmt.Errorf("tracing: %s (value not shown): not a URL", name)
+			}
+			if u.User != nil {
+				return fmt.Errorf("tracing: %s (value not shown): holds credentials (user@ or user:password@), which the exporter never sends (it keeps the host) and errors could print: give them as a header in OTEL_EXPORTER_OTLP_HEADERS (Authorization=Basic%%20...)", name)
 			}
 		}
 	}

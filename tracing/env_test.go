@@ -50,7 +50,8 @@ func captureFD2(t *testing.T, f func()) string {
 // TestOTLPSecretsNeverPrinted: an OTEL_EXPORTER_OTLP_*HEADERS or
 // *ENDPOINT the exporter cannot read (HTTP's "Key: value" instead of
 // key=value, a value that does not URL-unescape, a URL that does not
-// parse) stops New with an error naming the variable, and neither the
+// parse) or holds credentials (user@, user:password@: the exporter keeps
+// only the host, never sends them) stops New with an error naming the variable, and neither the
 // error, walrelay's log nor stderr (OpenTelemetry's own logger) holds its
 // value.
 func TestOTLPSecretsNeverPrinted(t *testing.T) {
@@ -61,6 +62,12 @@ func TestOTLPSecretsNeverPrinted(t *testing.T) {
 		{"header key not a token", "OTEL_EXPORTER_OTLP_HEADERS", "a=1,Bearer s3cr3t-key=x", "s3cr3t-key"},
 		{"endpoint that does not parse", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:s3cr3t-url%zz@127.0.0.1:1", "s3cr3t-url"},
 		{"traces endpoint that does not parse", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://user:s3cr3t-turl%zz@127.0.0.1:1/v1/traces", "s3cr3t-turl"},
+		// Credentials in an endpoint: the exporter keeps only its host
+		// (they are never sent), and a token as the user is not among the
+		// secrets redacted from OpenTelemetry's errors.
+		{"endpoint with a password", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:s3cr3t-pw@127.0.0.1:1", "s3cr3t-pw"},
+		{"endpoint with a token", "OTEL_EXPORTER_OTLP_ENDPOINT", "https://s3cr3t-tok@127.0.0.1:1", "s3cr3t-tok"},
+		{"traces endpoint with a token", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://s3cr3t-ttok@127.0.0.1:1/v1/traces", "s3cr3t-ttok"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,7 +95,7 @@ func TestOTLPSecretsNeverPrinted(t *testing.T) {
 	}
 	t.Run("valid", func(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", " Authorization=Bearer%20x , x-api-key=y,")
-		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:pass@127.0.0.1:1")
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 		tr, err := New(t.Context(), Config{Enabled: true})
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,5 +85,57 @@ func TestAvroKeyTypeRefused(t *testing.T) {
 				t.Fatalf("exit %d, want a refusal naming outbox.aggregateid with %q:\n%s", code, want, tail(p.out.String(), 20))
 			}
 		})
+	}
+}
+
+// TestAvroKeySchemaRefusedStops: with kafka.key_format avro, a registry
+// refusing the topic's key schema (409: a DDL on the aggregate id column
+// changed it) stops walrelay with an error naming <topic>-key and what to
+// do, nothing dead-lettered and nothing confirmed past the event: once
+// the subject takes the schema, walrelay started again publishes it. Each
+// event of the topic was dead-lettered schema_refused.
+func TestAvroKeySchemaRefusedStops(t *testing.T) {
+	t.Parallel()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		switch {
+		case r.URL.Path == "/subjects": // walrelay's check of the URL at start
+			fmt.Fprint(w, `[]`)
+		case refuse.Load() && strings.Contains(r.URL.Path, "-key/versions"):
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"error_code":409,"message":"Schema being registered is incompatible with an earlier schema for subject"}`)
+		case refuse.Load() && strings.Contains(r.URL.Path, "-key"):
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"error_code":40403,"message":"Schema not found"}`)
+		default:
+			fmt.Fprint(w, `{"id":1}`)
+		}
+	}))
+	defer srv.Close()
+	pg, kc, col := setup(t)
+	e := baseEnv(pg, kc).with("WALRELAY_KAFKA_KEY_FORMAT", "avro", "WALRELAY_KAFKA_SCHEMA_REGISTRY_URL", srv.URL,
+		"WALRELAY_KAFKA_SCHEMA_REGISTRY_AUTO_REGISTER", "true")
+	p := streaming(t, e)
+	conn := connect(t, pg.DSN)
+	id := outbox.NewID()
+	if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'o-1', 'T', '{}')", id); err != nil {
+		t.Fatal(err)
+	}
+	code := p.exit(time.Minute)
+	out := p.out.String()
+	t.Log(lastLine(out))
+	if subject := kc.topic("order") + "-key"; code == 0 || !strings.Contains(out, subject) || !strings.Contains(out, "start walrelay again") {
+		t.Fatalf("exit %d, want walrelay stopped naming %s and what to do:\n%s", code, subject, tail(out, 20))
+	}
+	refuse.Store(false)
+	streaming(t, e)
+	waitAll(t, col, []string{id}, time.Minute)
+	for _, r := range col.Records() {
+		if r.Topic == kc.dlq() {
+			t.Errorf("dead-lettered: %s", kafkatest.Header(r, "walrelay.error"))
+		}
 	}
 }
