@@ -112,7 +112,10 @@ type compiledSchema struct {
 	id      uint32
 	version int
 	learnt  time.Time
-	write   func(dst, payload []byte) ([]byte, *MismatchError)
+	// write appends payload in the schema to dst; a value of more than
+	// maxBytes (0: no bound) with dst is ErrTooLarge, else an error is a
+	// *MismatchError.
+	write func(dst, payload []byte, maxBytes int) ([]byte, error)
 }
 
 // NewSchemaFirst returns an encoder reading its schemas from reg.
@@ -199,10 +202,14 @@ func (s *SchemaFirst) Subject(topic, typ string) (string, error) {
 
 // Value writes payload, a JSON document, the value of an event of type
 // typ to topic, in its subject's schema, framed in Confluent's wire
-// format. A NULL payload is a tombstone (nil). Errors: ErrMismatch (a
-// *MismatchError), ErrNotRegistered (no such subject or version, or a
-// schema of another kind), ErrUnauthorized, or an outage.
-func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []byte) ([]byte, error) {
+// format. A NULL payload is a tombstone (nil). maxBytes bounds the value
+// (the largest record the sink can publish; 0 none): a larger one is
+// ErrTooLarge, found as it is written (registered_avro stops writing
+// once past it: a record's defaults can make a value many times its
+// payload). Errors: ErrMismatch (a *MismatchError), ErrTooLarge,
+// ErrNotRegistered (no such subject or version, or a schema of another
+// kind), ErrUnauthorized, or an outage.
+func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []byte, maxBytes int) ([]byte, error) {
 	if payload == nil {
 		return nil, nil
 	}
@@ -214,28 +221,29 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 	if err != nil {
 		return nil, err
 	}
-	out, merr := c.write(Frame(make([]byte, 0, 16+len(payload)), c.id, nil), payload)
-	if merr != nil && s.cfg.Version == Latest {
+	out, err := c.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c.id, nil), payload, maxBytes)
+	var merr *MismatchError
+	if errors.As(err, &merr) && s.cfg.Version == Latest {
 		// A new version may have been registered since (an application
 		// registers it, then writes payloads of it at once): read the
 		// latest again before the payload is called a mismatch. A
 		// registry that does not answer now holds the event (an outage),
 		// as one that does not answer at the first read does: nothing is
 		// dead-lettered on a schema that may be out of date.
-		c2, err := s.read(ctx, subject)
+		c2, rerr := s.read(ctx, subject)
 		switch {
-		case err == nil:
+		case rerr == nil:
 			if c2.id != c.id {
-				out, merr = c2.write(Frame(make([]byte, 0, 16+len(payload)), c2.id, nil), payload)
+				out, err = c2.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c2.id, nil), payload, maxBytes)
 			}
-		case Outage(err):
-			return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest cannot be read again to know whether a newer one fits it: %w", subject, c.version, err)
-		case errors.Is(err, ErrUnauthorized):
-			return nil, err
+		case Outage(rerr):
+			return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest cannot be read again to know whether a newer one fits it: %w", subject, c.version, rerr)
+		case errors.Is(rerr, ErrUnauthorized):
+			return nil, rerr
 		}
 	}
-	if merr != nil {
-		return nil, merr
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -337,14 +345,37 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs []R
 	case KindAvro:
 		c.write, err = compileAvro(ss.Schema.Schema, refs, mismatch)
 	case KindProtobuf:
-		c.write, err = compileProtobuf(ctx, ss.Schema.Schema, RefsByName(refs), s.cfg.Message, mismatch)
+		var w func(dst, payload []byte) ([]byte, *MismatchError)
+		w, err = compileProtobuf(ctx, ss.Schema.Schema, RefsByName(refs), s.cfg.Message, mismatch)
+		c.write = capped(w)
 	case KindJSONSchema:
-		c.write, err = compileJSONSchema(ss.Schema.Schema, RefsByName(refs), mismatch)
+		var w func(dst, payload []byte) ([]byte, *MismatchError)
+		w, err = compileJSONSchema(ss.Schema.Schema, RefsByName(refs), mismatch)
+		c.write = capped(w)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// capped bounds the values of w, a writer whose value is about its
+// payload's size (Protobuf's binary encoding of protojson's JSON, JSON
+// Schema's JSON as it is): measured once written.
+func capped(w func(dst, payload []byte) ([]byte, *MismatchError)) func(dst, payload []byte, maxBytes int) ([]byte, error) {
+	if w == nil {
+		return nil
+	}
+	return func(dst, payload []byte, maxBytes int) ([]byte, error) {
+		out, merr := w(dst, payload)
+		if merr != nil {
+			return nil, merr
+		}
+		if maxBytes > 0 && len(out) > maxBytes {
+			return nil, fmt.Errorf("%w: %d bytes, more than the %d of a record to the topic", ErrTooLarge, len(out), maxBytes)
+		}
+		return out, nil
+	}
 }
 
 // maxReason bounds a mismatch's field and reason: they go into the log and
