@@ -98,8 +98,10 @@ type SchemaFirst struct {
 	reg *Registry
 	cfg SchemaFirstConfig
 	mu  sync.Mutex
-	// schemas caches the compiled schema of each subject and version.
+	// schemas caches the compiled schema of each subject and version;
+	// size is their CompiledSize in all (at most MaxCachedSchemaBytes).
 	schemas map[subjectVersion]*compiledSchema
+	size    int
 }
 
 type subjectVersion struct {
@@ -112,6 +114,7 @@ type compiledSchema struct {
 	id      uint32
 	version int
 	learnt  time.Time
+	size    int // CompiledSize
 	// write appends payload in the schema to dst; a value of more than
 	// maxBytes (0: no bound) with dst is ErrTooLarge, else an error is a
 	// *MismatchError.
@@ -294,7 +297,7 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 		}
 		return nil, err
 	}
-	refs, err := s.reg.References(ctx, ss.Schema.References)
+	refs, err := s.reg.References(ctx, ss.Schema.Schema, ss.Schema.References)
 	if err != nil {
 		// A referenced subject the registry lacks is ErrNotRegistered;
 		// a registry that does not answer for it, an outage (held).
@@ -307,11 +310,19 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 		}
 		return nil, fmt.Errorf("subject %s version %d: %w: %w", subject, ss.Version, ErrNotRegistered, err)
 	}
+	c.size = CompiledSize(ss.Schema.Schema, refs)
+	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
-	if len(s.schemas) >= maxCachedSchemas {
-		clear(s.schemas)
+	if old, ok := s.schemas[k]; ok {
+		s.size -= old.size
+		delete(s.schemas, k)
 	}
-	s.schemas[subjectVersion{subject, s.cfg.Version}] = c
+	if len(s.schemas) >= maxCachedSchemas || s.size+c.size > MaxCachedSchemaBytes {
+		clear(s.schemas)
+		s.size = 0
+	}
+	s.schemas[k] = c
+	s.size += c.size
 	s.mu.Unlock()
 	return c, nil
 }
