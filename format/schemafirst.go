@@ -224,6 +224,9 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 	if err != nil {
 		return nil, err
 	}
+	if n, over := jsonTokens(payload, MaxPayloadTokens); over {
+		return nil, fmt.Errorf("%w: the payload holds more than %d JSON values, keys and members (%d bytes read), more than a schema-first format converts", ErrTooLarge, MaxPayloadTokens, n)
+	}
 	out, err := c.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c.id, nil), payload, maxBytes)
 	var merr *MismatchError
 	if errors.As(err, &merr) && s.cfg.Version == Latest {
@@ -249,6 +252,46 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 		return nil, err
 	}
 	return out, nil
+}
+
+// MaxPayloadTokens bounds the JSON that a schema-first format converts:
+// its objects, arrays, members and array items (its '{', '[', ':' and
+// ',' outside strings). Converting costs memory by the value, whatever
+// its bytes: some 60 bytes of heap a token for the parsed JSON of
+// registered_avro, 100 for registered_jsonschema's validation, 200 for
+// registered_protobuf's dynamic messages (2.9 MiB of "{}," in an array,
+// within postgres.max_message_bytes: 1,000,000 empty messages, a peak of
+// 333 MiB). A payload of more is ErrTooLarge (dead-lettered too_large)
+// before it is parsed: at the bound a payload costs a peak of some 8 to
+// 25 MiB. Outbox events hold tens to thousands.
+const MaxPayloadTokens = 1 << 17
+
+// jsonTokens counts payload's tokens as MaxPayloadTokens does, stopping
+// past most: over is whether there are more than most, n the bytes read.
+func jsonTokens(payload []byte, most int) (n int, over bool) {
+	tokens := 0
+	in := false
+	for i := 0; i < len(payload); i++ {
+		c := payload[i]
+		if in {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				in = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			in = true
+		case '{', '[', ':', ',':
+			if tokens++; tokens > most {
+				return i + 1, true
+			}
+		}
+	}
+	return len(payload), false
 }
 
 // Check reads subject's configured version and compiles it: what `walrelay

@@ -233,3 +233,60 @@ func TestSchemaFirstAvroDefaultsBounded(t *testing.T) {
 		t.Errorf("a default of its own record again: %v; want a mismatch", err)
 	}
 }
+
+// TestSchemaFirstPayloadTokensBounded: a schema-first format converts
+// the payload's JSON into values that cost memory by the value, whatever
+// their bytes: 2.9 MB of empty objects (within postgres.max_message_bytes)
+// in an array of an empty message cost a peak of 333 MiB in
+// registered_protobuf (dynamic messages), 134 MiB in
+// registered_jsonschema (its validation), 166 MiB in registered_avro (the
+// parsed JSON and the value built), though each value is under the record
+// cap. A payload of
+// more than MaxPayloadTokens is ErrTooLarge (dead-lettered too_large)
+// before it is parsed; one within it is written, at a bounded peak.
+func TestSchemaFirstPayloadTokensBounded(t *testing.T) {
+	schemas := map[string]string{
+		KindAvro:       `{"type":"record","name":"M","fields":[{"name":"items","type":{"type":"array","items":{"type":"record","name":"E","fields":[]}}}]}`,
+		KindProtobuf:   `syntax = "proto3"; package p; message M { repeated E items = 1; } message E {}`,
+		KindJSONSchema: `{"type":"object","properties":{"items":{"type":"array","items":{"type":"object"}}}}`,
+	}
+	for _, kind := range []string{KindAvro, KindProtobuf, KindJSONSchema} {
+		t.Run(kind, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+				if !strings.HasPrefix(r.URL.Path, "/subjects/") {
+					http.NotFound(w, r)
+					return
+				}
+				b, _ := json.Marshal(map[string]any{"subject": "M", "version": 1, "id": 1, "schema": schemas[kind], "schemaType": kind})
+				_, _ = w.Write(b)
+			}))
+			defer srv.Close()
+			enc := schemaFirst(t, srv.URL, SchemaFirstConfig{Kind: kind})
+			if _, err := enc.Value(t.Context(), "t", "M", []byte(`{"items":[{}]}`), 1000012); err != nil {
+				t.Fatal(err) // the schema fetched and compiled outside the measure
+			}
+			items := func(n int) []byte { return []byte(`{"items":[` + strings.Repeat("{},", n-1) + `{}]}`) }
+			for _, c := range []struct {
+				n    int
+				over bool
+				peak uint64
+			}{
+				{1000000, true, 8 << 20},
+				{MaxPayloadTokens/2 - 10, false, 40 << 20},
+			} {
+				payload := items(c.n)
+				var out []byte
+				var err error
+				peak := peakLive(func() { out, err = enc.Value(t.Context(), "t", "M", payload, 8<<20) })
+				t.Logf("%d empty objects (%d bytes): %d bytes, err %v, peak %d KiB", c.n, len(payload), len(out), err, peak>>10)
+				if c.over != errors.Is(err, ErrTooLarge) || !c.over && err != nil {
+					t.Errorf("%d empty objects: %v; want ErrTooLarge %v", c.n, err, c.over)
+				}
+				if peak > c.peak {
+					t.Errorf("%d empty objects (%d bytes) cost a peak of %d MiB, more than %d MiB", c.n, len(payload), peak>>20, c.peak>>20)
+				}
+			}
+		})
+	}
+}
