@@ -46,8 +46,18 @@ func NewAvroEncoder(reg *Registry) *AvroEncoder {
 	return &AvroEncoder{reg: reg}
 }
 
-// maxCachedSchemas bounds the parsed schemas kept (by SchemaFirst).
+// maxCachedSchemas bounds the parsed schemas kept (by SchemaFirst), in
+// number.
 const maxCachedSchemas = 1000
+
+// MaxCachedSchemaBytes bounds the compiled schemas a cache keeps
+// (SchemaFirst's, the inbox's), by the bytes of their text with their
+// references' (CompiledSize): a compiled schema holds some 10 to 16 times
+// its text (hamba/avro's schema and decoders, protocompile's descriptors,
+// jsonschema's compiled schema), so some 16 to 32 MiB at the bound. A
+// schema that would pass it clears the cache first (as the bound in
+// number does).
+const MaxCachedSchemaBytes = 2 << 20
 
 // Key writes an aggregate id of column c, the key of topic's record, in
 // the column's own schema as Debezium's EventRouter does (KeySchemaOf).

@@ -164,13 +164,31 @@ type RegistryConfig struct {
 	// MaxAnswerBytes bounds one answer of the registry: a larger one is an
 	// error (an outage: held) instead of memory. Default 16 MiB.
 	MaxAnswerBytes int64
+	// MaxCompiledSchemaBytes bounds the text of a registry's schema that
+	// is parsed or compiled (a schema-first format's, the inbox's), with
+	// the text of every schema it references: a larger one is
+	// ErrNotRegistered (walrelay dead-letters its events schema_refused,
+	// the inbox its records undecodable), not compiled. Compiling costs
+	// some 40 to 80 times the text at its peak (a 512 KiB schema 25 to 42
+	// MiB: hamba/avro, protocompile, jsonschema), and keeping it some 10
+	// to 16 times. Default 512 KiB (DefaultMaxCompiledSchemaBytes), far
+	// above Debezium's schemas of wide tables (some 100 bytes a column).
+	MaxCompiledSchemaBytes int
 }
 
 // Defaults of RegistryConfig.
 const (
-	DefaultMaxSchemaBytes = 1 << 20
-	DefaultMaxAnswerBytes = 16 << 20
+	DefaultMaxSchemaBytes         = 1 << 20
+	DefaultMaxAnswerBytes         = 16 << 20
+	DefaultMaxCompiledSchemaBytes = 512 << 10
 )
+
+// MaxReferences bounds the distinct schemas that a schema references,
+// directly or through its references (a Protobuf file's imports, an Avro
+// schema's named types from other subjects): each is one request and
+// stays in memory. Debezium and Confluent's serializers reference a
+// handful.
+const MaxReferences = 100
 
 // Registry is a client of a schema registry that caches the id of each
 // schema of each subject it has learnt (a schema is registered or looked
@@ -179,9 +197,11 @@ type Registry struct {
 	cl        *sr.Client
 	auto      bool
 	maxSchema int
-	obs       *observed // reports each request (OnRequest)
-	mu        sync.Mutex
-	ids       map[subjectSchema]uint32
+	// maxCompiled is RegistryConfig.MaxCompiledSchemaBytes.
+	maxCompiled int
+	obs         *observed // reports each request (OnRequest)
+	mu          sync.Mutex
+	ids         map[subjectSchema]uint32
 }
 
 // subjectSchema keys the cache of ids: a subject and its schema's SHA-256
@@ -209,6 +229,9 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.MaxAnswerBytes <= 0 {
 		cfg.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
+	if cfg.MaxCompiledSchemaBytes <= 0 {
+		cfg.MaxCompiledSchemaBytes = DefaultMaxCompiledSchemaBytes
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if cfg.TLS != nil {
 		tr.TLSClientConfig = cfg.TLS
@@ -222,7 +245,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema registry client: %w", err)
 	}
-	return &Registry{cl: cl, auto: cfg.AutoRegister, maxSchema: cfg.MaxSchemaBytes, obs: obs, ids: map[subjectSchema]uint32{}}, nil
+	return &Registry{cl: cl, auto: cfg.AutoRegister, maxSchema: cfg.MaxSchemaBytes, maxCompiled: cfg.MaxCompiledSchemaBytes, obs: obs, ids: map[subjectSchema]uint32{}}, nil
 }
 
 // Errors of CheckRegistryURL.
@@ -385,13 +408,22 @@ func (b bounded) Unwrap() error { return b.err }
 // text.
 type Reference struct{ Name, Text string }
 
-// References reads the schemas that a schema references (an imported
-// .proto, a $ref'd JSON Schema, an Avro schema's named types), and
-// theirs: each subject and version once, after those it references itself
-// (the order Avro's parser needs: a named type before its use), at most 10
-// deep. Errors: ErrNotRegistered (a subject or version the registry lacks,
-// or references nested too deep), ErrUnauthorized, or an outage.
-func (r *Registry) References(ctx context.Context, refs []sr.SchemaReference) ([]Reference, error) {
+// References reads the schemas that the schema text references (an
+// imported .proto, a $ref'd JSON Schema, an Avro schema's named types),
+// and theirs: each subject and version once, after those it references
+// itself (the order Avro's parser needs: a named type before its use), at
+// most 10 deep. The schema and its references are bounded together
+// before anything is compiled: at most MaxReferences references, and at
+// most RegistryConfig.MaxCompiledSchemaBytes of text with the schema's
+// own (checked as each is fetched: no more is fetched past the bound).
+// Errors: ErrNotRegistered (a subject or version the registry lacks,
+// references nested too deep, too many or too large), ErrUnauthorized, or
+// an outage.
+func (r *Registry) References(ctx context.Context, text string, refs []sr.SchemaReference) ([]Reference, error) {
+	size := len(text)
+	if size > r.maxCompiled {
+		return nil, schemaTooLarge(fmt.Sprintf("the schema is %d bytes, more than the %d bytes of a schema compiled with its references", size, r.maxCompiled))
+	}
 	var out []Reference
 	seen := map[subjectVersion]bool{}
 	var walk func(refs []sr.SchemaReference, depth int) error
@@ -404,10 +436,16 @@ func (r *Registry) References(ctx context.Context, refs []sr.SchemaReference) ([
 			if seen[k] {
 				continue
 			}
+			if len(seen) >= MaxReferences {
+				return schemaTooLarge(fmt.Sprintf("the schema references more than %d schemas", MaxReferences))
+			}
 			seen[k] = true
 			ss, err := r.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
 			if err != nil {
 				return fmt.Errorf("reference %s (subject %s version %d): %w", ref.Name, ref.Subject, ref.Version, classify(ref.Subject, err))
+			}
+			if size += len(ss.Schema.Schema); size > r.maxCompiled {
+				return schemaTooLarge(fmt.Sprintf("the schema with its references is more than the %d bytes of a schema compiled with its references", r.maxCompiled))
 			}
 			if err := walk(ss.Schema.References, depth+1); err != nil {
 				return err
@@ -420,6 +458,34 @@ func (r *Registry) References(ctx context.Context, refs []sr.SchemaReference) ([
 		return nil, err
 	}
 	return out, nil
+}
+
+// ErrSchemaTooLarge is a registry's schema that is not compiled: with its
+// references, more than RegistryConfig.MaxCompiledSchemaBytes of text, or
+// more than MaxReferences references. It is ErrNotRegistered too (a
+// schema that cannot be used: walrelay dead-letters the event
+// schema_refused, the inbox the record undecodable).
+var ErrSchemaTooLarge = errors.New("the schema is too large to compile")
+
+// schemaTooLargeError is an ErrSchemaTooLarge (and ErrNotRegistered).
+type schemaTooLargeError struct{ why string }
+
+func (e *schemaTooLargeError) Error() string { return e.why }
+func (e *schemaTooLargeError) Is(target error) bool {
+	return target == ErrSchemaTooLarge || target == ErrNotRegistered
+}
+
+// schemaTooLarge is an ErrSchemaTooLarge saying why.
+func schemaTooLarge(why string) error { return &schemaTooLargeError{why} }
+
+// CompiledSize is the bytes of a schema's text and its references'
+// (what a cache of compiled schemas counts them by).
+func CompiledSize(text string, refs []Reference) int {
+	n := len(text)
+	for _, r := range refs {
+		n += len(r.Name) + len(r.Text)
+	}
+	return n
 }
 
 // RefsByName maps references by the name they are referenced by, as the

@@ -47,7 +47,7 @@ func TestRegistryWrongPathHeld(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = sf.Value(ctx, "orders", "OrderCreated", []byte(`{"a": 1}`))
+		_, err = sf.Value(ctx, "orders", "OrderCreated", []byte(`{"a": 1}`), 0)
 		held("registered_avro", err)
 		held("ping", reg.Ping(ctx))
 		mu.Lock()
@@ -100,7 +100,7 @@ func TestRegistryNotRegisteredWording(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = sf.Value(ctx, "orders", "NeverRegistered", []byte(`{"a": 1}`))
+		_, err = sf.Value(ctx, "orders", "NeverRegistered", []byte(`{"a": 1}`), 0)
 		want := "auto_register is off"
 		if auto {
 			want = "registers only the schema files"
@@ -200,28 +200,28 @@ func TestRegistrySchemaFirstNewVersionDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if _, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 1}`)); err != nil {
+	if _, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 1}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	id2 := register(t, direct.Client(), "OrderCreated", sr.Schema{Schema: v2, Type: sr.TypeAvro})
-	out, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 2, "note": "v2"}`))
+	out, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 2, "note": "v2"}`), 0)
 	if got, _, _ := Unframe(out); err != nil || got != uint32(id2) {
 		t.Errorf("a version-2 payload right after version 1 was learnt: id %d, %v; want version 2's id %d", got, err, id2)
 	}
 	register(t, direct.Client(), "OrderCreated", sr.Schema{Schema: v3, Type: sr.TypeAvro})
 	px.Down()
-	_, err = enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 3, "qty": 2}`))
+	_, err = enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 3, "qty": 2}`), 0)
 	if err == nil || errors.Is(err, ErrMismatch) || !Outage(err) {
 		t.Errorf("a version-3 payload while the registry is down: %v, want an outage (held)", err)
 	}
-	if _, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 4, "note": "fits v2"}`)); err != nil {
+	if _, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 4, "note": "fits v2"}`), 0); err != nil {
 		t.Errorf("a payload that fits the known version while the registry is down: %v", err)
 	}
 	px.Up()
-	if _, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 3, "qty": 2}`)); err != nil {
+	if _, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 3, "qty": 2}`), 0); err != nil {
 		t.Errorf("the version-3 payload once the registry answers: %v", err)
 	}
-	_, err = enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 5, "nope": 1}`))
+	_, err = enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 5, "nope": 1}`), 0)
 	wantMismatch(t, "a payload that fits no version", err, "/nope")
 }
 
@@ -232,7 +232,7 @@ func TestSchemaFirstAvroFloatRange(t *testing.T) {
 	mismatch := func(field, reason string) *MismatchError {
 		return &MismatchError{Subject: "s", Version: 1, Field: field, Reason: reason}
 	}
-	w, err := compileAvro(`{"type":"record","name":"R","fields":[{"name":"f","type":"float"},{"name":"d","type":"double"}]}`, nil, mismatch)
+	w, err := uncapped(compileAvro(`{"type":"record","name":"R","fields":[{"name":"f","type":"float"},{"name":"d","type":"double"}]}`, nil, mismatch))
 	if err != nil {
 		t.Fatal(err)
 	}

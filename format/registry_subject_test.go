@@ -54,7 +54,7 @@ func TestSubjectFromTypeCheckedBeforeRequest(t *testing.T) {
 			if strategy == StrategyTopicType && (typ == "." || typ == "..") {
 				continue // orders-. is a subject like any other
 			}
-			_, err := enc.Value(t.Context(), "orders", typ, []byte(`{"a":1}`))
+			_, err := enc.Value(t.Context(), "orders", typ, []byte(`{"a":1}`), 0)
 			if !errors.Is(err, ErrNotRegistered) || Outage(err) || !strings.Contains(err.Error(), "type") {
 				t.Errorf("schema-first, strategy %s, type %q: %v: want ErrNotRegistered (dead-lettered), naming the type", strategy, shown(typ), err)
 			} else if len(err.Error()) > 2*maxErrorText {
@@ -84,7 +84,7 @@ func TestRegistrySchemaFirstOddTypeDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, typ := range append([]string{"Nope", "a/b", "a?b", "a#b", "%", "a%2Fb", "a b", `a\b`, "é", "a/..", "../x", "./x", "%2e%2e", "a;b", ";", strings.Repeat("é", MaxSubjectBytes/2-10)}, oddTypes...) {
-			_, err := enc.Value(ctx, "orders", typ, []byte(`{"a":1}`))
+			_, err := enc.Value(ctx, "orders", typ, []byte(`{"a":1}`), 0)
 			switch {
 			case err == nil:
 				t.Errorf("strategy %s, type %q: written", strategy, shown(typ))
@@ -124,7 +124,7 @@ func TestPingTransientIsOutage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := enc.Value(t.Context(), "orders", "OrderCreated", []byte(`{}`)); !Outage(err) {
+		if _, err := enc.Value(t.Context(), "orders", "OrderCreated", []byte(`{}`), 0); !Outage(err) {
 			t.Errorf("HTTP %d to a schema's request: %v: want an outage (held)", code, err)
 		}
 		srv.Close()

@@ -98,8 +98,10 @@ type SchemaFirst struct {
 	reg *Registry
 	cfg SchemaFirstConfig
 	mu  sync.Mutex
-	// schemas caches the compiled schema of each subject and version.
+	// schemas caches the compiled schema of each subject and version;
+	// size is their CompiledSize in all (at most MaxCachedSchemaBytes).
 	schemas map[subjectVersion]*compiledSchema
+	size    int
 }
 
 type subjectVersion struct {
@@ -112,7 +114,11 @@ type compiledSchema struct {
 	id      uint32
 	version int
 	learnt  time.Time
-	write   func(dst, payload []byte) ([]byte, *MismatchError)
+	size    int // CompiledSize
+	// write appends payload in the schema to dst; a value of more than
+	// maxBytes (0: no bound) with dst is ErrTooLarge, else an error is a
+	// *MismatchError.
+	write func(dst, payload []byte, maxBytes int) ([]byte, error)
 }
 
 // NewSchemaFirst returns an encoder reading its schemas from reg.
@@ -199,10 +205,14 @@ func (s *SchemaFirst) Subject(topic, typ string) (string, error) {
 
 // Value writes payload, a JSON document, the value of an event of type
 // typ to topic, in its subject's schema, framed in Confluent's wire
-// format. A NULL payload is a tombstone (nil). Errors: ErrMismatch (a
-// *MismatchError), ErrNotRegistered (no such subject or version, or a
-// schema of another kind), ErrUnauthorized, or an outage.
-func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []byte) ([]byte, error) {
+// format. A NULL payload is a tombstone (nil). maxBytes bounds the value
+// (the largest record the sink can publish; 0 none): a larger one is
+// ErrTooLarge, found as it is written (registered_avro stops writing
+// once past it: a record's defaults can make a value many times its
+// payload). Errors: ErrMismatch (a *MismatchError), ErrTooLarge,
+// ErrNotRegistered (no such subject or version, or a schema of another
+// kind), ErrUnauthorized, or an outage.
+func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []byte, maxBytes int) ([]byte, error) {
 	if payload == nil {
 		return nil, nil
 	}
@@ -214,30 +224,74 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 	if err != nil {
 		return nil, err
 	}
-	out, merr := c.write(Frame(make([]byte, 0, 16+len(payload)), c.id, nil), payload)
-	if merr != nil && s.cfg.Version == Latest {
+	if n, over := jsonTokens(payload, MaxPayloadTokens); over {
+		return nil, fmt.Errorf("%w: the payload holds more than %d JSON values, keys and members (%d bytes read), more than a schema-first format converts", ErrTooLarge, MaxPayloadTokens, n)
+	}
+	out, err := c.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c.id, nil), payload, maxBytes)
+	var merr *MismatchError
+	if errors.As(err, &merr) && s.cfg.Version == Latest {
 		// A new version may have been registered since (an application
 		// registers it, then writes payloads of it at once): read the
 		// latest again before the payload is called a mismatch. A
 		// registry that does not answer now holds the event (an outage),
 		// as one that does not answer at the first read does: nothing is
 		// dead-lettered on a schema that may be out of date.
-		c2, err := s.read(ctx, subject)
+		c2, rerr := s.read(ctx, subject)
 		switch {
-		case err == nil:
+		case rerr == nil:
 			if c2.id != c.id {
-				out, merr = c2.write(Frame(make([]byte, 0, 16+len(payload)), c2.id, nil), payload)
+				out, err = c2.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c2.id, nil), payload, maxBytes)
 			}
-		case Outage(err):
-			return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest cannot be read again to know whether a newer one fits it: %w", subject, c.version, err)
-		case errors.Is(err, ErrUnauthorized):
-			return nil, err
+		case Outage(rerr):
+			return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest cannot be read again to know whether a newer one fits it: %w", subject, c.version, rerr)
+		case errors.Is(rerr, ErrUnauthorized):
+			return nil, rerr
 		}
 	}
-	if merr != nil {
-		return nil, merr
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// MaxPayloadTokens bounds the JSON that a schema-first format converts:
+// its objects, arrays, members and array items (its '{', '[', ':' and
+// ',' outside strings). Converting costs memory by the value, whatever
+// its bytes: some 60 bytes of heap a token for the parsed JSON of
+// registered_avro, 100 for registered_jsonschema's validation, 200 for
+// registered_protobuf's dynamic messages (2.9 MiB of "{}," in an array,
+// within postgres.max_message_bytes: 1,000,000 empty messages, a peak of
+// 333 MiB). A payload of more is ErrTooLarge (dead-lettered too_large)
+// before it is parsed: at the bound a payload costs a peak of some 8 to
+// 25 MiB. Outbox events hold tens to thousands.
+const MaxPayloadTokens = 1 << 17
+
+// jsonTokens counts payload's tokens as MaxPayloadTokens does, stopping
+// past most: over is whether there are more than most, n the bytes read.
+func jsonTokens(payload []byte, most int) (n int, over bool) {
+	tokens := 0
+	in := false
+	for i := 0; i < len(payload); i++ {
+		c := payload[i]
+		if in {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				in = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			in = true
+		case '{', '[', ':', ',':
+			if tokens++; tokens > most {
+				return i + 1, true
+			}
+		}
+	}
+	return len(payload), false
 }
 
 // Check reads subject's configured version and compiles it: what `walrelay
@@ -286,7 +340,7 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 		}
 		return nil, err
 	}
-	refs, err := s.reg.References(ctx, ss.Schema.References)
+	refs, err := s.reg.References(ctx, ss.Schema.Schema, ss.Schema.References)
 	if err != nil {
 		// A referenced subject the registry lacks is ErrNotRegistered;
 		// a registry that does not answer for it, an outage (held).
@@ -299,11 +353,19 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 		}
 		return nil, fmt.Errorf("subject %s version %d: %w: %w", subject, ss.Version, ErrNotRegistered, err)
 	}
+	c.size = CompiledSize(ss.Schema.Schema, refs)
+	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
-	if len(s.schemas) >= maxCachedSchemas {
-		clear(s.schemas)
+	if old, ok := s.schemas[k]; ok {
+		s.size -= old.size
+		delete(s.schemas, k)
 	}
-	s.schemas[subjectVersion{subject, s.cfg.Version}] = c
+	if len(s.schemas) >= maxCachedSchemas || s.size+c.size > MaxCachedSchemaBytes {
+		clear(s.schemas)
+		s.size = 0
+	}
+	s.schemas[k] = c
+	s.size += c.size
 	s.mu.Unlock()
 	return c, nil
 }
@@ -337,14 +399,37 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs []R
 	case KindAvro:
 		c.write, err = compileAvro(ss.Schema.Schema, refs, mismatch)
 	case KindProtobuf:
-		c.write, err = compileProtobuf(ctx, ss.Schema.Schema, RefsByName(refs), s.cfg.Message, mismatch)
+		var w func(dst, payload []byte) ([]byte, *MismatchError)
+		w, err = compileProtobuf(ctx, ss.Schema.Schema, RefsByName(refs), s.cfg.Message, mismatch)
+		c.write = capped(w)
 	case KindJSONSchema:
-		c.write, err = compileJSONSchema(ss.Schema.Schema, RefsByName(refs), mismatch)
+		var w func(dst, payload []byte) ([]byte, *MismatchError)
+		w, err = compileJSONSchema(ss.Schema.Schema, RefsByName(refs), mismatch)
+		c.write = capped(w)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// capped bounds the values of w, a writer whose value is about its
+// payload's size (Protobuf's binary encoding of protojson's JSON, JSON
+// Schema's JSON as it is): measured once written.
+func capped(w func(dst, payload []byte) ([]byte, *MismatchError)) func(dst, payload []byte, maxBytes int) ([]byte, error) {
+	if w == nil {
+		return nil
+	}
+	return func(dst, payload []byte, maxBytes int) ([]byte, error) {
+		out, merr := w(dst, payload)
+		if merr != nil {
+			return nil, merr
+		}
+		if maxBytes > 0 && len(out) > maxBytes {
+			return nil, fmt.Errorf("%w: %d bytes, more than the %d of a record to the topic", ErrTooLarge, len(out), maxBytes)
+		}
+		return out, nil
+	}
 }
 
 // maxReason bounds a mismatch's field and reason: they go into the log and

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
-	"reflect"
-	"strconv"
 	"strings"
 
 	"github.com/hamba/avro/v2"
@@ -20,7 +17,16 @@ import (
 // so a record that a non-Java producer wrote in a schema with a field
 // "first-name" decodes; a schema walrelay writes with is parsed with
 // ParseAvroWrite.
-func ParseAvro(text string, refs []Reference) (avro.Schema, error) {
+//
+// hamba/avro panics on some schemas (a record field whose default is of
+// its own record, validated: a nil pointer); a registry's answer must not
+// stop walrelay or the inbox, so that is an error too.
+func ParseAvro(text string, refs []Reference) (s avro.Schema, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("parse the Avro schema: hamba/avro fails on it: %v", p)
+		}
+	}()
 	cache := &avro.SchemaCache{}
 	for _, r := range refs {
 		if _, err := avro.ParseBytesWithCache([]byte(r.Text), "", cache); err != nil {
@@ -109,26 +115,29 @@ func avroNames(s avro.Schema, seen map[avro.Schema]bool) error {
 
 // compileAvro parses an Avro schema of the registry (ParseAvroWrite) and
 // returns the writer of JSON payloads in it: the JSON converted, by the
-// schema, into the values github.com/hamba/avro/v2 writes.
-func compileAvro(text string, refs []Reference, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte) ([]byte, *MismatchError), error) {
+// schema, straight into Avro's binary encoding (jsonAvroWriter), a value of
+// more than maxBytes (0: no bound) refused with ErrTooLarge as soon as
+// the bytes written pass it, before the rest is converted.
+func compileAvro(text string, refs []Reference, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte, maxBytes int) ([]byte, error), error) {
 	schema, err := ParseAvroWrite(text, refs)
 	if err != nil {
 		return nil, err
 	}
-	return func(dst, payload []byte) ([]byte, *MismatchError) {
+	defaults := avroDefaults(schema)
+	return func(dst, payload []byte, maxBytes int) ([]byte, error) {
 		v, err := decodeJSON(payload)
 		if err != nil {
 			return nil, mismatch("", err.Error())
 		}
-		native, field, reason := avroNative(schema, v, "", false)
-		if reason != "" {
+		w := jsonAvroWriter{buf: dst, max: maxBytes, defaults: defaults}
+		field, reason := w.write(schema, v, false)
+		switch {
+		case w.over:
+			return nil, fmt.Errorf("%w: its Avro encoding is more than the %d bytes of a record to the topic (stopped at %d bytes written)", ErrTooLarge, maxBytes, len(w.buf))
+		case reason != "":
 			return nil, mismatch(field, reason)
 		}
-		body, err := avro.Marshal(schema, native)
-		if err != nil {
-			return nil, mismatch("", err.Error())
-		}
-		return append(dst, body...), nil
+		return w.buf, nil
 	}, nil
 }
 
@@ -167,211 +176,10 @@ func jsonType(v any) string {
 
 // pointerToken escapes a JSON pointer's token (RFC 6901).
 func pointerToken(s string) string {
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
-}
-
-// avroNative converts the JSON value v at path (a JSON pointer) into what
-// hamba/avro writes in schema s: records and maps as map[string]any (a
-// record's missing fields given their defaults), a union's value as a
-// one-entry map naming its branch, a logical type's value as its
-// underlying type's (avroLogical). A value that does not fit returns the
-// field and the reason. With avroJSON, v is in Avro's own JSON encoding
-// (a field's default): a logical type's value is its underlying type's.
-func avroNative(s avro.Schema, v any, path string, avroJSON bool) (out any, field, reason string) {
-	want := func() (any, string, string) {
-		return nil, path, fmt.Sprintf("want %s, got %s", avroTypeName(s), jsonType(v))
-	}
-	if ls, ok := s.(avro.LogicalTypeSchema); ok && ls.Logical() != nil && !avroJSON {
-		return avroLogical(s, ls.Logical(), v, path)
-	}
-	switch s.Type() {
-	case avro.Ref:
-		return avroNative(s.(*avro.RefSchema).Schema(), v, path, avroJSON)
-	case avro.Null:
-		if v != nil {
-			return want()
-		}
-		return nil, "", ""
-	case avro.Boolean:
-		if b, ok := v.(bool); ok {
-			return b, "", ""
-		}
-		return want()
-	case avro.Int, avro.Long:
-		n, ok := v.(json.Number)
-		if !ok {
-			return want()
-		}
-		i, err := strconv.ParseInt(string(n), 10, 64)
-		if err != nil {
-			return nil, path, fmt.Sprintf("want %s, got %s", avroTypeName(s), n)
-		}
-		if s.Type() == avro.Int {
-			if int64(int32(i)) != i {
-				return nil, path, fmt.Sprintf("%d is out of an int's range", i)
-			}
-			return int32(i), "", ""
-		}
-		return i, "", ""
-	case avro.Float, avro.Double:
-		n, ok := v.(json.Number)
-		if !ok {
-			return want()
-		}
-		f, err := strconv.ParseFloat(string(n), 64)
-		if err != nil {
-			return nil, path, fmt.Sprintf("%s is out of a %s's range", n, s.Type())
-		}
-		if s.Type() == avro.Float {
-			if math.IsInf(float64(float32(f)), 0) {
-				// Beyond a float32's range: Avro's float would be an
-				// infinity, which the JSON did not say.
-				return nil, path, fmt.Sprintf("%s is out of a float's range", n)
-			}
-			return float32(f), "", ""
-		}
-		return f, "", ""
-	case avro.String:
-		if str, ok := v.(string); ok {
-			return str, "", ""
-		}
-		return want()
-	case avro.Bytes:
-		str, ok := v.(string)
-		if !ok {
-			return want()
-		}
-		b, ok := latin1(str)
-		if !ok {
-			return nil, path, "want bytes (a string of code points up to U+00FF, as Avro's JSON encoding writes them)"
-		}
-		return b, "", ""
-	case avro.Fixed:
-		fs := s.(*avro.FixedSchema)
-		str, ok := v.(string)
-		if !ok {
-			return want()
-		}
-		b, ok := latin1(str)
-		if !ok || len(b) != fs.Size() {
-			return nil, path, fmt.Sprintf("want %d bytes of the fixed %s", fs.Size(), fs.FullName())
-		}
-		a := reflect.New(reflect.ArrayOf(fs.Size(), reflect.TypeFor[byte]())).Elem()
-		reflect.Copy(a, reflect.ValueOf(b))
-		return a.Interface(), "", ""
-	case avro.Enum:
-		es := s.(*avro.EnumSchema)
-		str, ok := v.(string)
-		if !ok {
-			return want()
-		}
-		for _, sym := range es.Symbols() {
-			if sym == str {
-				return str, "", ""
-			}
-		}
-		return nil, path, fmt.Sprintf("%q is not a symbol of the enum %s (%s)", str, es.FullName(), strings.Join(es.Symbols(), ", "))
-	case avro.Array:
-		a, ok := v.([]any)
-		if !ok {
-			return want()
-		}
-		items := s.(*avro.ArraySchema).Items()
-		out := make([]any, len(a))
-		for i, e := range a {
-			n, f, r := avroNative(items, e, path+"/"+strconv.Itoa(i), avroJSON)
-			if r != "" {
-				return nil, f, r
-			}
-			out[i] = n
-		}
-		return out, "", ""
-	case avro.Map:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return want()
-		}
-		values := s.(*avro.MapSchema).Values()
-		out := make(map[string]any, len(m))
-		for k, e := range m {
-			n, f, r := avroNative(values, e, path+"/"+pointerToken(k), avroJSON)
-			if r != "" {
-				return nil, f, r
-			}
-			out[k] = n
-		}
-		return out, "", ""
-	case avro.Record:
-		rs := s.(*avro.RecordSchema)
-		m, ok := v.(map[string]any)
-		if !ok {
-			return want()
-		}
-		out := make(map[string]any, len(rs.Fields()))
-		for _, f := range rs.Fields() {
-			fp := path + "/" + pointerToken(f.Name())
-			e, present := m[f.Name()]
-			fromDefault := avroJSON
-			if !present {
-				fromDefault = true
-				if !f.HasDefault() {
-					return nil, fp, fmt.Sprintf("missing: the field %s of the record %s is required (it has no default)", f.Name(), rs.FullName())
-				}
-				d, err := defaultJSON(f.Default())
-				if err != nil {
-					return nil, fp, fmt.Sprintf("the default of %s: %v", f.Name(), err)
-				}
-				e = d
-			}
-			n, ff, r := avroNative(f.Type(), e, fp, fromDefault)
-			if r != "" {
-				return nil, ff, r
-			}
-			out[f.Name()] = n
-		}
-		for k := range m {
-			if !hasField(rs, k) {
-				return nil, path + "/" + pointerToken(k), fmt.Sprintf("the record %s has no field %s", rs.FullName(), k)
-			}
-		}
-		return out, "", ""
-	case avro.Union:
-		us := s.(*avro.UnionSchema)
-		if v == nil {
-			for _, b := range us.Types() {
-				if b.Type() == avro.Null {
-					return map[string]any{}, "", ""
-				}
-			}
-		}
-		var reasons []string
-		for _, b := range us.Types() {
-			if b.Type() == avro.Null {
-				continue
-			}
-			n, _, r := avroNative(b, v, path, avroJSON)
-			if r == "" {
-				return map[string]any{branchName(b): n}, "", ""
-			}
-			reasons = append(reasons, r)
-		}
-		// Avro's own JSON encoding of a union: {"<branch>": value}.
-		if m, ok := v.(map[string]any); ok && len(m) == 1 {
-			for k, e := range m {
-				for _, b := range us.Types() {
-					if branchName(b) == k {
-						n, f, r := avroNative(b, e, path+"/"+pointerToken(k), avroJSON)
-						if r != "" {
-							return nil, f, r
-						}
-						return map[string]any{k: n}, "", ""
-					}
-				}
-			}
-		}
-		return nil, path, fmt.Sprintf("fits none of the union's types (%s): %s", avroTypeName(s), strings.Join(reasons, "; "))
-	}
-	return nil, path, fmt.Sprintf("the Avro type %s is not supported", s.Type())
 }
 
 func hasField(rs *avro.RecordSchema, name string) bool {
@@ -381,22 +189,6 @@ func hasField(rs *avro.RecordSchema, name string) bool {
 		}
 	}
 	return false
-}
-
-// defaultJSON is a field's default as JSON decodes it (numbers as
-// json.Number), whatever Go type the schema parser gave it.
-func defaultJSON(d any) (any, error) {
-	if d == nil {
-		return nil, nil
-	}
-	if b, ok := d.([]byte); ok {
-		return string(b), nil
-	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	return decodeJSON(b)
 }
 
 // latin1 is Avro's JSON encoding of bytes: each code point a byte.

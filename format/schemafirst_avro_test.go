@@ -111,7 +111,7 @@ func TestRegistrySchemaFirstAvroLogicalTypes(t *testing.T) {
 		},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := enc.Value(ctx, "payments", "Payment", []byte(c.payload))
+			v, err := enc.Value(ctx, "payments", "Payment", []byte(c.payload), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +196,7 @@ func TestSchemaFirstAvroLogicalMismatches(t *testing.T) {
 	mismatch := func(field, reason string) *MismatchError {
 		return &MismatchError{Subject: "s", Version: 1, Field: field, Reason: reason}
 	}
-	w, err := compileAvro(paymentAvro, nil, mismatch)
+	w, err := uncapped(compileAvro(paymentAvro, nil, mismatch))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestRegistrySchemaFirstAvroReferences(t *testing.T) {
 		References: []sr.SchemaReference{{Name: "shop.Address", Subject: "shop.Address", Version: 1}}})
 	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro})
 	ctx := t.Context()
-	v, err := enc.Value(ctx, "shipments", "Shipment", []byte(`{"ship_to": {"street": "1 rue A", "country": "FR"}, "bill_to": {"street": "2 Weg B", "country": "DE"}}`))
+	v, err := enc.Value(ctx, "shipments", "Shipment", []byte(`{"ship_to": {"street": "1 rue A", "country": "FR"}, "bill_to": {"street": "2 Weg B", "country": "DE"}}`), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestRegistrySchemaFirstAvroReferences(t *testing.T) {
 	if bt, ok := got["bill_to"].(map[string]any)["shop.Address"].(map[string]any); !ok || bt["country"] != "DE" {
 		t.Errorf("bill_to %#v", got["bill_to"])
 	}
-	_, err = enc.Value(ctx, "shipments", "Shipment", []byte(`{"ship_to": {"street": "x", "country": "IT"}}`))
+	_, err = enc.Value(ctx, "shipments", "Shipment", []byte(`{"ship_to": {"street": "x", "country": "IT"}}`), 0)
 	wantMismatch(t, "a symbol of the referenced enum", err, "/ship_to/country")
 
 }
@@ -319,7 +319,7 @@ func TestSchemaFirstAvroLogicalDefaults(t *testing.T) {
 	 {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":4,"scale":2},"default":"\u0001\u0000"},
 	 {"name":"day","type":{"type":"int","logicalType":"date"},"default":3},
 	 {"name":"at","type":["null",{"type":"long","logicalType":"timestamp-millis"}],"default":null}]}`
-	w, err := compileAvro(schema, nil, func(field, reason string) *MismatchError { return &MismatchError{Field: field, Reason: reason} })
+	w, err := uncapped(compileAvro(schema, nil, func(field, reason string) *MismatchError { return &MismatchError{Field: field, Reason: reason} }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,12 +46,12 @@ func TestRegistrySchemaFirstReferenceOutage(t *testing.T) {
 	t.Cleanup(srv.Close)
 	enc := schemaFirst(t, srv.URL+registrytest.CCompatPath, SchemaFirstConfig{Kind: KindProtobuf})
 	payload := []byte(`{"id": "1", "total": {"currency": "EUR", "units": "5"}}`)
-	_, err = enc.Value(t.Context(), "orders", "OrderPaid", payload)
+	_, err = enc.Value(t.Context(), "orders", "OrderPaid", payload, 0)
 	if err == nil || errors.Is(err, ErrNotRegistered) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrUnauthorized) {
 		t.Fatalf("the referenced schema unavailable: %v, want an outage (not ErrNotRegistered, ErrMismatch, ErrUnauthorized)", err)
 	}
 	failRefs.Store(false)
-	if _, err := enc.Value(t.Context(), "orders", "OrderPaid", payload); err != nil {
+	if _, err := enc.Value(t.Context(), "orders", "OrderPaid", payload, 0); err != nil {
 		t.Fatalf("the registry answering again: %v", err)
 	}
 
@@ -68,7 +68,7 @@ func TestRegistrySchemaFirstReferenceOutage(t *testing.T) {
 	}))
 	t.Cleanup(srv2.Close)
 	enc2 := schemaFirst(t, srv2.URL+registrytest.CCompatPath, SchemaFirstConfig{Kind: KindProtobuf})
-	if _, err := enc2.Value(t.Context(), "orders", "OrderLost", payload); !errors.Is(err, ErrNotRegistered) {
+	if _, err := enc2.Value(t.Context(), "orders", "OrderLost", payload, 0); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("a reference the registry lacks: %v, want ErrNotRegistered", err)
 	}
 }

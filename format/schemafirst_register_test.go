@@ -133,7 +133,7 @@ func TestRegistrySchemaFirstRegisterKinds(t *testing.T) {
 		if err != nil || ss.Type != c.typ || ss.ID != got.ID {
 			t.Errorf("%s: registered %+v %v, want type %s id %d", c.kind, ss, err, c.typ, got.ID)
 		}
-		v, err := enc.Value(ctx, "t", subject, []byte(c.payload))
+		v, err := enc.Value(ctx, "t", subject, []byte(c.payload), 0)
 		if id, _, _ := Unframe(v); err != nil || int(id) != got.ID {
 			t.Errorf("%s: written with id %d %v, want %d", c.kind, id, err, got.ID)
 		}

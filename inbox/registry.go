@@ -149,6 +149,15 @@ type RegistryConfig struct {
 	// not compiled). walrelay's registered_jsonschema format validates
 	// each value before it writes it.
 	ValidateJSON bool
+	// MaxSchemaBytes bounds the text of a schema the Registry compiles,
+	// with the text of the schemas it references: a record of a larger
+	// one is ErrUndecodable, nothing compiled. Compiling costs some 40 to
+	// 80 times the text at its peak, keeping it some 10 to 16 times.
+	// Default 512 KiB (format.DefaultMaxCompiledSchemaBytes), far above
+	// Debezium's schemas of wide tables. An answer of the registry is
+	// read up to 8 times this (4 MiB): a larger one is an outage (the
+	// record held, retried).
+	MaxSchemaBytes int
 }
 
 // Registry decodes keys and values in Confluent's wire format with the
@@ -161,6 +170,13 @@ type Registry struct {
 	validate bool
 	mu       sync.Mutex
 	schemas  map[uint32]*schema
+	// size is the schemas' format.CompiledSize in all: at most
+	// format.MaxCachedSchemaBytes.
+	size int
+	// compiling is held while a schema is compiled: one at a time, so
+	// that partitions meeting new schemas together do not each hold a
+	// compilation's peak.
+	compiling sync.Mutex
 	// codecs is hamba/avro's configuration that the Avro schemas cached
 	// decode with: it keeps a decoder per schema (and target type) for
 	// as long as it lives, so it is replaced when the cache is cleared,
@@ -172,6 +188,7 @@ type Registry struct {
 // schema is a registry's schema, compiled.
 type schema struct {
 	typ   string
+	size  int                         // format.CompiledSize
 	avro  avro.Schema                 // Avro
 	api   avro.API                    // Avro: the codecs it decodes with (nil: defaultCodecs)
 	proto protoreflect.FileDescriptor // Protobuf
@@ -192,14 +209,19 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	case err != nil:
 		return nil, errors.New("inbox: RegistryConfig.URL is not a URL of the registry: want http or https with a host (http://host:port/path; a host:port needs its http://)")
 	}
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS})
+	if cfg.MaxSchemaBytes <= 0 {
+		cfg.MaxSchemaBytes = format.DefaultMaxCompiledSchemaBytes
+	}
+	reg, err := format.NewRegistry(format.RegistryConfig{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS,
+		MaxCompiledSchemaBytes: cfg.MaxSchemaBytes, MaxAnswerBytes: 8 * int64(cfg.MaxSchemaBytes)})
 	if err != nil {
 		return nil, err
 	}
 	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}, codecs: format.AvroDecodeConfig()}, nil
 }
 
-// maxSchemas bounds the schemas kept.
+// maxSchemas bounds the schemas kept in number (format.MaxCachedSchemaBytes
+// bounds them in bytes).
 const maxSchemas = 10000
 
 // Decoded is a key or value in Confluent's wire format, decoded.
@@ -476,13 +498,15 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		if s.typ == JSONSchema && !r.validate {
 			break // decoded as it is: nothing to compile
 		}
-		refs, err := r.reg.References(ctx, got.References)
+		refs, err := r.reg.References(ctx, got.Schema, got.References)
 		if err != nil {
 			if errors.Is(err, format.ErrNotRegistered) {
 				return nil, undecodable(id, err)
 			}
 			return nil, registryDown(fmt.Errorf("schema id %d: %w", id, err))
 		}
+		s.size = format.CompiledSize(got.Schema, refs)
+		r.compiling.Lock()
 		switch s.typ {
 		case Avro:
 			s.avro, err = format.ParseAvro(got.Schema, refs)
@@ -491,6 +515,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		default:
 			s.json, err = format.CompileJSONSchema(got.Schema, format.RefsByName(refs))
 		}
+		r.compiling.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("schema id %d: compile: %w", id, ctx.Err())
@@ -501,14 +526,20 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		return nil, undecodable(id, fmt.Errorf("a schema of type %s, which is not decoded", s.typ))
 	}
 	r.mu.Lock()
-	if len(r.schemas) >= maxSchemas {
+	if old, ok := r.schemas[id]; ok {
+		r.size -= old.size // compiled meanwhile for another record
+		delete(r.schemas, id)
+	}
+	if len(r.schemas) >= maxSchemas || r.size+s.size > format.MaxCachedSchemaBytes {
 		clear(r.schemas)
+		r.size = 0
 		r.codecs = format.AvroDecodeConfig() // the old one's decoders go with the schemas
 	}
 	if s.avro != nil {
 		s.api = r.codecs
 	}
 	r.schemas[id] = s
+	r.size += s.size
 	r.mu.Unlock()
 	return s, nil
 }

@@ -118,7 +118,7 @@ func TestRegistryConsumeProtobufAndJSONSchema(t *testing.T) {
 		if i%2 == 1 {
 			typ = "OrderPaid"
 		}
-		v, err := encs[typ].Value(ctx, topic, typ, fmt.Appendf(nil, `{"seq": %d}`, i+1))
+		v, err := encs[typ].Value(ctx, topic, typ, fmt.Appendf(nil, `{"seq": %d}`, i+1), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

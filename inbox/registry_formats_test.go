@@ -111,7 +111,7 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := `{"id": "4294967296", "qty": 2, "lines": [{"sku": "a", "qty": 1}], "total": {"currency": "EUR", "units": "12"}}`
-	v, err := enc.Value(ctx, "orders", "OrderCreated", []byte(payload))
+	v, err := enc.Value(ctx, "orders", "OrderCreated", []byte(payload), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestRegistryDecodeJSONSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := `{"id": 7, "qty": 2, "lines": [{"sku": "a"}]}`
-	v, err := enc.Value(ctx, "orders", "OrderCreated", []byte(payload))
+	v, err := enc.Value(ctx, "orders", "OrderCreated", []byte(payload), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

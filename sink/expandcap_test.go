@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -85,5 +86,75 @@ func TestExpandedOverCapIsDeadLettered(t *testing.T) {
 				t.Errorf("dead letter %s: %s (%d bytes)", reason, why, len(recs[0].Value))
 			}
 		})
+	}
+}
+
+// TestRegisteredAvroOverCapIsDeadLettered (review43a): in registered_avro
+// a record's missing fields are written with their defaults, so a 90 KB
+// payload of empty objects in an array of a record of 50 optional fields
+// is a value of 1.5 MB, and it cost some 380 MiB of heap to build before
+// its size was known (walrelay killed, again on the same row after each
+// restart). It is dead-lettered too_large, naming the cap, written no
+// further than the topic's batch cap, and the next event is published.
+func TestRegisteredAvroOverCapIsDeadLettered(t *testing.T) {
+	var fields []string
+	for i := range 50 {
+		fields = append(fields, fmt.Sprintf(`{"name":"f%d","type":["null","long"],"default":null}`, i))
+	}
+	schema := `{"type":"record","name":"Order","fields":[{"name":"items","type":{"type":"array","items":{"type":"record","name":"Item","fields":[` + strings.Join(fields, ",") + `]}}}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		if !strings.HasPrefix(r.URL.Path, "/subjects/") {
+			http.NotFound(w, r)
+			return
+		}
+		b, _ := json.Marshal(map[string]any{"subject": "Created", "version": 1, "id": 1, "schema": schema})
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	reg, err := format.NewRegistry(format.RegistryConfig{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, err := format.NewSchemaFirst(reg, format.SchemaFirstConfig{Kind: format.KindAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := kafkatest.Start(t)
+	s := newSink(t, kc, Config{ValueFormat: FormatRegisteredAvro, SchemaFirst: sf})
+	warm := newEvent("warm")
+	warm.Payload = []byte(`{"items":[{}]}`)
+	if err := publish(t, s, warm); err != nil {
+		t.Fatal(err)
+	}
+	big := newEvent("big")
+	big.Payload = []byte(`{"items":[` + strings.Repeat("{},", 29999) + `{}]}`)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := publish(t, s, big); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d KB payload: %d KiB allocated", len(big.Payload)>>10, alloc>>10)
+	if alloc > 32<<20 {
+		t.Errorf("%d MiB allocated for a %d KB payload", alloc>>20, len(big.Payload)>>10)
+	}
+	next := newEvent("next")
+	next.Payload = []byte(`{"items":[]}`)
+	if err := publish(t, s, next); err != nil {
+		t.Fatal(err)
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
+	defer col.Close()
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason, why := string(kafkatest.Header(recs[0], HeaderReason)), string(kafkatest.Header(recs[0], HeaderError))
+	t.Logf("dead letter: %s: %s", reason, why)
+	if reason != "too_large" || !strings.Contains(why, "registered_avro") || !strings.Contains(why, "more than the") || string(recs[0].Value) != string(big.Payload) {
+		t.Errorf("dead letter %s: %s (%d bytes)", reason, why, len(recs[0].Value))
 	}
 }

@@ -70,7 +70,11 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 	case errors.Is(err, format.ErrMismatch):
 		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, s.cfg.ValueFormat, err), gen, done)
 	case errors.Is(err, format.ErrTooLarge):
-		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the %s in Avro: %w", kerr.MessageTooLarge, what, err), gen, done)
+		f := s.cfg.ValueFormat
+		if what == "key" {
+			f = s.cfg.KeyFormat
+		}
+		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the %s in %s: %w", kerr.MessageTooLarge, what, f, err), gen, done)
 	case errors.Is(err, format.ErrPayload):
 		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in Avro: %w", what, err), gen, done)
 	case errors.Is(err, format.ErrRefused), errors.Is(err, format.ErrNotRegistered):

@@ -51,5 +51,7 @@ func (f Format) registry() bool {
 // schemaFirstValue writes e's payload, the value of r to topic, in its
 // registered schema.
 func (s *Sink) schemaFirstValue(ctx context.Context, e *event.Event, topic string) ([]byte, error) {
-	return s.cfg.SchemaFirst.Value(ctx, topic, e.Type, e.Payload)
+	// A value over the topic's batch cap is refused as it is written
+	// (too_large): the client would refuse the record anyway.
+	return s.cfg.SchemaFirst.Value(ctx, topic, e.Type, e.Payload, int(s.batchCapOf(topic)))
 }
