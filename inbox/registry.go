@@ -454,7 +454,8 @@ func (r *Registry) unframe(ctx context.Context, b []byte) (uint32, *schema, []by
 }
 
 // message is the Protobuf message descriptor that the indexes at the
-// start of body name in s, and the message's bytes after them.
+// start of body name in s, and the message's bytes after them, checked
+// to decode within RegistryConfig.MaxDecodedBytes (format.CheckProtobuf).
 func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.MessageDescriptor, []byte, error) {
 	indexes, msg, err := format.SplitMessageIndexes(body)
 	if err != nil {
@@ -462,6 +463,9 @@ func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.Mess
 	}
 	md, err := format.MessageByIndexes(s.proto, indexes)
 	if err != nil {
+		return nil, nil, undecodable(id, err)
+	}
+	if err := format.CheckProtobuf(md, msg, r.maxSize); err != nil {
 		return nil, nil, undecodable(id, err)
 	}
 	return md, msg, nil
