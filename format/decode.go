@@ -160,6 +160,8 @@ type avroWalk struct {
 	empty  map[avro.Schema]int // emptiness by schema: 1 empty, 2 not, 3 in progress
 	cost   int                 // estimated decoded cost so far
 	budget int                 // bound of cost
+
+	emptyCosts map[avro.Schema]int // emptyCost by schema
 }
 
 // add counts n bytes of decoded cost, an error past the budget.
@@ -172,25 +174,34 @@ func (w *avroWalk) add(n int) error {
 }
 
 // emptyCost is the decoded cost of one datum of s, an empty schema
-// (isEmpty).
+// (isEmpty), at most a little over the budget: kept by schema, as a
+// record of two fields of a record of two fields, and so on 60 deep,
+// would otherwise cost 2^60.
 func (w *avroWalk) emptyCost(s avro.Schema) int {
 	if r, ok := s.(*avro.RefSchema); ok {
 		s = r.Schema()
 	}
-	switch x := s.(type) {
-	case *avro.FixedSchema:
-		return avroCostBytes
-	case *avro.RecordSchema:
-		if len(x.Fields()) == 0 {
-			return avroCostEmpty
-		}
-		c := avroCostMap
-		for _, f := range x.Fields() {
-			c += avroCostEntry + w.emptyCost(f.Type())
-		}
+	if c, ok := w.emptyCosts[s]; ok {
 		return c
 	}
-	return avroCostNull
+	c := avroCostNull
+	switch x := s.(type) {
+	case *avro.FixedSchema:
+		c = avroCostBytes
+	case *avro.RecordSchema:
+		c = avroCostEmpty
+		if len(x.Fields()) > 0 {
+			c = avroCostMap
+		}
+		for _, f := range x.Fields() {
+			c = min(c+avroCostEntry+w.emptyCost(f.Type()), w.budget+1)
+		}
+	}
+	if w.emptyCosts == nil {
+		w.emptyCosts = map[avro.Schema]int{}
+	}
+	w.emptyCosts[s] = c
+	return c
 }
 
 func (w *avroWalk) long() (int64, error) {

@@ -219,3 +219,25 @@ func TestCheckAvroBoundsDecodedSize(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckAvroEmptyNestedRecordsBounded: an array of a record of two
+// fields of a record of two fields, and so on 60 deep, all empty (a
+// schema of some 3 KB): each item costs 2^60 maps decoded, and is
+// refused at once (the estimate neither recomputed by branch nor
+// overflowing).
+func TestCheckAvroEmptyNestedRecordsBounded(t *testing.T) {
+	const depth = 60
+	schema := `{"type":"record","name":"R0","fields":[]}`
+	for i := 1; i <= depth; i++ {
+		schema = fmt.Sprintf(`{"type":"record","name":"R%d","fields":[{"name":"a","type":%s},{"name":"b","type":"R%d"}]}`, i, schema, i-1)
+	}
+	s, err := format.ParseAvro(`{"type":"array","items":`+schema+`}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = format.CheckAvro(s, []byte{2, 0})
+	if !errors.Is(err, format.ErrAvroLimit) || time.Since(start) > time.Second {
+		t.Errorf("one item of 2^%d empty records: %v in %v, want ErrAvroLimit at once", depth, err, time.Since(start))
+	}
+}

@@ -124,8 +124,8 @@ func (noLoader) Load(url string) (any, error) {
 // by default (StreamReadConstraints).
 const (
 	// MaxJSONNumberDigits is how many digits (before and after the
-	// point) one number may have.
-	MaxJSONNumberDigits = 1000
+	// point) one number may have: Jackson's MaxNumberLength.
+	MaxJSONNumberDigits = MaxNumberLength
 	// MaxJSONNumberExponent is how large an exponent (after e or E, either
 	// sign) one number may have.
 	MaxJSONNumberExponent = 1000
