@@ -224,7 +224,8 @@ func TestCheckAvroBoundsDecodedSize(t *testing.T) {
 // fields of a record of two fields, and so on 60 deep, all empty (a
 // schema of some 3 KB): each item costs 2^60 maps decoded, and is
 // refused at once (the estimate neither recomputed by branch nor
-// overflowing).
+// overflowing); so is the record itself, a datum of 0 bytes (the walk,
+// by schema, had visited 2^60 records).
 func TestCheckAvroEmptyNestedRecordsBounded(t *testing.T) {
 	const depth = 60
 	schema := `{"type":"record","name":"R0","fields":[]}`
@@ -239,5 +240,14 @@ func TestCheckAvroEmptyNestedRecordsBounded(t *testing.T) {
 	err = format.CheckAvro(s, []byte{2, 0})
 	if !errors.Is(err, format.ErrAvroLimit) || time.Since(start) > time.Second {
 		t.Errorf("one item of 2^%d empty records: %v in %v, want ErrAvroLimit at once", depth, err, time.Since(start))
+	}
+	r, err := format.ParseAvro(schema, nil) // the record itself: 0 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	err = format.CheckAvro(r, nil)
+	if !errors.Is(err, format.ErrAvroLimit) || time.Since(start) > time.Second {
+		t.Errorf("a record of 2^%d empty records, 0 bytes: %v in %v, want ErrAvroLimit at once", depth, err, time.Since(start))
 	}
 }
