@@ -117,3 +117,31 @@ func protowireVarint(n int) []byte {
 	}
 	return append(b, byte(n))
 }
+
+// TestRegistryValidateJSONHugeNumbersUndecodable (review43a's
+// TestProbeJSONSchemaHugeExponentCPU, in the inbox): with ValidateJSON, a
+// 279-byte record of 30 numbers 1e999999 held the partition for the
+// validator's math/big (some 20 ms a number, hours for 1 MiB of them);
+// it is undecodable at once (format.MaxJSONNumberExponent).
+func TestRegistryValidateJSONHugeNumbersUndecodable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		b, _ := json.Marshal(map[string]any{"schemaType": "JSON", "schema": `{"type":"object","properties":{"qty":{"type":"array","items":{"type":"integer","minimum":0}}}}`})
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	reg, err := NewRegistry(RegistryConfig{URL: srv.URL, Timeout: 5 * time.Second, ValidateJSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := reg.Decode(t.Context(), format.Frame(nil, 1, []byte(`{"qty":[1]}`)), &v); err != nil {
+		t.Fatal(err) // the schema fetched and compiled outside the measure
+	}
+	framed := format.Frame(nil, 1, []byte(`{"qty":[`+strings.Repeat("1e999999,", 29)+`1e999999]}`))
+	start := time.Now()
+	err = reg.Decode(t.Context(), framed, &v)
+	if took := time.Since(start); !errors.Is(err, ErrUndecodable) || took > 300*time.Millisecond {
+		t.Errorf("a %d-byte record of 30 numbers 1e999999: %v in %v, want ErrUndecodable at once", len(framed), err, took.Round(time.Millisecond))
+	}
+}
