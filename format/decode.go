@@ -21,9 +21,9 @@ const (
 	MaxAvroDepth = 1000
 	// MaxAvroEmptyItems is how many array items that take no bytes (a
 	// null, an empty record, a fixed of 0) one datum may hold in all
-	// (each costs some 16 to 64 bytes decoded, within DecodedBudget too):
-	// more than walrelay's avro format writes within a 1 MB record (an
-	// array of 350,000 empty objects, "{}," each).
+	// (each costs some 16 to 64 bytes decoded, within DecodedBudget too;
+	// walrelay's avro format writes none: its items are optional, a
+	// union's index byte each).
 	MaxAvroEmptyItems = 1 << 19
 )
 
