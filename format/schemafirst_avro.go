@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -53,7 +54,61 @@ func ParseAvroWrite(text string, refs []Reference) (avro.Schema, error) {
 	if err := avroNames(schema, map[avro.Schema]bool{}); err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
 	}
+	if err := avroDecimals(schema, map[avro.Schema]bool{}); err != nil {
+		return nil, fmt.Errorf("parse the Avro schema: %w", err)
+	}
 	return schema, nil
+}
+
+// MaxAvroDecimalPrecision bounds a decimal's precision (and so its scale,
+// at most its precision) in an Avro schema that ParseAvro takes (a
+// schema file, a registry's schema, the inbox's): hamba/avro computes
+// 10^scale for every value it decodes or writes (a 2-byte datum of scale
+// 10^7 takes seconds), and registered_avro multiplies a payload's
+// number by 10^scale. PostgreSQL's numeric takes a precision of at most
+// 1000 (its typmod's bound): a schema of a decimal beyond it is refused
+// (ErrAvroDecimal), as no column of walrelay's fills it.
+const MaxAvroDecimalPrecision = 1000
+
+// ErrAvroDecimal is an Avro schema of a decimal whose precision is beyond
+// MaxAvroDecimalPrecision.
+var ErrAvroDecimal = errors.New("a decimal's precision beyond the bound")
+
+// avroDecimals checks every decimal logical type in s against
+// MaxAvroDecimalPrecision (its scale is at most its precision, or
+// hamba/avro drops the logical type).
+func avroDecimals(s avro.Schema, seen map[avro.Schema]bool) error {
+	if r, ok := s.(*avro.RefSchema); ok {
+		s = r.Schema()
+	}
+	if seen[s] {
+		return nil
+	}
+	seen[s] = true
+	if l, ok := s.(avro.LogicalTypeSchema); ok {
+		if d, ok := l.Logical().(*avro.DecimalLogicalSchema); ok && (d.Precision() > MaxAvroDecimalPrecision || d.Scale() > MaxAvroDecimalPrecision) {
+			return fmt.Errorf("a %s decimal of precision %d and scale %d, beyond %d: %w", s.Type(), d.Precision(), d.Scale(), MaxAvroDecimalPrecision, ErrAvroDecimal)
+		}
+	}
+	switch x := s.(type) {
+	case *avro.RecordSchema:
+		for _, f := range x.Fields() {
+			if err := avroDecimals(f.Type(), seen); err != nil {
+				return fmt.Errorf("field %q of %q: %w", f.Name(), x.FullName(), err)
+			}
+		}
+	case *avro.ArraySchema:
+		return avroDecimals(x.Items(), seen)
+	case *avro.MapSchema:
+		return avroDecimals(x.Values(), seen)
+	case *avro.UnionSchema:
+		for _, t := range x.Types() {
+			if err := avroDecimals(t, seen); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // avroNames checks the names in s (its named types' names and namespaces,

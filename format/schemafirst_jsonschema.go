@@ -66,7 +66,14 @@ func CompileJSONSchema(text string, refs map[string]string) (*JSONSchema, error)
 
 // Check validates payload, a JSON document: ok, or where it fails (a JSON
 // pointer, "" for the whole document) and why.
+//
+// A number with more than MaxJSONNumberDigits digits or an exponent
+// beyond ±MaxJSONNumberExponent is refused before the validation, which
+// reads numbers with math/big (1e999999 took some 20 ms each).
 func (s *JSONSchema) Check(payload []byte) (field, reason string, ok bool) {
+	if reason := jsonNumbersWithin(payload); reason != "" {
+		return "", reason, false
+	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {
 		return "", fmt.Sprintf("not JSON: %v", err), false
@@ -103,4 +110,68 @@ type noLoader struct{}
 
 func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("%s: not in the registry's schema or its references (walrelay loads nothing else)", url)
+}
+
+// Bounds of a number in a JSON document that a JSON Schema validates
+// (JSONSchema.Check: registered_jsonschema's payloads, the inbox's
+// ValidateJSON): the validator reads numbers with math/big's Rat, whose
+// cost grows with the digits and with 10^exponent (1e999999, 8 bytes,
+// costs some 20 ms; a payload of them hours), so a number beyond them is
+// refused (a schema mismatch, the inbox's undecodable) by a linear scan
+// before it. No real value comes near: a double's exponent is within
+// ±324, PostgreSQL's numeric writes no exponent, and Jackson (a Java
+// consumer's JSON reader) refuses a number of more than 1000 characters
+// by default (StreamReadConstraints).
+const (
+	// MaxJSONNumberDigits is how many digits (before and after the
+	// point) one number may have: Jackson's MaxNumberLength.
+	MaxJSONNumberDigits = MaxNumberLength
+	// MaxJSONNumberExponent is how large an exponent (after e or E, either
+	// sign) one number may have.
+	MaxJSONNumberExponent = 1000
+)
+
+// jsonNumbersWithin scans b, a JSON document, for a number beyond
+// MaxJSONNumberDigits or MaxJSONNumberExponent, in one pass without
+// allocating: "" if none, or why not. What is not JSON is left to the
+// parser after it.
+func jsonNumbersWithin(b []byte) string {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c == '"' {
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			continue
+		}
+		if c != '-' && (c < '0' || c > '9') {
+			continue
+		}
+		start, digits, exp, inExp := i, 0, 0, false
+	number:
+		for ; i < len(b); i++ {
+			c := b[i]
+			switch {
+			case c >= '0' && c <= '9':
+				if !inExp {
+					digits++
+				} else if exp <= MaxJSONNumberExponent {
+					exp = exp*10 + int(c-'0')
+				}
+			case c == 'e' || c == 'E':
+				inExp = true
+			case c == '.' || c == '-' || c == '+':
+			default:
+				break number
+			}
+		}
+		end := i
+		i-- // the byte after the number is looked at again
+		if digits > MaxJSONNumberDigits || exp > MaxJSONNumberExponent {
+			return fmt.Sprintf("a number at byte %d (%s) beyond the bounds of %d digits and an exponent of ±%d", start, clipValue(string(b[start:end])), MaxJSONNumberDigits, MaxJSONNumberExponent)
+		}
+	}
+	return ""
 }

@@ -212,6 +212,12 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// maxDecimalText bounds the text of a decimal that decimalUnscaled reads:
+// twice MaxAvroDecimalPrecision's digits (a precision's, and as many zeros
+// again written after the point or before an exponent), and some more for
+// a sign, a point and an exponent.
+const maxDecimalText = 2*MaxAvroDecimalPrecision + 32
+
 // decimalUnscaled reads v (a JSON number, or a string holding one) as a
 // decimal of precision and scale: its unscaled value (the value times
 // 10^scale), exact, or why not.
@@ -224,6 +230,17 @@ func decimalUnscaled(v any, precision, scale int) (*big.Int, string) {
 		text = x
 	default:
 		return nil, fmt.Sprintf("want a decimal (a number, or a string holding one), got %s", jsonType(v))
+	}
+	// Bounded before apd and math/big read it (their cost grows faster
+	// than the text, and with 10^shift): the schema's precision and scale
+	// (ParseAvro's bound; checked again for a schema parsed otherwise),
+	// and the text, which needs no more than the precision's and the
+	// scale's digits, a sign, a point and an exponent, and some zeros.
+	if precision > MaxAvroDecimalPrecision || scale > MaxAvroDecimalPrecision || scale < 0 {
+		return nil, fmt.Sprintf("a decimal of precision %d and scale %d, beyond %d", precision, scale, MaxAvroDecimalPrecision)
+	}
+	if len(text) > maxDecimalText {
+		return nil, fmt.Sprintf("a decimal written in %d characters, more than the %d that any decimal of a precision up to %d needs", len(text), maxDecimalText, MaxAvroDecimalPrecision)
 	}
 	d, _, err := apd.NewFromString(strings.TrimSpace(text))
 	if err != nil || d.Form != apd.Finite {

@@ -158,6 +158,15 @@ type RegistryConfig struct {
 	// read up to 8 times this (4 MiB): a larger one is an outage (the
 	// record held, retried).
 	MaxSchemaBytes int
+	// MaxDecodedBytes bounds what one decoded Avro or Protobuf key or
+	// value may cost in memory (an estimate, from a walk of its bytes
+	// before it is decoded: format.DecodedBudget): beyond it, it is
+	// ErrUndecodable (dead-lettered), not an out-of-memory kill of the
+	// consumer, again at every restart on the same record. Default
+	// format.MaxDecodedBytes (64 MiB; a record of up to 128 KiB gets half
+	// of it); raise it (and the process's memory) for values of hundreds
+	// of thousands of small items.
+	MaxDecodedBytes int
 }
 
 // Registry decodes keys and values in Confluent's wire format with the
@@ -168,6 +177,7 @@ type RegistryConfig struct {
 type Registry struct {
 	reg      *format.Registry
 	validate bool
+	maxSize  int // RegistryConfig.MaxDecodedBytes
 	mu       sync.Mutex
 	schemas  map[uint32]*schema
 	// size is the schemas' format.CompiledSize in all: at most
@@ -217,7 +227,13 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Registry{reg: reg, validate: cfg.ValidateJSON, schemas: map[uint32]*schema{}, codecs: format.AvroDecodeConfig()}, nil
+	if cfg.MaxDecodedBytes < 0 {
+		return nil, errors.New("inbox: RegistryConfig.MaxDecodedBytes is negative")
+	}
+	if cfg.MaxDecodedBytes == 0 {
+		cfg.MaxDecodedBytes = format.MaxDecodedBytes
+	}
+	return &Registry{reg: reg, validate: cfg.ValidateJSON, maxSize: cfg.MaxDecodedBytes, schemas: map[uint32]*schema{}, codecs: format.AvroDecodeConfig()}, nil
 }
 
 // maxSchemas bounds the schemas kept in number (format.MaxCachedSchemaBytes
@@ -272,7 +288,7 @@ func (r *Registry) Decoded(ctx context.Context, b []byte) (Decoded, error) {
 	d := Decoded{ID: id, Type: s.typ, Body: body}
 	switch s.typ {
 	case Avro:
-		if d.Value, err = format.DecodeAvroWith(s.codecs(), s.avro, body); err != nil {
+		if d.Value, err = format.DecodeAvroWithin(s.codecs(), s.avro, body, r.maxSize); err != nil {
 			return Decoded{}, undecodable(id, err)
 		}
 	case Protobuf:
@@ -336,7 +352,7 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 	}
 	switch s.typ {
 	case Avro:
-		return decodeAvro(id, s, body, v)
+		return decodeAvro(id, s, body, v, r.maxSize)
 	case Protobuf:
 		md, msg, err := r.message(id, s, body)
 		if err != nil {
@@ -389,17 +405,18 @@ func (s *schema) codecs() avro.API {
 	return s.api
 }
 
-// decodeAvro decodes body, an Avro datum of s, into v.
-func decodeAvro(id uint32, s *schema, body []byte, v any) error {
+// decodeAvro decodes body, an Avro datum of s, into v, its decoded cost
+// bounded by format.DecodedBudget(len(body), maxSize).
+func decodeAvro(id uint32, s *schema, body []byte, v any, maxSize int) error {
 	switch p := v.(type) {
 	case *any:
-		x, err := format.DecodeAvroWith(s.codecs(), s.avro, body)
+		x, err := format.DecodeAvroWithin(s.codecs(), s.avro, body, maxSize)
 		if err != nil {
 			return undecodable(id, err)
 		}
 		*p = x
 	case *map[string]any:
-		x, err := format.DecodeAvroWith(s.codecs(), s.avro, body)
+		x, err := format.DecodeAvroWithin(s.codecs(), s.avro, body, maxSize)
 		if err != nil {
 			return undecodable(id, err)
 		}
@@ -409,7 +426,7 @@ func decodeAvro(id uint32, s *schema, body []byte, v any) error {
 		}
 		*p = mp
 	default:
-		if err := format.UnmarshalAvro(s.codecs(), s.avro, body, v); err != nil {
+		if err := format.UnmarshalAvroWithin(s.codecs(), s.avro, body, v, maxSize); err != nil {
 			return undecodable(id, fmt.Errorf("into %T: %w", v, err))
 		}
 	}
@@ -463,7 +480,8 @@ func (r *Registry) unframe(ctx context.Context, b []byte) (uint32, *schema, []by
 }
 
 // message is the Protobuf message descriptor that the indexes at the
-// start of body name in s, and the message's bytes after them.
+// start of body name in s, and the message's bytes after them, checked
+// to decode within RegistryConfig.MaxDecodedBytes (format.CheckProtobuf).
 func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.MessageDescriptor, []byte, error) {
 	indexes, msg, err := format.SplitMessageIndexes(body)
 	if err != nil {
@@ -471,6 +489,9 @@ func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.Mess
 	}
 	md, err := format.MessageByIndexes(s.proto, indexes)
 	if err != nil {
+		return nil, nil, undecodable(id, err)
+	}
+	if err := format.CheckProtobuf(md, msg, r.maxSize); err != nil {
 		return nil, nil, undecodable(id, err)
 	}
 	return md, msg, nil

@@ -19,7 +19,9 @@ import (
 // block count of 2^40, a fixed of 2^31-1 bytes) or nest without end (a
 // recursive record and 1 MiB of 0x02) is ErrUndecodable (dead-lettered),
 // into any target, instead of a fatal out-of-memory or stack overflow that
-// kills the consumer again after every restart; and a 2 MiB string, as
+// kills the consumer again after every restart, or that hamba/avro
+// would build into hundreds of MiB (an array of 1 MiB of records of one
+// int: 359 MiB; 2^20 empty records, 5 bytes: 63 MiB); and a 2 MiB string, as
 // walrelay's avro format writes it, decodes.
 func TestRegistryDecodeHostileAvroUndecodable(t *testing.T) {
 	t.Parallel()
@@ -34,6 +36,8 @@ func TestRegistryDecodeHostileAvroUndecodable(t *testing.T) {
 		{"array of null, 2^40", `{"type":"array","items":"null"}`, append(binary.AppendVarint(nil, 1<<40), 0), false},
 		{"recursive record, 1 MiB", `{"type":"record","name":"R","fields":[{"name":"r","type":["null","R"]}]}`, bytes.Repeat([]byte{2}, 1<<20), false},
 		{"fixed of 2^31-1", `{"type":"record","name":"R","fields":[{"name":"r","type":{"type":"fixed","name":"F","size":2147483647}}]}`, []byte{0}, false},
+		{"1 MiB of records of one int", `{"type":"array","items":{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}}`, append(append(binary.AppendVarint(nil, 1<<20-16), bytes.Repeat([]byte{2}, 1<<20-16)...), 0), false},
+		{"2^20 empty records in 5 bytes", `{"type":"array","items":{"type":"record","name":"E","fields":[]}}`, append(binary.AppendVarint(nil, 1<<20), 0), false},
 		{"string of 2 MiB", `{"type":"record","name":"R","fields":[{"name":"r","type":"string"}]}`, append(binary.AppendVarint(nil, 2<<20), strings.Repeat("a", 2<<20)...), true},
 	}
 	for _, c := range cases {
@@ -104,5 +108,45 @@ func TestNewRegistryURLWithoutScheme(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret-pw") {
 			t.Errorf("NewRegistry(%q): the refusal prints the password: %v", u, err)
 		}
+	}
+}
+
+// TestRegistryMaxDecodedBytes: RegistryConfig.MaxDecodedBytes bounds
+// what an Avro value may cost decoded: an array of 40,000 records of one
+// int (40 KB, some 16 MiB decoded) is undecodable within 8 MiB, and
+// decodes by default; a negative bound is refused.
+func TestRegistryMaxDecodedBytes(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		b, _ := json.Marshal(map[string]any{"schema": `{"type":"array","items":{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}}`})
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	const n = 40_000
+	framed := format.Frame(nil, 1, append(append(binary.AppendVarint(nil, n), bytes.Repeat([]byte{2}, n)...), 0))
+	for _, c := range []struct {
+		max int
+		ok  bool
+	}{{0, true}, {8 << 20, false}, {64 << 20, true}} {
+		reg, err := NewRegistry(RegistryConfig{URL: srv.URL, Timeout: 5 * time.Second, MaxDecodedBytes: c.max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		err = reg.Decode(t.Context(), framed, &v)
+		if c.ok && (err != nil || len(v.([]any)) != n) {
+			t.Errorf("MaxDecodedBytes %d: %v", c.max, err)
+		}
+		if !c.ok && (!errors.Is(err, ErrUndecodable) || !errors.Is(err, format.ErrAvroLimit)) {
+			t.Errorf("MaxDecodedBytes %d: %v, want ErrUndecodable (ErrAvroLimit)", c.max, err)
+		}
+		_, err = reg.Decoded(t.Context(), framed)
+		if c.ok != (err == nil) {
+			t.Errorf("MaxDecodedBytes %d: Decoded: %v", c.max, err)
+		}
+	}
+	if _, err := NewRegistry(RegistryConfig{URL: srv.URL, MaxDecodedBytes: -1}); err == nil {
+		t.Error("NewRegistry with a negative MaxDecodedBytes: no error")
 	}
 }

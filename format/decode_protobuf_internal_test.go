@@ -1,0 +1,113 @@
+package format
+
+import (
+	"bytes"
+	"encoding/json"
+	"runtime"
+	rmetrics "runtime/metrics"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// peakHeap runs f and returns the most live heap objects' bytes seen
+// while it ran, above what there was before it (sampled every
+// millisecond with runtime/metrics, which does not stop the world).
+func peakHeap(f func()) uint64 {
+	runtime.GC()
+	sample := []rmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { rmetrics.Read(sample); return sample[0].Value.Uint64() }
+	base := read()
+	var peak atomic.Uint64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if v := read(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	f()
+	if v := read(); v > peak.Load() {
+		peak.Store(v)
+	}
+	close(stop)
+	<-done
+	if peak.Load() < base {
+		return 0
+	}
+	return peak.Load() - base
+}
+
+// TestProtobufDecodedCostEstimate: CheckProtobuf's estimate of what the
+// inbox builds of a Protobuf message decoded into an any (dynamicpb's
+// message, protojson's text, encoding/json's values) is not below its
+// peak of live heap measured, shape by shape: a newer protobuf or Go that
+// builds more fails here, and the costs are calibrated again.
+func TestProtobufDecodedCostEstimate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates more than the product: calibrated without it")
+	}
+	fd, err := CompileProtobuf(t.Context(), `syntax = "proto3"; package p; message M { repeated E e = 1; repeated int32 p = 2; repeated string s = 3; map<string,int32> m = 4; repeated F f = 5; repeated int32 u = 10 [packed=false]; repeated G g = 6; repeated double d = 7; } message E {} message F { int32 a = 1; } message G { int32 a = 1; string b = 2; int64 c = 3; }`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := fd.Messages().ByName("M")
+	const n = 50000
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{
+		{"empty messages", bytes.Repeat([]byte{0x0a, 0}, n)},
+		{"packed int32", append(protowire.AppendVarint([]byte{0x12}, n), bytes.Repeat([]byte{1}, n)...)},
+		{"packed double", append(protowire.AppendVarint([]byte{0x3a}, 8*n), make([]byte, 8*n)...)},
+		{"empty strings", bytes.Repeat([]byte{0x1a, 0}, n)},
+		{"map entries", func() []byte {
+			var b []byte
+			for i := range n {
+				b = append(b, 0x22, 8, 0x0a, 4, byte('a'+i%26), byte('a'+i/26%26), byte('a'+i/676%26), byte('a'+i/17576%26), 0x10, 1)
+			}
+			return b
+		}()},
+		{"messages of one int", bytes.Repeat([]byte{0x2a, 2, 8, 1}, n)},
+		{"unpacked int32", bytes.Repeat([]byte{0x50, 1}, n)},
+		{"unknown fields", bytes.Repeat([]byte{0x78, 1}, n)},
+		{"messages of three fields", bytes.Repeat([]byte{0x32, 9, 8, 1, 0x12, 3, 'a', 'b', 'c', 0x18, 5}, n)},
+	} {
+		w := pbWalk{budget: 1 << 40}
+		if err := w.message(md, c.body, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		var derr error
+		peak := peakHeap(func() {
+			m := dynamicpb.NewMessage(md)
+			if derr = proto.Unmarshal(c.body, m); derr != nil {
+				return
+			}
+			js, err := protojson.Marshal(m)
+			if derr = err; err != nil {
+				return
+			}
+			var v any
+			derr = json.Unmarshal(js, &v)
+		})
+		if derr != nil {
+			t.Fatalf("%s: %v", c.name, derr)
+		}
+		t.Logf("%-24s %7d bytes: peak %5d, estimated %5d an element", c.name, len(c.body), peak/n, w.cost/n)
+		if peak > uint64(w.cost)+uint64(w.cost)/4 { // the peak sampled varies by some 10%
+			t.Errorf("%s: a peak of %d bytes an element, estimated %d", c.name, peak/n, w.cost/n)
+		}
+	}
+}

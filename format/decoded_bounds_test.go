@@ -1,0 +1,253 @@
+package format_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walrelay/walrelay/format"
+)
+
+// TestParseAvroRefusesDecimalBeyondBound (review43a's
+// TestProbeAvroDecimalScaleUnbounded): hamba/avro computes 10^scale for
+// every decimal it decodes, so a registry's schema of scale 10^7 made a
+// 2-byte datum take seconds of CPU (scale 2^31-1: hours). ParseAvro
+// refuses a decimal beyond MaxAvroDecimalPrecision (ErrAvroDecimal: the
+// inbox's undecodable), and one at the bound decodes at once.
+func TestParseAvroRefusesDecimalBeyondBound(t *testing.T) {
+	for _, c := range []struct {
+		schema string
+		ok     bool
+	}{
+		{`{"type":"bytes","logicalType":"decimal","precision":10000000,"scale":10000000}`, false},
+		{`{"type":"bytes","logicalType":"decimal","precision":2147483647,"scale":2147483647}`, false},
+		{`{"type":"bytes","logicalType":"decimal","precision":1001,"scale":2}`, false},
+		{`{"type":"record","name":"R","fields":[{"name":"f","type":["null",{"type":"bytes","logicalType":"decimal","precision":2000,"scale":2000}]}]}`, false},
+		{`{"type":"array","items":{"type":"bytes","logicalType":"decimal","precision":5000,"scale":0}}`, false},
+		{fmt.Sprintf(`{"type":"bytes","logicalType":"decimal","precision":%d,"scale":%d}`, format.MaxAvroDecimalPrecision, format.MaxAvroDecimalPrecision), true},
+		{`{"type":"bytes","logicalType":"decimal","precision":38,"scale":9}`, true},
+	} {
+		s, err := format.ParseAvro(c.schema, nil)
+		if !c.ok {
+			if !errors.Is(err, format.ErrAvroDecimal) {
+				t.Errorf("ParseAvro(%.90s): %v, want ErrAvroDecimal", c.schema, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseAvro(%s): %v", c.schema, err)
+			continue
+		}
+		start := time.Now()
+		if _, err := format.DecodeAvroWith(format.AvroDecodeConfig(), s, []byte{2, 1}); err != nil {
+			t.Errorf("decode a 2-byte datum of %s: %v", c.schema, err)
+		}
+		if took := time.Since(start); took > 100*time.Millisecond {
+			t.Errorf("a 2-byte datum of %s took %v", c.schema, took)
+		}
+	}
+}
+
+// TestJSONSchemaCheckRefusesHugeNumbers (review43a's
+// TestProbeJSONSchemaHugeExponentCPU): the validator reads numbers with
+// math/big, 1e999999 in some 20 ms (twice for "integer" and "minimum"):
+// 30 of them, 279 bytes, held a registered_jsonschema stream (or an inbox
+// partition with ValidateJSON) for seconds, a 1 MiB payload for hours. A
+// number beyond MaxJSONNumberDigits or MaxJSONNumberExponent is refused
+// at once; a payload of numbers at the bounds is checked in a time
+// of the order of one of real values (1e308: a double), and real values are valid.
+func TestJSONSchemaCheckRefusesHugeNumbers(t *testing.T) {
+	js, err := format.CompileJSONSchema(`{"type":"object","properties":{"qty":{"type":"array","items":{"type":"number","minimum":0,"multipleOf":0.5}},"n":{"type":"integer"}}}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	many := func(n string) []byte {
+		return []byte(`{"qty":[` + strings.Repeat(n+",", (256<<10)/(len(n)+1)) + `0]}`)
+	}
+	for _, c := range []struct {
+		name    string
+		payload []byte
+		ok      bool
+	}{
+		{"30 of 1e999999", []byte(`{"qty":[` + strings.Repeat("1e999999,", 29) + `1e999999]}`), false},
+		{"one of 1E-999999", []byte(`{"n":1, "qty":[1E-999999]}`), false},
+		{"an integer of 1e999999", []byte(`{"n":1e999999}`), false},
+		{"1001 digits", []byte(`{"qty":[1` + strings.Repeat("0", format.MaxJSONNumberDigits) + `]}`), false},
+		{"256 KiB of 1e1000", many("1e1000"), true},
+		{"256 KiB of 1000 digits", many("1" + strings.Repeat("0", format.MaxJSONNumberDigits-1)), true},
+		{"256 KiB of 1000 digits after the point", many("0." + strings.Repeat("0", format.MaxJSONNumberDigits-2) + "5"), false},
+		{"real values", []byte(`{"n":-12,"qty":[1.5,2,1e308,4.5e+2,"x1e9999999"]}`), false}, // a string in qty
+		{"real values", []byte(`{"n":-12,"qty":[1.5,2,1e308,4.5e+2],"s":"1e9999999 \" 1e9999999"}`), true},
+	} {
+		start := time.Now()
+		_, reason, ok := js.Check(c.payload)
+		took := time.Since(start)
+		t.Logf("%s (%d bytes): %v %.100s in %v", c.name, len(c.payload), ok, reason, took.Round(time.Millisecond))
+		if ok != c.ok {
+			t.Errorf("%s: valid %v (%s), want %v", c.name, ok, reason, c.ok)
+		}
+		if limit := 300 * time.Millisecond; len(c.payload) > 1<<10 && took > 10*limit || len(c.payload) <= 1<<10 && took > limit {
+			t.Errorf("%s: validating %d bytes took %v", c.name, len(c.payload), took.Round(time.Millisecond))
+		}
+	}
+}
+
+// TestDecodeAvroWalrelaysOwnWithinBudget: what walrelay's avro format
+// writes of a JSON payload of 1 MB (the default record cap) decodes
+// within MaxDecodedBytes for objects of some 20 bytes of JSON or more,
+// and arrays of numbers, strings, nulls or empty arrays; an array of
+// 125,000 objects of one field, {"a":1} (hamba/avro builds a map of the
+// union's branch and one of the record for each: some 90 MiB), is
+// refused by default, and taken within a bound raised to 256 MiB (the
+// inbox's RegistryConfig.MaxDecodedBytes).
+func TestDecodeAvroWalrelaysOwnWithinBudget(t *testing.T) {
+	for _, c := range []struct {
+		item string
+		ok   bool
+	}{
+		{`{"id":1,"sku":"a-1","qty":2}`, true},
+		{`{"id":12345,"name":"Ada Lovelace","tags":["a","b"],"price":9.5}`, true},
+		{`[]`, true},
+		{`1`, true},
+		{`null`, true},
+		{`""`, true},
+		{`"abcdefgh"`, true},
+		{`{"a":1}`, false},
+		{`{}`, false},
+	} {
+		t.Run(c.item, func(t *testing.T) {
+			payload := `{"items":[` + strings.Repeat(c.item+",", 1_000_000/(len(c.item)+1)-2) + c.item + `]}`
+			s, n, err := format.ValueSchema(format.Payload{Text: []byte(payload), Column: "payload", Expand: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			as, err := format.Avro(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := as.EncodeAvro(s, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps, err := format.ParseAvro(as.Text, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = format.CheckAvro(ps, body)
+			if c.ok && err != nil {
+				t.Errorf("a %d-byte payload of %s, a %d-byte datum: %v", len(payload), c.item, len(body), err)
+			}
+			if !c.ok && !errors.Is(err, format.ErrAvroLimit) {
+				t.Errorf("a %d-byte payload of %s, a %d-byte datum: %v, want ErrAvroLimit", len(payload), c.item, len(body), err)
+			}
+			if err := format.CheckAvroWithin(ps, body, 256<<20); err != nil {
+				t.Errorf("a %d-byte payload of %s within 256 MiB: %v", len(payload), c.item, err)
+			}
+		})
+	}
+}
+
+// liveAfter returns how much the live heap grew while decode ran and its
+// result was kept (what one record costs a consumer holding its value).
+func liveAfter(decode func() (any, error)) (uint64, any, error) {
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	v, err := decode()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(v)
+	if after.HeapAlloc < before.HeapAlloc {
+		return 0, v, err
+	}
+	return after.HeapAlloc - before.HeapAlloc, v, err
+}
+
+// TestCheckAvroBoundsDecodedSize (review43a's
+// TestProbeCheckAvroDecodedSizeUnbounded): CheckAvro bounded a
+// datum's lengths, counts and depth by its bytes, but not what hamba/avro
+// builds of it: an item of one byte (a record of one int, an empty map)
+// becomes a map[string]any of some 400 bytes, and 1,048,576 empty records
+// (MaxAvroEmptyItems then) cost 5 bytes of datum. A single Kafka record within
+// the broker's default 1 MiB, in the inbox consumer, holds hundreds of MiB
+// (the product's bound is 64 MiB RSS; a container's memory limit kills
+// the consumer, again at every restart on the same record: the class
+// inboxsafe38 meant to close). It should be ErrAvroLimit (dead-lettered
+// undecodable) or decode within a bound.
+func TestCheckAvroBoundsDecodedSize(t *testing.T) {
+	const budget = 64 << 20 // the whole process's bound; a 5-byte datum gets half
+	count := func(n int) []byte { return binary.AppendVarint(nil, int64(n)) }
+	items := func(n int, item []byte) []byte {
+		b := append(count(n), bytes.Repeat(item, n)...)
+		return append(b, 0)
+	}
+	const n = 1<<20 - 16 // a 1 MiB record
+	cases := []struct {
+		name, schema string
+		body         []byte
+	}{
+		{"1 MiB: array of records of one int", `{"type":"array","items":{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}}`, items(n, []byte{2})},
+		{"1 MiB: array of maps of one entry", `{"type":"array","items":{"type":"map","values":"null"}}`, items(n/3, []byte{2, 0, 0})},
+		{"1 MiB: array of unions of a record", `{"type":"array","items":["null",{"type":"record","name":"U","fields":[{"name":"a","type":"boolean"}]}]}`, items(n/2, []byte{2, 1})},
+		{"5 bytes: 2^20 empty records", `{"type":"array","items":{"type":"record","name":"E","fields":[]}}`, append(count(1<<20), 0)},
+		{"5 bytes: MaxAvroEmptyItems empty records", `{"type":"array","items":{"type":"record","name":"E","fields":[]}}`, append(count(format.MaxAvroEmptyItems), 0)},
+		{"1 MiB: array of unions of an empty record", `{"type":"array","items":["null",{"type":"record","name":"U","fields":[]}]}`, items(n, []byte{2})},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := format.ParseAvro(c.schema, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grew, _, err := liveAfter(func() (any, error) { return format.DecodeAvroWith(format.AvroDecodeConfig(), s, c.body) })
+			if errors.Is(err, format.ErrAvroLimit) {
+				return // refused: dead-lettered, nothing built
+			}
+			t.Logf("%d-byte datum: %d MiB live", len(c.body), grew>>20)
+			limit := uint64(budget)
+			if len(c.body) < 16 {
+				limit = budget / 2
+			}
+			if grew > limit {
+				t.Errorf("a %d-byte datum decoded (err %v) into %d MiB of live heap, more than %d MiB: not refused by CheckAvro", len(c.body), err, grew>>20, limit>>20)
+			}
+		})
+	}
+}
+
+// TestCheckAvroEmptyNestedRecordsBounded: an array of a record of two
+// fields of a record of two fields, and so on 60 deep, all empty (a
+// schema of some 3 KB): each item costs 2^60 maps decoded, and is
+// refused at once (the estimate neither recomputed by branch nor
+// overflowing); so is the record itself, a datum of 0 bytes (the walk,
+// by schema, had visited 2^60 records).
+func TestCheckAvroEmptyNestedRecordsBounded(t *testing.T) {
+	const depth = 60
+	schema := `{"type":"record","name":"R0","fields":[]}`
+	for i := 1; i <= depth; i++ {
+		schema = fmt.Sprintf(`{"type":"record","name":"R%d","fields":[{"name":"a","type":%s},{"name":"b","type":"R%d"}]}`, i, schema, i-1)
+	}
+	s, err := format.ParseAvro(`{"type":"array","items":`+schema+`}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = format.CheckAvro(s, []byte{2, 0})
+	if !errors.Is(err, format.ErrAvroLimit) || time.Since(start) > time.Second {
+		t.Errorf("one item of 2^%d empty records: %v in %v, want ErrAvroLimit at once", depth, err, time.Since(start))
+	}
+	r, err := format.ParseAvro(schema, nil) // the record itself: 0 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	err = format.CheckAvro(r, nil)
+	if !errors.Is(err, format.ErrAvroLimit) || time.Since(start) > time.Second {
+		t.Errorf("a record of 2^%d empty records, 0 bytes: %v in %v, want ErrAvroLimit at once", depth, err, time.Since(start))
+	}
+}
