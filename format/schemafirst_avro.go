@@ -38,6 +38,9 @@ func ParseAvro(text string, refs []Reference) (s avro.Schema, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
 	}
+	if err := avroDecimals(schema, map[avro.Schema]bool{}); err != nil {
+		return nil, fmt.Errorf("parse the Avro schema: %w", err)
+	}
 	return schema, nil
 }
 
@@ -52,9 +55,6 @@ func ParseAvroWrite(text string, refs []Reference) (avro.Schema, error) {
 		return nil, err
 	}
 	if err := avroNames(schema, map[avro.Schema]bool{}); err != nil {
-		return nil, fmt.Errorf("parse the Avro schema: %w", err)
-	}
-	if err := avroDecimals(schema, map[avro.Schema]bool{}); err != nil {
 		return nil, fmt.Errorf("parse the Avro schema: %w", err)
 	}
 	return schema, nil
