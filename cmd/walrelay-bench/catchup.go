@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,14 @@ BEGIN
 		i := i + per;
 	END LOOP;
 END $$`
+
+// eosEnv is the environment of walrelay in exactly-once mode.
+func eosEnv(o options) []string {
+	return []string{"WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_OFFSETS_TOPIC={prefix}walrelay.offsets", "WALRELAY_KAFKA_TRANSACTION_INTERVAL=" + o.txnInterval.String()}
+}
+
+// mib shows a byte count in MiB.
+func mib(n int) string { return fmt.Sprintf("%g MiB", float64(n)/(1<<20)) }
 
 // result is one contender's run.
 type result struct {
@@ -129,10 +138,19 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 			walrelay(o.bin, clusterBrokers, 1), "walrelay into a three-node cluster"})
 	}
 	if o.exactlyOnce {
-		eos := []string{"WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_OFFSETS_TOPIC={prefix}walrelay.offsets", "WALRELAY_KAFKA_TRANSACTION_INTERVAL=" + o.txnInterval.String()}
+		eos := eosEnv(o)
 		contenders = append(contenders, contender{"walrelay **exactly-once** (Kafka transactions every " + o.txnInterval.String() + ") into kfake, the same finish line", walrelay(o.bin, kfakeBrokers, 1, eos...), "walrelay exactly-once into kfake"})
 		if o.realKafka {
 			contenders = append(contenders, contender{"walrelay **exactly-once** (Kafka transactions every " + o.txnInterval.String() + ") into Apache Kafka " + kafkatest.KafkaVersion + ", the same finish line", walrelay(o.bin, realBrokers, 1, eos...), "walrelay exactly-once into Apache Kafka"})
+		}
+	}
+	for _, limit := range o.memoryLimits {
+		env := "WALRELAY_MEMORY_LIMIT=" + strconv.Itoa(limit)
+		contenders = append(contenders, contender{fmt.Sprintf("walrelay into kfake, `memory_limit: %d` (%s)", limit, mib(limit)), walrelay(o.bin, kfakeBrokers, 1, env),
+			fmt.Sprintf("walrelay into kfake, memory_limit %s", mib(limit))})
+		if o.exactlyOnce {
+			contenders = append(contenders, contender{fmt.Sprintf("walrelay **exactly-once** into kfake, `memory_limit: %d` (%s)", limit, mib(limit)), walrelay(o.bin, kfakeBrokers, 1, append(eosEnv(o), env)...),
+				fmt.Sprintf("walrelay exactly-once into kfake, memory_limit %s", mib(limit))})
 		}
 	}
 	if o.debezium {
@@ -278,7 +296,9 @@ func rawReceiver(ctx context.Context, pg *pgtest.Server, slot string, _ pglogrep
 
 // bigTransaction measures walrelay's peak memory on one transaction of
 // o.bigTxn rows: events stream through, so it should not grow with the
-// transaction.
+// transaction. Each variant (the default; with -exactly-once, that mode;
+// each of -memory-limits) streams a copy of the slot, o.runs times,
+// interleaved.
 func bigTransaction(ctx context.Context, o options) (string, error) {
 	fmt.Fprintf(os.Stderr, "large transaction: loading one transaction of %d rows …\n", o.bigTxn)
 	pg, conn, closeAll, err := freshServer(ctx)
@@ -299,11 +319,52 @@ func bigTransaction(ctx context.Context, o options) (string, error) {
 		return "", err
 	}
 	end, _ := pglogrepl.ParseLSN(endText)
-	x, err := walrelay(o.bin, kfakeBrokers, 1)(ctx, pg, "big", end, o.bigTxn)
-	if err != nil {
-		return "", err
+	type variant struct {
+		name string
+		env  []string
 	}
-	fmt.Fprintf(os.Stderr, "  one transaction of %d rows: %.0f events/s, peak RSS %.1f MiB\n", o.bigTxn, float64(o.bigTxn)/x.elapsed.Seconds(), float64(x.rss)/(1<<20))
-	return fmt.Sprintf("### One transaction of %d rows\n\nwalrelay streamed it in %.1f s (%s events/s, including the server's decoding of the whole transaction before its first row is sent) with a peak RSS of %.1f MiB.\n",
-		o.bigTxn, x.elapsed.Seconds(), human(float64(o.bigTxn)/x.elapsed.Seconds()), float64(x.rss)/(1<<20)), nil
+	variants := []variant{{"at-least-once, the default memory_limit", nil}}
+	if o.exactlyOnce {
+		variants = append(variants, variant{"exactly-once, the default memory_limit", eosEnv(o)})
+	}
+	for _, limit := range o.memoryLimits {
+		env := "WALRELAY_MEMORY_LIMIT=" + strconv.Itoa(limit)
+		variants = append(variants, variant{"at-least-once, memory_limit " + mib(limit), []string{env}})
+		if o.exactlyOnce {
+			variants = append(variants, variant{"exactly-once, memory_limit " + mib(limit), append(eosEnv(o), env)})
+		}
+	}
+	res := make([][]result, len(variants))
+	for r := range o.runs {
+		for i, v := range variants {
+			slot := fmt.Sprintf("big%d_%d", i, r)
+			if _, err := conn.Exec(ctx, "SELECT pg_copy_logical_replication_slot('big', $1)", slot); err != nil {
+				return "", fmt.Errorf("copy the slot: %w", err)
+			}
+			x, err := walrelay(o.bin, kfakeBrokers, 1, v.env...)(ctx, pg, slot, end, o.bigTxn)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", v.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "  run %d: one transaction of %d rows, %s: %.0f events/s, peak RSS %.1f MiB\n", r+1, o.bigTxn, v.name, float64(o.bigTxn)/x.elapsed.Seconds(), float64(x.rss)/(1<<20))
+			res[i] = append(res[i], x)
+			if err := dropSlot(ctx, conn, slot); err != nil {
+				return "", err
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### One transaction of %d rows, %d-byte payloads\n\n", o.bigTxn, o.payload)
+	fmt.Fprintf(&b, "Including the server's decoding of the whole transaction before its first row is sent; median (min to max) of %d.\n\n", o.runs)
+	b.WriteString("| walrelay | events/s | peak RSS, MiB | CPU per 100k events, s |\n| --- | --- | --- | --- |\n")
+	for i, v := range variants {
+		var rate, rss, cpu []float64
+		for _, x := range res[i] {
+			rate = append(rate, float64(o.bigTxn)/x.elapsed.Seconds())
+			rss = append(rss, float64(x.rss)/(1<<20))
+			cpu = append(cpu, x.cpu/float64(o.bigTxn)*100000)
+		}
+		r, m, c := summarize(rate), summarize(rss), summarize(cpu)
+		fmt.Fprintf(&b, "| %s | %s | %.1f (%.1f to %.1f) | %.2f (%.2f to %.2f) |\n", v.name, r, m.med, m.lo, m.hi, c.med, c.lo, c.hi)
+	}
+	return b.String(), nil
 }

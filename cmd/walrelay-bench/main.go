@@ -71,11 +71,17 @@ type options struct {
 	registryURL string
 
 	latencyProfile string
+	// memoryLimits adds walrelay into kfake (and in exactly-once mode, with
+	// exactlyOnce) with each of these memory_limit values, beside the
+	// default, in the catch-up tables and the large transaction: their
+	// runs interleave with the default's, so that a loaded machine weighs
+	// on each alike.
+	memoryLimits []int
 }
 
 func run() error {
 	var o options
-	var shapes, rates string
+	var shapes, rates, memoryLimits string
 	flag.IntVar(&o.events, "events", 200000, "outbox rows per data set")
 	flag.IntVar(&o.payload, "payload", 300, "payload bytes per row")
 	flag.StringVar(&shapes, "rows-per-txn", "100,1", "data sets: rows per transaction, comma-separated")
@@ -97,6 +103,7 @@ func run() error {
 	flag.IntVar(&o.inboxEvents, "inbox", 0, "also time package inbox against a plain consumer on this many records (0: skip)")
 	flag.IntVar(&o.pollEvents, "poll", 0, "also compare the poll source with the WAL source on this many rows, per data set of -rows-per-txn (0: skip)")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
+	flag.StringVar(&memoryLimits, "memory-limits", "", "also time walrelay into kfake with each of these memory_limit values (bytes, comma-separated), interleaved with the default's runs")
 	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
 	flag.Parse()
 	if *replotFrom != "" {
@@ -113,6 +120,9 @@ func run() error {
 	var err error
 	if o.shapes, err = ints(shapes); err != nil {
 		return fmt.Errorf("-rows-per-txn: %w", err)
+	}
+	if o.memoryLimits, err = ints(memoryLimits); err != nil {
+		return fmt.Errorf("-memory-limits: %w", err)
 	}
 	if o.rates, err = parseRates(rates); err != nil {
 		return fmt.Errorf("-rates: %w", err)
