@@ -167,7 +167,11 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 			if err != nil {
 				return "", fmt.Errorf("%s: %w", c.name, err)
 			}
-			fmt.Fprintf(os.Stderr, "  run %d: %-60.60s %8.0f events/s\n", r+1, c.name, float64(o.events)/x.elapsed.Seconds())
+			line := fmt.Sprintf("  run %d: %-60.60s %8.0f events/s", r+1, c.name, float64(o.events)/x.elapsed.Seconds())
+			if c.resources != "" {
+				line += fmt.Sprintf(", peak RSS %.1f MiB, CPU %.2f s per 100k events", float64(x.rss)/(1<<20), x.cpu/float64(o.events)*100000)
+			}
+			fmt.Fprintln(os.Stderr, line)
 			res[i] = append(res[i], x)
 			if err := dropSlot(ctx, conn, slot); err != nil {
 				return "", err
