@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -42,8 +41,8 @@ func eosEnv(o options) []string {
 	return []string{"WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_OFFSETS_TOPIC={prefix}walrelay.offsets", "WALRELAY_KAFKA_TRANSACTION_INTERVAL=" + o.txnInterval.String()}
 }
 
-// mib shows a byte count in MiB.
-func mib(n int) string { return fmt.Sprintf("%g MiB", float64(n)/(1<<20)) }
+// variantName shows a variant's settings.
+func variantName(env []string) string { return strings.Join(env, " ") }
 
 // result is one contender's run.
 type result struct {
@@ -144,13 +143,12 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 			contenders = append(contenders, contender{"walrelay **exactly-once** (Kafka transactions every " + o.txnInterval.String() + ") into Apache Kafka " + kafkatest.KafkaVersion + ", the same finish line", walrelay(o.bin, realBrokers, 1, eos...), "walrelay exactly-once into Apache Kafka"})
 		}
 	}
-	for _, limit := range o.memoryLimits {
-		env := "WALRELAY_MEMORY_LIMIT=" + strconv.Itoa(limit)
-		contenders = append(contenders, contender{fmt.Sprintf("walrelay into kfake, `memory_limit: %d` (%s)", limit, mib(limit)), walrelay(o.bin, kfakeBrokers, 1, env),
-			fmt.Sprintf("walrelay into kfake, memory_limit %s", mib(limit))})
+	for _, env := range o.variants {
+		name := variantName(env)
+		contenders = append(contenders, contender{"walrelay into kfake, `" + name + "`", walrelay(o.bin, kfakeBrokers, 1, env...), "walrelay into kfake, " + name})
 		if o.exactlyOnce {
-			contenders = append(contenders, contender{fmt.Sprintf("walrelay **exactly-once** into kfake, `memory_limit: %d` (%s)", limit, mib(limit)), walrelay(o.bin, kfakeBrokers, 1, append(eosEnv(o), env)...),
-				fmt.Sprintf("walrelay exactly-once into kfake, memory_limit %s", mib(limit))})
+			contenders = append(contenders, contender{"walrelay **exactly-once** into kfake, `" + name + "`", walrelay(o.bin, kfakeBrokers, 1, append(eosEnv(o), env...)...),
+				"walrelay exactly-once into kfake, " + name})
 		}
 	}
 	if o.debezium {
@@ -301,7 +299,7 @@ func rawReceiver(ctx context.Context, pg *pgtest.Server, slot string, _ pglogrep
 // bigTransaction measures walrelay's peak memory on one transaction of
 // o.bigTxn rows: events stream through, so it should not grow with the
 // transaction. Each variant (the default; with -exactly-once, that mode;
-// each of -memory-limits) streams a copy of the slot, o.runs times,
+// each of -variants) streams a copy of the slot, o.runs times,
 // interleaved.
 func bigTransaction(ctx context.Context, o options) (string, error) {
 	fmt.Fprintf(os.Stderr, "large transaction: loading one transaction of %d rows …\n", o.bigTxn)
@@ -327,15 +325,14 @@ func bigTransaction(ctx context.Context, o options) (string, error) {
 		name string
 		env  []string
 	}
-	variants := []variant{{"at-least-once, the default memory_limit", nil}}
+	variants := []variant{{"at-least-once, the defaults", nil}}
 	if o.exactlyOnce {
-		variants = append(variants, variant{"exactly-once, the default memory_limit", eosEnv(o)})
+		variants = append(variants, variant{"exactly-once, the defaults", eosEnv(o)})
 	}
-	for _, limit := range o.memoryLimits {
-		env := "WALRELAY_MEMORY_LIMIT=" + strconv.Itoa(limit)
-		variants = append(variants, variant{"at-least-once, memory_limit " + mib(limit), []string{env}})
+	for _, env := range o.variants {
+		variants = append(variants, variant{"at-least-once, " + variantName(env), env})
 		if o.exactlyOnce {
-			variants = append(variants, variant{"exactly-once, memory_limit " + mib(limit), append(eosEnv(o), env)})
+			variants = append(variants, variant{"exactly-once, " + variantName(env), append(eosEnv(o), env...)})
 		}
 	}
 	res := make([][]result, len(variants))
