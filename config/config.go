@@ -297,7 +297,7 @@ func (c *Config) keys() []*key {
 	f, s = duration(&c.Kafka.Linger, 5*time.Millisecond)
 	add("kafka.linger", "how long walrelay, with nothing in flight to Kafka, waits for more records before it sends; `0` sends at once", f, s)
 	f, s = integer(&c.Kafka.BatchMaxBytes, 1000012)
-	add("kafka.batch_max_bytes", "largest record batch (at least 1024), lowered for a topic whose `max.message.bytes` (read from the broker) is smaller; a larger record is dead-lettered", f, s)
+	add("kafka.batch_max_bytes", "largest record batch (at least 1024), lowered for a topic whose `max.message.bytes` (read from the broker) is smaller; a larger record is dead-lettered; a produce request holds at most this and 64 KiB (about one batch: the client's encoding buffer stays that small)", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedRecords, 5000)
 	add("kafka.max_buffered_records", "records published and not yet acknowledged, at most (at least 2): half in flight, half queued behind them (backpressure); in exactly-once mode a record is acknowledged when its Kafka transaction commits, and the open transaction's records count with those in flight", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedBytes, 16<<20)

@@ -21,13 +21,15 @@ import (
 // not yet acknowledged (in exactly-once mode the open Kafka transaction's
 // too), each sharing its payload with its event; the 16 MiB is the rest of
 // the live heap (the message being decoded, up to
-// postgres.max_message_bytes, the client's batches being written) and the
-// collector's room above it. The limit bounds the Go runtime's memory
-// only: the binary's code and read-only data, about 27 MiB resident from
-// the start, come on top, so 32 MiB keeps a walrelay with the default
-// settings under its 64 MiB budget, which 2 × the buffers + 16 MiB (48
-// MiB) did not: a fast catch-up peaked at up to 65.6 MiB with it, an
-// exactly-once one of 512 KiB payloads at 68.4 MiB (docs/benchmarks.md).
+// postgres.max_message_bytes, the produce request being encoded, one batch
+// of kafka.batch_max_bytes: sink's requestCap) and the collector's room
+// above it. The limit bounds the Go runtime's memory only: the binary's
+// code and read-only data, about 27 MiB resident from the start, come on
+// top, so 32 MiB keeps a walrelay with the default settings under its 64
+// MiB budget, which 2 × the buffers + 16 MiB (48 MiB) did not: catch-ups
+// peaked at 66 to 68 MiB with it at 300-byte to 512 KiB payloads, 76 MiB
+// with 64 KiB payloads that compression does not shrink
+// (docs/benchmarks.md).
 func (c *Config) SoftMemoryLimit() int64 {
 	if c.MemoryLimit > 0 {
 		return int64(c.MemoryLimit)
