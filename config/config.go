@@ -297,7 +297,7 @@ func (c *Config) keys() []*key {
 	f, s = duration(&c.Kafka.Linger, 5*time.Millisecond)
 	add("kafka.linger", "how long walrelay, with nothing in flight to Kafka, waits for more records before it sends; `0` sends at once", f, s)
 	f, s = integer(&c.Kafka.BatchMaxBytes, 1000012)
-	add("kafka.batch_max_bytes", "largest record batch (at least 1024), lowered for a topic whose `max.message.bytes` (read from the broker) is smaller; a larger record is dead-lettered", f, s)
+	add("kafka.batch_max_bytes", "largest record batch (at least 1024), lowered for a topic whose `max.message.bytes` (read from the broker) is smaller; a larger record is dead-lettered; a produce request holds at most this and 64 KiB (about one batch: the client's encoding buffer stays that small)", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedRecords, 5000)
 	add("kafka.max_buffered_records", "records published and not yet acknowledged, at most (at least 2): half in flight, half queued behind them (backpressure); in exactly-once mode a record is acknowledged when its Kafka transaction commits, and the open transaction's records count with those in flight", f, s)
 	f, s = integer(&c.Kafka.MaxBufferedBytes, 16<<20)
@@ -394,7 +394,7 @@ func (c *Config) keys() []*key {
 	f, s = duration(&c.ShutdownTimeout, 20*time.Second)
 	add("shutdown_timeout", "how long a stop waits for the open transaction and in-flight events; keep it some seconds under the grace period before SIGKILL (Kubernetes: 30 s), so that the last status update goes out", f, s)
 	f, s = integer(&c.MemoryLimit, 0)
-	add("memory_limit", "soft memory limit of the Go runtime in bytes; it follows the buffers, which hold most of what walrelay keeps; `GOMEMLIMIT` wins if set (`GOMEMLIMIT=off` turns it off)", f, s)
+	add("memory_limit", "soft memory limit of the Go runtime in bytes; it follows the buffers, which hold most of what walrelay keeps; the binary's code (about 27 MiB resident) comes on top of it, so with the default the process stays under 64 MiB; `GOMEMLIMIT` wins if set (`GOMEMLIMIT=off` turns it off)", f, s)
 	return ks
 }
 

@@ -460,3 +460,32 @@ func TestPasswordFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftMemoryLimit: memory_limit as set, else kafka.max_buffered_bytes
+// + 16 MiB: with the default buffers 32 MiB, which with the binary's own
+// resident pages (about 27 MiB, outside the Go runtime's limit) keeps a
+// walrelay under its 64 MiB budget.
+func TestSoftMemoryLimit(t *testing.T) {
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
+	cases := []struct {
+		name, yaml string
+		want       int64
+	}{
+		{"default buffers", base, 32 << 20},
+		{"larger buffers", base + "  max_buffered_bytes: 67108864\n", 80 << 20},
+		{"smaller buffers", base + "  max_buffered_bytes: 2000000\n  batch_max_bytes: 1000000\n", 2000000 + 16<<20},
+		{"set", base + "memory_limit: 100000000\n", 100000000},
+		{"set, below the derived", base + "memory_limit: 20000000\n", 20000000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := load(t, c.yaml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.SoftMemoryLimit(); got != c.want {
+				t.Fatalf("SoftMemoryLimit() = %d (%.1f MiB), want %d (%.1f MiB)", got, float64(got)/(1<<20), c.want, float64(c.want)/(1<<20))
+			}
+		})
+	}
+}

@@ -15,12 +15,26 @@ import (
 )
 
 // SoftMemoryLimit is the soft memory limit memory_limit gives: as set, or
-// derived from the buffers, which hold most of what walrelay keeps.
+// kafka.max_buffered_bytes + 16 MiB (32 MiB with the default buffers).
+//
+// The buffers hold most of what walrelay keeps: the records published and
+// not yet acknowledged (in exactly-once mode the open Kafka transaction's
+// too), each sharing its payload with its event; the 16 MiB is the rest of
+// the live heap (the message being decoded, up to
+// postgres.max_message_bytes, the produce request being encoded, one batch
+// of kafka.batch_max_bytes: sink's requestCap) and the collector's room
+// above it. The limit bounds the Go runtime's memory only: the binary's
+// code and read-only data, about 27 MiB resident from the start, come on
+// top, so 32 MiB keeps a walrelay with the default settings under its 64
+// MiB budget, which 2 × the buffers + 16 MiB (48 MiB) did not: catch-ups
+// peaked at 66 to 68 MiB with it at 300-byte to 512 KiB payloads, 76 MiB
+// with 64 KiB payloads that compression does not shrink
+// (docs/benchmarks.md).
 func (c *Config) SoftMemoryLimit() int64 {
 	if c.MemoryLimit > 0 {
 		return int64(c.MemoryLimit)
 	}
-	return 2*int64(c.Kafka.MaxBufferedBytes) + 16<<20
+	return int64(c.Kafka.MaxBufferedBytes) + 16<<20
 }
 
 // MaxMessageBytes is the largest event held in memory that

@@ -15,7 +15,7 @@ var defaultMeaning = map[string]string{
 	"poll.worker_id":             "none: `host-pid`",
 	"heartbeat.interval":         "`0s` (off)",
 	"postgres.max_message_bytes": "`0`: 2 × `kafka.batch_max_bytes` + 1 MiB (about 2.9 MiB by default): a larger record could not be published anyway (a bytea payload arrives in hex, twice its size)",
-	"memory_limit":               "`0`: 2 × `kafka.max_buffered_bytes` + 16 MiB (48 MiB with the default buffers)",
+	"memory_limit":               "`0`: `kafka.max_buffered_bytes` + 16 MiB (32 MiB with the default buffers)",
 }
 
 // Reference renders every key, with its variable, its default and its

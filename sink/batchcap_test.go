@@ -74,3 +74,44 @@ func batchCapRelearnt(t *testing.T, exactlyOnce bool) {
 // moments: see relayUnderChurn.) Judged from
 // the topic: per key, in each partition, events in increasing order; a key
 // in at most two partitions, every event in the first before every one in
+
+// TestProduceRequestHoldsOneBatch: a produce request holds about one
+// batch (BatchMaxBytes and the request's own fields), not one batch of
+// every partition of the broker: the client encodes each request into a
+// buffer of its size, grown by doubling, and after a collection empties
+// its pool, grows one again for each request; with 64 KiB payloads that
+// compression does not shrink, four partitions' batches of 1 MB made
+// requests of 4 MB, and the buffers and their growth were a quarter of
+// walrelay's heap and a third of its CPU under the default soft memory
+// limit (docs/benchmarks.md).
+func TestProduceRequestHoldsOneBatch(t *testing.T) {
+	t.Parallel()
+	for _, exactlyOnce := range []bool{false, true} {
+		t.Run(fmt.Sprint("exactly_once=", exactlyOnce), func(t *testing.T) {
+			t.Parallel()
+			const topic, batch = "outbox.event.order", 128 << 10
+			kc := kafkatest.Start(t, kfake.SeedTopics(4, topic))
+			h := &inflightHook{}
+			cfg := Config{BatchMaxBytes: batch, MaxBufferedBytes: 8 << 20, Compression: "none", ProducerOpts: []kgo.Opt{kgo.WithHooks(h)}}
+			if exactlyOnce {
+				cfg.Transactions = &Transactions{ID: "walrelay-probe-request", Key: "slot_a", Source: "db"}
+			}
+			s := newSink(t, kc, cfg)
+			if exactlyOnce {
+				if err := s.Ping(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Resume(t.Context(), onTimeline1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			publishSlowedOf(t, s, kc, h, 400, 16<<10, 16)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			t.Logf("largest produce request %d bytes (batches of %d)", h.largest, batch)
+			if h.largest > int(requestCap(batch)) {
+				t.Fatalf("a produce request of %d bytes, over %d: it held the batches of several partitions", h.largest, requestCap(batch))
+			}
+		})
+	}
+}

@@ -365,13 +365,23 @@ func TestLaneOfDepartedBrokerClosed(t *testing.T) {
 // flight at once to one broker.
 func publishSlowed(t *testing.T, s *Sink, kc *kafkatest.Cluster, h *inflightHook, n int) (requests, most int) {
 	t.Helper()
+	return publishSlowedOf(t, s, kc, h, n, 1024, 1)
+}
+
+// publishSlowedOf is publishSlowed with payloads of size bytes, the events
+// spread over keys keys in turn.
+func publishSlowedOf(t *testing.T, s *Sink, kc *kafkatest.Cluster, h *inflightHook, n, size, keys int) (requests, most int) {
+	t.Helper()
 	kc.Slow(50 * time.Millisecond)
-	payload := []byte(`{"a":"` + strings.Repeat("x", 1024) + `"}`)
+	payload := []byte(`{"a":"` + strings.Repeat("x", size) + `"}`)
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	for i := range n {
 		e := newEvent(fmt.Sprint("e", i))
 		e.Payload = payload
+		if keys > 1 {
+			e.AggregateID = fmt.Sprint("o-", i%keys)
+		}
 		e.CommitLSN += pglogrepl.LSN(i + 1)
 		wg.Add(1)
 		s.Publish(t.Context(), e, func(_ Delivery, err error) {
@@ -393,15 +403,17 @@ func publishSlowed(t *testing.T, s *Sink, kc *kafkatest.Cluster, h *inflightHook
 }
 
 // inflightHook counts the produce requests a client has written and not
-// yet read the answer of, per broker, and keeps the highest count.
+// yet read the answer of, per broker, and keeps the highest count and the
+// largest request written.
 type inflightHook struct {
 	mu       sync.Mutex
 	inflight map[int32]int
 	most     int
 	requests int
+	largest  int // bytes
 }
 
-func (h *inflightHook) OnBrokerWrite(m kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+func (h *inflightHook) OnBrokerWrite(m kgo.BrokerMetadata, key int16, written int, _, _ time.Duration, err error) {
 	if key != int16(kmsg.Produce) || err != nil {
 		return
 	}
@@ -413,6 +425,7 @@ func (h *inflightHook) OnBrokerWrite(m kgo.BrokerMetadata, key int16, _ int, _, 
 	h.inflight[m.NodeID]++
 	h.requests++
 	h.most = max(h.most, h.inflight[m.NodeID])
+	h.largest = max(h.largest, written)
 }
 
 func (h *inflightHook) OnBrokerRead(m kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {

@@ -495,6 +495,21 @@ func recordSize(r *kgo.Record) int {
 	return n
 }
 
+// requestCap is the largest produce request the clients write: a batch of
+// batchMax bytes and 64 KiB for the request's own fields (its header, the
+// transactional id, the topic's name). The client encodes each request
+// into a buffer of its size, grown by doubling, from a pool that each
+// collection empties: with payloads that compression does not shrink, a
+// request that held a 1 MB batch of each of four partitions took a 4 to 8
+// MiB buffer, grown again after each collection, and near the soft memory
+// limit these buffers and their growth were a quarter of the heap and a
+// third of the CPU (docs/benchmarks.md). A round's partitions go in
+// several requests instead, pipelined (up to five in flight to a broker);
+// each partition's batch is still in one request.
+func requestCap(batchMax int32) int32 {
+	return int32(min(int64(batchMax)+64<<10, 1<<30))
+}
+
 // batchOverhead is at least what a record batch takes beyond its records:
 // its header (61 bytes in the v2 format) and what a produce request adds
 // around it.

@@ -311,6 +311,9 @@ func New(cfg Config) (*Sink, error) {
 		kgo.ProducerBatchMaxBytesFn(s.clientBatchCap),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
+		// A produce request holds about one batch, not one of each of
+		// the broker's partitions (requestCap).
+		kgo.BrokerMaxWriteBytes(requestCap(cfg.BatchMaxBytes)),
 		// Retry sooner than the client's default (250ms doubling to 5s):
 		// every retry holds the slot's position back.
 		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),

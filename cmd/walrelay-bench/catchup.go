@@ -36,6 +36,14 @@ BEGIN
 	END LOOP;
 END $$`
 
+// eosEnv is the environment of walrelay in exactly-once mode.
+func eosEnv(o options) []string {
+	return []string{"WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_OFFSETS_TOPIC={prefix}walrelay.offsets", "WALRELAY_KAFKA_TRANSACTION_INTERVAL=" + o.txnInterval.String()}
+}
+
+// variantName shows a variant's settings.
+func variantName(env []string) string { return strings.Join(env, " ") }
+
 // result is one contender's run.
 type result struct {
 	elapsed time.Duration
@@ -129,10 +137,18 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 			walrelay(o.bin, clusterBrokers, 1), "walrelay into a three-node cluster"})
 	}
 	if o.exactlyOnce {
-		eos := []string{"WALRELAY_KAFKA_EXACTLY_ONCE=true", "WALRELAY_KAFKA_OFFSETS_TOPIC={prefix}walrelay.offsets", "WALRELAY_KAFKA_TRANSACTION_INTERVAL=" + o.txnInterval.String()}
+		eos := eosEnv(o)
 		contenders = append(contenders, contender{"walrelay **exactly-once** (Kafka transactions every " + o.txnInterval.String() + ") into kfake, the same finish line", walrelay(o.bin, kfakeBrokers, 1, eos...), "walrelay exactly-once into kfake"})
 		if o.realKafka {
 			contenders = append(contenders, contender{"walrelay **exactly-once** (Kafka transactions every " + o.txnInterval.String() + ") into Apache Kafka " + kafkatest.KafkaVersion + ", the same finish line", walrelay(o.bin, realBrokers, 1, eos...), "walrelay exactly-once into Apache Kafka"})
+		}
+	}
+	for _, env := range o.variants {
+		name := variantName(env)
+		contenders = append(contenders, contender{"walrelay into kfake, `" + name + "`", walrelay(o.bin, kfakeBrokers, 1, env...), "walrelay into kfake, " + name})
+		if o.exactlyOnce {
+			contenders = append(contenders, contender{"walrelay **exactly-once** into kfake, `" + name + "`", walrelay(o.bin, kfakeBrokers, 1, append(eosEnv(o), env...)...),
+				"walrelay exactly-once into kfake, " + name})
 		}
 	}
 	if o.debezium {
@@ -149,7 +165,11 @@ func catchUp(ctx context.Context, o options, rows int) (string, error) {
 			if err != nil {
 				return "", fmt.Errorf("%s: %w", c.name, err)
 			}
-			fmt.Fprintf(os.Stderr, "  run %d: %-60.60s %8.0f events/s\n", r+1, c.name, float64(o.events)/x.elapsed.Seconds())
+			line := fmt.Sprintf("  run %d: %-60.60s %8.0f events/s", r+1, c.name, float64(o.events)/x.elapsed.Seconds())
+			if c.resources != "" {
+				line += fmt.Sprintf(", peak RSS %.1f MiB, CPU %.2f s per 100k events", float64(x.rss)/(1<<20), x.cpu/float64(o.events)*100000)
+			}
+			fmt.Fprintln(os.Stderr, line)
 			res[i] = append(res[i], x)
 			if err := dropSlot(ctx, conn, slot); err != nil {
 				return "", err
@@ -278,7 +298,9 @@ func rawReceiver(ctx context.Context, pg *pgtest.Server, slot string, _ pglogrep
 
 // bigTransaction measures walrelay's peak memory on one transaction of
 // o.bigTxn rows: events stream through, so it should not grow with the
-// transaction.
+// transaction. Each variant (the default; with -exactly-once, that mode;
+// each of -variants) streams a copy of the slot, o.runs times,
+// interleaved.
 func bigTransaction(ctx context.Context, o options) (string, error) {
 	fmt.Fprintf(os.Stderr, "large transaction: loading one transaction of %d rows …\n", o.bigTxn)
 	pg, conn, closeAll, err := freshServer(ctx)
@@ -299,11 +321,51 @@ func bigTransaction(ctx context.Context, o options) (string, error) {
 		return "", err
 	}
 	end, _ := pglogrepl.ParseLSN(endText)
-	x, err := walrelay(o.bin, kfakeBrokers, 1)(ctx, pg, "big", end, o.bigTxn)
-	if err != nil {
-		return "", err
+	type variant struct {
+		name string
+		env  []string
 	}
-	fmt.Fprintf(os.Stderr, "  one transaction of %d rows: %.0f events/s, peak RSS %.1f MiB\n", o.bigTxn, float64(o.bigTxn)/x.elapsed.Seconds(), float64(x.rss)/(1<<20))
-	return fmt.Sprintf("### One transaction of %d rows\n\nwalrelay streamed it in %.1f s (%s events/s, including the server's decoding of the whole transaction before its first row is sent) with a peak RSS of %.1f MiB.\n",
-		o.bigTxn, x.elapsed.Seconds(), human(float64(o.bigTxn)/x.elapsed.Seconds()), float64(x.rss)/(1<<20)), nil
+	variants := []variant{{"at-least-once, the defaults", nil}}
+	if o.exactlyOnce {
+		variants = append(variants, variant{"exactly-once, the defaults", eosEnv(o)})
+	}
+	for _, env := range o.variants {
+		variants = append(variants, variant{"at-least-once, " + variantName(env), env})
+		if o.exactlyOnce {
+			variants = append(variants, variant{"exactly-once, " + variantName(env), append(eosEnv(o), env...)})
+		}
+	}
+	res := make([][]result, len(variants))
+	for r := range o.runs {
+		for i, v := range variants {
+			slot := fmt.Sprintf("big%d_%d", i, r)
+			if _, err := conn.Exec(ctx, "SELECT pg_copy_logical_replication_slot('big', $1)", slot); err != nil {
+				return "", fmt.Errorf("copy the slot: %w", err)
+			}
+			x, err := walrelay(o.bin, kfakeBrokers, 1, v.env...)(ctx, pg, slot, end, o.bigTxn)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", v.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "  run %d: one transaction of %d rows, %s: %.0f events/s, peak RSS %.1f MiB\n", r+1, o.bigTxn, v.name, float64(o.bigTxn)/x.elapsed.Seconds(), float64(x.rss)/(1<<20))
+			res[i] = append(res[i], x)
+			if err := dropSlot(ctx, conn, slot); err != nil {
+				return "", err
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### One transaction of %d rows, %d-byte payloads\n\n", o.bigTxn, o.payload)
+	fmt.Fprintf(&b, "Including the server's decoding of the whole transaction before its first row is sent; median (min to max) of %d.\n\n", o.runs)
+	b.WriteString("| walrelay | events/s | peak RSS, MiB | CPU per 100k events, s |\n| --- | --- | --- | --- |\n")
+	for i, v := range variants {
+		var rate, rss, cpu []float64
+		for _, x := range res[i] {
+			rate = append(rate, float64(o.bigTxn)/x.elapsed.Seconds())
+			rss = append(rss, float64(x.rss)/(1<<20))
+			cpu = append(cpu, x.cpu/float64(o.bigTxn)*100000)
+		}
+		r, m, c := summarize(rate), summarize(rss), summarize(cpu)
+		fmt.Fprintf(&b, "| %s | %s | %.1f (%.1f to %.1f) | %.2f (%.2f to %.2f) |\n", v.name, r, m.med, m.lo, m.hi, c.med, c.lo, c.hi)
+	}
+	return b.String(), nil
 }

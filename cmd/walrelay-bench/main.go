@@ -71,11 +71,17 @@ type options struct {
 	registryURL string
 
 	latencyProfile string
+	// variants adds walrelay into kfake (and in exactly-once mode, with
+	// exactlyOnce) with each of these settings (WALRELAY_ variables),
+	// beside the default, in the catch-up tables and the large
+	// transaction: their runs interleave with the default's, so that a
+	// loaded machine weighs on each alike.
+	variants [][]string
 }
 
 func run() error {
 	var o options
-	var shapes, rates string
+	var shapes, rates, variants string
 	flag.IntVar(&o.events, "events", 200000, "outbox rows per data set")
 	flag.IntVar(&o.payload, "payload", 300, "payload bytes per row")
 	flag.StringVar(&shapes, "rows-per-txn", "100,1", "data sets: rows per transaction, comma-separated")
@@ -97,6 +103,7 @@ func run() error {
 	flag.IntVar(&o.inboxEvents, "inbox", 0, "also time package inbox against a plain consumer on this many records (0: skip)")
 	flag.IntVar(&o.pollEvents, "poll", 0, "also compare the poll source with the WAL source on this many rows, per data set of -rows-per-txn (0: skip)")
 	flag.StringVar(&profilePath, "profile", "", "write a CPU profile of walrelay's catch-up (the first data set) to this file")
+	flag.StringVar(&variants, "variants", "", "also time walrelay into kfake with each of these settings, interleaved with the default's runs: space-separated variants, each of comma-separated WALRELAY_ variables (WALRELAY_MEMORY_LIMIT=33554432,WALRELAY_KAFKA_MAX_BUFFERED_BYTES=8388608)")
 	replotFrom := flag.String("replot", "", "only draw -svg again from the latency table of an earlier run's output")
 	flag.Parse()
 	if *replotFrom != "" {
@@ -113,6 +120,15 @@ func run() error {
 	var err error
 	if o.shapes, err = ints(shapes); err != nil {
 		return fmt.Errorf("-rows-per-txn: %w", err)
+	}
+	for _, v := range strings.Fields(variants) {
+		kvs := strings.Split(v, ",")
+		for _, kv := range kvs {
+			if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "WALRELAY_") {
+				return fmt.Errorf("-variants: %q is not WALRELAY_NAME=value", kv)
+			}
+		}
+		o.variants = append(o.variants, kvs)
 	}
 	if o.rates, err = parseRates(rates); err != nil {
 		return fmt.Errorf("-rates: %w", err)

@@ -313,14 +313,18 @@ func (p *proc) kill() {
 }
 
 // peakRSS returns the process's peak resident set (VmHWM) in bytes.
-func (p *proc) peakRSS() int64 {
+func (p *proc) peakRSS() int64 { return p.status("VmHWM") }
+
+// status returns a field of the process's /proc/<pid>/status given in kB
+// (VmHWM, RssFile, ...), in bytes; -1 if there is none.
+func (p *proc) status(field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return -1
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmHWM:" {
+		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == field+":" {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb * 1024
 		}

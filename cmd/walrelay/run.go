@@ -62,9 +62,9 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 
 // limitMemory sets a soft memory limit unless GOMEMLIMIT does: the
 // collector works harder near it instead of letting the heap double; what
-// is in flight is bounded by the producer's buffers (half of
-// max_buffered_bytes queued, half in flight, and the client's copy of the
-// round), so the live heap stays below it.
+// is in flight is bounded by the producer's buffers (max_buffered_bytes:
+// half in flight, half queued), so the live heap stays below it
+// (config.SoftMemoryLimit).
 func limitMemory(cfg *config.Config) {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		debug.SetMemoryLimit(cfg.SoftMemoryLimit())

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -13,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 )
 
 // startRSSLimit bounds the peak resident set of a walrelay that has
@@ -174,5 +178,68 @@ func TestInitAllocations(t *testing.T) {
 	t.Logf("init of %d packages: %d bytes; the largest:%s", len(inits), total, top.String())
 	if total > initAllocLimit {
 		t.Fatalf("the packages' init allocates %d bytes at every start, want at most %d (see initAllocLimit); the largest:%s", total, initAllocLimit, top.String())
+	}
+}
+
+// memoryBudget is the peak RSS walrelay promises with the default
+// settings, at any payload size (docs/benchmarks.md).
+const memoryBudget = 64 << 20
+
+// codeReserve is the binary's pages that streaming faults in after the
+// start: RssFile is 24 to 25 MiB at the first connection and reached 26.9
+// MB during TestExactlyOnceLargeTransactionKilled; the rest leaves room
+// for a binary that grows by a few MiB (TestStartRSS names it first).
+const codeReserve = 4 << 20
+
+// TestMemoryBudget: the Go soft memory limit that walrelay sets by default
+// (memory_limit: 0) bounds the runtime's memory (heap, stacks, metadata),
+// not the binary's code and read-only data, which are resident beside it
+// from the start (RssFile). The two together, with codeReserve, must fit
+// the budget: a fast catch-up fills the runtime's memory up to the limit
+// (it peaked at 61.6 to 65.6 MiB with the limit at 48 MiB, 2 ×
+// kafka.max_buffered_bytes + 16 MiB, and about 27 MiB of the binary
+// resident; an exactly-once catch-up of 512 KiB payloads at 68.4 MiB).
+func TestMemoryBudget(t *testing.T) {
+	t.Parallel()
+	if raceEnabled {
+		t.Skip("the race detector's runtime and shadow memory are not the binary's")
+	}
+	addr, accepted := silentListener(t)
+	admin := freeAddr(t)
+	p := start(t, env{
+		"WALRELAY_POSTGRES_DSN":  "postgres://walrelay@" + addr + "/walrelay?sslmode=disable&connect_timeout=60",
+		"WALRELAY_KAFKA_BROKERS": addr,
+		"WALRELAY_KAFKA_TOPIC":   "outbox.event.{aggregatetype}",
+		"WALRELAY_ADMIN_LISTEN":  admin,
+	}, "run")
+	defer p.kill()
+	select {
+	case <-accepted:
+	case <-p.done:
+		t.Fatalf("walrelay exited (%v) before connecting:\n%s", p.err, p.out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("walrelay did not connect to PostgreSQL within 30s:\n%s", p.out.String())
+	}
+	var limit float64
+	waitfor.Until(t, 30*time.Second, "go_gc_gomemlimit_bytes on /metrics", func() bool {
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var ok bool
+		limit, ok = metricValue(string(b), "go_gc_gomemlimit_bytes")
+		return ok
+	})
+	file := p.status("RssFile")
+	if file <= 0 {
+		t.Skip("no /proc/<pid>/status RssFile on this platform")
+	}
+	t.Logf("soft memory limit %.1f MiB, the binary's resident pages %.1f MiB and %d MiB to come: %.1f MiB of the %d MiB budget",
+		limit/(1<<20), float64(file)/(1<<20), codeReserve>>20, (limit+float64(file+codeReserve))/(1<<20), memoryBudget>>20)
+	if int64(limit)+file+codeReserve > memoryBudget {
+		t.Fatalf("the default soft memory limit (%.1f MiB), the binary's resident pages (%.1f MiB) and %d MiB of them to come exceed the %d MiB budget: a catch-up that fills the runtime's memory to the limit passes it (see config.SoftMemoryLimit)",
+			limit/(1<<20), float64(file)/(1<<20), codeReserve>>20, memoryBudget>>20)
 	}
 }

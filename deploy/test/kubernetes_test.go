@@ -203,8 +203,11 @@ func TestKubernetesManifests(t *testing.T) {
 	if m := c.Resources.Requests.Memory(); m.IsZero() || m.Value() < 64<<20 {
 		t.Fatalf("memory request %v, want at least the 64 MiB walrelay peaks under", m)
 	}
-	if lim := c.Resources.Limits.Memory(); lim.IsZero() || lim.Value() < 2*int64(cfg.SoftMemoryLimit()) {
-		t.Fatalf("memory limit %v, want at least twice the Go soft limit %d", lim, cfg.SoftMemoryLimit())
+	// The Go soft limit bounds the runtime's memory only; the binary's
+	// code (about 27 MiB resident) comes on top, and the limit is soft: a
+	// large event passes it for a moment (TestLargeEventsBoundedMemory).
+	if lim := c.Resources.Limits.Memory(); lim.IsZero() || lim.Value() < cfg.SoftMemoryLimit()+64<<20 {
+		t.Fatalf("memory limit %v, want at least the Go soft limit %d and 64 MiB for the binary's code and the limit's overshoot", lim, cfg.SoftMemoryLimit())
 	}
 	grace := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
 	if cfg.ShutdownTimeout+5*time.Second > grace {
