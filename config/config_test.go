@@ -387,6 +387,10 @@ func TestSchemaRegistryKeys(t *testing.T) {
 		// A token as the user, without a password, is a secret too.
 		{"  value_format: avro\n  schema_registry:\n    url: http://hunter2@r/x\n", "kafka.schema_registry.url holds credentials"},
 		{"  value_format: registry_passthrough\n  schema_registry:\n    url: https://hunter2:@r/x\n", "kafka.schema_registry.username"},
+		// A token in the query or fragment: franz-go keeps the query on
+		// each request and its errors print the URL whole (review44).
+		{"  value_format: avro\n  schema_registry:\n    url: http://r/x?access_token=hunter2\n", "kafka.schema_registry.url has a query or fragment"},
+		{"  value_format: registry_passthrough\n  schema_registry:\n    url: https://r:8081#hunter2\n", "kafka.schema_registry.url has a query or fragment"},
 		{"  value_format: avro\n  schema_registry:\n    url: u:hunter2@r:8081\n", "want an http or https URL"},
 		{"  value_format: avro\n  schema_registry:\n    url: ftp://r/x\n", "want an http or https URL"},
 		{"  value_format: avro\n  schema_registry:\n    url: http://r/x\n    password: p\n", "needs kafka.schema_registry.username"},

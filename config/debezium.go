@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/properties"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -515,6 +516,26 @@ func converterOf(option string) string {
 	return ""
 }
 
+// registryURLWhy says why a converter's registry URL is refused, "" if it
+// is not: walrelay would refuse it at load as it refuses
+// kafka.schema_registry.url (format.CheckRegistryURL), and the import
+// would have printed it, credentials and all, in the YAML the operator
+// keeps. The reason never quotes the URL.
+func registryURLWhy(u string) string {
+	// Any '@' first: "user:pw@registry:8081" without its scheme is not
+	// a URL with a user to CheckRegistryURL, but its password all the same.
+	if strings.Contains(u, "@") {
+		return "credentials in the URL: give the user in kafka.schema_registry.username and the password in kafka.schema_registry.password_file"
+	}
+	switch err := format.CheckRegistryURL(u); {
+	case errors.Is(err, format.ErrRegistryURLQuery):
+		return "a query or fragment in the URL (?… or #…, a token as ?access_token= too), which errors would print: give credentials in kafka.schema_registry.username and kafka.schema_registry.password_file, or a client certificate in kafka.schema_registry.tls_cert_file and kafka.schema_registry.tls_key_file"
+	case err != nil:
+		return "want an http or https URL with a host (http://host:port/path)"
+	}
+	return ""
+}
+
 // registryFromDebezium maps the settings of an AvroConverter (Apicurio's
 // if apicurio, else Confluent's) at option (key.converter,
 // value.converter) onto kafka.schema_registry.*: the URL, auto-registration
@@ -538,6 +559,8 @@ func registryFromDebezium(option string, apicurio bool, get func(string, string)
 		switch {
 		case u == "":
 			refuse(p+"apicurio.registry.url", "not set")
+		case registryURLWhy(u) != "":
+			refuse(p+"apicurio.registry.url", registryURLWhy(u))
 		case strings.HasSuffix(strings.TrimSuffix(u, "/"), "/apis/registry/v2"):
 			// walrelay speaks Confluent's API, which Apicurio 2 serves
 			// beside its own.
@@ -574,8 +597,8 @@ func registryFromDebezium(option string, apicurio bool, get func(string, string)
 		refuse(p+"schema.registry.url", "not set")
 	case strings.Contains(u, ","):
 		refuse(p+"schema.registry.url", "several URLs: walrelay takes one")
-	case strings.Contains(u, "@"):
-		refuse(p+"schema.registry.url", "credentials in the URL: give the user in kafka.schema_registry.username and the password in kafka.schema_registry.password_file")
+	case registryURLWhy(u) != "":
+		refuse(p+"schema.registry.url", registryURLWhy(u))
 	default:
 		set("kafka.schema_registry.url", u, p+"schema.registry.url")
 	}

@@ -340,3 +340,49 @@ func TestDebeziumImportAvroConverter(t *testing.T) {
 		t.Errorf("the refusal shows a secret: %v", err)
 	}
 }
+
+// TestDebeziumImportRefusesRegistryURLSecrets: Apicurio's
+// apicurio.registry.url with credentials (http://relay:pw@registry...)
+// was copied, password and all, into the YAML that walrelay debezium
+// import prints, while Confluent's was refused (review44's
+// TestProbe44DebeziumApicurioURLCredentials). Both converters' URLs are
+// checked as kafka.schema_registry.url is (format.CheckRegistryURL):
+// credentials, a query or fragment (?access_token=...), a URL that is
+// not http or https with a host are refused by option name, and neither
+// the refusal nor any key copies the secret.
+func TestDebeziumImportRefusesRegistryURLSecrets(t *testing.T) {
+	const secret = "s3cret-pw"
+	for _, c := range []struct{ converter, option, url, want string }{
+		{"io.apicurio.registry.utils.converter.AvroConverter", "apicurio.registry.url", "http://relay:" + secret + "@registry:8080/apis/registry/v2", "credentials in the URL"},
+		{"io.apicurio.registry.utils.converter.AvroConverter", "apicurio.registry.url", "http://" + secret + "@registry:8080/apis/registry/v2", "credentials in the URL"},
+		{"io.apicurio.registry.utils.converter.AvroConverter", "apicurio.registry.url", "relay:" + secret + "@registry:8080/apis/registry/v2", "credentials in the URL"},
+		{"io.apicurio.registry.utils.converter.AvroConverter", "apicurio.registry.url", "http://registry:8080/apis/registry/v2?access_token=" + secret, "a query or fragment in the URL"},
+		{"io.apicurio.registry.utils.converter.AvroConverter", "apicurio.registry.url", "ftp://registry:8080/apis/registry/v2", "want an http or https URL"},
+		{"io.confluent.connect.avro.AvroConverter", "schema.registry.url", "https://sr.example:8081/?access_token=" + secret, "a query or fragment in the URL"},
+		{"io.confluent.connect.avro.AvroConverter", "schema.registry.url", "https://sr.example:8081#" + secret, "a query or fragment in the URL"},
+	} {
+		props, _ := ReadDebezium([]byte(debeziumProps))
+		for _, side := range []string{"key", "value"} {
+			cv := side + ".converter"
+			props[cv] = c.converter
+			props[cv+"."+c.option] = c.url
+			if strings.HasPrefix(c.option, "apicurio.") {
+				props[cv+".apicurio.registry.as-confluent"] = "true"
+				props[cv+".apicurio.registry.use-id"] = "contentId"
+				props[cv+".apicurio.registry.headers.enabled"] = "false"
+			}
+		}
+		keys, _, err := FromDebezium(props, nil)
+		if err == nil {
+			out, _ := DebeziumYAML(keys)
+			t.Errorf("%s=%s taken, want refused; the YAML:\n%s", c.option, c.url, out)
+			continue
+		}
+		if want := "value.converter." + c.option + ": " + c.want; !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=%s: %v, want %q", c.option, c.url, err, want)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%s=%s: the refusal prints the secret: %v", c.option, c.url, err)
+		}
+	}
+}

@@ -256,11 +256,18 @@ var (
 	// ErrRegistryURLCredentials is a registry URL with credentials in it
 	// (user@ or user:password@): franz-go's errors print the URL.
 	ErrRegistryURLCredentials = errors.New("the URL holds credentials (user@ or user:password@), which errors would print: give them as the username and password instead")
+	// ErrRegistryURLQuery is a registry URL with a query or a fragment
+	// (?access_token=..., #...): franz-go keeps the query on every
+	// request and its errors print the URL whole, so a token there would
+	// be printed; walrelay's registry API takes none.
+	ErrRegistryURLQuery = errors.New("the URL has a query or fragment (?... or #...), which errors would print and the registry's API does not take: give credentials as the username and password, or a TLS client certificate")
 )
 
 // CheckRegistryURL refuses a schema registry URL that is not http or
-// https with a host (ErrRegistryURL), or that holds credentials
-// (ErrRegistryURLCredentials). The error never prints the URL: a URL
+// https with a host (ErrRegistryURL), that holds credentials
+// (ErrRegistryURLCredentials), or that has a query or fragment, where a
+// token would be (ErrRegistryURLQuery). A token in the path cannot be told
+// from a path and passes. The error never prints the URL: a URL
 // without its scheme ("user:pw@registry:8081") parses as the scheme
 // "user", and franz-go, putting http:// in front of it, would print the
 // password in every error.
@@ -274,6 +281,11 @@ func CheckRegistryURL(raw string) error {
 	}
 	if u.User != nil {
 		return ErrRegistryURLCredentials
+	}
+	// Any '?' or '#' left after the authority starts a query or fragment,
+	// even an empty one ("http://registry/?"); none is part of a path.
+	if strings.ContainsAny(raw, "?#") {
+		return ErrRegistryURLQuery
 	}
 	return nil
 }

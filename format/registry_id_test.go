@@ -72,6 +72,43 @@ func TestSchemaIDBeyondInt32NoRequest(t *testing.T) {
 	}
 }
 
+// TestCheckRegistryURLRefusesQueryOrFragment: a token in the registry
+// URL's query (?access_token=...) or fragment passed CheckRegistryURL,
+// franz-go kept the query on every request, and its errors printed the URL
+// whole: `unable to GET "http://127.0.0.1:1/subjects?access_token=..."`
+// (review44's TestProbe44RegistryURLTokenInQuery). A query or fragment,
+// even an empty one, is refused (ErrRegistryURLQuery) without printing
+// it; a path, which a token in it cannot be told from, passes.
+func TestCheckRegistryURLRefusesQueryOrFragment(t *testing.T) {
+	for _, u := range []string{
+		"http://127.0.0.1:1/?access_token=s3cret-pw",
+		"http://127.0.0.1:1?access_token=s3cret-pw",
+		"https://registry/apis/ccompat/v7?token=s3cret-pw",
+		"http://registry:8081/#s3cret-pw",
+		"http://registry:8081#access_token=s3cret-pw",
+		"http://registry:8081/?",
+		"http://registry:8081/#",
+	} {
+		if err := CheckRegistryURL(u); !errors.Is(err, ErrRegistryURLQuery) {
+			t.Errorf("CheckRegistryURL(%q): %v, want ErrRegistryURLQuery", u, err)
+		}
+		reg, err := NewRegistry(RegistryConfig{URL: u})
+		if err == nil {
+			err = reg.Ping(t.Context())
+			t.Errorf("NewRegistry(%q) taken (a ping: %v), want a refusal", u, err)
+			continue
+		}
+		if !errors.Is(err, ErrRegistryURLQuery) || strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("NewRegistry(%q): %v, want ErrRegistryURLQuery, not printing the URL", u, err)
+		}
+	}
+	for _, u := range []string{"http://registry:8081/t/s3cret-pw/", "http://registry:8081/apis/ccompat/v7/"} {
+		if err := CheckRegistryURL(u); err != nil {
+			t.Errorf("CheckRegistryURL(%q): %v, want a path taken", u, err)
+		}
+	}
+}
+
 // TestCheckRegistryURL: a registry URL is http or https with a host and
 // no credentials; NewRegistry refuses any other without printing it (a
 // host:port with credentials and no scheme parses as the scheme "user",

@@ -209,13 +209,16 @@ type schema struct {
 // http or https with a host is refused (a host:port with credentials and
 // no scheme, "user:pw@registry:8081", would be read as the scheme "user"),
 // and so is one with credentials in it (http://user:password@host,
-// http://token@host): they go in Username and Password (a URL is printed
-// in errors and logs, a password never is).
+// http://token@host) or a query or fragment (?access_token=...): they go
+// in Username and Password or TLS (a URL is printed in errors and logs, a
+// password never is).
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
-	// The errors never print the URL: it may hold a password.
+	// The errors never print the URL: it may hold a password or a token.
 	switch err := format.CheckRegistryURL(cfg.URL); {
 	case errors.Is(err, format.ErrRegistryURLCredentials):
 		return nil, errors.New("inbox: RegistryConfig.URL holds credentials (user@ or user:password@): give them in RegistryConfig.Username and RegistryConfig.Password")
+	case errors.Is(err, format.ErrRegistryURLQuery):
+		return nil, errors.New("inbox: RegistryConfig.URL has a query or fragment (?... or #...), which errors and logs would print: give credentials in RegistryConfig.Username and RegistryConfig.Password, or a client certificate in RegistryConfig.TLS")
 	case err != nil:
 		return nil, errors.New("inbox: RegistryConfig.URL is not a URL of the registry: want http or https with a host (http://host:port/path; a host:port needs its http://)")
 	}

@@ -88,6 +88,29 @@ func TestNewRegistryRefusesCredentialsInURL(t *testing.T) {
 	}
 }
 
+// TestNewRegistryRefusesQueryInURL: a token in the URL's query or fragment
+// (?access_token=...) passed, franz-go kept it on every request, and its
+// errors printed it (review44): it is refused, naming Username, Password
+// and TLS, without printing it.
+func TestNewRegistryRefusesQueryInURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"http://127.0.0.1:1/?access_token=s3cret-pw", "http://registry:8081/apis/ccompat/v7?token=s3cret-pw", "http://registry:8081#s3cret-pw"} {
+		reg, err := NewRegistry(RegistryConfig{URL: u, Timeout: time.Second})
+		if err == nil {
+			var v any
+			err = reg.Decode(t.Context(), format.Frame(nil, 1, []byte{2}), &v)
+			t.Errorf("NewRegistry(%q) taken (a decode: %v), want a refusal", u, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "query or fragment") || !strings.Contains(err.Error(), "RegistryConfig.TLS") {
+			t.Errorf("NewRegistry(%q): %v, want a refusal naming the query, Username, Password and TLS", u, err)
+		}
+		if strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("NewRegistry(%q): the error prints the token: %v", u, err)
+		}
+	}
+}
+
 // TestNewRegistryURLWithoutScheme: a URL that is not http or https with a
 // host is refused without printing it: "user:s3cret-pw@127.0.0.1:1" (a
 // host:port with credentials, no scheme) parses as the scheme "user" and

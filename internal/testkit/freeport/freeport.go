@@ -8,6 +8,17 @@
 // cannot start again on it (a Kafka node killed and restarted, a
 // PostgreSQL restarted). A port asked of the kernel with port 0 is in that
 // range; a port below it is never used by an outgoing connection.
+//
+// A port is free when it is handed out, but its server binds it later (a
+// PostgreSQL, a Java registry or Kafka node takes 0.5 to 20 s to start),
+// and tests run in parallel, in one test binary and in several (go test
+// runs packages at once). So a port is never handed out twice: not twice
+// in a process (a set of the ports handed out), and not by two processes
+// at once (a claim held for the life of the process: an exclusive flock(2)
+// of /tmp/walrelay-ports/<port>.lock on a descriptor never closed, which
+// the kernel releases when the process exits, crashed or not). Drawing at
+// random with no record, two tests whose servers were both starting were
+// given the same port.
 package freeport
 
 import (
@@ -17,38 +28,65 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // low is the lowest port picked: above the well-known and most registered
 // services' ports a test machine may run.
 const low = 20000
 
+var (
+	// mu serializes Get: the check of handed and the claim of a port are
+	// one step.
+	mu sync.Mutex
+	// handed holds the ports this process has handed out, each with its
+	// claim (the open lock file, nil where none could be taken), kept
+	// open, so held, until the process exits.
+	handed = map[int]*os.File{}
+	// pick draws a port in [lo, hi); a variable for the tests, which make
+	// it draw a port they chose.
+	pick = func(lo, hi int) int { return lo + rand.IntN(hi-lo) }
+)
+
 // Get returns n distinct ports, free on 127.0.0.1 a moment ago and outside
-// the ephemeral range. Where that range leaves too little room below it,
-// the ports are the kernel's own (port 0), as before.
+// the ephemeral range, that no other call of Get in this process and no
+// other process using this package (whose claim is still held) was
+// given. Where that range leaves too little room below it, the ports are
+// the kernel's own (port 0), as before, still never handed out twice.
 func Get(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
+	mu.Lock()
+	defer mu.Unlock()
 	ports := make([]int, 0, n)
 	high := ephemeralLow()
 	for tries := 0; len(ports) < n; tries++ {
-		addr := "127.0.0.1:0"
+		p := 0
 		if high-low >= 1000 && tries < 1000 {
-			addr = "127.0.0.1:" + strconv.Itoa(low+rand.IntN(high-low))
+			p = pick(low, high)
+			if _, ok := handed[p]; ok {
+				continue // this process's already
+			}
 		}
-		l, err := net.Listen("tcp", addr)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
-			if addr == "127.0.0.1:0" {
+			if p == 0 {
 				return nil, fmt.Errorf("find a free port: %w", err)
 			}
 			continue // taken: another one
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		p = l.Addr().(*net.TCPAddr).Port
+		if _, ok := handed[p]; ok {
+			l.Close()
+			continue // the kernel's port 0 gave one handed out before
+		}
+		// Claimed while the listener holds the port: a process whose
+		// claim is held may not have bound it yet.
+		f, held := claim(p)
+		l.Close()
+		if held {
+			continue // another process's
+		}
+		handed[p] = f
+		ports = append(ports, p)
 	}
 	return ports, nil
 }

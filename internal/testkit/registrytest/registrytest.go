@@ -154,7 +154,9 @@ func runner(app string) (string, error) {
 }
 
 // New fetches (once) and starts a registry on a free loopback port, with a
-// small heap, and waits until it is ready.
+// small heap, and waits until it is ready: /health/ready answers 200 and,
+// where /proc tells, the port's listener is its own process's (another
+// test's server on the port would answer too).
 func New(ctx context.Context) (*Registry, error) {
 	jar, err := Fetch(ctx)
 	if err != nil {
@@ -187,7 +189,10 @@ func New(ctx context.Context) (*Registry, error) {
 	for {
 		if resp, err := hc.Get(r.base + "/health/ready"); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			// Ready, and the answer is this registry's: the port's
+			// listener is its process's, not another server's that took
+			// the port first (this registry then fails to bind and exits).
+			if ok, known := listens(r.cmd.Process.Pid, port); resp.StatusCode == http.StatusOK && (ok || !known) {
 				return r, nil
 			}
 		}
