@@ -147,12 +147,21 @@ const (
 	avroCostTime   = 40  // a time.Time or time.Duration (an int or long's logical type) boxed in a slot
 	avroCostString = 32  // and its length: a string header boxed in a slot
 	avroCostBytes  = 40  // and its length: a slice header boxed in a slot
-	avroCostBig    = 128 // a decimal's *big.Rat (and its length)
+	avroCostBig    = 128 // a decimal's *big.Rat (and its length), in bytes or in a fixed
 	avroCostEmpty  = 64  // an empty map[string]any (a record of no field, a map of no entry)
 	avroCostMap    = 336 // a map[string]any of its first entries (a record, a non-empty map, a union's wrapper)
 	avroCostEntry  = 48  // a field or entry of a map beyond its slot
 	avroCostArray  = 48  // a []any boxed in a slot
 )
+
+// fixedCost is the cost of a datum of fixed s beyond its size: a
+// decimal carried in it decodes into a *big.Rat, as one in bytes does.
+func fixedCost(s *avro.FixedSchema) int {
+	if l := s.Logical(); l != nil && l.Type() == avro.Decimal {
+		return avroCostBig
+	}
+	return avroCostBytes
+}
 
 type avroWalk struct {
 	b      []byte
@@ -187,7 +196,7 @@ func (w *avroWalk) emptyCost(s avro.Schema) int {
 	c := avroCostNull
 	switch x := s.(type) {
 	case *avro.FixedSchema:
-		c = avroCostBytes
+		c = fixedCost(x)
 	case *avro.RecordSchema:
 		c = avroCostEmpty
 		if len(x.Fields()) > 0 {
@@ -292,7 +301,7 @@ func (w *avroWalk) datum(s avro.Schema, depth int) error {
 		}
 		return nil
 	case *avro.FixedSchema:
-		if err := w.add(avroCostBytes + x.Size()); err != nil {
+		if err := w.add(fixedCost(x) + x.Size()); err != nil {
 			return err
 		}
 		return w.skip(int64(x.Size()), "fixed")

@@ -64,6 +64,12 @@ func TestAvroDecodedCostEstimate(t *testing.T) {
 		{"unionint", `["null","int"]`, []byte{2, 2}},
 		{"unionrec", `["null",{"type":"record","name":"U","fields":[{"name":"a","type":"boolean"}]}]`, []byte{2, 1}},
 		{"decimal", `{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}`, []byte{2, 1}},
+		// A decimal carried in a fixed decodes into a *big.Rat too, as one
+		// in bytes (from review44's TestProbe44AvroFixedDecimalCost: before
+		// the fix it was counted as a fixed: "fixed1dec live 102, estimated
+		// 41 a value").
+		{"fixed1dec", `{"type":"fixed","name":"FD","size":1,"logicalType":"decimal","precision":2,"scale":1}`, []byte{7}},
+		{"fixed16dec", `{"type":"fixed","name":"FD","size":16,"logicalType":"decimal","precision":38,"scale":9}`, bytes.Repeat([]byte{0x35}, 16)},
 		{"date", `{"type":"int","logicalType":"date"}`, []byte{2}},
 		{"tsmillis", `{"type":"long","logicalType":"timestamp-millis"}`, []byte{2}},
 		{"uuid", `{"type":"string","logicalType":"uuid"}`, append([]byte{72}, []byte("123e4567-e89b-12d3-a456-426614174000")...)},

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // ErrProtobufLimit is a Protobuf message that would decode into more
@@ -35,8 +36,11 @@ const (
 // decodes into (dynamicpb, protojson, encoding/json: the inbox's decode)
 // would cost more than DecodedBudget(len(msg), bound) (an estimate: a
 // repeated empty message, 2 bytes, costs some 350), or if it nests
-// deeper than MaxProtobufDepth. A message that is not well-formed is left
-// to proto.Unmarshal to refuse (the walk stops there).
+// deeper than MaxProtobufDepth. A google.protobuf.Any's value counts as
+// its bytes and, when its type URL names a type that protojson resolves
+// (the program's: every well-known type), as a message of that type too:
+// protojson expands it. A message that is not well-formed is left to
+// proto.Unmarshal to refuse (the walk stops there).
 func CheckProtobuf(md protoreflect.MessageDescriptor, msg []byte, bound int) error {
 	w := pbWalk{budget: DecodedBudget(len(msg), bound)}
 	if err := w.message(md, msg, 0, false); err != nil {
@@ -44,6 +48,13 @@ func CheckProtobuf(md protoreflect.MessageDescriptor, msg []byte, bound int) err
 	}
 	return nil
 }
+
+// google.protobuf.Any and its fields' numbers.
+const (
+	anyFullName = wellKnownPackage + ".Any"
+	anyTypeURL  = 1
+	anyValue    = 2
+)
 
 type pbWalk struct {
 	cost, budget int
@@ -71,6 +82,10 @@ func (w *pbWalk) message(md protoreflect.MessageDescriptor, b []byte, depth int,
 		return err
 	}
 	fields := entry
+	// A google.protobuf.Any: its value counts as bytes, and as the
+	// message its type URL names too, if protojson can resolve it.
+	anyMsg := md != nil && md.FullName() == anyFullName
+	var typeURL, value []byte
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -130,6 +145,15 @@ func (w *pbWalk) message(md protoreflect.MessageDescriptor, b []byte, depth int,
 			}
 			if typ == protowire.BytesType {
 				err = w.add(pbCostBytes + 2*n)
+				if anyMsg {
+					v, _ := protowire.ConsumeBytes(b)
+					switch {
+					case fd.Number() == anyTypeURL && fd.Kind() == protoreflect.StringKind:
+						typeURL = v
+					case fd.Number() == anyValue && fd.Kind() == protoreflect.BytesKind:
+						value = v
+					}
+				}
 			}
 			b = b[n:]
 		}
@@ -137,7 +161,25 @@ func (w *pbWalk) message(md protoreflect.MessageDescriptor, b []byte, depth int,
 			return err
 		}
 	}
+	if anyMsg && len(typeURL) > 0 {
+		return w.expandAny(string(typeURL), value, depth)
+	}
 	return nil
+}
+
+// expandAny walks value, an Any's, as the message of typeURL: protojson
+// (the inbox's decode into an any, Decoded.JSON) writes an Any by
+// decoding its value into a message of the type its URL names, with its
+// default resolver, the program's registry, where every well-known type
+// is linked in (a ListValue of empty Structs, 4 bytes an element, costs
+// as much expanded as outside an Any). A type it cannot resolve fails
+// protojson: its value stays counted as bytes.
+func (w *pbWalk) expandAny(typeURL string, value []byte, depth int) error {
+	mt, err := protoregistry.GlobalTypes.FindMessageByURL(typeURL)
+	if err != nil {
+		return nil
+	}
+	return w.message(mt.Descriptor(), value, depth+1, false)
 }
 
 // packed counts the elements of a packed repeated field of kind k: a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"regexp"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
@@ -35,8 +37,23 @@ func compileProtobuf(ctx context.Context, text string, refs map[string]string, m
 	if err != nil {
 		return nil, err
 	}
+	return protobufWriter(md, mismatch), nil
+}
+
+// protobufWriter is the writer of JSON payloads as md (compileProtobuf's).
+// A panic of Go's protobuf on md is the payload's mismatch, saying it is
+// the schema's fault: protojson assumes that a message named as one of
+// Google's well-known types (google.protobuf.Timestamp) has its fields,
+// and CompileProtobuf refuses a schema where it has not, but a panic left
+// to run would stop walrelay, and again at every restart on the event.
+func protobufWriter(md protoreflect.MessageDescriptor, mismatch func(field, reason string) *MismatchError) func(dst, payload []byte) ([]byte, *MismatchError) {
 	indexes := MessageIndexes(md)
-	return func(dst, payload []byte) ([]byte, *MismatchError) {
+	return func(dst, payload []byte) (out []byte, merr *MismatchError) {
+		defer func() {
+			if p := recover(); p != nil {
+				out, merr = nil, mismatch("", fmt.Sprintf("the schema's message %s cannot be written: Go's protobuf panicked on it (%v): the schema is at fault, not the payload", md.FullName(), p))
+			}
+		}()
 		m := dynamicpb.NewMessage(md)
 		if err := (protojson.UnmarshalOptions{}).Unmarshal(payload, m); err != nil {
 			return nil, mismatch(protoField(md, err), protoReason(err))
@@ -46,25 +63,189 @@ func compileProtobuf(ctx context.Context, text string, refs map[string]string, m
 			return nil, mismatch("", protoReason(err))
 		}
 		return append(AppendMessageIndexes(dst, indexes), body...), nil
-	}, nil
+	}
 }
 
 // CompileProtobuf compiles a Protobuf schema of the registry: the .proto
 // text, with the files it imports (refs, by import path, as
 // Registry.References gives them, and Google's well-known types).
+//
+// Google's well-known types are always protoc's own, the ones linked into
+// the program: a reference under one of their import paths
+// (google/protobuf/timestamp.proto) is not read (Confluent's serializers
+// register Google's files as references of that name), and a schema or
+// reference that declares one of their names (google.protobuf.Duration)
+// with other fields than Google's is refused. protojson reads and writes
+// a message of such a name by Google's fields, and panics on other ones.
 func CompileProtobuf(ctx context.Context, text string, refs map[string]string) (protoreflect.FileDescriptor, error) {
 	srcs := map[string]string{protoFile: text}
 	for name, t := range refs {
-		srcs[name] = t
+		if name != protoFile {
+			srcs[name] = t
+		}
 	}
+	src := &protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(srcs)}
 	c := protocompile.Compiler{
-		Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(srcs)}),
+		Resolver: protocompile.ResolverFunc(func(path string) (protocompile.SearchResult, error) {
+			if r, err := standardImports.FindFileByPath(path); err == nil {
+				return r, nil
+			}
+			return src.FindFileByPath(path)
+		}),
 	}
 	files, err := c.Compile(ctx, protoFile)
 	if err != nil {
 		return nil, fmt.Errorf("compile the Protobuf schema: %w", err)
 	}
+	if err := checkWellKnown(files[0]); err != nil {
+		return nil, fmt.Errorf("the Protobuf schema: %w", err)
+	}
 	return files[0], nil
+}
+
+// standardImports resolves only the files that protoc includes (Google's
+// well-known types and descriptor.proto), protocompile's own.
+var standardImports = protocompile.WithStandardImports(protocompile.ResolverFunc(func(path string) (protocompile.SearchResult, error) {
+	return protocompile.SearchResult{}, fs.ErrNotExist
+}))
+
+// wellKnownPackage is the package of Google's well-known types.
+const wellKnownPackage = "google.protobuf"
+
+// checkWellKnown refuses fd if it, or a file it imports, declares a
+// message or enum of package google.protobuf that the program links in
+// (Google's) with another shape than Google's: protojson writes and reads
+// those by their name, with Google's fields (a Timestamp's seconds an
+// int64), and panics on a message of that name with other fields. A copy
+// of Google's own declarations, or a name Google does not declare, is
+// taken.
+func checkWellKnown(fd protoreflect.FileDescriptor) error {
+	seen := map[string]bool{}
+	var file func(f protoreflect.FileDescriptor) error
+	file = func(f protoreflect.FileDescriptor) error {
+		if seen[f.Path()] {
+			return nil
+		}
+		seen[f.Path()] = true
+		if f.Package() == wellKnownPackage {
+			if g, err := protoregistry.GlobalFiles.FindFileByPath(f.Path()); err != nil || g != f {
+				if err := declarations(f.Messages(), f.Enums()); err != nil {
+					return fmt.Errorf("%s declares %w", f.Path(), err)
+				}
+			}
+		}
+		for i := 0; i < f.Imports().Len(); i++ {
+			if err := file(f.Imports().Get(i).FileDescriptor); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return file(fd)
+}
+
+// declarations checks messages and enums (and the ones nested in them)
+// against Google's of the same names.
+func declarations(ms protoreflect.MessageDescriptors, es protoreflect.EnumDescriptors) error {
+	for i := 0; i < es.Len(); i++ {
+		e := es.Get(i)
+		g, err := protoregistry.GlobalFiles.FindDescriptorByName(e.FullName())
+		if err != nil {
+			continue
+		}
+		ge, ok := g.(protoreflect.EnumDescriptor)
+		if why := sameEnum(e, ge); !ok || why != "" {
+			return fmt.Errorf("%s, a well-known type of Google's, unlike Google's (%s): the well-known types are Google's own, imported from google/protobuf/*.proto", e.FullName(), why)
+		}
+	}
+	for i := 0; i < ms.Len(); i++ {
+		m := ms.Get(i)
+		if g, err := protoregistry.GlobalFiles.FindDescriptorByName(m.FullName()); err == nil {
+			gm, ok := g.(protoreflect.MessageDescriptor)
+			why := "not a message"
+			if ok {
+				why = sameShape(m, gm)
+			}
+			if why != "" {
+				return fmt.Errorf("%s, a well-known type of Google's, unlike Google's (%s): the well-known types are Google's own, imported from google/protobuf/*.proto", m.FullName(), why)
+			}
+		}
+		if err := declarations(m.Messages(), m.Enums()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sameShape says how message m's fields differ from Google's g ("" if
+// they do not): the numbers, names, kinds, cardinalities, oneofs and
+// types that protojson relies on.
+func sameShape(m, g protoreflect.MessageDescriptor) string {
+	mf, gf := m.Fields(), g.Fields()
+	if mf.Len() != gf.Len() {
+		return fmt.Sprintf("%d fields, Google's %d", mf.Len(), gf.Len())
+	}
+	for i := 0; i < gf.Len(); i++ {
+		want := gf.Get(i)
+		got := mf.ByNumber(want.Number())
+		if got == nil {
+			return fmt.Sprintf("no field %d, Google's %s", want.Number(), want.Name())
+		}
+		if got.Name() != want.Name() || got.Kind() != want.Kind() || got.Cardinality() != want.Cardinality() || got.IsMap() != want.IsMap() ||
+			oneofName(got) != oneofName(want) || typeName(got) != typeName(want) {
+			return fmt.Sprintf("field %d is %s, Google's %s", want.Number(), fieldShape(got), fieldShape(want))
+		}
+	}
+	return ""
+}
+
+// sameEnum says how enum e's values differ from Google's g ("" if they
+// do not).
+func sameEnum(e, g protoreflect.EnumDescriptor) string {
+	if g == nil {
+		return "not an enum"
+	}
+	ev, gv := e.Values(), g.Values()
+	if ev.Len() != gv.Len() {
+		return fmt.Sprintf("%d values, Google's %d", ev.Len(), gv.Len())
+	}
+	for i := 0; i < gv.Len(); i++ {
+		if v := ev.ByNumber(gv.Get(i).Number()); v == nil || v.Name() != gv.Get(i).Name() {
+			return fmt.Sprintf("no value %s = %d", gv.Get(i).Name(), gv.Get(i).Number())
+		}
+	}
+	return ""
+}
+
+// fieldShape is a field as sameShape compares it, for its error.
+func fieldShape(f protoreflect.FieldDescriptor) string {
+	s := fmt.Sprintf("%s %s %s", f.Cardinality(), f.Kind(), f.Name())
+	if t := typeName(f); t != "" {
+		s += " of " + string(t)
+	}
+	if o := oneofName(f); o != "" {
+		s += " in oneof " + string(o)
+	}
+	return s
+}
+
+// oneofName is the name of the (real) oneof that f is in; "" if none.
+func oneofName(f protoreflect.FieldDescriptor) protoreflect.Name {
+	if o := f.ContainingOneof(); o != nil && !o.IsSynthetic() {
+		return o.Name()
+	}
+	return ""
+}
+
+// typeName is the full name of f's message or enum type; "" for a scalar.
+func typeName(f protoreflect.FieldDescriptor) protoreflect.FullName {
+	switch {
+	case f.Message() != nil:
+		return f.Message().FullName()
+	case f.Enum() != nil:
+		return f.Enum().FullName()
+	}
+	return ""
 }
 
 // findMessage finds the message to write: by full name, else by simple

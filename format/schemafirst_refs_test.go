@@ -1,7 +1,9 @@
 package format
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -10,7 +12,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/bufbuild/protocompile"
 	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
@@ -70,5 +77,146 @@ func TestRegistrySchemaFirstReferenceOutage(t *testing.T) {
 	enc2 := schemaFirst(t, srv2.URL+registrytest.CCompatPath, SchemaFirstConfig{Kind: KindProtobuf})
 	if _, err := enc2.Value(t.Context(), "orders", "OrderLost", payload, 0); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("a reference the registry lacks: %v, want ErrNotRegistered", err)
+	}
+}
+
+// subjectsServer is a registry that answers GET /subjects/S/versions/V
+// (any version) with schemas[S], a Protobuf schema, and its references
+// (refs[S]: import path to subject, version 1); else Confluent's 40401.
+func subjectsServer(t *testing.T, schemas map[string]string, refs map[string]map[string]string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		if len(parts) == 4 && parts[0] == "subjects" && parts[2] == "versions" {
+			if text, ok := schemas[parts[1]]; ok {
+				rs := []map[string]any{}
+				for name, subject := range refs[parts[1]] {
+					rs = append(rs, map[string]any{"name": name, "subject": subject, "version": 1})
+				}
+				b, _ := json.Marshal(map[string]any{"subject": parts[1], "version": 1, "id": 7, "schemaType": "PROTOBUF", "schema": text, "references": rs})
+				_, _ = w.Write(b)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error_code": 40401, "message": "Subject not found"}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestSchemaFirstProtobufWellKnownTypesAreGoogles (from review44's
+// TestProbe44CraftedRegistryAnswers): a registry's schema that declared a
+// well-known type of its own (package google.protobuf, message Duration
+// { bool seconds = 1; }), or a reference that replaced
+// google/protobuf/timestamp.proto, made protojson panic in
+// registered_protobuf's writer, and nothing recovered: walrelay exited,
+// and again at every restart on the event. Before the fix:
+//
+//	0s: 0 bytes, err PANIC: proto: google.protobuf.Timestamp.seconds: assigning invalid type int64
+//	0s: 0 bytes, err PANIC: proto: google.protobuf.Duration.seconds: assigning invalid type int64
+//
+// (and here: a reference shadow.proto declaring Timestamp the same
+// panic; a Value without Google's oneof kind "PANIC: runtime error:
+// invalid memory address or nil pointer dereference").
+// The well-known types are Google's own: a reference under their import
+// path is not read (Confluent's serializers register Google's files as
+// references of that name: they still work), and a schema declaring one
+// of their names with other fields is refused (ErrNotRegistered:
+// dead-lettered schema_refused); a copy of Google's own is taken.
+func TestSchemaFirstProtobufWellKnownTypesAreGoogles(t *testing.T) {
+	const (
+		usesTimestamp = "syntax = \"proto3\";\nimport \"google/protobuf/timestamp.proto\";\nmessage E { google.protobuf.Timestamp t = 1; }\n"
+		fakeTimestamp = "syntax = \"proto3\";\npackage google.protobuf;\nmessage Timestamp { string seconds = 1; }\n"
+		realTimestamp = "syntax = \"proto3\";\npackage google.protobuf;\nmessage Timestamp { int64 seconds = 1; int32 nanos = 2; }\n"
+	)
+	url := subjectsServer(t, map[string]string{
+		"shadowed":   usesTimestamp,
+		"googles":    usesTimestamp,
+		"T":          fakeTimestamp,
+		"RealT":      realTimestamp,
+		"declares":   "syntax = \"proto3\";\npackage google.protobuf;\nmessage E { Duration d = 1; }\nmessage Duration { bool seconds = 1; }\n",
+		"imports":    "syntax = \"proto3\";\nimport \"shadow.proto\";\nmessage E { google.protobuf.Timestamp t = 1; }\n",
+		"value-kind": "syntax = \"proto3\";\npackage google.protobuf;\nmessage Value { oneof other { bool bool_value = 4; } }\n",
+		"copy":       "syntax = \"proto3\";\npackage google.protobuf;\nmessage Duration { int64 seconds = 1; int32 nanos = 2; }\n",
+	}, map[string]map[string]string{
+		"shadowed": {"google/protobuf/timestamp.proto": "T"},
+		"googles":  {"google/protobuf/timestamp.proto": "RealT"},
+		"imports":  {"shadow.proto": "T"},
+	})
+	for _, c := range []struct {
+		subject, payload string
+		want             string // the written message in JSON (timestamppb's, durationpb's); "" for refused
+		refused          string
+	}{
+		{"shadowed", `{"t": "2020-01-01T00:00:00Z"}`, `{"t": "2020-01-01T00:00:00Z"}`, ""},
+		{"googles", `{"t": "2020-01-01T00:00:00Z"}`, `{"t": "2020-01-01T00:00:00Z"}`, ""},
+		{"declares", `{"d": "1s"}`, "", "google.protobuf.Duration"},
+		{"imports", `{"t": "2020-01-01T00:00:00Z"}`, "", "shadow.proto declares google.protobuf.Timestamp"},
+		{"value-kind", `{"bool_value": true}`, "", "google.protobuf.Value"},
+		{"copy", `"90s"`, `"90s"`, ""},
+	} {
+		enc := schemaFirst(t, url, SchemaFirstConfig{Kind: KindProtobuf, Strategy: StrategySubject, Subject: c.subject})
+		var v []byte
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("PANIC: %v", p)
+				}
+			}()
+			v, err = enc.Value(t.Context(), "orders", "E", []byte(c.payload), 1<<20)
+		}()
+		t.Logf("%s: %d bytes, %v", c.subject, len(v), err)
+		if c.refused != "" {
+			if !errors.Is(err, ErrNotRegistered) || !strings.Contains(err.Error(), c.refused) {
+				t.Errorf("%s: %v, want ErrNotRegistered naming %s", c.subject, err, c.refused)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.subject, err)
+			continue
+		}
+		_, body, err := Unframe(v)
+		if err != nil || len(body) == 0 || body[0] != 0 {
+			t.Fatalf("%s: % x %v", c.subject, v, err)
+		}
+		fd, err := CompileProtobuf(t.Context(), "syntax = \"proto3\";\nimport \"google/protobuf/timestamp.proto\";\nmessage E { google.protobuf.Timestamp t = 1; }\n", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m proto.Message = dynamicpb.NewMessage(fd.Messages().Get(0))
+		if c.subject == "copy" {
+			m = &durationpb.Duration{}
+		}
+		if err := proto.Unmarshal(body[1:], m); err != nil {
+			t.Fatalf("%s: %v", c.subject, err)
+		}
+		if js, err := protojson.Marshal(m); err != nil || !jsonEqual(t, string(js), c.want) {
+			t.Errorf("%s: wrote %s (%v), want %s", c.subject, js, err, c.want)
+		}
+	}
+}
+
+// TestProtobufWriterPanicIsAMismatch: behind CompileProtobuf's refusal, a
+// message that makes Go's protobuf panic (a Duration of other fields,
+// compiled here without the check) is the payload's mismatch, blaming the
+// schema, not a panic that stops walrelay.
+func TestProtobufWriterPanicIsAMismatch(t *testing.T) {
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(map[string]string{
+		"d.proto": "syntax = \"proto3\";\npackage google.protobuf;\nmessage E { Duration d = 1; }\nmessage Duration { bool seconds = 1; }\n",
+	})})}
+	files, err := c.Compile(t.Context(), "d.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := protobufWriter(files[0].Messages().Get(0), func(field, reason string) *MismatchError {
+		return &MismatchError{Subject: "E", Version: 1, Field: field, Reason: reason}
+	})
+	out, me := w(nil, []byte(`{"d": "1s"}`))
+	if me == nil || !errors.Is(me, ErrMismatch) || !strings.Contains(me.Reason, "the schema is at fault") || out != nil {
+		t.Errorf("% x %v, want a mismatch blaming the schema", out, me)
 	}
 }

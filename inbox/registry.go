@@ -271,7 +271,12 @@ type Decoded struct {
 func (d Decoded) JSON() ([]byte, error) {
 	switch v := d.Value.(type) {
 	case proto.Message:
-		return protojson.Marshal(v)
+		var js []byte
+		err := noPanic(v.ProtoReflect().Descriptor().FullName(), func() (err error) {
+			js, err = protojson.Marshal(v)
+			return err
+		})
+		return js, err
 	default:
 		if d.Type == JSONSchema {
 			return d.Body, nil
@@ -374,7 +379,11 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 		if err := proto.Unmarshal(msg, m); err != nil {
 			return undecodable(id, fmt.Errorf("decode the Protobuf message %s: %w", md.FullName(), err))
 		}
-		js, err := protojson.Marshal(m)
+		var js []byte
+		err = noPanic(md.FullName(), func() (err error) {
+			js, err = protojson.Marshal(m)
+			return err
+		})
 		if err != nil {
 			return undecodable(id, fmt.Errorf("the Protobuf message %s in JSON: %w", md.FullName(), err))
 		}
@@ -384,7 +393,7 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 		return nil
 	default: // JSONSchema
 		if pm, ok := protoTarget(v); ok {
-			if err := protojson.Unmarshal(body, pm); err != nil {
+			if err := noPanic(pm.ProtoReflect().Descriptor().FullName(), func() error { return protojson.Unmarshal(body, pm) }); err != nil {
 				return undecodable(id, fmt.Errorf("decode the JSON into %T: %w", v, err))
 			}
 			return nil
@@ -394,6 +403,22 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 		}
 		return nil
 	}
+}
+
+// noPanic runs f, a call of protojson on a message of name, and turns a
+// panic of it into an error blaming the schema: protojson assumes that a
+// message named as one of Google's well-known types has Google's fields,
+// and panics on one that has not (format.CompileProtobuf refuses such a
+// schema; this is the defence behind it). A panic in a handler has the
+// record retried as the handler's failure; the schema's fault is the
+// record's: undecodable.
+func noPanic(name protoreflect.FullName, f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("Go's protobuf panicked on the message %s (%v): its schema is at fault (a well-known type's name with other fields?)", name, p)
+		}
+	}()
+	return f()
 }
 
 // defaultCodecs is the hamba/avro configuration of a schema outside a

@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/proto"
@@ -265,4 +267,61 @@ func jsonEqual(t *testing.T, a, b string) bool {
 		t.Fatalf("%s: %v", b, err)
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// TestDecodeShadowedWellKnownTypeUndecodable (from review44's
+// TestProbe44CraftedRegistryAnswers): a schema that declares a
+// well-known type of its own (package google.protobuf, message Duration
+// { bool seconds = 1; }) made protojson.Marshal panic in Decode into an
+// *any: only the consumer's recover of the handler caught it, and the
+// record was retried as the handler's panic, not dead-lettered as
+// undecodable. Such a schema is now refused when compiled (undecodable),
+// and one that got compiled anyway (put in the cache here, compiled
+// without the check) is undecodable too, blaming the schema, from Decode
+// and Decoded's JSON. Before the fix, both Decodes printed "PANIC:
+// runtime error: invalid memory address or nil pointer dereference" (a
+// recover of the test's), and Decoded's JSON panicked the test.
+func TestDecodeShadowedWellKnownTypeUndecodable(t *testing.T) {
+	t.Parallel()
+	const text = "syntax = \"proto3\";\npackage google.protobuf;\nmessage E { Duration d = 1; }\nmessage Duration { bool seconds = 1; }\n"
+	url, _ := schemaServer(t, "PROTOBUF", func(int) string { return text })
+	reg, err := NewRegistry(RegistryConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// E{d: Duration{seconds: true}}.
+	value := format.Frame(nil, 1, []byte{0, 0x0a, 2, 0x08, 1})
+	decode := func(b []byte) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("PANIC: %v", p)
+			}
+		}()
+		var v any
+		return reg.Decode(t.Context(), b, &v)
+	}
+	err = decode(value)
+	t.Logf("compiled from the registry: %v", err)
+	if !errors.Is(err, ErrUndecodable) || !strings.Contains(err.Error(), "google.protobuf.Duration") {
+		t.Errorf("%v, want ErrUndecodable naming google.protobuf.Duration", err)
+	}
+
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(map[string]string{"d.proto": text})})}
+	files, err := c.Compile(t.Context(), "d.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.schemas[2] = &schema{typ: Protobuf, proto: files[0]}
+	err = decode(format.Frame(nil, 2, value[5:]))
+	t.Logf("compiled without the check: %v", err)
+	if !errors.Is(err, ErrUndecodable) || !strings.Contains(err.Error(), "its schema is at fault") {
+		t.Errorf("%v, want ErrUndecodable blaming the schema", err)
+	}
+	d, err := reg.Decoded(t.Context(), format.Frame(nil, 2, value[5:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js, err := d.JSON(); err == nil || !strings.Contains(err.Error(), "its schema is at fault") {
+		t.Errorf("Decoded's JSON: %s %v, want an error blaming the schema", js, err)
+	}
 }
