@@ -561,8 +561,11 @@ func TestAFailingRecordBlocksOnlyItsPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := e.start(t, inbox.Config{MaxAttempts: 3, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond}, h)
-	// Partition 1's hundred, and partition 0's two before the poison.
-	waitfor.Until(t, time.Minute, "the other partition handled while the poison is retried", func() bool { return e.count(t) == 102 })
+	// Partition 1's hundred, and partition 0's two before the poison, while
+	// the poison's second run waits (partition 1 may finish before that
+	// run starts: its first failure's back-off can outlast a hundred
+	// records on an idle machine, not on a loaded one).
+	waitfor.Until(t, time.Minute, "the other partition handled while the poison is retried", func() bool { return e.count(t) == 102 && poisonRuns.Load() >= 2 })
 	if n := poisonRuns.Load(); n != 2 {
 		t.Fatalf("the poison ran %d times, want 2 (its second run still waiting)", n)
 	}
