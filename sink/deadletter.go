@@ -148,9 +148,9 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 	produce(1)
 }
 
-// shedKeyHeaders makes r, a dead letter whose first own headers are the
-// event's (id, the optional ones, the configured columns: headers), fit
-// the dead-letter topic's cap when its key and headers alone are over it:
+// shedKeyHeaders makes r, a dead letter whose first own headers are what
+// Sink.headers gave of the event (the id, the optional ones, the
+// configured columns), fit the dead-letter topic's cap when its key and headers alone are over it:
 // a wide aggregate id or header column, which postgres.max_message_bytes
 // lets through, would make the client refuse the dead letter, retriably,
 // and the stream restart on the event for ever. It leaves out the key and
