@@ -171,6 +171,11 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 		case d.Record.Value == nil && sink.Header(d.Record, sink.HeaderOmitted) != "" || d.OriginalTopic == "":
 			res.NotReplayable = append(res.NotReplayable, fmt.Sprintf("%s: its row is gone from the table and the dead letter lacks its value or topic", d.ID))
 			continue
+		case sink.Header(d.Record, sink.HeaderKeyHeadersOmitted) != "":
+			// Sent without them, it would go to another partition than
+			// its aggregate's, or lack a header its consumers read.
+			res.NotReplayable = append(res.NotReplayable, fmt.Sprintf("%s: its row is gone from the table and the dead letter lacks its key or headers (too large for the dead-letter topic)", d.ID))
+			continue
 		case forbidden(p, d.OriginalTopic) != nil:
 			// A row chose this topic (walrelay's own, Kafka's internal, or
 			// outside kafka.allowed_topics): the dead letter is not

@@ -1,12 +1,17 @@
 package sink
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
@@ -113,5 +118,100 @@ func TestProduceRequestHoldsOneBatch(t *testing.T) {
 				t.Fatalf("a produce request of %d bytes, over %d: it held the batches of several partitions", h.largest, requestCap(batch))
 			}
 		})
+	}
+}
+
+// TestDeadLetterOfKeyOrHeadersOverTheCap: an event whose key or headers
+// alone are over the topic's batch cap (a wide aggregate id or header
+// column, which postgres.max_message_bytes lets through) is dead-lettered
+// too_large; its dead letter used to carry the same key and headers, over
+// the dead-letter topic's cap too, so the client refused it, retriably,
+// and the relay restarted on the event for ever, in both modes (the
+// review's TestProbe44DeadLetterOfLargeHeaders). The dead letter goes
+// without its value and without the key and event headers over the cap,
+// with the id, walrelay's headers and HeaderKeyHeadersOmitted, and the
+// stream moves on.
+func TestDeadLetterOfKeyOrHeadersOverTheCap(t *testing.T) {
+	t.Parallel()
+	const batch = 64 << 10
+	wide := bytes.Repeat([]byte("w"), 2*batch)
+	for _, exactlyOnce := range []bool{false, true} {
+		for _, c := range []struct {
+			name string
+			set  func(e *event.Event)
+		}{
+			{"header", func(e *event.Event) { e.Headers = append(e.Headers, event.Header{Key: "trace", Value: wide}) }},
+			{"key", func(e *event.Event) { e.AggregateID = string(wide) }},
+		} {
+			t.Run(fmt.Sprintf("%s exactly_once=%v", c.name, exactlyOnce), func(t *testing.T) {
+				t.Parallel()
+				kc := kafkatest.Start(t)
+				cfg := Config{BatchMaxBytes: batch}
+				if exactlyOnce {
+					cfg.Transactions = &Transactions{ID: "walrelay-wide-" + c.name, Key: "slot_a", Source: "db"}
+				}
+				s := newSink(t, kc, cfg)
+				if exactlyOnce {
+					if err := s.Ping(t.Context()); err != nil {
+						t.Fatal(err)
+					}
+					if err := s.Resume(t.Context(), onTimeline1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				e := newEvent("wide")
+				c.set(e)
+				if err := publish(t, s, e); err != nil {
+					t.Fatalf("an event whose %s is over the batch cap: %v (retriable %v): its dead letter failed, and the relay restarts on it for ever", c.name, err, failure.IsRetriable(err))
+				}
+				next := newEvent("next")
+				next.CommitLSN++
+				if err := publish(t, s, next); err != nil {
+					t.Fatalf("the event after it: %v", err)
+				}
+				col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq|outbox\.event\.order`)
+				defer col.Close()
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+				recs, err := col.Wait(ctx, func(r []*kgo.Record) bool { return len(r) >= 2 })
+				if err != nil {
+					t.Fatalf("records: %d: %v", len(recs), err)
+				}
+				var dl *kgo.Record
+				for _, r := range recs {
+					switch {
+					case r.Topic == "walrelay.dlq":
+						dl = r
+					case Header(r, HeaderID) != "next":
+						t.Errorf("on %s: %q", r.Topic, Header(r, HeaderID))
+					}
+				}
+				if dl == nil {
+					t.Fatal("no dead letter")
+				}
+				if Header(dl, HeaderID) != "wide" || Header(dl, HeaderReason) != "too_large" || Header(dl, HeaderWALStart) == "" || Header(dl, HeaderError) == "" {
+					t.Errorf("dead letter id %q reason %q wal_start %q error %q: want the id, too_large, the position and the error", Header(dl, HeaderID), Header(dl, HeaderReason), Header(dl, HeaderWALStart), Header(dl, HeaderError))
+				}
+				if recordSize(dl) > batch {
+					t.Errorf("the dead letter holds %d bytes, over the cap %d", recordSize(dl), batch)
+				}
+				want := fmt.Sprint(len(wide)) // the key's bytes
+				if c.name == "header" {
+					want = fmt.Sprint(len("trace") + len(wide)) // the header's name and value
+				}
+				if got := Header(dl, HeaderKeyHeadersOmitted); got != want {
+					t.Errorf("%s: %q; want %s", HeaderKeyHeadersOmitted, got, want)
+				}
+				if Header(dl, "tenant") != "7" || Header(dl, "type") != "Created" {
+					t.Errorf("the small headers (tenant %q, type %q) left out too", Header(dl, "tenant"), Header(dl, "type"))
+				}
+				if c.name == "header" && (Header(dl, "trace") != "" || string(dl.Key) != "o-1") {
+					t.Errorf("the dead letter's key %q, trace header %d bytes: want the key kept and the header left out", dl.Key, len(Header(dl, "trace")))
+				}
+				if c.name == "key" && dl.Key != nil {
+					t.Errorf("the dead letter's key has %d bytes: want it left out", len(dl.Key))
+				}
+			})
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -20,13 +21,17 @@ const ReasonMessageBeforePrivileges = "message_before_privileges"
 
 // Dead-letter record headers, besides those of the event.
 const (
-	HeaderError     = "walrelay.error"     // the error text
-	HeaderReason    = "walrelay.reason"    // invalid_event, invalid_topic, forbidden_topic, invalid_partition, too_large, invalid_record, max_attempts, message_before_privileges
-	HeaderSource    = "walrelay.table"     // schema.table, or "message"
-	HeaderWALStart  = "walrelay.wal_start" // LSN of the change itself
-	HeaderTopic     = "walrelay.topic"     // the topic it was meant for, if known
-	HeaderOmitted   = "walrelay.payload_omitted_bytes"
-	deadLetterTries = 2
+	HeaderError    = "walrelay.error"     // the error text
+	HeaderReason   = "walrelay.reason"    // invalid_event, invalid_topic, forbidden_topic, invalid_partition, too_large, invalid_record, max_attempts, message_before_privileges
+	HeaderSource   = "walrelay.table"     // schema.table, or "message"
+	HeaderWALStart = "walrelay.wal_start" // LSN of the change itself
+	HeaderTopic    = "walrelay.topic"     // the topic it was meant for, if known
+	HeaderOmitted  = "walrelay.payload_omitted_bytes"
+	// HeaderKeyHeadersOmitted is the bytes of the key and of the event's
+	// headers (names and values) left out of a dead letter that would be
+	// over the dead-letter topic's cap without its value.
+	HeaderKeyHeadersOmitted = "walrelay.key_headers_omitted_bytes"
+	deadLetterTries         = 2
 )
 
 // Dead-letter record headers of a consumer (package inbox), besides
@@ -68,12 +73,14 @@ func (s *Sink) DeadLetter(ctx context.Context, e *event.Event, reason string, ca
 
 // deadLetter produces e to the dead-letter topic. If that record is too large
 // too, it goes again without its value, with the value's size in a header:
-// the row itself is still in the table and in the WAL at its position. gen
+// the row itself is still in the table and in the WAL at its position. One
+// whose key and headers alone are over the cap goes without its value and
+// without them (shedKeyHeaders) at once. gen
 // is the queue's generation when e was published (0: any).
 func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string, cause error, gen uint64, done Done) {
 	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
-	h, _ := s.headers(e, 6) // the dead-letter record gets the clock's time
-	h = append(h,
+	h0, _ := s.headers(e, 7) // the dead-letter record gets the clock's time
+	h := append(h0,
 		kgo.RecordHeader{Key: HeaderError, Value: []byte(cause.Error())},
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(why)},
 		kgo.RecordHeader{Key: HeaderSource, Value: []byte(e.Source)},
@@ -91,6 +98,9 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 		}
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
 		r.Value = nil
+	}
+	if s.shedKeyHeaders(r, len(h0)) {
+		omit()
 	}
 	var pos *event.Position
 	if s.tx != nil {
@@ -136,4 +146,74 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 		})
 	}
 	produce(1)
+}
+
+// shedKeyHeaders makes r, a dead letter whose first own headers are what
+// Sink.headers gave of the event (the id, the optional ones, the
+// configured columns), fit the dead-letter topic's cap when its key and headers alone are over it:
+// a wide aggregate id or header column, which postgres.max_message_bytes
+// lets through, would make the client refuse the dead letter, retriably,
+// and the stream restart on the event for ever. It leaves out the key and
+// the event's headers, the largest first, until r without its value fits,
+// and says how many bytes it left out (HeaderKeyHeadersOmitted); the id,
+// walrelay.lsn, walrelay.xid, walrelay.commit_time and the dead-letter
+// headers stay (the id is how a dead letter is counted and replayed). It
+// reports whether it left anything out: the value is then left out too.
+func (s *Sink) shedKeyHeaders(r *kgo.Record, own int) bool {
+	size, _ := s.overCap(r)
+	capBytes := int(s.batchCapOf(r.Topic))
+	// Room for the two headers that say what was left out.
+	limit := capBytes - 128
+	size -= len(r.Value)
+	if size <= limit {
+		return false
+	}
+	// Candidates: the key (-1) and the event's headers but its id (0)
+	// and walrelay's own.
+	cands := []int{-1}
+	for i := 1; i < own; i++ {
+		switch r.Headers[i].Key {
+		case OptionalHeaders[1], OptionalHeaders[2], headerCommitTime:
+		default:
+			cands = append(cands, i)
+		}
+	}
+	sizeOf := func(i int) int {
+		if i < 0 {
+			return len(r.Key)
+		}
+		return len(r.Headers[i].Key) + len(r.Headers[i].Value) + 10
+	}
+	slices.SortStableFunc(cands, func(a, b int) int { return sizeOf(b) - sizeOf(a) })
+	drop := make(map[int]bool, len(cands))
+	var omitted int
+	for _, i := range cands {
+		if size <= limit {
+			break
+		}
+		if i < 0 {
+			if r.Key == nil {
+				continue
+			}
+			omitted += len(r.Key)
+			size -= len(r.Key)
+			r.Key = nil
+			continue
+		}
+		drop[i] = true
+		omitted += sizeOf(i) - 10
+		size -= sizeOf(i)
+	}
+	if omitted == 0 {
+		return false
+	}
+	kept := r.Headers[:0:0]
+	for i, h := range r.Headers {
+		if !drop[i] {
+			kept = append(kept, h)
+		}
+	}
+	r.Headers = append(kept, kgo.RecordHeader{Key: HeaderKeyHeadersOmitted, Value: strconv.AppendInt(nil, int64(omitted), 10)})
+	s.log.Warn("dead letter without its key or headers over the dead-letter topic's cap", "id", Header(r, HeaderID), "topic", r.Topic, "omitted_bytes", omitted, "cap", capBytes)
+	return true
 }

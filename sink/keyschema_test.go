@@ -2,17 +2,20 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
@@ -78,4 +81,119 @@ func TestAvroKeySchemaRefusedStops(t *testing.T) {
 			}
 		})
 	}
+}
+
+// schemaKeepingRegistry is a schema registry that keeps the first schema
+// registered under each subject and refuses another (409), as Confluent's
+// and Apicurio's do under BACKWARD compatibility for "long" then "string"
+// (or the reverse): neither reads the other's data.
+func schemaKeepingRegistry(t *testing.T) *format.Registry {
+	t.Helper()
+	var mu sync.Mutex
+	subjects := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		if r.Method != http.MethodPost || len(parts) < 2 || parts[0] != "subjects" {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"error_code":40401,"message":"Subject not found"}`)
+			return
+		}
+		var req struct {
+			Schema string `json:"schema"`
+		}
+		_ = json.Unmarshal(body, &req)
+		mu.Lock()
+		defer mu.Unlock()
+		old, ok := subjects[parts[1]]
+		switch {
+		case !ok:
+			subjects[parts[1]] = req.Schema
+			fmt.Fprint(w, `{"id":1}`)
+		case old == req.Schema:
+			fmt.Fprint(w, `{"id":1}`)
+		case len(parts) == 3 && parts[2] == "versions": // register another
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"error_code":409,"message":"Schema being registered is incompatible with an earlier schema for subject"}`)
+		default: // look up another
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"error_code":40403,"message":"Schema not found"}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	reg, err := format.NewRegistry(format.RegistryConfig{URL: srv.URL, AutoRegister: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// TestAvroKeySchemaOfAMessageRefusedDeadLettered: a logical decoding
+// message's key is a string (AggregateIDType 0) whatever the outbox
+// table's aggregate id column is, so on a topic that the table's rows
+// (bigint NOT NULL: "long") and messages share, the registry refuses one
+// of the two key schemas. The message's is not the table column's (the
+// one checked at start): it is dead-lettered schema_refused and the stream
+// moves on, where it stopped walrelay at every start on it (the review's
+// TestProbe44KeySchemaOfAMessageStops). The rows' key schema refused
+// (a message registered first) still stops walrelay, the error saying
+// that the subject holds another key schema (a message's string, another
+// table's) rather than only "revert the column".
+func TestAvroKeySchemaOfAMessageRefusedDeadLettered(t *testing.T) {
+	t.Parallel()
+	row := func(id string) *event.Event {
+		e := newEvent(id)
+		e.AggregateID, e.AggregateIDType = "42", format.OIDInt8
+		return e
+	}
+	msg := func(id string) *event.Event {
+		e := newEvent(id)
+		e.Source, e.AggregateID, e.AggregateIDType, e.Headers = "message", "42", 0, nil
+		return e
+	}
+	t.Run("row then message", func(t *testing.T) {
+		t.Parallel()
+		kc := kafkatest.Start(t)
+		s := newSink(t, kc, Config{KeyFormat: FormatAvro, Avro: format.NewAvroEncoder(schemaKeepingRegistry(t))})
+		if err := publish(t, s, row("row-1")); err != nil {
+			t.Fatalf("the first row: %v", err)
+		}
+		if err := publish(t, s, msg("msg")); err != nil {
+			t.Fatalf("a message whose string key the registry refuses on a topic of long keys: %v (fatal %v); want it dead-lettered and the stream moving on", err, failure.IsFatal(err))
+		}
+		if err := publish(t, s, row("row-2")); err != nil {
+			t.Fatalf("the row after the message: %v", err)
+		}
+		col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
+		defer col.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		recs, err := col.Wait(ctx, func(r []*kgo.Record) bool { return len(r) > 0 })
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("dead letters: %d (%v); want the message's", len(recs), err)
+		}
+		d := recs[0]
+		if id, reason := string(kafkatest.Header(d, "id")), string(kafkatest.Header(d, HeaderReason)); id != "msg" || reason != ReasonSchemaRefused {
+			t.Errorf("dead letter id %q reason %q; want msg, %s", id, reason, ReasonSchemaRefused)
+		}
+		if e := string(kafkatest.Header(d, HeaderError)); !strings.Contains(e, "message") || !strings.Contains(e, "-key") {
+			t.Errorf("the dead letter's error %q does not say that a message's key schema (a string) was refused under <topic>-key", e)
+		}
+	})
+	t.Run("message then row", func(t *testing.T) {
+		t.Parallel()
+		kc := kafkatest.Start(t)
+		s := newSink(t, kc, Config{KeyFormat: FormatAvro, Avro: format.NewAvroEncoder(schemaKeepingRegistry(t))})
+		if err := publish(t, s, msg("msg")); err != nil {
+			t.Fatalf("the first message: %v", err)
+		}
+		err := publish(t, s, row("row"))
+		if !failure.IsFatal(err) || !errors.Is(err, format.ErrRefused) {
+			t.Fatalf("the table's key schema refused: %v; want a fatal %v", err, format.ErrRefused)
+		}
+		if !strings.Contains(err.Error(), "logical message") || !strings.Contains(err.Error(), "outbox.event.order-key") {
+			t.Errorf("the error %q does not name the subject and that it may hold a logical message's key schema", err)
+		}
+	})
 }

@@ -19,19 +19,24 @@ const (
 	// refuses, a number beyond a long, a json_schema envelope nesting
 	// deeper than Jackson writes), as Debezium's converter fails on it.
 	ReasonFormat = "format"
-	// ReasonSchemaRefused is a value's schema that the registry refuses
-	// (incompatible, invalid) or, without auto-registration, does not
-	// have under its subject.
+	// ReasonSchemaRefused is a value's schema, or a logical message's
+	// key's, that the registry refuses (incompatible, invalid) or,
+	// without auto-registration, does not have under its subject.
 	ReasonSchemaRefused = "schema_refused"
 )
+
+// sourceMessage is the Event.Source of a logical decoding message.
+const sourceMessage = "message"
 
 // registryEncode writes r's key and value in FormatAvro, where the sink's
 // formats say so, and reports whether r is to be published: an event that
 // the format cannot write, or whose value's schema the registry refuses,
-// is dead-lettered; a refused key's schema (the same for every event of
-// the topic) fails it as fatal, as ErrKeyType does; a registry that refuses the credentials fails it as
-// fatal (walrelay stops, naming the keys); one that does not answer fails
-// it as transient (the stream restarts, nothing is sent past it).
+// is dead-lettered, and so is a logical message whose key's schema it
+// refuses; a row's refused key schema (its table column's, the same for
+// every row of the topic) fails it as fatal, as ErrKeyType does; a
+// registry that refuses the credentials fails it as fatal (walrelay
+// stops, naming the keys); one that does not answer fails it as transient
+// (the stream restarts, nothing is sent past it).
 func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record, topic string, gen uint64, done Done) bool {
 	var err error
 	what := "key"
@@ -60,11 +65,19 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		// since stops walrelay rather than dead-letter every event.
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key in %s: %w", e.ID, topic, s.cfg.KeyFormat, err)))
+	case what == "key" && (errors.Is(err, format.ErrRefused) || errors.Is(err, format.ErrNotRegistered)) && e.Source == sourceMessage:
+		// A logical message's key is a string whatever the table's
+		// column (whose schema was checked at start): on a topic that
+		// rows of a bigint column share, the registry refuses one of the
+		// two. Not the table's schema, so not a reason to stop: the
+		// message alone is dead-lettered.
+		s.deadLetter(ctx, e, ReasonSchemaRefused, topic, fmt.Errorf("the key's schema of a logical message (a string, whatever the outbox table's aggregate id column) under %s: %w", format.Subject(topic, true), err), gen, done)
 	case what == "key" && (errors.Is(err, format.ErrRefused) || errors.Is(err, format.ErrNotRegistered)):
-		// The key's schema follows the aggregate id column (its type and
-		// NOT NULL): the same for every event of the topic, so a refused
-		// one would dead-letter them all. walrelay stops, as Debezium's
-		// converter fails its task, with nothing confirmed past the event.
+		// A row's key schema follows its table's aggregate id column
+		// (its type and NOT NULL): the same for every row of the topic,
+		// so a refused one would dead-letter them all. walrelay stops,
+		// as Debezium's converter fails its task, with nothing confirmed
+		// past the event.
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key's schema: %w: %s", e.ID, topic, err, keySchemaFix(topic, err))))
 	case errors.Is(err, format.ErrMismatch):
@@ -92,13 +105,13 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 }
 
 // keySchemaFix says what to do when the registry refuses, or does not
-// have, the key's schema of topic (err).
+// have, the key's schema of a row of topic (err).
 func keySchemaFix(topic string, err error) string {
 	subject := format.Subject(topic, true)
 	if errors.Is(err, format.ErrNotRegistered) {
-		return fmt.Sprintf("the key's schema is the same for every event of the topic (the aggregate id column's type and NOT NULL), so walrelay stops rather than dead-letter each event: register it under %s (or turn on kafka.schema_registry.auto_register), then start walrelay again", subject)
+		return fmt.Sprintf("a row's key schema follows its table's aggregate id column (its type and NOT NULL) and is the same for every row of the topic, so walrelay stops rather than dead-letter each row: register it under %s (or turn on kafka.schema_registry.auto_register), then start walrelay again", subject)
 	}
-	return fmt.Sprintf("the key's schema is the same for every event of the topic and follows the aggregate id column (its type and NOT NULL: a DDL changing either, or two outbox tables of different id types on one topic, changes it), so walrelay stops rather than dead-letter each event: revert the column, or let %s take the new schema (its compatibility, e.g. NONE for the change, or a new subject), then start walrelay again", subject)
+	return fmt.Sprintf("a row's key schema follows its table's aggregate id column (its type and NOT NULL) and is the same for every row of the topic, so walrelay stops rather than dead-letter each row. %s holds another key schema: a logical message's (a string, whatever the column) or another outbox table's of another id type, written to the topic first, or the column's before a DDL changed its type or NOT NULL. Let %s take this one (its compatibility, e.g. NONE), or route the other events to another topic, or undo the DDL; then start walrelay again", subject, subject)
 }
 
 // keyColumn is what the formats need of e's aggregate id column.

@@ -18,6 +18,7 @@ import (
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // onTopics returns how many records of each event id the collector holds
@@ -397,6 +398,50 @@ func TestDLQReplay(t *testing.T) {
 	}
 	if pending != 1 {
 		t.Fatalf("%d dead letters not replayed, want the customer's: %s", pending, out)
+	}
+}
+
+// TestDeadLetterOfAWideKey: a row whose aggregate id (a text column of
+// 200,000 bytes, within postgres.max_message_bytes) is over the batch cap
+// (kafka.batch_max_bytes 65536), a tombstone (no value to omit) deleted
+// in its transaction, is
+// dead-lettered too_large with its id and without its key
+// (walrelay.key_headers_omitted_bytes), and walrelay moves on to the next
+// row; before, the dead letter carried the key, the client refused it as
+// too large, retriably, and walrelay restarted on the row for ever. dlq
+// replay names it not replayable (its row gone, its key left out) rather
+// than send it without its key, to another partition.
+func TestDeadLetterOfAWideKey(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setup(t)
+	conn := connect(t, pg.DSN)
+	execSQL(t, conn, `ALTER TABLE outbox ALTER COLUMN aggregateid TYPE text`)
+	e := baseEnv(pg, kc).with("WALRELAY_KAFKA_BATCH_MAX_BYTES", "65536")
+	streaming(t, e)
+	wide, next := outbox.NewID(), outbox.NewID()
+	execSQL(t, conn, fmt.Sprintf(`BEGIN; INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('%[1]s', 'order', repeat('k', 200000), 'Wide', NULL); DELETE FROM outbox WHERE id = '%[1]s'; COMMIT`, wide),
+		fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('%s', 'order', 'a-1', 'Next', '{}')`, next))
+	var dl *kgo.Record
+	waitfor.Until(t, time.Minute, "the wide row dead-lettered and the next one on its topic", func() bool {
+		c, _ := onTopics(col, kc)
+		for _, r := range col.Records() {
+			if r.Topic == kc.dlq() && sink.Header(r, "id") == wide {
+				dl = r
+			}
+		}
+		return dl != nil && c[next] == 1
+	})
+	if sink.Header(dl, sink.HeaderReason) != "too_large" || dl.Key != nil || sink.Header(dl, sink.HeaderKeyHeadersOmitted) != "200000" {
+		t.Fatalf("dead letter: reason %q, key %d bytes, %s %q; want too_large, no key, 200000",
+			sink.Header(dl, sink.HeaderReason), len(dl.Key), sink.HeaderKeyHeadersOmitted, sink.Header(dl, sink.HeaderKeyHeadersOmitted))
+	}
+	code, out := runCmd(t, e, "dlq", "replay", "--all", "--yes")
+	if code != 0 || !strings.Contains(out, "reached their topic") || !strings.Contains(out, "not replayable: "+wide) {
+		t.Fatalf("dlq replay: exit %d:\n%s", code, out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if c, _ := onTopics(col, kc); c[wide] != 0 {
+		t.Fatalf("dlq replay sent the dead letter without its key: %d records of %s", c[wide], wide)
 	}
 }
 
