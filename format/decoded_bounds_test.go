@@ -102,6 +102,85 @@ func TestJSONSchemaCheckRefusesHugeNumbers(t *testing.T) {
 	}
 }
 
+// TestJSONSchemaCheckNestedOneOfBounded: the validator
+// (santhosh-tekuri/jsonschema) applies each subschema of a oneOf (or an
+// anyOf) to the value in turn, and again at each level: a oneOf of two
+// objects, each holding the oneOf again as a property, cost 2^depth (324
+// bytes of 20 levels took 8 s, 40 levels, 644 bytes, hours: a
+// registered_jsonschema stream, or an inbox partition with
+// ValidateJSON, held). Check bounds the work first: a payload within it
+// is validated as before (valid, or the validator's reason), one beyond
+// it refused at once, its reason saying so. The bound is checked in a
+// goroutine with a generous time (the old code did not return).
+func TestJSONSchemaCheckNestedOneOfBounded(t *testing.T) {
+	for _, kw := range []string{"oneOf", "anyOf"} {
+		js, err := format.CompileJSONSchema(`{"$defs":{"n":{"`+kw+`":[
+		  {"type":"object","properties":{"child":{"$ref":"#/$defs/n"},"a":{"type":"integer"}},"required":["a"]},
+		  {"type":"object","properties":{"child":{"$ref":"#/$defs/n"},"b":{"type":"integer"}},"required":["b"]},
+		  {"type":"null"}]}},"$ref":"#/$defs/n"}`, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nested := func(depth int, b string) []byte {
+			return []byte(strings.Repeat(`{"child":`, depth) + `null,"b":` + b + `}` + strings.Repeat(`,"b":1}`, depth-1))
+		}
+		for _, c := range []struct {
+			payload []byte
+			ok      bool
+			reason  string
+		}{
+			{nested(8, "1"), true, ""},
+			{nested(8, `"x"`), false, "missing property"},
+			{nested(40, "1"), false, "could apply more than"},
+			{nested(40, `"x"`), false, "could apply more than"},
+			{nested(3000, "1"), false, "could apply more than"},
+		} {
+			type result struct {
+				reason string
+				ok     bool
+			}
+			done := make(chan result, 1)
+			start := time.Now()
+			go func() {
+				_, reason, ok := js.Check(c.payload)
+				done <- result{reason, ok}
+			}()
+			select {
+			case r := <-done:
+				t.Logf("%s, %d bytes: %v %.90s in %v", kw, len(c.payload), r.ok, r.reason, time.Since(start).Round(time.Millisecond))
+				if r.ok != c.ok || !strings.Contains(r.reason, c.reason) {
+					t.Errorf("%s, %d bytes: valid %v (%s), want %v (%s)", kw, len(c.payload), r.ok, r.reason, c.ok, c.reason)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s, %d bytes of nested subschemas: still validating after 10 s", kw, len(c.payload))
+			}
+		}
+	}
+
+	// Dynamic and recursive references are costed by their targets: a
+	// tree of 2020-12 ($dynamicRef) and of 2019-09 ($recursiveRef),
+	// 200 levels deep, is validated.
+	for _, schema := range []string{
+		`{"$schema":"https://json-schema.org/draft/2020-12/schema","$dynamicAnchor":"node","type":"object",
+		  "properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$dynamicRef":"#node"}}}}`,
+		`{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"type":"object",
+		  "properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$recursiveRef":"#"}}}}`,
+	} {
+		js, err := format.CompileJSONSchema(schema, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree := strings.Repeat(`{"v":1,"kids":[`, 200) + `{"v":2}` + strings.Repeat(`]}`, 200)
+		if _, reason, ok := js.Check([]byte(tree)); !ok {
+			t.Errorf("a tree 200 deep: %s", reason)
+		}
+		bad := strings.Repeat(`{"v":1,"kids":[`, 200) + `{"v":"x"}` + strings.Repeat(`]}`, 200)
+		if _, reason, ok := js.Check([]byte(bad)); ok || strings.Contains(reason, "could apply more than") {
+			t.Errorf("a tree 200 deep, its innermost v a string: valid %v (%s), want the validator's reason", ok, reason)
+		}
+	}
+}
+
 // TestDecodeAvroWalrelaysOwnWithinBudget: what walrelay's avro format
 // writes of a JSON payload of 1 MB (the default record cap) decodes
 // within MaxDecodedBytes for objects of some 20 bytes of JSON or more,

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -288,5 +289,116 @@ func TestSchemaFirstPayloadTokensBounded(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAvroUnionBranchesBounded: a union of two records, each holding the
+// union again, whose first record branch fails late (after writing the
+// nested union: R1 lacks the field b, and its required a is missing) was
+// tried branch after branch at every level: 2^depth writes of the nested
+// value; 40 levels, a payload of 660 bytes, did not finish in 5 s on the
+// old code (an outbox row that held the relay). Each union now resolves
+// each object once: the steps (values written) grow with the payload,
+// and the value is written as before (each level R2, branch 2), or a
+// mismatch at the outer union's field when the innermost value fits
+// neither. Steps are counted, not timed: 40 levels cost some 1,000.
+func TestAvroUnionBranchesBounded(t *testing.T) {
+	t.Parallel()
+	schemaText := `{"type":"record","name":"R1","fields":[
+	 {"name":"child","type":["null","R1",{"type":"record","name":"R2","fields":[
+	   {"name":"child","type":["null","R1","R2"]},{"name":"b","type":"long"}]}]},
+	 {"name":"a","type":"long"}]}`
+	schema, err := ParseAvroWrite(schemaText, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := func(depth int, innermost string) string {
+		return `{"child":` + strings.Repeat(`{"child":`, depth) + `null,"b":` + innermost + `}` + strings.Repeat(`,"b":1}`, depth-1) + `,"a":1}`
+	}
+	// R1 {child: R2 {child: … R2 {child: null, b: 1} …, b: 1}, a: 1}:
+	// depth times branch 2 (zigzag 4), null (branch 0), depth times b
+	// 1 (zigzag 2), a 1.
+	want := func(depth int) []byte {
+		return slices.Concat(bytes.Repeat([]byte{4}, depth), []byte{0}, bytes.Repeat([]byte{2}, depth), []byte{2})
+	}
+	for _, depth := range []int{1, 10, 20, 40, 1000, 5000} {
+		for _, fits := range []bool{true, false} {
+			innermost := "1"
+			if !fits {
+				innermost = `"x"`
+			}
+			p := payload(depth, innermost)
+			v, err := decodeJSON([]byte(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := jsonAvroWriter{}
+			field, reason := w.value(schema, v)
+			if w.steps > 4*len(p) {
+				t.Fatalf("%d levels of a union of two records (fits %v): %d values written for a payload of %d bytes, want at most 4 a byte", depth, fits, w.steps, len(p))
+			}
+			switch {
+			case fits && (reason != "" || !bytes.Equal(w.buf, want(depth))):
+				t.Errorf("%d levels: %x, mismatch %q %q; want %x", depth, w.buf, field, reason, want(depth))
+			case !fits && (field != "/child" || !strings.HasPrefix(reason, "fits none of the union's types (null | R1 | R2)")):
+				t.Errorf("%d levels, innermost b a string: mismatch %q %q; want at /child, fits none of the union's types", depth, field, reason)
+			}
+			if depth == 40 {
+				t.Logf("%d levels, %d bytes (fits %v): %d steps", depth, len(p), fits, w.steps)
+			}
+		}
+	}
+
+	// As registered_avro writes it (the reviewer's payload: 40 levels).
+	wr, err := compileAvro(schemaText, nil, func(field, reason string) *MismatchError { return &MismatchError{Field: field, Reason: reason} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := wr(nil, []byte(payload(40, "1")), 1<<20); err != nil || !bytes.Equal(out, want(40)) {
+		t.Errorf("40 levels: %x, %v; want %x", out, err, want(40))
+	}
+	var raw map[string]any
+	if err := avro.Unmarshal(schema, want(40), &raw); err != nil {
+		t.Errorf("the bytes expected do not decode: %v", err)
+	}
+	_, err = wr(nil, []byte(payload(40, `"x"`)), 1<<20)
+	wantMismatch(t, "40 levels, innermost b a string", err, "/child")
+}
+
+// TestAvroUnionStepsBounded: what the unions' kept branches leave
+// quadratic (a union of records whose second branch walks a map of
+// records to the bottom of the value at each level: no union there to
+// keep a choice, d²/2 values written) stops at the bound of steps
+// (avroSteps) with a mismatch that says so (dead-lettered), rather than
+// hold the relay; 100 levels are written, or a mismatch of the union.
+func TestAvroUnionStepsBounded(t *testing.T) {
+	t.Parallel()
+	schema := `{"type":"record","name":"R","fields":[{"name":"c","type":["null",
+	  {"type":"record","name":"R2","fields":[{"name":"c","type":{"type":"map","values":{"type":"record","name":"S","fields":[
+	    {"name":"c","type":{"type":"map","values":"S"},"default":{}}]}}},{"name":"b","type":"long"}]},
+	  {"type":"record","name":"R1","fields":[{"name":"c","type":["null","R1","R2"]},{"name":"a","type":"long"}]}]}]}`
+	w, err := compileAvro(schema, nil, func(field, reason string) *MismatchError { return &MismatchError{Field: field, Reason: reason} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested := func(depth int, end string) []byte {
+		return []byte(`{"c":` + strings.Repeat(`{"c":`, depth) + end + strings.Repeat(`}`, depth) + `}`)
+	}
+	// 100 levels of R1: written.
+	fits := `{"c":` + strings.Repeat(`{"c":`, 100) + `null` + strings.Repeat(`,"a":1}`, 100) + `}`
+	if _, err := w(nil, []byte(fits), 1<<20); err != nil {
+		t.Errorf("100 levels that fit: %v", err)
+	}
+	// 100 levels that fit no branch (no a, no b): the union's mismatch.
+	_, err = w(nil, nested(100, `{}`), 1<<20)
+	var me *MismatchError
+	if !errors.As(err, &me) || me.Field != "/c" || !strings.HasPrefix(me.Reason, "fits none of the union's types") {
+		t.Errorf("100 levels that fit no branch: %v; want a mismatch at /c, fits none", err)
+	}
+	// 3,000 levels (18 KB): some 4.5 million steps, beyond the bound.
+	p := nested(3000, `{}`)
+	_, err = w(nil, p, 1<<20)
+	if !errors.As(err, &me) || !strings.Contains(me.Reason, fmt.Sprintf("could not be resolved within %d values written", avroSteps(len(p), 1<<20))) {
+		t.Errorf("3,000 levels: %v; want a mismatch: not resolved within the bound of steps", err)
 	}
 }

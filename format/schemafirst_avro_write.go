@@ -74,6 +74,55 @@ type jsonAvroWriter struct {
 	// (an array's index: name "" and index), made into the pointer only
 	// for a mismatch's field.
 	at []pathToken
+	// unions are the branches the unions of the value have taken, or why
+	// none fits (unionChoice), by union and object or array, kept while
+	// alts (the branches being tried that have an alternative after them,
+	// around the value being written) is not 0: a union tries its
+	// branches in turn, and a record branch that fails late has written a
+	// nested union first, which the next branch writes again; without
+	// them every level of such unions doubled the work (40 levels of a
+	// union of two records, a payload of 660 bytes, did not finish in 5 s;
+	// each outbox row of it held the relay). A union met outside any
+	// alternative is on the value's one way down: not met again.
+	unions map[unionKey]unionChoice
+	alts   int
+	// dry: a union's kept branch is not written again (its value walked
+	// again, each time a union around it is), skipped set instead: the
+	// bytes are then not the value's, and a second pass writes them, each
+	// union's branch known (compileAvro).
+	dry, skipped bool
+	// trying counts the unions trying their branches around the value
+	// being written: a failure's field is then dropped (a branch's
+	// reason is kept), so it is not built (here).
+	trying int
+	// steps counts the values written (write's calls); past limit (0:
+	// none) the writer stops, over and stuck set, stuckAt where.
+	steps, limit int
+	stuck        bool
+	stuckAt      string
+}
+
+// unionKey is a union and a value written in it: an object (v its map) or
+// an array (v its items, n their count), as decodeJSON or a field's
+// default holds it; avroJSON and depth as the write was called with (a
+// default within more defaults is refused beyond maxDefaultDepth).
+type unionKey struct {
+	u        *avro.UnionSchema
+	v        uintptr
+	n        int
+	avroJSON bool
+	depth    int
+}
+
+// unionChoice is how a union writes a value: its branch (in Avro's JSON
+// encoding of a union, {"<branch>": value}, if wrapped), or why none fits
+// (reason; field: where, after the union's own JSON pointer, if known: a
+// union resolved while another tried its branches has no field).
+type unionChoice struct {
+	branch        int
+	wrapped       bool
+	field, reason string
+	known         bool
 }
 
 // pathToken is a token of a JSON pointer: name, or index if name is "".
@@ -82,8 +131,19 @@ type pathToken struct {
 	index int
 }
 
-// here is the JSON pointer of where the writer is (RFC 6901).
+// here is the JSON pointer of where the writer is (RFC 6901), for a
+// failure's field: "" while a union tries its branches, which drops the
+// fields of their failures (building the pointer at each failure of a
+// deep value cost the square of its depth).
 func (w *jsonAvroWriter) here() string {
+	if w.trying > 0 {
+		return ""
+	}
+	return w.pointer()
+}
+
+// pointer is the JSON pointer of where the writer is (RFC 6901).
+func (w *jsonAvroWriter) pointer() string {
 	var b strings.Builder
 	for _, t := range w.at {
 		b.WriteByte('/')
@@ -259,6 +319,10 @@ func (w *jsonAvroWriter) bytes(b string) {
 // once over the bound it returns at once, over set (its field and reason
 // empty).
 func (w *jsonAvroWriter) write(s avro.Schema, v any, avroJSON bool) (field, reason string) {
+	w.steps++
+	if w.limit > 0 && w.steps > w.limit && !w.over {
+		w.over, w.stuck, w.stuckAt = true, true, w.pointer()
+	}
 	if w.full() {
 		return "", ""
 	}
@@ -410,6 +474,26 @@ func (w *jsonAvroWriter) write(s avro.Schema, v any, avroJSON bool) (field, reas
 	return w.here(), fmt.Sprintf("the Avro type %s is not supported", s.Type())
 }
 
+// value writes v, a payload's JSON, in s after what buf holds, in two
+// passes if need be. The first is dry: a union's branch kept for an
+// object or an array (w.unions) is not written again (skipped), as
+// writing it again walks the value again each time a union around it is
+// written again (some 4·d² steps for unions of records nested d deep;
+// keeping the bytes instead costs memory by d²). If one was skipped and
+// v fits, the second pass writes v, each union's kept branch at once:
+// each value once (some 25·d steps in all).
+func (w *jsonAvroWriter) value(s avro.Schema, v any) (field, reason string) {
+	start := len(w.buf)
+	w.dry = true
+	field, reason = w.write(s, v, false)
+	w.dry = false
+	if w.skipped && reason == "" && !w.over {
+		w.buf = w.buf[:start]
+		field, reason = w.write(s, v, false)
+	}
+	return field, reason
+}
+
 // blocks writes n items of an array or a map as hamba/avro does: blocks
 // of up to avroBlockLength items, each after its count, negated, and its
 // size in bytes (a block of no bytes after its count only), then a block
@@ -494,7 +578,12 @@ func (w *jsonAvroWriter) record(rs *avro.RecordSchema, v any, avroJSON bool) (st
 
 // union writes a union: its null for a null, else the first branch the
 // value fits, or Avro's own JSON encoding of a union ({"<branch>":
-// value}).
+// value}). An object's or an array's branch, once found (or that none
+// fits), is kept in w.unions and taken at once when the union writes it
+// again: each union tries its branches on each value once. The same
+// value in the same union writes the same bytes wherever it is (what
+// else it depends on, avroJSON and depth, is in the key), so what is
+// written is what trying the branches again would write.
 func (w *jsonAvroWriter) union(us *avro.UnionSchema, v any, avroJSON bool) (string, string) {
 	types := us.Types()
 	if v == nil {
@@ -505,29 +594,114 @@ func (w *jsonAvroWriter) union(us *avro.UnionSchema, v any, avroJSON bool) (stri
 			}
 		}
 	}
+	key, keyed := w.unionKey(us, v, avroJSON)
+	if keyed {
+		c, ok := w.unions[key]
+		switch {
+		case !ok:
+		case c.reason == "" && w.dry:
+			w.skipped = true
+			return "", ""
+		case c.reason == "":
+			w.long(int64(c.branch))
+			if c.wrapped {
+				for k, e := range v.(map[string]any) {
+					return w.in(pathToken{name: k}, types[c.branch], e, avroJSON)
+				}
+			}
+			return w.write(types[c.branch], v, avroJSON)
+		case w.trying > 0:
+			return "", c.reason
+		case c.known:
+			return w.here() + c.field, c.reason
+		}
+		// Not resolved yet, or a failure whose field is wanted now.
+	}
+	choice, field, reason := w.resolve(us, v, avroJSON)
+	if keyed && w.alts > 0 && !w.over {
+		if reason != "" {
+			choice.reason = reason
+			if here := w.here(); w.trying == 0 && strings.HasPrefix(field, here) {
+				// Kept after the union's own pointer: the same value
+				// (a default's) may be written elsewhere.
+				choice.field, choice.known = field[len(here):], true
+			}
+		}
+		if w.unions == nil {
+			w.unions = map[unionKey]unionChoice{}
+		}
+		w.unions[key] = choice
+	}
+	return field, reason
+}
+
+// unionKey is the key of v in us in w.unions, if v is an object or an
+// array: a scalar costs about its bytes to try in each branch.
+func (w *jsonAvroWriter) unionKey(us *avro.UnionSchema, v any, avroJSON bool) (unionKey, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return unionKey{u: us, v: reflect.ValueOf(x).Pointer(), avroJSON: avroJSON, depth: w.depth}, true
+	case []any:
+		return unionKey{u: us, v: reflect.ValueOf(x).Pointer(), n: len(x), avroJSON: avroJSON, depth: w.depth}, true
+	}
+	return unionKey{}, false
+}
+
+// resolve writes v, not null, in the first of a union's types that it
+// fits, or in Avro's JSON encoding of a union: the branch written, or
+// where and why none fits. The reasons of the branches that v does not
+// fit are joined, clipped (clip) as a mismatch's reason is: each branch's
+// holds those of the unions nested in it, which otherwise doubled with
+// each level.
+func (w *jsonAvroWriter) resolve(us *avro.UnionSchema, v any, avroJSON bool) (choice unionChoice, field, reason string) {
+	types := us.Types()
+	// The branch tried last before the wrapped form ({"<branch>":
+	// value}), and the wrapped form's, if v is in it.
+	last, wrapped := -1, -1
+	for i, b := range types {
+		if b.Type() != avro.Null {
+			last = i
+		}
+	}
+	var key string
+	if m, ok := v.(map[string]any); ok && len(m) == 1 {
+		for k := range m {
+			key = k
+		}
+		for i, b := range types {
+			if branchName(b) == key {
+				wrapped = i
+				break
+			}
+		}
+	}
 	mark := len(w.buf)
 	var reasons []string
 	for i, b := range types {
 		if b.Type() == avro.Null {
 			continue
 		}
+		alt := i < last || wrapped >= 0
+		if alt {
+			w.alts++
+		}
 		w.long(int64(i))
+		w.trying++
 		_, r := w.write(b, v, avroJSON)
+		w.trying--
+		if alt {
+			w.alts--
+		}
 		if w.over || r == "" {
-			return "", ""
+			return unionChoice{branch: i}, "", ""
 		}
 		w.buf = w.buf[:mark]
 		reasons = append(reasons, r)
 	}
-	if m, ok := v.(map[string]any); ok && len(m) == 1 {
-		for k, e := range m {
-			for i, b := range types {
-				if branchName(b) == k {
-					w.long(int64(i))
-					return w.in(pathToken{name: k}, b, e, avroJSON)
-				}
-			}
-		}
+	if wrapped >= 0 {
+		w.long(int64(wrapped))
+		field, reason := w.in(pathToken{name: key}, types[wrapped], v.(map[string]any)[key], avroJSON)
+		return unionChoice{branch: wrapped, wrapped: true}, field, reason
 	}
-	return w.here(), fmt.Sprintf("fits none of the union's types (%s): %s", avroTypeName(us), strings.Join(reasons, "; "))
+	return unionChoice{}, w.here(), clip(fmt.Sprintf("fits none of the union's types (%s): %s", avroTypeName(us), strings.Join(reasons, "; ")))
 }

@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -31,8 +32,13 @@ func compileJSONSchema(text string, refs map[string]string, mismatch func(field,
 	}, nil
 }
 
-// JSONSchema is a compiled JSON Schema of the registry.
-type JSONSchema struct{ s *jsonschema.Schema }
+// JSONSchema is a compiled JSON Schema of the registry, with the
+// subschemas its dynamic and recursive references may resolve to
+// (validationCost).
+type JSONSchema struct {
+	s       *jsonschema.Schema
+	targets refTargets
+}
 
 // CompileJSONSchema compiles a JSON Schema of the registry (refs: the
 // schemas it references, by the name it references them with, as
@@ -61,7 +67,9 @@ func CompileJSONSchema(text string, refs map[string]string) (*JSONSchema, error)
 	if err != nil {
 		return nil, fmt.Errorf("compile the JSON Schema: %w", err)
 	}
-	return &JSONSchema{sch}, nil
+	js := &JSONSchema{s: sch}
+	js.targets.collect(sch, map[*jsonschema.Schema]bool{})
+	return js, nil
 }
 
 // Check validates payload, a JSON document: ok, or where it fails (a JSON
@@ -78,6 +86,10 @@ func (s *JSONSchema) Check(payload []byte) (field, reason string, ok bool) {
 	if err != nil {
 		return "", fmt.Sprintf("not JSON: %v", err), false
 	}
+	limit := jsonSchemaSteps(len(payload))
+	if n := validationCost(s.s, &s.targets, v, limit); n > limit {
+		return "", fmt.Sprintf("validating it could apply more than %d subschemas to its values (%d, and %d a byte of the payload): anyOf, oneOf or allOf nested too deep", limit, jsonSchemaStepsBase, jsonSchemaStepsPerByte), false
+	}
 	if err := s.s.Validate(v); err != nil {
 		ve, isVE := err.(*jsonschema.ValidationError)
 		if !isVE {
@@ -87,6 +99,283 @@ func (s *JSONSchema) Check(payload []byte) (field, reason string, ok bool) {
 		return field, reason, false
 	}
 	return "", "", true
+}
+
+// Bounds of the validation of a payload against a JSON Schema: the
+// subschemas it applies to the payload's values, at most
+// jsonSchemaStepsBase and jsonSchemaStepsPerByte for each byte of the
+// payload (some microseconds each: the bound is some hundreds of
+// milliseconds). The validator (santhosh-tekuri/jsonschema) applies each
+// of an anyOf's, a oneOf's or an allOf's subschemas to the value in
+// turn, again for each level: a oneOf of two objects, each with the oneOf
+// again as a property, applied 2^depth times (324 bytes of 20 levels took
+// 8 s, 30 levels hours: an outbox row that held the relay, an inbox
+// message that held its consumer). Check bounds the work first
+// (validationCost) and refuses a payload beyond it as a mismatch.
+const (
+	jsonSchemaStepsBase    = 1 << 18
+	jsonSchemaStepsPerByte = 8
+)
+
+// jsonSchemaSteps is the bound of a payload of n bytes.
+func jsonSchemaSteps(n int) int { return jsonSchemaStepsBase + jsonSchemaStepsPerByte*n }
+
+// validationCost bounds how many times the validator applies a subschema
+// of sch to a value of v (its validate's calls), counted up to limit+1:
+// each subschema that may apply to a value counted as applied (all of an
+// anyOf's, each pattern property's, whether its pattern matches or not),
+// a dynamic reference as its costliest target. It is computed once for
+// each subschema and object or array (scalars by type): its own work
+// grows with the payload times the schema, whatever the validator's
+// would. Content (contentSchema) is not asserted: walrelay's compiler
+// does not (Compiler.AssertContent), and no extension is registered.
+func validationCost(sch *jsonschema.Schema, targets *refTargets, v any, limit int) int {
+	c := costing{refTargets: targets, limit: limit, memo: map[costKey]int{}, busy: map[costKey]bool{}}
+	return c.cost(sch, v)
+}
+
+// costing is validationCost's state: the costs known (kept), the
+// subschemas and values being costed (busy: met again within itself, a
+// reference cycle on the same value, which the validator stops with an
+// error; cut, a cost computed around one, not kept), and the steps
+// taken (costs computed, not kept ones read).
+type costing struct {
+	*refTargets
+	limit, steps int
+	memo         map[costKey]int
+	busy         map[costKey]bool
+	cut          bool
+}
+
+// refTargets are the subschemas that a $dynamicRef or a $recursiveRef
+// may resolve to: those with a $dynamicAnchor, by its name, and those
+// with $recursiveAnchor.
+type refTargets struct {
+	dynamic   map[string][]*jsonschema.Schema
+	recursive []*jsonschema.Schema
+}
+
+// costKey is a subschema and a value: an object's map or an array's items
+// (v, n their count), or a scalar by its type (v 0, kind).
+type costKey struct {
+	s    *jsonschema.Schema
+	v    uintptr
+	n    int
+	kind byte
+}
+
+// collect finds the subschemas of s that a $dynamicRef or a $recursiveRef
+// may resolve to.
+func (c *refTargets) collect(s *jsonschema.Schema, seen map[*jsonschema.Schema]bool) {
+	if s == nil || seen[s] {
+		return
+	}
+	seen[s] = true
+	if s.DynamicAnchor != "" {
+		if c.dynamic == nil {
+			c.dynamic = map[string][]*jsonschema.Schema{}
+		}
+		c.dynamic[s.DynamicAnchor] = append(c.dynamic[s.DynamicAnchor], s)
+	}
+	if s.RecursiveAnchor {
+		c.recursive = append(c.recursive, s)
+	}
+	for _, sub := range subschemas(s) {
+		c.collect(sub, seen)
+	}
+}
+
+// subschemas are every subschema s holds, for collect.
+func subschemas(s *jsonschema.Schema) []*jsonschema.Schema {
+	subs := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else, s.PropertyNames, s.UnevaluatedProperties,
+		s.Contains, s.Items2020, s.UnevaluatedItems, s.ContentSchema}
+	if s.DynamicRef != nil {
+		subs = append(subs, s.DynamicRef.Ref)
+	}
+	subs = append(subs, s.AllOf...)
+	subs = append(subs, s.AnyOf...)
+	subs = append(subs, s.OneOf...)
+	subs = append(subs, s.PrefixItems...)
+	for _, p := range s.Properties {
+		subs = append(subs, p)
+	}
+	for _, p := range s.PatternProperties {
+		subs = append(subs, p)
+	}
+	for _, d := range s.Dependencies {
+		if d, ok := d.(*jsonschema.Schema); ok {
+			subs = append(subs, d)
+		}
+	}
+	for _, d := range s.DependentSchemas {
+		subs = append(subs, d)
+	}
+	for _, x := range []any{s.AdditionalProperties, s.AdditionalItems, s.Items} {
+		switch x := x.(type) {
+		case *jsonschema.Schema:
+			subs = append(subs, x)
+		case []*jsonschema.Schema:
+			subs = append(subs, x...)
+		}
+	}
+	return subs
+}
+
+// cost is validationCost of s for v.
+func (c *costing) cost(s *jsonschema.Schema, v any) int {
+	if s == nil {
+		return 0
+	}
+	if s.Bool != nil {
+		return 1
+	}
+	var key costKey
+	switch x := v.(type) {
+	case map[string]any:
+		key = costKey{s: s, v: reflect.ValueOf(x).Pointer(), kind: 'o'}
+	case []any:
+		key = costKey{s: s, v: reflect.ValueOf(x).Pointer(), n: len(x), kind: 'a'}
+	case string:
+		key = costKey{s: s, kind: 's'}
+	case nil:
+		key = costKey{s: s, kind: 'z'}
+	case bool:
+		key = costKey{s: s, kind: 'b'}
+	default:
+		key = costKey{s: s, kind: 'n'}
+	}
+	if n, ok := c.memo[key]; ok {
+		return n
+	}
+	if c.busy[key] {
+		// Applied again to the same value within itself: the validator
+		// stops there (a reference cycle). What is costed around it
+		// is not kept (it would be less elsewhere), and what is not
+		// kept is bounded by the steps.
+		c.cut = true
+		return 1
+	}
+	if c.steps++; c.steps > c.limit {
+		return c.limit + 1
+	}
+	c.busy[key] = true
+	cut := c.cut
+	c.cut = false
+	n := 1
+	add := func(k int) { n = min(n+k, c.limit+1) }
+	for _, sub := range []*jsonschema.Schema{s.Ref, s.Not, s.If, s.Then, s.Else} {
+		add(c.cost(sub, v))
+	}
+	for _, subs := range [][]*jsonschema.Schema{s.AllOf, s.AnyOf, s.OneOf} {
+		for _, sub := range subs {
+			add(c.cost(sub, v))
+		}
+	}
+	if r := s.RecursiveRef; r != nil {
+		targets := []*jsonschema.Schema{r}
+		if r.RecursiveAnchor {
+			targets = append(targets, c.recursive...)
+		}
+		add(c.costliest(targets, v))
+	}
+	if d := s.DynamicRef; d != nil {
+		targets := []*jsonschema.Schema{d.Ref}
+		if d.Anchor != "" && d.Ref != nil && d.Ref.DynamicAnchor == d.Anchor {
+			targets = append(targets, c.dynamic[d.Anchor]...)
+		}
+		add(c.costliest(targets, v))
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for name, d := range s.Dependencies {
+			if d, ok := d.(*jsonschema.Schema); ok && hasKey(x, name) {
+				add(c.cost(d, v))
+			}
+		}
+		for name, d := range s.DependentSchemas {
+			if hasKey(x, name) {
+				add(c.cost(d, v))
+			}
+		}
+		for name, e := range x {
+			add(c.cost(s.Properties[name], e))
+			for _, p := range s.PatternProperties {
+				add(c.cost(p, e))
+			}
+			if ap, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
+				add(c.cost(ap, e))
+			}
+			add(c.cost(s.UnevaluatedProperties, e))
+			add(c.cost(s.PropertyNames, name))
+		}
+	case []any:
+		for i, e := range x {
+			switch items := s.Items.(type) {
+			case *jsonschema.Schema:
+				add(c.cost(items, e))
+			case []*jsonschema.Schema:
+				if i < len(items) {
+					add(c.cost(items[i], e))
+				}
+			}
+			if ai, ok := s.AdditionalItems.(*jsonschema.Schema); ok {
+				add(c.cost(ai, e))
+			}
+			if i < len(s.PrefixItems) {
+				add(c.cost(s.PrefixItems[i], e))
+			}
+			add(c.cost(s.Items2020, e))
+			add(c.cost(s.Contains, e))
+			add(c.cost(s.UnevaluatedItems, e))
+		}
+	}
+	delete(c.busy, key)
+	if !c.cut && inner(v) {
+		c.memo[key] = n
+	}
+	c.cut = c.cut || cut
+	return n
+}
+
+// inner reports whether v holds an object or an array: the cost of one
+// that does not (a scalar, or an object or array of scalars only) is not
+// kept, as computing it again costs about its size, once for each
+// subschema and object or array around it (kept): the costs kept are
+// about as many as the objects and arrays that hold more, not all of
+// them (keeping all, a payload of 65,526 empty objects in an array, 196
+// KB, rose from a peak of some 16 MiB to 26).
+func inner(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			switch e.(type) {
+			case map[string]any, []any:
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			switch e.(type) {
+			case map[string]any, []any:
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// costliest is the largest cost of the targets for v.
+func (c *costing) costliest(targets []*jsonschema.Schema, v any) int {
+	most := 0
+	for _, t := range targets {
+		most = max(most, c.cost(t, v))
+	}
+	return most
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 var english = message.NewPrinter(language.English)
