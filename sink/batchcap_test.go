@@ -45,12 +45,7 @@ func batchCapRelearnt(t *testing.T, exactlyOnce bool) {
 	}
 	s := newSink(t, kc, cfg)
 	if exactlyOnce {
-		if err := s.Ping(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Resume(t.Context(), onTimeline1); err != nil {
-			t.Fatal(err)
-		}
+		startTxn(t, s)
 	}
 	// The topic's max.message.bytes is 16 KiB when the sink learns it.
 	s.topics.Store(topic, topicInfo{valid: true, batchCap: 16 << 10})
@@ -103,12 +98,7 @@ func TestProduceRequestHoldsOneBatch(t *testing.T) {
 			}
 			s := newSink(t, kc, cfg)
 			if exactlyOnce {
-				if err := s.Ping(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Resume(t.Context(), onTimeline1); err != nil {
-					t.Fatal(err)
-				}
+				startTxn(t, s)
 			}
 			publishSlowedOf(t, s, kc, h, 400, 16<<10, 16)
 			h.mu.Lock()
@@ -152,12 +142,7 @@ func TestDeadLetterOfKeyOrHeadersOverTheCap(t *testing.T) {
 				}
 				s := newSink(t, kc, cfg)
 				if exactlyOnce {
-					if err := s.Ping(t.Context()); err != nil {
-						t.Fatal(err)
-					}
-					if err := s.Resume(t.Context(), onTimeline1); err != nil {
-						t.Fatal(err)
-					}
+					startTxn(t, s)
 				}
 				e := newEvent("wide")
 				c.set(e)

@@ -18,12 +18,7 @@ import (
 func heldTxnSink(t *testing.T, kc *kafkatest.Cluster, cfg Config) *Sink {
 	t.Helper()
 	s := newSink(t, kc, cfg)
-	if err := s.Ping(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Resume(t.Context(), onTimeline1); err != nil {
-		t.Fatal(err)
-	}
+	startTxn(t, s)
 	return s
 }
 

@@ -466,12 +466,7 @@ func TestLaneRoundOneBatchPerPartition(t *testing.T) {
 			}
 			s := newSink(t, kc, cfg)
 			if exactlyOnce {
-				if err := s.Ping(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Resume(t.Context(), onTimeline1); err != nil {
-					t.Fatal(err)
-				}
+				startTxn(t, s)
 			}
 			if err := publish(t, s, newEvent("warm")); err != nil {
 				t.Fatal(err)

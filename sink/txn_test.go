@@ -30,10 +30,19 @@ func txnSink(t *testing.T, kc *kafkatest.Cluster, id string, opts ...kgo.Opt) *S
 func txnSinkOf(t *testing.T, kc *kafkatest.Cluster, tc Transactions, opts ...kgo.Opt) *Sink {
 	t.Helper()
 	s := newSink(t, kc, Config{Transactions: &tc, Opts: opts})
+	startTxn(t, s)
+	return s
+}
+
+// startTxn pings the exactly-once sink s and resumes it as the relay
+// does: a retriable failure of Resume (a reader of the offsets topic that
+// stalls on a loaded machine fails it after readIdleTimeout) is tried
+// again.
+func startTxn(t *testing.T, s *Sink) {
+	t.Helper()
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	// As the relay does, a retriable failure of Resume is tried again.
 	deadline := time.Now().Add(2 * time.Minute)
 	for err := s.Resume(t.Context(), onTimeline1); err != nil; err = s.Resume(t.Context(), onTimeline1) {
 		if failure.IsFatal(err) || time.Now().After(deadline) {
@@ -41,7 +50,6 @@ func txnSinkOf(t *testing.T, kc *kafkatest.Cluster, tc Transactions, opts ...kgo
 		}
 		t.Logf("Resume: %v; trying again", err)
 	}
-	return s
 }
 
 // onTimeline1 is a database's WAL history on its first timeline, past
