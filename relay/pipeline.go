@@ -231,6 +231,15 @@ func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) 
 		// instance, and ends its open transaction at every later session
 		// (sink.Sink.Resume).
 		if err := t.Resume(ctx, sess.History()); err != nil {
+			if errors.Is(err, sink.ErrFenced) && !failure.IsFatal(err) && p.renewsFences {
+				// The sink renews the producer at the next session, which
+				// is opened only if no other process streams the slot.
+				p.mu.Lock()
+				if p.fence == nil {
+					p.fence = err
+				}
+				p.mu.Unlock()
+			}
 			return fmt.Errorf("resume the kafka transactions: %w", err)
 		}
 	} else if failed {

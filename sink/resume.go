@@ -22,7 +22,12 @@ import (
 // that a failed abort left open in the client (endClientTxn). A later
 // call after the broker refused the producer as fenced renews it
 // (renewClient) and does what the first call does: the session holds the
-// slot, so no other instance streams it. In at-least-once mode it does
+// slot, so no other instance streams it. A fence answered to what the
+// first call does (after a renewal too: the renewal's own marker
+// transaction may be the commit whose answer was lost) is not fatal
+// either: it is recorded and returned retriable, wrapping ErrFenced
+// (fencedAtStart), and the next call renews the producer. In
+// at-least-once mode it does
 // nothing. Waiting for the slot first keeps a
 // standby from fencing the instance that streams.
 //
@@ -57,6 +62,12 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 		if err := s.renewClient(err); err != nil {
 			return err
 		}
+	} else if fence := s.fenceAtStart(); fence != nil {
+		// The first-session path below was answered as fenced at the last
+		// Resume: renewed now, as above.
+		if err := s.renewClient(fence); err != nil {
+			return err
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
 	_, _, err := s.client().ProducerID(pctx)
@@ -66,11 +77,14 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w (grant WRITE on TransactionalId %s, or set kafka.transactional_id to one this principal may use)", t.cfg.ID, err, t.cfg.ID))
 		}
 		if fenced(err) {
-			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w", t.cfg.ID, err))
+			return s.fencedAtStart(fmt.Errorf("%w: %s: initialise the transactional producer: %w", ErrFenced, t.cfg.ID, err))
 		}
 		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", t.cfg.ID, err)
 	}
 	if err := s.readCommitted(ctx); err != nil {
+		if errors.Is(err, ErrFenced) {
+			return s.fencedAtStart(err)
+		}
 		return err
 	}
 	t.mu.Lock()
@@ -82,6 +96,9 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 			return err
 		}
 		if err := s.readCommitted(ctx); err != nil {
+			if errors.Is(err, ErrFenced) {
+				return s.fencedAtStart(err)
+			}
 			return err
 		}
 		s.log.Warn("exactly-once: took over the committed position of another transactional id, which is fenced", "from", w, "transactional_id", t.cfg.ID, "position", s.Committed().String())
@@ -118,6 +135,31 @@ func (s *Sink) resumeSession(ctx context.Context) error {
 		t.mu.Unlock()
 	}
 	return nil
+}
+
+// fencedAtStart records a fence (wrapping ErrFenced) answered to Resume's
+// first-session path (the producer's initialisation, or the marker
+// transaction of readCommitted), after a renewal as at the first session:
+// the broker gives it after a commit whose answer was lost, the renewal's
+// own marker's included. The caller holds the slot, as at a fence answered
+// to resumeSession, so it is not fatal: the returned error, retriable,
+// ends the session, and the next Resume renews the producer
+// (renewClient). It wraps ErrFenced, so that the relay opens the next
+// session only if no other process streams the slot.
+func (s *Sink) fencedAtStart(err error) error {
+	t := s.tx
+	t.mu.Lock()
+	t.fencedBy = err
+	t.mu.Unlock()
+	return failure.Mark(failure.Retriable, fmt.Errorf("%w (the next session renews the producer)", err))
+}
+
+// fenceAtStart returns the fence that fencedAtStart recorded, if any.
+func (s *Sink) fenceAtStart() error {
+	t := s.tx
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.fencedBy
 }
 
 // renewClient replaces the producer after the broker answered it as

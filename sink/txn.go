@@ -181,8 +181,9 @@ type txns struct {
 
 	started bool // Resume initialised the producer; only the caller's goroutine reads it
 	// fencedBy is the fence (wrapping ErrFenced) that the broker answered
-	// the last transaction with: the client can do nothing more, and the
-	// next Resume renews it (renewClient). Guarded by mu.
+	// the last transaction with, or Resume's first-session path
+	// (fencedAtStart): the client can do nothing more, and the next Resume
+	// renews it (renewClient). Guarded by mu.
 	fencedBy error
 	renewals int // clients renewed after a fence; only the caller's goroutine touches it
 	// unresolved: a commit's outcome is not known yet (the broker went
