@@ -83,7 +83,22 @@ func (r *Relay) open(ctx context.Context) (session, error) {
 	if errors.As(err, &active) {
 		return nil, failure.Mark(failure.Fatal, fmt.Errorf("%w (%v)", fence, err))
 	}
+	if err != nil && ctx.Err() != nil && !failure.IsFatal(err) {
+		return nil, stoppedFenced(fence)
+	}
 	return sess, err
+}
+
+// stoppedFenced is the error of a relay that stops (its context ended)
+// after the broker refused its producer as fenced, before a session
+// opened unless another process streams the slot could tell whether
+// another instance took over (Relay.open): a takeover may have happened,
+// so the stop is not clean (exit 1, as at a fence elsewhere). If no other
+// instance streams the slot, the next start's producer takes over (it
+// fences any other).
+func stoppedFenced(fence error) error {
+	return failure.Mark(failure.Fatal, fmt.Errorf("%w; answered while walrelay stopped, before the slot could tell whether another instance streams it "+
+		"(if none does, the next start goes on with a new producer)", fence))
 }
 
 // stream is the relay's loop: open a session, read it, and open the next

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -172,7 +174,10 @@ func TestFalseFenceStorm(t *testing.T) {
 	if dup > 0 || miss > 0 {
 		t.Fatal("exactly-once broken")
 	}
-	if rerr != nil {
+	// The end of the run may come between a fence and the session that
+	// renews (TestAFenceWhileStoppingStopsTheRelay): that stop is the
+	// test's, not the relay's.
+	if rerr != nil && !strings.Contains(rerr.Error(), "answered while walrelay stopped") {
 		t.Fatalf("false fences only (the slot never taken) stopped the relay: %v", rerr)
 	}
 }
@@ -200,4 +205,34 @@ type slowSession struct{ session }
 func (s slowSession) Next(ctx context.Context) (replication.Change, error) {
 	time.Sleep(200 * time.Microsecond)
 	return s.session.Next(ctx)
+}
+
+// TestAFenceWhileStoppingStopsTheRelay: the relay is stopping (ctx
+// cancelled: it drains) when the sink answers an event in flight as
+// fenced by another instance. No session asks the slot whether another
+// instance streams it any more, so a takeover may have happened: Run
+// returns the fence, fatal (exit 1, "another walrelay instance took over
+// the transactional id"), as before fence40. Found by review43b
+// (TestProbeFenceAtShutdownIsSwallowed): pipeline.fenced turned it into a
+// session restart that the drain treated as "resent at the next start",
+// and Run returned nil (exit 0) with nothing logged.
+func TestAFenceWhileStoppingStopsTheRelay(t *testing.T) {
+	t.Parallel()
+	fence := failure.Mark(failure.Fatal, fmt.Errorf("%w: walrelay-test: PRODUCER_FENCED", sink.ErrFenced))
+	src := &slotSource{fakeSource: newFakeSource(walTxn{[]string{"e1", "e2"}}), taken: true}
+	pub := &scriptedPublisher{answers: map[string]func(int) (error, bool){"e1": held}}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r := loopRelay(t, src, pub)
+	r.cfg.ShutdownTimeout = time.Second
+	r.p.renewsFences = true
+	errc := pumpRelay(ctx, r)
+	pub.waitPublished(t, "e1,e2")
+	cancel() // stop: the relay drains
+	time.Sleep(100 * time.Millisecond)
+	pub.answer(t, "e1", fence) // another instance's producer fenced this one
+	err := result(t, errc)
+	if !errors.Is(err, sink.ErrFenced) || !failure.IsFatal(err) {
+		t.Fatalf("a fence answered while the relay drained at shutdown: Run returned %v, want the fence", err)
+	}
 }
