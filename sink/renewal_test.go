@@ -1,11 +1,14 @@
 package sink
 
 import (
+	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -87,5 +90,185 @@ func TestExactlyOnceFalseFenceInTheRenewalsMarker(t *testing.T) {
 	}
 	if got := strings.Join(readCommittedIDs(t, kc, 3), ","); got != "e-0/100-0,e-0/200-0,e-0/300-0" {
 		t.Fatalf("read %s", got)
+	}
+}
+
+// TestExactlyOnceSharedTransactionalIDStops: two relays of different
+// slots given the same kafka.transactional_id (one value in a shared
+// configuration template: nothing checks it against the slot). Each holds
+// its own slot, so to each the other's fence looks false: it would renew
+// its producer, which fences the other, which renews in turn, for ever,
+// each renewal aborting the other's open transaction. Each side here does
+// what the relay does: publish in order; on a failure, Resume (its slot
+// is free: OpenUnlessTaken opens it) until it succeeds, then resend from
+// its committed position; a fatal error stops that side. A side stops
+// with ErrSharedTransactionalID, which names the id: on one offsets topic
+// at its first renewal, whose read of the committed position finds the
+// other slot's marker or position under the id (sharedBy); on offsets
+// topics of their own once unexplained renewals pass maxUnexplained
+// within renewWindow (mayRenew). Found by review43b
+// (TestProbeSharedTransactionalIDPingPong): 17 to 59 renewals in 6 s,
+// neither side stopped.
+func TestExactlyOnceSharedTransactionalIDStops(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		ownOffsets   bool // each slot its own kafka.offsets_topic: no evidence in either
+		mostRenewals int  // of both sides
+	}{
+		{"one offsets topic", false, 4},
+		{"offsets topics of their own", true, 2 * (maxUnexplained + 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.Start(t)
+			const id = "walrelay-shared-by-mistake"
+			var sinks []*Sink
+			for _, slot := range []string{"slot_a", "slot_b"} {
+				cfg := Transactions{ID: id, Key: slot, Source: "db"}
+				if tc.ownOffsets {
+					cfg.OffsetsTopic = "walrelay.offsets." + slot
+				}
+				sinks = append(sinks, txnSinkOf(t, kc, cfg))
+			}
+			a, b := sinks[0], sinks[1]
+			type side struct {
+				name    string
+				s       *Sink
+				stopped error
+				sent    int
+			}
+			stream := func(sd *side, until time.Time) {
+				lsn := uint64(0x100)
+				for time.Now().Before(until) {
+					e := txnEvent(pglogrepl.LSN(lsn), 0)
+					e.ID = sd.name + "-" + e.ID
+					err := publish(t, sd.s, e)
+					if err == nil {
+						lsn += 0x100
+						sd.sent++
+						continue
+					}
+					for err != nil && time.Now().Before(until) {
+						if failure.IsFatal(err) && !errors.Is(err, ErrFenced) {
+							sd.stopped = err
+							return
+						}
+						err = sd.s.Resume(t.Context(), onTimeline1)
+						if failure.IsFatal(err) {
+							sd.stopped = err
+							return
+						}
+					}
+					// Resend from the committed position, as the slot does.
+					lsn = uint64(sd.s.Committed().CommitLSN) + 0x100
+				}
+			}
+			sa, sb := &side{name: "a", s: a}, &side{name: "b", s: b}
+			until := time.Now().Add(3 * time.Second)
+			done := make(chan struct{})
+			go func() { stream(sa, until); close(done) }()
+			stream(sb, until)
+			<-done
+			renewals := a.tx.renewals + b.tx.renewals
+			t.Logf("a: %d events committed, %d renewals, stopped: %v", sa.sent, a.tx.renewals, sa.stopped)
+			t.Logf("b: %d events committed, %d renewals, stopped: %v", sb.sent, b.tx.renewals, sb.stopped)
+			stopped := sa.stopped
+			if stopped == nil {
+				stopped = sb.stopped
+			}
+			if renewals > tc.mostRenewals || !errors.Is(stopped, ErrSharedTransactionalID) || !strings.Contains(stopped.Error(), id) {
+				t.Fatalf("two relays sharing a transactional id fenced each other %d times (a stopped: %v; b stopped: %v)", renewals, sa.stopped != nil, sb.stopped != nil)
+			}
+		})
+	}
+}
+
+// TestExactlyOnceRenamedSlotKeepsItsTransactionalID: a slot renamed
+// (slot_old to slot_new) under a kafka.transactional_id kept, the old
+// name's relay stopped first. The offsets topic holds the old name's
+// positions under the id, one of them dated an hour ahead (the old host's
+// clock ran fast); the new name's reads of its committed position go
+// down to the topic's start (it has none yet) past them all, at its first
+// Resume and at later ones. They are older than its first marker: not
+// another instance's that runs (sharedBy), whatever their dates say.
+func TestExactlyOnceRenamedSlotKeepsItsTransactionalID(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	const id = "walrelay-kept-across-a-rename"
+	old := txnSinkOf(t, kc, Transactions{ID: id, Key: "slot_old", Source: "db"})
+	for _, lsn := range []pglogrepl.LSN{0x100, 0x200} {
+		if err := publish(t, old, txnEvent(lsn, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead, err := json.Marshal(positionRecord{Slot: "slot_old", Source: "db", CommitLSN: "0/300", TransactionalID: id,
+		CommittedAt: time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	if err := pl.ProduceSync(t.Context(), &kgo.Record{Topic: old.tx.cfg.OffsetsTopic, Key: []byte("slot_old"), Value: ahead}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	renamed := txnSinkOf(t, kc, Transactions{ID: id, Key: "slot_new", Source: "db"})
+	// Later reads, before and after a position of its own: the renewal's
+	// and a commit of unknown outcome's.
+	if err := renamed.readCommitted(t.Context()); err != nil {
+		t.Fatalf("a second read of the committed position of the renamed slot: %v", err)
+	}
+	if err := publish(t, renamed, txnEvent(0x100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := renamed.readCommitted(t.Context()); err != nil {
+		t.Fatalf("a read of the committed position of the renamed slot after its first commit: %v", err)
+	}
+	if got, want := renamed.Committed(), (event.Position{CommitLSN: 0x100}); got != want {
+		t.Fatalf("committed %s, want %s", got, want)
+	}
+}
+
+// TestExactlyOnceStandbyOfTheSlotIsNotShared: instances of one slot (a
+// standby, a rolling restart) take the slot from this one three times
+// within a minute, each initialising the transactional id, which fences
+// this one; each time this one gets the slot back (the other's session
+// ended) and renews its producer. No lost answer explains these fences,
+// and the records under the id are of this slot: not a shared id; it goes
+// on, under maxUnexplained.
+func TestExactlyOnceStandbyOfTheSlotIsNotShared(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	const id = "walrelay-one-slot"
+	tc := Transactions{ID: id, Key: "slot_a", Source: "db"}
+	s := txnSinkOf(t, kc, tc)
+	lsn := pglogrepl.LSN(0x100)
+	next := func() *event.Event { lsn += 0x100; return txnEvent(lsn, 0) }
+	if err := publish(t, s, next()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		standby := txnSinkOf(t, kc, tc) // it took the slot: its Resume fences s
+		if err := publish(t, standby, next()); err != nil {
+			t.Fatal(err)
+		}
+		standby.Close() // and lost it
+		e := next()
+		if err := publish(t, s, e); !errors.Is(err, ErrFenced) {
+			t.Fatalf("takeover %d: publish after the standby's initialisation: %v, want the fence", i+1, err)
+		}
+		if err := s.Resume(t.Context(), onTimeline1); err != nil {
+			t.Fatalf("takeover %d: Resume of the instance that got the slot back: %v", i+1, err)
+		}
+		if err := publish(t, s, e); err != nil {
+			t.Fatalf("takeover %d: publish after the renewal: %v", i+1, err)
+		}
+	}
+	if s.tx.renewals != 3 {
+		t.Fatalf("%d renewals, want 3", s.tx.renewals)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -59,12 +60,18 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 		// This session holds the slot, so no other instance streams it:
 		// a new producer of the transactional id takes over, as a restart
 		// would (renewClient).
+		if err := s.mayRenew(err); err != nil {
+			return err
+		}
 		if err := s.renewClient(err); err != nil {
 			return err
 		}
 	} else if fence := s.fenceAtStart(); fence != nil {
 		// The first-session path below was answered as fenced at the last
 		// Resume: renewed now, as above.
+		if err := s.mayRenew(fence); err != nil {
+			return err
+		}
 		if err := s.renewClient(fence); err != nil {
 			return err
 		}
@@ -162,6 +169,53 @@ func (s *Sink) fenceAtStart() error {
 	return t.fencedBy
 }
 
+// A fence that no lost answer explains, answered to an instance that
+// holds its slot, is another producer's initialisation of the
+// transactional id: an instance of this slot that took it for a moment
+// (a standby, a rolling restart) and lost it again, renewed; the producer
+// is renewed at most maxUnexplained times so within renewWindow
+// (mayRenew).
+const (
+	maxUnexplained = 5
+	renewWindow    = time.Minute
+)
+
+// mayRenew judges a fence (why) that the caller, which holds the slot, is
+// about to answer with a renewal. One after a transaction's end whose
+// answer was lost (endUnknown) is the broker's false fence: renewed. One
+// that nothing explains is another producer's initialisation of the id,
+// renewed unless it is the (maxUnexplained+1)th within renewWindow: an
+// instance that initialises the id again and again, though this one
+// holds the slot, is one of another slot given the same
+// kafka.transactional_id (readCommitted tells so too, from its positions,
+// when they share the offsets topic: sharedBy), each renewal of either
+// fencing the other without end; fatal, naming the id, so that one of
+// them stops.
+func (s *Sink) mayRenew(why error) error {
+	t := s.tx
+	t.mu.Lock()
+	explained := t.endUnknown
+	t.mu.Unlock()
+	if explained {
+		return nil
+	}
+	now := time.Now()
+	recent := t.unexplained[:0]
+	for _, at := range t.unexplained {
+		if now.Sub(at) < renewWindow {
+			recent = append(recent, at)
+		}
+	}
+	t.unexplained = append(recent, now)
+	if len(t.unexplained) <= maxUnexplained {
+		return nil
+	}
+	return failure.Mark(failure.Fatal, fmt.Errorf("%w: the producer of transactional id %s was refused as fenced %d times within %s, though this instance holds its slot (%s) and no lost answer of the broker explains it: "+
+		"another walrelay instance initialises the id again and again, most likely one of another slot given the same kafka.transactional_id (a shared configuration template): "+
+		"set a kafka.transactional_id of its own for each slot (empty: the default, which names the slot): %w",
+		ErrSharedTransactionalID, t.cfg.ID, len(t.unexplained), renewWindow, t.cfg.Key, why))
+}
+
 // renewClient replaces the producer after the broker answered it as
 // fenced (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), which the client never
 // recovers from. Resume calls it once the session holds the slot: no other
@@ -210,6 +264,7 @@ func (s *Sink) endClientTxn(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, txnStepTimeout)
 	defer cancel()
 	err := s.client().EndTransaction(actx, kgo.TryAbort)
+	t.endAnswered(false, err)
 	if err == nil {
 		return nil
 	}
