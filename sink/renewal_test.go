@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -270,5 +271,68 @@ func TestExactlyOnceStandbyOfTheSlotIsNotShared(t *testing.T) {
 	}
 	if s.tx.renewals != 3 {
 		t.Fatalf("%d renewals, want 3", s.tx.renewals)
+	}
+}
+
+// TestExactlyOnceInvalidTxnStateRenews: another producer of the
+// transactional id initialises it (an instance of the slot that took it
+// for a moment) while this one commits its first marker transaction,
+// which the initialisation aborted; the commit that follows is answered
+// INVALID_TXN_STATE (kfake takes it for a retry of the transaction's end,
+// KIP-890), and franz-go fails the producer id: every later
+// initialisation of the client's (ProducerID) is refused so. The client
+// can do nothing more, as after a fence, and Resume, in a session that
+// holds the slot again, renews the producer. Found with TestSharedTransactionalIDStopsARelay:
+// Resume failed with "initialise the transactional producer ...:
+// INVALID_TXN_STATE" at every session, about 65 a second, for ever,
+// neither renewing nor stopping.
+func TestExactlyOnceInvalidTxnStateRenews(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	tc := Transactions{ID: "walrelay-invalid-txn-state", Key: "slot_a", Source: "db"}
+	s := newSink(t, kc, Config{Transactions: &tc})
+	other := newSink(t, kc, Config{Transactions: &tc})
+	for _, sk := range []*Sink{s, other} {
+		if err := sk.Ping(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var held atomic.Bool
+	otherErr := make(chan error, 1)
+	kc.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if !req.(*kmsg.EndTxnRequest).Commit || !held.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		// The marker's commit waits while the other producer
+		// initialises the id.
+		go func() {
+			_, _, err := other.client().ProducerID(context.Background())
+			otherErr <- err
+		}()
+		var err error
+		kc.SleepControl(func() { err = <-otherErr })
+		otherErr <- err
+		return nil, nil, false
+	})
+	// As the relay does at each next session, which holds the slot.
+	var err error
+	for try := 0; try < 10; try++ {
+		if err = s.Resume(t.Context(), onTimeline1); err == nil || failure.IsFatal(err) {
+			break
+		}
+		t.Logf("Resume: %v", err)
+	}
+	if oerr := <-otherErr; oerr != nil {
+		t.Fatalf("the other producer's initialisation: %v", oerr)
+	}
+	if err != nil {
+		t.Fatalf("Resume after INVALID_TXN_STATE, ten times: %v", err)
+	}
+	if s.tx.renewals != 1 {
+		t.Fatalf("%d renewals, want 1", s.tx.renewals)
+	}
+	if err := publish(t, s, txnEvent(0x100, 0)); err != nil {
+		t.Fatalf("publish after the renewal: %v", err)
 	}
 }

@@ -469,10 +469,15 @@ func (s *Sink) giveHeld(cause error) {
 }
 
 // fenced reports whether err says that another producer took the
-// transactional id.
+// transactional id. INVALID_TXN_STATE is one such answer: to the end of a
+// transaction that another producer's initialisation aborted meanwhile
+// (KIP-890 takes the end for a retry of the abort), or to a produce into
+// it; franz-go then fails the producer id for good (every later
+// initialisation of the client is refused so), and only a new producer
+// goes on, as after a fence.
 func fenced(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+		errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }
 
 // producePosition produces the position record of the open transaction and
