@@ -236,3 +236,65 @@ func TestAFenceWhileStoppingStopsTheRelay(t *testing.T) {
 		t.Fatalf("a fence answered while the relay drained at shutdown: Run returned %v, want the fence", err)
 	}
 }
+
+// TestSharedTransactionalIDStopsARelay is sink's
+// TestExactlyOnceSharedTransactionalIDStops through the relay's own loop:
+// two relays of different slots (each its own scripted WAL; each holds
+// its slot, so OpenUnlessTaken opens it) with real exactly-once sinks on
+// kfake given the same transactional id. One stops within a few renewals
+// with an error that names the fence and the shared id. Found by review43b
+// (TestProbeSharedTransactionalIDRelays): 5 and 9 renewals in 12 s, no
+// stop, nothing naming the shared id.
+func TestSharedTransactionalIDStopsARelay(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	var renewals atomic.Int32
+	var wal []walTxn
+	for i := range 10000 {
+		wal = append(wal, walTxn{[]string{fmt.Sprintf("e%d", i+1)}})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	type result struct {
+		slot string
+		err  error
+	}
+	results := make(chan result, 2)
+	for _, slot := range []string{"slot_a", "slot_b"} {
+		log := slog.New(countingHandler{match: "refused the producer as fenced", n: &renewals})
+		sk, err := sink.New(sink.Config{Brokers: kc.Addrs(), Logger: log,
+			Transactions: &sink.Transactions{ID: "walrelay-shared-by-mistake", Key: slot, Source: "fake/db"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sk.Close)
+		if err := sk.Ping(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		src := &slotSource{fakeSource: newFakeSource(wal...)}
+		src.opened = make(chan *fakeSession, 1<<20) // many sessions: Open must not block on it
+		r := loopRelay(t, src, sk)
+		r.p.renewsFences = true
+		errc := pumpRelay(ctx, r)
+		go func() {
+			err := <-errc
+			t.Logf("%s: %d sessions, confirmed %s of %s", slot, src.opens(), src.slotConfirmed(), keepaliveLSN(len(wal)))
+			results <- result{slot, err}
+		}()
+	}
+	var stops []string
+	for range 2 {
+		res := <-results
+		if res.err != nil {
+			stops = append(stops, fmt.Sprintf("%s: %v", res.slot, res.err))
+		}
+	}
+	t.Logf("%d renewals; stops: %q", renewals.Load(), stops)
+	named := false
+	for _, s := range stops {
+		named = named || strings.Contains(s, "fenced") && strings.Contains(s, "walrelay-shared-by-mistake")
+	}
+	if renewals.Load() > 4 || !named {
+		t.Fatalf("two relays sharing a transactional id: %d renewals in 3 s; stopped: %q", renewals.Load(), stops)
+	}
+}
