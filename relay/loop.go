@@ -70,12 +70,31 @@ type untakenOpener interface {
 // not its doing (the broker answers so a re-initialisation that follows a
 // commit whose answer was lost), and the sink renews its producer
 // (sink.Sink.Resume). If another process streams it, another instance did
-// take over: the relay stops with the fence, as it always did.
+// take over: the relay stops with the fence, as it always did. A fence
+// answered while Open waits for the slot (the last session's transaction,
+// still in flight, fenced by the instance that took the slot meanwhile)
+// ends the wait and is put to the slot the same way: else this instance
+// would wait as a standby and, given the slot back, renew its producer
+// and fence the instance that took over.
 func (r *Relay) open(ctx context.Context) (session, error) {
 	fence := r.p.takeFence()
 	src, ok := r.src.(untakenOpener)
-	if fence == nil || !ok {
+	if !ok {
 		return r.src.Open(ctx)
+	}
+	if fence == nil {
+		wait, cancel := context.WithCancel(ctx)
+		stop := r.p.cancelOnFence(cancel)
+		sess, err := r.src.Open(wait)
+		stop()
+		fencedWaiting := err != nil && !failure.IsFatal(err) && wait.Err() != nil && ctx.Err() == nil
+		cancel()
+		if !fencedWaiting {
+			return sess, err
+		}
+		if fence = r.p.takeFence(); fence == nil {
+			return r.src.Open(ctx)
+		}
 	}
 	r.log.Warn("exactly-once: the broker refused the producer as fenced; the slot decides: if no other process streams it, this instance goes on with a new producer", "err", fence)
 	sess, err := src.OpenUnlessTaken(ctx)

@@ -298,3 +298,95 @@ func TestSharedTransactionalIDStopsARelay(t *testing.T) {
 		t.Fatalf("two relays sharing a transactional id: %d renewals in 3 s; stopped: %q", renewals.Load(), stops)
 	}
 }
+
+// heldSlotSource is a slotSource whose sessions after the first wait
+// while another process (another walrelay instance) streams the slot, as
+// replication.Stream.Open holds a standby: Open waits until the slot is
+// given back (free), and OpenUnlessTaken says it is taken.
+type heldSlotSource struct {
+	*fakeSource
+	taken   atomic.Bool
+	free    chan struct{} // closed when the other process lets the slot go
+	waiting chan struct{} // closed once an Open waits for the slot
+	unless  atomic.Int32
+}
+
+func (s *heldSlotSource) Open(ctx context.Context) (session, error) {
+	if s.fakeSource.opens() >= 1 && s.taken.Load() {
+		select {
+		case <-s.waiting:
+		default:
+			close(s.waiting)
+		}
+		select {
+		case <-s.free:
+			s.taken.Store(false)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.fakeSource.Open(ctx)
+}
+
+func (s *heldSlotSource) OpenUnlessTaken(ctx context.Context) (session, error) {
+	s.unless.Add(1)
+	if s.taken.Load() {
+		return nil, &replication.SlotActiveError{Slot: "walrelay", PID: 4242}
+	}
+	return s.fakeSource.Open(ctx)
+}
+
+// TestAFenceWhileWaitingForTheSlotStopsTheRelay: a real takeover. This
+// instance's session ends (its walsender went: a transient failure
+// restarts the session), and another instance takes the slot and
+// initialises its producer of the transactional id, which fences this
+// one: the open transaction of the ended session, still in flight on the
+// sink, is answered PRODUCER_FENCED while the relay already waits in a
+// plain Open for the slot (no fence was known when it began to open). The
+// fence ends the wait, and the slot, taken, stops the relay with the
+// fence (Relay.open). Found by review43b
+// (TestProbeFenceWhileWaitingForTheSlot): nobody looked at the fence
+// until that Open returned; the relay waited as a standby while the new
+// instance streamed and, given the slot back at the new instance's next
+// blip, renewed its producer, fencing the new instance, which stopped
+// instead.
+func TestAFenceWhileWaitingForTheSlotStopsTheRelay(t *testing.T) {
+	t.Parallel()
+	fence := failure.Mark(failure.Fatal, fmt.Errorf("%w: walrelay-test: PRODUCER_FENCED", sink.ErrFenced))
+	src := &heldSlotSource{fakeSource: newFakeSource(walTxn{[]string{"e1", "e2"}}, walTxn{[]string{"e3"}}),
+		free: make(chan struct{}), waiting: make(chan struct{})}
+	src.taken.Store(true) // the other instance takes the slot once this one's session ends
+	pub := &scriptedPublisher{answers: map[string]func(int) (error, bool){
+		"e1": held, // in flight when the session ends
+		"e2": func(n int) (error, bool) {
+			if n == 1 {
+				return errors.New("the session's connection was lost"), false
+			}
+			return nil, false
+		},
+	}}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r := loopRelay(t, src, pub)
+	r.p.renewsFences = true
+	errc := pumpRelay(ctx, r)
+	select {
+	case <-src.waiting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay never waited for the slot")
+	}
+	pub.answer(t, "e1", fence) // the other instance's producer fenced it
+	select {
+	case err := <-errc:
+		if !errors.Is(err, sink.ErrFenced) || !failure.IsFatal(err) || !strings.Contains(err.Error(), "4242") {
+			t.Fatalf("the relay stopped with %v, want the fence, naming the slot's holder", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(src.free) // the new instance's session ends
+		time.Sleep(500 * time.Millisecond)
+		cancel()
+		t.Fatalf("a fence answered while the relay waited for the slot that another instance streams did not stop it: "+
+			"it waited as a standby, then took the slot back (%d sessions, %d opened unless taken, published %s; then %v)",
+			src.opens(), src.unless.Load(), pub.published(), result(t, errc))
+	}
+}
