@@ -217,7 +217,8 @@ func (s *Sink) mayRenew(why error) error {
 }
 
 // renewClient replaces the producer after the broker answered it as
-// fenced (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), which the client never
+// fenced (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE:
+// fenced), which the client never
 // recovers from. Resume calls it once the session holds the slot: no other
 // instance can stream the slot then, so the answer was not another
 // instance's doing, or that instance has lost the slot since. The broker

@@ -204,8 +204,9 @@ type txns struct {
 	// goroutine touches it.
 	unexplained []time.Time
 	// firstMarker is the offset of the first marker this sink committed
-	// to the offsets topic (-1 before it): a position record past it was
-	// committed while this sink ran (sharedBy). Guarded by mu.
+	// to the offsets topic (-1 before it): a record past it (a position,
+	// another marker) was written while this sink ran (sharedBy). Guarded
+	// by mu.
 	firstMarker int64
 	// unresolved: a commit's outcome is not known yet (the broker went
 	// away before it could be read back); Resume reads it before anything
