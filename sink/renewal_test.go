@@ -139,9 +139,13 @@ func TestExactlyOnceSharedTransactionalIDStops(t *testing.T) {
 				stopped error
 				sent    int
 			}
+			// Time enough on a loaded machine; one side's stop ends the run.
+			var over atomic.Bool
+			running := func(until time.Time) bool { return time.Now().Before(until) && !over.Load() }
 			stream := func(sd *side, until time.Time) {
+				defer over.Store(true)
 				lsn := uint64(0x100)
-				for time.Now().Before(until) {
+				for running(until) {
 					e := txnEvent(pglogrepl.LSN(lsn), 0)
 					e.ID = sd.name + "-" + e.ID
 					err := publish(t, sd.s, e)
@@ -150,7 +154,7 @@ func TestExactlyOnceSharedTransactionalIDStops(t *testing.T) {
 						sd.sent++
 						continue
 					}
-					for err != nil && time.Now().Before(until) {
+					for err != nil && running(until) {
 						if failure.IsFatal(err) && !errors.Is(err, ErrFenced) {
 							sd.stopped = err
 							return
@@ -166,7 +170,7 @@ func TestExactlyOnceSharedTransactionalIDStops(t *testing.T) {
 				}
 			}
 			sa, sb := &side{name: "a", s: a}, &side{name: "b", s: b}
-			until := time.Now().Add(3 * time.Second)
+			until := time.Now().Add(20 * time.Second)
 			done := make(chan struct{})
 			go func() { stream(sa, until); close(done) }()
 			stream(sb, until)
