@@ -70,12 +70,31 @@ type untakenOpener interface {
 // not its doing (the broker answers so a re-initialisation that follows a
 // commit whose answer was lost), and the sink renews its producer
 // (sink.Sink.Resume). If another process streams it, another instance did
-// take over: the relay stops with the fence, as it always did.
+// take over: the relay stops with the fence, as it always did. A fence
+// answered while Open waits for the slot (the last session's transaction,
+// still in flight, fenced by the instance that took the slot meanwhile)
+// ends the wait and is put to the slot the same way: else this instance
+// would wait as a standby and, given the slot back, renew its producer
+// and fence the instance that took over.
 func (r *Relay) open(ctx context.Context) (session, error) {
 	fence := r.p.takeFence()
 	src, ok := r.src.(untakenOpener)
-	if fence == nil || !ok {
+	if !ok {
 		return r.src.Open(ctx)
+	}
+	if fence == nil {
+		wait, cancel := context.WithCancel(ctx)
+		stop := r.p.cancelOnFence(cancel)
+		sess, err := r.src.Open(wait)
+		stop()
+		fencedWaiting := err != nil && !failure.IsFatal(err) && wait.Err() != nil && ctx.Err() == nil
+		cancel()
+		if !fencedWaiting {
+			return sess, err
+		}
+		if fence = r.p.takeFence(); fence == nil {
+			return r.src.Open(ctx)
+		}
 	}
 	r.log.Warn("exactly-once: the broker refused the producer as fenced; the slot decides: if no other process streams it, this instance goes on with a new producer", "err", fence)
 	sess, err := src.OpenUnlessTaken(ctx)
@@ -83,7 +102,22 @@ func (r *Relay) open(ctx context.Context) (session, error) {
 	if errors.As(err, &active) {
 		return nil, failure.Mark(failure.Fatal, fmt.Errorf("%w (%v)", fence, err))
 	}
+	if err != nil && ctx.Err() != nil && !failure.IsFatal(err) {
+		return nil, stoppedFenced(fence)
+	}
 	return sess, err
+}
+
+// stoppedFenced is the error of a relay that stops (its context ended)
+// after the broker refused its producer as fenced, before a session
+// opened unless another process streams the slot could tell whether
+// another instance took over (Relay.open): a takeover may have happened,
+// so the stop is not clean (exit 1, as at a fence elsewhere). If no other
+// instance streams the slot, the next start's producer takes over (it
+// fences any other).
+func stoppedFenced(fence error) error {
+	return failure.Mark(failure.Fatal, fmt.Errorf("%w; answered while walrelay stopped, before the slot could tell whether another instance streams it "+
+		"(if none does, the next start goes on with a new producer)", fence))
 }
 
 // stream is the relay's loop: open a session, read it, and open the next

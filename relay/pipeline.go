@@ -53,6 +53,7 @@ type pipeline struct {
 	err        error  // the first fatal error
 	restartErr error  // a transient failure in this epoch: restart the session
 	fence      error  // the fence that restarted the session, until the next opens (takeFence)
+	fenceWait  func() // ends a wait for the slot at a fence (cancelOnFence)
 	interrupt  func() // ends the wait for the session's next change; set by started
 	// Sessions in a row that ended on the same persistent refusal
 	// (sink.Persistent) of the same event: after maxPersistent, the relay
@@ -116,9 +117,30 @@ func (p *pipeline) fenced(s *epoch, err error, at pglogrepl.LSN) {
 	p.mu.Lock()
 	if s == p.cur && p.fence == nil {
 		p.fence = err
+		if p.fenceWait != nil {
+			p.fenceWait()
+		}
 	}
 	p.mu.Unlock()
 	p.restart(s, err, at)
+}
+
+// cancelOnFence has a fence (fenced) call cancel until the returned stop
+// is called, and calls it at once if a fence is recorded already: the
+// relay's wait for the slot (Relay.open) ends, so that the slot tells
+// whether the fence was another instance's.
+func (p *pipeline) cancelOnFence(cancel func()) (stop func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fence != nil {
+		cancel()
+	}
+	p.fenceWait = cancel
+	return func() {
+		p.mu.Lock()
+		p.fenceWait = nil
+		p.mu.Unlock()
+	}
 }
 
 // takeFence returns the fence that restarted the session, if any, and
@@ -231,6 +253,15 @@ func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) 
 		// instance, and ends its open transaction at every later session
 		// (sink.Sink.Resume).
 		if err := t.Resume(ctx, sess.History()); err != nil {
+			if errors.Is(err, sink.ErrFenced) && !failure.IsFatal(err) && p.renewsFences {
+				// The sink renews the producer at the next session, which
+				// is opened only if no other process streams the slot.
+				p.mu.Lock()
+				if p.fence == nil {
+					p.fence = err
+				}
+				p.mu.Unlock()
+			}
 			return fmt.Errorf("resume the kafka transactions: %w", err)
 		}
 	} else if failed {

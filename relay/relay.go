@@ -346,6 +346,9 @@ func (r *Relay) pump(ctx context.Context) error {
 	if runErr != nil {
 		return runErr
 	}
+	if fence := r.p.takeFence(); fence != nil {
+		return stoppedFenced(fence)
+	}
 	r.log.Info("walrelay stopped", "confirmed", r.p.tr.Confirmed().String(), "in_flight", r.p.tr.InFlight())
 	return nil
 }

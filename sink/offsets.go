@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -234,6 +235,11 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	t.mu.Lock()
+	if t.firstMarker < 0 {
+		t.firstMarker = markerAt
+	}
+	t.mu.Unlock()
 	var last *kgo.Record // the latest position record of Key below the marker
 	var read int64       // records read
 	for to, w := markerAt, int64(offsetsWindow); ; w *= 4 {
@@ -303,6 +309,13 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	return nil
 }
 
+// A marker's key is Key with markerSuffix; its header markerIDHeader
+// names the transactional id that committed it (sharedBy).
+const (
+	markerSuffix   = "#marker"
+	markerIDHeader = "transactional_id"
+)
+
 // writeMarker commits a record of its own to the offsets topic, keyed
 // Key#marker, in a transaction of the transactional producer, and returns
 // its offset.
@@ -315,6 +328,7 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	// An earlier attempt that the broker cut may have left a transaction
 	// open in the client (nothing of it can commit): end it first.
 	if err := s.client().EndTransaction(wctx, kgo.TryAbort); err != nil {
+		t.endAnswered(false, err)
 		if fenced(err) {
 			return 0, failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
 		}
@@ -333,7 +347,9 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 		err error
 	}
 	answered := make(chan answer, 1)
-	s.client().Produce(wctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key + "#marker"), Value: []byte(hex.EncodeToString(nonce))},
+	marker := &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key + markerSuffix), Value: []byte(hex.EncodeToString(nonce)),
+		Headers: []kgo.RecordHeader{{Key: markerIDHeader, Value: []byte(t.cfg.ID)}}}
+	s.client().Produce(wctx, marker,
 		func(r *kgo.Record, perr error) { answered <- answer{r.Offset, perr} })
 	var at int64
 	err := s.client().Flush(wctx)
@@ -345,7 +361,9 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	if err != nil {
 		try = kgo.TryAbort
 	}
-	if endErr := s.client().EndTransaction(wctx, try); err == nil {
+	endErr := s.client().EndTransaction(wctx, try)
+	t.endAnswered(try == kgo.TryCommit, endErr)
+	if err == nil {
 		err = endErr
 	}
 	if err != nil {
@@ -376,6 +394,7 @@ func (s *Sink) readOffsets(ctx context.Context, from, to int64) (*kgo.Record, in
 	defer cl.Close()
 	var last *kgo.Record
 	var n int64
+	var shared error // a position of another slot under this transactional id (sharedBy)
 	read := from - 1 // the last offset read
 	for {
 		rctx, cancel := context.WithTimeout(ctx, readIdleTimeout)
@@ -403,10 +422,52 @@ func (s *Sink) readOffsets(ctx context.Context, from, to int64) (*kgo.Record, in
 			n, read = n+1, r.Offset
 			if string(r.Key) == t.cfg.Key {
 				last = r
+			} else if shared == nil {
+				shared = s.sharedBy(r)
 			}
 		})
+		if shared != nil {
+			return nil, n, shared
+		}
 		if done {
 			return last, n, nil
 		}
 	}
+}
+
+// sharedBy returns ErrSharedTransactionalID, fatal, if r is a record of
+// another slot than Key (a position, or the marker of a read of one)
+// committed under this sink's transactional id after the sink's first
+// marker (firstMarker): an instance of another slot that ran while this
+// one did uses the same id, and each fences the other. One before it (a
+// slot renamed under a kafka.transactional_id kept, its old name's relay
+// stopped) is not: the offsets topic's one partition orders them,
+// whatever the hosts' clocks say.
+func (s *Sink) sharedBy(r *kgo.Record) error {
+	t := s.tx
+	t.mu.Lock()
+	first := t.firstMarker
+	t.mu.Unlock()
+	if first < 0 || r.Offset <= first {
+		return nil
+	}
+	var slot, what string
+	if key, ok := strings.CutSuffix(string(r.Key), markerSuffix); ok {
+		for _, h := range r.Headers {
+			if h.Key == markerIDHeader && string(h.Value) == t.cfg.ID {
+				slot, what = key, "the marker of a read of the committed position"
+			}
+		}
+	} else if bytes.Contains(r.Value, []byte(`"transactional_id":"`+t.cfg.ID+`"`)) {
+		var pr positionRecord
+		if json.Unmarshal(r.Value, &pr) == nil && pr.TransactionalID == t.cfg.ID {
+			slot, what = pr.Slot, "a position committed at "+pr.CommittedAt
+		}
+	}
+	if slot == "" || slot == t.cfg.Key {
+		return nil
+	}
+	return failure.Mark(failure.Fatal, fmt.Errorf("%w: the offsets topic %s holds %s of slot %s under transactional id %s (offset %d), written since this relay, of slot %s, started with the same id: "+
+		"set a kafka.transactional_id of its own for each slot (empty: the default, which names the slot)",
+		ErrSharedTransactionalID, t.cfg.OffsetsTopic, what, slot, t.cfg.ID, r.Offset, t.cfg.Key))
 }

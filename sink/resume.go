@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,7 +23,12 @@ import (
 // that a failed abort left open in the client (endClientTxn). A later
 // call after the broker refused the producer as fenced renews it
 // (renewClient) and does what the first call does: the session holds the
-// slot, so no other instance streams it. In at-least-once mode it does
+// slot, so no other instance streams it. A fence answered to what the
+// first call does (after a renewal too: the renewal's own marker
+// transaction may be the commit whose answer was lost) is not fatal
+// either: it is recorded and returned retriable, wrapping ErrFenced
+// (fencedAtStart), and the next call renews the producer. In
+// at-least-once mode it does
 // nothing. Waiting for the slot first keeps a
 // standby from fencing the instance that streams.
 //
@@ -54,7 +60,19 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 		// This session holds the slot, so no other instance streams it:
 		// a new producer of the transactional id takes over, as a restart
 		// would (renewClient).
+		if err := s.mayRenew(err); err != nil {
+			return err
+		}
 		if err := s.renewClient(err); err != nil {
+			return err
+		}
+	} else if fence := s.fenceAtStart(); fence != nil {
+		// The first-session path below was answered as fenced at the last
+		// Resume: renewed now, as above.
+		if err := s.mayRenew(fence); err != nil {
+			return err
+		}
+		if err := s.renewClient(fence); err != nil {
 			return err
 		}
 	}
@@ -66,11 +84,14 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w (grant WRITE on TransactionalId %s, or set kafka.transactional_id to one this principal may use)", t.cfg.ID, err, t.cfg.ID))
 		}
 		if fenced(err) {
-			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w", t.cfg.ID, err))
+			return s.fencedAtStart(fmt.Errorf("%w: %s: initialise the transactional producer: %w", ErrFenced, t.cfg.ID, err))
 		}
 		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", t.cfg.ID, err)
 	}
 	if err := s.readCommitted(ctx); err != nil {
+		if errors.Is(err, ErrFenced) {
+			return s.fencedAtStart(err)
+		}
 		return err
 	}
 	t.mu.Lock()
@@ -82,6 +103,9 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 			return err
 		}
 		if err := s.readCommitted(ctx); err != nil {
+			if errors.Is(err, ErrFenced) {
+				return s.fencedAtStart(err)
+			}
 			return err
 		}
 		s.log.Warn("exactly-once: took over the committed position of another transactional id, which is fenced", "from", w, "transactional_id", t.cfg.ID, "position", s.Committed().String())
@@ -120,8 +144,81 @@ func (s *Sink) resumeSession(ctx context.Context) error {
 	return nil
 }
 
+// fencedAtStart records a fence (wrapping ErrFenced) answered to Resume's
+// first-session path (the producer's initialisation, or the marker
+// transaction of readCommitted), after a renewal as at the first session:
+// the broker gives it after a commit whose answer was lost, the renewal's
+// own marker's included. The caller holds the slot, as at a fence answered
+// to resumeSession, so it is not fatal: the returned error, retriable,
+// ends the session, and the next Resume renews the producer
+// (renewClient). It wraps ErrFenced, so that the relay opens the next
+// session only if no other process streams the slot.
+func (s *Sink) fencedAtStart(err error) error {
+	t := s.tx
+	t.mu.Lock()
+	t.fencedBy = err
+	t.mu.Unlock()
+	return failure.Mark(failure.Retriable, fmt.Errorf("%w (the next session renews the producer)", err))
+}
+
+// fenceAtStart returns the fence that fencedAtStart recorded, if any.
+func (s *Sink) fenceAtStart() error {
+	t := s.tx
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.fencedBy
+}
+
+// A fence that no lost answer explains, answered to an instance that
+// holds its slot, is another producer's initialisation of the
+// transactional id: an instance of this slot that took it for a moment
+// (a standby, a rolling restart) and lost it again, renewed; the producer
+// is renewed at most maxUnexplained times so within renewWindow
+// (mayRenew).
+const (
+	maxUnexplained = 5
+	renewWindow    = time.Minute
+)
+
+// mayRenew judges a fence (why) that the caller, which holds the slot, is
+// about to answer with a renewal. One after a transaction's end whose
+// answer was lost (endUnknown) is the broker's false fence: renewed. One
+// that nothing explains is another producer's initialisation of the id,
+// renewed unless it is the (maxUnexplained+1)th within renewWindow: an
+// instance that initialises the id again and again, though this one
+// holds the slot, is one of another slot given the same
+// kafka.transactional_id (readCommitted tells so too, from its positions,
+// when they share the offsets topic: sharedBy), each renewal of either
+// fencing the other without end; fatal, naming the id, so that one of
+// them stops.
+func (s *Sink) mayRenew(why error) error {
+	t := s.tx
+	t.mu.Lock()
+	explained := t.endUnknown
+	t.mu.Unlock()
+	if explained {
+		return nil
+	}
+	now := time.Now()
+	recent := t.unexplained[:0]
+	for _, at := range t.unexplained {
+		if now.Sub(at) < renewWindow {
+			recent = append(recent, at)
+		}
+	}
+	t.unexplained = append(recent, now)
+	if len(t.unexplained) <= maxUnexplained {
+		return nil
+	}
+	return failure.Mark(failure.Fatal, fmt.Errorf("%w: the producer of transactional id %s was refused as fenced %d times within %s, though this instance holds its slot (%s) and no lost answer of the broker explains it: "+
+		"another walrelay instance initialises the id again and again, most likely one of another slot given the same kafka.transactional_id (a shared configuration template): "+
+		"set a kafka.transactional_id of its own for each slot (empty: the default, which names the slot): %w",
+		ErrSharedTransactionalID, t.cfg.ID, len(t.unexplained), renewWindow, t.cfg.Key, why))
+}
+
 // renewClient replaces the producer after the broker answered it as
-// fenced (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), which the client never
+// fenced (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE:
+// fenced), which the client never
 // recovers from. Resume calls it once the session holds the slot: no other
 // instance can stream the slot then, so the answer was not another
 // instance's doing, or that instance has lost the slot since. The broker
@@ -168,6 +265,7 @@ func (s *Sink) endClientTxn(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, txnStepTimeout)
 	defer cancel()
 	err := s.client().EndTransaction(actx, kgo.TryAbort)
+	t.endAnswered(false, err)
 	if err == nil {
 		return nil
 	}

@@ -165,6 +165,11 @@ var ErrWALHistory = errors.New("the committed position is not on this database's
 // one kafka.transactional_id_takeover names).
 var ErrOtherTransactionalID = errors.New("the committed position belongs to another transactional id")
 
+// ErrSharedTransactionalID stops a relay whose transactional id another
+// walrelay instance, of another slot, uses too: each would fence the
+// other without end (kafka.transactional_id must be unique per slot).
+var ErrSharedTransactionalID = errors.New("another walrelay instance, of another slot, uses the same transactional id: each is fenced by the other (kafka.transactional_id must be unique per slot)")
+
 // txns is the sink's state in exactly-once mode.
 type txns struct {
 	cfg Transactions
@@ -181,10 +186,28 @@ type txns struct {
 
 	started bool // Resume initialised the producer; only the caller's goroutine reads it
 	// fencedBy is the fence (wrapping ErrFenced) that the broker answered
-	// the last transaction with: the client can do nothing more, and the
-	// next Resume renews it (renewClient). Guarded by mu.
+	// the last transaction with, or Resume's first-session path
+	// (fencedAtStart): the client can do nothing more, and the next Resume
+	// renews it (renewClient). Guarded by mu.
 	fencedBy error
 	renewals int // clients renewed after a fence; only the caller's goroutine touches it
+	// endUnknown: the last end of a transaction (a commit or an abort,
+	// of events or of readCommitted's marker) was answered with neither
+	// success nor a fence: it may have landed, and the broker then answers
+	// the re-initialisation of the producer that follows as fenced (its
+	// epoch moved on) though no other producer of the id ran. A renewal
+	// after it is explained (mayRenew); a commit that succeeds clears it
+	// (endAnswered). Guarded by mu.
+	endUnknown bool
+	// unexplained are the times of the renewals of the last renewWindow
+	// that no lost answer explained (mayRenew); only the caller's
+	// goroutine touches it.
+	unexplained []time.Time
+	// firstMarker is the offset of the first marker this sink committed
+	// to the offsets topic (-1 before it): a record past it (a position,
+	// another marker) was written while this sink ran (sharedBy). Guarded
+	// by mu.
+	firstMarker int64
 	// unresolved: a commit's outcome is not known yet (the broker went
 	// away before it could be read back); Resume reads it before anything
 	// more is produced.
@@ -339,10 +362,13 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 			return
 		}
 		unknown = !errors.Is(cause, kerr.OperationNotAttempted)
+		t.endAnswered(true, cause)
 		cause = fmt.Errorf("commit the kafka transaction: %w", cause)
 	}
 	s.q.breakOn(cause)
-	if err := s.client().EndTransaction(ctx, kgo.TryAbort); err != nil {
+	err := s.client().EndTransaction(ctx, kgo.TryAbort)
+	t.endAnswered(false, err)
+	if err != nil {
 		cause = errors.Join(cause, fmt.Errorf("abort the kafka transaction: %w", err))
 	}
 	if age := time.Since(t.began); fenced(cause) && age >= t.cfg.Timeout {
@@ -387,11 +413,30 @@ func (s *Sink) committedTxn(last event.Position, took time.Duration) {
 		t.committed, t.writer, t.onTL = last, t.cfg.ID, t.timeline
 	}
 	t.commits++
+	t.endUnknown = false
 	t.mu.Unlock()
 	if t.cfg.OnCommit != nil {
 		t.cfg.OnCommit(last, took)
 	}
 	s.giveHeld(nil)
+}
+
+// endAnswered records the answer err to an end of a transaction (a
+// commit if commit): one that is neither a success, nor a fence, nor a
+// refusal before the request was sent (OPERATION_NOT_ATTEMPTED) may have
+// come after the end landed, and sets endUnknown; a commit's success
+// clears it.
+func (t *txns) endAnswered(commit bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case err == nil:
+		if commit {
+			t.endUnknown = false
+		}
+	case !errors.Is(err, kerr.OperationNotAttempted) && !fenced(err):
+		t.endUnknown = true
+	}
 }
 
 // giveHeld answers the held records: with their own error, else with
@@ -425,10 +470,15 @@ func (s *Sink) giveHeld(cause error) {
 }
 
 // fenced reports whether err says that another producer took the
-// transactional id.
+// transactional id. INVALID_TXN_STATE is one such answer: to the end of a
+// transaction that another producer's initialisation aborted meanwhile
+// (KIP-890 takes the end for a retry of the abort), or to a produce into
+// it; franz-go then fails the producer id for good (every later
+// initialisation of the client is refused so), and only a new producer
+// goes on, as after a fence.
 func fenced(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+		errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }
 
 // producePosition produces the position record of the open transaction and
