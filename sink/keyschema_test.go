@@ -197,3 +197,36 @@ func TestAvroKeySchemaOfAMessageRefusedDeadLettered(t *testing.T) {
 		}
 	})
 }
+
+// TestRegistryWriterPanicIsDeadLettered: a panic of the code that writes
+// a registry format's key or value (hamba/avro, Go's protobuf or the JSON
+// Schema validator, on a registry's schema or an application's payload:
+// pbfix44 found one in protojson) is that event's format error,
+// dead-lettered (reason format) with the panic's text, and the next event
+// is published: left to run, it stopped walrelay, and again at every
+// start on the same event. The panic here is the writer's own: an encoder
+// the sink calls that is nil.
+func TestRegistryWriterPanicIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	reg, err := format.NewRegistry(format.RegistryConfig{URL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, kc, Config{KeyFormat: FormatAvro, Avro: format.NewAvroEncoder(reg)})
+	s.cfg.Avro = nil // the writer panics
+	if err := publish(t, s, newEvent("e0")); err != nil {
+		t.Fatalf("an event whose key's writer panicked: %v, want it dead-lettered", err)
+	}
+	col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
+	defer col.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	recs, err := col.Wait(ctx, func(r []*kgo.Record) bool { return len(r) > 0 })
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("dead letters: %d, %v", len(recs), err)
+	}
+	if reason, why := string(kafkatest.Header(recs[0], HeaderReason)), string(kafkatest.Header(recs[0], HeaderError)); reason != ReasonFormat || !strings.Contains(why, "panicked") {
+		t.Errorf("dead letter: reason %q, error %q; want %q saying the writer panicked", reason, why, ReasonFormat)
+	}
+}

@@ -38,24 +38,10 @@ const sourceMessage = "message"
 // stops, naming the keys); one that does not answer fails it as transient
 // (the stream restarts, nothing is sent past it).
 func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record, topic string, gen uint64, done Done) bool {
-	var err error
-	what := "key"
-	if s.cfg.KeyFormat == FormatAvro {
-		r.Key, err = s.cfg.Avro.Key(ctx, topic, r.Key, keyColumn(e))
-	}
-	if err == nil && s.cfg.ValueFormat == FormatAvro && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
-		what = "value"
-		r.Value, err = s.cfg.Avro.Value(ctx, topic, format.Payload{
-			Text: e.Payload, Column: e.PayloadColumn, Bytes: e.PayloadBytes, TextColumn: e.PayloadText,
-			Required: e.PayloadRequired, Expand: s.cfg.ExpandJSONPayload,
-			// A value over the topic's batch cap is refused before it is
-			// written: the client would refuse the record anyway.
-			MaxBytes: int(s.batchCapOf(topic)),
-		})
-	}
-	if err == nil && s.cfg.ValueFormat != FormatAvro && s.cfg.ValueFormat.registry() && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
-		what = "value"
-		r.Value, err = s.schemaFirstValue(ctx, e, topic)
+	what, err := s.registryWrite(ctx, e, r, topic)
+	f := s.cfg.ValueFormat // the format of what
+	if what == "key" {
+		f = s.cfg.KeyFormat
 	}
 	switch {
 	case err == nil:
@@ -81,15 +67,11 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key's schema: %w: %s", e.ID, topic, err, keySchemaFix(topic, err))))
 	case errors.Is(err, format.ErrMismatch):
-		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, s.cfg.ValueFormat, err), gen, done)
+		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, f, err), gen, done)
 	case errors.Is(err, format.ErrTooLarge):
-		f := s.cfg.ValueFormat
-		if what == "key" {
-			f = s.cfg.KeyFormat
-		}
 		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the %s in %s: %w", kerr.MessageTooLarge, what, f, err), gen, done)
 	case errors.Is(err, format.ErrPayload):
-		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in Avro: %w", what, err), gen, done)
+		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in %s: %w", what, f, err), gen, done)
 	case errors.Is(err, format.ErrRefused), errors.Is(err, format.ErrNotRegistered):
 		s.deadLetter(ctx, e, ReasonSchemaRefused, topic, fmt.Errorf("the %s's schema: %w", what, err), gen, done)
 	case errors.Is(err, format.ErrUnauthorized):
@@ -102,6 +84,39 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the %s's schema: %w", e.ID, topic, what, err)))
 	}
 	return false
+}
+
+// registryWrite writes r's key and value in the registry formats
+// (registryEncode), and says which of the two an error is about. A panic
+// of the code that writes them (hamba/avro, Go's protobuf, the JSON
+// Schema validator, on a registry's schema or an application's payload)
+// is the event's format error, dead-lettered with its text: left to run,
+// it would stop walrelay, and again at every start on the same event.
+func (s *Sink) registryWrite(ctx context.Context, e *event.Event, r *kgo.Record, topic string) (what string, err error) {
+	what = "key"
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: writing the %s panicked: %v", format.ErrPayload, what, p)
+		}
+	}()
+	if s.cfg.KeyFormat == FormatAvro {
+		r.Key, err = s.cfg.Avro.Key(ctx, topic, r.Key, keyColumn(e))
+	}
+	if err == nil && s.cfg.ValueFormat == FormatAvro && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
+		what = "value"
+		r.Value, err = s.cfg.Avro.Value(ctx, topic, format.Payload{
+			Text: e.Payload, Column: e.PayloadColumn, Bytes: e.PayloadBytes, TextColumn: e.PayloadText,
+			Required: e.PayloadRequired, Expand: s.cfg.ExpandJSONPayload,
+			// A value over the topic's batch cap is refused before it is
+			// written: the client would refuse the record anyway.
+			MaxBytes: int(s.batchCapOf(topic)),
+		})
+	}
+	if err == nil && s.cfg.ValueFormat != FormatAvro && s.cfg.ValueFormat.registry() && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
+		what = "value"
+		r.Value, err = s.schemaFirstValue(ctx, e, topic)
+	}
+	return what, err
 }
 
 // keySchemaFix says what to do when the registry refuses, or does not
