@@ -415,7 +415,7 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 func noPanic(name protoreflect.FullName, f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("Go's protobuf panicked on the message %s (%v): its schema is at fault (a well-known type's name with other fields?)", name, p)
+			err = fmt.Errorf("protobuf (Go's) panicked on the message %s (%v): its schema is at fault (a well-known type's name with other fields?)", name, p)
 		}
 	}()
 	return f()
