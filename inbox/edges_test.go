@@ -1,7 +1,11 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,11 +15,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/inbox"
+	"github.com/walrelay/walrelay/internal/deadletter"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/waitfor"
+	"github.com/walrelay/walrelay/outbox"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -254,5 +261,146 @@ func TestRetentionPrunesByDefault(t *testing.T) {
 	}
 	if n := left(); n != 29 || billing != 40 {
 		t.Fatalf("%d rows of the consumer left, %d of another; want 29 (those of the last 30 days) and 40", n, billing)
+	}
+}
+
+// deadLetterOf waits for the dead letter of the record whose id header
+// begins with prefix.
+func deadLetterOf(t *testing.T, dlq *kafkatest.Collector, prefix string) *kgo.Record {
+	t.Helper()
+	var dl *kgo.Record
+	if _, err := dlq.Wait(t.Context(), func(rs []*kgo.Record) bool {
+		for _, r := range rs {
+			if id := string(kafkatest.Header(r, "id")); id != "" && strings.HasPrefix(prefix, id[:min(len(id), len(prefix))]) && strings.HasPrefix(id, prefix[:min(len(id), 36)]) {
+				dl = r
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("no dead letter of %.40s…: %v", prefix, err)
+	}
+	return dl
+}
+
+// TestDeadLetterOfWideHeaders: a record whose headers alone are over the
+// inbox producer's batch cap (franz-go's default, 1,000,012 bytes: the
+// inbox sets none), read from a topic that allows it (max.message.bytes 4
+// MiB here), that the handler fails, is dead-lettered without its value
+// and without the headers over the cap, the largest first
+// (walrelay.key_headers_omitted_bytes), its id, key and small headers
+// kept, as the relay's sink does. Before, the consumer left out its value
+// only, then retried the refusal for ever ("dead-letter topic unavailable;
+// retrying"): the record after it was not handled in 20 s, the partition
+// held (the review's TestProbe45InboxDeadLetterOfWideHeaders).
+func TestDeadLetterOfWideHeaders(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	kc := kafkatest.Start(t, kfake.SeedTopics(1, topic), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "4194304"}))
+	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	e.kc, e.prod = kc, prod
+	dlq := e.collectDLQ(t)
+	wide := event(outbox.NewID(), "order-1", 1)
+	wide.Headers = append(wide.Headers, kgo.RecordHeader{Key: "baggage", Value: bytes.Repeat([]byte("b"), 1100<<10)})
+	e.produce(t, wide, event(outbox.NewID(), "order-2", 2))
+	e.start(t, inbox.Config{MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond}, refuseBaggage)
+	waitfor.Until(t, 20*time.Second, "the record after one with 1.1 MB of headers handled", func() bool { return e.count(t) == 1 })
+	id := string(kafkatest.Header(wide, "id"))
+	dl := deadLetterOf(t, dlq, id)
+	if got, want := string(kafkatest.Header(dl, sink.HeaderKeyHeadersOmitted)), fmt.Sprint(len("baggage")+1100<<10); got != want || kafkatest.Header(dl, "baggage") != nil {
+		t.Errorf("%s %q, baggage %d bytes: want it left out, %s", sink.HeaderKeyHeadersOmitted, got, len(kafkatest.Header(dl, "baggage")), want)
+	}
+	if string(kafkatest.Header(dl, "id")) != id || string(dl.Key) != "order-1" || string(kafkatest.Header(dl, "type")) != "OrderCreated" || dl.Value != nil ||
+		string(kafkatest.Header(dl, sink.HeaderReason)) != "handler_failed" || string(kafkatest.Header(dl, sink.HeaderOmitted)) != fmt.Sprint(len(wide.Value)) {
+		t.Errorf("dead letter id %q key %q type %q reason %q value %d bytes (%s %q): want the id, key and type kept, handler_failed, the value left out",
+			kafkatest.Header(dl, "id"), dl.Key, kafkatest.Header(dl, "type"), kafkatest.Header(dl, sink.HeaderReason), len(dl.Value), sink.HeaderOmitted, kafkatest.Header(dl, sink.HeaderOmitted))
+	}
+}
+
+// refuseBaggage is a handler that fails a record with a baggage header
+// and records the others.
+func refuseBaggage(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+	if len(m.Headers["baggage"]) > 0 {
+		return errors.New("refused")
+	}
+	return record(ctx, tx, m)
+}
+
+// TestDeadLetterErrorClipped: a handler's error of 1.5 MB is in its dead
+// letter's walrelay.error as its first bytes, "…" and its length, 1 KiB in
+// all. Before, the dead letter carried it whole, over the producer's cap
+// without its value too, and the consumer retried it for ever: the
+// partition held.
+func TestDeadLetterErrorClipped(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	dlq := e.collectDLQ(t)
+	bad := event(outbox.NewID(), "order-1", 1)
+	e.produce(t, bad, event(outbox.NewID(), "order-2", 2))
+	long := "refused: " + strings.Repeat("e", 1500<<10)
+	e.start(t, inbox.Config{MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond},
+		func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+			if string(m.Key) == "order-1" {
+				return errors.New(long)
+			}
+			return record(ctx, tx, m)
+		})
+	waitfor.Until(t, 20*time.Second, "the record after one whose handler failed with 1.5 MB of error handled", func() bool { return e.count(t) == 1 })
+	dl := deadLetterOf(t, dlq, string(kafkatest.Header(bad, "id")))
+	got := string(kafkatest.Header(dl, sink.HeaderError))
+	if len(got) > deadletter.MaxText || !strings.Contains(got, "refused: eee") || !strings.HasSuffix(got, " bytes)") || string(dl.Value) != string(bad.Value) {
+		t.Errorf("%s of %d bytes %.60q…, value %q: want at most %d bytes, the error's first and its length, and the value kept", sink.HeaderError, len(got), got, dl.Value, deadletter.MaxText)
+	}
+}
+
+// noise is n bytes of random base64 text.
+func noise(n int) string {
+	b := make([]byte, n*3/4+3)
+	_, _ = rand.Read(b)
+	return base64.StdEncoding.EncodeToString(b)[:n]
+}
+
+// TestSmallestDeadLetter: on a dead-letter topic whose max.message.bytes
+// (64 KiB here) is below the producer's cap, a record with a 300 KB header
+// is refused by the broker with its headers; its dead letter is the
+// smallest: its id, walrelay's headers and the bytes left out; one whose
+// id is 100 KB too keeps the id's first 1 KiB (walrelay.id_omitted_bytes).
+// The records after them are handled: a dead letter refused as too large
+// is never retried as it is.
+func TestSmallestDeadLetter(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	if err := e.kc.CreateTopic("walrelay.inbox.dlq", 1, map[string]string{"max.message.bytes": "65536"}); err != nil {
+		t.Fatal(err)
+	}
+	dlq := e.collectDLQ(t)
+	// Text that the producer's compression does not shrink below the
+	// topic's limit.
+	baggage := kgo.RecordHeader{Key: "baggage", Value: []byte(noise(300 << 10))}
+	wide := event(outbox.NewID(), "order-1", 1)
+	wide.Headers = append(wide.Headers, baggage)
+	wideID := outbox.NewID() + noise(100<<10)
+	both := withIDs("order-1", 2, wideID)
+	both.Headers = append(both.Headers, baggage)
+	e.produce(t, wide, both, event(outbox.NewID(), "order-2", 3))
+	e.start(t, inbox.Config{MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond}, refuseBaggage)
+	waitfor.Until(t, 20*time.Second, "the record after two dead-lettered ones handled", func() bool { return e.count(t) == 1 })
+	id := string(kafkatest.Header(wide, "id"))
+	dl := deadLetterOf(t, dlq, id)
+	if string(kafkatest.Header(dl, "id")) != id || dl.Key != nil || kafkatest.Header(dl, "type") != nil || kafkatest.Header(dl, "baggage") != nil ||
+		string(kafkatest.Header(dl, sink.HeaderKeyHeadersOmitted)) != fmt.Sprint(len("order-1")+len("typeOrderCreated")+len("baggage")+300<<10) ||
+		string(kafkatest.Header(dl, sink.HeaderReason)) != "handler_failed" || string(kafkatest.Header(dl, sink.HeaderOffset)) != "0" {
+		t.Errorf("dead letter id %q key %q type %q %s %q reason %q offset %q: want the id, walrelay's headers and the bytes of the key and headers left out",
+			kafkatest.Header(dl, "id"), dl.Key, kafkatest.Header(dl, "type"), sink.HeaderKeyHeadersOmitted, kafkatest.Header(dl, sink.HeaderKeyHeadersOmitted),
+			kafkatest.Header(dl, sink.HeaderReason), kafkatest.Header(dl, sink.HeaderOffset))
+	}
+	dl = deadLetterOf(t, dlq, wideID)
+	got, cut := string(kafkatest.Header(dl, "id")), string(kafkatest.Header(dl, sink.HeaderIDOmitted))
+	if !strings.HasPrefix(wideID, got) || len(got) > deadletter.MaxText || len(got) < deadletter.MaxText/2 || cut != fmt.Sprint(len(wideID)-len(got)) {
+		t.Errorf("the wide id's dead letter: id %d bytes, %s %q: want its first bytes, at most %d, and the bytes cut", len(got), sink.HeaderIDOmitted, cut, deadletter.MaxText)
 	}
 }

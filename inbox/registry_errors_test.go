@@ -2,7 +2,10 @@ package inbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/inbox"
+	"github.com/walrelay/walrelay/internal/deadletter"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
@@ -76,5 +80,51 @@ func TestDecodeErrorsUndecodableOrRetried(t *testing.T) {
 		!strings.Contains(string(kafkatest.Header(d, sink.HeaderError)), "wire format") {
 		t.Fatalf("the unframed value's dead letter: id %s reason %s attempts %s error %q, handler runs %d; want undecodable at once",
 			kafkatest.Header(d, "id"), kafkatest.Header(d, sink.HeaderReason), kafkatest.Header(d, sink.HeaderAttempts), kafkatest.Header(d, sink.HeaderError), runs[0].Load())
+	}
+}
+
+// TestUndecodableReasonClippedInTheDeadLetter: with ValidateJSON, a record
+// whose JSON Schema (draft-07, which asserts formats) refuses a 350 KB
+// string as not a date was undecodable with the validator's reason whole:
+// 1 MB, the string quoted three times. The handler returns that error, and
+// the dead letter carried it in walrelay.error: over the producer's cap
+// without the value too, retried for ever; the good record after it was
+// not handled in 20 s (the review's
+// TestProbe45InboxUndecodableReasonHoldsThePartition). walrelay.error holds
+// 1 KiB of it now (package format may shorten the reason itself).
+func TestUndecodableReasonClippedInTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		b, _ := json.Marshal(map[string]any{"schemaType": "JSON", "schema": `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"seq":{"type":"integer"},"d":{"type":"string","format":"date"}}}`})
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	reg, err := inbox.NewRegistry(inbox.RegistryConfig{URL: srv.URL, Timeout: 5 * time.Second, ValidateJSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := setup(t, 1)
+	dlq := e.collectDLQ(t)
+	bad := event(outbox.NewID(), "order-1", 1)
+	bad.Value = format.Frame(nil, 1, []byte(`{"seq":1,"d":"`+strings.Repeat("x", 350<<10)+`"}`))
+	good := event(outbox.NewID(), "order-2", 2)
+	good.Value = format.Frame(nil, 1, []byte(`{"seq":2,"d":"2026-12-06"}`))
+	e.produce(t, bad, good)
+	e.start(t, inbox.Config{Registry: reg, MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond},
+		func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+			var v struct {
+				Seq int `json:"seq"`
+			}
+			if err := m.Decode(ctx, &v); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO effects (event_id, key, seq) VALUES ($1, $2, $3)", m.ID, string(m.Key), v.Seq)
+			return err
+		})
+	waitfor.Until(t, 20*time.Second, "the good record after an undecodable one handled", func() bool { return e.count(t) == 1 })
+	dl := deadLetterOf(t, dlq, string(kafkatest.Header(bad, "id")))
+	if got := kafkatest.Header(dl, sink.HeaderError); string(kafkatest.Header(dl, sink.HeaderReason)) != "undecodable" || len(got) > deadletter.MaxText {
+		t.Errorf("reason %q, %s of %d bytes: want undecodable, at most %d bytes", kafkatest.Header(dl, sink.HeaderReason), sink.HeaderError, len(got), deadletter.MaxText)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/deadletter"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -102,6 +103,9 @@ var maxReplayHeld = 64 << 20
 // is DEAD and reached its topic is set SENT (claim_id "dlq-replay:" and the
 // dead letter's reference). Each one replayed is then marked on the
 // dead-letter topic (HeaderDLQReplayed), so that a second replay skips it.
+// One whose id was cut (sink.HeaderIDOmitted: the id alone was over the
+// dead-letter topic's cap) is not replayable: its prefix may name another
+// row.
 // One at a time: the dead-letter topic is small. The dead letters picked
 // are held until sent: past maxReplayHeld bytes of them, nothing is sent
 // and the error names the flags that pick fewer.
@@ -141,6 +145,13 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 	defer cl.Close()
 	for _, d := range todo {
 		from := event.Header{Key: HeaderReplayedFromDLQ, Value: []byte(d.Ref())}
+		if cut := sink.Header(d.Record, sink.HeaderIDOmitted); cut != "" {
+			// Its id is a prefix of the event's: the row it names, if
+			// any, is another one, and sent as the dead letter holds it,
+			// it would carry another id.
+			res.NotReplayable = append(res.NotReplayable, fmt.Sprintf("%s: its id is cut, %s bytes left out (too large for the dead-letter topic)", deadletter.Clip(d.ID, 128), cut))
+			continue
+		}
 		var e *event.Event
 		if d.ID != "" {
 			err := t.Rows(ctx, nil, Window{IDs: []string{d.ID}}, func(r Row) error { e = r.Event; return nil })
@@ -201,7 +212,7 @@ func ReplayDLQ(ctx context.Context, t *Table, p Publisher, opts []kgo.Opt, topic
 						again.Headers = append(again.Headers, h)
 					}
 				}
-				again.Headers = append(again.Headers, kgo.RecordHeader{Key: sink.HeaderError, Value: []byte(err.Error())})
+				again.Headers = append(again.Headers, kgo.RecordHeader{Key: sink.HeaderError, Value: deadletter.Clip(err.Error(), deadletter.MaxText)})
 				if err := cl.ProduceSync(ctx, again).FirstErr(); err != nil {
 					return res, fmt.Errorf("dead-letter %s again after its replay failed: %w", d.ID, err)
 				}

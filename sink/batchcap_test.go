@@ -3,7 +3,9 @@ package sink
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/internal/deadletter"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
@@ -195,6 +198,116 @@ func TestDeadLetterOfKeyOrHeadersOverTheCap(t *testing.T) {
 				}
 				if c.name == "key" && dl.Key != nil {
 					t.Errorf("the dead letter's key has %d bytes: want it left out", len(dl.Key))
+				}
+			})
+		}
+	}
+}
+
+// TestDeadLetterOfOwnHeadersOverTheCap: the dead-letter headers walrelay
+// adds and the id were never left out of a dead letter. With the default
+// route outbox.event.{aggregatetype}, an aggregate type of 64 KiB (the
+// batch cap) is dead-lettered invalid_topic with the topic in
+// walrelay.topic and, quoted, in walrelay.error; an event id of 64 KiB
+// is over the cap by itself; the poll source's DeadLetter carries the
+// error of the row's last attempt, which may be as long. The client
+// refused each dead letter, retriably: before, "dead-letter event … to
+// walrelay.dlq (retriable true)" in all of them, in both modes (the
+// review's TestProbe45DeadLetterOwnHeadersOverTheCap), and the relay
+// restarted on the row for ever. Now the error and the topic are clipped
+// to deadletter.MaxText bytes, ending in "…" and their length, and an id
+// over the cap keeps the longest prefix that fits, with
+// walrelay.id_omitted_bytes, once the key and the event's headers are
+// left out.
+func TestDeadLetterOfOwnHeadersOverTheCap(t *testing.T) {
+	t.Parallel()
+	const batch = 64 << 10
+	wide := strings.Repeat("w", batch)
+	for _, exactlyOnce := range []bool{false, true} {
+		for _, c := range []struct {
+			name   string
+			set    func(e *event.Event)
+			reason string
+		}{
+			{"aggregatetype", func(e *event.Event) { e.AggregateType = wide }, "invalid_topic"},
+			{"id", func(e *event.Event) { e.ID = wide; e.Invalid = errors.New("an invalid event") }, "invalid_event"},
+			{"error", nil, "max_attempts"},
+		} {
+			t.Run(fmt.Sprintf("%s exactly_once=%v", c.name, exactlyOnce), func(t *testing.T) {
+				t.Parallel()
+				kc := kafkatest.Start(t)
+				cfg := Config{BatchMaxBytes: batch}
+				if exactlyOnce {
+					cfg.Transactions = &Transactions{ID: "walrelay-own-" + c.name, Key: "slot_a", Source: "db"}
+				}
+				s := newSink(t, kc, cfg)
+				if exactlyOnce {
+					startTxn(t, s)
+				}
+				e := newEvent("wide")
+				var err error
+				if c.set != nil {
+					c.set(e)
+					err = publish(t, s, e)
+				} else {
+					// As the poll source dead-letters a row that failed
+					// too many times, with its last error.
+					done := make(chan error, 1)
+					s.DeadLetter(t.Context(), e, c.reason, errors.New("attempt 5: "+wide+wide), func(_ Delivery, err error) { done <- err })
+					err = <-done
+				}
+				if err != nil {
+					t.Fatalf("the dead letter of an event whose %s is wide (the cap %d): %.200v (retriable %v): the relay restarts on it for ever", c.name, batch, err, failure.IsRetriable(err))
+				}
+				next := newEvent("next")
+				next.CommitLSN++
+				if err := publish(t, s, next); err != nil {
+					t.Fatalf("the event after it: %v", err)
+				}
+				col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
+				defer col.Close()
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+				recs, err := col.Wait(ctx, func(r []*kgo.Record) bool { return len(r) >= 1 })
+				if err != nil {
+					t.Fatalf("records: %d: %v", len(recs), err)
+				}
+				dl := recs[0]
+				if got := Header(dl, HeaderReason); got != c.reason {
+					t.Errorf("reason %q, want %s", got, c.reason)
+				}
+				if size := recordSize(dl); size > batch {
+					t.Errorf("the dead letter holds %d bytes, over the cap %d", size, batch)
+				}
+				for _, h := range []string{HeaderError, HeaderTopic} {
+					if v := Header(dl, h); len(v) > deadletter.MaxText {
+						t.Errorf("%s has %d bytes, over %d", h, len(v), deadletter.MaxText)
+					}
+				}
+				id, cut := Header(dl, HeaderID), Header(dl, HeaderIDOmitted)
+				switch c.name {
+				case "id":
+					if !strings.HasPrefix(e.ID, id) || cut != fmt.Sprint(len(e.ID)-len(id)) || len(id) < batch-4096 {
+						t.Errorf("id of %d bytes, %s %q: want the longest prefix that fits (over %d bytes) and the bytes cut", len(id), HeaderIDOmitted, cut, batch-4096)
+					}
+					if dl.Key != nil || Header(dl, "tenant") != "" || Header(dl, HeaderKeyHeadersOmitted) == "" {
+						t.Errorf("key %q, tenant %q, %s %q: want the key and the event's headers left out before the id is cut", dl.Key, Header(dl, "tenant"), HeaderKeyHeadersOmitted, Header(dl, HeaderKeyHeadersOmitted))
+					}
+				default:
+					if id != "wide" || cut != "" || string(dl.Key) != "o-1" || Header(dl, "tenant") != "7" || string(dl.Value) != string(e.Payload) {
+						t.Errorf("id %q (%s %q), key %q, tenant %q, value %q: want them whole", id, HeaderIDOmitted, cut, dl.Key, Header(dl, "tenant"), dl.Value)
+					}
+				}
+				switch c.name {
+				case "aggregatetype":
+					topic := "outbox.event." + wide
+					if got, want := Header(dl, HeaderTopic), fmt.Sprintf("… (%d bytes)", len(topic)); !strings.HasSuffix(got, want) || !strings.HasPrefix(topic, strings.TrimSuffix(got, want)) {
+						t.Errorf("%s %.60q…: want the topic's prefix ending in %q", HeaderTopic, got, want)
+					}
+				case "error":
+					if got := Header(dl, HeaderError); !strings.HasPrefix(got, "attempt 5: www") || !strings.HasSuffix(got, fmt.Sprintf("… (%d bytes)", len("attempt 5: ")+2*batch)) {
+						t.Errorf("%s %.60q…: want the error's prefix and its length", HeaderError, got)
+					}
 				}
 			})
 		}

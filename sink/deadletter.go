@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/internal/deadletter"
 )
 
 // ReasonMessageBeforePrivileges is the dead-letter reason (HeaderReason) of
@@ -30,8 +30,13 @@ const (
 	// HeaderKeyHeadersOmitted is the bytes of the key and of the event's
 	// headers (names and values) left out of a dead letter that would be
 	// over the dead-letter topic's cap without its value.
-	HeaderKeyHeadersOmitted = "walrelay.key_headers_omitted_bytes"
-	deadLetterTries         = 2
+	HeaderKeyHeadersOmitted = deadletter.HeaderKeyHeadersOmitted
+	// HeaderIDOmitted is the bytes cut from the end of the id of a dead
+	// letter whose id alone is over the dead-letter topic's cap: its id
+	// header holds a prefix of the event's id, and dlq replay does not
+	// replay it.
+	HeaderIDOmitted = deadletter.HeaderIDOmitted
+	deadLetterTries = 2
 )
 
 // Dead-letter record headers of a consumer (package inbox), besides
@@ -75,17 +80,19 @@ func (s *Sink) DeadLetter(ctx context.Context, e *event.Event, reason string, ca
 // too, it goes again without its value, with the value's size in a header:
 // the row itself is still in the table and in the WAL at its position. One
 // whose key and headers alone are over the cap goes without its value and
-// without them (shedKeyHeaders) at once. gen
-// is the queue's generation when e was published (0: any).
+// without them (shedKeyHeaders) at once. The error and the topic meant are
+// clipped to deadletter.MaxText bytes: an invalid topic built from a wide
+// aggregate type is in both. gen is the queue's generation when e was
+// published (0: any).
 func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string, cause error, gen uint64, done Done) {
 	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
 	h0, _ := s.headers(e, 7) // the dead-letter record gets the clock's time
 	h := append(h0,
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(cause.Error())},
+		kgo.RecordHeader{Key: HeaderError, Value: deadletter.Clip(cause.Error(), deadletter.MaxText)},
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(why)},
 		kgo.RecordHeader{Key: HeaderSource, Value: []byte(e.Source)},
 		kgo.RecordHeader{Key: HeaderWALStart, Value: []byte(e.WALStart.String())},
-		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(topic)},
+		kgo.RecordHeader{Key: HeaderTopic, Value: deadletter.Clip(topic, deadletter.MaxText)},
 	)
 	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
 	if e.OmittedBytes > 0 {
@@ -150,70 +157,36 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 
 // shedKeyHeaders makes r, a dead letter whose first own headers are what
 // Sink.headers gave of the event (the id, the optional ones, the
-// configured columns), fit the dead-letter topic's cap when its key and headers alone are over it:
-// a wide aggregate id or header column, which postgres.max_message_bytes
-// lets through, would make the client refuse the dead letter, retriably,
-// and the stream restart on the event for ever. It leaves out the key and
-// the event's headers, the largest first, until r without its value fits,
-// and says how many bytes it left out (HeaderKeyHeadersOmitted); the id,
-// walrelay.lsn, walrelay.xid, walrelay.commit_time and the dead-letter
-// headers stay (the id is how a dead letter is counted and replayed). It
-// reports whether it left anything out: the value is then left out too.
+// configured columns), fit the dead-letter topic's cap when its key and
+// headers alone are over it: a wide aggregate id or header column, which
+// postgres.max_message_bytes lets through, would make the client refuse
+// the dead letter, retriably, and the stream restart on the event for
+// ever. It leaves out the key and the event's headers, the largest first,
+// until r without its value fits, and says how many bytes it left out
+// (HeaderKeyHeadersOmitted); walrelay.lsn, walrelay.xid,
+// walrelay.commit_time and the dead-letter headers (their texts clipped)
+// stay. The id stays too (it is how a dead letter is counted and
+// replayed), whole unless it alone is over the cap: then it is cut to
+// what fits, with HeaderIDOmitted. It reports whether it left anything
+// out: the value is then left out too.
 func (s *Sink) shedKeyHeaders(r *kgo.Record, own int) bool {
-	size, _ := s.overCap(r)
 	capBytes := int(s.batchCapOf(r.Topic))
-	// Room for the two headers that say what was left out.
-	limit := capBytes - 128
-	size -= len(r.Value)
-	if size <= limit {
-		return false
-	}
-	// Candidates: the key (-1) and the event's headers but its id (0)
-	// and walrelay's own.
-	cands := []int{-1}
-	for i := 1; i < own; i++ {
+	// Room for the header that says the value was left out.
+	excess := deadletter.Size(r) - len(r.Value) - (capBytes - 64)
+	omitted, idOmitted := deadletter.Fit(r, excess, func(i int) bool {
+		if i >= own {
+			return false // walrelay's dead-letter headers
+		}
 		switch r.Headers[i].Key {
 		case OptionalHeaders[1], OptionalHeaders[2], headerCommitTime:
-		default:
-			cands = append(cands, i)
+			return false
 		}
-	}
-	sizeOf := func(i int) int {
-		if i < 0 {
-			return len(r.Key)
-		}
-		return len(r.Headers[i].Key) + len(r.Headers[i].Value) + 10
-	}
-	slices.SortStableFunc(cands, func(a, b int) int { return sizeOf(b) - sizeOf(a) })
-	drop := make(map[int]bool, len(cands))
-	var omitted int
-	for _, i := range cands {
-		if size <= limit {
-			break
-		}
-		if i < 0 {
-			if r.Key == nil {
-				continue
-			}
-			omitted += len(r.Key)
-			size -= len(r.Key)
-			r.Key = nil
-			continue
-		}
-		drop[i] = true
-		omitted += sizeOf(i) - 10
-		size -= sizeOf(i)
-	}
-	if omitted == 0 {
+		return true
+	}, 0)
+	if omitted == 0 && idOmitted == 0 {
 		return false
 	}
-	kept := r.Headers[:0:0]
-	for i, h := range r.Headers {
-		if !drop[i] {
-			kept = append(kept, h)
-		}
-	}
-	r.Headers = append(kept, kgo.RecordHeader{Key: HeaderKeyHeadersOmitted, Value: strconv.AppendInt(nil, int64(omitted), 10)})
-	s.log.Warn("dead letter without its key or headers over the dead-letter topic's cap", "id", Header(r, HeaderID), "topic", r.Topic, "omitted_bytes", omitted, "cap", capBytes)
+	s.log.Warn("dead letter without its key or headers over the dead-letter topic's cap", "id", string(deadletter.Clip(Header(r, HeaderID), 128)), "topic", r.Topic,
+		"omitted_bytes", omitted, "id_omitted_bytes", idOmitted, "cap", capBytes)
 	return true
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walrelay/walrelay/internal/deadletter"
 )
 
 // SeedBrokers returns the seed brokers' addresses of the configuration
@@ -368,10 +370,11 @@ func (s *Sink) refusedBatch(r *kgo.Record, err error) bool {
 	return !over
 }
 
-// overCap returns r's size with room to spare for a batch's framing, and
-// whether that is over its topic's batch cap: the client would refuse r.
+// overCap returns r's size with room to spare for a batch's framing
+// (deadletter.Size, which a dead letter is cut to), and whether that is
+// over its topic's batch cap: the client would refuse r.
 func (s *Sink) overCap(r *kgo.Record) (int, bool) {
-	size := 256 + len(r.Topic) + recordSize(r) + 10*len(r.Headers)
+	size := deadletter.Size(r)
 	return size, int64(size) > int64(s.batchCapOf(r.Topic))
 }
 
