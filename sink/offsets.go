@@ -298,6 +298,7 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	if foreign {
 		onTL = 0
 	}
+	t.mu.Lock()
 	if other && t.pending > 0 {
 		// Another instance of this slot wrote to the offsets topic since
 		// this sink's last record: it held the slot (a standby, a rolling
@@ -306,7 +307,6 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 		t.unexplained = t.unexplained[:len(t.unexplained)-min(t.pending, len(t.unexplained))]
 	}
 	t.pending = 0
-	t.mu.Lock()
 	t.committed, t.writer, t.onTL, t.readLast = pos, writer, onTL, read
 	logForeign := foreign && t.foreign != pr.Source
 	if logForeign {

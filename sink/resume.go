@@ -202,9 +202,8 @@ const (
 func (s *Sink) mayRenew(why error) error {
 	t := s.tx
 	t.mu.Lock()
-	explained := t.endUnknown
-	t.mu.Unlock()
-	if explained {
+	defer t.mu.Unlock()
+	if t.endUnknown {
 		return nil
 	}
 	now := time.Now()

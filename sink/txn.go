@@ -209,12 +209,13 @@ type txns struct {
 	endUnknown bool
 	// unexplained are the times of the renewals of the last longWindow
 	// that neither a lost answer nor another instance of the slot
-	// explained (mayRenew); only the caller's goroutine touches it.
+	// explained (mayRenew). Guarded by mu.
 	unexplained []time.Time
 	// pending is how many of unexplained's last renewals wait for the
 	// read of the committed position that follows them: if it finds a
 	// record of this slot that this sink did not write (sameSlot), they
-	// are explained and dropped. Only the caller's goroutine touches it.
+	// are explained and dropped (readCommitted, which runs on the
+	// flusher too, after a commit of unknown outcome). Guarded by mu.
 	pending int
 	// ownAt is the offset of this sink's latest record on the offsets
 	// topic, a marker or a position (-1 before any): a record of the slot
