@@ -323,10 +323,12 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 }
 
 // A marker's key is Key with markerSuffix; its header markerIDHeader
-// names the transactional id that committed it (sharedBy).
+// names the transactional id that committed it (sharedBy), and
+// markerSourceHeader the database (Source) of the relay (sameSlot).
 const (
-	markerSuffix   = "#marker"
-	markerIDHeader = "transactional_id"
+	markerSuffix       = "#marker"
+	markerIDHeader     = "transactional_id"
+	markerSourceHeader = "source"
 )
 
 // writeMarker commits a record of its own to the offsets topic, keyed
@@ -361,7 +363,7 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	}
 	answered := make(chan answer, 1)
 	marker := &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key + markerSuffix), Value: []byte(hex.EncodeToString(nonce)),
-		Headers: []kgo.RecordHeader{{Key: markerIDHeader, Value: []byte(t.cfg.ID)}}}
+		Headers: []kgo.RecordHeader{{Key: markerIDHeader, Value: []byte(t.cfg.ID)}, {Key: markerSourceHeader, Value: []byte(t.cfg.Source)}}}
 	s.client().Produce(wctx, marker,
 		func(r *kgo.Record, perr error) { answered <- answer{r.Offset, perr} })
 	var at int64
@@ -489,10 +491,14 @@ func (s *Sink) sharedBy(r *kgo.Record) error {
 }
 
 // sameSlot reports whether r is a record of this slot (a position of Key,
-// or a marker of Key's) under this sink's transactional id past ownAt,
-// the sink's latest record: another instance of the slot wrote it, one
-// that held the slot meanwhile. The offsets topic's one partition orders
-// them. Before the sink's first record (ownAt -1) nothing is.
+// or a marker of Key's) of this database under this sink's transactional
+// id past ownAt, the sink's latest record: another instance of the slot
+// wrote it, one that held the slot meanwhile. The offsets topic's one
+// partition orders them. Before the sink's first record (ownAt -1)
+// nothing is. A slot of the same name on another database, given the
+// same id and offsets topic, is not this slot: its records name another
+// Source (a marker without the source header, of an older walrelay, is
+// not counted).
 func (s *Sink) sameSlot(r *kgo.Record, ownAt int64) bool {
 	t := s.tx
 	if ownAt < 0 || r.Offset <= ownAt {
@@ -500,14 +506,19 @@ func (s *Sink) sameSlot(r *kgo.Record, ownAt int64) bool {
 	}
 	switch string(r.Key) {
 	case t.cfg.Key + markerSuffix:
+		id, source := false, false
 		for _, h := range r.Headers {
-			if h.Key == markerIDHeader && string(h.Value) == t.cfg.ID {
-				return true
+			switch h.Key {
+			case markerIDHeader:
+				id = string(h.Value) == t.cfg.ID
+			case markerSourceHeader:
+				source = string(h.Value) == t.cfg.Source
 			}
 		}
+		return id && source
 	case t.cfg.Key:
 		var pr positionRecord
-		return json.Unmarshal(r.Value, &pr) == nil && pr.TransactionalID == t.cfg.ID
+		return json.Unmarshal(r.Value, &pr) == nil && pr.TransactionalID == t.cfg.ID && pr.Source == t.cfg.Source
 	}
 	return false
 }

@@ -299,6 +299,51 @@ func TestExactlyOnceStandbyOfTheSlotIsNotShared(t *testing.T) {
 	}
 }
 
+// TestSameSlotIsOfThisSlotAndDatabase: the records that explain a renewal
+// as another instance of this slot's (sameSlot): a marker or a position
+// of the slot, under the id, of the same database, past the sink's own
+// latest record. Not a slot of the same name on another database given
+// the same id and offsets topic (it would explain away the fences of a
+// shared id), nor a marker of an older walrelay (no source header).
+func TestSameSlotIsOfThisSlotAndDatabase(t *testing.T) {
+	t.Parallel()
+	s := &Sink{tx: &txns{cfg: Transactions{ID: "walrelay-test", Key: "slot_a", Source: "db"}}}
+	marker := func(at int64, hs ...string) *kgo.Record {
+		r := &kgo.Record{Key: []byte("slot_a" + markerSuffix), Offset: at}
+		for i := 0; i+1 < len(hs); i += 2 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: hs[i], Value: []byte(hs[i+1])})
+		}
+		return r
+	}
+	position := func(at int64, slot, source, id string) *kgo.Record {
+		v, err := json.Marshal(positionRecord{Slot: slot, Source: source, CommitLSN: "0/100", TransactionalID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &kgo.Record{Key: []byte(slot), Value: v, Offset: at}
+	}
+	for _, tc := range []struct {
+		name  string
+		r     *kgo.Record
+		ownAt int64
+		want  bool
+	}{
+		{"a marker of the slot", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), 5, true},
+		{"a position of the slot", position(10, "slot_a", "db", "walrelay-test"), 5, true},
+		{"the sink's own or older", marker(5, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), 5, false},
+		{"before the sink's first record", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), -1, false},
+		{"a marker of another database", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "other"), 5, false},
+		{"a position of another database", position(10, "slot_a", "other", "walrelay-test"), 5, false},
+		{"a marker of an older walrelay", marker(10, markerIDHeader, "walrelay-test"), 5, false},
+		{"a marker of another id", marker(10, markerIDHeader, "walrelay-other", markerSourceHeader, "db"), 5, false},
+		{"a position of another slot", position(10, "slot_b", "db", "walrelay-test"), 5, false},
+	} {
+		if got := s.sameSlot(tc.r, tc.ownAt); got != tc.want {
+			t.Errorf("%s: sameSlot %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestMayRenewBoundsUnexplainedRenewals: the runaway bound of mayRenew,
 // on its own. Renewals that nothing explains are fatal past
 // maxUnexplained within a minute, and, spread out (slots with offsets
