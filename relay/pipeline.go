@@ -52,7 +52,7 @@ type pipeline struct {
 	mu         sync.Mutex
 	err        error  // the first fatal error
 	restartErr error  // a transient failure in this epoch: restart the session
-	fence      error  // the fence that restarted the session, until the next opens (takeFence)
+	fence      error  // the fence that restarted the session, until the next opens (takeFence) or resumes (started)
 	fenceWait  func() // ends a wait for the slot at a fence (cancelOnFence)
 	interrupt  func() // ends the wait for the session's next change; set by started
 	// Sessions in a row that ended on the same persistent refusal
@@ -248,6 +248,7 @@ func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) 
 	p.mu.Lock()
 	failed := p.restartErr != nil
 	p.mu.Unlock()
+	resumed := false
 	if t, ok := p.sink.(transactional); ok && t.Transactional() {
 		// The session holds the slot: the sink may fence an earlier
 		// instance, and ends its open transaction at every later session
@@ -264,6 +265,7 @@ func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) 
 			}
 			return fmt.Errorf("resume the kafka transactions: %w", err)
 		}
+		resumed = true
 	} else if failed {
 		if err := p.sink.Abort(ctx); err != nil {
 			return fmt.Errorf("settle the failed session's records: %w", err)
@@ -277,6 +279,17 @@ func (p *pipeline) started(ctx context.Context, sess session, interrupt func()) 
 		p.hasFailure.Store(true)
 		p.mu.Unlock()
 		return err
+	}
+	if resumed {
+		// The fence is settled: this session holds the slot, and the sink
+		// renewed its producer in Resume (a fence of the ended session is
+		// answered by Resume's barrier, before the renewal). One recorded
+		// since open took the last (the ended session's later answers), or
+		// while Resume's barrier answered them, left here would be taken
+		// for a fence of the new session: at its end (opened unless taken,
+		// so that a healthy handover to a standby stopped this instance)
+		// or at a clean stop ("answered while walrelay stopped").
+		p.fence = nil
 	}
 	p.cur = &epoch{failed: map[partitionOf]bool{}}
 	p.restartErr = nil

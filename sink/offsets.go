@@ -231,6 +231,9 @@ const offsetsWindow = 256
 // Key is the position. It runs with nothing else produced meanwhile.
 func (s *Sink) readCommitted(ctx context.Context) error {
 	t := s.tx
+	t.mu.Lock()
+	ownAt := t.ownAt // before the marker: records past it are another instance's (sameSlot)
+	t.mu.Unlock()
 	markerAt, err := s.writeMarker(ctx)
 	if err != nil {
 		return err
@@ -242,10 +245,12 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 	t.mu.Unlock()
 	var last *kgo.Record // the latest position record of Key below the marker
 	var read int64       // records read
+	other := false       // a record of Key that another instance wrote (sameSlot)
 	for to, w := markerAt, int64(offsetsWindow); ; w *= 4 {
 		from := max(0, to-w)
-		r, n, err := s.readOffsets(ctx, from, to)
+		r, n, o, err := s.readOffsets(ctx, from, to, ownAt)
 		read += n
+		other = other || o
 		if err != nil {
 			return err
 		}
@@ -294,6 +299,14 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 		onTL = 0
 	}
 	t.mu.Lock()
+	if other && t.pending > 0 {
+		// Another instance of this slot wrote to the offsets topic since
+		// this sink's last record: it held the slot (a standby, a rolling
+		// restart), and its initialisation of the id is what fenced this
+		// sink. The renewals since are explained.
+		t.unexplained = t.unexplained[:len(t.unexplained)-min(t.pending, len(t.unexplained))]
+	}
+	t.pending = 0
 	t.committed, t.writer, t.onTL, t.readLast = pos, writer, onTL, read
 	logForeign := foreign && t.foreign != pr.Source
 	if logForeign {
@@ -310,10 +323,12 @@ func (s *Sink) readCommitted(ctx context.Context) error {
 }
 
 // A marker's key is Key with markerSuffix; its header markerIDHeader
-// names the transactional id that committed it (sharedBy).
+// names the transactional id that committed it (sharedBy), and
+// markerSourceHeader the database (Source) of the relay (sameSlot).
 const (
-	markerSuffix   = "#marker"
-	markerIDHeader = "transactional_id"
+	markerSuffix       = "#marker"
+	markerIDHeader     = "transactional_id"
+	markerSourceHeader = "source"
 )
 
 // writeMarker commits a record of its own to the offsets topic, keyed
@@ -348,7 +363,7 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	}
 	answered := make(chan answer, 1)
 	marker := &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key + markerSuffix), Value: []byte(hex.EncodeToString(nonce)),
-		Headers: []kgo.RecordHeader{{Key: markerIDHeader, Value: []byte(t.cfg.ID)}}}
+		Headers: []kgo.RecordHeader{{Key: markerIDHeader, Value: []byte(t.cfg.ID)}, {Key: markerSourceHeader, Value: []byte(t.cfg.Source)}}}
 	s.client().Produce(wctx, marker,
 		func(r *kgo.Record, perr error) { answered <- answer{r.Offset, perr} })
 	var at int64
@@ -356,6 +371,9 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 	if err == nil { // every record answered
 		a := <-answered
 		at, err = a.at, a.err
+		if err == nil {
+			t.wrote(at) // its own, even if its transaction does not commit (sameSlot)
+		}
 	}
 	try := kgo.TryCommit
 	if err != nil {
@@ -377,9 +395,10 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 
 // readOffsets reads the offsets topic from offset from with read_committed
 // isolation until a record at offset to or past it (the marker is one),
-// and returns the latest position record of Key below to, if any, and the
-// number of records read.
-func (s *Sink) readOffsets(ctx context.Context, from, to int64) (*kgo.Record, int64, error) {
+// and returns the latest position record of Key below to, if any, the
+// number of records read, and whether it read a record of Key that
+// another instance wrote past ownAt (sameSlot).
+func (s *Sink) readOffsets(ctx context.Context, from, to, ownAt int64) (last *kgo.Record, n int64, other bool, err error) {
 	t := s.tx
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
@@ -389,11 +408,9 @@ func (s *Sink) readOffsets(ctx context.Context, from, to int64) (*kgo.Record, in
 		kgo.FetchMaxWait(200 * time.Millisecond),
 	}, s.clientOpts()...)...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("create the offsets reader: %w", err)
+		return nil, 0, false, fmt.Errorf("create the offsets reader: %w", err)
 	}
 	defer cl.Close()
-	var last *kgo.Record
-	var n int64
 	var shared error // a position of another slot under this transactional id (sharedBy)
 	read := from - 1 // the last offset read
 	for {
@@ -402,15 +419,15 @@ func (s *Sink) readOffsets(ctx context.Context, from, to int64) (*kgo.Record, in
 		idle := rctx.Err() != nil
 		cancel()
 		if err := ctx.Err(); err != nil {
-			return nil, n, fmt.Errorf("read the offsets topic %s to the marker of this instance: %w", t.cfg.OffsetsTopic, err)
+			return nil, n, false, fmt.Errorf("read the offsets topic %s to the marker of this instance: %w", t.cfg.OffsetsTopic, err)
 		}
 		if idle {
-			return nil, n, fmt.Errorf("read the offsets topic %s to the marker of this instance: no record in %s after offset %d "+
+			return nil, n, false, fmt.Errorf("read the offsets topic %s to the marker of this instance: no record in %s after offset %d "+
 				"(an open transaction of another instance holds the topic until it ends)", t.cfg.OffsetsTopic, readIdleTimeout, read)
 		}
 		for _, fe := range fs.Errors() {
 			if !kerr.IsRetriable(fe.Err) {
-				return nil, n, fmt.Errorf("read the offsets topic %s: %w", t.cfg.OffsetsTopic, fe.Err)
+				return nil, n, false, fmt.Errorf("read the offsets topic %s: %w", t.cfg.OffsetsTopic, fe.Err)
 			}
 		}
 		done := false
@@ -425,12 +442,13 @@ func (s *Sink) readOffsets(ctx context.Context, from, to int64) (*kgo.Record, in
 			} else if shared == nil {
 				shared = s.sharedBy(r)
 			}
+			other = other || s.sameSlot(r, ownAt)
 		})
 		if shared != nil {
-			return nil, n, shared
+			return nil, n, false, shared
 		}
 		if done {
-			return last, n, nil
+			return last, n, other, nil
 		}
 	}
 }
@@ -470,4 +488,37 @@ func (s *Sink) sharedBy(r *kgo.Record) error {
 	return failure.Mark(failure.Fatal, fmt.Errorf("%w: the offsets topic %s holds %s of slot %s under transactional id %s (offset %d), written since this relay, of slot %s, started with the same id: "+
 		"set a kafka.transactional_id of its own for each slot (empty: the default, which names the slot)",
 		ErrSharedTransactionalID, t.cfg.OffsetsTopic, what, slot, t.cfg.ID, r.Offset, t.cfg.Key))
+}
+
+// sameSlot reports whether r is a record of this slot (a position of Key,
+// or a marker of Key's) of this database under this sink's transactional
+// id past ownAt, the sink's latest record: another instance of the slot
+// wrote it, one that held the slot meanwhile. The offsets topic's one
+// partition orders them. Before the sink's first record (ownAt -1)
+// nothing is. A slot of the same name on another database, given the
+// same id and offsets topic, is not this slot: its records name another
+// Source (a marker without the source header, of an older walrelay, is
+// not counted).
+func (s *Sink) sameSlot(r *kgo.Record, ownAt int64) bool {
+	t := s.tx
+	if ownAt < 0 || r.Offset <= ownAt {
+		return false
+	}
+	switch string(r.Key) {
+	case t.cfg.Key + markerSuffix:
+		id, source := false, false
+		for _, h := range r.Headers {
+			switch h.Key {
+			case markerIDHeader:
+				id = string(h.Value) == t.cfg.ID
+			case markerSourceHeader:
+				source = string(h.Value) == t.cfg.Source
+			}
+		}
+		return id && source
+	case t.cfg.Key:
+		var pr positionRecord
+		return json.Unmarshal(r.Value, &pr) == nil && pr.TransactionalID == t.cfg.ID && pr.Source == t.cfg.Source
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,11 +104,12 @@ func TestExactlyOnceFalseFenceInTheRenewalsMarker(t *testing.T) {
 // what the relay does: publish in order; on a failure, Resume (its slot
 // is free: OpenUnlessTaken opens it) until it succeeds, then resend from
 // its committed position; a fatal error stops that side. A side stops
-// with ErrSharedTransactionalID, which names the id: on one offsets topic
-// at its first renewal, whose read of the committed position finds the
+// naming the id: on one offsets topic with ErrSharedTransactionalID at
+// its first renewal, whose read of the committed position finds the
 // other slot's marker or position under the id (sharedBy); on offsets
-// topics of their own once unexplained renewals pass maxUnexplained
-// within renewWindow (mayRenew). Found by review43b
+// topics of their own, where nothing shows the other slot, with
+// ErrFencedTooOften once unexplained renewals pass maxUnexplained within
+// renewWindow (mayRenew). Found by review43b
 // (TestProbeSharedTransactionalIDPingPong): 17 to 59 renewals in 6 s,
 // neither side stopped.
 func TestExactlyOnceSharedTransactionalIDStops(t *testing.T) {
@@ -116,9 +118,10 @@ func TestExactlyOnceSharedTransactionalIDStops(t *testing.T) {
 		name         string
 		ownOffsets   bool // each slot its own kafka.offsets_topic: no evidence in either
 		mostRenewals int  // of both sides
+		want         error
 	}{
-		{"one offsets topic", false, 4},
-		{"offsets topics of their own", true, 2 * (maxUnexplained + 1)},
+		{"one offsets topic", false, 4, ErrSharedTransactionalID},
+		{"offsets topics of their own", true, 2 * (maxUnexplained + 1), ErrFencedTooOften},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -182,8 +185,8 @@ func TestExactlyOnceSharedTransactionalIDStops(t *testing.T) {
 			if stopped == nil {
 				stopped = sb.stopped
 			}
-			if renewals > tc.mostRenewals || !errors.Is(stopped, ErrSharedTransactionalID) || !strings.Contains(stopped.Error(), id) {
-				t.Fatalf("two relays sharing a transactional id fenced each other %d times (a stopped: %v; b stopped: %v)", renewals, sa.stopped != nil, sb.stopped != nil)
+			if renewals > tc.mostRenewals || !errors.Is(stopped, tc.want) || !strings.Contains(stopped.Error(), id) {
+				t.Fatalf("two relays sharing a transactional id fenced each other %d times (a stopped: %v; b stopped: %v), want a stop with %q", renewals, sa.stopped != nil, sb.stopped != nil, tc.want)
 			}
 		})
 	}
@@ -239,42 +242,155 @@ func TestExactlyOnceRenamedSlotKeepsItsTransactionalID(t *testing.T) {
 }
 
 // TestExactlyOnceStandbyOfTheSlotIsNotShared: instances of one slot (a
-// standby, a rolling restart) take the slot from this one three times
-// within a minute, each initialising the transactional id, which fences
-// this one; each time this one gets the slot back (the other's session
-// ended) and renews its producer. No lost answer explains these fences,
-// and the records under the id are of this slot: not a shared id; it goes
-// on, under maxUnexplained.
+// standby, a rolling restart; a flapping network) take the slot from this
+// one six times within a minute (more than maxUnexplained), each
+// initialising the transactional id, which fences this one; each time
+// this one gets the slot back (the other's session ended) and renews its
+// producer. No lost answer explains these fences, but each renewal's read
+// of the committed position passes the other instance's marker (and its
+// position, if it committed one) of this slot, past this sink's last
+// record (sameSlot): they are explained, not counted, and it goes on.
+// Found by review45a (TestProbe45StandbyTakeoversAreNotASharedID): the
+// sixth renewal in a minute stopped the relay with
+// ErrSharedTransactionalID, "another walrelay instance, of another slot,
+// uses the same transactional id", telling the operator to give each slot
+// an id of its own.
 func TestExactlyOnceStandbyOfTheSlotIsNotShared(t *testing.T) {
 	t.Parallel()
-	kc := kafkatest.Start(t)
-	const id = "walrelay-one-slot"
-	tc := Transactions{ID: id, Key: "slot_a", Source: "db"}
-	s := txnSinkOf(t, kc, tc)
-	lsn := pglogrepl.LSN(0x100)
-	next := func() *event.Event { lsn += 0x100; return txnEvent(lsn, 0) }
-	if err := publish(t, s, next()); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name      string
+		publishes bool // the standby commits a position, or only its marker
+	}{{"the standby commits", true}, {"the standby only reads", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.Start(t)
+			const id = "walrelay-one-slot"
+			cfg := Transactions{ID: id, Key: "slot_a", Source: "db"}
+			s := txnSinkOf(t, kc, cfg)
+			lsn := pglogrepl.LSN(0x100)
+			next := func() *event.Event { lsn += 0x100; return txnEvent(lsn, 0) }
+			if err := publish(t, s, next()); err != nil {
+				t.Fatal(err)
+			}
+			takeovers := maxUnexplained + 1
+			for i := range takeovers {
+				standby := txnSinkOf(t, kc, cfg) // it took the slot: its Resume fences s
+				if tc.publishes {
+					if err := publish(t, standby, next()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				standby.Close() // and lost it
+				e := next()
+				if err := publish(t, s, e); !errors.Is(err, ErrFenced) {
+					t.Fatalf("takeover %d: publish after the standby's initialisation: %v, want the fence", i+1, err)
+				}
+				if err := s.Resume(t.Context(), onTimeline1); err != nil {
+					t.Fatalf("takeover %d: Resume of the instance that got the slot back: %v", i+1, err)
+				}
+				if err := publish(t, s, e); err != nil {
+					t.Fatalf("takeover %d: publish after the renewal: %v", i+1, err)
+				}
+			}
+			if s.tx.renewals != takeovers || len(s.tx.unexplained) != 0 {
+				t.Fatalf("%d renewals, %d of them unexplained; want %d, none", s.tx.renewals, len(s.tx.unexplained), takeovers)
+			}
+		})
 	}
-	for i := range 3 {
-		standby := txnSinkOf(t, kc, tc) // it took the slot: its Resume fences s
-		if err := publish(t, standby, next()); err != nil {
+}
+
+// TestSameSlotIsOfThisSlotAndDatabase: the records that explain a renewal
+// as another instance of this slot's (sameSlot): a marker or a position
+// of the slot, under the id, of the same database, past the sink's own
+// latest record. Not a slot of the same name on another database given
+// the same id and offsets topic (it would explain away the fences of a
+// shared id), nor a marker of an older walrelay (no source header).
+func TestSameSlotIsOfThisSlotAndDatabase(t *testing.T) {
+	t.Parallel()
+	s := &Sink{tx: &txns{cfg: Transactions{ID: "walrelay-test", Key: "slot_a", Source: "db"}}}
+	marker := func(at int64, hs ...string) *kgo.Record {
+		r := &kgo.Record{Key: []byte("slot_a" + markerSuffix), Offset: at}
+		for i := 0; i+1 < len(hs); i += 2 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: hs[i], Value: []byte(hs[i+1])})
+		}
+		return r
+	}
+	position := func(at int64, slot, source, id string) *kgo.Record {
+		v, err := json.Marshal(positionRecord{Slot: slot, Source: source, CommitLSN: "0/100", TransactionalID: id})
+		if err != nil {
 			t.Fatal(err)
 		}
-		standby.Close() // and lost it
-		e := next()
-		if err := publish(t, s, e); !errors.Is(err, ErrFenced) {
-			t.Fatalf("takeover %d: publish after the standby's initialisation: %v, want the fence", i+1, err)
-		}
-		if err := s.Resume(t.Context(), onTimeline1); err != nil {
-			t.Fatalf("takeover %d: Resume of the instance that got the slot back: %v", i+1, err)
-		}
-		if err := publish(t, s, e); err != nil {
-			t.Fatalf("takeover %d: publish after the renewal: %v", i+1, err)
+		return &kgo.Record{Key: []byte(slot), Value: v, Offset: at}
+	}
+	for _, tc := range []struct {
+		name  string
+		r     *kgo.Record
+		ownAt int64
+		want  bool
+	}{
+		{"a marker of the slot", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), 5, true},
+		{"a position of the slot", position(10, "slot_a", "db", "walrelay-test"), 5, true},
+		{"the sink's own or older", marker(5, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), 5, false},
+		{"before the sink's first record", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), -1, false},
+		{"a marker of another database", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "other"), 5, false},
+		{"a position of another database", position(10, "slot_a", "other", "walrelay-test"), 5, false},
+		{"a marker of an older walrelay", marker(10, markerIDHeader, "walrelay-test"), 5, false},
+		{"a marker of another id", marker(10, markerIDHeader, "walrelay-other", markerSourceHeader, "db"), 5, false},
+		{"a position of another slot", position(10, "slot_b", "db", "walrelay-test"), 5, false},
+	} {
+		if got := s.sameSlot(tc.r, tc.ownAt); got != tc.want {
+			t.Errorf("%s: sameSlot %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if s.tx.renewals != 3 {
-		t.Fatalf("%d renewals, want 3", s.tx.renewals)
+}
+
+// TestMayRenewBoundsUnexplainedRenewals: the runaway bound of mayRenew,
+// on its own. Renewals that nothing explains are fatal past
+// maxUnexplained within a minute, and, spread out (slots with offsets
+// topics of their own sharing an id, at low traffic, fence each other
+// only when one commits), past maxUnexplainedLong within an hour; with
+// ErrFencedTooOften, whose text names no other slot (it is not known).
+// One after a lost answer (endUnknown) is not counted.
+func TestMayRenewBoundsUnexplainedRenewals(t *testing.T) {
+	t.Parallel()
+	fence := fmt.Errorf("%w: walrelay-test: PRODUCER_FENCED", ErrFenced)
+	sinkWith := func(ago ...time.Duration) *Sink {
+		s := &Sink{tx: &txns{cfg: Transactions{ID: "walrelay-test", Key: "slot_a", OffsetsTopic: "walrelay.offsets"}}}
+		for _, d := range ago {
+			s.tx.unexplained = append(s.tx.unexplained, time.Now().Add(-d))
+		}
+		return s
+	}
+	spread := func(n int, every time.Duration) []time.Duration {
+		var ago []time.Duration
+		for i := n; i > 0; i-- {
+			ago = append(ago, time.Duration(i)*every)
+		}
+		return ago
+	}
+	for _, tc := range []struct {
+		name  string
+		ago   []time.Duration
+		fatal bool
+	}{
+		{"5 in a minute, the 6th", spread(maxUnexplained, time.Second), true},
+		{"4 in a minute, the 5th", spread(maxUnexplained-1, time.Second), false},
+		{"20 in an hour, the 21st", spread(maxUnexplainedLong, 2*time.Minute), true},
+		{"19 in an hour, the 20th", spread(maxUnexplainedLong-1, 2*time.Minute), false},
+		{"20 in just over an hour, the 21st", spread(maxUnexplainedLong, longWindow/maxUnexplainedLong+time.Second), false},
+	} {
+		err := sinkWith(tc.ago...).mayRenew(fence)
+		if fatal := errors.Is(err, ErrFencedTooOften) && failure.IsFatal(err); fatal != tc.fatal || (err != nil && !fatal) {
+			t.Errorf("%s: mayRenew: %v, want fatal ErrFencedTooOften: %v", tc.name, err, tc.fatal)
+		}
+		if err != nil && (strings.Contains(err.Error(), "of another slot") || !strings.Contains(err.Error(), "walrelay-test")) {
+			t.Errorf("%s: the text claims another slot, or does not name the id: %v", tc.name, err)
+		}
+	}
+	s := sinkWith(spread(maxUnexplained, time.Second)...)
+	s.tx.endUnknown = true
+	if err := s.mayRenew(fence); err != nil {
+		t.Errorf("a renewal after a lost answer: %v, want none", err)
 	}
 }
 

@@ -172,48 +172,64 @@ func (s *Sink) fenceAtStart() error {
 // A fence that no lost answer explains, answered to an instance that
 // holds its slot, is another producer's initialisation of the
 // transactional id: an instance of this slot that took it for a moment
-// (a standby, a rolling restart) and lost it again, renewed; the producer
-// is renewed at most maxUnexplained times so within renewWindow
-// (mayRenew).
+// (a standby, a rolling restart) and lost it again, which its records on
+// the offsets topic tell (sameSlot); or one of another slot given the
+// same id, which its records tell when the slots share the offsets topic
+// (sharedBy). The producer is renewed at most maxUnexplained times within
+// renewWindow, and maxUnexplainedLong times within longWindow, for fences
+// that neither explains (mayRenew).
 const (
-	maxUnexplained = 5
-	renewWindow    = time.Minute
+	maxUnexplained     = 5
+	renewWindow        = time.Minute
+	maxUnexplainedLong = 20
+	longWindow         = time.Hour
 )
 
 // mayRenew judges a fence (why) that the caller, which holds the slot, is
 // about to answer with a renewal. One after a transaction's end whose
-// answer was lost (endUnknown) is the broker's false fence: renewed. One
-// that nothing explains is another producer's initialisation of the id,
-// renewed unless it is the (maxUnexplained+1)th within renewWindow: an
-// instance that initialises the id again and again, though this one
-// holds the slot, is one of another slot given the same
-// kafka.transactional_id (readCommitted tells so too, from its positions,
-// when they share the offsets topic: sharedBy), each renewal of either
-// fencing the other without end; fatal, naming the id, so that one of
-// them stops.
+// answer was lost (endUnknown) is the broker's false fence: renewed. Any
+// other is counted, until the read of the committed position that
+// follows the renewal: if it finds a record of this slot that this sink
+// did not write (sameSlot), another instance of the slot held it, and the
+// renewal is not counted (readCommitted). Renewals that stay unexplained,
+// more than maxUnexplained within renewWindow or more than
+// maxUnexplainedLong within longWindow, are fatal (ErrFencedTooOften):
+// an instance that initialises the id again and again though this one
+// holds the slot, and never writes to this slot's offsets topic, is most
+// likely of another slot with an offsets topic of its own given the same
+// kafka.transactional_id, each renewal of either fencing the other
+// without end; or the slot changes hands too often.
 func (s *Sink) mayRenew(why error) error {
 	t := s.tx
 	t.mu.Lock()
-	explained := t.endUnknown
-	t.mu.Unlock()
-	if explained {
+	defer t.mu.Unlock()
+	if t.endUnknown {
 		return nil
 	}
 	now := time.Now()
 	recent := t.unexplained[:0]
+	inWindow := 0
 	for _, at := range t.unexplained {
-		if now.Sub(at) < renewWindow {
+		if now.Sub(at) < longWindow {
 			recent = append(recent, at)
+			if now.Sub(at) < renewWindow {
+				inWindow++
+			}
 		}
 	}
 	t.unexplained = append(recent, now)
-	if len(t.unexplained) <= maxUnexplained {
-		return nil
+	t.pending++
+	n, window := inWindow+1, renewWindow
+	if n <= maxUnexplained {
+		if n, window = len(t.unexplained), longWindow; n <= maxUnexplainedLong {
+			return nil
+		}
 	}
-	return failure.Mark(failure.Fatal, fmt.Errorf("%w: the producer of transactional id %s was refused as fenced %d times within %s, though this instance holds its slot (%s) and no lost answer of the broker explains it: "+
-		"another walrelay instance initialises the id again and again, most likely one of another slot given the same kafka.transactional_id (a shared configuration template): "+
-		"set a kafka.transactional_id of its own for each slot (empty: the default, which names the slot): %w",
-		ErrSharedTransactionalID, t.cfg.ID, len(t.unexplained), renewWindow, t.cfg.Key, why))
+	return failure.Mark(failure.Fatal, fmt.Errorf("%w: the producer of transactional id %s was refused as fenced %d times within %s, though this instance held its slot (%s) each time, "+
+		"no lost answer of the broker explains it, and the offsets topic %s shows no other instance of the slot: if these are instances of this slot (standbys, restarts), "+
+		"the slot changes hands too often (a flapping network between them and PostgreSQL); if a slot with an offsets topic of its own uses the same id (a shared configuration template), "+
+		"give each slot a kafka.transactional_id of its own (empty: the default, which names the slot): %w",
+		ErrFencedTooOften, t.cfg.ID, n, window, t.cfg.Key, t.cfg.OffsetsTopic, why))
 }
 
 // renewClient replaces the producer after the broker answered it as

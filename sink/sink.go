@@ -338,7 +338,7 @@ func New(cfg Config) (*Sink, error) {
 		if err := tc.defaults(); err != nil {
 			return nil, err
 		}
-		s.tx = &txns{cfg: tc, firstMarker: -1}
+		s.tx = &txns{cfg: tc, firstMarker: -1, ownAt: -1}
 		opts = append(opts, kgo.TransactionalID(tc.ID), kgo.TransactionTimeout(tc.Timeout))
 	}
 	s.opts, s.optHooks = splitHooks(cfg.Opts)

@@ -170,6 +170,14 @@ var ErrOtherTransactionalID = errors.New("the committed position belongs to anot
 // other without end (kafka.transactional_id must be unique per slot).
 var ErrSharedTransactionalID = errors.New("another walrelay instance, of another slot, uses the same transactional id: each is fenced by the other (kafka.transactional_id must be unique per slot)")
 
+// ErrFencedTooOften stops a relay whose producer was refused as fenced
+// more often than mayRenew allows, though it held its slot each time, no
+// lost answer of the broker explained it, and the offsets topic showed no
+// other instance of the slot (nor of another slot) under the id: either
+// the slot changes hands between instances of it too often, or a slot
+// with an offsets topic of its own shares the transactional id.
+var ErrFencedTooOften = errors.New("the producer was refused as fenced too often, with no lost answer and no other instance seen on the offsets topic")
+
 // txns is the sink's state in exactly-once mode.
 type txns struct {
 	cfg Transactions
@@ -199,10 +207,20 @@ type txns struct {
 	// after it is explained (mayRenew); a commit that succeeds clears it
 	// (endAnswered). Guarded by mu.
 	endUnknown bool
-	// unexplained are the times of the renewals of the last renewWindow
-	// that no lost answer explained (mayRenew); only the caller's
-	// goroutine touches it.
+	// unexplained are the times of the renewals of the last longWindow
+	// that neither a lost answer nor another instance of the slot
+	// explained (mayRenew). Guarded by mu.
 	unexplained []time.Time
+	// pending is how many of unexplained's last renewals wait for the
+	// read of the committed position that follows them: if it finds a
+	// record of this slot that this sink did not write (sameSlot), they
+	// are explained and dropped (readCommitted, which runs on the
+	// flusher too, after a commit of unknown outcome). Guarded by mu.
+	pending int
+	// ownAt is the offset of this sink's latest record on the offsets
+	// topic, a marker or a position (-1 before any): a record of the slot
+	// past it is another instance's (sameSlot). Guarded by mu.
+	ownAt int64
 	// firstMarker is the offset of the first marker this sink committed
 	// to the offsets topic (-1 before it): a record past it (a position,
 	// another marker) was written while this sink ran (sharedBy). Guarded
@@ -495,10 +513,17 @@ func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 	}
 	faultinject.Reached("txn_events_flushed")
 	var perr error
-	s.client().Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key), Value: v}, func(_ *kgo.Record, err error) { perr = err })
+	at := int64(-1)
+	s.client().Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key), Value: v}, func(r *kgo.Record, err error) {
+		perr = err
+		if err == nil {
+			at = r.Offset
+		}
+	})
 	if err := s.client().Flush(ctx); err != nil {
 		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
+	t.wrote(at)
 	if perr != nil {
 		return fmt.Errorf("produce the position to %s: %w", t.cfg.OffsetsTopic, perr)
 	}
@@ -506,4 +531,12 @@ func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.failed
+}
+
+// wrote notes at, the offset of a record this sink produced to the offsets
+// topic (-1: not answered), as its own (ownAt).
+func (t *txns) wrote(at int64) {
+	t.mu.Lock()
+	t.ownAt = max(t.ownAt, at)
+	t.mu.Unlock()
 }

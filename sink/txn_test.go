@@ -781,7 +781,7 @@ func TestOffsetsStartMeasure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		last, read, err := s.readOffsets(t.Context(), 0, at)
+		last, read, _, err := s.readOffsets(t.Context(), 0, at, -1)
 		if err != nil || last == nil {
 			t.Fatalf("the read from the start: %v (found %v)", err, last != nil)
 		}
