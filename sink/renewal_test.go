@@ -285,7 +285,7 @@ func TestExactlyOnceStandbyOfTheSlotIsNotShared(t *testing.T) {
 				if err := publish(t, s, e); !errors.Is(err, ErrFenced) {
 					t.Fatalf("takeover %d: publish after the standby's initialisation: %v, want the fence", i+1, err)
 				}
-				if err := s.Resume(t.Context(), onTimeline1); err != nil {
+				if err := resumeSettled(t, s, onTimeline1); err != nil {
 					t.Fatalf("takeover %d: Resume of the instance that got the slot back: %v", i+1, err)
 				}
 				if err := publish(t, s, e); err != nil {

@@ -43,13 +43,23 @@ func startTxn(t *testing.T, s *Sink) {
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for err := s.Resume(t.Context(), onTimeline1); err != nil; err = s.Resume(t.Context(), onTimeline1) {
-		if failure.IsFatal(err) || time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		t.Logf("Resume: %v; trying again", err)
+	if err := resumeSettled(t, s, onTimeline1); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// resumeSettled resumes s on h as the relay does, trying a retriable
+// failure again (for up to 2 minutes), and returns nil or the first fatal
+// error: what a test of Resume's refusals compares.
+func resumeSettled(t *testing.T, s *Sink, h event.WALHistory) error {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	err := s.Resume(t.Context(), h)
+	for err != nil && !failure.IsFatal(err) && time.Now().Before(deadline) {
+		t.Logf("Resume: %v; trying again", err)
+		err = s.Resume(t.Context(), h)
+	}
+	return err
 }
 
 // onTimeline1 is a database's WAL history on its first timeline, past
@@ -214,7 +224,7 @@ func TestExactlyOnceRefusesAHistoryThatWentBack(t *testing.T) {
 	if err := second.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	err := second.Resume(t.Context(), event.WALHistory{SystemID: "test", Timeline: 1, Flushed: 0x400})
+	err := resumeSettled(t, second, event.WALHistory{SystemID: "test", Timeline: 1, Flushed: 0x400})
 	if !failure.IsFatal(err) || !strings.Contains(err.Error(), "WAL history went back") {
 		t.Fatalf("Resume with the database's WAL at 0/400 and 0/500#0 committed: %v, want a fatal refusal", err)
 	}
@@ -530,7 +540,7 @@ func TestExactlyOnceOtherTransactionalID(t *testing.T) {
 	}
 
 	b := newSink(t, kc, Config{Transactions: &Transactions{ID: "walrelay-pod-b", Key: "slot_a", Source: "db"}})
-	err := b.Resume(t.Context(), onTimeline1)
+	err := resumeSettled(t, b, onTimeline1)
 	t.Logf("another id: %v", err)
 	if !errors.Is(err, ErrOtherTransactionalID) || !failure.IsFatal(err) || !strings.Contains(err.Error(), "walrelay-pod-a") || !strings.Contains(err.Error(), "walrelay-pod-b") {
 		t.Fatalf("Resume of another id: %v, want a fatal ErrOtherTransactionalID naming both ids", err)
@@ -555,7 +565,7 @@ func TestExactlyOnceOtherTransactionalID(t *testing.T) {
 	}
 
 	a2 := newSink(t, kc, Config{Transactions: &Transactions{ID: "walrelay-pod-a", Key: "slot_a", Source: "db"}})
-	if err := a2.Resume(t.Context(), onTimeline1); !errors.Is(err, ErrOtherTransactionalID) || !strings.Contains(err.Error(), "walrelay-pod-b") {
+	if err := resumeSettled(t, a2, onTimeline1); !errors.Is(err, ErrOtherTransactionalID) || !strings.Contains(err.Error(), "walrelay-pod-b") {
 		t.Fatalf("the old id after the takeover: %v, want ErrOtherTransactionalID naming walrelay-pod-b", err)
 	}
 }
@@ -582,7 +592,7 @@ func TestExactlyOnceTimelineHistory(t *testing.T) {
 	resume := func(tc Transactions, h event.WALHistory) (*Sink, error) {
 		tc.ID, tc.Key, tc.Source = "walrelay-tl", "slot_a", "db"
 		s := newSink(t, kc, Config{Transactions: &tc})
-		return s, s.Resume(t.Context(), h)
+		return s, resumeSettled(t, s, h)
 	}
 	if _, err := resume(Transactions{}, tl2(0x508)); err != nil {
 		t.Fatalf("a position before the switch: %v", err)
@@ -805,7 +815,7 @@ func TestExactlyOnceTakeoverAcrossSystemIdentifiers(t *testing.T) {
 	if err := old.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Resume(t.Context(), event.WALHistory{SystemID: "old", Timeline: 3, Flushed: 1 << 40, Ends: map[int32]pglogrepl.LSN{1: 0x100, 2: 0x200}}); err != nil {
+	if err := resumeSettled(t, old, event.WALHistory{SystemID: "old", Timeline: 3, Flushed: 1 << 40, Ends: map[int32]pglogrepl.LSN{1: 0x100, 2: 0x200}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := publish(t, old, txnEvent(0x500, 0)); err != nil {
@@ -813,14 +823,14 @@ func TestExactlyOnceTakeoverAcrossSystemIdentifiers(t *testing.T) {
 	}
 	upgraded := Transactions{ID: "walrelay-new-postgres-slot_a", Key: "slot_a", Source: "new/postgres"}
 	b := newSink(t, kc, Config{Transactions: &upgraded})
-	err := b.Resume(t.Context(), onTimeline1)
+	err := resumeSettled(t, b, onTimeline1)
 	t.Logf("another system identifier: %v", err)
 	if !failure.IsFatal(err) || !strings.Contains(err.Error(), "set kafka.transactional_id_takeover: walrelay-old-postgres-slot_a") {
 		t.Fatalf("Resume on another system identifier: %v, want a fatal refusal naming the takeover", err)
 	}
 	upgraded.Takeover = "walrelay-old-postgres-slot_a"
 	beyond := newSink(t, kc, Config{Transactions: &upgraded})
-	if err := beyond.Resume(t.Context(), event.WALHistory{SystemID: "new", Timeline: 1, Flushed: 0x400}); !errors.Is(err, ErrWALHistory) {
+	if err := resumeSettled(t, beyond, event.WALHistory{SystemID: "new", Timeline: 1, Flushed: 0x400}); !errors.Is(err, ErrWALHistory) {
 		t.Fatalf("the takeover of a position beyond the new server's WAL: %v, want ErrWALHistory", err)
 	}
 	// The new cluster is on timeline 1 whatever the old one's was.
@@ -845,7 +855,7 @@ func TestExactlyOnceTakeoverAcrossSystemIdentifiers(t *testing.T) {
 		t.Fatal(err)
 	}
 	pinned.Source = "new/postgres"
-	if err := newSink(t, kc, Config{Transactions: &pinned}).Resume(t.Context(), onTimeline1); !failure.IsFatal(err) || !strings.Contains(err.Error(), "set kafka.transactional_id_takeover: walrelay-pinned") {
+	if err := resumeSettled(t, newSink(t, kc, Config{Transactions: &pinned}), onTimeline1); !failure.IsFatal(err) || !strings.Contains(err.Error(), "set kafka.transactional_id_takeover: walrelay-pinned") {
 		t.Fatalf("Resume of a pinned id on another system identifier: %v, want a fatal refusal naming the takeover of the id itself", err)
 	}
 	pinned.Takeover = pinned.ID
