@@ -335,3 +335,72 @@ func TestCheckAvroEmptyNestedRecordsBounded(t *testing.T) {
 		t.Errorf("a record of 2^%d empty records, 0 bytes: %v in %v, want ErrAvroLimit at once", depth, err, time.Since(start))
 	}
 }
+
+// chainedRefsSchema is an array (or a string) whose items go through a
+// chain of hops references back to it: each level of a payload of nested
+// arrays is hops+2 nested applications of subschemas (the array's, its
+// items', the references').
+func chainedRefsSchema(hops int) string {
+	var b strings.Builder
+	b.WriteString(`{"$defs":{"a":{"type":["array","string"],"items":{"$ref":"#/$defs/c1"}}`)
+	for i := 1; i < hops; i++ {
+		fmt.Fprintf(&b, `,"c%d":{"$ref":"#/$defs/c%d"}`, i, i+1)
+	}
+	fmt.Fprintf(&b, `,"c%d":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`, hops)
+	return b.String()
+}
+
+// TestJSONSchemaCheckDepthBounded (review45's
+// TestProbe45ValidatorStackOverflow): nothing bounded how deep the
+// validator's recursion or validationCost's nested but the steps: 9,000
+// nested arrays (padded with a 120 KB string, for the steps) against 100
+// chained references a level (a 5 KB schema) were 900,000 nested calls,
+// "fatal error: stack overflow" in validationCost, which kills the
+// process (walrelay at the row, at every restart; the inbox's consumer).
+// Beyond MaxJSONSchemaDepth nested applications the payload is a
+// mismatch, within it it is validated. (On the old code this test does
+// not fail: its binary dies.)
+func TestJSONSchemaCheckDepthBounded(t *testing.T) {
+	for _, c := range []struct {
+		hops, depth int
+		ok          bool
+	}{
+		{100, 9000, false},
+		{100, 97, true}, // 102 nested applications a level: 9,894, the root and the leaf
+		{100, 99, false}, // 10,100
+		{1, 3000, true}, // 3 a level: 9,000
+		{1, 9000, false},
+	} {
+		js, err := format.CompileJSONSchema(chainedRefsSchema(c.hops), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload := []byte(strings.Repeat("[", c.depth) + `"` + strings.Repeat("x", 120<<10) + `"` + strings.Repeat("]", c.depth))
+		_, reason, ok := js.Check(payload)
+		if ok != c.ok || (!ok && !strings.Contains(reason, "could nest more than 10000")) {
+			t.Errorf("%d nested arrays, %d references a level: valid %v (%.100s), want %v", c.depth, c.hops, ok, reason, c.ok)
+		}
+	}
+
+	// The depth of a kept cost counts where it is read: an object read
+	// through 100 references, inside one read through 9,000 more.
+	var b strings.Builder
+	b.WriteString(`{"$defs":{"o":{"type":"object","properties":{"x":{"$ref":"#/$defs/o"}}}`)
+	for i := 0; i < 9000; i++ {
+		fmt.Fprintf(&b, `,"r%d":{"$ref":"#/$defs/r%d"}`, i, i+1)
+	}
+	b.WriteString(`,"r9000":{"$ref":"#/$defs/o"}},"type":"object","properties":{"near":{"$ref":"#/$defs/o"},"far":{"$ref":"#/$defs/r0"}}}`)
+	js, err := format.CompileJSONSchema(b.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := strings.Repeat(`{"x":`, 1500) + `{}` + strings.Repeat(`}`, 1500)
+	if _, reason, ok := js.Check([]byte(`{"near":` + inner + `}`)); !ok {
+		t.Errorf("1,500 nested objects through one reference each: %s", reason)
+	}
+	for _, p := range []string{`{"near":` + inner + `,"far":` + inner + `}`, `{"far":` + inner + `,"near":` + inner + `}`} {
+		if _, reason, ok := js.Check([]byte(p)); ok || !strings.Contains(reason, "could nest more than") {
+			t.Errorf("1,500 nested objects, then 9,000 references around them: valid %v (%.100s), want beyond MaxJSONSchemaDepth", ok, reason)
+		}
+	}
+}

@@ -87,7 +87,11 @@ func (s *JSONSchema) Check(payload []byte) (field, reason string, ok bool) {
 		return "", fmt.Sprintf("not JSON: %v", err), false
 	}
 	limit := jsonSchemaSteps(len(payload))
-	if n := validationCost(s.s, &s.targets, v, limit); n > limit {
+	n, deep := validationCost(s.s, &s.targets, v, limit)
+	if deep {
+		return "", fmt.Sprintf("validating it could nest more than %d applications of subschemas (MaxJSONSchemaDepth): its values or the references between its subschemas nested too deep", MaxJSONSchemaDepth), false
+	}
+	if n > limit {
 		return "", fmt.Sprintf("validating it could apply more than %d subschemas to its values (%d, and %d a byte of the payload): anyOf, oneOf or allOf nested too deep", limit, jsonSchemaStepsBase, jsonSchemaStepsPerByte), false
 	}
 	if err := s.s.Validate(v); err != nil {
@@ -120,6 +124,20 @@ const (
 // jsonSchemaSteps is the bound of a payload of n bytes.
 func jsonSchemaSteps(n int) int { return jsonSchemaStepsBase + jsonSchemaStepsPerByte*n }
 
+// MaxJSONSchemaDepth bounds how deep the validation of a payload against a
+// JSON Schema may nest: applications of subschemas within one another on
+// one path (a $ref, each of an allOf's, an item's or a property's
+// subschema: each a level). Both the validator (santhosh-tekuri/jsonschema)
+// and validationCost recurse once a level, and nothing else bounded the
+// depth but the steps: 9,000 nested arrays against a schema of 100 chained
+// $refs a level (5 KB) were 900,000 levels, past Go's stack of 1 GB,
+// "fatal error: stack overflow" (no recover catches it: walrelay killed
+// at the row, at each restart; the inbox's consumer too). The validator
+// takes some 2.5 KB of stack a level (4 KB at most, measured), so 10,000
+// levels are some 25 to 40 MB of stack, well within Go's 1 GB; a real
+// document nests some tens of levels, with a few references each.
+const MaxJSONSchemaDepth = 10_000
+
 // validationCost bounds how many times the validator applies a subschema
 // of sch to a value of v (its validate's calls), counted up to limit+1:
 // each subschema that may apply to a value counted as applied (all of an
@@ -129,23 +147,43 @@ func jsonSchemaSteps(n int) int { return jsonSchemaStepsBase + jsonSchemaStepsPe
 // grows with the payload times the schema, whatever the validator's
 // would. Content (contentSchema) is not asserted: walrelay's compiler
 // does not (Compiler.AssertContent), and no extension is registered.
-func validationCost(sch *jsonschema.Schema, targets *refTargets, v any, limit int) int {
-	c := costing{refTargets: targets, limit: limit, memo: map[costKey]int{}, busy: map[costKey]bool{}}
-	return c.cost(sch, v)
+//
+// deep is whether the validation would nest beyond MaxJSONSchemaDepth
+// (then n is beyond limit too): the estimate stops there, with a stack of
+// some 10,000 of its own frames.
+func validationCost(sch *jsonschema.Schema, targets *refTargets, v any, limit int) (n int, deep bool) {
+	c := costing{refTargets: targets, limit: limit, memo: map[costKey]known{}, busy: map[costKey]bool{}}
+	n, _ = c.cost(sch, v)
+	if c.deep {
+		return c.limit + 1, true
+	}
+	return n, false
 }
 
 // costing is validationCost's state: the costs known (kept), the
 // subschemas and values being costed (busy: met again within itself, a
 // reference cycle on the same value, which the validator stops with an
 // error; cut, a cost computed around one, not kept), and the steps
-// taken (costs computed, not kept ones read).
+// taken (costs computed, not kept ones read); how deep the applications
+// being costed nest (depth), and whether they nested beyond
+// MaxJSONSchemaDepth (deep: the estimate stops).
 type costing struct {
 	*refTargets
 	limit, steps int
-	memo         map[costKey]int
+	depth        int
+	deep         bool
+	memo         map[costKey]known
 	busy         map[costKey]bool
 	cut          bool
 }
+
+// known is a kept cost: its steps, and how deep its applications nest
+// (the validator's recursion where the estimate reads a kept cost).
+type known struct{ n, depth int }
+
+// over reports whether the estimate has stopped: beyond its steps or its
+// depth.
+func (c *costing) over() bool { return c.steps > c.limit || c.deep }
 
 // refTargets are the subschemas that a $dynamicRef or a $recursiveRef
 // may resolve to: those with a $dynamicAnchor, by its name, and those
@@ -221,13 +259,17 @@ func subschemas(s *jsonschema.Schema) []*jsonschema.Schema {
 	return subs
 }
 
-// cost is validationCost of s for v.
-func (c *costing) cost(s *jsonschema.Schema, v any) int {
+// cost is validationCost of s for v, and how deep its applications nest
+// (1 for s alone).
+func (c *costing) cost(s *jsonschema.Schema, v any) (n, depth int) {
 	if s == nil {
-		return 0
+		return 0, 0
+	}
+	if c.over() {
+		return c.limit + 1, 0
 	}
 	if s.Bool != nil {
-		return 1
+		return 1, 1
 	}
 	var key costKey
 	switch x := v.(type) {
@@ -244,8 +286,12 @@ func (c *costing) cost(s *jsonschema.Schema, v any) int {
 	default:
 		key = costKey{s: s, kind: 'n'}
 	}
-	if n, ok := c.memo[key]; ok {
-		return n
+	if k, ok := c.memo[key]; ok {
+		if c.depth+k.depth > MaxJSONSchemaDepth {
+			c.deep = true
+			return c.limit + 1, k.depth
+		}
+		return k.n, k.depth
 	}
 	if c.busy[key] {
 		// Applied again to the same value within itself: the validator
@@ -253,16 +299,24 @@ func (c *costing) cost(s *jsonschema.Schema, v any) int {
 		// is not kept (it would be less elsewhere), and what is not
 		// kept is bounded by the steps.
 		c.cut = true
-		return 1
+		return 1, 1
+	}
+	if c.depth >= MaxJSONSchemaDepth {
+		c.deep = true
+		return c.limit + 1, 1
 	}
 	if c.steps++; c.steps > c.limit {
-		return c.limit + 1
+		return c.limit + 1, 1
 	}
 	c.busy[key] = true
+	c.depth++
 	cut := c.cut
 	c.cut = false
-	n := 1
-	add := func(k int) { n = min(n+k, c.limit+1) }
+	n = 1
+	add := func(k, d int) {
+		n = min(n+k, c.limit+1)
+		depth = max(depth, d)
+	}
 	for _, sub := range []*jsonschema.Schema{s.Ref, s.Not, s.If, s.Then, s.Else} {
 		add(c.cost(sub, v))
 	}
@@ -330,11 +384,13 @@ func (c *costing) cost(s *jsonschema.Schema, v any) int {
 		}
 	}
 	delete(c.busy, key)
-	if !c.cut && inner(v) {
-		c.memo[key] = n
+	c.depth--
+	depth++
+	if !c.cut && !c.over() && inner(v) {
+		c.memo[key] = known{n, depth}
 	}
 	c.cut = c.cut || cut
-	return n
+	return n, depth
 }
 
 // inner reports whether v holds an object or an array: the cost of one
@@ -364,13 +420,13 @@ func inner(v any) bool {
 	return false
 }
 
-// costliest is the largest cost of the targets for v.
-func (c *costing) costliest(targets []*jsonschema.Schema, v any) int {
-	most := 0
+// costliest is the largest cost of the targets for v, and the deepest.
+func (c *costing) costliest(targets []*jsonschema.Schema, v any) (most, depth int) {
 	for _, t := range targets {
-		most = max(most, c.cost(t, v))
+		n, d := c.cost(t, v)
+		most, depth = max(most, n), max(depth, d)
 	}
-	return most
+	return most, depth
 }
 
 func hasKey(m map[string]any, k string) bool {
