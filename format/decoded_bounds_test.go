@@ -366,9 +366,9 @@ func TestJSONSchemaCheckDepthBounded(t *testing.T) {
 		ok          bool
 	}{
 		{100, 9000, false},
-		{100, 97, true}, // 102 nested applications a level: 9,894, the root and the leaf
+		{100, 97, true},  // 102 nested applications a level: 9,894, the root and the leaf
 		{100, 99, false}, // 10,100
-		{1, 3000, true}, // 3 a level: 9,000
+		{1, 3000, true},  // 3 a level: 9,000
 		{1, 9000, false},
 	} {
 		js, err := format.CompileJSONSchema(chainedRefsSchema(c.hops), nil)
