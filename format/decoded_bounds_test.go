@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/walrelay/walrelay/format"
 )
@@ -549,5 +550,28 @@ func TestJSONSchemaCheckWorkCounted(t *testing.T) {
 		if _, reason, ok := js.Check(payload); ok != c.ok || (!ok && !strings.Contains(reason, beyond)) {
 			t.Errorf("4,000 events (%d bytes) of a oneOf of %d event types: valid %v (%.100s), want %v", len(payload), c.types, ok, reason, c.ok)
 		}
+	}
+}
+
+// TestJSONSchemaCheckReasonClipped (review45's
+// TestProbe45CheckReasonUnclipped): Check's reason was the validator's,
+// whole, and a format's failure quotes the value: a 350 KiB string that is
+// not a date made a reason of 1,075,280 bytes, which the inbox's
+// undecodable error carries into its log and its dead letter's header.
+// The field and the reason are cut to 1 KB now, an ellipsis at the cut;
+// a short reason is whole.
+func TestJSONSchemaCheckReasonClipped(t *testing.T) {
+	// draft-07 asserts formats (Confluent's default draft for JSON Schema).
+	js, err := format.CompileJSONSchema(`{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"d":{"type":"string","format":"date"}}}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, reason, ok := js.Check([]byte(`{"d":"` + strings.Repeat("é", 175<<10) + `"}`))
+	if ok || len(reason) > 1024+len("…") || !strings.HasSuffix(reason, "…") || !utf8.ValidString(reason) {
+		t.Errorf("a 350 KiB string that is not a date: valid %v, a reason of %d bytes (%.80s…)", ok, len(reason), reason)
+	}
+	field, reason, ok := js.Check([]byte(`{"d":"x"}`))
+	if ok || field != "/d" || strings.Contains(reason, "…") || !strings.Contains(reason, "'x' is not valid date") {
+		t.Errorf(`{"d":"x"}: valid %v, at %q: %s`, ok, field, reason)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"regexp/syntax"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -76,7 +77,8 @@ func CompileJSONSchema(text string, refs map[string]string) (*JSONSchema, error)
 }
 
 // Check validates payload, a JSON document: ok, or where it fails (a JSON
-// pointer, "" for the whole document) and why.
+// pointer, "" for the whole document) and why, each at most 1 KB
+// (maxCheckReason, cut with an ellipsis).
 //
 // A number with more than MaxJSONNumberDigits digits or an exponent
 // beyond ±MaxJSONNumberExponent is refused before the validation, which
@@ -87,7 +89,7 @@ func (s *JSONSchema) Check(payload []byte) (field, reason string, ok bool) {
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {
-		return "", fmt.Sprintf("not JSON: %v", err), false
+		return "", clipCheckReason(fmt.Sprintf("not JSON: %v", err)), false
 	}
 	limit := jsonSchemaSteps(len(payload))
 	n, deep := validationCost(s.s, &s.targets, v, limit)
@@ -100,12 +102,32 @@ func (s *JSONSchema) Check(payload []byte) (field, reason string, ok bool) {
 	if err := s.s.Validate(v); err != nil {
 		ve, isVE := err.(*jsonschema.ValidationError)
 		if !isVE {
-			return "", err.Error(), false
+			return "", clipCheckReason(err.Error()), false
 		}
 		field, reason = firstCause(ve)
-		return field, reason, false
+		return clipCheckReason(field), clipCheckReason(reason), false
 	}
 	return "", "", true
+}
+
+// maxCheckReason bounds JSONSchema.Check's field and reason: the
+// validator's reason quotes the value (a format's failure three times: a
+// 358 KB string that is not a date made a reason of 1,075,280 bytes),
+// and the inbox's undecodable error carries it into its log and its dead
+// letter's header.
+const maxCheckReason = 1024
+
+// clipCheckReason cuts s to maxCheckReason bytes, on a character
+// boundary, and marks the cut with an ellipsis.
+func clipCheckReason(s string) string {
+	if len(s) <= maxCheckReason {
+		return s
+	}
+	cut := maxCheckReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // Bounds of the validation of a payload against a JSON Schema, in steps
