@@ -64,7 +64,7 @@ func TestValidationCostStopsAtItsBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		limit := jsonSchemaSteps(len(payload))
-		c := costing{refTargets: &js.targets, limit: limit, memo: map[costKey]known{}, busy: map[costKey]bool{}}
+		c := costing{refTargets: &js.targets, limit: limit, memo: map[costKey]known{}}
 		cost, _ := c.cost(js.s, v)
 		if cost <= limit {
 			t.Errorf("%d items: cost %d, within %d", n, cost, limit)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp/syntax"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -189,7 +190,7 @@ const MaxJSONSchemaDepth = 10_000
 // (then n is beyond limit too): the estimate stops there, with a stack of
 // some 10,000 of its own frames.
 func validationCost(sch *jsonschema.Schema, targets *refTargets, v any, limit int) (n int, deep bool) {
-	c := costing{refTargets: targets, limit: limit, memo: map[costKey]known{}, busy: map[costKey]bool{}}
+	c := costing{refTargets: targets, limit: limit, memo: map[costKey]known{}}
 	n, _ = c.cost(sch, v)
 	if c.deep {
 		return c.limit + 1, true
@@ -198,12 +199,13 @@ func validationCost(sch *jsonschema.Schema, targets *refTargets, v any, limit in
 }
 
 // costing is validationCost's state: the costs known (kept), the
-// subschemas and values being costed (busy: met again within itself, a
-// reference cycle on the same value, which the validator stops with an
-// error; cut, a cost computed around one, not kept), and the steps
-// taken (costs computed, not kept ones read); how deep the applications
-// being costed nest (depth), and whether they nested beyond
-// MaxJSONSchemaDepth (deep: the estimate stops).
+// subschemas being costed (path, the last same of them applied to the
+// same value: one met again among those is a reference cycle, which the
+// validator stops with an error; cut, a cost computed around one, not
+// kept), and the steps taken (costs computed, not kept ones read); how
+// deep the applications being costed nest (depth, path's length), and
+// whether they nested beyond MaxJSONSchemaDepth (deep: the estimate
+// stops).
 type costing struct {
 	*refTargets
 	limit, steps int
@@ -211,7 +213,7 @@ type costing struct {
 	deep         bool
 	sizes        map[costKey]int
 	memo         map[costKey]known
-	busy         map[costKey]bool
+	path         []*jsonschema.Schema
 	cut          bool
 }
 
@@ -344,27 +346,23 @@ func (c *costing) cost(s *jsonschema.Schema, v any) (n, depth int) {
 		key = costKey{s: s, v: reflect.ValueOf(x).Pointer(), kind: 'o'}
 	case []any:
 		key = costKey{s: s, v: reflect.ValueOf(x).Pointer(), n: len(x), kind: 'a'}
-	case string:
-		key = costKey{s: s, kind: 's'}
-	case nil:
-		key = costKey{s: s, kind: 'z'}
-	case bool:
-		key = costKey{s: s, kind: 'b'}
-	default:
-		key = costKey{s: s, kind: 'n'}
 	}
-	if k, ok := c.memo[key]; ok {
-		if c.depth+k.depth > MaxJSONSchemaDepth {
-			c.deep = true
-			return c.limit + 1, k.depth
+	if key.kind != 0 {
+		if k, ok := c.memo[key]; ok {
+			if c.depth+k.depth > MaxJSONSchemaDepth {
+				c.deep = true
+				return c.limit + 1, k.depth
+			}
+			return k.n, k.depth
 		}
-		return k.n, k.depth
 	}
-	if c.busy[key] {
+	if slices.Contains(c.path[len(c.path)-c.same:], s) {
 		// Applied again to the same value within itself: the validator
-		// stops there (a reference cycle). What is costed around it
-		// is not kept (it would be less elsewhere), and what is not
-		// kept is bounded by the steps.
+		// stops there (a reference cycle; it looks for one as this
+		// does, through the applications to the same value around it,
+		// charged in work). What is costed around it is not kept (it
+		// would be less elsewhere), and what is not kept is bounded by
+		// the steps.
 		c.cut = true
 		return 1, 1
 	}
@@ -372,16 +370,13 @@ func (c *costing) cost(s *jsonschema.Schema, v any) (n, depth int) {
 		c.deep = true
 		return c.limit + 1, 1
 	}
-	c.busy[key] = true
-	c.depth++
-	c.same++
 	n = c.work(s, v)
 	if c.steps += n; c.steps > c.limit {
-		delete(c.busy, key)
-		c.depth--
-		c.same--
 		return c.limit + 1, 1
 	}
+	c.path = append(c.path, s)
+	c.depth++
+	c.same++
 	cut := c.cut
 	c.cut = false
 	add := func(k, d int) {
@@ -431,7 +426,9 @@ func (c *costing) cost(s *jsonschema.Schema, v any) (n, depth int) {
 				add(c.inner(ap, e))
 			}
 			add(c.inner(s.UnevaluatedProperties, e))
-			add(c.inner(s.PropertyNames, name))
+			if s.PropertyNames != nil {
+				add(c.inner(s.PropertyNames, name))
+			}
 		}
 	case []any:
 		for i, e := range x {
@@ -454,11 +451,11 @@ func (c *costing) cost(s *jsonschema.Schema, v any) (n, depth int) {
 			add(c.inner(s.UnevaluatedItems, e))
 		}
 	}
-	delete(c.busy, key)
+	c.path = c.path[:len(c.path)-1]
 	c.depth--
 	c.same--
 	depth++
-	if !c.cut && !c.over() && inner(v) {
+	if key.kind != 0 && !c.cut && !c.over() && inner(v) {
 		c.memo[key] = known{n, depth}
 	}
 	c.cut = c.cut || cut
