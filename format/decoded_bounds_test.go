@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/walrelay/walrelay/format"
 )
@@ -131,9 +132,9 @@ func TestJSONSchemaCheckNestedOneOfBounded(t *testing.T) {
 		}{
 			{nested(8, "1"), true, ""},
 			{nested(8, `"x"`), false, "missing property"},
-			{nested(40, "1"), false, "could apply more than"},
-			{nested(40, `"x"`), false, "could apply more than"},
-			{nested(3000, "1"), false, "could apply more than"},
+			{nested(40, "1"), false, "could take more than"},
+			{nested(40, `"x"`), false, "could take more than"},
+			{nested(3000, "1"), false, "could take more than"},
 		} {
 			type result struct {
 				reason string
@@ -175,7 +176,7 @@ func TestJSONSchemaCheckNestedOneOfBounded(t *testing.T) {
 			t.Errorf("a tree 200 deep: %s", reason)
 		}
 		bad := strings.Repeat(`{"v":1,"kids":[`, 200) + `{"v":"x"}` + strings.Repeat(`]}`, 200)
-		if _, reason, ok := js.Check([]byte(bad)); ok || strings.Contains(reason, "could apply more than") {
+		if _, reason, ok := js.Check([]byte(bad)); ok || strings.Contains(reason, "could take more than") {
 			t.Errorf("a tree 200 deep, its innermost v a string: valid %v (%s), want the validator's reason", ok, reason)
 		}
 	}
@@ -333,5 +334,250 @@ func TestCheckAvroEmptyNestedRecordsBounded(t *testing.T) {
 	err = format.CheckAvro(r, nil)
 	if !errors.Is(err, format.ErrAvroLimit) || time.Since(start) > time.Second {
 		t.Errorf("a record of 2^%d empty records, 0 bytes: %v in %v, want ErrAvroLimit at once", depth, err, time.Since(start))
+	}
+}
+
+// chainedRefsSchema is an array (or a string) whose items go through a
+// chain of hops references back to it: each level of a payload of nested
+// arrays is hops+2 nested applications of subschemas (the array's, its
+// items', the references').
+func chainedRefsSchema(hops int) string {
+	var b strings.Builder
+	b.WriteString(`{"$defs":{"a":{"type":["array","string"],"items":{"$ref":"#/$defs/c1"}}`)
+	for i := 1; i < hops; i++ {
+		fmt.Fprintf(&b, `,"c%d":{"$ref":"#/$defs/c%d"}`, i, i+1)
+	}
+	fmt.Fprintf(&b, `,"c%d":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`, hops)
+	return b.String()
+}
+
+// TestJSONSchemaCheckDepthBounded (review45's
+// TestProbe45ValidatorStackOverflow): nothing bounded how deep the
+// validator's recursion or validationCost's nested but the steps: 9,000
+// nested arrays (padded with a 120 KB string, for the steps) against 100
+// chained references a level (a 5 KB schema) were 900,000 nested calls,
+// "fatal error: stack overflow" in validationCost, which kills the
+// process (walrelay at the row, at every restart; the inbox's consumer).
+// Beyond MaxJSONSchemaDepth nested applications the payload is a
+// mismatch, within it it is validated. (On the old code this test does
+// not fail: its binary dies.)
+func TestJSONSchemaCheckDepthBounded(t *testing.T) {
+	for _, c := range []struct {
+		hops, depth int
+		ok          bool
+	}{
+		{100, 9000, false},
+		{100, 97, true},  // 102 nested applications a level: 9,894, the root and the leaf
+		{100, 99, false}, // 10,100
+		{1, 3000, true},  // 3 a level: 9,000
+		{1, 9000, false},
+	} {
+		js, err := format.CompileJSONSchema(chainedRefsSchema(c.hops), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload := []byte(strings.Repeat("[", c.depth) + `"` + strings.Repeat("x", 120<<10) + `"` + strings.Repeat("]", c.depth))
+		_, reason, ok := js.Check(payload)
+		if ok != c.ok || (!ok && !strings.Contains(reason, "could nest more than 10000")) {
+			t.Errorf("%d nested arrays, %d references a level: valid %v (%.100s), want %v", c.depth, c.hops, ok, reason, c.ok)
+		}
+	}
+
+	// The depth of a kept cost counts where it is read: an object
+	// 4,500 deep (9,000 nested applications) costed through one
+	// reference, then read through 1,200 more on the same value.
+	var b strings.Builder
+	b.WriteString(`{"$defs":{"o":{"type":"object","properties":{"x":{"$ref":"#/$defs/o"}}}`)
+	for i := 0; i < 1200; i++ {
+		fmt.Fprintf(&b, `,"r%d":{"$ref":"#/$defs/r%d"}`, i, i+1)
+	}
+	b.WriteString(`,"r1200":{"$ref":"#/$defs/o"}},"properties":{"pad":{"type":"string"}},"allOf":[{"$ref":"#/$defs/o"}`)
+	near, err := format.CompileJSONSchema(b.String()+`]}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far, err := format.CompileJSONSchema(b.String()+`,{"$ref":"#/$defs/r0"}]}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte(`{"pad":"` + strings.Repeat("x", 300<<10) + `","x":` + strings.Repeat(`{"x":`, 4500) + `{}` + strings.Repeat(`}`, 4501))
+	if _, reason, ok := near.Check(payload); !ok {
+		t.Errorf("4,500 nested objects through one reference each: %.100s", reason)
+	}
+	if _, reason, ok := far.Check(payload); ok || !strings.Contains(reason, "could nest more than") {
+		t.Errorf("4,500 nested objects, then 1,200 references around them: valid %v (%.100s), want beyond MaxJSONSchemaDepth", ok, reason)
+	}
+}
+
+// checkWithin is js.Check(payload), failing t if it has not returned
+// within d (the goroutine is left to run until the test binary ends): for
+// payloads that the old code validated for minutes.
+func checkWithin(t *testing.T, js *format.JSONSchema, payload []byte, d time.Duration) (reason string, ok bool) {
+	t.Helper()
+	type result struct {
+		reason string
+		ok     bool
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, reason, ok := js.Check(payload)
+		done <- result{reason, ok}
+	}()
+	select {
+	case r := <-done:
+		return r.reason, r.ok
+	case <-time.After(d):
+		t.Fatalf("%d bytes: still validating after %v", len(payload), d)
+		return "", false
+	}
+}
+
+// doublingSchema is a small schema (some 60 bytes a level) whose
+// subschemas double at each level: a_k = kw [a_(k-1), a_(k-1)].
+func doublingSchema(levels int, kw string) string {
+	var b strings.Builder
+	b.WriteString(`{"$defs":{"a0":{}`)
+	for k := 1; k <= levels; k++ {
+		fmt.Fprintf(&b, `,"a%d":{"%s":[{"$ref":"#/$defs/a%d"},{"$ref":"#/$defs/a%d"}]}`, k, kw, k-1, k-1)
+	}
+	fmt.Fprintf(&b, `},"$ref":"#/$defs/a%d"}`, levels)
+	return b.String()
+}
+
+// eventsSchema is a realistic batch of events: an array of CloudEvents-like
+// envelopes, each a oneOf of variants (by "type"), each variant's data
+// with nullable fields written the OpenAPI 3.1 way (anyOf [T, null]).
+func eventsSchema(variants int) string {
+	var defs, refs []string
+	for k := 0; k < variants; k++ {
+		defs = append(defs, fmt.Sprintf(`"ev%d":{"type":"object","allOf":[{"$ref":"#/$defs/envelope"}],
+		  "properties":{"type":{"const":"ev%d"},"data":{"type":"object","additionalProperties":false,
+		    "properties":{"orderId":{"type":"string"},
+		      "amount":{"anyOf":[{"$ref":"#/$defs/money"},{"type":"null"}]},
+		      "qty":{"anyOf":[{"type":"integer","minimum":0},{"type":"null"}]},
+		      "note":{"anyOf":[{"type":"string","maxLength":200},{"type":"null"}]}},
+		    "required":["orderId"]}},"required":["type","data"]}`, k, k))
+		refs = append(refs, fmt.Sprintf(`{"$ref":"#/$defs/ev%d"}`, k))
+	}
+	return `{"type":"array","items":{"oneOf":[` + strings.Join(refs, ",") + `]},"$defs":{` + strings.Join(defs, ",") + `,
+	  "money":{"type":"number","multipleOf":0.01},
+	  "envelope":{"type":"object","properties":{"id":{"type":"string"},"source":{"type":"string"},
+	    "time":{"type":"string"},"subject":{"anyOf":[{"type":"string"},{"type":"null"}]}},"required":["id","source","time"]}}}`
+}
+
+// TestJSONSchemaCheckWorkCounted (review45's probes): validationCost
+// counted an application of a subschema as one step, whatever the
+// validator did in it, and walked an object's or array's members at each
+// application without counting them. Before:
+//   - the validator walks all of an object's members at each application:
+//     allOf doubling 17 levels against an object of 5,000 members (40 KB):
+//     not done in 30 s (12 levels 1.0 s, 15 levels 6.7 s), within the bound;
+//   - the estimate itself, anyOf doubling 25 levels (over any bound)
+//     against a flat array: 8 KB 10 s, 120 KB not done in 20 s;
+//   - uniqueItems hashes each item whole, at each level: nested arrays
+//     3,000 deep (159 KB) not done in 30 s (1,000 deep, 53 KB: 3.5 s);
+//   - Go's regexp matches in time of the string times the pattern's
+//     program: five patterns [ab]{1000}x against 300 KB, 10.5 s (one: 2.1 s),
+//     each a step.
+//   - the validator copies a string at every application (for
+//     contentEncoding, whether the schema has one or not): some 350 µs for
+//     1 MiB: allOf doubling 11 levels against a string of 1 MiB, 1.5 s,
+//     14 levels some 12 s.
+//
+// Each is now charged (a member walked, a pattern by its length and
+// program, uniqueItems by the size of the items, a string by its length), and refused as a
+// mismatch at once; a small one of each is validated as before, and a
+// realistic batch of 4,000 events (612 KB, a oneOf of 24 event types) is
+// valid.
+func TestJSONSchemaCheckWorkCounted(t *testing.T) {
+	const beyond = "could take more than"
+	flatArray := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat("0,", n), ",") + "]" }
+	flatObject := func(n int) string {
+		var b strings.Builder
+		b.WriteString(`{"x":{}`)
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, `,"%x":0`, i)
+		}
+		return b.String() + "}"
+	}
+	uniqueNested := `{"$defs":{"n":{"type":"array","uniqueItems":true,
+	  "items":{"anyOf":[{"$ref":"#/$defs/n"},{"type":"integer"}]}}},"$ref":"#/$defs/n"}`
+	level := ",1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20]"
+	nestedArrays := func(depth int) string { return strings.Repeat("[", depth) + "0" + strings.Repeat(level, depth) }
+	pattern := `{"type":"array","items":{"type":"string","pattern":"[ab]{1000}c"}}`
+	fivePatterns := `{"type":"array","items":{"allOf":[{"pattern":"[ab]{1000}c"},{"pattern":"[ab]{1000}d"},{"pattern":"[ab]{1000}e"},{"pattern":"[ab]{1000}f"},{"pattern":"[ab]{1000}g"}]}}`
+	strings1 := func(n int) string { return `["` + strings.Repeat("a", n) + `"]` }
+	for _, c := range []struct {
+		name, schema, payload string
+		ok                    bool
+		reason                string
+	}{
+		{"allOf 17 levels, 5,000 members", doublingSchema(17, "allOf"), flatObject(5000), false, beyond},
+		{"allOf 12 levels, 5,000 members", doublingSchema(12, "allOf"), flatObject(5000), false, beyond},
+		{"allOf 4 levels, 5,000 members", doublingSchema(4, "allOf"), flatObject(5000), true, ""},
+		{"anyOf 25 levels, 60,000 items", doublingSchema(25, "anyOf"), flatArray(60000), false, beyond},
+		{"anyOf 25 levels, 20,000 members", doublingSchema(25, "anyOf"), flatObject(20000), false, beyond},
+		{"uniqueItems 3,000 deep", uniqueNested, nestedArrays(3000), false, beyond},
+		{"uniqueItems 1,000 deep", uniqueNested, nestedArrays(1000), false, beyond},
+		{"uniqueItems 20 deep", uniqueNested, nestedArrays(20), true, ""},
+		{"a pattern, 300 KB", pattern, strings1(300 << 10), false, beyond},
+		{"five patterns, 300 KB", fivePatterns, strings1(300 << 10), false, beyond},
+		{"a pattern, 100 bytes", pattern, strings1(100), false, "does not match pattern"},
+		{"allOf 14 levels, a string of 1 MiB", doublingSchema(14, "allOf"), `"` + strings.Repeat("x", 1<<20) + `"`, false, beyond},
+		{"allOf 4 levels, a string of 1 MiB", doublingSchema(4, "allOf"), `"` + strings.Repeat("x", 1<<20) + `"`, true, ""},
+		{"a pattern, 1 KB that matches", pattern, `["` + strings.Repeat("b", 1000) + `c"]`, true, ""},
+	} {
+		js, err := format.CompileJSONSchema(c.schema, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reason, ok := checkWithin(t, js, []byte(c.payload), 20*time.Second)
+		if ok != c.ok || !strings.Contains(reason, c.reason) {
+			t.Errorf("%s (%d bytes): valid %v (%.100s), want %v (%s)", c.name, len(c.payload), ok, reason, c.ok, c.reason)
+		}
+	}
+
+	event := func(k, i int) string {
+		return fmt.Sprintf(`{"type":"ev%d","id":"e%d","source":"/orders","time":"2026-12-06T12:00:00Z","subject":null,"data":{"orderId":"o%d","amount":12.5,"qty":3,"note":null}}`, k, i, i)
+	}
+	for _, c := range []struct {
+		types int
+		ok    bool
+	}{{8, true}, {24, true}, {64, false}} {
+		js, err := format.CompileJSONSchema(eventsSchema(c.types), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items := make([]string, 4000)
+		for i := range items {
+			items[i] = event(i%c.types, i)
+		}
+		payload := []byte("[" + strings.Join(items, ",") + "]")
+		if _, reason, ok := js.Check(payload); ok != c.ok || (!ok && !strings.Contains(reason, beyond)) {
+			t.Errorf("4,000 events (%d bytes) of a oneOf of %d event types: valid %v (%.100s), want %v", len(payload), c.types, ok, reason, c.ok)
+		}
+	}
+}
+
+// TestJSONSchemaCheckReasonClipped (review45's
+// TestProbe45CheckReasonUnclipped): Check's reason was the validator's,
+// whole, and a format's failure quotes the value: a 350 KiB string that is
+// not a date made a reason of 1,075,280 bytes, which the inbox's
+// undecodable error carries into its log and its dead letter's header.
+// The field and the reason are cut to 1 KB now, an ellipsis at the cut;
+// a short reason is whole.
+func TestJSONSchemaCheckReasonClipped(t *testing.T) {
+	// draft-07 asserts formats (Confluent's default draft for JSON Schema).
+	js, err := format.CompileJSONSchema(`{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"d":{"type":"string","format":"date"}}}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, reason, ok := js.Check([]byte(`{"d":"` + strings.Repeat("é", 175<<10) + `"}`))
+	if ok || len(reason) > 1024+len("…") || !strings.HasSuffix(reason, "…") || !utf8.ValidString(reason) {
+		t.Errorf("a 350 KiB string that is not a date: valid %v, a reason of %d bytes (%.80s…)", ok, len(reason), reason)
+	}
+	field, reason, ok := js.Check([]byte(`{"d":"x"}`))
+	if ok || field != "/d" || strings.Contains(reason, "…") || !strings.Contains(reason, "'x' is not valid date") {
+		t.Errorf(`{"d":"x"}: valid %v, at %q: %s`, ok, field, reason)
 	}
 }
