@@ -307,7 +307,7 @@ func (c *Config) keys() []*key {
 	f, s = boolean(&c.Kafka.ExactlyOnce, false)
 	add("kafka.exactly_once", "produce in Kafka transactions fenced by the source position: a consumer reading with `isolation.level=read_committed` sees each event once, across crashes (see Exactly once (docs/exactly-once.md))", f, s)
 	f, s = str(&c.Kafka.TransactionalID, "")
-	add("kafka.transactional_id", "transactional id of exactly-once mode; empty: `walrelay-<system identifier>-<database>-<slot>`, stable across restarts and failovers to a physical standby", f, s)
+	add("kafka.transactional_id", "transactional id of exactly-once mode; empty: `walrelay-<system identifier>-<database>-<slot>`, stable across restarts and failovers to a physical standby; shared by every instance of a slot, and by no other slot: two slots given one id are refused (\"another walrelay instance, of another slot, uses the same transactional id\")", f, s)
 	f, s = str(&c.Kafka.TakeoverID, "")
 	add("kafka.transactional_id_takeover", "transactional id whose committed position of the slot this relay takes over, fencing it (after a change of `kafka.transactional_id`, or of the database's system identifier by `pg_upgrade`: docs/upgrading.md); empty: a position committed under another id than `kafka.transactional_id` is refused", f, s)
 	f, s = integer(&c.Kafka.AcceptTimeline, 0)
