@@ -599,7 +599,10 @@ func TestJSONSchemaCheckReasonClipped(t *testing.T) {
 //   - the schema's own numbers: multipleOf 1e-200000 against 50,000
 //     numbers (100 KB) took 6.1 s, minimum -1e200000 2.1 s; a schema's
 //     number is held to a payload's bounds (MaxJSONNumberDigits,
-//     MaxJSONNumberExponent) now, and one beyond them does not compile.
+//     MaxJSONNumberExponent) now, and one beyond them does not compile;
+//     within them, a comparison with it is charged by its size
+//     (multipleOf 0.333…, 999 digits, against 500,000 numbers, 1 MB, took
+//     1.9 s, charged as 16 million steps).
 //
 // Each such payload is refused at once as a mismatch; a small one of
 // each is validated as before.
@@ -635,6 +638,8 @@ func TestJSONSchemaCheckSchemaWorkCounted(t *testing.T) {
 		{"enum of 5,000 against 50,000 strings", `{"type":"array","items":{"enum":[` + list + `]}}`, array(`"value-04999"`, 50000), false, beyond},
 		{"enum of 5,000 against 50 strings", `{"type":"array","items":{"enum":[` + list + `]}}`, array(`"value-04999"`, 50), true, ""},
 		{"multipleOf 1e-1000 against 50 numbers", `{"type":"array","items":{"multipleOf":1e-1000}}`, array("3", 50), true, ""},
+		{"multipleOf of 999 digits against 500,000 numbers", `{"type":"array","items":{"multipleOf":0.` + strings.Repeat("3", 999) + `}}`, array("3", 500000), false, beyond},
+		{"multipleOf of 999 digits against 50 numbers", `{"type":"array","items":{"multipleOf":0.` + strings.Repeat("3", 999) + `}}`, array("3", 50), false, "multipleOf"},
 	} {
 		js, err := format.CompileJSONSchema(c.schema, nil)
 		if err != nil {

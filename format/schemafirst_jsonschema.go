@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"reflect"
 	"regexp"
 	"regexp/syntax"
@@ -598,6 +599,9 @@ func (c *costing) work(s *jsonschema.Schema, v any) int {
 	case json.Number:
 		if s.Minimum != nil || s.Maximum != nil || s.ExclusiveMinimum != nil || s.ExclusiveMaximum != nil || s.MultipleOf != nil {
 			w += numberSteps(x)
+			for _, r := range []*big.Rat{s.Minimum, s.Maximum, s.ExclusiveMinimum, s.ExclusiveMaximum, s.MultipleOf} {
+				w += ratSteps(r)
+			}
 		}
 	}
 	if s.Const != nil {
@@ -693,6 +697,18 @@ func foldsCase(s string) bool {
 		i += 2 + k
 	}
 	return false
+}
+
+// ratSteps is comparing a number with r, a number of the schema
+// (minimum, maximum, multipleOf), in math/big, beyond reading the number
+// (numberSteps): a step for each 32 bits of r (multipleOf 0.333…, 999
+// digits, against 500,000 numbers, 1 MB, took 1.9 s, some 3.7 µs each;
+// minimum -1e1000 0.5 s).
+func ratSteps(r *big.Rat) int {
+	if r == nil {
+		return 0
+	}
+	return (r.Num().BitLen() + r.Denom().BitLen()) / 32
 }
 
 // patternSteps is the steps of matching a string of n bytes with a pattern
