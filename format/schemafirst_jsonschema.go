@@ -121,10 +121,11 @@ type parsedRegexp struct {
 
 func (r *parsedRegexp) String() string { return r.s }
 
-// MatchString compiles the expression, once, and matches s.
+// MatchString compiles the expression, once, and matches s (never, if
+// it does not compile: the validator does not match a format's regex).
 func (r *parsedRegexp) MatchString(s string) bool {
-	r.once.Do(func() { r.re = regexp.MustCompile(r.s) })
-	return r.re.MatchString(s)
+	r.once.Do(func() { r.re, _ = regexp.Compile(r.s) })
+	return r.re != nil && r.re.MatchString(s)
 }
 
 // Check validates payload, a JSON document: ok, or where it fails (a JSON
