@@ -581,3 +581,82 @@ func TestJSONSchemaCheckReasonClipped(t *testing.T) {
 		t.Errorf(`{"d":"x"}: valid %v, at %q: %s`, ok, field, reason)
 	}
 }
+
+// TestJSONSchemaCheckSchemaWorkCounted (review46's probes): work of the
+// validator that the estimate did not charge, each now charged (or, for
+// the schema's numbers, refused at compile):
+//   - format "regex" (asserted by default for draft-07 and older): the
+//     validator compiled the string as a Go regexp at every application,
+//     its program as long as the string times its repetitions; \pL{1000}
+//     3,000 times (27 KB) took 0.82 s an application, an allOf of 8 of it
+//     4.8 s, an array of 8 such strings (240 KB) 5.0 s. Now the string is
+//     only parsed, and charged by its bytes, more with a Unicode class or
+//     case folding (regexParseSteps);
+//   - required (and dependentRequired) was never charged: 5,000 names
+//     against 20,000 empty objects (60 KB) took 4.9 s (18 s on a loaded
+//     machine); enum was charged only against an object or an array: an
+//     enum of 5,000 strings against 50,000 strings (700 KB) took 1.9 s;
+//   - the schema's own numbers: multipleOf 1e-200000 against 50,000
+//     numbers (100 KB) took 6.1 s, minimum -1e200000 2.1 s; a schema's
+//     number is held to a payload's bounds (MaxJSONNumberDigits,
+//     MaxJSONNumberExponent) now, and one beyond them does not compile;
+//     within them, a comparison with it is charged by its size
+//     (multipleOf 0.333…, 999 digits, against 500,000 numbers, 1 MB, took
+//     1.9 s, charged as 16 million steps).
+//
+// Each such payload is refused at once as a mismatch; a small one of
+// each is validated as before.
+func TestJSONSchemaCheckSchemaWorkCounted(t *testing.T) {
+	const beyond = "could take more than"
+	draft7 := `{"$schema":"http://json-schema.org/draft-07/schema#",`
+	allOf8 := draft7 + `"allOf":[` + strings.TrimSuffix(strings.Repeat(`{"format":"regex"},`, 8), ",") + `]}`
+	regexItems := draft7 + `"type":"array","items":{"type":"string","format":"regex"}}`
+	repeats := strings.Repeat(`\\pL{1000}`, 3000)
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = fmt.Sprintf(`"value-%05d"`, i)
+	}
+	list := strings.Join(names, ",")
+	array := func(item string, n int) string {
+		return "[" + strings.TrimSuffix(strings.Repeat(item+",", n), ",") + "]"
+	}
+	for _, c := range []struct {
+		name, schema, payload string
+		ok                    bool
+		reason                string
+	}{
+		{"format regex, \\pL{1000} 3,000 times", allOf8[:len(draft7)] + `"format":"regex"}`, `"` + repeats + `"`, false, beyond},
+		{"format regex, allOf of 8, \\pL{1000} 3,000 times", allOf8, `"` + repeats + `"`, false, beyond},
+		{"format regex, 8 strings of \\pL{1000} 3,000 times", regexItems, array(`"`+repeats+`"`, 8), false, beyond},
+		{"format regex, (?i)[\\x{101}-\\x{1E942}] 1,000 times", regexItems, array(`"`+strings.Repeat(`(?i)[\\x{101}-\\x{1E942}]`, 1000)+`"`, 1), false, beyond},
+		{"format regex, a short one", allOf8, `"^(?i)[a-z]{1,8}\\pL*$"`, true, ""},
+		{"format regex, 1 MB of (a|b)", allOf8[:len(draft7)] + `"allOf":[{"format":"regex"},{"format":"regex"}]}`, `"` + strings.Repeat("(a|b)", 200000) + `"`, true, ""},
+		{"format regex, not one", allOf8, `"(a"`, false, "is not valid regex"},
+		{"required 5,000 against 20,000 objects", `{"type":"array","items":{"required":[` + list + `]}}`, array("{}", 20000), false, beyond},
+		{"required 5,000 against 20 objects", `{"type":"array","items":{"required":[` + list + `]}}`, array("{}", 20), false, "missing properties"},
+		{"dependentRequired 5,000 against 20,000 objects", `{"type":"array","items":{"dependentRequired":{"a":[` + list + `]}}}`, array(`{"a":0}`, 20000), false, beyond},
+		{"enum of 5,000 against 50,000 strings", `{"type":"array","items":{"enum":[` + list + `]}}`, array(`"value-04999"`, 50000), false, beyond},
+		{"enum of 5,000 against 50 strings", `{"type":"array","items":{"enum":[` + list + `]}}`, array(`"value-04999"`, 50), true, ""},
+		{"multipleOf 1e-1000 against 50 numbers", `{"type":"array","items":{"multipleOf":1e-1000}}`, array("3", 50), true, ""},
+		{"multipleOf of 999 digits against 500,000 numbers", `{"type":"array","items":{"multipleOf":0.` + strings.Repeat("3", 999) + `}}`, array("3", 500000), false, beyond},
+		{"multipleOf of 999 digits against 50 numbers", `{"type":"array","items":{"multipleOf":0.` + strings.Repeat("3", 999) + `}}`, array("3", 50), false, "multipleOf"},
+	} {
+		js, err := format.CompileJSONSchema(c.schema, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		reason, ok := checkWithin(t, js, []byte(c.payload), 20*time.Second)
+		if ok != c.ok || !strings.Contains(reason, c.reason) {
+			t.Errorf("%s (%d bytes): valid %v (%.100s), want %v (%s)", c.name, len(c.payload), ok, reason, c.ok, c.reason)
+		}
+	}
+	for _, schema := range []string{`{"type":"array","items":{"multipleOf":1e-200000}}`, `{"type":"array","items":{"minimum":-1e200000}}`,
+		`{"type":"array","items":{"maximum":` + strings.Repeat("9", 1001) + `}}`} {
+		if _, err := format.CompileJSONSchema(schema, nil); err == nil || !strings.Contains(err.Error(), "beyond the bounds") {
+			t.Errorf("%.60s: compiled (%v), want refused: a number beyond the bounds", schema, err)
+		}
+	}
+	if _, err := format.CompileJSONSchema(`{"$ref":"n.json"}`, map[string]string{"n.json": `{"multipleOf":1e-5000}`}); err == nil || !strings.Contains(err.Error(), "beyond the bounds") {
+		t.Errorf("a referenced schema's multipleOf 1e-5000: compiled (%v), want refused", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,6 +56,12 @@ type Reconciled struct {
 	Rows         int // rows of the window judged
 	Found        int // on their topic
 	DeadLettered int // not on their topic, on the dead-letter topic
+	// IDCut counts the rows that are on neither, but that a dead letter
+	// whose id was cut (sink.HeaderIDOmitted) may name: an id that starts
+	// with its prefix and is as long as its id was. Not judged: neither
+	// missing (nor replayed) nor dead-lettered, as dlq replay does not
+	// replay such a dead letter (its prefix may name another row).
+	IDCut        int
 	Missing      int // on neither
 	NotJudged    int // committed after the reconcile started
 	InFlight     int // with Poll: not sent yet by the poller (PENDING, SENDING, PARKED), not judged
@@ -221,10 +228,28 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 		batch = batch[:0]
 		return err
 	}
+	// A dead letter whose id was cut holds a prefix of its row's id: not
+	// the id of its row, and maybe another row's. It goes to
+	// walrelay_cut, with the length of the whole id, not to walrelay_seen
+	// (there it counted its row missing, and --replay republished it,
+	// and counted a row whose id was the prefix dead-lettered).
+	var cuts [][]any
 	err = readTopics(ctx, rc.Kafka, topics, since, func(r *kgo.Record) error {
-		if id := sink.Header(r, "id"); id != "" {
-			batch = append(batch, []any{id, r.Topic == rc.DLQTopic})
+		id := sink.Header(r, "id")
+		if id == "" {
+			return nil
 		}
+		if r.Topic == rc.DLQTopic {
+			if omitted := sink.Header(r, sink.HeaderIDOmitted); omitted != "" {
+				n, err := strconv.Atoi(omitted)
+				if err != nil || n < 0 {
+					n = -1 // an unknown length: any id with the prefix
+				}
+				cuts = append(cuts, []any{id, n})
+				return nil
+			}
+		}
+		batch = append(batch, []any{id, r.Topic == rc.DLQTopic})
 		if len(batch) == cap(batch) {
 			return flush()
 		}
@@ -236,18 +261,27 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 	if err != nil {
 		return res, fmt.Errorf("read the topics: %w", err)
 	}
+	if _, err := tx.Exec(ctx, "CREATE TEMPORARY TABLE walrelay_cut (prefix text NOT NULL, omitted int NOT NULL) ON COMMIT DROP"); err != nil {
+		return res, fmt.Errorf("create a temporary table: %w", err)
+	}
+	if len(cuts) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"walrelay_cut"}, []string{"prefix", "omitted"}, pgx.CopyFromRows(cuts)); err != nil {
+			return res, fmt.Errorf("read the topics: the dead letters whose id was cut: %w", err)
+		}
+	}
 	if _, err := tx.Exec(ctx, "CREATE INDEX ON walrelay_seen (id); ANALYZE walrelay_seen"); err != nil {
 		return res, fmt.Errorf("index the ids read: %w", err)
 	}
 	id := t.name + "." + pgx.Identifier{t.layout.Columns.ID}.Sanitize() + "::text"
 	onTopic := "EXISTS (SELECT 1 FROM walrelay_seen s WHERE s.id = " + id + " AND NOT s.dlq)"
 	dead := "EXISTS (SELECT 1 FROM walrelay_seen s WHERE s.id = " + id + " AND s.dlq)"
-	if err := tx.QueryRow(ctx, "SELECT count(*) FILTER (WHERE "+onTopic+"), count(*) FILTER (WHERE NOT "+onTopic+" AND "+dead+") FROM "+t.name+" WHERE "+cond, args...).
-		Scan(&res.Found, &res.DeadLettered); err != nil {
+	cut := "EXISTS (SELECT 1 FROM walrelay_cut c WHERE starts_with(" + id + ", c.prefix) AND (c.omitted < 0 OR octet_length(" + id + ") = octet_length(c.prefix) + c.omitted))"
+	if err := tx.QueryRow(ctx, "SELECT count(*) FILTER (WHERE "+onTopic+"), count(*) FILTER (WHERE NOT "+onTopic+" AND "+dead+"), count(*) FILTER (WHERE NOT "+onTopic+" AND NOT "+dead+" AND "+cut+") FROM "+t.name+" WHERE "+cond, args...).
+		Scan(&res.Found, &res.DeadLettered, &res.IDCut); err != nil {
 		return res, fmt.Errorf("compare: %w", err)
 	}
 	// The window's rows were counted in this snapshot: the rest is missing.
-	if missing := res.Rows - res.Found - res.DeadLettered; rc.Replay && missing > 0 && len(res.Trimmed) > 0 {
+	if missing := res.Rows - res.Found - res.DeadLettered - res.IDCut; rc.Replay && missing > 0 && len(res.Trimmed) > 0 {
 		res.Missing = missing
 		return res, fmt.Errorf("%w: %d rows count as missing, and %s; a row counted missing there may have been published; list them with reconcile without --replay, and send the rows you know are missing with walrelay replay --ids FILE", ErrTrimmed, missing, strings.Join(res.Trimmed, "; "))
 	}
@@ -256,7 +290,7 @@ func (rc *Reconciler) Run(ctx context.Context, w Window) (Reconciled, error) {
 		s = newSender(rc.Publisher, false)
 	}
 	var requeue []string
-	w.extra = "NOT EXISTS (SELECT 1 FROM walrelay_seen s WHERE s.id = " + id + ")"
+	w.extra = "NOT EXISTS (SELECT 1 FROM walrelay_seen s WHERE s.id = " + id + ") AND NOT " + cut
 	err = t.Rows(ctx, tx, w, func(r Row) error {
 		res.Missing++
 		if rc.OnMissing != nil {

@@ -1,6 +1,8 @@
 package recovery
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,7 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // TestTrimmedCheckDoesNotTrustTimestampOrder: walrelay stamps a record
@@ -82,5 +86,85 @@ func TestPruneNamesALostSlot(t *testing.T) {
 	_, err := (&Pruner{Table: tb, Slot: slot, Wait: time.Second}).Run(ctx, time.Hour)
 	if err == nil || !strings.Contains(err.Error(), "wal_status lost") || strings.Contains(err.Error(), "is walrelay running") {
 		t.Fatalf("prune with a lost slot: %v, want a refusal naming the lost slot", err)
+	}
+}
+
+// TestReconcileOfACutDeadLetterID: a dead letter whose id was cut
+// (sink.HeaderIDOmitted) holds a prefix of its row's id. dlq replay skips
+// it; reconcile took the prefix as an id: the dead-lettered row (its
+// whole id) counted missing and --replay republished it, and a row whose
+// id is the prefix, never sent, counted dead-lettered, its loss hidden
+// (before: Missing 1 the whole id, republished; DeadLettered 1). Now the
+// prefix is no id: the row it may name is counted IDCut, not replayed,
+// and the prefix's own row is missing.
+func TestReconcileOfACutDeadLetterID(t *testing.T) {
+	ctx := t.Context()
+	conn := migratedConn(t)
+	prefix := strings.Repeat("p", 1000)
+	whole := prefix + strings.Repeat("q", 70000) // dead-lettered, its id cut to prefix
+	longer := whole + "r"                        // sent nowhere, not of the cut id's length
+	for _, stmt := range []string{`ALTER TABLE outbox ALTER COLUMN id TYPE text`,
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + whole + `', 'order', 'a-1', 'Big', '{}')`,
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + prefix + `', 'order', 'a-2', 'Other', '{}')`,
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + longer + `', 'order', 'a-3', 'Other', '{}')`} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb, err := Open(ctx, conn, decoder.Layout{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := kafkatest.Start(t)
+	opts := []kgo.Opt{kgo.SeedBrokers(kc.Addrs()...)}
+	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("walrelay.dlq"), kgo.AllowAutoTopicCreation())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	dl := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(prefix)}, {Key: sink.HeaderReason, Value: []byte("invalid_event")},
+		{Key: sink.HeaderTopic, Value: []byte("outbox.event.order")}, {Key: sink.HeaderIDOmitted, Value: []byte("70000")}}}
+	if err := cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// The topic the rows route to exists, without them.
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "outbox.event.order", Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p := &recordingPublisher{}
+	var missing []string
+	rc := &Reconciler{Table: tb, Publisher: p, Kafka: opts, DLQTopic: "walrelay.dlq", Wait: time.Second, Replay: true,
+		OnMissing: func(r Row) { missing = append(missing, r.Event.ID) }}
+	res, err := rc.Run(ctx, Window{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := func(ids []string) []string {
+		out := make([]string, len(ids))
+		for i, id := range ids {
+			switch id {
+			case prefix:
+				out[i] = "prefix"
+			case whole:
+				out[i] = "whole"
+			case longer:
+				out[i] = "longer"
+			default:
+				out[i] = fmt.Sprintf("another (%d bytes)", len(id))
+			}
+		}
+		return out
+	}
+	slices.Sort(missing)
+	slices.Sort(p.ids)
+	t.Logf("found %d, dead-lettered %d, id cut %d, missing %d %v; republished %v", res.Found, res.DeadLettered, res.IDCut, res.Missing, name(missing), name(p.ids))
+	if res.DeadLettered != 0 || res.IDCut != 1 || res.Missing != 2 {
+		t.Errorf("dead-lettered %d, id cut %d, missing %d, want 0, 1 (the whole id), 2 (the prefix and the longer id)", res.DeadLettered, res.IDCut, res.Missing)
+	}
+	if got := name(missing); !slices.Equal(got, []string{"prefix", "longer"}) {
+		t.Errorf("missing %v, want the prefix and the longer id", got)
+	}
+	if got := name(p.ids); !slices.Equal(got, []string{"prefix", "longer"}) {
+		t.Errorf("--replay republished %v, want the prefix and the longer id (not the row whose dead letter's id was cut)", got)
 	}
 }

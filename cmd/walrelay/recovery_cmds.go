@@ -324,7 +324,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	took := time.Since(start)
 	if *c.json {
-		doc := map[string]any{"rows": res.Rows, "found": res.Found, "dead_lettered": res.DeadLettered, "missing": res.Missing, "missing_rows": missing,
+		doc := map[string]any{"rows": res.Rows, "found": res.Found, "dead_lettered": res.DeadLettered, "id_cut": res.IDCut, "missing": res.Missing, "missing_rows": missing,
 			"not_judged": res.NotJudged, "in_flight": res.InFlight, "requeued": res.Requeued, "slot_caught_up": res.SlotCaughtUp, "slot_note": res.SlotNote, "start_lsn": res.Start.String(),
 			"replayed": res.Replayed.Rows, "seconds": took.Seconds(), "order": order.By, "order_unsure": order.Unsure, "trimmed_topics": res.Trimmed}
 		if err := c.printJSON(doc); err != nil {
@@ -338,6 +338,9 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		if res.NotJudged > 0 {
 			fmt.Fprintf(c.out, "%d rows of the window committed after the reconcile started: not judged\n", res.NotJudged)
+		}
+		if res.IDCut > 0 {
+			fmt.Fprintf(c.out, "%d rows of the window on neither, that a dead letter whose id was cut (walrelay.id_omitted_bytes) may name: id cut, not judged (neither missing nor replayed; dlq replay does not replay such a dead letter either)\n", res.IDCut)
 		}
 		if !res.SlotCaughtUp {
 			fmt.Fprintln(c.out, "note: "+res.SlotNote)
