@@ -4,52 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"runtime"
-	rmetrics "runtime/metrics"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/dynamicpb"
-)
 
-// peakHeap runs f and returns the most live heap objects' bytes seen
-// while it ran, above what there was before it (sampled every
-// millisecond with runtime/metrics, which does not stop the world).
-func peakHeap(f func()) uint64 {
-	runtime.GC()
-	sample := []rmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { rmetrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var peak atomic.Uint64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	f()
-	if v := read(); v > peak.Load() {
-		peak.Store(v)
-	}
-	close(stop)
-	<-done
-	if peak.Load() < base {
-		return 0
-	}
-	return peak.Load() - base
-}
+	"github.com/walrelay/walrelay/internal/testkit/heappeak"
+)
 
 // anyOf is a google.protobuf.Any of message value of type name, as
 // field num of a message (0: the Any alone).
@@ -108,7 +71,7 @@ func TestProtobufDecodedCostEstimate(t *testing.T) {
 			t.Fatal(err)
 		}
 		var derr error
-		peak := peakHeap(func() {
+		peak := heappeak.Of(func() {
 			m := dynamicpb.NewMessage(md)
 			if derr = proto.Unmarshal(c.body, m); derr != nil {
 				return

@@ -7,15 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
-	"runtime/metrics"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
 
 // uncapped makes a registered_avro writer (compileAvro) one without a
@@ -36,41 +34,6 @@ func uncapped(w func(dst, payload []byte, maxBytes int) ([]byte, error), err err
 		}
 		return out, nil
 	}, nil
-}
-
-// peakLive runs f and returns the most live heap seen while it ran
-// (sampled every millisecond with runtime/metrics, which does not stop
-// the world), above what there was before.
-func peakLive(f func()) uint64 {
-	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var peak atomic.Uint64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	f()
-	if v := read(); v > peak.Load() {
-		peak.Store(v)
-	}
-	close(stop)
-	<-done
-	if peak.Load() < base {
-		return 0
-	}
-	return peak.Load() - base
 }
 
 // optionalFields is a record's fields f0… of ["null","long"], default
@@ -122,7 +85,7 @@ func TestSchemaFirstAvroValueBoundedAsWritten(t *testing.T) {
 	} {
 		var out []byte
 		var err error
-		peak := peakLive(func() { out, err = enc.Value(t.Context(), "orders", "Order", payload, c.maxBytes) })
+		peak := heappeak.Of(func() { out, err = enc.Value(t.Context(), "orders", "Order", payload, c.maxBytes) })
 		t.Logf("%s: a %d-byte payload: a %d-byte value, err %v, peak live heap %d KiB", c.name, len(payload), len(out), err, peak>>10)
 		if peak > c.peak {
 			t.Errorf("%s: a %d-byte payload in registered_avro cost a peak of %d MiB of live heap (its value %d bytes, err %v), more than %d MiB", c.name, len(payload), peak>>20, len(out), err, c.peak>>20)
@@ -209,7 +172,7 @@ func TestSchemaFirstAvroDefaultsBounded(t *testing.T) {
 	mismatch := func(field, reason string) *MismatchError { return &MismatchError{Field: field, Reason: reason} }
 	var out []byte
 	var werr error
-	peak := peakLive(func() {
+	peak := heappeak.Of(func() {
 		w, err := compileAvro(level, nil, mismatch)
 		if err != nil {
 			t.Fatal(err)
@@ -279,7 +242,7 @@ func TestSchemaFirstPayloadTokensBounded(t *testing.T) {
 				payload := items(c.n)
 				var out []byte
 				var err error
-				peak := peakLive(func() { out, err = enc.Value(t.Context(), "t", "M", payload, 8<<20) })
+				peak := heappeak.Of(func() { out, err = enc.Value(t.Context(), "t", "M", payload, 8<<20) })
 				t.Logf("%d empty objects (%d bytes): %d bytes, err %v, peak %d KiB", c.n, len(payload), len(out), err, peak>>10)
 				if c.over != errors.Is(err, ErrTooLarge) || !c.over && err != nil {
 					t.Errorf("%d empty objects: %v; want ErrTooLarge %v", c.n, err, c.over)

@@ -6,50 +6,13 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
-	rmetrics "runtime/metrics"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
-
-// decodePeak runs f and returns the most live heap objects' bytes seen
-// while it ran, above what there was before it (sampled every
-// millisecond with runtime/metrics, which does not stop the world).
-func decodePeak(f func()) uint64 {
-	runtime.GC()
-	sample := []rmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { rmetrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var peak atomic.Uint64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	f()
-	if v := read(); v > peak.Load() {
-		peak.Store(v)
-	}
-	close(stop)
-	<-done
-	if peak.Load() < base {
-		return 0
-	}
-	return peak.Load() - base
-}
 
 // TestRegistryProtobufDecodedSizeBounded (review43a's
 // TestProbeRegistryProtobufDecodedSizeUnbounded): a Protobuf value was not
@@ -92,7 +55,7 @@ func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
 	} {
 		framed := format.Frame(nil, 1, append([]byte{0}, c.body...)) // indexes [0], then M
 		var derr error
-		peak := decodePeak(func() {
+		peak := heappeak.Of(func() {
 			var v any
 			derr = reg.Decode(t.Context(), framed, &v)
 		})

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	rmetrics "runtime/metrics"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,43 +14,8 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
-
-// peakHeap runs f and returns the most live heap objects' bytes seen
-// while it ran, above what there was before it (sampled every
-// millisecond with runtime/metrics, which does not stop the world).
-func peakHeap(f func()) uint64 {
-	runtime.GC()
-	sample := []rmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { rmetrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	f()
-	if v := read(); v > peak.Load() {
-		peak.Store(v)
-	}
-	close(stop)
-	<-done
-	if peak.Load() < base {
-		return 0
-	}
-	return peak.Load() - base
-}
 
 // schemaServer answers /schemas/ids/N with schema(N) of schemaType typ,
 // and counts the requests.
@@ -154,7 +118,7 @@ func TestRegistryHugeSchemaRefused(t *testing.T) {
 	}
 	var derr error
 	start := time.Now()
-	peak := peakHeap(func() {
+	peak := heappeak.Of(func() {
 		var v any
 		derr = reg.Decode(t.Context(), format.Frame(nil, 1, []byte{0}), &v)
 	})
@@ -226,7 +190,7 @@ func TestRegistryReferencesBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 			var derr error
-			peak := peakHeap(func() {
+			peak := heappeak.Of(func() {
 				var v any
 				derr = reg.Decode(t.Context(), format.Frame(nil, 1, []byte{0}), &v)
 			})
