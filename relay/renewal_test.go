@@ -97,16 +97,12 @@ func TestFalseFenceStorm(t *testing.T) {
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
 	})
-	kc.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		r := req.(*kmsg.InitProducerIDRequest)
-		if r.ProducerID < 0 || !fence.CompareAndSwap(true, false) {
-			return nil, nil, false
+	kc.FenceReinit(func() bool {
+		if !fence.CompareAndSwap(true, false) {
+			return false
 		}
 		fences.Add(1)
-		resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
-		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = kerr.ProducerFenced.Code, -1, -1
-		return resp, nil, true
+		return true
 	})
 	run := 3 * time.Second
 	if os.Getenv("WALRELAY_TEST_LONG") == "1" {
@@ -570,16 +566,12 @@ func TestFalseFenceStormThenACleanStop(t *testing.T) {
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
 	})
-	kc.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		r := req.(*kmsg.InitProducerIDRequest)
-		if r.ProducerID < 0 || !fence.CompareAndSwap(true, false) {
-			return nil, nil, false
+	kc.FenceReinit(func() bool {
+		if !fence.CompareAndSwap(true, false) {
+			return false
 		}
 		fences.Add(1)
-		resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
-		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = kerr.ProducerFenced.Code, -1, -1
-		return resp, nil, true
+		return true
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

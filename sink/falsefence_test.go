@@ -71,18 +71,7 @@ func TestExactlyOnceFalseFenceAfterACutCommit(t *testing.T) {
 				resp.ErrorCode = kerr.UnknownServerError.Code
 				return resp, nil, true
 			})
-			kc.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				kc.KeepControl()
-				r := req.(*kmsg.InitProducerIDRequest)
-				// The client's re-initialisation at its own id and epoch;
-				// a new client asks with none (-1).
-				if r.ProducerID < 0 || !fence.Load() || !fenced.CompareAndSwap(false, true) {
-					return nil, nil, false
-				}
-				resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
-				resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = kerr.ProducerFenced.Code, -1, -1
-				return resp, nil, true
-			})
+			kc.FenceReinit(func() bool { return fence.Load() && fenced.CompareAndSwap(false, true) })
 			err := publish(t, s, txnEvent(0x200, 0))
 			t.Logf("the event whose commit was cut: %v", err)
 			if err == nil {

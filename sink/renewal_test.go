@@ -58,16 +58,12 @@ func TestExactlyOnceFalseFenceInTheRenewalsMarker(t *testing.T) {
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
 	})
-	kc.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		r := req.(*kmsg.InitProducerIDRequest)
-		if r.ProducerID < 0 || fences.Load() >= cuts.Load() {
-			return nil, nil, false
+	kc.FenceReinit(func() bool {
+		if fences.Load() >= cuts.Load() {
+			return false
 		}
 		fences.Add(1)
-		resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
-		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = kerr.ProducerFenced.Code, -1, -1
-		return resp, nil, true
+		return true
 	})
 	if err := publish(t, s, txnEvent(0x200, 0)); err == nil {
 		t.Fatal("an event whose commit was cut was answered as committed")

@@ -188,18 +188,7 @@ func TestExactlyOnceFalseFence(t *testing.T) {
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
 	})
-	fk.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		fk.KeepControl()
-		r := req.(*kmsg.InitProducerIDRequest)
-		// The client's re-initialisation at its own producer id; a new
-		// client asks with none (-1).
-		if r.ProducerID < 0 || !lost.Load() || !fenced.CompareAndSwap(false, true) {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
-		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = kerr.ProducerFenced.Code, -1, -1
-		return resp, nil, true
-	})
+	fk.FenceReinit(func() bool { return lost.Load() && fenced.CompareAndSwap(false, true) })
 	p.waitLog("a new producer of the transactional id takes over", 30*time.Second)
 	before := len(col.Records())
 	waitfor.Until(t, time.Minute, "walrelay publishing after the fence", func() bool { return len(col.Records()) > before+100 })

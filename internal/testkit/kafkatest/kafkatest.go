@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -243,4 +244,23 @@ func RefuseProduce(pr *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
+}
+
+// FenceReinit answers a transactional producer's re-initialisation
+// (InitProducerID at its own producer id; a new client asks with none, -1,
+// and is let through) PRODUCER_FENCED whenever fence says so: the broker's
+// false fence, Kafka's answer to the re-initialisation that follows a
+// commit whose answer was lost. fence is asked only for
+// re-initialisations, so it may count them.
+func (c *Cluster) FenceReinit(fence func() bool) {
+	c.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.InitProducerIDRequest)
+		if r.ProducerID < 0 || !fence() {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = kerr.ProducerFenced.Code, -1, -1
+		return resp, nil, true
+	})
 }
