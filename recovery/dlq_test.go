@@ -19,13 +19,7 @@ import (
 // error naming the flags that pick fewer, rather than hold them all.
 // (Not parallel: it lowers maxReplayHeld.)
 func TestReplayDLQHoldsBounded(t *testing.T) {
-	kc := kafkatest.Start(t)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.Addrs()...)}
-	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("walrelay.dlq"), kgo.AllowAutoTopicCreation())...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl, opts := dlqProducer(t)
 	for range 3 {
 		if err := cl.ProduceSync(t.Context(), &kgo.Record{Value: []byte(strings.Repeat("v", 600))}).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -80,13 +74,7 @@ func TestReplayDLQOfACutID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := kafkatest.Start(t)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.Addrs()...)}
-	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("walrelay.dlq"), kgo.AllowAutoTopicCreation())...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl, opts := dlqProducer(t)
 	dl := &kgo.Record{Value: []byte("{}"), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(prefix)}, {Key: sink.HeaderReason, Value: []byte("invalid_event")},
 		{Key: sink.HeaderTopic, Value: []byte("outbox.event.order")}, {Key: sink.HeaderIDOmitted, Value: []byte("64536")}}}
 	if err := cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
@@ -100,4 +88,19 @@ func TestReplayDLQOfACutID(t *testing.T) {
 	if res.Sent != 0 || res.FromTable != 0 || len(p.ids) != 0 || len(res.NotReplayable) != 1 || !strings.Contains(res.NotReplayable[0], "its id is cut, 64536 bytes left out") {
 		t.Fatalf("replayed %+v, published %d events: want none, and the dead letter named not replayable", res, len(p.ids))
 	}
+}
+
+// dlqProducer starts a kfake cluster and returns a client that writes to
+// its dead-letter topic walrelay.dlq (closed when the test ends), and the
+// options that reach the cluster, for the code under test.
+func dlqProducer(t *testing.T) (*kgo.Client, []kgo.Opt) {
+	t.Helper()
+	kc := kafkatest.Start(t)
+	opts := []kgo.Opt{kgo.SeedBrokers(kc.Addrs()...)}
+	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("walrelay.dlq"), kgo.AllowAutoTopicCreation())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl, opts
 }

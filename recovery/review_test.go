@@ -115,13 +115,7 @@ func TestReconcileOfACutDeadLetterID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := kafkatest.Start(t)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.Addrs()...)}
-	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("walrelay.dlq"), kgo.AllowAutoTopicCreation())...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl, opts := dlqProducer(t)
 	dl := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(prefix)}, {Key: sink.HeaderReason, Value: []byte("invalid_event")},
 		{Key: sink.HeaderTopic, Value: []byte("outbox.event.order")}, {Key: sink.HeaderIDOmitted, Value: []byte("70000")}}}
 	if err := cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
