@@ -49,6 +49,7 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 	if t == nil {
 		return nil
 	}
+	var fence error // answered to the last session, or to the first-session path below at the last Resume
 	if t.started {
 		err := s.resumeSession(ctx)
 		if err == nil {
@@ -57,18 +58,14 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 		if !errors.Is(err, ErrFenced) {
 			return err
 		}
+		fence = err
+	} else {
+		fence = s.fenceAtStart()
+	}
+	if fence != nil {
 		// This session holds the slot, so no other instance streams it:
 		// a new producer of the transactional id takes over, as a restart
-		// would (renewClient).
-		if err := s.mayRenew(err); err != nil {
-			return err
-		}
-		if err := s.renewClient(err); err != nil {
-			return err
-		}
-	} else if fence := s.fenceAtStart(); fence != nil {
-		// The first-session path below was answered as fenced at the last
-		// Resume: renewed now, as above.
+		// would (renewClient), unless fences come too often (mayRenew).
 		if err := s.mayRenew(fence); err != nil {
 			return err
 		}
