@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/internal/properties"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -188,6 +189,16 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		refused = append(refused, DebeziumNote{option, why}) // the value left out: it may be a secret
 		used[option] = true
 	}
+	// sqlName refuses a table or column name walrelay could not write
+	// into SQL as it is ('$', a control character, longer than
+	// PostgreSQL keeps): walrelay migrate writes it into DDL.
+	sqlName := func(option, v string) bool {
+		if err := sqlquote.CheckName(v); err != nil {
+			refuse(option, "walrelay writes this name into SQL and refuses it: "+err.Error())
+			return false
+		}
+		return true
+	}
 	get := func(option, def string) string {
 		used[option] = true
 		if v, ok := opt[option]; ok && v != "" {
@@ -247,11 +258,16 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 			if t = strings.TrimSpace(t); !strings.Contains(t, ".") {
 				t = "public." + t
 			}
+			schema, table, _ := strings.Cut(t, ".")
+			if !sqlName("table.include.list", schema) || !sqlName("table.include.list", table) {
+				continue
+			}
 			tables = append(tables, OutboxTable{Table: t})
 		}
 		switch {
 		case strings.ContainsAny(v, `*+?[](){}|^$\`):
 			refuse("table.include.list", "walrelay relays outbox tables named exactly (schema.table), not patterns")
+		case len(tables) == 0:
 		case len(tables) == 1:
 			keys["postgres.table"] = tables[0].Table
 		default:
@@ -377,7 +393,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		"table.field.event.type": "outbox.type_column", "table.field.event.payload": "outbox.payload_column",
 		"route.by.field": "outbox.aggregate_type_column", "table.field.event.timestamp": "outbox.timestamp_column",
 	} {
-		if v := r(option, ""); v != "" {
+		if v := r(option, ""); v != "" && sqlName(pre+option, v) {
 			keys[key] = v
 		}
 	}
@@ -431,6 +447,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		}
 		f := strings.Split(p, ":")
 		switch {
+		case !sqlName(pre+"table.fields.additional.placement", f[0]):
 		case len(f) >= 2 && f[1] == "header" && (len(f) == 2 || f[2] == f[0]):
 			headers = append(headers, f[0])
 		case len(f) == 3 && f[1] == "header" && f[2] != "":
@@ -448,7 +465,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	if len(headers) > 0 {
 		keys["outbox.header_columns"] = strings.Join(headers, ",")
 	}
-	if v := r("tracing.span.context.field", ""); v != "" {
+	if v := r("tracing.span.context.field", ""); v != "" && sqlName(pre+"tracing.span.context.field", v) {
 		keys["outbox.trace_column"] = v
 	}
 	for option, why := range map[string]string{

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // ErrMissingColumn is wrapped by the *Error returned when the outbox table's
@@ -302,6 +303,35 @@ func reservedHeader(l Layout, name string) string {
 	return ""
 }
 
+// CheckNames refuses a name of l that walrelay could not write into SQL
+// as it is (sqlquote.CheckName: empty, not UTF-8, a control character or
+// a '$', over 63 bytes), naming the setting it comes from: the schema,
+// the table and every configured column. Empty fields take the defaults.
+func (l Layout) CheckNames() error {
+	l = l.WithDefaults()
+	c := l.Columns
+	names := []struct{ what, name string }{{"schema", l.Schema}, {"table", l.Table},
+		{"id column", c.ID}, {"aggregate type column", c.AggregateType}, {"aggregate id column", c.AggregateID},
+		{"type column", c.Type}, {"payload column", c.Payload}}
+	for _, h := range l.HeaderColumns {
+		if h != "" { // refused by Validate, as empty
+			names = append(names, struct{ what, name string }{"header column", h})
+		}
+	}
+	for _, x := range []struct{ what, name string }{{"partition column", l.PartitionColumn}, {"timestamp column", l.TimestampColumn},
+		{"order column", l.OrderColumn}, {"trace column", l.TraceColumn}} {
+		if x.name != "" {
+			names = append(names, x)
+		}
+	}
+	for _, n := range names {
+		if err := sqlquote.CheckName(n.name); err != nil {
+			return fmt.Errorf("outbox table %q: %s: %w", l.Name(), n.what, err)
+		}
+	}
+	return nil
+}
+
 // Validate checks cfg's tables and header columns, as New does; the
 // configuration calls it whatever the source, so that the poll source
 // refuses what the relay would.
@@ -314,6 +344,9 @@ func (cfg Config) Validate() error {
 		}
 	}
 	for _, l := range cfg.Layouts() {
+		if err := l.CheckNames(); err != nil {
+			return err
+		}
 		if tables[l.Name()] {
 			return fmt.Errorf("outbox table %s: listed twice", l.Name())
 		}

@@ -236,6 +236,9 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Table == "" {
 		cfg.Table = "walrelay_inbox"
 	}
+	if err := migrations.CheckInboxTable(cfg.Schema, cfg.Table); err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 5
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // EmitFunction is the helper function through which an application writes
@@ -61,11 +62,12 @@ func EmitInsertSource(l decoder.Layout) string {
 }
 
 // createEmit is the statement that creates or replaces EmitFunction in
-// schema with body src. CREATE OR REPLACE keeps the function's owner and
-// grants, and resets SECURITY DEFINER.
+// schema with body src, dollar-quoted with a tag src does not hold.
+// CREATE OR REPLACE keeps the function's owner and grants, and resets
+// SECURITY DEFINER.
 func createEmit(schema, src string) string {
 	return "CREATE OR REPLACE FUNCTION " + pgx.Identifier{schema, EmitFunction}.Sanitize() + emitSignature +
-		"\nRETURNS pg_lsn LANGUAGE sql SECURITY INVOKER AS $$" + src + "$$"
+		"\nRETURNS pg_lsn LANGUAGE sql SECURITY INVOKER AS " + sqlquote.Dollar(src)
 }
 
 // EmitMessageFunctions are the signatures of pg_logical_emit_message on

@@ -109,8 +109,8 @@ const tableMigration = "0001_outbox.sql"
 func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error) {
 	o = o.WithDefaults()
 	var res Result
-	if strings.Contains(quoteLiteral(o.MessagePrefix), "$$") {
-		return res, fmt.Errorf("outbox.message_prefix %q: $$ would end the body of walrelay_emit, where it is written", o.MessagePrefix)
+	if err := checkNames(o, "_"+CreatedAt); err != nil {
+		return res, err
 	}
 	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
@@ -166,14 +166,8 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 			if o.Messages {
 				src = EmitMessageSource(o.MessagePrefix)
 			}
-			// An existing table may lack a configured column: the body is
-			// not checked here, so that migrate goes on to name the column
-			// (relay.CheckTable) instead of failing on the function.
-			if _, err := tx.Exec(ctx, "SET LOCAL check_function_bodies = off"); err != nil {
-				return res, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
-			}
-			if _, err := tx.Exec(ctx, createEmit(schema, src)); err != nil {
-				return res, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+			if err := createEmitChecked(ctx, tx, schema, src); err != nil {
+				return res, err
 			}
 		}
 		if !exists {
@@ -250,8 +244,52 @@ func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (added bool,
 // created_at that it indexes in the migration.
 var indexRowsAtOnce int64 = 100000
 
+// createEmitChecked creates EmitFunction in schema with body src, its
+// body checked by the server. An existing outbox table may lack a
+// configured column: then the function is left as it was (a savepoint
+// takes the failed statement back), so that migrate goes on to name the
+// column (relay.CheckTable) instead of failing on the function's body.
+func createEmitChecked(ctx context.Context, tx pgx.Tx, schema, src string) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+	}
+	_, err = sp.Exec(ctx, createEmit(schema, src))
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column
+		return sp.Rollback(ctx)
+	}
+	if err != nil {
+		_ = sp.Rollback(ctx)
+		return fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+	}
+	return nil
+}
+
+// checkNames refuses a name of o's tables that walrelay could not write
+// into SQL as it is (decoder.Layout.CheckNames), or a table whose name
+// with one of suffixes, the objects a migration names after it, is longer
+// than PostgreSQL keeps: two tables would name one object.
+func checkNames(o decoder.Config, suffixes ...string) error {
+	for _, l := range o.Layouts() {
+		if err := l.CheckNames(); err != nil {
+			return err
+		}
+		if err := sqlquote.CheckName(l.Table, suffixes...); err != nil {
+			return fmt.Errorf("outbox table %q: %w", l.Name(), err)
+		}
+	}
+	return nil
+}
+
 // begin starts a migration's transaction and takes the migrations' lock
-// in it; the caller rolls it back unless it commits.
+// in it; the caller rolls it back unless it commits. The server checks
+// the bodies of the functions it creates (check_function_bodies), whatever
+// the role or database says: a body that does not parse as written is
+// refused, never created.
 func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -260,6 +298,10 @@ func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, error) {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, fmt.Errorf("take migration lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL check_function_bodies = on"); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("check function bodies in the migration: %w", err)
 	}
 	return tx, nil
 }
@@ -285,6 +327,21 @@ func InboxClaimFunction(schema, table string) string {
 	return pgx.Identifier{schema, table + "_claim"}.Sanitize()
 }
 
+// CheckInboxTable refuses an inbox table schema.table whose names walrelay
+// could not write into SQL as they are (sqlquote.CheckName), or whose
+// name with the suffixes of the objects named after it (_processed_at,
+// _claim) is longer than PostgreSQL keeps: two inbox tables would share a
+// claim function.
+func CheckInboxTable(schema, table string) error {
+	if err := sqlquote.CheckName(schema); err != nil {
+		return fmt.Errorf("inbox table's schema: %w", err)
+	}
+	if err := sqlquote.CheckName(table, "_processed_at", "_claim"); err != nil {
+		return fmt.Errorf("inbox table: %w", err)
+	}
+	return nil
+}
+
 // ApplyInbox creates the inbox table schema.table (if missing) and its
 // claim functions (InboxClaimFunction), or migrates a table of an earlier
 // layout (0002_inbox_topic.sql: keyed on the topic too;
@@ -294,6 +351,11 @@ func InboxClaimFunction(schema, table string) string {
 // transaction. It needs
 // nothing of the outbox: it runs in the consumer's database.
 func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error {
+	// The files quote the claims' bodies with fixed dollar tags: a name
+	// with a '$' never reaches them.
+	if err := CheckInboxTable(schema, table); err != nil {
+		return err
+	}
 	names, err := fs.Glob(inboxFiles, "inbox/*.sql")
 	if err != nil {
 		return fmt.Errorf("list inbox migrations: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // The poll source's columns (`walrelay migrate --poll`), with the types and
@@ -52,6 +53,13 @@ func PollNamesOf(l decoder.Layout) PollNames {
 		Trigger:     "walrelay_poll_notify",
 		Function:    "walrelay_poll_notify",
 	}
+}
+
+// pollSuffixes are what PollNamesOf adds to a table's name for the
+// objects it names after the table.
+func pollSuffixes() []string {
+	n := PollNamesOf(decoder.Layout{})
+	return []string{n.DueIndex, n.UnsentIndex, n.ParkedIndex, n.StatusCheck}
 }
 
 // PollResult says what ApplyPoll added, per table (schema.table).
@@ -254,6 +262,9 @@ func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts P
 		return PollResult{}, fmt.Errorf("existing rows %q: want %q or %q", opts.ExistingRows, ExistingSent, ExistingPending)
 	}
 	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}, Redefaulted: map[string]string{}, Unbuilt: map[string][]string{}, Sent: map[string]int64{}, Stamped: map[string]int64{}, Tied: map[string]int64{}}
+	if err := checkNames(o, pollSuffixes()...); err != nil {
+		return res, err
+	}
 	tx, err := begin(ctx, conn)
 	if err != nil {
 		return res, err
@@ -455,11 +466,11 @@ func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts P
 			stmts = append(stmts, x.Create)
 		}
 		stmts = append(stmts,
-			"CREATE OR REPLACE FUNCTION "+pgx.Identifier{l.Schema, n.Function}.Sanitize()+`() RETURNS trigger LANGUAGE plpgsql AS $$
+			"CREATE OR REPLACE FUNCTION "+pgx.Identifier{l.Schema, n.Function}.Sanitize()+"() RETURNS trigger LANGUAGE plpgsql AS "+sqlquote.Dollar(`
 BEGIN
     PERFORM pg_notify(`+quoteLiteral(NotifyChannel)+`, TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME);
     RETURN NULL;
-END $$`,
+END `),
 			"CREATE OR REPLACE TRIGGER "+pgx.Identifier{n.Trigger}.Sanitize()+" AFTER INSERT ON "+name+" FOR EACH STATEMENT EXECUTE FUNCTION "+pgx.Identifier{l.Schema, n.Function}.Sanitize()+"()",
 		)
 		if i == 0 {

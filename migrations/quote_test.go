@@ -2,7 +2,6 @@ package migrations_test
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 
 	"github.com/walrelay/walrelay/decoder"
@@ -16,7 +15,7 @@ import (
 // quote in it, for a caller with standard_conforming_strings on and for
 // one with it off. Before, the prefix was written with doubled quotes
 // only: a caller with the setting off got a syntax error. A prefix with
-// $$, which would end the function's body, is refused.
+// $$ is written whole (the body's dollar tag is one it does not hold).
 func TestEmitPrefixUnderBothSettings(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -68,7 +67,18 @@ func TestEmitPrefixUnderBothSettings(t *testing.T) {
 	if messages != 2 {
 		t.Errorf("%d messages, want 2 (one per setting)", messages)
 	}
-	if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: "a$$b", Messages: true}); err == nil || !strings.Contains(err.Error(), "$$") {
-		t.Errorf("a prefix with $$: %v, want it refused", err)
+	// A prefix with $$ (or any dollar tag) is written whole: the body's
+	// tag is one it does not hold.
+	for _, prefix := range []string{"a$$b", "a$body$b"} {
+		if _, err := migrations.Apply(ctx, conn, decoder.Config{MessagePrefix: prefix, Messages: true}); err != nil {
+			t.Errorf("prefix %q: %v", prefix, err)
+			continue
+		}
+		if err := conn.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'walrelay_emit'").Scan(&src); err != nil {
+			t.Fatal(err)
+		}
+		if src != migrations.EmitMessageSource(prefix) {
+			t.Errorf("prefix %q: the function's source is not EmitMessageSource's text:\n%s", prefix, src)
+		}
 	}
 }

@@ -1,8 +1,12 @@
 package sqlquote
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Literal returns s as a PostgreSQL string literal that means s under
@@ -29,4 +33,47 @@ func Dollar(body string) string {
 		tag = "$body" + strconv.Itoa(i) + "$"
 	}
 	return tag + body + tag
+}
+
+// MaxNameBytes is the longest name PostgreSQL keeps (NAMEDATALEN - 1): a
+// longer one is cut to its first 63 bytes, with a NOTICE only, so two
+// names that share those bytes would name one object.
+const MaxNameBytes = 63
+
+// CheckName refuses a name that walrelay is to write into SQL (a schema,
+// a table, a column, or a name it derives from one by adding a suffix):
+// one that is empty, is not UTF-8, holds a control character or a '$',
+// or that, with the longest of suffixes, PostgreSQL would cut
+// (MaxNameBytes). A name is always quoted where walrelay writes it; the
+// '$' is refused as well because a name inside a dollar-quoted function
+// body is text that must not end it, whatever tag quotes it. The error
+// quotes the name and says which rule it breaks.
+func CheckName(name string, suffixes ...string) error {
+	switch {
+	case name == "":
+		return errors.New("an empty name")
+	case !utf8.ValidString(name):
+		return fmt.Errorf("name %q is not UTF-8", name)
+	case strings.ContainsRune(name, '$'):
+		return fmt.Errorf("name %q holds a '$', which walrelay refuses in a name it writes into SQL (inside a function's dollar-quoted body it could end the body)", name)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("name %q holds the control character %U, which walrelay refuses in a name it writes into SQL", name, r)
+		}
+	}
+	if len(name) > MaxNameBytes {
+		return fmt.Errorf("name %q is %d bytes: PostgreSQL keeps the first %d bytes of a name (NAMEDATALEN 64) and cuts the rest", name, len(name), MaxNameBytes)
+	}
+	longest := ""
+	for _, s := range suffixes {
+		if len(s) > len(longest) {
+			longest = s
+		}
+	}
+	if len(name)+len(longest) > MaxNameBytes {
+		return fmt.Errorf("name %q is %d bytes: walrelay names an object after it with %q, %d bytes in all, and PostgreSQL keeps the first %d bytes of a name (NAMEDATALEN 64), so two such names could name one object; take a name of at most %d bytes",
+			name, len(name), longest, len(name)+len(longest), MaxNameBytes, MaxNameBytes-len(longest))
+	}
+	return nil
 }
