@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/walrelay/walrelay/format"
-	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/internal/properties"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/sink"
 )
 
