@@ -132,6 +132,7 @@ func cmdSlotResync(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(c.out, "would move slot %s from %s to the current end of the WAL, past publication %s's creation, "+
 			"then reconcile each outbox table (%s) against the topics and replay every row missing from them (walrelay reconcile --all --replay --yes --table TABLE); add --yes to do it\n",
 			slot, confirmed, pub, strings.Join(names, ", "))
+		fmt.Fprintln(c.out, resyncBlindSpot)
 		return nil
 	}
 	if missing {
@@ -194,8 +195,17 @@ func cmdSlotResync(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return c.resyncUnfinished(slot, failed, errors.Join(errs...))
 	}
 	fmt.Fprintf(c.out, "slot %s resynced with publication %s: every outbox table reconciled (%s): start walrelay run\n", slot, pub, strings.Join(names, ", "))
+	fmt.Fprintln(c.out, resyncBlindSpot)
 	return nil
 }
+
+// resyncBlindSpot is what slot resync cannot see, said with its plan and
+// its result: a reconcile compares the rows the tables hold with the
+// topics, and a row deleted after its insert in the skipped WAL is in
+// neither.
+const resyncBlindSpot = "not seen: a row deleted from an outbox table after its insert, within the skipped WAL, is in no table, so the reconcile cannot replay it " +
+	"and walrelay cannot tell whether there were any: if your application deletes outbox rows after inserting them (or prune ran over the gap), " +
+	"those rows of the gap are lost this way; run the slot's former reader instead, until walrelay check says OK for the slot, if it can still run"
 
 // resyncUnfinished is a failure after the slot was moved: it prints the
 // reconciles that remain, one per table, and the warning not to prune
