@@ -20,7 +20,7 @@ func schemaFirstKeys(c *Config, add func(name, help string, f func(string) error
 	f, s = str(&r.Subject, "")
 	add("kafka.schema_registry.subject", "the subject of `kafka.schema_registry.subject_strategy` `subject`", f, s)
 	f, s = str(&r.Version, "latest")
-	add("kafka.schema_registry.version", "the version of `kafka.schema_registry.subject` to write in: `latest` (read again every minute, and at once when a payload does not fit the one known; a registry not answering then holds the event) or a number; the other strategies use each subject's latest", f, s)
+	add("kafka.schema_registry.version", "the version of `kafka.schema_registry.subject` to write in: `latest` (read again every minute, and at once when a payload does not fit the one known, at most once every 10 seconds per subject, such payloads within them dead-lettered against the version known; a registry not answering then holds the event) or a number; the other strategies use each subject's latest", f, s)
 	f, s = str(&r.Message, "")
 	add("kafka.schema_registry.message", "`registered_protobuf`: the message to write, by full (`shop.OrderCreated`) or simple name, nested ones included, in every subject's schema; empty: each schema's first message", f, s)
 	f, s = list(&r.Subjects, nil)

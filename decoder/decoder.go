@@ -103,7 +103,11 @@ type Layout struct {
 	// context: a W3C traceparent, or java.util.Properties text with
 	// traceparent and tracestate keys (what Debezium's
 	// tracing.span.context.field holds). It becomes the traceparent and
-	// tracestate headers; a value without a valid traceparent gives none.
+	// tracestate headers; a value without a valid traceparent gives none,
+	// a later version's traceparent becomes its 55 characters in version
+	// 00's form, and a tracestate that is not W3C's (more than 32
+	// members, more than 512 bytes, a member of other characters) gives
+	// no tracestate header.
 	TraceColumn string
 }
 

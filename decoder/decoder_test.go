@@ -509,7 +509,7 @@ func TestPartitionAndTimestampColumns(t *testing.T) {
 // TestTraceColumn: a traceparent, or Properties text with traceparent and
 // tracestate (Debezium's tracingspancontext, with its escapes), becomes the
 // traceparent and tracestate headers; a value without a valid traceparent
-// gives none.
+// gives none (TestTraceContextShapeAndSize has the shapes and sizes).
 func TestTraceColumn(t *testing.T) {
 	t.Parallel()
 	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -521,9 +521,9 @@ func TestTraceColumn(t *testing.T) {
 	}{
 		{s(parent), parent, ""},
 		{s("#Thu Dec 03 04:05:06 UTC 2026\ntraceparent=" + parent + "\ntracestate=rojo\\=00f067aa0ba902b7,congo\\=t61rcWkgMzE\n"), parent, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"},
-		{s("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future"), "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future", ""},
-		{s("00-00000000000000000000000000000000-b7ad6b7169203331-01"), "", ""}, // an all-zero trace id
-		{s("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "", ""}, // version ff
+		{s("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future"), parent, ""}, // a later version, in version 00's form
+		{s("00-00000000000000000000000000000000-b7ad6b7169203331-01"), "", ""},            // an all-zero trace id
+		{s("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "", ""},            // version ff
 		{s(parent + "-extra"), "", ""},  // version 00 has four fields
 		{s("tracestate=a\\=b"), "", ""}, // no traceparent
 		{nil, "", ""},

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -195,27 +195,146 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 	return e
 }
 
-// traceParent is a W3C trace context traceparent: version, trace id, parent
-// id, flags; a version after 00 may carry more fields.
-var traceParent = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$`)
-
 // traceContext reads a trace column's value: a traceparent, or Properties
-// text with traceparent and tracestate. parent is "" unless valid.
+// text with traceparent and tracestate. parent is "" unless valid, and is
+// then the 55 characters of version 00 (W3C Trace Context,
+// https://www.w3.org/TR/trace-context/#traceparent-header): a later
+// version's is read by its first four fields and passed on in the form of
+// version 00, whatever follows them (the spec's "parse the known part and
+// ignore the rest"), so that no more than those 55 characters of what a
+// writer put in the row reach a header. state is "" unless valid as
+// traceTracestate reads it.
 func traceContext(v []byte) (parent, state string) {
-	parent = string(bytes.TrimSpace(v))
-	m := traceParent.FindStringSubmatch(parent)
-	if m == nil {
-		props, err := properties.Parse(v)
-		if err != nil {
-			return "", ""
-		}
-		parent, state = props["traceparent"], props["tracestate"]
-		m = traceParent.FindStringSubmatch(parent)
+	if p, ok := traceParent(bytes.TrimSpace(v)); ok {
+		return p, ""
 	}
-	if m == nil || m[1] == "ff" || m[1] == "00" && m[4] != "" || strings.Trim(m[2], "0") == "" || strings.Trim(m[3], "0") == "" {
+	props, err := properties.Parse(v)
+	if err != nil {
 		return "", ""
 	}
-	return parent, state
+	p, ok := traceParent([]byte(props["traceparent"]))
+	if !ok {
+		return "", ""
+	}
+	return p, traceState(props["tracestate"])
+}
+
+// traceparentSize is the size of a traceparent of version 00.
+const traceparentSize = 55
+
+// traceParent reads a W3C traceparent: version, trace id, parent id and
+// flags, lower-case hex, the ids not all zeros; version 00 exactly that, a
+// later one (not ff) that followed by nothing or by '-' and more fields.
+// It returns the version-00 form.
+func traceParent(v []byte) (string, bool) {
+	if len(v) < traceparentSize || v[2] != '-' || v[35] != '-' || v[52] != '-' {
+		return "", false
+	}
+	version, trace, span, flags := v[0:2], v[3:35], v[36:52], v[53:55]
+	if !lowerHex(version) || !lowerHex(trace) || !lowerHex(span) || !lowerHex(flags) ||
+		allZeros(trace) || allZeros(span) || string(version) == "ff" {
+		return "", false
+	}
+	if len(v) > traceparentSize && (string(version) == "00" || v[traceparentSize] != '-') {
+		return "", false
+	}
+	return "00-" + string(v[3:traceparentSize]), true
+}
+
+func lowerHex(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func allZeros(b []byte) bool { return len(bytes.Trim(b, "0")) == 0 }
+
+// Bounds of a tracestate that walrelay passes on: W3C's 32 list members,
+// and 512 bytes, the size that the spec asks every vendor to propagate
+// (https://www.w3.org/TR/trace-context/#tracestate-limits).
+const (
+	maxTracestateMembers = 32
+	maxTracestateBytes   = 512
+)
+
+// traceState reads a W3C tracestate
+// (https://www.w3.org/TR/trace-context/#tracestate-header): members
+// key=value separated by ',' with blanks (space, tab) around them and
+// empty members allowed. It returns them joined by ',' alone, or "" (no
+// header) if there are none, more than maxTracestateMembers, a member
+// that is not W3C's (a key other than lower-case [a-z0-9_\-*/] with
+// one '@' at most, of its sizes; a value not of 1 to 256 printable ASCII
+// characters other than ',' and '=', or ending in a space), a key twice,
+// or more than maxTracestateBytes in all. The spec lets a vendor drop a
+// tracestate that does not parse; no control character (CR, LF) nor
+// anything else outside printable ASCII reaches the header.
+func traceState(v string) string {
+	if v == "" {
+		return ""
+	}
+	var b strings.Builder
+	var keys []string
+	for m := range strings.SplitSeq(v, ",") {
+		m = strings.Trim(m, " \t")
+		if m == "" {
+			continue
+		}
+		key, value, ok := strings.Cut(m, "=")
+		if !ok || !traceStateKey(key) || !traceStateValue(value) || slices.Contains(keys, key) || len(keys) == maxTracestateMembers {
+			return ""
+		}
+		keys = append(keys, key)
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(m)
+		if b.Len() > maxTracestateBytes {
+			return ""
+		}
+	}
+	return b.String()
+}
+
+// traceStateKey reports whether k is a tracestate key: a simple key (a
+// lower-case letter, then at most 255 of [a-z0-9_\-*/]), or a tenant
+// (a lower-case letter or digit, then at most 240) '@' a system (a
+// lower-case letter, then at most 13).
+func traceStateKey(k string) bool {
+	keyChars := func(s string, most int, digitFirst bool) bool {
+		if s == "" || len(s) > most+1 || !(s[0] >= 'a' && s[0] <= 'z' || digitFirst && s[0] >= '0' && s[0] <= '9') {
+			return false
+		}
+		for i := 1; i < len(s); i++ {
+			c := s[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '*' || c == '/') {
+				return false
+			}
+		}
+		return true
+	}
+	tenant, system, multi := strings.Cut(k, "@")
+	if !multi {
+		return keyChars(k, 255, false)
+	}
+	return keyChars(tenant, 240, true) && keyChars(system, 13, false)
+}
+
+// traceStateValue reports whether v is a tracestate value: 1 to 256
+// characters of 0x20 to 0x7e other than ',' and '=', the last not a
+// space.
+func traceStateValue(v string) bool {
+	if v == "" || len(v) > 256 || v[len(v)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == ',' || c == '=' {
+			return false
+		}
+	}
+	return true
 }
 
 // plainText reports whether a column value is text that ParseText would

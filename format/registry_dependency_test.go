@@ -187,6 +187,8 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 // however recently version 1 was learnt); while the registry does not
 // answer, it is held (an outage), never dead-lettered as a mismatch; a
 // payload that fits no version is a mismatch once the registry answers.
+// Every mismatch may read the latest again here (MismatchReadInterval
+// 1ns): how often one does is TestSchemaFirstMismatchReadBounded's.
 func TestRegistrySchemaFirstNewVersionDuringOutage(t *testing.T) {
 	r := registrytest.Start(t)
 	px := r.Proxy(t)
@@ -195,7 +197,7 @@ func TestRegistrySchemaFirstNewVersionDuringOutage(t *testing.T) {
 	v2 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}`
 	v3 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null},{"name":"qty","type":["null","int"],"default":null}]}`
 	register(t, direct.Client(), "OrderCreated", sr.Schema{Schema: v1, Type: sr.TypeAvro})
-	enc, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: "http://" + px.Addr() + registrytest.CCompatPath, Timeout: time.Second}), SchemaFirstConfig{Kind: KindAvro, LatestTTL: time.Hour})
+	enc, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: "http://" + px.Addr() + registrytest.CCompatPath, Timeout: time.Second}), SchemaFirstConfig{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,12 +85,25 @@ type SchemaFirstConfig struct {
 	// default the schema's first message.
 	Message string
 	// LatestTTL is how long a subject's latest schema is used before it is
-	// read again. Default 1 minute. A payload that does not fit the latest
-	// schema known makes walrelay read it again first (a new version
-	// registered meanwhile), however recently it was read; if the
-	// registry does not answer then, the payload is held (an outage).
+	// read again. Default 1 minute.
 	LatestTTL time.Duration
+	// MismatchReadInterval bounds the reading again of a subject's latest
+	// schema that a payload not fitting it causes. Such a payload makes
+	// walrelay read the latest again first (a new version registered
+	// meanwhile, whose payloads come at once), at most once per subject
+	// every MismatchReadInterval, whatever the payloads: a mismatch within
+	// the interval is decided against the schema known, without a
+	// request, so that rows that do not fit cost a registry request and a
+	// compilation of the schema (tens of milliseconds for a large one)
+	// once per interval, not once each. If the registry does not answer
+	// that reading, the payload is held (an outage), and so are the
+	// mismatches within the interval after it. Default 10 seconds.
+	MismatchReadInterval time.Duration
 }
+
+// DefaultMismatchReadInterval is SchemaFirstConfig.MismatchReadInterval's
+// default.
+const DefaultMismatchReadInterval = 10 * time.Second
 
 // SchemaFirst writes JSON payloads in the schema registered for their
 // event. It is safe for concurrent use.
@@ -102,6 +115,9 @@ type SchemaFirst struct {
 	// size is their CompiledSize in all (at most MaxCachedSchemaBytes).
 	schemas map[subjectVersion]*compiledSchema
 	size    int
+	// now is the clock of LatestTTL and MismatchReadInterval (time.Now;
+	// a test's own).
+	now func() time.Time
 }
 
 type subjectVersion struct {
@@ -115,6 +131,12 @@ type compiledSchema struct {
 	version int
 	learnt  time.Time
 	size    int // CompiledSize
+	// mismatchRead is when a mismatch last made walrelay read the
+	// subject's latest again, and mismatchReadErr why that reading
+	// failed (an outage or ErrUnauthorized; nil if it did not): both
+	// guarded by SchemaFirst.mu, and carried to the version read next.
+	mismatchRead    time.Time
+	mismatchReadErr error
 	// write appends payload in the schema to dst; a value of more than
 	// maxBytes (0: no bound) with dst is ErrTooLarge, else an error is a
 	// *MismatchError.
@@ -143,7 +165,10 @@ func NewSchemaFirst(reg *Registry, cfg SchemaFirstConfig) (*SchemaFirst, error) 
 	if cfg.LatestTTL <= 0 {
 		cfg.LatestTTL = time.Minute
 	}
-	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}}, nil
+	if cfg.MismatchReadInterval <= 0 {
+		cfg.MismatchReadInterval = DefaultMismatchReadInterval
+	}
+	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, now: time.Now}, nil
 }
 
 // CheckStrategy checks a subject strategy with its subject and version
@@ -232,26 +257,71 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 	if errors.As(err, &merr) && s.cfg.Version == Latest {
 		// A new version may have been registered since (an application
 		// registers it, then writes payloads of it at once): read the
-		// latest again before the payload is called a mismatch. A
-		// registry that does not answer now holds the event (an outage),
-		// as one that does not answer at the first read does: nothing is
-		// dead-lettered on a schema that may be out of date.
-		c2, rerr := s.read(ctx, subject)
-		switch {
-		case rerr == nil:
-			if c2.id != c.id {
-				out, err = c2.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c2.id, nil), payload, maxBytes)
+		// latest again before the payload is called a mismatch, once
+		// every MismatchReadInterval at most. A registry that does not
+		// answer now holds the event (an outage), as one that does not
+		// answer at the first read does: nothing is dead-lettered on a
+		// schema that may be out of date.
+		cur, again, failed := s.mayReadAgain(subject, c)
+		if failed != nil {
+			return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest could not be read again (at most once every %s) to know whether a newer one fits it: %w", subject, c.version, s.cfg.MismatchReadInterval, failed)
+		}
+		if !again && cur.id != c.id {
+			// Read again meanwhile (by a concurrent mismatch): a newer
+			// version known, which the payload may fit.
+			out, err = cur.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), cur.id, nil), payload, maxBytes)
+		}
+		if again {
+			c2, rerr := s.read(ctx, subject)
+			switch {
+			case rerr == nil:
+				if c2.id != c.id {
+					out, err = c2.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c2.id, nil), payload, maxBytes)
+				}
+			case Outage(rerr):
+				s.readAgainFailed(subject, rerr)
+				return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest cannot be read again to know whether a newer one fits it: %w", subject, c.version, rerr)
+			case errors.Is(rerr, ErrUnauthorized):
+				s.readAgainFailed(subject, rerr)
+				return nil, rerr
 			}
-		case Outage(rerr):
-			return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest cannot be read again to know whether a newer one fits it: %w", subject, c.version, rerr)
-		case errors.Is(rerr, ErrUnauthorized):
-			return nil, rerr
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// mayReadAgain reports whether a payload that does not fit c, subject's
+// latest known, may read the latest again now: not if a mismatch did
+// within MismatchReadInterval. If so it claims the reading (concurrent
+// mismatches do not read too); if not, failed is why that reading failed
+// (nil if it did not: the payload is a mismatch, unless it fits cur).
+// cur is the latest known now: c, or a version read meanwhile.
+func (s *SchemaFirst) mayReadAgain(subject string, c *compiledSchema) (cur *compiledSchema, again bool, failed error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur = c
+	if known, ok := s.schemas[subjectVersion{subject, s.cfg.Version}]; ok {
+		cur = known
+	}
+	now := s.now()
+	if !cur.mismatchRead.IsZero() && now.Sub(cur.mismatchRead) < s.cfg.MismatchReadInterval {
+		return cur, false, cur.mismatchReadErr
+	}
+	cur.mismatchRead, cur.mismatchReadErr = now, nil
+	return cur, true, nil
+}
+
+// readAgainFailed records why the reading again that mayReadAgain
+// allowed failed: mismatches until the interval passes are held with it.
+func (s *SchemaFirst) readAgainFailed(subject string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.schemas[subjectVersion{subject, s.cfg.Version}]; ok {
+		c.mismatchReadErr = err
+	}
 }
 
 // MaxPayloadTokens bounds the JSON that a schema-first format converts:
@@ -315,7 +385,7 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	s.mu.Lock()
 	c, ok := s.schemas[k]
 	s.mu.Unlock()
-	if ok && !refresh && (s.cfg.Version != Latest || time.Since(c.learnt) < s.cfg.LatestTTL) {
+	if ok && !refresh && (s.cfg.Version != Latest || s.now().Sub(c.learnt) < s.cfg.LatestTTL) {
 		return c, nil
 	}
 	fresh, err := s.read(ctx, subject)
@@ -357,6 +427,9 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
 	if old, ok := s.schemas[k]; ok {
+		// The bound on reading again after a mismatch holds across
+		// versions; a failure is forgotten, the registry having answered.
+		c.mismatchRead = old.mismatchRead
 		s.size -= old.size
 		delete(s.schemas, k)
 	}
@@ -390,7 +463,7 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs []R
 	if ss.ID < 0 || ss.ID > 1<<32-1 {
 		return nil, fmt.Errorf("the id %d, which Confluent's framing cannot carry", ss.ID)
 	}
-	c := &compiledSchema{id: uint32(ss.ID), version: ss.Version, learnt: time.Now()}
+	c := &compiledSchema{id: uint32(ss.ID), version: ss.Version, learnt: s.now()}
 	mismatch := func(field, reason string) *MismatchError {
 		return &MismatchError{Subject: ss.Subject, Version: ss.Version, Field: clip(field), Reason: clip(reason)}
 	}
