@@ -76,7 +76,9 @@ func (o *observed) RoundTrip(req *http.Request) (*http.Response, error) {
 // it is ErrNotSchemaRegistry, a configuration problem held as an outage.
 type redirected struct{ err *noredirect.Error }
 
-func (r *redirected) Error() string        { return r.err.Error() }
+func (r *redirected) Error() string {
+	return r.err.Error() + ": give the registry's URL that answers itself"
+}
 func (r *redirected) Unwrap() error        { return r.err }
 func (r *redirected) Is(target error) bool { return target == ErrNotSchemaRegistry }
 

@@ -26,7 +26,7 @@ func (e *Error) Error() string {
 	if e.Location != "" {
 		loc = "a redirect to " + e.Location
 	}
-	return fmt.Sprintf("%s answered HTTP %d (%s), which walrelay does not follow: configure the URL that answers itself", e.URL, e.Status, loc)
+	return fmt.Sprintf("%s answered HTTP %d (%s), which walrelay does not follow", e.URL, e.Status, loc)
 }
 
 // Redirect reports whether status is one that Go's client follows.
