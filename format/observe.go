@@ -26,11 +26,12 @@ type observed struct {
 // error code in it.
 const maxErrorPeek = 64 << 10
 
-// RoundTrip implements http.RoundTripper: a redirect, refused by base
+// RoundTrip implements http.RoundTripper: a redirect, which base refuses
 // (a URL that does not serve the API itself, ErrNotSchemaRegistry:
-// redirected), a request that gets no answer, a 5xx, a 408, 425 or 429 (asked to retry later: retryLater), a 404
-// without Confluent's error code (a path that is not the API,
-// ErrNotSchemaRegistry), an HTML page, or an answer larger than max is a
+// redirected), a request that gets no answer, a 5xx, a 408, 425 or 429
+// (asked to retry later: retryLater), a 404 without Confluent's error
+// code (a path that is not the API, ErrNotSchemaRegistry), an HTML page,
+// or an answer larger than max is a
 // failure of the registry (an outage, or a configuration problem held as
 // one); any other answer, a 4xx included, is the registry answering.
 func (o *observed) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -170,10 +171,11 @@ func (l *limited) Close() error { return l.r.Close() }
 // OnRequest has f called after each request to the registry: with nil if
 // it answered (a 4xx included), with the error if it did not answer,
 // answered 5xx or asked to retry later (408, 425, 429), answered as
-// something else than Confluent's API (errors.Is ErrNotSchemaRegistry: a
-// configuration problem), or answered more than the answers' bound. For metrics and status; f must be fast
-// and safe for concurrent use. Passwords are in no error (basic auth is a
-// header).
+// something else than Confluent's API or with a redirect, which walrelay
+// does not follow (errors.Is ErrNotSchemaRegistry: a configuration
+// problem), or answered more than the answers' bound. For metrics and
+// status; f must be fast and safe for concurrent use. Passwords are in no
+// error (basic auth is a header).
 func (r *Registry) OnRequest(f func(err error)) {
 	if r.obs != nil {
 		r.obs.f.Store(&f)

@@ -525,7 +525,7 @@ func (r *Registry) Client() *sr.Client { return r.cl }
 // or asks to retry later (408, 425, 429: an outage, Outage is true),
 // refuses the credentials (ErrUnauthorized),
 // or answers something else than Confluent's API (ErrNotSchemaRegistry:
-// a wrong path, another API, a web page).
+// a wrong path, another API, a web page, a redirect).
 func (r *Registry) Ping(ctx context.Context) error {
 	_, err := r.cl.Subjects(ctx)
 	if err == nil {
