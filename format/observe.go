@@ -9,6 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/walrelay/walrelay/internal/noredirect"
 )
 
 // observed is a registry's HTTP transport that reports the outcome of each
@@ -24,16 +26,22 @@ type observed struct {
 // error code in it.
 const maxErrorPeek = 64 << 10
 
-// RoundTrip implements http.RoundTripper: a request that gets no answer,
-// a 5xx, a 408, 425 or 429 (asked to retry later: retryLater), a 404
-// without Confluent's error code (a path that is not the API,
-// ErrNotSchemaRegistry), an HTML page, or an answer larger than max is a
+// RoundTrip implements http.RoundTripper: a redirect, which base refuses
+// (a URL that does not serve the API itself, ErrNotSchemaRegistry:
+// redirected), a request that gets no answer, a 5xx, a 408, 425 or 429
+// (asked to retry later: retryLater), a 404 without Confluent's error
+// code (a path that is not the API, ErrNotSchemaRegistry), an HTML page,
+// or an answer larger than max is a
 // failure of the registry (an outage, or a configuration problem held as
 // one); any other answer, a 4xx included, is the registry answering.
 func (o *observed) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := o.base.RoundTrip(req)
 	var fail error
+	var refused *noredirect.Error
 	switch {
+	case errors.As(err, &refused):
+		err = &redirected{refused}
+		fail = err
 	case err != nil:
 		fail = fmt.Errorf("no answer: %w", err)
 	case resp.StatusCode >= 500:
@@ -62,6 +70,28 @@ func (o *observed) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	o.report(fail)
 	return resp, err
+}
+
+// redirected is a registry's answer with a redirect, which walrelay does
+// not follow (base refuses it): its URL does not serve the API itself, so
+// it is ErrNotSchemaRegistry, a configuration problem held as an outage.
+type redirected struct{ err *noredirect.Error }
+
+func (r *redirected) Error() string {
+	return r.err.Error() + ": give the registry's URL that answers itself"
+}
+func (r *redirected) Unwrap() error        { return r.err }
+func (r *redirected) Is(target error) bool { return target == ErrNotSchemaRegistry }
+
+// registryError is err, of the registry's client, cut to maxErrorText; a
+// refused redirect alone (franz-go and net/http quote the request's URL
+// before it, which it names itself).
+func registryError(err error) error {
+	var r *redirected
+	if errors.As(err, &r) {
+		return bounded{r}
+	}
+	return bounded{err}
 }
 
 // tooLarge is the error of an answer larger than max.
@@ -141,10 +171,11 @@ func (l *limited) Close() error { return l.r.Close() }
 // OnRequest has f called after each request to the registry: with nil if
 // it answered (a 4xx included), with the error if it did not answer,
 // answered 5xx or asked to retry later (408, 425, 429), answered as
-// something else than Confluent's API (errors.Is ErrNotSchemaRegistry: a
-// configuration problem), or answered more than the answers' bound. For metrics and status; f must be fast
-// and safe for concurrent use. Passwords are in no error (basic auth is a
-// header).
+// something else than Confluent's API or with a redirect, which walrelay
+// does not follow (errors.Is ErrNotSchemaRegistry: a configuration
+// problem), or answered more than the answers' bound. For metrics and
+// status; f must be fast and safe for concurrent use. Passwords are in no
+// error (basic auth is a header).
 func (r *Registry) OnRequest(f func(err error)) {
 	if r.obs != nil {
 		r.obs.f.Store(&f)

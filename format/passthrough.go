@@ -239,7 +239,7 @@ func checkID(id uint32) error {
 // (what): ErrSchemaUnknown for Confluent's not found, ErrNotSchemaRegistry
 // for a 404 without its code, ErrUnauthorized, else an outage.
 func idError(what string, err error) error {
-	err = bounded{err}
+	err = registryError(err)
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
 		switch {

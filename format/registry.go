@@ -17,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/internal/noredirect"
 )
 
 // Confluent's wire format: a record's key or value is the magic byte 0,
@@ -236,8 +238,11 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.TLS != nil {
 		tr.TLSClientConfig = cfg.TLS
 	}
-	obs := &observed{base: tr, max: cfg.MaxAnswerBytes}
-	opts := []sr.ClientOpt{sr.URLs(cfg.URL), sr.HTTPClient(&http.Client{Timeout: cfg.Timeout, Transport: obs}), sr.UserAgent("walrelay")}
+	// No redirect is followed (noredirect): Go's client would send the
+	// basic auth along to another port of the host or from https to http,
+	// and take another server's answer as the registry's.
+	obs := &observed{base: noredirect.Transport(tr), max: cfg.MaxAnswerBytes}
+	opts := []sr.ClientOpt{sr.URLs(cfg.URL), sr.HTTPClient(noredirect.Client(obs, cfg.Timeout)), sr.UserAgent("walrelay")}
 	if cfg.Username != "" {
 		opts = append(opts, sr.BasicAuth(cfg.Username, cfg.Password))
 	}
@@ -374,7 +379,7 @@ const maxCachedIDs = 10000
 // classify tells a registry's refusal of one schema (a deterministic
 // error for that value) from an outage (transient).
 func classify(subject string, err error) error {
-	err = bounded{err}
+	err = registryError(err)
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
 		switch {
@@ -520,13 +525,13 @@ func (r *Registry) Client() *sr.Client { return r.cl }
 // or asks to retry later (408, 425, 429: an outage, Outage is true),
 // refuses the credentials (ErrUnauthorized),
 // or answers something else than Confluent's API (ErrNotSchemaRegistry:
-// a wrong path, another API, a web page).
+// a wrong path, another API, a web page, a redirect).
 func (r *Registry) Ping(ctx context.Context) error {
 	_, err := r.cl.Subjects(ctx)
 	if err == nil {
 		return nil
 	}
-	err = bounded{err}
+	err = registryError(err)
 	var re *sr.ResponseError
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError

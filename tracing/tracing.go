@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/noredirect"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -142,7 +144,15 @@ func otlpExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 	)
 	switch strings.TrimSpace(proto) {
 	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
+		// No redirect is followed: Go's client would send the headers of
+		// OTEL_EXPORTER_OTLP_HEADERS (all but Authorization to another
+		// host, all to the same host) where the endpoint points.
+		// WithHTTPClient would drop the TLS and timeout the exporter reads
+		// from OTEL_*; WithProxy keeps them, and the proxy function
+		// refuses the request that follows a redirect before it is sent
+		// (and otherwise is the exporter's default, the environment's
+		// proxy). gRPC follows no redirect.
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithProxy(noredirect.Proxy(http.ProxyFromEnvironment)))
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
 	default:
@@ -385,6 +395,12 @@ type counting struct {
 
 func (c *counting) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
 	if err := c.SpanExporter.ExportSpans(ctx, spans); err != nil && !errors.Is(err, context.Canceled) {
+		// A refused redirect alone: net/http quotes the URL redirected
+		// to, query and all, before it.
+		var refused *noredirect.Error
+		if errors.As(err, &refused) {
+			err = fmt.Errorf("%w: set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) to the URL that answers itself", refused)
+		}
 		c.log(len(spans), "the trace exporter failed", err)
 	}
 	return nil

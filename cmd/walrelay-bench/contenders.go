@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walrelay/walrelay/internal/noredirect"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 )
 
@@ -179,9 +179,13 @@ func procStats(pid int) (rss int64, cpu float64) {
 // catch-up (-profile).
 var profilePath string
 
+// adminClient is the bench's client of walrelay's admin listener: like
+// walrelay's own clients, it follows no redirect.
+var adminClient = noredirect.Client(nil, time.Minute)
+
 func profile(admin, path string) {
 	time.Sleep(300 * time.Millisecond)
-	resp, err := http.Get("http://" + admin + "/debug/pprof/profile?seconds=3")
+	resp, err := adminClient.Get("http://" + admin + "/debug/pprof/profile?seconds=3")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "profile:", err)
 		return

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -352,7 +351,7 @@ type histogram struct {
 // ackHistogram scrapes walrelay_commit_to_ack_seconds from walrelay's admin
 // listener.
 func ackHistogram(admin string) (histogram, error) {
-	resp, err := http.Get("http://" + admin + "/metrics")
+	resp, err := adminClient.Get("http://" + admin + "/metrics")
 	if err != nil {
 		return histogram{}, fmt.Errorf("scrape walrelay's metrics: %w", err)
 	}

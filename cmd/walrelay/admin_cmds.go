@@ -19,6 +19,7 @@ import (
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/config"
+	"github.com/walrelay/walrelay/internal/noredirect"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -341,9 +342,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return askReady(cctx, addr, *standby, stdout)
 	}
 	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/status", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminClient.Do(req)
 	if err != nil {
-		return noInstance(addr, err)
+		return unanswered(addr, err)
 	}
 	defer resp.Body.Close()
 	var st admin.Status
@@ -405,6 +406,22 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // pointElsewhere says how to point walrelay status at another instance.
 const pointElsewhere = "point walrelay status at the instance's admin listener with --admin.listen host:port, WALRELAY_ADMIN_LISTEN, or admin.listen in the file of --config"
 
+// adminClient is status's client of the admin listener. It follows no
+// redirect: the answer of the server that a redirect points at would be
+// printed as the instance's.
+var adminClient = noredirect.Client(nil, 0)
+
+// unanswered is status's error when its request to addr failed (err): a
+// redirect refused (something answered, not as walrelay does), else
+// noInstance.
+func unanswered(addr string, err error) error {
+	var refused *noredirect.Error
+	if errors.As(err, &refused) {
+		return fmt.Errorf("the server at admin address %s does not answer as a walrelay admin listener (%v): %s", addr, refused, pointElsewhere)
+	}
+	return noInstance(addr, err)
+}
+
 // noInstance is status's error when nothing answered at addr (err: the
 // request's): no walrelay runs there, or it listens elsewhere.
 func noInstance(addr string, err error) error {
@@ -424,9 +441,9 @@ func askReady(ctx context.Context, addr string, standby bool, stdout io.Writer) 
 		url += "?standby=1"
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminClient.Do(req)
 	if err != nil {
-		return noInstance(addr, err)
+		return unanswered(addr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
