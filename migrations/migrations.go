@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +58,11 @@ type Result struct {
 	// in the migration (the build would hold its writers), the statement
 	// that indexes created_at without blocking them, to run by hand.
 	CreatedAtIndex map[string]string
+	// EmitNotCreated is why EmitFunction was left as it was (nil: it was
+	// created or replaced): the first outbox table, which existed, lacks
+	// a configured column that its body names (the server's error). The
+	// caller names the column (relay.CheckTable) or reports this.
+	EmitNotCreated error
 }
 
 // CreatedAt is the column Apply gives every outbox table that lacks it: a
@@ -109,7 +115,7 @@ const tableMigration = "0001_outbox.sql"
 func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error) {
 	o = o.WithDefaults()
 	var res Result
-	if err := checkNames(o, "_"+CreatedAt); err != nil {
+	if err := checkNames(o); err != nil {
 		return res, err
 	}
 	names, err := fs.Glob(files, "*.sql")
@@ -166,7 +172,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 			if o.Messages {
 				src = EmitMessageSource(o.MessagePrefix)
 			}
-			if err := createEmitChecked(ctx, tx, schema, src); err != nil {
+			if res.EmitNotCreated, err = createEmitChecked(ctx, tx, schema, src); err != nil {
 				return res, err
 			}
 		}
@@ -199,6 +205,9 @@ func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (added bool,
 	}
 	if has {
 		return false, "", nil
+	}
+	if err := sqlquote.CheckName(l.Table, "_"+CreatedAt); err != nil {
+		return false, "", fmt.Errorf("outbox table %q: %w", l.Name(), err)
 	}
 	col := pgx.Identifier{CreatedAt}.Sanitize()
 	// The ALTER waits for the table's lock behind every transaction that
@@ -247,43 +256,51 @@ var indexRowsAtOnce int64 = 100000
 // createEmitChecked creates EmitFunction in schema with body src, its
 // body checked by the server. An existing outbox table may lack a
 // configured column: then the function is left as it was (a savepoint
-// takes the failed statement back), so that migrate goes on to name the
-// column (relay.CheckTable) instead of failing on the function's body.
-func createEmitChecked(ctx context.Context, tx pgx.Tx, schema, src string) error {
+// takes the failed statement back) and the server's error is returned as
+// notCreated, so that migrate goes on to name the column
+// (relay.CheckTable) instead of failing on the function's body.
+func createEmitChecked(ctx context.Context, tx pgx.Tx, schema, src string) (notCreated, err error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+		return nil, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
 	}
 	_, err = sp.Exec(ctx, createEmit(schema, src))
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column
-		return sp.Rollback(ctx)
+		notCreated = fmt.Errorf("function %s.%s not created: %w", schema, EmitFunction, err)
+		if err := sp.Rollback(ctx); err != nil {
+			return nil, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+		}
+		return notCreated, nil
 	}
 	if err != nil {
 		_ = sp.Rollback(ctx)
-		return fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+		return nil, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
 	}
 	if err := sp.Commit(ctx); err != nil {
-		return fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
+		return nil, fmt.Errorf("create function %s.%s: %w", schema, EmitFunction, err)
 	}
-	return nil
+	return nil, nil
 }
 
 // checkNames refuses a name of o's tables that walrelay could not write
-// into SQL as it is (decoder.Layout.CheckNames), or a table whose name
-// with one of suffixes, the objects a migration names after it, is longer
-// than PostgreSQL keeps: two tables would name one object.
-func checkNames(o decoder.Config, suffixes ...string) error {
+// into SQL as it is (decoder.Layout.CheckNames). The objects a migration
+// names after a table are checked where they are created: their names
+// must not be cut (two tables would name one object), but a table that
+// has them already, of a longer name, keeps them.
+func checkNames(o decoder.Config) error {
 	for _, l := range o.Layouts() {
 		if err := l.CheckNames(); err != nil {
 			return err
 		}
-		if err := sqlquote.CheckName(l.Table, suffixes...); err != nil {
-			return fmt.Errorf("outbox table %q: %w", l.Name(), err)
-		}
 	}
 	return nil
 }
+
+// checkFunctionBodies is the check_function_bodies of the migrations: on.
+// (A test turns it off, to show that the quoting alone keeps a name from
+// ending a body.)
+var checkFunctionBodies = "on"
 
 // begin starts a migration's transaction and takes the migrations' lock
 // in it; the caller rolls it back unless it commits. The server checks
@@ -299,11 +316,28 @@ func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, error) {
 		_ = tx.Rollback(ctx)
 		return nil, fmt.Errorf("take migration lock: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL check_function_bodies = on"); err != nil {
+	if _, err := tx.Exec(ctx, "SET LOCAL check_function_bodies = "+checkFunctionBodies); err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, fmt.Errorf("check function bodies in the migration: %w", err)
 	}
 	return tx, nil
+}
+
+// bodyTag is a dollar tag ($walrelay$, or $walrelay1$, …) that none of
+// the values of pairs (placeholder, value, …) holds, for the bodies of
+// files in which those values are written: a value is a quoted name or
+// literal, bounded by a quote, so the tag can only occur inside one.
+func bodyTag(pairs []string) string {
+	var values []string
+	for i := 1; i < len(pairs); i += 2 {
+		values = append(values, pairs[i])
+	}
+	all := strings.Join(values, "\x00")
+	tag := "$walrelay$"
+	for i := 1; strings.Contains(all, tag); i++ {
+		tag = "$walrelay" + strconv.Itoa(i) + "$"
+	}
+	return tag
 }
 
 // run applies the migrations names of fsys in tx, with r filling their
@@ -328,19 +362,20 @@ func InboxClaimFunction(schema, table string) string {
 }
 
 // CheckInboxTable refuses an inbox table schema.table whose names walrelay
-// could not write into SQL as they are (sqlquote.CheckName), or whose
-// name with the suffixes of the objects named after it (_processed_at,
-// _claim) is longer than PostgreSQL keeps: two inbox tables would share a
-// claim function.
+// could not write into SQL as they are (sqlquote.CheckName).
 func CheckInboxTable(schema, table string) error {
 	if err := sqlquote.CheckName(schema); err != nil {
 		return fmt.Errorf("inbox table's schema: %w", err)
 	}
-	if err := sqlquote.CheckName(table, "_processed_at", "_claim"); err != nil {
+	if err := sqlquote.CheckName(table); err != nil {
 		return fmt.Errorf("inbox table: %w", err)
 	}
 	return nil
 }
+
+// inboxSuffixes are what ApplyInbox adds to the inbox table's name for
+// the objects it names after it.
+var inboxSuffixes = []string{"_processed_at", "_claim"}
 
 // ApplyInbox creates the inbox table schema.table (if missing) and its
 // claim functions (InboxClaimFunction), or migrates a table of an earlier
@@ -351,8 +386,6 @@ func CheckInboxTable(schema, table string) error {
 // transaction. It needs
 // nothing of the outbox: it runs in the consumer's database.
 func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error {
-	// The files quote the claims' bodies with fixed dollar tags: a name
-	// with a '$' never reaches them.
 	if err := CheckInboxTable(schema, table); err != nil {
 		return err
 	}
@@ -366,10 +399,25 @@ func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	r := strings.NewReplacer("{{table}}", pgx.Identifier{schema, table}.Sanitize(),
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, table}.Sanitize()).Scan(&exists); err != nil {
+		return fmt.Errorf("look up inbox table %s.%s: %w", schema, table, err)
+	}
+	if !exists {
+		// A new inbox table: the names of its index and claim functions
+		// must not be cut, or two inbox tables would share them. (One
+		// created before this rule, of a longer name, keeps its own.)
+		if err := sqlquote.CheckName(table, inboxSuffixes...); err != nil {
+			return fmt.Errorf("inbox table: %w", err)
+		}
+	}
+	// The bodies of the files (the claims, a DO block) hold the names: a
+	// dollar tag they do not hold quotes them.
+	pairs := []string{"{{table}}", pgx.Identifier{schema, table}.Sanitize(),
 		"{{table_literal}}", quoteLiteral(pgx.Identifier{schema, table}.Sanitize()),
 		"{{index}}", pgx.Identifier{table + "_processed_at"}.Sanitize(),
-		"{{claim}}", InboxClaimFunction(schema, table))
+		"{{claim}}", InboxClaimFunction(schema, table)}
+	r := strings.NewReplacer(append(pairs, "{{tag}}", bodyTag(pairs))...)
 	if err := run(ctx, tx, inboxFiles, names, r); err != nil {
 		return err
 	}

@@ -262,7 +262,7 @@ func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts P
 		return PollResult{}, fmt.Errorf("existing rows %q: want %q or %q", opts.ExistingRows, ExistingSent, ExistingPending)
 	}
 	res := PollResult{Added: map[string][]string{}, Pending: map[string]int64{}, Redefaulted: map[string]string{}, Unbuilt: map[string][]string{}, Sent: map[string]int64{}, Stamped: map[string]int64{}, Tied: map[string]int64{}}
-	if err := checkNames(o, pollSuffixes()...); err != nil {
+	if err := checkNames(o); err != nil {
 		return res, err
 	}
 	tx, err := begin(ctx, conn)
@@ -295,6 +295,14 @@ func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts P
 		}
 		if err := rows.Err(); err != nil {
 			return res, fmt.Errorf("read the columns of %s: %w", l.Name(), err)
+		}
+		if _, ok := have["status"]; !ok {
+			// The table gets the poll source's objects now, named after
+			// it: none of their names may be cut. (A table that has them,
+			// of a longer name, keeps those it has.)
+			if err := sqlquote.CheckName(l.Table, pollSuffixes()...); err != nil {
+				return res, fmt.Errorf("outbox table %q: %w", l.Name(), err)
+			}
 		}
 		if len(have) == 0 {
 			return res, fmt.Errorf("table %s does not exist", l.Name())

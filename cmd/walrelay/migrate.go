@@ -125,6 +125,11 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, existing string
 	if poll {
 		return migratePoll(cctx, conn, ocfg, existing, stdout)
 	}
+	if res.EmitNotCreated != nil {
+		// The tables passed their check, so this is not a missing column
+		// of the configuration's: say it as it is.
+		return res.EmitNotCreated
+	}
 	emit := ocfg.Schema + "." + migrations.EmitFunction
 	var privErr error
 	if !ocfg.Messages {

@@ -42,23 +42,24 @@ const MaxNameBytes = 63
 
 // CheckName refuses a name that walrelay is to write into SQL (a schema,
 // a table, a column, or a name it derives from one by adding a suffix):
-// one that is empty, is not UTF-8, holds a control character or a '$',
-// or that, with the longest of suffixes, PostgreSQL would cut
-// (MaxNameBytes). A name is always quoted where walrelay writes it; the
-// '$' is refused as well because a name inside a dollar-quoted function
-// body is text that must not end it, whatever tag quotes it. The error
-// quotes the name and says which rule it breaks.
+// one that is empty, is not UTF-8, holds a control character (or a
+// bidirectional one), or that,
+// with the longest of suffixes, PostgreSQL would cut (MaxNameBytes). A
+// name is always quoted where walrelay writes it (pgx.Identifier, and
+// inside a function's body under a dollar tag the body does not hold:
+// Dollar), so any other character, a '$' or a quote too, is taken as it
+// is. The error quotes the name and says which rule it breaks.
 func CheckName(name string, suffixes ...string) error {
 	switch {
 	case name == "":
 		return errors.New("an empty name")
 	case !utf8.ValidString(name):
 		return fmt.Errorf("name %q is not UTF-8", name)
-	case strings.ContainsRune(name, '$'):
-		return fmt.Errorf("name %q holds a '$', which walrelay refuses in a name it writes into SQL (inside a function's dollar-quoted body it could end the body)", name)
 	}
 	for _, r := range name {
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			// A bidirectional control (U+202E) makes a name print as
+			// another in logs and commands.
 			return fmt.Errorf("name %q holds the control character %U, which walrelay refuses in a name it writes into SQL", name, r)
 		}
 	}

@@ -20,11 +20,11 @@ CREATE INDEX IF NOT EXISTS {{index}} ON {{table}} (consumer, processed_at);
 -- for the first transaction and returns false once it commits. Services in
 -- any language call it; package inbox does too.
 CREATE OR REPLACE FUNCTION {{claim}}(consumer text, event_id text) RETURNS boolean
-LANGUAGE sql AS $$
+LANGUAGE sql AS {{tag}}
     WITH claimed AS (
         INSERT INTO {{table}} (consumer, event_id) VALUES ($1, $2)
         ON CONFLICT DO NOTHING
         RETURNING 1
     )
     SELECT count(*) = 1 FROM claimed
-$$;
+{{tag}};

@@ -8,7 +8,7 @@
 -- lock meanwhile (seconds per million rows).
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS topic text NOT NULL DEFAULT '';
 
-DO $walrelay_inbox$
+DO {{tag}}
 DECLARE
     pk   name;
     cols text[];
@@ -27,7 +27,7 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY (consumer, topic, event_id)', {{table_literal}});
     END IF;
 END
-$walrelay_inbox$;
+{{tag}};
 
 -- Claims an event of a topic for a consumer inside the caller's
 -- transaction: true if it is new (the caller handles it, then commits),
@@ -38,7 +38,7 @@ $walrelay_inbox$;
 -- 0001_inbox.sql stays for services that call it: it claims under topic
 -- '', ids unique across everything they read.
 CREATE OR REPLACE FUNCTION {{claim}}(consumer text, topic text, event_id text) RETURNS boolean
-LANGUAGE sql AS $$
+LANGUAGE sql AS {{tag}}
     WITH claimed AS (
         INSERT INTO {{table}} (consumer, topic, event_id)
         SELECT $1, $2, $3
@@ -47,4 +47,4 @@ LANGUAGE sql AS $$
         RETURNING 1
     )
     SELECT count(*) = 1 FROM claimed
-$$;
+{{tag}};

@@ -23,7 +23,7 @@
 -- topic or by the two-argument claim) waits for the first transaction and
 -- returns false once it commits. Package inbox calls it.
 CREATE OR REPLACE FUNCTION {{claim}}(consumer text, topic text, event_id text) RETURNS boolean
-LANGUAGE sql AS $$
+LANGUAGE sql AS {{tag}}
     SELECT pg_advisory_xact_lock_shared(hashtextextended({{table_literal}} || '/' || $1 || '/' || $3, 0));
     WITH claimed AS (
         INSERT INTO {{table}} (consumer, topic, event_id)
@@ -33,7 +33,7 @@ LANGUAGE sql AS $$
         RETURNING 1
     )
     SELECT count(*) = 1 FROM claimed
-$$;
+{{tag}};
 COMMENT ON FUNCTION {{claim}}(text, text, text) IS 'walrelay inbox claim, 0003';
 
 -- Claims an event for a consumer whatever its topic, as the first layout
@@ -43,7 +43,7 @@ COMMENT ON FUNCTION {{claim}}(text, text, text) IS 'walrelay inbox claim, 0003';
 -- form, waits for the first transaction and returns false once it
 -- commits. Its row has topic ''.
 CREATE OR REPLACE FUNCTION {{claim}}(consumer text, event_id text) RETURNS boolean
-LANGUAGE sql AS $$
+LANGUAGE sql AS {{tag}}
     SELECT pg_advisory_xact_lock(hashtextextended({{table_literal}} || '/' || $1 || '/' || $2, 0));
     WITH RECURSIVE topics(topic) AS (
         SELECT min(t.topic) FROM {{table}} t WHERE t.consumer = $1
@@ -59,4 +59,4 @@ LANGUAGE sql AS $$
         RETURNING 1
     )
     SELECT count(*) = 1 FROM claimed
-$$;
+{{tag}};

@@ -12,7 +12,7 @@
 -- snapshot of their own in READ COMMITTED as a SQL function's do.
 
 CREATE OR REPLACE FUNCTION {{claim}}(consumer text, topic text, event_id text) RETURNS boolean
-LANGUAGE plpgsql AS $walrelay_inbox$
+LANGUAGE plpgsql AS {{tag}}
 #variable_conflict use_column
 DECLARE
     fresh boolean;
@@ -33,11 +33,11 @@ BEGIN
     SELECT count(*) = 1 INTO fresh FROM claimed;
     RETURN fresh;
 END
-$walrelay_inbox$;
+{{tag}};
 COMMENT ON FUNCTION {{claim}}(text, text, text) IS 'walrelay inbox claim, 0004';
 
 CREATE OR REPLACE FUNCTION {{claim}}(consumer text, event_id text) RETURNS boolean
-LANGUAGE plpgsql AS $walrelay_inbox$
+LANGUAGE plpgsql AS {{tag}}
 #variable_conflict use_column
 DECLARE
     fresh boolean;
@@ -64,5 +64,5 @@ BEGIN
     SELECT count(*) = 1 INTO fresh FROM claimed;
     RETURN fresh;
 END
-$walrelay_inbox$;
+{{tag}};
 COMMENT ON FUNCTION {{claim}}(text, text) IS 'walrelay inbox claim, 0004';
