@@ -2,17 +2,24 @@ package tracing
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/walrelay/walrelay/internal/noredirect"
 )
 
 // DefaultAttributeValueLengthLimit bounds the length of walrelay's span
@@ -51,6 +58,77 @@ func checkOTLPEnv() error {
 		}
 	}
 	return nil
+}
+
+// otlpHTTPClient is the client the OTLP/HTTP exporter would build from
+// the environment, refusing every redirect (noredirect.Client).
+//
+// Why a client of walrelay's: the exporter offers no way to wrap its own.
+// Its WithProxy option (a Proxy function that refuses a redirected
+// request) is not enough: over HTTP/2 Go's transport sends a redirect to
+// the same host and port on the connection already open, without asking
+// Proxy. WithHTTPClient replaces, in the client the exporter builds
+// (otlptracehttp v1.47.0's NewClient), exactly the TLS configuration
+// (OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE, _CLIENT_CERTIFICATE and
+// _CLIENT_KEY), the timeout (OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT) and the
+// proxy (the environment's): so these are read here as its
+// internal/otlpconfig reads them, the TRACES_ one winning, and what cannot
+// be read is skipped as the exporter skips it (the exporter still reads
+// them too, and logs that). Everything else (endpoint, headers,
+// compression, OTEL_EXPORTER_OTLP_[TRACES_]INSECURE, and the refusal of
+// an insecure endpoint with TLS settings) the exporter still does itself.
+func otlpHTTPClient() *http.Client {
+	return noredirect.Client(otlpTransport(), otlpTimeout())
+}
+
+// otlpEnv is OTEL_EXPORTER_OTLP_<name>, trimmed.
+func otlpEnv(name string) string {
+	return strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_" + name))
+}
+
+// otlpTransport is the exporter's transport (a copy of
+// http.DefaultTransport's settings, HTTP/2 included) with the TLS of
+// the environment.
+func otlpTransport() *http.Transport {
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+	}
+	cfg := &tls.Config{}
+	for _, prefix := range []string{"", "TRACES_"} {
+		if pem, err := os.ReadFile(otlpEnv(prefix + "CERTIFICATE")); err == nil {
+			if pool := x509.NewCertPool(); pool.AppendCertsFromPEM(pem) {
+				cfg.RootCAs = pool
+			}
+		}
+		certFile, keyFile := otlpEnv(prefix+"CLIENT_CERTIFICATE"), otlpEnv(prefix+"CLIENT_KEY")
+		if certFile != "" && keyFile != "" {
+			if cert, err := tls.LoadX509KeyPair(certFile, keyFile); err == nil {
+				cfg.Certificates = []tls.Certificate{cert}
+			}
+		}
+	}
+	if cfg.RootCAs != nil || len(cfg.Certificates) > 0 {
+		tr.TLSClientConfig = cfg
+	}
+	return tr
+}
+
+// otlpTimeout is the exporter's timeout of one export: milliseconds, 10s
+// by default. (Zero or less: none, as http.Client takes it.)
+func otlpTimeout() time.Duration {
+	d := 10 * time.Second
+	for _, name := range []string{"TIMEOUT", "TRACES_TIMEOUT"} {
+		if ms, err := strconv.Atoi(otlpEnv(name)); err == nil {
+			d = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return d
 }
 
 // checkHeaders checks v as the OTLP exporter reads it: comma-separated

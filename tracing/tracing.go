@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -132,7 +131,9 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 // otlpExporter is the OTLP exporter of OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
 // (or OTEL_EXPORTER_OTLP_PROTOCOL): grpc or http/protobuf (the default, as
 // the specification says). The exporter reads the endpoint, headers, TLS
-// and timeout variables itself.
+// and timeout variables itself; the OTLP/HTTP one is given walrelay's
+// client, which reads the TLS and timeout ones as it would
+// (otlpHTTPClient).
 func otlpExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if proto == "" {
@@ -146,13 +147,10 @@ func otlpExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 	case "", "http/protobuf":
 		// No redirect is followed: Go's client would send the headers of
 		// OTEL_EXPORTER_OTLP_HEADERS (all but Authorization to another
-		// host, all to the same host) where the endpoint points.
-		// WithHTTPClient would drop the TLS and timeout the exporter reads
-		// from OTEL_*; WithProxy keeps them, and the proxy function
-		// refuses the request that follows a redirect before it is sent
-		// (and otherwise is the exporter's default, the environment's
-		// proxy). gRPC follows no redirect.
-		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithProxy(noredirect.Proxy(http.ProxyFromEnvironment)))
+		// host, all to the same host) where the endpoint points, and take
+		// the answer there for the endpoint's. otlpHTTPClient says why
+		// the exporter is given a client. gRPC follows none.
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithHTTPClient(otlpHTTPClient()))
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
 	default:

@@ -13,8 +13,11 @@
 // pointed, without userinfo, query or fragment (where a token would be),
 // and without the redirect's body.
 //
-// Client and Transport are for clients walrelay builds; Proxy is for a
-// client that a library builds from its own configuration (the OTLP
-// exporter's, whose TLS and timeout come from OTEL_* variables): it
-// refuses the redirected request before any connection is made.
+// Client is the client to build, or to hand to a library that takes one
+// (the registry's franz-go client, the OTLP exporter); Transport is the
+// refusal alone, for a RoundTripper layered over it. A library's own
+// client cannot be made to refuse from outside: an http.Transport's Proxy
+// function sees the request that follows a redirect only when it needs a
+// new connection, and over HTTP/2 a redirect to the same host and port
+// goes on the connection already open.
 package noredirect

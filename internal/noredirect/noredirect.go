@@ -112,27 +112,3 @@ func Client(base http.RoundTripper, timeout time.Duration) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return errFollowed },
 	}
 }
-
-// Proxy returns next (http.Transport's Proxy function; nil: no proxy)
-// refusing the requests that a client makes to follow a redirect, with an
-// *Error, before they are sent. It is for a client built elsewhere from
-// its own configuration, which Client would replace: given to
-// http.Transport.Proxy, the client's redirected request fails before any
-// connection to where the redirect points.
-func Proxy(next func(*http.Request) (*url.URL, error)) func(*http.Request) (*url.URL, error) {
-	return func(req *http.Request) (*url.URL, error) {
-		// http.Client sets Response on the request it makes to follow a
-		// redirect, and only there.
-		if resp := req.Response; resp != nil {
-			var from *url.URL
-			if resp.Request != nil {
-				from = resp.Request.URL
-			}
-			return nil, errorOf(from, resp)
-		}
-		if next == nil {
-			return nil, nil
-		}
-		return next(req)
-	}
-}
