@@ -458,6 +458,18 @@ func (c *Config) validate(needKafka bool) error {
 	if err := c.OutboxConfig().Validate(); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
+	if c.Tracing.Enabled {
+		// With tracing on, the traceparent and tracestate headers are the
+		// trace context that walrelay's spans continue and write: only a
+		// trace column's text, checked to W3C's shape, may give them.
+		for _, l := range c.OutboxConfig().Layouts() {
+			for _, h := range l.HeaderColumns {
+				if n := strings.ToLower(l.HeaderName(h)); n == "traceparent" || n == "tracestate" {
+					return fmt.Errorf("outbox.header_columns: column %q of %s gives the header %s, which with tracing.enabled is the trace context walrelay's spans continue: name the column in outbox.trace_column instead (its text is checked to W3C's shape), or name its header otherwise (column:name)", h, l.Name(), n)
+				}
+			}
+		}
+	}
 	k := c.Kafka
 	if k.CloudEvents != "" && k.CloudEvents != "binary" {
 		return fmt.Errorf("kafka.cloudevents %q: want binary, or empty for none", k.CloudEvents)

@@ -65,3 +65,21 @@ func TestNamesThatWouldRunAsSQLAreRefusedAtLoad(t *testing.T) {
 		t.Errorf("a payload column with $$: %v, want it taken", err)
 	}
 }
+
+// TestTraceHeaderColumnsRefusedWithTracing: with tracing.enabled, a header
+// column that gives the traceparent or tracestate header (which walrelay's
+// spans read as the trace context, unchecked) is refused, pointing to
+// outbox.trace_column, whose text is checked to W3C's shape; without
+// tracing it is a header like any other.
+func TestTraceHeaderColumnsRefusedWithTracing(t *testing.T) {
+	base := "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [a:9092]\n"
+	for _, cols := range []string{"[traceparent]", "[tp:TraceState]"} {
+		yaml := base + "outbox:\n  header_columns: " + cols + "\n"
+		if _, err := load(t, yaml); err != nil {
+			t.Errorf("header columns %s without tracing: %v", cols, err)
+		}
+		if _, err := load(t, yaml+"tracing:\n  enabled: true\n"); err == nil || !strings.Contains(err.Error(), "name the column in outbox.trace_column instead") {
+			t.Errorf("header columns %s with tracing.enabled: %v, want it refused", cols, err)
+		}
+	}
+}
