@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/internal/shellquote"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -76,7 +77,7 @@ func publicationChanged(pub string, problems []string, tables []replication.Tabl
 	}
 	var cmds []string
 	for _, t := range tables {
-		cmds = append(cmds, "walrelay reconcile --table "+t.Schema+"."+t.Name+" "+window+" --replay --yes")
+		cmds = append(cmds, "walrelay reconcile --table "+shellquote.Arg(t.Schema+"."+t.Name)+" "+window+" --replay --yes")
 	}
 	return fmt.Errorf("%s: PostgreSQL passes over, without an error, every row written to an outbox table while the publication does not publish it, then and on every later read of the slot, "+
 		"so walrelay stops. Put the publication right (walrelay check names the statement), start walrelay again, and republish from the table the rows missing from the topic: %s",

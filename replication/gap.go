@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/internal/shellquote"
 )
 
 // ErrPublicationAfterSlot is wrapped when a slot's position is before the
@@ -253,7 +255,7 @@ func TablesAddedAfterSlot(ctx context.Context, conn *pgx.Conn, slot, pub string)
 func TablesAddedAfterSlotError(slot, pub string, tables []string) string {
 	var cmds []string
 	for _, t := range tables {
-		cmds = append(cmds, "walrelay reconcile --table "+t+" --all --replay --yes")
+		cmds = append(cmds, "walrelay reconcile --table "+shellquote.Arg(t)+" --all --replay --yes")
 	}
 	return fmt.Sprintf("%s added to publication %s after slot %s's position, or near it: the rows written to it between the slot's position and the ALTER PUBLICATION are passed over by the stream, without an error. "+
 		"Only the table has them: %s republishes those missing from the topic (--since TIME instead of --all bounds the window to the rows written since TIME)",

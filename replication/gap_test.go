@@ -87,3 +87,16 @@ func TestPublicationGap(t *testing.T) {
 	}
 	exec("SELECT pg_drop_replication_slot('gap_dbz'); SELECT pg_drop_replication_slot('gap_after')")
 }
+
+// TestSuggestedCommandsQuoteTheTable: the reconcile a refusal suggests
+// passes a table whose name a shell would read (a ';', a '$(…)') as one
+// argument once pasted, and a plain name as it is.
+func TestSuggestedCommandsQuoteTheTable(t *testing.T) {
+	t.Parallel()
+	msg := TablesAddedAfterSlotError("s", "p", []string{"public.x; rm -rf ~", "public.outbox"})
+	for _, want := range []string{`walrelay reconcile --table 'public.x; rm -rf ~' --all`, "walrelay reconcile --table public.outbox --all"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q not in %s", want, msg)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/internal/shellquote"
 )
 
 var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
@@ -249,8 +251,8 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, o Outbox) ([]string, 
 	for i, t := range o.Tables {
 		if !covered[i] && !p.AllTables && len(schemas) == 0 {
 			problems = append(problems, fmt.Sprintf("it does not publish the outbox %s.%s: ALTER PUBLICATION %s ADD TABLE %s "+
-				"(the rows already written to it are not in the stream, then or later: walrelay reconcile --table %s.%s --all --replay --yes republishes those missing from the topic)",
-				t.Schema, t.Name, name, t.qualified(), t.Schema, t.Name))
+				"(the rows already written to it are not in the stream, then or later: walrelay reconcile --table %s --all --replay --yes republishes those missing from the topic)",
+				t.Schema, t.Name, name, t.qualified(), shellquote.Arg(t.Schema+"."+t.Name)))
 		}
 		var partitioned bool
 		if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)", t.sanitized()).Scan(&partitioned); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/shellquote"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
@@ -184,7 +185,7 @@ func migrate(ctx context.Context, cfg *config.Config, poll bool, existing string
 		defer fmt.Fprintf(stdout, "note: %s\n", behind)
 	}
 	for _, t := range added {
-		fmt.Fprintf(stdout, "%-40s %s\n", "publication "+cfg.Postgres.Publication, "table "+t+" added (rows written to it before now are not in the stream: walrelay replay --table "+t+" sends them)")
+		fmt.Fprintf(stdout, "%-40s %s\n", "publication "+cfg.Postgres.Publication, "table "+t+" added (rows written to it before now are not in the stream: walrelay replay --table "+shellquote.Arg(t)+" sends them)")
 	}
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/admin"
+	"github.com/walrelay/walrelay/internal/shellquote"
 	"github.com/walrelay/walrelay/recovery"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -214,7 +215,7 @@ func (c *recoveryCmd) resyncUnfinished(slot string, tables []string, err error) 
 	fmt.Fprintf(c.out, "\nWARNING: slot %s was moved: the rows committed in the skipped WAL are now only in the outbox tables, and not all of them were reconciled.\n"+
 		"Run, with this command's configuration (--config, flags, environment), until each exits 0:\n", slot)
 	for _, t := range tables {
-		fmt.Fprintf(c.out, "  walrelay reconcile --all --replay --yes --table %s\n", t)
+		fmt.Fprintf(c.out, "  walrelay reconcile --all --replay --yes --table %s\n", shellquote.Arg(t))
 	}
 	fmt.Fprintf(c.out, "Do not run walrelay prune (nor delete outbox rows) before they pass: the slot's position no longer protects those rows.\n")
 	return fmt.Errorf("slot %s was moved, and the reconcile of %s remains to run (see above; do not prune before it passes): %w", slot, strings.Join(tables, ", "), err)
