@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/internal/lru"
 )
 
 // Schema-first formats: the application writes JSON, and walrelay writes it
@@ -99,11 +101,27 @@ type SchemaFirstConfig struct {
 	// that reading, the payload is held (an outage), and so are the
 	// mismatches within the interval after it. Default 10 seconds.
 	MismatchReadInterval time.Duration
+	// UnusableReadInterval bounds the reading of a subject whose schema
+	// cannot be used: a subject the registry lacks, a schema that does
+	// not compile, of another kind than Kind, or that references what
+	// the registry lacks (ErrNotRegistered). Once a reading finds it so,
+	// the subject's events within the interval get the same error (and
+	// go to the dead-letter topic, as the first did) without a request,
+	// so that events of such subjects cost a registry request (and a
+	// compilation) once per subject every UnusableReadInterval, not once
+	// each; a schema registered or mended meanwhile is used from the
+	// first event after the interval. Check (walrelay check) always asks
+	// the registry. Default 10 seconds.
+	UnusableReadInterval time.Duration
 }
 
 // DefaultMismatchReadInterval is SchemaFirstConfig.MismatchReadInterval's
 // default.
 const DefaultMismatchReadInterval = 10 * time.Second
+
+// DefaultUnusableReadInterval is SchemaFirstConfig.UnusableReadInterval's
+// default.
+const DefaultUnusableReadInterval = 10 * time.Second
 
 // SchemaFirst writes JSON payloads in the schema registered for their
 // event. It is safe for concurrent use.
@@ -115,6 +133,11 @@ type SchemaFirst struct {
 	// size is their CompiledSize in all (at most MaxCachedSchemaBytes).
 	schemas map[subjectVersion]*compiledSchema
 	size    int
+	// unusable holds, for each subject whose schema a reading found
+	// unusable, when and why (ErrNotRegistered); at most maxSubjectReads
+	// of them, the least recently used (unusableUsed) dropped first.
+	unusable     map[subjectVersion]unusableRead
+	unusableUsed lru.Order[subjectVersion]
 	// now is the clock of LatestTTL and MismatchReadInterval (time.Now;
 	// a test's own).
 	now func() time.Time
@@ -124,6 +147,20 @@ type subjectVersion struct {
 	subject string
 	version int
 }
+
+// unusableRead is a reading of a subject that found its schema unusable:
+// when, and its error.
+type unusableRead struct {
+	at  time.Time
+	err error
+}
+
+// maxSubjectReads bounds the subjects whose last reading a SchemaFirst
+// remembers (UnusableReadInterval): some hundreds of bytes each. Past
+// it, the least recently used is forgotten: a writer cycling through
+// more unusable subjects than this within the interval costs a request
+// for each of their events again.
+const maxSubjectReads = 10000
 
 // compiledSchema is one version of a subject, ready to write payloads.
 type compiledSchema struct {
@@ -168,7 +205,10 @@ func NewSchemaFirst(reg *Registry, cfg SchemaFirstConfig) (*SchemaFirst, error) 
 	if cfg.MismatchReadInterval <= 0 {
 		cfg.MismatchReadInterval = DefaultMismatchReadInterval
 	}
-	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, now: time.Now}, nil
+	if cfg.UnusableReadInterval <= 0 {
+		cfg.UnusableReadInterval = DefaultUnusableReadInterval
+	}
+	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, unusable: map[subjectVersion]unusableRead{}, now: time.Now}, nil
 }
 
 // CheckStrategy checks a subject strategy with its subject and version
@@ -388,6 +428,11 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	if ok && !refresh && (s.cfg.Version != Latest || s.now().Sub(c.learnt) < s.cfg.LatestTTL) {
 		return c, nil
 	}
+	if !refresh {
+		if err := s.unusableWithin(k); err != nil {
+			return nil, err
+		}
+	}
 	fresh, err := s.read(ctx, subject)
 	if err != nil && ok && Outage(err) {
 		// A registry that does not answer the reading again of a
@@ -402,6 +447,41 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 // and caches it. Errors: ErrNotRegistered (worded by whether walrelay
 // registers schemas), ErrUnauthorized, or an outage.
 func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema, error) {
+	c, err := s.readCompile(ctx, subject)
+	k := subjectVersion{subject, s.cfg.Version}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err == nil:
+		delete(s.unusable, k)
+		s.unusableUsed.Remove(k)
+	case errors.Is(err, ErrNotRegistered) && ctx.Err() == nil:
+		for len(s.unusable) >= maxSubjectReads {
+			old, _ := s.unusableUsed.Oldest()
+			delete(s.unusable, old)
+			s.unusableUsed.Remove(old)
+		}
+		s.unusable[k] = unusableRead{at: s.now(), err: err}
+		s.unusableUsed.Touch(k)
+	}
+	return c, err
+}
+
+// unusableWithin is the error of the reading of k that found its schema
+// unusable within UnusableReadInterval; nil if none did.
+func (s *SchemaFirst) unusableWithin(k subjectVersion) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.unusable[k]
+	if !ok || s.now().Sub(u.at) >= s.cfg.UnusableReadInterval {
+		return nil
+	}
+	s.unusableUsed.Touch(k)
+	return u.err
+}
+
+// readCompile is read without the memory of unusable subjects.
+func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compiledSchema, error) {
 	ss, err := s.reg.cl.SchemaByVersion(ctx, subject, s.cfg.Version)
 	if err != nil {
 		err = classify(subject, err)
