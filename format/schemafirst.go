@@ -456,11 +456,7 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 		delete(s.unusable, k)
 		s.unusableUsed.Remove(k)
 	case errors.Is(err, ErrNotRegistered) && ctx.Err() == nil:
-		for len(s.unusable) >= maxSubjectReads {
-			old, _ := s.unusableUsed.Oldest()
-			delete(s.unusable, old)
-			s.unusableUsed.Remove(old)
-		}
+		lru.MakeRoom(&s.unusableUsed, s.unusable, maxSubjectReads)
 		s.unusable[k] = unusableRead{at: s.now(), err: err}
 		s.unusableUsed.Touch(k)
 	}

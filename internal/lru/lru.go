@@ -48,3 +48,17 @@ func (o *Order[K]) Oldest() (k K, ok bool) {
 
 // Len is the number of keys.
 func (o *Order[K]) Len() int { return len(o.at) }
+
+// MakeRoom drops from m, and from o, the least recently used keys of o
+// until m holds fewer than most: room for one more. Keys of m that o does
+// not hold are never dropped (so m may stay full of them).
+func MakeRoom[K comparable, V any](o *Order[K], m map[K]V, most int) {
+	for len(m) >= most {
+		k, ok := o.Oldest()
+		if !ok {
+			return
+		}
+		delete(m, k)
+		o.Remove(k)
+	}
+}

@@ -28,3 +28,25 @@ func TestOrderOldestIsLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("%d keys left, want none", o.Len())
 	}
 }
+
+// TestMakeRoomDropsLeastRecentlyUsed: MakeRoom drops the least recently
+// used until there is room for one more, and never a key Order lacks.
+func TestMakeRoomDropsLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	var o Order[int]
+	m := map[int]bool{}
+	for k := range 4 {
+		m[k] = true
+		o.Touch(k)
+	}
+	o.Touch(0)
+	MakeRoom(&o, m, 3)
+	if len(m) != 2 || !m[0] || !m[3] {
+		t.Fatalf("left %v, want 0 and 3", m)
+	}
+	m[9] = true // not in o
+	MakeRoom(&o, m, 1)
+	if len(m) != 1 || !m[9] || o.Len() != 0 {
+		t.Fatalf("left %v (%d ordered), want 9 alone", m, o.Len())
+	}
+}
