@@ -131,13 +131,17 @@ type SchemaFirst struct {
 	mu  sync.Mutex
 	// schemas caches the compiled schema of each subject and version;
 	// size is their CompiledSize in all (at most MaxCachedSchemaBytes).
-	schemas map[subjectVersion]*compiledSchema
-	size    int
-	// unusable holds, for each subject whose schema a reading found
-	// unusable, when and why (ErrNotRegistered); at most maxSubjectReads
-	// of them, the least recently used (unusableUsed) dropped first.
-	unusable     map[subjectVersion]unusableRead
-	unusableUsed lru.Order[subjectVersion]
+	// When full, the least recently used (schemasUsed) is dropped, one
+	// at a time.
+	schemas     map[subjectVersion]*compiledSchema
+	size        int
+	schemasUsed lru.Order[subjectVersion]
+	// reads holds what each subject's last readings were (subjectReads):
+	// apart from the schemas, so that a subject dropped from their cache
+	// keeps its bounds. At most maxSubjectReads of them, the least
+	// recently used (readsUsed) dropped first.
+	reads     map[subjectVersion]*subjectReads
+	readsUsed lru.Order[subjectVersion]
 	// now is the clock of LatestTTL and MismatchReadInterval (time.Now;
 	// a test's own).
 	now func() time.Time
@@ -148,18 +152,32 @@ type subjectVersion struct {
 	version int
 }
 
-// unusableRead is a reading of a subject that found its schema unusable:
-// when, and its error.
+// unusableRead is a reading that found a schema unusable (or an id
+// unknown): when, and its error.
 type unusableRead struct {
 	at  time.Time
 	err error
 }
 
-// maxSubjectReads bounds the subjects whose last reading a SchemaFirst
-// remembers (UnusableReadInterval): some hundreds of bytes each. Past
-// it, the least recently used is forgotten: a writer cycling through
-// more unusable subjects than this within the interval costs a request
-// for each of their events again.
+// subjectReads is what a subject's last readings were, guarded by
+// SchemaFirst.mu.
+type subjectReads struct {
+	// mismatchRead is when a mismatch last made walrelay read the
+	// subject's latest again, and mismatchReadErr why that reading
+	// failed (an outage or ErrUnauthorized; nil if it did not).
+	mismatchRead    time.Time
+	mismatchReadErr error
+	// unusable is the last reading that found the subject's schema
+	// unusable (ErrNotRegistered); its zero value if the last reading
+	// found it usable.
+	unusable unusableRead
+}
+
+// maxSubjectReads bounds the subjects whose last readings a SchemaFirst
+// remembers (MismatchReadInterval, UnusableReadInterval): some hundreds
+// of bytes each. Past it, the least recently used is forgotten: a writer
+// cycling through more subjects than this within an interval may cost a
+// reading of each again within it.
 const maxSubjectReads = 10000
 
 // compiledSchema is one version of a subject, ready to write payloads.
@@ -168,12 +186,6 @@ type compiledSchema struct {
 	version int
 	learnt  time.Time
 	size    int // CompiledSize
-	// mismatchRead is when a mismatch last made walrelay read the
-	// subject's latest again, and mismatchReadErr why that reading
-	// failed (an outage or ErrUnauthorized; nil if it did not): both
-	// guarded by SchemaFirst.mu, and carried to the version read next.
-	mismatchRead    time.Time
-	mismatchReadErr error
 	// write appends payload in the schema to dst; a value of more than
 	// maxBytes (0: no bound) with dst is ErrTooLarge, else an error is a
 	// *MismatchError.
@@ -208,7 +220,7 @@ func NewSchemaFirst(reg *Registry, cfg SchemaFirstConfig) (*SchemaFirst, error) 
 	if cfg.UnusableReadInterval <= 0 {
 		cfg.UnusableReadInterval = DefaultUnusableReadInterval
 	}
-	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, unusable: map[subjectVersion]unusableRead{}, now: time.Now}, nil
+	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, reads: map[subjectVersion]*subjectReads{}, now: time.Now}, nil
 }
 
 // CheckStrategy checks a subject strategy with its subject and version
@@ -342,15 +354,17 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 func (s *SchemaFirst) mayReadAgain(subject string, c *compiledSchema) (cur *compiledSchema, again bool, failed error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	k := subjectVersion{subject, s.cfg.Version}
 	cur = c
-	if known, ok := s.schemas[subjectVersion{subject, s.cfg.Version}]; ok {
+	if known, ok := s.schemas[k]; ok {
 		cur = known
 	}
+	r := s.readsOf(k)
 	now := s.now()
-	if !cur.mismatchRead.IsZero() && now.Sub(cur.mismatchRead) < s.cfg.MismatchReadInterval {
-		return cur, false, cur.mismatchReadErr
+	if !r.mismatchRead.IsZero() && now.Sub(r.mismatchRead) < s.cfg.MismatchReadInterval {
+		return cur, false, r.mismatchReadErr
 	}
-	cur.mismatchRead, cur.mismatchReadErr = now, nil
+	r.mismatchRead, r.mismatchReadErr = now, nil
 	return cur, true, nil
 }
 
@@ -359,9 +373,7 @@ func (s *SchemaFirst) mayReadAgain(subject string, c *compiledSchema) (cur *comp
 func (s *SchemaFirst) readAgainFailed(subject string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.schemas[subjectVersion{subject, s.cfg.Version}]; ok {
-		c.mismatchReadErr = err
-	}
+	s.readsOf(subjectVersion{subject, s.cfg.Version}).mismatchReadErr = err
 }
 
 // MaxPayloadTokens bounds the JSON that a schema-first format converts:
@@ -424,6 +436,9 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
 	c, ok := s.schemas[k]
+	if ok {
+		s.schemasUsed.Touch(k)
+	}
 	s.mu.Unlock()
 	if ok && !refresh && (s.cfg.Version != Latest || s.now().Sub(c.learnt) < s.cfg.LatestTTL) {
 		return c, nil
@@ -453,14 +468,26 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 	defer s.mu.Unlock()
 	switch {
 	case err == nil:
-		delete(s.unusable, k)
-		s.unusableUsed.Remove(k)
+		// A failure is forgotten, the registry having answered.
+		r := s.readsOf(k)
+		r.unusable, r.mismatchReadErr = unusableRead{}, nil
 	case errors.Is(err, ErrNotRegistered) && ctx.Err() == nil:
-		lru.MakeRoom(&s.unusableUsed, s.unusable, maxSubjectReads)
-		s.unusable[k] = unusableRead{at: s.now(), err: err}
-		s.unusableUsed.Touch(k)
+		s.readsOf(k).unusable = unusableRead{at: s.now(), err: err}
 	}
 	return c, err
+}
+
+// readsOf is k's subjectReads, made the most recently used (added if
+// there are none); s.mu is held.
+func (s *SchemaFirst) readsOf(k subjectVersion) *subjectReads {
+	r, ok := s.reads[k]
+	if !ok {
+		lru.MakeRoom(&s.readsUsed, s.reads, maxSubjectReads)
+		r = &subjectReads{}
+		s.reads[k] = r
+	}
+	s.readsUsed.Touch(k)
+	return r
 }
 
 // unusableWithin is the error of the reading of k that found its schema
@@ -468,12 +495,12 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 func (s *SchemaFirst) unusableWithin(k subjectVersion) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u, ok := s.unusable[k]
-	if !ok || s.now().Sub(u.at) >= s.cfg.UnusableReadInterval {
+	r, ok := s.reads[k]
+	if !ok || r.unusable.err == nil || s.now().Sub(r.unusable.at) >= s.cfg.UnusableReadInterval {
 		return nil
 	}
-	s.unusableUsed.Touch(k)
-	return u.err
+	s.readsUsed.Touch(k)
+	return r.unusable.err
 }
 
 // readCompile is read without the memory of unusable subjects.
@@ -503,18 +530,24 @@ func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compile
 	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
 	if old, ok := s.schemas[k]; ok {
-		// The bound on reading again after a mismatch holds across
-		// versions; a failure is forgotten, the registry having answered.
-		c.mismatchRead = old.mismatchRead
 		s.size -= old.size
 		delete(s.schemas, k)
+		s.schemasUsed.Remove(k)
 	}
-	if len(s.schemas) >= maxCachedSchemas || s.size+c.size > MaxCachedSchemaBytes {
-		clear(s.schemas)
-		s.size = 0
+	// Full: the least recently used go, one at a time (the bounds on
+	// reading again are kept apart, in reads).
+	for len(s.schemas) >= maxCachedSchemas || s.size+c.size > MaxCachedSchemaBytes {
+		old, ok := s.schemasUsed.Oldest()
+		if !ok {
+			break
+		}
+		s.size -= s.schemas[old].size
+		delete(s.schemas, old)
+		s.schemasUsed.Remove(old)
 	}
 	s.schemas[k] = c
 	s.size += c.size
+	s.schemasUsed.Touch(k)
 	s.mu.Unlock()
 	return c, nil
 }
