@@ -193,7 +193,11 @@ type Registry struct {
 	validate bool
 	maxSize  int // RegistryConfig.MaxDecodedBytes
 	mu       sync.Mutex
-	schemas  map[uint32]*schema
+	// schemas are the schemas cached; when full (maxSchemas,
+	// format.MaxCachedSchemaBytes), the least recently used
+	// (schemasUsed) is dropped, one at a time.
+	schemas     map[uint32]*schema
+	schemasUsed lru.Order[uint32]
 	// size is the schemas' format.CompiledSize in all: at most
 	// format.MaxCachedSchemaBytes.
 	size int
@@ -201,12 +205,6 @@ type Registry struct {
 	// that partitions meeting new schemas together do not each hold a
 	// compilation's peak.
 	compiling sync.Mutex
-	// codecs is hamba/avro's configuration that the Avro schemas cached
-	// decode with: it keeps a decoder per schema (and target type) for
-	// as long as it lives, so it is replaced when the cache is cleared,
-	// and goes with the schemas that use it (hamba/avro's package-wide
-	// DefaultConfig would keep every schema's decoder for ever).
-	codecs avro.API
 	// unusable holds, for each schema id that a fetch found unusable,
 	// when and why (ErrUndecodable); at most maxSchemas of them, the
 	// least recently used (unusableUsed) dropped first.
@@ -226,10 +224,16 @@ type unusableFetch struct {
 
 // schema is a registry's schema, compiled.
 type schema struct {
-	typ   string
-	size  int                         // format.CompiledSize
-	avro  avro.Schema                 // Avro
-	api   avro.API                    // Avro: the codecs it decodes with (nil: defaultCodecs)
+	typ  string
+	size int         // format.CompiledSize
+	avro avro.Schema // Avro
+	// api is the hamba/avro configuration an Avro schema decodes with
+	// (nil: defaultCodecs): its own, since a configuration keeps a
+	// decoder per schema (and target type) for as long as it lives, so
+	// that the decoders go with the schema dropped from the cache (some
+	// 4.5 KB each; hamba/avro's package-wide DefaultConfig would keep
+	// every schema's decoder for ever).
+	api   avro.API
 	proto protoreflect.FileDescriptor // Protobuf
 	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
@@ -268,7 +272,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.UnusableReadInterval <= 0 {
 		cfg.UnusableReadInterval = DefaultUnusableReadInterval
 	}
-	return &Registry{reg: reg, validate: cfg.ValidateJSON, maxSize: cfg.MaxDecodedBytes, schemas: map[uint32]*schema{}, codecs: format.AvroDecodeConfig(),
+	return &Registry{reg: reg, validate: cfg.ValidateJSON, maxSize: cfg.MaxDecodedBytes, schemas: map[uint32]*schema{},
 		unusable: map[uint32]unusableFetch{}, interval: cfg.UnusableReadInterval, now: time.Now}, nil
 }
 
@@ -564,6 +568,9 @@ func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.Mess
 func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 	r.mu.Lock()
 	s, ok := r.schemas[id]
+	if ok {
+		r.schemasUsed.Touch(id)
+	}
 	u, failed := r.unusable[id]
 	if failed && r.now().Sub(u.at) < r.interval {
 		r.unusableUsed.Touch(id)
@@ -635,21 +642,28 @@ func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
 	default:
 		return nil, undecodable(id, fmt.Errorf("a schema of type %s, which is not decoded", s.typ))
 	}
+	if s.avro != nil {
+		s.api = format.AvroDecodeConfig()
+	}
 	r.mu.Lock()
 	if old, ok := r.schemas[id]; ok {
 		r.size -= old.size // compiled meanwhile for another record
 		delete(r.schemas, id)
+		r.schemasUsed.Remove(id)
 	}
-	if len(r.schemas) >= maxSchemas || r.size+s.size > format.MaxCachedSchemaBytes {
-		clear(r.schemas)
-		r.size = 0
-		r.codecs = format.AvroDecodeConfig() // the old one's decoders go with the schemas
-	}
-	if s.avro != nil {
-		s.api = r.codecs
+	// Full: the least recently used go, one at a time.
+	for len(r.schemas) >= maxSchemas || r.size+s.size > format.MaxCachedSchemaBytes {
+		old, ok := r.schemasUsed.Oldest()
+		if !ok {
+			break
+		}
+		r.size -= r.schemas[old].size
+		delete(r.schemas, old)
+		r.schemasUsed.Remove(old)
 	}
 	r.schemas[id] = s
 	r.size += s.size
+	r.schemasUsed.Touch(id)
 	r.mu.Unlock()
 	return s, nil
 }
