@@ -186,8 +186,10 @@ const DefaultUnusableReadInterval = 10 * time.Second
 // Registry decodes keys and values in Confluent's wire format with the
 // schemas of a schema registry: Avro, Protobuf (after Confluent's message
 // indexes) and JSON Schema. Each schema is fetched once by its id (with
-// its references), compiled and kept. It is safe for concurrent use; one
-// Registry serves every handler.
+// its references), compiled and kept (the 10,000 used last, within
+// format.MaxCachedSchemaBytes); an id found unusable is fetched again at
+// most once every RegistryConfig.UnusableReadInterval. It is safe for
+// concurrent use; one Registry serves every handler.
 type Registry struct {
 	reg      *format.Registry
 	validate bool
