@@ -119,8 +119,8 @@ type SchemaFirstConfig struct {
 // default.
 const DefaultMismatchReadInterval = 10 * time.Second
 
-// DefaultUnusableReadInterval is SchemaFirstConfig.UnusableReadInterval's
-// default.
+// DefaultUnusableReadInterval is the default of
+// SchemaFirstConfig.UnusableReadInterval and of PassthroughConfig's.
 const DefaultUnusableReadInterval = 10 * time.Second
 
 // SchemaFirst writes JSON payloads in the schema registered for their
