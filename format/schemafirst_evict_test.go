@@ -63,3 +63,27 @@ func TestSchemaFirstCacheEvictsOneAtATime(t *testing.T) {
 		t.Errorf("%d subjects cycled once: %d requests, want at most %d", others, got, want)
 	}
 }
+
+// TestSchemaFirstUnusableCyclingBounded: a writer cycling twice through
+// more subjects the registry lacks than the cache of compiled schemas
+// holds, within the interval, costs one request per subject: what is
+// remembered of a subject is kept apart from that cache (up to
+// maxSubjectReads subjects). Each event used to ask.
+func TestSchemaFirstUnusableCyclingBounded(t *testing.T) {
+	t.Parallel()
+	const subjects = maxCachedSchemas + 100
+	ss := newSubjectRegistry(t)
+	enc := schemaFirst(t, ss.url, SchemaFirstConfig{Kind: KindAvro})
+	start := time.Now()
+	enc.now = func() time.Time { return start }
+	for range 2 {
+		for i := range subjects {
+			if _, err := enc.Value(t.Context(), "orders", fmt.Sprintf("Missing%d", i), []byte(`{"id": 1}`), 0); err == nil {
+				t.Fatal("an event of a missing subject written")
+			}
+		}
+	}
+	if got := ss.requests.Load(); got != subjects {
+		t.Errorf("%d missing subjects cycled twice within the interval: %d requests, want %d", subjects, got, subjects)
+	}
+}
