@@ -55,8 +55,8 @@ const maxCachedSchemas = 1000
 // references' (CompiledSize): a compiled schema holds some 10 to 16 times
 // its text (hamba/avro's schema and decoders, protocompile's descriptors,
 // jsonschema's compiled schema), so some 16 to 32 MiB at the bound. A
-// schema that would pass it clears the cache first (as the bound in
-// number does).
+// schema that would pass it drops the ones used longest ago first, one at
+// a time (as the bound in number does).
 const MaxCachedSchemaBytes = 2 << 20
 
 // Key writes an aggregate id of column c, the key of topic's record, in

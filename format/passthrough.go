@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/internal/lru"
 )
 
 // Errors of a value that the application framed itself (Passthrough): the
@@ -46,6 +49,13 @@ type PassthroughConfig struct {
 	Strategy string
 	// Subject is the subject of StrategySubject.
 	Subject string
+	// UnusableReadInterval bounds the asking for a schema id the registry
+	// lacks: once it answers so, the values framing the id within the
+	// interval are ErrSchemaUnknown without a request, so that values of
+	// ids the application made up cost a request once per id every
+	// UnusableReadInterval, not once each. Default 10 seconds
+	// (DefaultUnusableReadInterval).
+	UnusableReadInterval time.Duration
 }
 
 // CheckPassthroughStrategy checks a Passthrough subject strategy with its
@@ -76,10 +86,20 @@ func CheckPassthroughStrategy(strategy, subject string) error {
 // goes away affects only pairs not seen since the start. It is safe for
 // concurrent use.
 type Passthrough struct {
-	reg   *Registry
-	cfg   PassthroughConfig
-	mu    sync.Mutex
-	known map[knownID]struct{}
+	reg *Registry
+	cfg PassthroughConfig
+	mu  sync.Mutex
+	// known holds the pairs found, at most maxCachedIDs, the least
+	// recently used (knownUsed) dropped first.
+	known     map[knownID]struct{}
+	knownUsed lru.Order[knownID]
+	// unknown holds, for each id the registry answered it lacks, when
+	// and its error; at most maxCachedIDs, the least recently used
+	// (unknownUsed) dropped first.
+	unknown     map[uint32]unusableRead
+	unknownUsed lru.Order[uint32]
+	// now is the clock of UnusableReadInterval (time.Now; a test's own).
+	now func() time.Time
 }
 
 // knownID is a schema id found a version of subject ("" under
@@ -99,7 +119,10 @@ func NewPassthrough(reg *Registry, cfg PassthroughConfig) (*Passthrough, error) 
 	if err := CheckPassthroughStrategy(cfg.Strategy, cfg.Subject); err != nil {
 		return nil, err
 	}
-	return &Passthrough{reg: reg, cfg: cfg, known: map[knownID]struct{}{}}, nil
+	if cfg.UnusableReadInterval <= 0 {
+		cfg.UnusableReadInterval = DefaultUnusableReadInterval
+	}
+	return &Passthrough{reg: reg, cfg: cfg, known: map[knownID]struct{}{}, unknown: map[uint32]unusableRead{}, now: time.Now}, nil
 }
 
 // Subject is the subject that the schema of a value of an event of type
@@ -146,23 +169,45 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 	k := knownID{id: id, subject: subject}
 	p.mu.Lock()
 	_, ok := p.known[k]
+	if ok {
+		p.knownUsed.Touch(k)
+	}
+	u, unknown := p.unknown[id]
+	if unknown && p.now().Sub(u.at) < p.cfg.UnusableReadInterval {
+		p.unknownUsed.Touch(id)
+	} else {
+		unknown = false
+	}
 	p.mu.Unlock()
 	if ok {
 		return nil
 	}
+	if unknown {
+		return u.err
+	}
 	if _, err := p.reg.SchemaByID(ctx, id); err != nil {
+		if errors.Is(err, ErrSchemaUnknown) && ctx.Err() == nil {
+			p.mu.Lock()
+			lru.MakeRoom(&p.unknownUsed, p.unknown, maxCachedIDs)
+			p.unknown[id] = unusableRead{at: p.now(), err: err}
+			p.unknownUsed.Touch(id)
+			p.mu.Unlock()
+		}
 		return err
 	}
 	if subject != "" {
+		// Not remembered when it fails: a subject that takes the id
+		// meanwhile (its schema registered there too) is found at once.
 		if err := p.reg.inSubject(ctx, id, subject); err != nil {
 			return err
 		}
 	}
 	p.mu.Lock()
-	if len(p.known) >= maxCachedIDs {
-		clear(p.known)
-	}
+	delete(p.unknown, id)
+	p.unknownUsed.Remove(id)
+	lru.MakeRoom(&p.knownUsed, p.known, maxCachedIDs)
 	p.known[k] = struct{}{}
+	p.knownUsed.Touch(k)
 	p.mu.Unlock()
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/internal/lru"
 )
 
 // Schema-first formats: the application writes JSON, and walrelay writes it
@@ -99,11 +101,27 @@ type SchemaFirstConfig struct {
 	// that reading, the payload is held (an outage), and so are the
 	// mismatches within the interval after it. Default 10 seconds.
 	MismatchReadInterval time.Duration
+	// UnusableReadInterval bounds the reading of a subject whose schema
+	// cannot be used: a subject the registry lacks, a schema that does
+	// not compile, of another kind than Kind, or that references what
+	// the registry lacks (ErrNotRegistered). Once a reading finds it so,
+	// the subject's events within the interval get the same error (and
+	// go to the dead-letter topic, as the first did) without a request,
+	// so that events of such subjects cost a registry request (and a
+	// compilation) once per subject every UnusableReadInterval, not once
+	// each; a schema registered or mended meanwhile is used from the
+	// first event after the interval. Check (walrelay check) always asks
+	// the registry. Default 10 seconds.
+	UnusableReadInterval time.Duration
 }
 
 // DefaultMismatchReadInterval is SchemaFirstConfig.MismatchReadInterval's
 // default.
 const DefaultMismatchReadInterval = 10 * time.Second
+
+// DefaultUnusableReadInterval is the default of
+// SchemaFirstConfig.UnusableReadInterval and of PassthroughConfig's.
+const DefaultUnusableReadInterval = 10 * time.Second
 
 // SchemaFirst writes JSON payloads in the schema registered for their
 // event. It is safe for concurrent use.
@@ -113,8 +131,17 @@ type SchemaFirst struct {
 	mu  sync.Mutex
 	// schemas caches the compiled schema of each subject and version;
 	// size is their CompiledSize in all (at most MaxCachedSchemaBytes).
-	schemas map[subjectVersion]*compiledSchema
-	size    int
+	// When full, the least recently used (schemasUsed) is dropped, one
+	// at a time.
+	schemas     map[subjectVersion]*compiledSchema
+	size        int
+	schemasUsed lru.Order[subjectVersion]
+	// reads holds what each subject's last readings were (subjectReads):
+	// apart from the schemas, so that a subject dropped from their cache
+	// keeps its bounds. At most maxSubjectReads of them, the least
+	// recently used (readsUsed) dropped first.
+	reads     map[subjectVersion]*subjectReads
+	readsUsed lru.Order[subjectVersion]
 	// now is the clock of LatestTTL and MismatchReadInterval (time.Now;
 	// a test's own).
 	now func() time.Time
@@ -125,18 +152,40 @@ type subjectVersion struct {
 	version int
 }
 
+// unusableRead is a reading that found a schema unusable (or an id
+// unknown): when, and its error.
+type unusableRead struct {
+	at  time.Time
+	err error
+}
+
+// subjectReads is what a subject's last readings were, guarded by
+// SchemaFirst.mu.
+type subjectReads struct {
+	// mismatchRead is when a mismatch last made walrelay read the
+	// subject's latest again, and mismatchReadErr why that reading
+	// failed (an outage or ErrUnauthorized; nil if it did not).
+	mismatchRead    time.Time
+	mismatchReadErr error
+	// unusable is the last reading that found the subject's schema
+	// unusable (ErrNotRegistered); its zero value if the last reading
+	// found it usable.
+	unusable unusableRead
+}
+
+// maxSubjectReads bounds the subjects whose last readings a SchemaFirst
+// remembers (MismatchReadInterval, UnusableReadInterval): some hundreds
+// of bytes each. Past it, the least recently used is forgotten: a writer
+// cycling through more subjects than this within an interval may cost a
+// reading of each again within it.
+const maxSubjectReads = 10000
+
 // compiledSchema is one version of a subject, ready to write payloads.
 type compiledSchema struct {
 	id      uint32
 	version int
 	learnt  time.Time
 	size    int // CompiledSize
-	// mismatchRead is when a mismatch last made walrelay read the
-	// subject's latest again, and mismatchReadErr why that reading
-	// failed (an outage or ErrUnauthorized; nil if it did not): both
-	// guarded by SchemaFirst.mu, and carried to the version read next.
-	mismatchRead    time.Time
-	mismatchReadErr error
 	// write appends payload in the schema to dst; a value of more than
 	// maxBytes (0: no bound) with dst is ErrTooLarge, else an error is a
 	// *MismatchError.
@@ -168,7 +217,10 @@ func NewSchemaFirst(reg *Registry, cfg SchemaFirstConfig) (*SchemaFirst, error) 
 	if cfg.MismatchReadInterval <= 0 {
 		cfg.MismatchReadInterval = DefaultMismatchReadInterval
 	}
-	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, now: time.Now}, nil
+	if cfg.UnusableReadInterval <= 0 {
+		cfg.UnusableReadInterval = DefaultUnusableReadInterval
+	}
+	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, reads: map[subjectVersion]*subjectReads{}, now: time.Now}, nil
 }
 
 // CheckStrategy checks a subject strategy with its subject and version
@@ -302,15 +354,17 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 func (s *SchemaFirst) mayReadAgain(subject string, c *compiledSchema) (cur *compiledSchema, again bool, failed error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	k := subjectVersion{subject, s.cfg.Version}
 	cur = c
-	if known, ok := s.schemas[subjectVersion{subject, s.cfg.Version}]; ok {
+	if known, ok := s.schemas[k]; ok {
 		cur = known
 	}
+	r := s.readsOf(k)
 	now := s.now()
-	if !cur.mismatchRead.IsZero() && now.Sub(cur.mismatchRead) < s.cfg.MismatchReadInterval {
-		return cur, false, cur.mismatchReadErr
+	if !r.mismatchRead.IsZero() && now.Sub(r.mismatchRead) < s.cfg.MismatchReadInterval {
+		return cur, false, r.mismatchReadErr
 	}
-	cur.mismatchRead, cur.mismatchReadErr = now, nil
+	r.mismatchRead, r.mismatchReadErr = now, nil
 	return cur, true, nil
 }
 
@@ -319,9 +373,7 @@ func (s *SchemaFirst) mayReadAgain(subject string, c *compiledSchema) (cur *comp
 func (s *SchemaFirst) readAgainFailed(subject string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.schemas[subjectVersion{subject, s.cfg.Version}]; ok {
-		c.mismatchReadErr = err
-	}
+	s.readsOf(subjectVersion{subject, s.cfg.Version}).mismatchReadErr = err
 }
 
 // MaxPayloadTokens bounds the JSON that a schema-first format converts:
@@ -384,9 +436,17 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
 	c, ok := s.schemas[k]
+	if ok {
+		s.schemasUsed.Touch(k)
+	}
 	s.mu.Unlock()
 	if ok && !refresh && (s.cfg.Version != Latest || s.now().Sub(c.learnt) < s.cfg.LatestTTL) {
 		return c, nil
+	}
+	if !refresh {
+		if err := s.unusableWithin(k); err != nil {
+			return nil, err
+		}
 	}
 	fresh, err := s.read(ctx, subject)
 	if err != nil && ok && Outage(err) {
@@ -402,6 +462,49 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 // and caches it. Errors: ErrNotRegistered (worded by whether walrelay
 // registers schemas), ErrUnauthorized, or an outage.
 func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema, error) {
+	c, err := s.readCompile(ctx, subject)
+	k := subjectVersion{subject, s.cfg.Version}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err == nil:
+		// A failure is forgotten, the registry having answered.
+		r := s.readsOf(k)
+		r.unusable, r.mismatchReadErr = unusableRead{}, nil
+	case errors.Is(err, ErrNotRegistered) && ctx.Err() == nil:
+		s.readsOf(k).unusable = unusableRead{at: s.now(), err: err}
+	}
+	return c, err
+}
+
+// readsOf is k's subjectReads, made the most recently used (added if
+// there are none); s.mu is held.
+func (s *SchemaFirst) readsOf(k subjectVersion) *subjectReads {
+	r, ok := s.reads[k]
+	if !ok {
+		lru.MakeRoom(&s.readsUsed, s.reads, maxSubjectReads)
+		r = &subjectReads{}
+		s.reads[k] = r
+	}
+	s.readsUsed.Touch(k)
+	return r
+}
+
+// unusableWithin is the error of the reading of k that found its schema
+// unusable within UnusableReadInterval; nil if none did.
+func (s *SchemaFirst) unusableWithin(k subjectVersion) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.reads[k]
+	if !ok || r.unusable.err == nil || s.now().Sub(r.unusable.at) >= s.cfg.UnusableReadInterval {
+		return nil
+	}
+	s.readsUsed.Touch(k)
+	return r.unusable.err
+}
+
+// readCompile is read without the memory of unusable subjects.
+func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compiledSchema, error) {
 	ss, err := s.reg.cl.SchemaByVersion(ctx, subject, s.cfg.Version)
 	if err != nil {
 		err = classify(subject, err)
@@ -427,18 +530,24 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
 	if old, ok := s.schemas[k]; ok {
-		// The bound on reading again after a mismatch holds across
-		// versions; a failure is forgotten, the registry having answered.
-		c.mismatchRead = old.mismatchRead
 		s.size -= old.size
 		delete(s.schemas, k)
+		s.schemasUsed.Remove(k)
 	}
-	if len(s.schemas) >= maxCachedSchemas || s.size+c.size > MaxCachedSchemaBytes {
-		clear(s.schemas)
-		s.size = 0
+	// Full: the least recently used go, one at a time (the bounds on
+	// reading again are kept apart, in reads).
+	for len(s.schemas) >= maxCachedSchemas || s.size+c.size > MaxCachedSchemaBytes {
+		old, ok := s.schemasUsed.Oldest()
+		if !ok {
+			break
+		}
+		s.size -= s.schemas[old].size
+		delete(s.schemas, old)
+		s.schemasUsed.Remove(old)
 	}
 	s.schemas[k] = c
 	s.size += c.size
+	s.schemasUsed.Touch(k)
 	s.mu.Unlock()
 	return c, nil
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/lru"
 )
 
 // The schema types that a Registry decodes (Decoded.Type), as the
@@ -167,19 +168,38 @@ type RegistryConfig struct {
 	// of it); raise it (and the process's memory) for values of hundreds
 	// of thousands of small items.
 	MaxDecodedBytes int
+	// UnusableReadInterval bounds the fetching of a schema id that cannot
+	// be used: one the registry lacks, or whose schema does not compile,
+	// references what the registry lacks or is of a type not decoded.
+	// Once a fetch finds it so, the records of the id within the interval
+	// are ErrUndecodable with the same cause without a request, so that
+	// records framing such ids (anyone who produces to the topic chooses
+	// them) cost a request and a compilation once per id every
+	// UnusableReadInterval, not once each. Default 10 s.
+	UnusableReadInterval time.Duration
 }
+
+// DefaultUnusableReadInterval is RegistryConfig.UnusableReadInterval's
+// default.
+const DefaultUnusableReadInterval = 10 * time.Second
 
 // Registry decodes keys and values in Confluent's wire format with the
 // schemas of a schema registry: Avro, Protobuf (after Confluent's message
 // indexes) and JSON Schema. Each schema is fetched once by its id (with
-// its references), compiled and kept. It is safe for concurrent use; one
-// Registry serves every handler.
+// its references), compiled and kept (the 10,000 used last, within
+// format.MaxCachedSchemaBytes); an id found unusable is fetched again at
+// most once every RegistryConfig.UnusableReadInterval. It is safe for
+// concurrent use; one Registry serves every handler.
 type Registry struct {
 	reg      *format.Registry
 	validate bool
 	maxSize  int // RegistryConfig.MaxDecodedBytes
 	mu       sync.Mutex
-	schemas  map[uint32]*schema
+	// schemas are the schemas cached; when full (maxSchemas,
+	// format.MaxCachedSchemaBytes), the least recently used
+	// (schemasUsed) is dropped, one at a time.
+	schemas     map[uint32]*schema
+	schemasUsed lru.Order[uint32]
 	// size is the schemas' format.CompiledSize in all: at most
 	// format.MaxCachedSchemaBytes.
 	size int
@@ -187,20 +207,35 @@ type Registry struct {
 	// that partitions meeting new schemas together do not each hold a
 	// compilation's peak.
 	compiling sync.Mutex
-	// codecs is hamba/avro's configuration that the Avro schemas cached
-	// decode with: it keeps a decoder per schema (and target type) for
-	// as long as it lives, so it is replaced when the cache is cleared,
-	// and goes with the schemas that use it (hamba/avro's package-wide
-	// DefaultConfig would keep every schema's decoder for ever).
-	codecs avro.API
+	// unusable holds, for each schema id that a fetch found unusable,
+	// when and why (ErrUndecodable); at most maxSchemas of them, the
+	// least recently used (unusableUsed) dropped first.
+	unusable     map[uint32]unusableFetch
+	unusableUsed lru.Order[uint32]
+	interval     time.Duration // RegistryConfig.UnusableReadInterval
+	// now is the clock of UnusableReadInterval (time.Now; a test's own).
+	now func() time.Time
+}
+
+// unusableFetch is a fetch of a schema id that found it unusable: when,
+// and its error.
+type unusableFetch struct {
+	at  time.Time
+	err error
 }
 
 // schema is a registry's schema, compiled.
 type schema struct {
-	typ   string
-	size  int                         // format.CompiledSize
-	avro  avro.Schema                 // Avro
-	api   avro.API                    // Avro: the codecs it decodes with (nil: defaultCodecs)
+	typ  string
+	size int         // format.CompiledSize
+	avro avro.Schema // Avro
+	// api is the hamba/avro configuration an Avro schema decodes with
+	// (nil: defaultCodecs): its own, since a configuration keeps a
+	// decoder per schema (and target type) for as long as it lives, so
+	// that the decoders go with the schema dropped from the cache (some
+	// 4.5 KB each; hamba/avro's package-wide DefaultConfig would keep
+	// every schema's decoder for ever).
+	api   avro.API
 	proto protoreflect.FileDescriptor // Protobuf
 	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
@@ -236,7 +271,11 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.MaxDecodedBytes == 0 {
 		cfg.MaxDecodedBytes = format.MaxDecodedBytes
 	}
-	return &Registry{reg: reg, validate: cfg.ValidateJSON, maxSize: cfg.MaxDecodedBytes, schemas: map[uint32]*schema{}, codecs: format.AvroDecodeConfig()}, nil
+	if cfg.UnusableReadInterval <= 0 {
+		cfg.UnusableReadInterval = DefaultUnusableReadInterval
+	}
+	return &Registry{reg: reg, validate: cfg.ValidateJSON, maxSize: cfg.MaxDecodedBytes, schemas: map[uint32]*schema{},
+		unusable: map[uint32]unusableFetch{}, interval: cfg.UnusableReadInterval, now: time.Now}, nil
 }
 
 // maxSchemas bounds the schemas kept in number (format.MaxCachedSchemaBytes
@@ -526,14 +565,45 @@ func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.Mess
 }
 
 // schema returns the compiled schema of id, fetched (with its references)
-// and compiled the first time.
+// and compiled the first time; an id found unusable within
+// UnusableReadInterval is its error again, without a request.
 func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 	r.mu.Lock()
 	s, ok := r.schemas[id]
+	if ok {
+		r.schemasUsed.Touch(id)
+	}
+	u, failed := r.unusable[id]
+	if failed && r.now().Sub(u.at) < r.interval {
+		r.unusableUsed.Touch(id)
+	} else {
+		failed = false
+	}
 	r.mu.Unlock()
 	if ok {
 		return s, nil
 	}
+	if failed {
+		return nil, u.err
+	}
+	s, err := r.fetch(ctx, id)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+		delete(r.unusable, id)
+		r.unusableUsed.Remove(id)
+	case errors.Is(err, ErrUndecodable) && ctx.Err() == nil:
+		lru.MakeRoom(&r.unusableUsed, r.unusable, maxSchemas)
+		r.unusable[id] = unusableFetch{at: r.now(), err: err}
+		r.unusableUsed.Touch(id)
+	}
+	return s, err
+}
+
+// fetch fetches the schema of id (with its references), compiles it and
+// caches it.
+func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
 	got, err := r.reg.SchemaByID(ctx, id)
 	if err != nil {
 		if errors.Is(err, format.ErrSchemaUnknown) {
@@ -541,7 +611,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		}
 		return nil, registryDown(err)
 	}
-	s = &schema{typ: got.Type.String()} // AVRO when the API leaves schemaType out
+	s := &schema{typ: got.Type.String()} // AVRO when the API leaves schemaType out
 	switch s.typ {
 	case Avro, Protobuf, JSONSchema:
 		if s.typ == JSONSchema && !r.validate {
@@ -574,21 +644,28 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 	default:
 		return nil, undecodable(id, fmt.Errorf("a schema of type %s, which is not decoded", s.typ))
 	}
+	if s.avro != nil {
+		s.api = format.AvroDecodeConfig()
+	}
 	r.mu.Lock()
 	if old, ok := r.schemas[id]; ok {
 		r.size -= old.size // compiled meanwhile for another record
 		delete(r.schemas, id)
+		r.schemasUsed.Remove(id)
 	}
-	if len(r.schemas) >= maxSchemas || r.size+s.size > format.MaxCachedSchemaBytes {
-		clear(r.schemas)
-		r.size = 0
-		r.codecs = format.AvroDecodeConfig() // the old one's decoders go with the schemas
-	}
-	if s.avro != nil {
-		s.api = r.codecs
+	// Full: the least recently used go, one at a time.
+	for len(r.schemas) >= maxSchemas || r.size+s.size > format.MaxCachedSchemaBytes {
+		old, ok := r.schemasUsed.Oldest()
+		if !ok {
+			break
+		}
+		r.size -= r.schemas[old].size
+		delete(r.schemas, old)
+		r.schemasUsed.Remove(old)
 	}
 	r.schemas[id] = s
 	r.size += s.size
+	r.schemasUsed.Touch(id)
 	r.mu.Unlock()
 	return s, nil
 }

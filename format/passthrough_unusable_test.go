@@ -1,0 +1,66 @@
+package format
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestPassthroughUnknownIDReadBounded (a registry over loopback counting
+// its requests): values framing a schema id the registry lacks ask the
+// registry once per UnusableReadInterval, whatever their number (the
+// application chooses the ids it frames); the values in between are
+// ErrSchemaUnknown, as the first, without a request. Each value used to
+// ask again.
+func TestPassthroughUnknownIDReadBounded(t *testing.T) {
+	t.Parallel()
+	const interval = 10 * time.Second
+	var requests, known atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		if known.Load() == 0 {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error_code":40403,"message":"Schema not found"}`))
+			return
+		}
+		if strings.HasSuffix(r.URL.Path, "/versions") {
+			_, _ = w.Write([]byte(`[{"subject":"orders-value","version":1}]`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"schema":"\"string\""}`))
+	}))
+	t.Cleanup(srv.Close)
+	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{UnusableReadInterval: interval})
+	var clock atomic.Int64
+	start := time.Now()
+	p.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	framed := Frame(nil, 77, []byte{2, 'a'})
+	const n = 300
+	check := func() {
+		t.Helper()
+		for i := range n {
+			if err := p.Check(t.Context(), "orders", "", framed); !errors.Is(err, ErrSchemaUnknown) {
+				t.Fatalf("value %d: %v, want ErrSchemaUnknown", i, err)
+			}
+		}
+	}
+	check()
+	if got := requests.Load(); got != 1 {
+		t.Fatalf("%d values within the interval: %d requests, want 1", n, got)
+	}
+	clock.Add(int64(interval))
+	check()
+	if got := requests.Load(); got != 2 {
+		t.Fatalf("%d more values once the interval passed: %d requests in all, want 2", n, got)
+	}
+	known.Store(1)
+	clock.Add(int64(interval))
+	if err := p.Check(t.Context(), "orders", "", framed); err != nil {
+		t.Fatalf("the id registered, the interval passed: %v", err)
+	}
+}
