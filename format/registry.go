@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/internal/lru"
 	"github.com/walrelay/walrelay/internal/noredirect"
 )
 
@@ -176,6 +177,15 @@ type RegistryConfig struct {
 	// to 16 times. Default 512 KiB (DefaultMaxCompiledSchemaBytes), far
 	// above Debezium's schemas of wide tables (some 100 bytes a column).
 	MaxCompiledSchemaBytes int
+	// UnusableReadInterval bounds the asking about a schema the registry
+	// refused for a payload (ID: not registered with AutoRegister off, or
+	// incompatible): the same schema of the same subject is asked about
+	// again at most once every UnusableReadInterval, its payloads in
+	// between given the same error without a request, so that a writer's
+	// rows of a refused shape cost a request once per interval, not once
+	// each. Default 10 seconds (DefaultUnusableReadInterval). A schema
+	// registered meanwhile is used once the interval has passed.
+	UnusableReadInterval time.Duration
 }
 
 // Defaults of RegistryConfig.
@@ -204,6 +214,16 @@ type Registry struct {
 	obs         *observed // reports each request (OnRequest)
 	mu          sync.Mutex
 	ids         map[subjectSchema]uint32
+	idsUsed     lru.Order[subjectSchema]
+	// refused holds the schemas the registry refused (ErrRefused,
+	// ErrNotRegistered), with when and why, at most maxCachedIDs, the
+	// least recently used dropped first: asked again once
+	// unusableInterval has passed, not once a row.
+	refused          map[subjectSchema]unusableRead
+	refusedUsed      lru.Order[subjectSchema]
+	unusableInterval time.Duration
+	// now is the clock of unusableInterval (time.Now; a test's own).
+	now func() time.Time
 }
 
 // subjectSchema keys the cache of ids: a subject and its schema's SHA-256
@@ -250,7 +270,11 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema registry client: %w", err)
 	}
-	return &Registry{cl: cl, auto: cfg.AutoRegister, maxSchema: cfg.MaxSchemaBytes, maxCompiled: cfg.MaxCompiledSchemaBytes, obs: obs, ids: map[subjectSchema]uint32{}}, nil
+	if cfg.UnusableReadInterval <= 0 {
+		cfg.UnusableReadInterval = DefaultUnusableReadInterval
+	}
+	return &Registry{cl: cl, auto: cfg.AutoRegister, maxSchema: cfg.MaxSchemaBytes, maxCompiled: cfg.MaxCompiledSchemaBytes, obs: obs,
+		ids: map[subjectSchema]uint32{}, refused: map[subjectSchema]unusableRead{}, unusableInterval: cfg.UnusableReadInterval, now: time.Now}, nil
 }
 
 // Errors of CheckRegistryURL.
@@ -301,9 +325,19 @@ func (r *Registry) ID(ctx context.Context, subject, schema string) (uint32, erro
 	k := subjectSchema{subject, sha256.Sum256([]byte(schema))}
 	r.mu.Lock()
 	id, ok := r.ids[k]
+	if ok {
+		r.idsUsed.Touch(k)
+	}
+	refused, wasRefused := r.refused[k]
+	if wasRefused {
+		r.refusedUsed.Touch(k)
+	}
 	r.mu.Unlock()
 	if ok {
 		return id, nil
+	}
+	if wasRefused && r.now().Sub(refused.at) < r.unusableInterval {
+		return 0, refused.err
 	}
 	if len(schema) > r.maxSchema {
 		return 0, fmt.Errorf("subject %s: %w: its schema is %d bytes, more than the %d that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", subject, ErrPayload, len(schema), r.maxSchema)
@@ -327,16 +361,25 @@ func (r *Registry) ID(ctx context.Context, subject, schema string) (uint32, erro
 		}
 	}
 	if err != nil {
+		if (errors.Is(err, ErrRefused) || errors.Is(err, ErrNotRegistered)) && ctx.Err() == nil {
+			r.mu.Lock()
+			lru.MakeRoom(&r.refusedUsed, r.refused, maxCachedIDs)
+			r.refused[k] = unusableRead{at: r.now(), err: err}
+			r.refusedUsed.Touch(k)
+			r.mu.Unlock()
+		}
 		return 0, err
 	}
 	if n < 0 || n > 1<<32-1 {
 		return 0, fmt.Errorf("subject %s: the registry gave the id %d, which Confluent's framing cannot carry", subject, n)
 	}
 	r.mu.Lock()
-	if len(r.ids) >= maxCachedIDs {
-		clear(r.ids) // many distinct payload shapes: learn again
-	}
+	delete(r.refused, k)
+	r.refusedUsed.Remove(k)
+	// Many distinct payload shapes: the one used longest ago goes.
+	lru.MakeRoom(&r.idsUsed, r.ids, maxCachedIDs)
 	r.ids[k] = uint32(n)
+	r.idsUsed.Touch(k)
 	r.mu.Unlock()
 	return uint32(n), nil
 }
