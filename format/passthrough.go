@@ -98,6 +98,10 @@ type Passthrough struct {
 	// (unknownUsed) dropped first.
 	unknown     map[uint32]unusableRead
 	unknownUsed lru.Order[uint32]
+	// foreign holds, for each pair whose id the registry has but not in
+	// the subject, when and its error; bounded as unknown.
+	foreign     map[knownID]unusableRead
+	foreignUsed lru.Order[knownID]
 	// now is the clock of UnusableReadInterval (time.Now; a test's own).
 	now func() time.Time
 }
@@ -122,7 +126,8 @@ func NewPassthrough(reg *Registry, cfg PassthroughConfig) (*Passthrough, error) 
 	if cfg.UnusableReadInterval <= 0 {
 		cfg.UnusableReadInterval = DefaultUnusableReadInterval
 	}
-	return &Passthrough{reg: reg, cfg: cfg, known: map[knownID]struct{}{}, unknown: map[uint32]unusableRead{}, now: time.Now}, nil
+	return &Passthrough{reg: reg, cfg: cfg, known: map[knownID]struct{}{}, unknown: map[uint32]unusableRead{},
+		foreign: map[knownID]unusableRead{}, now: time.Now}, nil
 }
 
 // Subject is the subject that the schema of a value of an event of type
@@ -178,6 +183,10 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 	} else {
 		unknown = false
 	}
+	if f, ok := p.foreign[k]; !unknown && ok && p.now().Sub(f.at) < p.cfg.UnusableReadInterval {
+		p.foreignUsed.Touch(k)
+		u, unknown = f, true
+	}
 	p.mu.Unlock()
 	if ok {
 		return nil
@@ -196,15 +205,25 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 		return err
 	}
 	if subject != "" {
-		// Not remembered when it fails: a subject that takes the id
-		// meanwhile (its schema registered there too) is found at once.
+		// Remembered as an unknown id is: a subject that takes the id
+		// meanwhile (its schema registered there too) is found once
+		// UnusableReadInterval has passed.
 		if err := p.reg.inSubject(ctx, id, subject); err != nil {
+			if errors.Is(err, ErrSchemaUnknown) && ctx.Err() == nil {
+				p.mu.Lock()
+				lru.MakeRoom(&p.foreignUsed, p.foreign, maxCachedIDs)
+				p.foreign[k] = unusableRead{at: p.now(), err: err}
+				p.foreignUsed.Touch(k)
+				p.mu.Unlock()
+			}
 			return err
 		}
 	}
 	p.mu.Lock()
 	delete(p.unknown, id)
 	p.unknownUsed.Remove(id)
+	delete(p.foreign, k)
+	p.foreignUsed.Remove(k)
 	lru.MakeRoom(&p.knownUsed, p.known, maxCachedIDs)
 	p.known[k] = struct{}{}
 	p.knownUsed.Touch(k)

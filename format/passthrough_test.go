@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -131,7 +132,9 @@ func TestRegistryPassthroughForeignSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic := mustPassthrough(t, reg, PassthroughConfig{})
+	// An id refused for its subject is asked about again at once (a
+	// nanosecond's interval): the subject takes it below.
+	topic := mustPassthrough(t, reg, PassthroughConfig{UnusableReadInterval: time.Nanosecond})
 	for _, c := range []struct {
 		id   uint32
 		want string
@@ -222,8 +225,9 @@ func mustPassthrough(t *testing.T, reg *Registry, cfg PassthroughConfig) *Passth
 // has are asked after it; a 5xx, or a 404 that is not Confluent's 40403
 // (a registry or proxy without the endpoint), is an outage that holds the
 // event, naming the request, never ErrSchemaUnknown; 40403 (the schema
-// deleted in between) is ErrSchemaUnknown; a 403 ErrUnauthorized. Nothing
-// is cached until the subject is found.
+// deleted in between) is ErrSchemaUnknown; a 403 ErrUnauthorized. Only
+// the subject found is cached (a refusal for UnusableReadInterval, here
+// a nanosecond).
 func TestPassthroughSubjectsOutage(t *testing.T) {
 	var status, code atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -242,7 +246,9 @@ func TestPassthroughSubjectsOutage(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := t.Context()
-	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{})
+	// Each answer asked for (a nanosecond's interval): a refusal is
+	// otherwise remembered for UnusableReadInterval.
+	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{UnusableReadInterval: time.Nanosecond})
 	framed := Frame(nil, 9, []byte{2, 'a'})
 	for _, c := range []struct {
 		status, code int
