@@ -248,7 +248,7 @@ func (c *Config) keys() []*key {
 	f, s = str(&c.Outbox.PayloadColumn, "payload")
 	add("outbox.payload_column", "column of the value", f, s)
 	f, s = list(&c.Outbox.HeaderColumns, nil)
-	add("outbox.header_columns", "extra columns copied into headers, comma-separated; `column:name` names the header otherwise; a header named like one walrelay writes (`id`, `type`, `walrelay.*`, `content-type`, the CloudEvents `ce_*` ones, `traceparent`/`tracestate` with `outbox.trace_column`; any case) is refused", f, s)
+	add("outbox.header_columns", "extra columns copied into headers, comma-separated; `column:name` names the header otherwise; a header named like one walrelay writes (`id`, `type`, `walrelay.*`, `content-type`, the CloudEvents `ce_*` ones, `traceparent`/`tracestate` with `outbox.trace_column` or `tracing.enabled`; any case) is refused", f, s)
 	f, s = boolean(&c.Outbox.Messages, false)
 	add("outbox.messages", "publish the logical decoding messages under `outbox.message_prefix` as events (the outbox without a table: `walrelay_emit`); off, they are ignored and `walrelay_emit` inserts a row. On, `check` and `run` refuse to start while a role without `INSERT` on the outbox table (PUBLIC by default) may execute `pg_logical_emit_message`, and `migrate` revokes it (docs/outbox.md: Who can write events)", f, s)
 	f, s = str(&c.Outbox.MessagePrefix, "walrelay")

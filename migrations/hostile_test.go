@@ -16,6 +16,7 @@ import (
 	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -249,8 +250,8 @@ func applyHostile(t *testing.T, conn *pgx.Conn, name string, messages bool) erro
 // every migration is quoted and works, and runs no statement of its own,
 // with the server checking the bodies and, to show that the quoting alone
 // holds, without; a name with a control character, or one that
-// PostgreSQL would cut, is refused before any statement runs, naming the
-// rule.
+// PostgreSQL would cut (or cut in a name derived from it), is refused
+// before any statement runs, naming the rule.
 func TestHostileNamesRunNoOtherStatement(t *testing.T) {
 	conn := hostileServer(t)
 	for _, checked := range []bool{true, false} {
@@ -259,8 +260,9 @@ func TestHostileNamesRunNoOtherStatement(t *testing.T) {
 		}
 		for _, name := range hostileNames {
 			for _, messages := range []bool{false, true} {
-				// The longest name derived from it: the poll source's index.
-				refuse := sqlquote.CheckName(name+"_walrelay_unsent") != nil
+				// A control character, or longer than a new poll table may
+				// be (47 bytes, for its <table>_walrelay_unsent).
+				refuse := sqlquote.CheckName(name) != nil || len(name) > 47
 				err := applyHostile(t, conn, name, messages)
 				switch {
 				case refuse && err == nil:
@@ -334,5 +336,85 @@ func TestInboxTablesThatPostgreSQLWouldCutAreRefused(t *testing.T) {
 	}
 	if _, err := inbox.New(inbox.Config{Postgres: pool, Brokers: []string{"127.0.0.1:1"}, Table: old, Topics: []string{"t"}, Group: "g"}); err != nil {
 		t.Errorf("inbox.New with an inbox table of %d bytes that exists: %v", len(old), err)
+	}
+}
+
+// TestPollIndexNamesApart: the poll source's three indexes are named
+// after the table (<table>_walrelay_due, _unsent, _parked); PostgreSQL
+// keeps 63 bytes of a name, so for a table of 53 bytes or more all three
+// are <table>_walrelay_, and only the first was ever built, the other two
+// skipped by IF NOT EXISTS, with nothing reported (and the checks, which
+// compared the cut names, found the one index three times). Such a table
+// is refused by migrate --poll and by the poll source's start, naming the
+// limit of 52 bytes; one of 52 bytes (as an earlier version left it) gets
+// its three indexes, their names cut but apart; a new one is refused
+// beyond 47 bytes (TestHostileNamesRunNoOtherStatement). An index
+// of created_at whose name another relation holds is refused naming the
+// holder; a new outbox table of 53 bytes (its index's name cut) is
+// refused; an existing one gets the column.
+func TestPollIndexNamesApart(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := pgtest.Start(t)
+	conn := pgtest.Connect(t, pg.DSN)
+	long := decoder.Config{}
+	long.Table = strings.Repeat("o", 53)
+	// As an earlier version left it: the poll columns there, the indexes
+	// not.
+	if _, err := conn.Exec(ctx, "CREATE TABLE "+long.Table+" (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL, payload jsonb, status text NOT NULL DEFAULT 'PENDING')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.ApplyPoll(ctx, conn, long); err == nil || !strings.Contains(err.Error(), "at most 52 bytes") {
+		t.Errorf("migrate --poll of a table of 53 bytes: %v, want it refused naming the limit of 52 bytes", err)
+	}
+	if err := poll.CheckTable(ctx, conn, long.Layout); err == nil || !strings.Contains(err.Error(), "at most 52 bytes") {
+		t.Errorf("the poll source's check of a table of 53 bytes: %v, want it refused naming the limit of 52 bytes", err)
+	}
+	// One of 52 bytes as an earlier version left it: its index names are
+	// cut, but stay apart.
+	fits := decoder.Config{}
+	fits.Table = strings.Repeat("f", 52)
+	if _, err := conn.Exec(ctx, "CREATE TABLE "+fits.Table+" (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL, payload jsonb, status text NOT NULL DEFAULT 'PENDING')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.ApplyPoll(ctx, conn, fits); err != nil {
+		t.Fatalf("migrate --poll of a table of 52 bytes: %v", err)
+	}
+	var built int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1) AND indexrelid::regclass::text LIKE '%walrelay%'", fits.Table).Scan(&built); err != nil {
+		t.Fatal(err)
+	}
+	if built != 3 {
+		t.Errorf("a table of 52 bytes: %d poll indexes built, want 3", built)
+	}
+	if err := poll.CheckTable(ctx, conn, fits.Layout); err != nil {
+		t.Errorf("the poll source's check of a table of 52 bytes: %v", err)
+	}
+	// A table that exists, without created_at, whose index would take the
+	// name of another relation (a table named so): refused naming it,
+	// not skipped by IF NOT EXISTS.
+	holder, lacking := strings.Repeat("t", 52)+"_created_at", decoder.Config{}
+	lacking.Table = strings.Repeat("t", 52)
+	if _, err := conn.Exec(ctx, "CREATE TABLE "+holder+" (); CREATE TABLE "+lacking.Table+" (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(ctx, conn, lacking); err == nil || !strings.Contains(err.Error(), "is held by "+holder) {
+		t.Errorf("created_at's index of a table whose name another relation holds: %v, want it refused naming the holder", err)
+	}
+	// A new outbox table of 53 bytes: its created_at index would be cut.
+	fresh := decoder.Config{}
+	fresh.Table = strings.Repeat("n", 53)
+	if _, err := migrations.Apply(ctx, conn, fresh); err == nil || !strings.Contains(err.Error(), "at most 52 bytes") {
+		t.Errorf("a new outbox table of 53 bytes: %v, want it refused naming the limit of 52 bytes", err)
+	}
+	// One of 53 bytes that exists, without created_at: given it, its
+	// index cut to 63 bytes (no other relation holds that name).
+	old := decoder.Config{}
+	old.Table = strings.Repeat("e", 53)
+	if _, err := conn.Exec(ctx, "CREATE TABLE "+old.Table+" (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := migrations.Apply(ctx, conn, old); err != nil || len(res.CreatedAt) != 1 {
+		t.Errorf("an existing outbox table of 53 bytes without created_at: %+v, %v, want the column added", res, err)
 	}
 }

@@ -154,7 +154,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, o decoder.Config) (Result, error
 		if err := run(ctx, tx, files, apply, r); err != nil {
 			return res, err
 		}
-		added, index, err := addCreatedAt(ctx, tx, l)
+		added, index, err := addCreatedAt(ctx, tx, l, !exists)
 		if err != nil {
 			return res, err
 		}
@@ -196,8 +196,8 @@ var createdAtLockWait = 10 * time.Second
 // the constant CreatedAtUnknown as its default, which PostgreSQL stores
 // once in the catalog instead of rewriting the table (a volatile default
 // would rewrite it), so the rows there take it; then defaulting to each
-// insert's time.
-func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (added bool, index string, err error) {
+// insert's time. fresh says that the table was created by this migration.
+func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout, fresh bool) (added bool, index string, err error) {
 	name := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	var has bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)`, name, CreatedAt).Scan(&has); err != nil {
@@ -206,8 +206,17 @@ func addCreatedAt(ctx context.Context, tx pgx.Tx, l decoder.Layout) (added bool,
 	if has {
 		return false, "", nil
 	}
-	if err := sqlquote.CheckName(l.Table, "_"+CreatedAt); err != nil {
-		return false, "", fmt.Errorf("outbox table %q: %w", l.Name(), err)
+	// The index is named after the table: for a table created now, a
+	// name PostgreSQL keeps whole; for one that existed, any name no
+	// other relation holds (cut or not: a table of a long name keeps
+	// working).
+	if fresh {
+		if err := sqlquote.CheckName(l.Table, "_"+CreatedAt); err != nil {
+			return false, "", fmt.Errorf("outbox table %q: %w", l.Name(), err)
+		}
+	}
+	if err := nameFree(ctx, tx, l.Schema, l.Table+"_"+CreatedAt); err != nil {
+		return false, "", fmt.Errorf("index of %s.%s: %w", l.Name(), CreatedAt, err)
 	}
 	col := pgx.Identifier{CreatedAt}.Sanitize()
 	// The ALTER waits for the table's lock behind every transaction that

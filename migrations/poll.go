@@ -62,6 +62,46 @@ func pollSuffixes() []string {
 	return []string{n.DueIndex, n.UnsentIndex, n.ParkedIndex, n.StatusCheck}
 }
 
+// CheckPollNames refuses an outbox table whose poll indexes
+// (PollNamesOf) PostgreSQL would give one name: it keeps the first 63
+// bytes of a name, so for a table of 53 bytes or more they all cut to
+// <table>_walrelay_, and only the first is ever built (the others' CREATE
+// INDEX IF NOT EXISTS finds it). A shorter table's names, cut or not,
+// stay apart.
+func CheckPollNames(l decoder.Layout) error {
+	l = l.WithDefaults()
+	n := PollNamesOf(l)
+	seen := map[string]string{}
+	for _, x := range []string{n.DueIndex, n.UnsentIndex, n.ParkedIndex} {
+		cut := sqlquote.Cut(x)
+		if other, ok := seen[cut]; ok {
+			return fmt.Errorf("outbox table %q: the poll source names its indexes after the table (%s, %s, …), and PostgreSQL keeps the first %d bytes of a name, so they would share the name %s and only one would be built: the poll source takes a table name of at most %d bytes; rename the table (ALTER TABLE … RENAME TO …)",
+				// The names differ after <table>_walrelay_: at least one
+				// byte of what follows must be kept.
+				l.Name(), other, x, sqlquote.MaxNameBytes, cut, sqlquote.MaxNameBytes-len("_walrelay_")-1)
+		}
+		seen[cut] = x
+	}
+	return nil
+}
+
+// nameFree refuses a relation name (an index to build, cut as PostgreSQL
+// cuts it) that another relation of schema holds already: the index's
+// CREATE INDEX IF NOT EXISTS would find that one and build nothing.
+func nameFree(ctx context.Context, tx pgx.Tx, schema, name string) error {
+	cut := sqlquote.Cut(name)
+	var holder *string
+	if err := tx.QueryRow(ctx, `SELECT c.relname::text || ' (' || c.relkind::text || coalesce(', on ' || i.indrelid::regclass::text, '') || ')'
+		FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid WHERE c.relnamespace = to_regnamespace($1) AND c.relname = $2`,
+		pgx.Identifier{schema}.Sanitize(), cut).Scan(&holder); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("look up the name %s: %w", cut, err)
+	}
+	if holder != nil {
+		return fmt.Errorf("its name %s (%s as PostgreSQL keeps it, 63 bytes at most) is held by %s already in schema %s, so it would not be built: rename the table, or that relation", name, cut, *holder, schema)
+	}
+	return nil
+}
+
 // PollResult says what ApplyPoll added, per table (schema.table).
 type PollResult struct {
 	Added   map[string][]string // columns added
@@ -296,10 +336,14 @@ func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts P
 		if err := rows.Err(); err != nil {
 			return res, fmt.Errorf("read the columns of %s: %w", l.Name(), err)
 		}
+		if err := CheckPollNames(l); err != nil {
+			return res, err
+		}
 		if _, ok := have["status"]; !ok {
 			// The table gets the poll source's objects now, named after
 			// it: none of their names may be cut. (A table that has them,
-			// of a longer name, keeps those it has.)
+			// of a longer name, keeps working while its names stay
+			// apart.)
 			if err := sqlquote.CheckName(l.Table, pollSuffixes()...); err != nil {
 				return res, fmt.Errorf("outbox table %q: %w", l.Name(), err)
 			}
@@ -444,8 +488,13 @@ func ApplyPollWith(ctx context.Context, conn *pgx.Conn, o decoder.Config, opts P
 		invalid := map[string]bool{}
 		for _, x := range PollIndexes(l) {
 			var has, valid bool
-			if err := tx.QueryRow(ctx, "SELECT count(*) > 0, coalesce(bool_and(i.indisvalid AND i.indisready), false) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass AND c.relname = $2", name, x.Name[:min(len(x.Name), 63)]).Scan(&has, &valid); err != nil {
+			if err := tx.QueryRow(ctx, "SELECT count(*) > 0, coalesce(bool_and(i.indisvalid AND i.indisready), false) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass AND c.relname = $2", name, sqlquote.Cut(x.Name)).Scan(&has, &valid); err != nil {
 				return res, fmt.Errorf("look up index %s: %w", x.Name, err)
+			}
+			if !has {
+				if err := nameFree(ctx, tx, l.Schema, x.Name); err != nil {
+					return res, fmt.Errorf("index of %s: %w", l.Name(), err)
+				}
 			}
 			if !has || !valid {
 				missing = append(missing, x)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/relay"
 )
@@ -86,6 +87,9 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 			missing = append(missing, "column "+c.Name)
 		}
 	}
+	if err := migrations.CheckPollNames(l); err != nil {
+		return failure.Mark(failure.Fatal, err)
+	}
 	n := migrations.PollNamesOf(l)
 	q := pgx.Identifier{l.Schema, l.Table}.Sanitize()
 	var hasCheck, checkParked, hasTrigger bool
@@ -109,7 +113,7 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 		missing = append(missing, "constraint "+n.StatusCheck+" allowing status PARKED")
 	}
 	for _, ix := range migrations.PollIndexes(l) {
-		short := ix.Name[:min(len(ix.Name), 63)] // PostgreSQL cuts names to 63 bytes
+		short := sqlquote.Cut(ix.Name) // PostgreSQL cuts names to 63 bytes
 		switch {
 		case !slices.Contains(indexes, short):
 			// migrate --poll leaves it to build by hand on a large table.

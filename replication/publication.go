@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/internal/shellquote"
+	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
@@ -36,10 +37,11 @@ func quoteLiteral(s string) string {
 }
 
 // ValidPublicationName reports whether s is usable as a publication name:
-// any identifier of 1 to 63 bytes without a NUL (it is quoted wherever it
-// is used, so case and punctuation are kept).
+// any name walrelay writes into SQL as it is (sqlquote.CheckName: 1 to 63
+// bytes of UTF-8 without a control character; it is quoted wherever it is
+// used, so case and punctuation are kept).
 func ValidPublicationName(s string) bool {
-	return len(s) >= 1 && len(s) <= 63 && !strings.ContainsRune(s, 0)
+	return sqlquote.CheckName(s) == nil
 }
 
 // Outbox is what walrelay's publication must publish: the outbox tables
@@ -85,7 +87,7 @@ func (o Outbox) Names() string {
 // not published. An existing publication must then pass CheckPublication.
 func EnsurePublication(ctx context.Context, conn *pgx.Conn, o Outbox) (created bool, added []string, err error) {
 	if !ValidPublicationName(o.Publication) {
-		return false, nil, fmt.Errorf("publication name %q: want 1 to 63 bytes", o.Publication)
+		return false, nil, fmt.Errorf("publication name %q: want 1 to 63 bytes of UTF-8 without a control character", o.Publication)
 	}
 	if len(o.Tables) == 0 {
 		return false, nil, errors.New("publication " + o.Publication + ": no outbox table")

@@ -155,7 +155,7 @@ func New(cfg Config) (*Stream, error) {
 		return nil, fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", cfg.Slot)
 	}
 	if !ValidPublicationName(cfg.Publication) {
-		return nil, fmt.Errorf("publication name %q: want 1 to 63 bytes", cfg.Publication)
+		return nil, fmt.Errorf("publication name %q: want 1 to 63 bytes of UTF-8 without a control character", cfg.Publication)
 	}
 	if cfg.StatusInterval == 0 {
 		cfg.StatusInterval = time.Second

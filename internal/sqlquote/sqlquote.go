@@ -78,3 +78,17 @@ func CheckName(name string, suffixes ...string) error {
 	}
 	return nil
 }
+
+// Cut is name as PostgreSQL keeps it: its first MaxNameBytes bytes, cut
+// before a character that would straddle the limit (as the server does
+// in a UTF-8 database).
+func Cut(name string) string {
+	if len(name) <= MaxNameBytes {
+		return name
+	}
+	n := MaxNameBytes
+	for n > 0 && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	return name[:n]
+}
