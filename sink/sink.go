@@ -90,11 +90,12 @@ type Config struct {
 	// (FormatJSON, FormatJSONSchema), or in a schema registry's format
 	// (FormatAvro, with Avro). Dead letters keep the raw form.
 	KeyFormat, ValueFormat record.Format
-	// Avro writes the keys and values of FormatAvro (package format), its
-	// schemas registered in a schema registry; required by FormatAvro.
+	// Avro writes the keys and values of record.FormatAvro (package
+	// format), its schemas registered in a schema registry; required by
+	// record.FormatAvro.
 	Avro *format.AvroEncoder
-	// Passthrough checks the values of FormatRegistryPassthrough against a
-	// schema registry; required by it.
+	// Passthrough checks the values of record.FormatRegistryPassthrough
+	// against a schema registry; required by it.
 	Passthrough *format.Passthrough
 	// SchemaFirst writes the values of the schema-first formats
 	// (record.FormatRegisteredAvro, …); required by them.
@@ -596,7 +597,17 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	for !ok { // forgotten meanwhile (forgetATopic): learnt again after its purge
 		inflight, ok = s.holdTopic(topic, s.topicInfoFor(ctx, topic))
 	}
-	s.q.push(ctx, r, alone, pos, gen, func(r *kgo.Record, err error) {
+	s.q.push(ctx, r, alone, pos, gen, s.answer(ctx, e, topic, alone, inflight, gen, done))
+}
+
+// answer returns the callback of e's record to topic, which calls done
+// with its fate: acknowledged; the batch refused (transient: the event is
+// sent again, alone if any record of the batch may be the cause); refused
+// for itself (dead-lettered, or in exactly-once mode poisoned and sent
+// again); else failed, breaking the round. inflight is the topic's count
+// of records in flight (holdTopic), nil if not kept.
+func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone bool, inflight *atomic.Int64, gen uint64, done Done) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
 		if inflight != nil {
 			inflight.Add(-1)
 		}
@@ -642,5 +653,5 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			s.q.breakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(kindOf(err), fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err)))
 		}
-	})
+	}
 }
