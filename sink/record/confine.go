@@ -68,17 +68,17 @@ func newTopicRules(cfg Config) (*topicRules, error) {
 	return r, nil
 }
 
-// ErrForbidden is why an event may not go to a topic (CheckTopic).
-var ErrForbidden = errors.New("forbidden topic")
+// errForbidden is why an event may not go to a topic (CheckTopic).
+var errForbidden = errors.New("forbidden topic")
 
 // check returns nil if an event may be routed to topic, a legal name, and
-// else an error that says why not (wrapping ErrForbidden).
+// else an error that says why not (wrapping errForbidden).
 func (r *topicRules) check(topic string) error {
 	if what, ok := r.reserved[topic]; ok {
-		return fmt.Errorf("%w: %q is %s, never an event's topic", ErrForbidden, topic, what)
+		return fmt.Errorf("%w: %q is %s, never an event's topic", errForbidden, topic, what)
 	}
 	if strings.HasPrefix(topic, "__") {
-		return fmt.Errorf("%w: %q is named as Kafka's internal topics are (__), never an event's topic", ErrForbidden, topic)
+		return fmt.Errorf("%w: %q is named as Kafka's internal topics are (__), never an event's topic", errForbidden, topic)
 	}
 	if r.exact == nil || r.exact[topic] {
 		return nil
@@ -88,12 +88,12 @@ func (r *topicRules) check(topic string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %q is not among the allowed topics", ErrForbidden, topic)
+	return fmt.Errorf("%w: %q is not among the allowed topics", errForbidden, topic)
 }
 
 // CheckTopic returns nil if an event may be routed to topic, and else why
 // not: it is not a legal name, or it is walrelay's own, Kafka's internal or
-// outside Config.AllowedTopics (an error wrapping ErrForbidden).
+// outside Config.AllowedTopics.
 func (b *Builder) CheckTopic(topic string) error {
 	if !ValidTopic(topic) {
 		return fmt.Errorf("topic %q is not a valid Kafka topic name", topic)

@@ -173,8 +173,8 @@ func TestRouteOfATable(t *testing.T) {
 			t.Errorf("%s: %v, want allowed %v", topic, err, ok)
 		}
 	}
-	if err := b.CheckTopic("app.dlq"); !errors.Is(err, ErrForbidden) {
-		t.Errorf("the dead-letter topic: %v, want ErrForbidden", err)
+	if err := b.CheckTopic("app.dlq"); !errors.Is(err, errForbidden) {
+		t.Errorf("the dead-letter topic: %v, want errForbidden", err)
 	}
 	if _, err := New(Config{Routes: map[string]Route{"billing.events": {Topic: "a{b}"}}}); err == nil || !strings.Contains(err.Error(), "table billing.events") {
 		t.Errorf("a bad route: %v", err)
