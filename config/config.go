@@ -20,6 +20,7 @@ import (
 
 	"github.com/walrelay/walrelay/poll"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // Config is walrelay's whole configuration. Each field has one key; the key
@@ -286,7 +287,7 @@ func (c *Config) keys() []*key {
 	add("kafka.cloudevents", "`binary`: each record carries the CloudEvents attributes as headers of the Kafka protocol binding's binary mode (`ce_specversion` `1.0`, `ce_id`, `ce_source`, `ce_type`, `ce_subject` the aggregate id, `ce_time` the timestamp column's time or else the commit time, `content-type` `application/json`, or `application/octet-stream` for a `bytea` payload); the value stays the payload, and the `id` and `type` headers stay; an event without a type is dead-lettered (`invalid_event`)", f, s)
 	f, s = str(&c.Kafka.CloudEventsSource, "")
 	add("kafka.cloudevents_source", "`ce_source` of `kafka.cloudevents`, in which `{table}` is replaced by the event's `schema.table` (`message` for `walrelay_emit`); empty: `/<database>/{table}`", f, s)
-	f, s = list(&c.Kafka.Headers, sink.OptionalHeaders[:])
+	f, s = list(&c.Kafka.Headers, record.OptionalHeaders[:])
 	add("kafka.headers", "the headers each record (and dead letter) carries besides `id`, comma-separated, of `type`, `walrelay.lsn`, `walrelay.xid` and `walrelay.commit_time` (the commit LSN, transaction id and commit time of its transaction); empty (`[]`): none, `id` alone as Debezium's EventRouter sends it. The event id header `id` is always sent, since consumers (package `inbox`, `reconcile`) deduplicate and match on it. Without `type`, package `inbox` hands the handler an empty `Message.Type`; header columns and CloudEvents headers are sent either way", f, s)
 	f, s = str(&c.Kafka.DLQTopic, "walrelay.dlq")
 	add("kafka.dlq_topic", "dead-letter topic", f, s)
@@ -428,7 +429,7 @@ func (c *Config) validate(needKafka bool) error {
 	if c.Kafka.ExactlyOnce && c.Kafka.TransactionInterval <= 0 {
 		return fmt.Errorf("kafka.transaction_interval %s: want a positive duration", c.Kafka.TransactionInterval)
 	}
-	if c.Kafka.ExpandJSONPayload && (c.Kafka.ValueFormat == "" || c.Kafka.ValueFormat == string(sink.FormatRaw)) {
+	if c.Kafka.ExpandJSONPayload && (c.Kafka.ValueFormat == "" || c.Kafka.ValueFormat == string(record.FormatRaw)) {
 		return errors.New("kafka.expand_json_payload needs kafka.value_format json, json_schema or avro (raw writes the payload as stored)")
 	}
 	if err := c.checkSchemaRegistry(); err != nil {
@@ -475,14 +476,14 @@ func (c *Config) validate(needKafka bool) error {
 		return fmt.Errorf("kafka.cloudevents %q: want binary, or empty for none", k.CloudEvents)
 	}
 	for _, h := range k.Headers {
-		if h != sink.HeaderID && !slices.Contains(sink.OptionalHeaders[:], h) {
-			return fmt.Errorf("kafka.headers: unknown header %q: want any of %s (%s is always sent)", h, strings.Join(sink.OptionalHeaders[:], ", "), sink.HeaderID)
+		if h != record.HeaderID && !slices.Contains(record.OptionalHeaders[:], h) {
+			return fmt.Errorf("kafka.headers: unknown header %q: want any of %s (%s is always sent)", h, strings.Join(record.OptionalHeaders[:], ", "), record.HeaderID)
 		}
 	}
-	if err := sink.CheckRouting(k.Topic, k.TopicRegex); err != nil {
+	if err := record.CheckRouting(k.Topic, k.TopicRegex); err != nil {
 		return fmt.Errorf("kafka.topic, kafka.topic_regex: %w", err)
 	}
-	if err := sink.CheckAllowedTopics(k.AllowedTopics); err != nil {
+	if err := record.CheckAllowedTopics(k.AllowedTopics); err != nil {
 		return fmt.Errorf("kafka.allowed_topics: %w", err)
 	}
 	switch {

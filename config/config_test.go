@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 func TestConfigPrecedence(t *testing.T) {
@@ -417,7 +417,7 @@ func TestSchemaRegistryKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc.ValueFormat != sink.FormatAvro || sc.KeyFormat != sink.FormatAvro || sc.Avro == nil || !sc.ExpandJSONPayload {
+	if sc.ValueFormat != record.FormatAvro || sc.KeyFormat != record.FormatAvro || sc.Avro == nil || !sc.ExpandJSONPayload {
 		t.Fatalf("sink config: value %s key %s avro %v", sc.ValueFormat, sc.KeyFormat, sc.Avro)
 	}
 	if r := c.Kafka.SchemaRegistry; !r.AutoRegister || r.IDKind != "contentId" || r.Timeout != 10*time.Second {

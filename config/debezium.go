@@ -14,7 +14,7 @@ import (
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/properties"
 	"github.com/walrelay/walrelay/internal/sqlquote"
-	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // Debezium's PostgreSQL connector with the outbox EventRouter, read as
@@ -406,7 +406,7 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 	regex, repl := r("route.topic.regex", defaultRegex), r("route.topic.replacement", "outbox.event.${routedByValue}")
 	template := strings.ReplaceAll(repl, "${routedByValue}", "{aggregatetype}")
 	if regex != defaultRegex || strings.ContainsAny(template, `$\`) {
-		if err := sink.CheckRouting(repl, regex); err != nil {
+		if err := record.CheckRouting(repl, regex); err != nil {
 			refuse(pre+"route.topic.regex", err.Error())
 		} else {
 			keys["kafka.topic_regex"], keys["kafka.topic"] = regex, repl

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/walrelay/walrelay/format"
-	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // schemaFirstKeys declares the keys of the schema-first value formats
@@ -30,13 +30,13 @@ func schemaFirstKeys(c *Config, add func(name, help string, f func(string) error
 // schemaFirstFormat reports whether the value format is a schema-first
 // one, and its kind of schema.
 func (c *Config) schemaFirstFormat() (kind string, ok bool) {
-	return sink.Format(c.Kafka.ValueFormat).SchemaFirst()
+	return record.Format(c.Kafka.ValueFormat).SchemaFirst()
 }
 
 // checkSchemaFirst checks the keys of the schema-first formats.
 func (c *Config) checkSchemaFirst() error {
 	r := c.Kafka.SchemaRegistry
-	if _, ok := sink.Format(c.Kafka.KeyFormat).SchemaFirst(); ok {
+	if _, ok := record.Format(c.Kafka.KeyFormat).SchemaFirst(); ok {
 		return fmt.Errorf("kafka.key_format %s: the schema-first formats are for values (the key is the aggregate id, a string): want raw, json, json_schema or avro", c.Kafka.KeyFormat)
 	}
 	version, err := format.ParseVersion(r.Version)
@@ -46,7 +46,7 @@ func (c *Config) checkSchemaFirst() error {
 	if err := c.checkSchemaFiles(); err != nil {
 		return err
 	}
-	if c.Kafka.ValueFormat == string(sink.FormatRegistryPassthrough) {
+	if c.Kafka.ValueFormat == string(record.FormatRegistryPassthrough) {
 		if err := format.CheckPassthroughStrategy(r.SubjectStrategy, r.Subject); err != nil {
 			return fmt.Errorf("kafka.schema_registry.subject_strategy, subject with kafka.value_format registry_passthrough: %w", err)
 		}
@@ -174,7 +174,7 @@ func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
 func passthroughOf(c *Config, reg *format.Registry) (*format.Passthrough, error) {
 	r := c.Kafka.SchemaRegistry
 	pc := format.PassthroughConfig{Strategy: r.SubjectStrategy, Subject: r.Subject}
-	if c.Kafka.ValueFormat != string(sink.FormatRegistryPassthrough) {
+	if c.Kafka.ValueFormat != string(record.FormatRegistryPassthrough) {
 		pc = format.PassthroughConfig{Strategy: format.StrategyAny} // unused: the sink calls it in registry_passthrough only
 	}
 	p, err := format.NewPassthrough(reg, pc)

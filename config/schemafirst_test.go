@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/walrelay/walrelay/format"
-	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // TestSchemaFirstKeys: kafka.value_format registered_avro,
@@ -33,12 +33,12 @@ func TestSchemaFirstKeys(t *testing.T) {
 	}
 	for _, good := range []struct {
 		yaml     string
-		format   sink.Format
+		format   record.Format
 		subjects []string
 	}{
-		{"  value_format: registered_avro\n" + reg + "    subjects: [OrderCreated, OrderPaid]\n", sink.FormatRegisteredAvro, []string{"OrderCreated", "OrderPaid"}},
-		{"  value_format: registered_protobuf\n" + reg + "    subject_strategy: subject\n    subject: orders-value\n    version: \"3\"\n    message: shop.Order\n", sink.FormatRegisteredProtobuf, []string{"orders-value"}},
-		{"  value_format: registered_jsonschema\n" + reg + "    subject_strategy: topic_type\n", sink.FormatRegisteredJSONSchema, nil},
+		{"  value_format: registered_avro\n" + reg + "    subjects: [OrderCreated, OrderPaid]\n", record.FormatRegisteredAvro, []string{"OrderCreated", "OrderPaid"}},
+		{"  value_format: registered_protobuf\n" + reg + "    subject_strategy: subject\n    subject: orders-value\n    version: \"3\"\n    message: shop.Order\n", record.FormatRegisteredProtobuf, []string{"orders-value"}},
+		{"  value_format: registered_jsonschema\n" + reg + "    subject_strategy: topic_type\n", record.FormatRegisteredJSONSchema, nil},
 	} {
 		c, err := load(t, base+good.yaml)
 		if err != nil {

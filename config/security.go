@@ -17,6 +17,7 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // readSecrets reads the secret files of the configuration. The PostgreSQL
@@ -155,13 +156,13 @@ func (c *Config) checkSchemaRegistry() error {
 	if err := c.checkSchemaFirst(); err != nil {
 		return err
 	}
-	avro := c.Kafka.KeyFormat == string(sink.FormatAvro) || c.Kafka.ValueFormat == string(sink.FormatAvro)
+	avro := c.Kafka.KeyFormat == string(record.FormatAvro) || c.Kafka.ValueFormat == string(record.FormatAvro)
 	switch {
 	case avro && r.URL == "":
 		return errors.New("kafka.key_format or kafka.value_format avro needs kafka.schema_registry.url")
-	case c.Kafka.KeyFormat == string(sink.FormatRegistryPassthrough):
+	case c.Kafka.KeyFormat == string(record.FormatRegistryPassthrough):
 		return errors.New("kafka.key_format registry_passthrough: values only (the key is the aggregate id's text)")
-	case c.Kafka.ValueFormat == string(sink.FormatRegistryPassthrough) && r.URL == "":
+	case c.Kafka.ValueFormat == string(record.FormatRegistryPassthrough) && r.URL == "":
 		return errors.New("kafka.value_format registry_passthrough needs kafka.schema_registry.url")
 	case r.IDKind != "contentId":
 		return fmt.Errorf("kafka.schema_registry.id_kind %q: want contentId (the id of Confluent's API; Apicurio's globalId is not supported)", r.IDKind)
@@ -197,19 +198,19 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	if linger == 0 {
 		linger = -1 // the sink's zero is its default; walrelay's 0 is none
 	}
-	kf, err := sink.ParseFormat(k.KeyFormat)
+	kf, err := record.ParseFormat(k.KeyFormat)
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.key_format: %w", err)
 	}
 	var avro *format.AvroEncoder
 	var pass *format.Passthrough
 	var sf *format.SchemaFirst
-	vf, err := sink.ParseFormat(k.ValueFormat)
+	vf, err := record.ParseFormat(k.ValueFormat)
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)
 	}
 	_, schemaFirst := vf.SchemaFirst()
-	if kf == sink.FormatAvro || vf == sink.FormatAvro || vf == sink.FormatRegistryPassthrough || schemaFirst {
+	if kf == record.FormatAvro || vf == record.FormatAvro || vf == record.FormatRegistryPassthrough || schemaFirst {
 		// One client for every registry format: its TLS, and one watch
 		// (RegistryOf) that sees each request.
 		reg, err := Registry(cfg)
@@ -243,13 +244,13 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	for _, t := range cfg.Outbox.Tables {
 		if t.Topic != "" {
 			if sc.Routes == nil {
-				sc.Routes = map[string]sink.Route{}
+				sc.Routes = map[string]record.Route{}
 			}
 			schema, name, _ := splitTable(t.Table)
-			sc.Routes[schema+"."+name] = sink.Route{Topic: t.Topic, TopicRegex: t.TopicRegex}
+			sc.Routes[schema+"."+name] = record.Route{Topic: t.Topic, TopicRegex: t.TopicRegex}
 		}
 	}
-	for _, h := range sink.OptionalHeaders {
+	for _, h := range record.OptionalHeaders {
 		if !slices.Contains(k.Headers, h) {
 			sc.OmitHeaders = append(sc.OmitHeaders, h)
 		}

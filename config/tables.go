@@ -9,7 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // OutboxTable is one entry of outbox.tables: an outbox table with its own
@@ -97,7 +97,7 @@ func (c *Config) checkTables() error {
 			return fmt.Errorf("outbox.tables entry %s: topic_regex needs topic, its replacement", t.Table)
 		}
 		if t.Topic != "" {
-			if err := sink.CheckRouting(t.Topic, t.TopicRegex); err != nil {
+			if err := record.CheckRouting(t.Topic, t.TopicRegex); err != nil {
 				return fmt.Errorf("outbox.tables entry %s: topic, topic_regex: %w", t.Table, err)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // TrustCheck is one setting whose trust walrelay judges: walrelay check
@@ -171,11 +171,11 @@ func (c *Config) routingCheck() TrustCheck {
 		return TrustCheck{Name: "topic routing", OK: true, Detail: "events may go to " + strings.Join(c.Kafka.AllowedTopics, ", ") + " only (kafka.allowed_topics)"}
 	}
 	var open []string
-	if !sink.RouteConfined(c.Kafka.Topic, c.Kafka.TopicRegex) {
+	if !record.RouteConfined(c.Kafka.Topic, c.Kafka.TopicRegex) {
 		open = append(open, routeName("kafka", c.Kafka.Topic, c.Kafka.TopicRegex))
 	}
 	for _, t := range c.Outbox.Tables {
-		if t.Topic != "" && !sink.RouteConfined(t.Topic, t.TopicRegex) {
+		if t.Topic != "" && !record.RouteConfined(t.Topic, t.TopicRegex) {
 			open = append(open, routeName("outbox.tables "+t.Table, t.Topic, t.TopicRegex))
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/walrelay/walrelay/recovery"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // Ordering values.
@@ -444,7 +445,7 @@ func (p *Poller) describe(ctx context.Context, db *pgx.Conn) error {
 			return failure.Mark(failure.Fatal, err)
 		}
 		tl := t.Layout()
-		if err := sink.CheckKeyColumn(p.cfg.Sink.KeyFormat, format.KeyColumn{Type: t.ColumnType(tl.Columns.AggregateID), Nullable: tl.AggregateIDNullable}); err != nil {
+		if err := record.CheckKeyColumn(p.cfg.Sink.KeyFormat, format.KeyColumn{Type: t.ColumnType(tl.Columns.AggregateID), Nullable: tl.AggregateIDNullable}); err != nil {
 			return failure.Mark(failure.Fatal, fmt.Errorf("%s.%s: %w", t.Name(), tl.Columns.AggregateID, err))
 		}
 		p.tables = append(p.tables, newTable(t, p.cfg))

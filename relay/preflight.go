@@ -14,7 +14,7 @@ import (
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/replication"
-	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // Column is an outbox column walrelay reads: the configuration key that
@@ -141,7 +141,7 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (decoder.Conf
 			return dcfg, fmt.Errorf("read the type of %s.%s: %w", l.Name(), l.Columns.AggregateID, err)
 		}
 		l.AggregateIDNullable = !aggIDNotNull
-		if err := sink.CheckKeyColumn(cfg.Sink.KeyFormat, format.KeyColumn{Type: aggIDType, Nullable: !aggIDNotNull}); err != nil {
+		if err := record.CheckKeyColumn(cfg.Sink.KeyFormat, format.KeyColumn{Type: aggIDType, Nullable: !aggIDNotNull}); err != nil {
 			return dcfg, fmt.Errorf("%s.%s (%s): %w", l.Name(), l.Columns.AggregateID, aggIDTypeName, err)
 		}
 	}

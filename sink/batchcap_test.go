@@ -16,6 +16,7 @@ import (
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/deadletter"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // TestBatchCapLearntAgainKeepsOneBatch: a client keeps the batch cap it
@@ -170,15 +171,15 @@ func TestDeadLetterOfKeyOrHeadersOverTheCap(t *testing.T) {
 					switch {
 					case r.Topic == "walrelay.dlq":
 						dl = r
-					case Header(r, HeaderID) != "next":
-						t.Errorf("on %s: %q", r.Topic, Header(r, HeaderID))
+					case Header(r, record.HeaderID) != "next":
+						t.Errorf("on %s: %q", r.Topic, Header(r, record.HeaderID))
 					}
 				}
 				if dl == nil {
 					t.Fatal("no dead letter")
 				}
-				if Header(dl, HeaderID) != "wide" || Header(dl, HeaderReason) != "too_large" || Header(dl, HeaderWALStart) == "" || Header(dl, HeaderError) == "" {
-					t.Errorf("dead letter id %q reason %q wal_start %q error %q: want the id, too_large, the position and the error", Header(dl, HeaderID), Header(dl, HeaderReason), Header(dl, HeaderWALStart), Header(dl, HeaderError))
+				if Header(dl, record.HeaderID) != "wide" || Header(dl, HeaderReason) != "too_large" || Header(dl, HeaderWALStart) == "" || Header(dl, HeaderError) == "" {
+					t.Errorf("dead letter id %q reason %q wal_start %q error %q: want the id, too_large, the position and the error", Header(dl, record.HeaderID), Header(dl, HeaderReason), Header(dl, HeaderWALStart), Header(dl, HeaderError))
 				}
 				if recordSize(dl) > batch {
 					t.Errorf("the dead letter holds %d bytes, over the cap %d", recordSize(dl), batch)
@@ -284,7 +285,7 @@ func TestDeadLetterOfOwnHeadersOverTheCap(t *testing.T) {
 						t.Errorf("%s has %d bytes, over %d", h, len(v), deadletter.MaxText)
 					}
 				}
-				id, cut := Header(dl, HeaderID), Header(dl, HeaderIDOmitted)
+				id, cut := Header(dl, record.HeaderID), Header(dl, HeaderIDOmitted)
 				switch c.name {
 				case "id":
 					if !strings.HasPrefix(e.ID, id) || cut != fmt.Sprint(len(e.ID)-len(id)) || len(id) < batch-4096 {

@@ -101,8 +101,9 @@ func TestAllowedTopics(t *testing.T) {
 }
 
 // TestTopicCacheBounded: 10,000 distinct routing values, invalid topics
-// included, do not grow what the sink remembers of topics past its cap,
-// nor the regex router's cache past its own.
+// included, do not grow what the sink remembers of topics past its cap
+// (nor the regex router's cache past its own: package record,
+// TestRegexRouterCacheBounded).
 func TestTopicCacheBounded(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
@@ -114,37 +115,5 @@ func TestTopicCacheBounded(t *testing.T) {
 	s.topics.Range(func(_, _ any) bool { n++; return true })
 	if n > maxCachedTopics {
 		t.Fatalf("%d topics remembered after 10,000 distinct ones, want at most %d", n, maxCachedTopics)
-	}
-	r, err := newRoute("outbox.$1", "(x.*)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10000 {
-		r.router.topic(fmt.Sprintf("value %d", i))
-	}
-	if got := r.router.cached.Load(); got > maxCachedRoutes {
-		t.Fatalf("%d routing values remembered, want at most %d", got, maxCachedRoutes)
-	}
-}
-
-// TestTopicRules: the rules reserve the offsets topic of exactly-once
-// mode, the configured dead-letter topic and the other reserved topics
-// whatever the allowed topics say, and Kafka's internal names.
-func TestTopicRules(t *testing.T) {
-	t.Parallel()
-	r, err := newTopicRules(Config{DLQTopic: "app.dlq", ReservedTopics: []string{"old.offsets"}, Transactions: &Transactions{OffsetsTopic: "app.offsets"}, AllowedTopics: []string{"app.*"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for topic, ok := range map[string]bool{
-		"app.orders": true, "app.dlq": false, "app.offsets": false, "old.offsets": false, "walrelay.dlq": false,
-		"walrelay.inbox.dlq": false, "__transaction_state": false, "other.orders": false, "app": false,
-	} {
-		if err := r.check(topic); (err == nil) != ok {
-			t.Errorf("%s: %v, want allowed %v", topic, err, ok)
-		}
-	}
-	if _, err := newTopicRules(Config{Transactions: &Transactions{OffsetsTopic: "app.offsets"}, AllowedTopics: []string{"app.offsets"}}); err == nil {
-		t.Error("the offsets topic accepted as an allowed topic")
 	}
 }

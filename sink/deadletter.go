@@ -11,6 +11,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/deadletter"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // ReasonMessageBeforePrivileges is the dead-letter reason (HeaderReason) of
@@ -86,7 +87,7 @@ func (s *Sink) DeadLetter(ctx context.Context, e *event.Event, reason string, ca
 // published (0: any).
 func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string, cause error, gen uint64, done Done) {
 	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
-	h0, _ := s.headers(e, 7) // the dead-letter record gets the clock's time
+	h0 := s.records.Headers(e, 7) // the dead-letter record gets the clock's time
 	h := append(h0,
 		kgo.RecordHeader{Key: HeaderError, Value: deadletter.Clip(cause.Error(), deadletter.MaxText)},
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(why)},
@@ -94,7 +95,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 		kgo.RecordHeader{Key: HeaderWALStart, Value: []byte(e.WALStart.String())},
 		kgo.RecordHeader{Key: HeaderTopic, Value: deadletter.Clip(topic, deadletter.MaxText)},
 	)
-	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h}
+	r := &kgo.Record{Topic: s.cfg.DLQTopic, Partition: -1, Key: record.RawKey(e), Value: e.Payload, Headers: h}
 	if e.OmittedBytes > 0 {
 		// Too large to hold: the payload was never read.
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOmitted, Value: strconv.AppendInt(nil, e.OmittedBytes, 10)})
@@ -156,7 +157,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 }
 
 // shedKeyHeaders makes r, a dead letter whose first own headers are what
-// Sink.headers gave of the event (the id, the optional ones, the
+// record.Builder.Headers gave of the event (the id, the optional ones, the
 // configured columns), fit the dead-letter topic's cap when its key and
 // headers alone are over it: a wide aggregate id or header column, which
 // postgres.max_message_bytes lets through, would make the client refuse
@@ -178,7 +179,7 @@ func (s *Sink) shedKeyHeaders(r *kgo.Record, own int) bool {
 			return false // walrelay's dead-letter headers
 		}
 		switch r.Headers[i].Key {
-		case OptionalHeaders[1], OptionalHeaders[2], headerCommitTime:
+		case record.OptionalHeaders[1], record.OptionalHeaders[2], record.HeaderCommitTime:
 			return false
 		}
 		return true
@@ -186,7 +187,7 @@ func (s *Sink) shedKeyHeaders(r *kgo.Record, own int) bool {
 	if omitted == 0 && idOmitted == 0 {
 		return false
 	}
-	s.log.Warn("dead letter without its key or headers over the dead-letter topic's cap", "id", string(deadletter.Clip(Header(r, HeaderID), 128)), "topic", r.Topic,
+	s.log.Warn("dead letter without its key or headers over the dead-letter topic's cap", "id", string(deadletter.Clip(Header(r, record.HeaderID), 128)), "topic", r.Topic,
 		"omitted_bytes", omitted, "id_omitted_bytes", idOmitted, "cap", capBytes)
 	return true
 }

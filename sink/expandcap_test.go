@@ -14,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // TestExpandedOverCapIsDeadLettered: a payload of 240 KB whose expanded
@@ -40,11 +41,11 @@ func TestExpandedOverCapIsDeadLettered(t *testing.T) {
 	}
 	b.WriteString("]}")
 	payload := []byte(b.String())
-	for _, f := range []Format{FormatJSON, FormatJSONSchema, FormatAvro} {
+	for _, f := range []record.Format{record.FormatJSON, record.FormatJSONSchema, record.FormatAvro} {
 		t.Run(string(f), func(t *testing.T) {
 			kc := kafkatest.Start(t)
 			cfg := Config{ValueFormat: f, ExpandJSONPayload: true}
-			if f == FormatAvro {
+			if f == record.FormatAvro {
 				// A schema bound above the inferred one's (1 MB): the
 				// value's bound is the one met.
 				reg, err := format.NewRegistry(format.RegistryConfig{URL: srv.URL, AutoRegister: true, MaxSchemaBytes: 8 << 20})
@@ -121,7 +122,7 @@ func TestRegisteredAvroOverCapIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc := kafkatest.Start(t)
-	s := newSink(t, kc, Config{ValueFormat: FormatRegisteredAvro, SchemaFirst: sf})
+	s := newSink(t, kc, Config{ValueFormat: record.FormatRegisteredAvro, SchemaFirst: sf})
 	warm := newEvent("warm")
 	warm.Payload = []byte(`{"items":[{}]}`)
 	if err := publish(t, s, warm); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // TestAvroKeySchemaRefusedStops: in the avro key format, the key's schema
@@ -65,7 +66,7 @@ func TestAvroKeySchemaRefusedStops(t *testing.T) {
 				t.Fatal(err)
 			}
 			kc := kafkatest.Start(t)
-			s := newSink(t, kc, Config{KeyFormat: FormatAvro, Avro: format.NewAvroEncoder(reg)})
+			s := newSink(t, kc, Config{KeyFormat: record.FormatAvro, Avro: format.NewAvroEncoder(reg)})
 			e := newEvent("e0")
 			e.AggregateID, e.AggregateIDType = "42", format.OIDInt8 // a bigint column, made NOT NULL since
 			err = publish(t, s, e)
@@ -155,7 +156,7 @@ func TestAvroKeySchemaOfAMessageRefusedDeadLettered(t *testing.T) {
 	t.Run("row then message", func(t *testing.T) {
 		t.Parallel()
 		kc := kafkatest.Start(t)
-		s := newSink(t, kc, Config{KeyFormat: FormatAvro, Avro: format.NewAvroEncoder(schemaKeepingRegistry(t))})
+		s := newSink(t, kc, Config{KeyFormat: record.FormatAvro, Avro: format.NewAvroEncoder(schemaKeepingRegistry(t))})
 		if err := publish(t, s, row("row-1")); err != nil {
 			t.Fatalf("the first row: %v", err)
 		}
@@ -184,7 +185,7 @@ func TestAvroKeySchemaOfAMessageRefusedDeadLettered(t *testing.T) {
 	t.Run("message then row", func(t *testing.T) {
 		t.Parallel()
 		kc := kafkatest.Start(t)
-		s := newSink(t, kc, Config{KeyFormat: FormatAvro, Avro: format.NewAvroEncoder(schemaKeepingRegistry(t))})
+		s := newSink(t, kc, Config{KeyFormat: record.FormatAvro, Avro: format.NewAvroEncoder(schemaKeepingRegistry(t))})
 		if err := publish(t, s, msg("msg")); err != nil {
 			t.Fatalf("the first message: %v", err)
 		}
@@ -213,7 +214,7 @@ func TestRegistryWriterPanicIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSink(t, kc, Config{KeyFormat: FormatAvro, Avro: format.NewAvroEncoder(reg)})
+	s := newSink(t, kc, Config{KeyFormat: record.FormatAvro, Avro: format.NewAvroEncoder(reg)})
 	s.cfg.Avro = nil // the writer panics
 	if err := publish(t, s, newEvent("e0")); err != nil {
 		t.Fatalf("an event whose key's writer panicked: %v, want it dead-lettered", err)

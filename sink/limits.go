@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/deadletter"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // SeedBrokers returns the seed brokers' addresses of the configuration
@@ -151,7 +152,7 @@ func (s *Sink) describeLimit(ctx context.Context, typ kmsg.ConfigResourceType, n
 // topicInfo is what the sink learns of a topic at its first event.
 type topicInfo struct {
 	valid     bool  // a legal Kafka topic name
-	forbidden error // why no event may go there (topicRules), nil if it may
+	forbidden error // why no event may go there (record.Builder.CheckTopic), nil if it may
 	batchCap  int32 // the cap of its batches (batchCap)
 	// inflight counts its records handed to the queue and not yet
 	// answered: a topic forgotten with none is purged from the clients.
@@ -188,11 +189,11 @@ func (s *Sink) topicInfoFor(ctx context.Context, topic string) topicInfo {
 		return ti.(topicInfo)
 	}
 	delete(s.forgotten, topic) // not to be purged: it is used again
-	ti := topicInfo{valid: ValidTopic(topic), batchCap: s.cfg.BatchMaxBytes, inflight: new(atomic.Int64)}
+	ti := topicInfo{valid: record.ValidTopic(topic), batchCap: s.cfg.BatchMaxBytes, inflight: new(atomic.Int64)}
 	if ti.valid {
 		// The dead-letter topic's too: Ping learns its cap here, and no
 		// event goes there by its route.
-		ti.forbidden = s.rules.check(topic)
+		ti.forbidden = s.records.CheckTopic(topic)
 	}
 	if ti.valid && (ti.forbidden == nil || topic == s.cfg.DLQTopic) {
 		ti.batchCap = s.batchCap(ctx, topic)

@@ -11,46 +11,8 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/sink/record"
 )
-
-// TestRegexRouting: routing by a regex replaces groups as Java's
-// Matcher.replaceFirst does, and a value the regex does not match whole is
-// its own topic, as Kafka Connect's RegexRouter leaves it.
-func TestRegexRouting(t *testing.T) {
-	for _, c := range []struct{ regex, repl, value, want string }{
-		{`(?<routedByValue>.*)`, "outbox.event.${routedByValue}", "order", "outbox.event.order"},
-		{`(?<head>[a-z])(?<rest>[a-z]+)`, "events.${rest}.$1", "order", "events.rder.o"},
-		{`(?<head>[a-z])(?<rest>[a-z]+)`, "events.${rest}.$1", "Order-1", "Order-1"}, // no match: the value itself
-		{`([a-z]+)\.v(\d+)`, "$1-v$2", "billing.v2", "billing-v2"},
-		{`([a-z]+)\.v(\d+)`, "$12", "billing.v2", "billing2"}, // group 12 does not exist: group 1, then "2"
-		{`a|ab`, "x", "ab", "xb"},                     // replaceFirst finds "a", the first match, not the whole
-		{`(x)?(order)`, "[$1]$2", "order", "[]order"}, // a group that took no part is empty
-		{`(.*)`, `lit\$\\$1`, "o", `lit$\o`},          // escapes
-	} {
-		r, err := newRoute(c.repl, c.regex)
-		if err != nil {
-			t.Fatalf("%s / %s: %v", c.regex, c.repl, err)
-		}
-		for range 2 { // the second from the cache
-			if got := r.router.topic(c.value); got != c.want {
-				t.Fatalf("%s / %s on %q: %q, want %q", c.regex, c.repl, c.value, got, c.want)
-			}
-		}
-	}
-	for _, c := range []struct{ regex, repl, err string }{
-		{`(?=x).*`, "t", "RE2"},
-		{`(.*)`, "t.$2", "no group 2"},
-		{`(.*)`, "t.${name}", `no group named "name"`},
-		{`(.*)`, "t.$", "a $ at the end"},
-		{`(.*)`, `t.\`, "a backslash at the end"},
-		{`(.*)`, "t.$x", "$x"},
-		{`(.*)`, "t.${a", "without its }"},
-	} {
-		if _, err := newRoute(c.repl, c.regex); err == nil || !strings.Contains(err.Error(), c.err) {
-			t.Fatalf("%s / %s: %v, want %q", c.regex, c.repl, err, c.err)
-		}
-	}
-}
 
 // TestRowMappings: a row's partition column places its record (NULL: the
 // key's partition), one beyond the topic's partitions is dead-lettered; the
@@ -59,7 +21,7 @@ func TestRegexRouting(t *testing.T) {
 func TestRowMappings(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
-	s := newSink(t, kc, Config{PlacedPartitions: true, TombstoneOnEmpty: true, ValueFormat: FormatJSON})
+	s := newSink(t, kc, Config{PlacedPartitions: true, TombstoneOnEmpty: true, ValueFormat: record.FormatJSON})
 	stamp := time.Date(2026, 5, 6, 7, 8, 9, 123e6, time.UTC)
 	placed, hashed, beyond, blankOne, null := newEvent("placed"), newEvent("hashed"), newEvent("beyond"), newEvent("blank"), newEvent("null")
 	placed.Partition, placed.HasPartition, placed.Time = 2, true, stamp
@@ -169,7 +131,7 @@ func TestCloudEventsBinary(t *testing.T) {
 func TestJSONFormatsOfPayloadTypes(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
-	s := newSink(t, kc, Config{ValueFormat: FormatJSONSchema})
+	s := newSink(t, kc, Config{ValueFormat: record.FormatJSONSchema})
 	text, raw := newEvent("text"), newEvent("bytea")
 	text.PayloadText = true
 	raw.PayloadBytes, raw.Payload = true, []byte{0xff, 0x00, 'a'}
@@ -206,25 +168,16 @@ func TestJSONFormatsOfPayloadTypes(t *testing.T) {
 	}
 }
 
-func TestJSONOfBytes(t *testing.T) {
-	if got := string(FormatJSON.encodeBytes([]byte{0xff, 0x00, 'a'}, bytesSchema)); got != `"/wBh"` {
-		t.Fatalf("json of bytes: %s", got)
-	}
-	if got := string(FormatJSON.encodeBytes(nil, bytesSchema)); got != "null" {
-		t.Fatalf("json of NULL bytes: %s", got)
-	}
-}
-
 // TestRoutesByTable: the events of a table with a route of its own go by
 // it, a template or a regex; the others by Topic; a bad route is refused
 // with its table named.
 func TestRoutesByTable(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
-	if _, err := New(Config{Brokers: kc.Addrs(), Routes: map[string]Route{"billing.events": {Topic: "a{b}"}}}); err == nil || !strings.Contains(err.Error(), "table billing.events") {
+	if _, err := New(Config{Brokers: kc.Addrs(), Routes: map[string]record.Route{"billing.events": {Topic: "a{b}"}}}); err == nil || !strings.Contains(err.Error(), "table billing.events") {
 		t.Fatalf("a bad route: %v", err)
 	}
-	s := newSink(t, kc, Config{Routes: map[string]Route{"billing.events": {Topic: "billing.{type}"}, "audit.log": {Topic: "audit.$1", TopicRegex: "(or)der"}}})
+	s := newSink(t, kc, Config{Routes: map[string]record.Route{"billing.events": {Topic: "billing.{type}"}, "audit.log": {Topic: "audit.$1", TopicRegex: "(or)der"}}})
 	billing, audit := newEvent("b"), newEvent("a")
 	billing.Source, audit.Source = "billing.events", "audit.log"
 	for e, want := range map[*event.Event]string{newEvent("o"): "outbox.event.order", billing: "billing.Created", audit: "audit.or"} {

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // TestOmitHeaders: with every optional header left out, a record carries
@@ -24,7 +25,7 @@ func TestOmitHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer col.Close()
-	all := OptionalHeaders[:]
+	all := record.OptionalHeaders[:]
 	if err := publish(t, newSink(t, kc, Config{Topic: "plain", OmitHeaders: all}), newEvent("e1")); err != nil {
 		t.Fatal(err)
 	}

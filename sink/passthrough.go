@@ -10,29 +10,22 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/sink/record"
 )
-
-// FormatRegistryPassthrough is a value that the application already
-// encoded and framed in Confluent's wire format (Debezium's Avro recipe: a
-// bytea payload passed through by the ByteArrayConverter), published as it
-// is once its framing is checked and its schema id found in the registry,
-// a version of the value's subject (package format, Passthrough). Values
-// only.
-const FormatRegistryPassthrough Format = "registry_passthrough"
 
 // ReasonSchemaUnknown is the dead-letter reason of a framed payload whose
 // schema id the registry does not have, or has only in other subjects than
-// the value's (FormatRegistryPassthrough; the error names both); one not
+// the value's (record.FormatRegistryPassthrough; the error names both); one not
 // framed at all is ReasonFormat.
 const ReasonSchemaUnknown = "schema_unknown"
 
-// passthrough checks r's value in FormatRegistryPassthrough and reports
+// passthrough checks r's value in record.FormatRegistryPassthrough and reports
 // whether r is to be published, as registryEncode does: a payload not
 // framed, or of a schema id unknown or of another subject, is
 // dead-lettered; a registry
 // refusing the credentials is fatal; one not answering is transient.
 func (s *Sink) passthrough(ctx context.Context, e *event.Event, r *kgo.Record, topic string, gen uint64, done Done) bool {
-	if s.cfg.TombstoneOnEmpty && blank(e.Payload) {
+	if s.cfg.TombstoneOnEmpty && record.Blank(e.Payload) {
 		return true
 	}
 	err := s.cfg.Passthrough.Check(ctx, topic, e.Type, r.Value)

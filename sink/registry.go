@@ -11,6 +11,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // Reasons of the dead letters of the registry formats (and of json_schema).
@@ -28,7 +29,7 @@ const (
 // sourceMessage is the Event.Source of a logical decoding message.
 const sourceMessage = "message"
 
-// registryEncode writes r's key and value in FormatAvro, where the sink's
+// registryEncode writes r's key and value in record.FormatAvro, where the sink's
 // formats say so, and reports whether r is to be published: an event that
 // the format cannot write, or whose value's schema the registry refuses,
 // is dead-lettered, and so is a logical message whose key's schema it
@@ -99,10 +100,10 @@ func (s *Sink) registryWrite(ctx context.Context, e *event.Event, r *kgo.Record,
 			err = fmt.Errorf("%w: writing the %s panicked: %v", format.ErrPayload, what, p)
 		}
 	}()
-	if s.cfg.KeyFormat == FormatAvro {
-		r.Key, err = s.cfg.Avro.Key(ctx, topic, r.Key, keyColumn(e))
+	if s.cfg.KeyFormat == record.FormatAvro {
+		r.Key, err = s.cfg.Avro.Key(ctx, topic, r.Key, record.KeyColumn(e))
 	}
-	if err == nil && s.cfg.ValueFormat == FormatAvro && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
+	if err == nil && s.cfg.ValueFormat == record.FormatAvro && !(s.cfg.TombstoneOnEmpty && record.Blank(e.Payload)) {
 		what = "value"
 		r.Value, err = s.cfg.Avro.Value(ctx, topic, format.Payload{
 			Text: e.Payload, Column: e.PayloadColumn, Bytes: e.PayloadBytes, TextColumn: e.PayloadText,
@@ -112,7 +113,7 @@ func (s *Sink) registryWrite(ctx context.Context, e *event.Event, r *kgo.Record,
 			MaxBytes: int(s.batchCapOf(topic)),
 		})
 	}
-	if err == nil && s.cfg.ValueFormat != FormatAvro && s.cfg.ValueFormat.registry() && !(s.cfg.TombstoneOnEmpty && blank(e.Payload)) {
+	if err == nil && s.cfg.ValueFormat != record.FormatAvro && s.cfg.ValueFormat.Registry() && !(s.cfg.TombstoneOnEmpty && record.Blank(e.Payload)) {
 		what = "value"
 		r.Value, err = s.schemaFirstValue(ctx, e, topic)
 	}
@@ -127,22 +128,4 @@ func keySchemaFix(topic string, err error) string {
 		return fmt.Sprintf("a row's key schema follows its table's aggregate id column (its type and NOT NULL) and is the same for every row of the topic, so walrelay stops rather than dead-letter each row: register it under %s (or turn on kafka.schema_registry.auto_register), then start walrelay again", subject)
 	}
 	return fmt.Sprintf("a row's key schema follows its table's aggregate id column (its type and NOT NULL) and is the same for every row of the topic, so walrelay stops rather than dead-letter each row. %s holds another key schema: a logical message's (a string, whatever the column) or another outbox table's of another id type, written to the topic first, or the column's before a DDL changed its type or NOT NULL. Let %s take this one (its compatibility, e.g. NONE), or route the other events to another topic, or undo the DDL; then start walrelay again", subject, subject)
-}
-
-// keyColumn is what the formats need of e's aggregate id column.
-func keyColumn(e *event.Event) format.KeyColumn {
-	return format.KeyColumn{Type: e.AggregateIDType, Nullable: e.AggregateIDNullable}
-}
-
-// CheckKeyColumn refuses an aggregate id column c whose key key format f
-// cannot write as Debezium does: in avro, a column of a type without a
-// known Connect schema (format.KeySchemaOf).
-func CheckKeyColumn(f Format, c format.KeyColumn) error {
-	if f != FormatAvro {
-		return nil
-	}
-	if _, err := format.KeySchemaOf(c); err != nil {
-		return fmt.Errorf("kafka.key_format %s: %w (the key would not be Debezium's)", f, err)
-	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // TestSchemaFirstFormats: the schema-first formats parse, name their kind
@@ -12,11 +13,11 @@ import (
 func TestSchemaFirstFormats(t *testing.T) {
 	t.Parallel()
 	for name, kind := range map[string]string{"registered_avro": format.KindAvro, "registered_protobuf": format.KindProtobuf, "registered_jsonschema": format.KindJSONSchema} {
-		f, err := ParseFormat(name)
+		f, err := record.ParseFormat(name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if k, ok := f.SchemaFirst(); !ok || k != kind || !f.registry() {
+		if k, ok := f.SchemaFirst(); !ok || k != kind || !f.Registry() {
 			t.Errorf("%s: kind %q %v", name, k, ok)
 		}
 		if _, err := New(Config{Brokers: []string{"127.0.0.1:1"}, ValueFormat: f}); err == nil || !strings.Contains(err.Error(), "no schema registry configured") {
@@ -26,7 +27,7 @@ func TestSchemaFirstFormats(t *testing.T) {
 			t.Errorf("%s as the key: %v", name, err)
 		}
 	}
-	for _, f := range []Format{FormatRaw, FormatJSON, FormatJSONSchema, FormatAvro} {
+	for _, f := range []record.Format{record.FormatRaw, record.FormatJSON, record.FormatJSONSchema, record.FormatAvro} {
 		if _, ok := f.SchemaFirst(); ok {
 			t.Errorf("%s is schema-first", f)
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/backoff"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // Config configures a Sink. Zero values mean the defaults.
@@ -40,7 +40,7 @@ type Config struct {
 	// Routes route the events of some outbox tables otherwise, by their
 	// table (Event.Source, schema.table); the rest go by Topic and
 	// TopicRegex.
-	Routes map[string]Route
+	Routes map[string]record.Route
 	// AllowedTopics, if set, confines the topics that events may be routed
 	// to, whatever the routing and the row say: a topic must equal an
 	// entry, or start with an entry that ends in * (a prefix, the * left
@@ -65,7 +65,7 @@ type Config struct {
 	// content-type (application/json); the value stays the payload. An
 	// event without a type is dead-lettered (a CloudEvent must have one).
 	CloudEvents string
-	// OmitHeaders are headers of OptionalHeaders that records (and dead
+	// OmitHeaders are headers of record.OptionalHeaders that records (and dead
 	// letters) do not carry, for consumers that expect exactly another
 	// connector's headers (Debezium's EventRouter sends only id). The
 	// event id header, id, is always sent: consumers deduplicate on it.
@@ -85,19 +85,20 @@ type Config struct {
 	// Compression is none, gzip, snappy, lz4 or zstd. Default lz4.
 	Compression string
 	// KeyFormat and ValueFormat are how the key (the aggregate id) and the
-	// value (the payload) are written: FormatRaw (the default, as Kafka
-	// Connect's StringConverter), or as its JsonConverter (FormatJSON,
-	// FormatJSONSchema), or in a schema registry's format (FormatAvro, with
-	// Avro). Dead letters keep the raw form.
-	KeyFormat, ValueFormat Format
-	// Avro writes the keys and values of FormatAvro (package format), its
-	// schemas registered in a schema registry; required by FormatAvro.
+	// value (the payload) are written (package record): FormatRaw (the
+	// default, as Kafka Connect's StringConverter), or as its JsonConverter
+	// (FormatJSON, FormatJSONSchema), or in a schema registry's format
+	// (FormatAvro, with Avro). Dead letters keep the raw form.
+	KeyFormat, ValueFormat record.Format
+	// Avro writes the keys and values of record.FormatAvro (package
+	// format), its schemas registered in a schema registry; required by
+	// record.FormatAvro.
 	Avro *format.AvroEncoder
-	// Passthrough checks the values of FormatRegistryPassthrough against a
-	// schema registry; required by it.
+	// Passthrough checks the values of record.FormatRegistryPassthrough
+	// against a schema registry; required by it.
 	Passthrough *format.Passthrough
 	// SchemaFirst writes the values of the schema-first formats
-	// (FormatRegisteredAvro, …: schemafirst.go); required by them.
+	// (record.FormatRegisteredAvro, …); required by them.
 	SchemaFirst *format.SchemaFirst
 	// ExpandJSONPayload writes a json or text payload that is a JSON object
 	// or array as that JSON value in the JSON formats, with its inferred
@@ -163,10 +164,8 @@ type Sink struct {
 	stop      func()                     // ends the flusher's wait for a round
 	flushed   chan struct{}              // closed when the flusher returns
 	log       *slog.Logger
-	ceTable   int                      // index of {table} in CloudEventsSource, or -1
-	route     *route                   // Topic and TopicRegex
-	rules     *topicRules              // where events may go (confine.go)
-	routes    map[string]*route        // Routes; nil if none
+	records   *record.Builder          // what each event's record is (package record)
+	stamps    stamps                   // the timestamps of records of events without a time
 	counts    sync.Map                 // topic name -> its partition count (int32), for placed partitions
 	topics    sync.Map                 // topic name -> topicInfo, learnt at its first event; at most maxCachedTopics
 	topicsN   atomic.Int32             // entries of topics
@@ -187,11 +186,6 @@ type Sink struct {
 	optHooks   []kgo.Hook   // the hooks of cfg.Opts: the producer's, relayed to the other clients
 	ownHooks   []kgo.Hook   // exactly-once: the producer's hooks, told of its creation and close by the sink
 	waiting    atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
-
-	mu   sync.Mutex // guards the header cache
-	last txnHeaders
-
-	omit [len(OptionalHeaders)]bool // OmitHeaders, by index in OptionalHeaders
 }
 
 // New checks cfg, fills its defaults and creates the client. It does not
@@ -207,21 +201,21 @@ func New(cfg Config) (*Sink, error) {
 		cfg.ClientID = "walrelay"
 	}
 	if cfg.KeyFormat == "" {
-		cfg.KeyFormat = FormatRaw
+		cfg.KeyFormat = record.FormatRaw
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Second
 	}
 	if cfg.ValueFormat == "" {
-		cfg.ValueFormat = FormatRaw
+		cfg.ValueFormat = record.FormatRaw
 	}
-	if (cfg.KeyFormat == FormatAvro || cfg.ValueFormat == FormatAvro) && cfg.Avro == nil {
+	if (cfg.KeyFormat == record.FormatAvro || cfg.ValueFormat == record.FormatAvro) && cfg.Avro == nil {
 		return nil, errors.New("format avro: no schema registry configured")
 	}
-	if cfg.KeyFormat == FormatRegistryPassthrough {
+	if cfg.KeyFormat == record.FormatRegistryPassthrough {
 		return nil, errors.New("format registry_passthrough: values only")
 	}
-	if cfg.ValueFormat == FormatRegistryPassthrough && cfg.Passthrough == nil {
+	if cfg.ValueFormat == record.FormatRegistryPassthrough && cfg.Passthrough == nil {
 		return nil, errors.New("format registry_passthrough: no schema registry configured")
 	}
 	if _, ok := cfg.ValueFormat.SchemaFirst(); ok && cfg.SchemaFirst == nil {
@@ -236,36 +230,13 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.DLQTopic == "" {
 		cfg.DLQTopic = "walrelay.dlq"
 	}
-	if !ValidTopic(cfg.DLQTopic) {
+	if !record.ValidTopic(cfg.DLQTopic) {
 		return nil, fmt.Errorf("dead-letter topic %q is not a valid Kafka topic name", cfg.DLQTopic)
-	}
-	rt, err := newRoute(cfg.Topic, cfg.TopicRegex)
-	if err != nil {
-		return nil, err
 	}
 	if cfg.Transactions != nil && cfg.Transactions.OffsetsTopic == "" {
 		cfg.Transactions.OffsetsTopic = "walrelay.offsets" // its default, reserved below
 	}
-	rules, err := newTopicRules(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var routes map[string]*route
-	for table, r := range cfg.Routes {
-		if routes == nil {
-			routes = map[string]*route{}
-		}
-		if routes[table], err = newRoute(r.Topic, r.TopicRegex); err != nil {
-			return nil, fmt.Errorf("table %s: %w", table, err)
-		}
-	}
-	switch {
-	case cfg.CloudEvents != "" && cfg.CloudEvents != "binary":
-		return nil, fmt.Errorf("cloudevents %q: want binary, or empty for none", cfg.CloudEvents)
-	case cfg.CloudEvents != "" && cfg.CloudEventsSource == "":
-		return nil, errors.New("cloudevents: a source (ce_source) is required")
-	}
-	omit, err := omitted(cfg.OmitHeaders)
+	records, err := record.New(recordConfig(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +264,7 @@ func New(cfg Config) (*Sink, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "sink")
-	s := &Sink{cfg: cfg, log: log, route: rt, routes: routes, rules: rules, ceTable: strings.Index(cfg.CloudEventsSource, "{table}"), omit: omit}
+	s := &Sink{cfg: cfg, log: log, records: records}
 	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
 	if cfg.PlacedPartitions {
 		partitioner = placedPartitioner{byKey: partitioner}
@@ -400,6 +371,20 @@ func New(cfg Config) (*Sink, error) {
 	go s.flush(ctx)
 	go s.watch(ctx)
 	return s, nil
+}
+
+// recordConfig is what of cfg package record follows.
+func recordConfig(cfg Config) record.Config {
+	rc := record.Config{
+		Topic: cfg.Topic, TopicRegex: cfg.TopicRegex, Routes: cfg.Routes,
+		AllowedTopics: cfg.AllowedTopics, DLQTopic: cfg.DLQTopic, ReservedTopics: cfg.ReservedTopics,
+		TombstoneOnEmpty: cfg.TombstoneOnEmpty, CloudEvents: cfg.CloudEvents, CloudEventsSource: cfg.CloudEventsSource,
+		OmitHeaders: cfg.OmitHeaders, KeyFormat: cfg.KeyFormat, ValueFormat: cfg.ValueFormat, ExpandJSONPayload: cfg.ExpandJSONPayload,
+	}
+	if cfg.Transactions != nil {
+		rc.OffsetsTopic = cfg.Transactions.OffsetsTopic
+	}
+	return rc
 }
 
 // client returns the producer.
@@ -546,8 +531,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		s.deadLetter(ctx, e, why, "", e.Invalid, gen, done)
 		return
 	}
-	rt := s.routeOf(e)
-	topic := rt.topic(e)
+	topic, template := s.records.Route(e)
 	if s.tx != nil {
 		// Refused by the broker in an earlier transaction, which it
 		// doomed: this time it goes to the dead-letter topic, in a
@@ -560,30 +544,20 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	ti := s.topicInfoFor(ctx, topic)
 	switch {
 	case !ti.valid:
-		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, rt.template), gen, done)
+		s.deadLetter(ctx, e, "invalid_topic", topic, fmt.Errorf("topic %q from template %q is not a valid Kafka topic name", topic, template), gen, done)
 		return
 	case ti.forbidden != nil:
-		s.deadLetter(ctx, e, ReasonForbiddenTopic, topic, fmt.Errorf("topic from template %q: %w", rt.template, ti.forbidden), gen, done)
+		s.deadLetter(ctx, e, ReasonForbiddenTopic, topic, fmt.Errorf("topic from template %q: %w", template, ti.forbidden), gen, done)
 		return
 	}
-	if s.cfg.CloudEvents != "" && e.Type == "" {
-		s.deadLetter(ctx, e, "invalid_event", topic, errors.New("the event has no type, which a CloudEvent requires (ce_type)"), gen, done)
+	r, err := s.records.Record(e, topic)
+	if err != nil {
+		s.deadLetter(ctx, e, "invalid_event", topic, err, gen, done)
 		return
 	}
-	extra := 0
-	if s.cfg.CloudEvents != "" {
-		extra = ceHeaders
+	if r.Timestamp.IsZero() {
+		r.Timestamp = s.stamps.of(e)
 	}
-	h, stamp := s.headers(e, extra)
-	if !e.Time.IsZero() {
-		stamp = e.Time
-	}
-	if extra > 0 {
-		h = s.cloudEventHeaders(h, e)
-	}
-	// Partition -1 until the client assigns one: a record failed before that
-	// was never buffered.
-	r := &kgo.Record{Topic: topic, Partition: -1, Key: readOnly(e.AggregateID), Value: e.Payload, Headers: h, Timestamp: stamp}
 	if e.HasPartition && s.cfg.PlacedPartitions {
 		if n := s.partitionCount(ctx, topic, e.Partition); n > 0 && e.Partition >= n {
 			s.deadLetter(ctx, e, "invalid_partition", topic, fmt.Errorf("partition %d from the row's partition column: topic %s has %d partitions", e.Partition, topic, n), gen, done)
@@ -591,37 +565,22 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		}
 		r.Partition = e.Partition
 	}
-	if s.cfg.KeyFormat == FormatAvro || s.cfg.ValueFormat.registry() {
+	if s.cfg.KeyFormat == record.FormatAvro || s.cfg.ValueFormat.Registry() {
 		// Before the JSON formats: they never fail, and a key or value
 		// written here is not written again.
 		if !s.registryEncode(ctx, e, r, topic, gen, done) {
 			return
 		}
 	}
-	if s.cfg.ValueFormat == FormatRegistryPassthrough && !s.passthrough(ctx, e, r, topic, gen, done) {
+	if s.cfg.ValueFormat == record.FormatRegistryPassthrough && !s.passthrough(ctx, e, r, topic, gen, done) {
 		return
 	}
-	if s.cfg.KeyFormat != FormatRaw && s.cfg.KeyFormat != FormatAvro {
-		r.Key = s.cfg.KeyFormat.encodeKey(r.Key, keyColumn(e))
-	}
-	switch {
-	case s.cfg.TombstoneOnEmpty && blank(e.Payload):
-		r.Value = nil
-	case s.cfg.ValueFormat.registry(), s.cfg.ValueFormat == FormatRegistryPassthrough:
-	case s.cfg.ValueFormat != FormatRaw:
-		if e.PayloadBytes {
-			r.Value = s.cfg.ValueFormat.encodeBytes(r.Value, valueSchema(e))
-		} else if v, ok, err := s.expand(e, topic); errors.Is(err, errExpandedTooLarge) {
-			s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: %w", kerr.MessageTooLarge, err), gen, done)
-			return
-		} else if err != nil {
-			s.deadLetter(ctx, e, ReasonFormat, topic, err, gen, done)
-			return
-		} else if ok {
-			r.Value = v
-		} else {
-			r.Value = s.cfg.ValueFormat.encode(r.Value, valueSchema(e))
-		}
+	if err := s.records.Encode(e, r, int(s.batchCapOf(topic))); errors.Is(err, record.ErrExpandedTooLarge) {
+		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: %w", kerr.MessageTooLarge, err), gen, done)
+		return
+	} else if err != nil {
+		s.deadLetter(ctx, e, ReasonFormat, topic, err, gen, done)
+		return
 	}
 	// An event whose batch the broker refused goes in a request of its own,
 	// so that the broker's answer is about it alone.
@@ -638,7 +597,17 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	for !ok { // forgotten meanwhile (forgetATopic): learnt again after its purge
 		inflight, ok = s.holdTopic(topic, s.topicInfoFor(ctx, topic))
 	}
-	s.q.push(ctx, r, alone, pos, gen, func(r *kgo.Record, err error) {
+	s.q.push(ctx, r, alone, pos, gen, s.answer(ctx, e, topic, alone, inflight, gen, done))
+}
+
+// answer returns the callback of e's record to topic, which calls done
+// with its fate: acknowledged; the batch refused (transient: the event is
+// sent again, alone if any record of the batch may be the cause); refused
+// for itself (dead-lettered, or in exactly-once mode poisoned and sent
+// again); else failed, breaking the round. inflight is the topic's count
+// of records in flight (holdTopic), nil if not kept.
+func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone bool, inflight *atomic.Int64, gen uint64, done Done) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
 		if inflight != nil {
 			inflight.Add(-1)
 		}
@@ -684,5 +653,5 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 			s.q.breakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(kindOf(err), fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err)))
 		}
-	})
+	}
 }

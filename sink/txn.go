@@ -14,6 +14,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/faultinject"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // Exactly-once production (Config.Transactions).
@@ -116,7 +117,7 @@ func (t *Transactions) defaults() error {
 	if t.OffsetsTopic == "" {
 		t.OffsetsTopic = "walrelay.offsets"
 	}
-	if !ValidTopic(t.OffsetsTopic) {
+	if !record.ValidTopic(t.OffsetsTopic) {
 		return fmt.Errorf("offsets topic %q is not a valid Kafka topic name", t.OffsetsTopic)
 	}
 	if t.Timeout <= 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/record"
 )
 
 // checkResult is one line of `walrelay check`.
@@ -334,8 +335,8 @@ func neverStreamed(ctx context.Context, conn *pgx.Conn, slot string) bool {
 // schema-first ones) and the schema-first subjects.
 func checkKafka(ctx context.Context, cfg *config.Config, txnID string) []checkResult {
 	out := checkKafkaBrokers(ctx, cfg, txnID)
-	_, schemaFirst := sink.Format(cfg.Kafka.ValueFormat).SchemaFirst()
-	if cfg.Kafka.KeyFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatAvro) || cfg.Kafka.ValueFormat == string(sink.FormatRegistryPassthrough) || schemaFirst {
+	_, schemaFirst := record.Format(cfg.Kafka.ValueFormat).SchemaFirst()
+	if cfg.Kafka.KeyFormat == string(record.FormatAvro) || cfg.Kafka.ValueFormat == string(record.FormatAvro) || cfg.Kafka.ValueFormat == string(record.FormatRegistryPassthrough) || schemaFirst {
 		out = append(out, checkRegistry(ctx, cfg))
 	}
 	return append(out, checkSchemaFirst(ctx, cfg)...)

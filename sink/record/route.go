@@ -1,4 +1,4 @@
-package sink
+package record
 
 import (
 	"errors"
@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
 )
@@ -67,19 +65,6 @@ func splitTemplate(t string) []string {
 		t = t[j+1:]
 	}
 }
-
-// routeOf returns the route of e's table.
-func (s *Sink) routeOf(e *event.Event) *route {
-	if s.routes != nil {
-		if r, ok := s.routes[e.Source]; ok {
-			return r
-		}
-	}
-	return s.route
-}
-
-// Topic returns the topic an event is routed to.
-func (s *Sink) Topic(e *event.Event) string { return s.routeOf(e).topic(e) }
 
 func (r *route) topic(e *event.Event) string {
 	if r.router != nil {
@@ -234,55 +219,4 @@ func (r *regexRouter) topic(v string) string {
 		}
 	}
 	return t
-}
-
-// placedPartitioner partitions a record that carries its own partition
-// (Event.HasPartition: Publish set Record.Partition, or the flusher did,
-// lanes.go) there, and any other by its key as the Java client does. A
-// partition the topic lacks fails the record in the client; Publish
-// dead-letters those it can tell. With counts, it keeps the highest
-// partition count any lane's client has given it for each topic (topic ->
-// *atomic.Int32): the flusher adopts a higher count at a barrier (lanes.go).
-type placedPartitioner struct {
-	byKey  kgo.Partitioner
-	counts *sync.Map
-}
-
-func (p placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	tp := &placedTopicPartitioner{byKey: p.byKey.ForTopic(topic)}
-	if p.counts != nil {
-		v, _ := p.counts.LoadOrStore(topic, new(atomic.Int32))
-		tp.seen = v.(*atomic.Int32)
-	}
-	return tp
-}
-
-type placedTopicPartitioner struct {
-	byKey kgo.TopicPartitioner
-	seen  *atomic.Int32 // the topic's highest partition count seen; nil: not kept
-}
-
-func (p *placedTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
-	return r.Partition >= 0 || p.byKey.RequiresConsistency(r)
-}
-
-func (p *placedTopicPartitioner) Partition(r *kgo.Record, n int) int {
-	if p.seen != nil {
-		// Only ever up: a client whose metadata is older than another's
-		// does not take the count back.
-		for c := p.seen.Load(); int32(n) > c && !p.seen.CompareAndSwap(c, int32(n)); c = p.seen.Load() {
-		}
-	}
-	if r.Partition >= 0 {
-		return int(r.Partition) // the client refuses one out of range
-	}
-	return p.byKey.Partition(r, n)
-}
-
-// OnNewBatch passes the client's new-batch signal on to the key
-// partitioner, which sticks keyless records to a partition between batches.
-func (p *placedTopicPartitioner) OnNewBatch() {
-	if nb, ok := p.byKey.(kgo.TopicPartitionerOnNewBatch); ok {
-		nb.OnNewBatch()
-	}
 }

@@ -1,15 +1,10 @@
-package sink
+package record
 
 import (
 	"errors"
 	"fmt"
 	"strings"
 )
-
-// ReasonForbiddenTopic is the dead-letter reason (HeaderReason) of an event
-// routed to a topic it may not go to: one of walrelay's own, one of Kafka's
-// internal topics, or one outside Config.AllowedTopics.
-const ReasonForbiddenTopic = "forbidden_topic"
 
 // defaultReservedTopics are walrelay's own topics under their default
 // names: the relay's dead-letter and offsets topics and the inbox's
@@ -34,7 +29,7 @@ func CheckAllowedTopics(entries []string) error {
 	return err
 }
 
-// newTopicRules returns the rules of cfg, whose DLQTopic is set.
+// newTopicRules returns the rules of cfg.
 func newTopicRules(cfg Config) (*topicRules, error) {
 	r := &topicRules{reserved: map[string]string{}}
 	for _, t := range defaultReservedTopics {
@@ -43,8 +38,8 @@ func newTopicRules(cfg Config) (*topicRules, error) {
 	for _, t := range cfg.ReservedTopics {
 		r.reserved[t] = "a topic of walrelay's own"
 	}
-	if cfg.Transactions != nil && cfg.Transactions.OffsetsTopic != "" {
-		r.reserved[cfg.Transactions.OffsetsTopic] = "the offsets topic of exactly-once mode"
+	if cfg.OffsetsTopic != "" {
+		r.reserved[cfg.OffsetsTopic] = "the offsets topic of exactly-once mode"
 	}
 	if cfg.DLQTopic != "" {
 		r.reserved[cfg.DLQTopic] = "the dead-letter topic"
@@ -73,7 +68,7 @@ func newTopicRules(cfg Config) (*topicRules, error) {
 	return r, nil
 }
 
-// errForbidden is why an event may not go to a topic.
+// errForbidden is why an event may not go to a topic (CheckTopic).
 var errForbidden = errors.New("forbidden topic")
 
 // check returns nil if an event may be routed to topic, a legal name, and
@@ -98,13 +93,12 @@ func (r *topicRules) check(topic string) error {
 
 // CheckTopic returns nil if an event may be routed to topic, and else why
 // not: it is not a legal name, or it is walrelay's own, Kafka's internal or
-// outside Config.AllowedTopics. The tools that produce to a topic read
-// from a record (dlq replay) ask it first.
-func (s *Sink) CheckTopic(topic string) error {
+// outside Config.AllowedTopics.
+func (b *Builder) CheckTopic(topic string) error {
 	if !ValidTopic(topic) {
 		return fmt.Errorf("topic %q is not a valid Kafka topic name", topic)
 	}
-	return s.rules.check(topic)
+	return b.rules.check(topic)
 }
 
 // RouteConfined reports whether a routing (a topic template, or with regex

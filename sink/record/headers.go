@@ -1,4 +1,4 @@
-package sink
+package record
 
 import (
 	"errors"
@@ -15,22 +15,14 @@ import (
 	"github.com/walrelay/walrelay/event"
 )
 
-// txnHeaders are the header values shared by every event of a transaction,
-// formatted once, and the Kafka timestamp of its records.
+// txnHeaders are the header values shared by every event of a
+// transaction, formatted once for it.
 type txnHeaders struct {
 	lsn                        pglogrepl.LSN
 	xid                        uint32
 	commit                     time.Time // events without a position (poll, replay) differ only in it
 	lsnText, xidText, timeText []byte
-	// stamp is the records' timestamp: the clock read once per transaction
-	// and again every stampEvery records of a large one, rather than once
-	// per record as the client would (a clock read is 8% of walrelay's CPU
-	// while it catches up). Kafka timestamps are milliseconds.
-	stamp time.Time
-	uses  int
 }
-
-const stampEvery = 256
 
 // HeaderID is the header of the event id, which every record carries.
 const HeaderID = "id"
@@ -38,9 +30,12 @@ const HeaderID = "id"
 // OptionalHeaders are the headers a record carries after HeaderID, in
 // this order, each unless Config.OmitHeaders names it: the event type, and
 // the commit LSN, transaction id and commit time of its transaction.
-var OptionalHeaders = [...]string{"type", "walrelay.lsn", "walrelay.xid", headerCommitTime}
+var OptionalHeaders = [...]string{"type", "walrelay.lsn", "walrelay.xid", HeaderCommitTime}
 
-const headerCommitTime = "walrelay.commit_time"
+// HeaderCommitTime is the header of the commit time of an event's
+// transaction (one of OptionalHeaders), left out for an event of no known
+// time.
+const HeaderCommitTime = "walrelay.commit_time"
 
 // omitted reads Config.OmitHeaders: which of OptionalHeaders are left out.
 func omitted(names []string) ([len(OptionalHeaders)]bool, error) {
@@ -58,31 +53,30 @@ func omitted(names []string) ([len(OptionalHeaders)]bool, error) {
 	return omit, nil
 }
 
-// headers builds the record headers; extra leaves room for more. The values
-// of the transaction's headers are formatted once per transaction (commit
-// LSN, xid and commit time) and shared by its records (the client does not
-// modify them).
-func (s *Sink) headers(e *event.Event, extra int) ([]kgo.RecordHeader, time.Time) {
-	s.mu.Lock()
-	if t := &s.last; t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid || !t.commit.Equal(e.CommitTime) {
+// Headers returns e's record headers: HeaderID, OptionalHeaders but those
+// Config.OmitHeaders names, and the configured extra columns; extra leaves
+// room for more. The values of the transaction's headers are formatted
+// once per transaction (commit LSN, xid and commit time) and shared by its
+// records (the client does not modify them), which changes no value.
+func (b *Builder) Headers(e *event.Event, extra int) []kgo.RecordHeader {
+	b.mu.Lock()
+	if t := &b.last; t.lsnText == nil || t.lsn != e.CommitLSN || t.xid != e.Xid || !t.commit.Equal(e.CommitTime) {
 		*t = txnHeaders{lsn: e.CommitLSN, xid: e.Xid, commit: e.CommitTime, lsnText: []byte(e.CommitLSN.String()),
-			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: commitTimeText(e.CommitTime), stamp: time.Now()}
-	} else if t.uses++; t.uses == stampEvery {
-		t.stamp, t.uses = time.Now(), 0
+			xidText: strconv.AppendUint(nil, uint64(e.Xid), 10), timeText: commitTimeText(e.CommitTime)}
 	}
-	t := s.last
-	s.mu.Unlock()
+	t := b.last
+	b.mu.Unlock()
 	h := make([]kgo.RecordHeader, 0, 1+len(OptionalHeaders)+len(e.Headers)+extra)
 	h = append(h, kgo.RecordHeader{Key: HeaderID, Value: readOnly(e.ID)})
 	for i, v := range [len(OptionalHeaders)][]byte{readOnly(e.Type), t.lsnText, t.xidText, t.timeText} {
-		if !s.omit[i] && (v != nil || OptionalHeaders[i] != headerCommitTime) {
+		if !b.omit[i] && (v != nil || OptionalHeaders[i] != HeaderCommitTime) {
 			h = append(h, kgo.RecordHeader{Key: OptionalHeaders[i], Value: v})
 		}
 	}
 	for _, x := range e.Headers {
 		h = append(h, kgo.RecordHeader{Key: x.Key, Value: x.Value})
 	}
-	return h, t.stamp
+	return h
 }
 
 // commitTimeText is the value of the header walrelay.commit_time, nil for
@@ -99,12 +93,12 @@ func commitTimeText(t time.Time) []byte {
 const ceHeaders = 7
 
 // cloudEventHeaders appends the CloudEvents binary-mode headers of e to h,
-// the headers that headers made.
-func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.RecordHeader {
+// the headers that Headers made.
+func (b *Builder) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.RecordHeader {
 	h = append(h,
 		kgo.RecordHeader{Key: "ce_specversion", Value: []byte("1.0")},
 		kgo.RecordHeader{Key: "ce_id", Value: readOnly(e.ID)},
-		kgo.RecordHeader{Key: "ce_source", Value: s.ceSource(e)},
+		kgo.RecordHeader{Key: "ce_source", Value: b.ceSource(e)},
 		kgo.RecordHeader{Key: "ce_type", Value: readOnly(e.Type)},
 		kgo.RecordHeader{Key: "ce_subject", Value: readOnly(e.AggregateID)},
 		kgo.RecordHeader{Key: "content-type", Value: []byte(contentType(e))},
@@ -117,7 +111,7 @@ func (s *Sink) cloudEventHeaders(h []kgo.RecordHeader, e *event.Event) []kgo.Rec
 		// unless that header is left out.
 		var v []byte
 		for _, x := range h[:min(len(h), 1+len(OptionalHeaders))] {
-			if x.Key == headerCommitTime {
+			if x.Key == HeaderCommitTime {
 				v = x.Value
 			}
 		}
@@ -151,10 +145,14 @@ func readOnly(s string) []byte {
 }
 
 // ceSource is the ce_source of e: CloudEventsSource with {table} replaced.
-func (s *Sink) ceSource(e *event.Event) []byte {
-	if s.ceTable < 0 {
-		return readOnly(s.cfg.CloudEventsSource)
+func (b *Builder) ceSource(e *event.Event) []byte {
+	if b.ceTable < 0 {
+		return readOnly(b.cfg.CloudEventsSource)
 	}
-	src := s.cfg.CloudEventsSource
-	return []byte(src[:s.ceTable] + e.Source + src[s.ceTable+len("{table}"):])
+	src := b.cfg.CloudEventsSource
+	return []byte(src[:b.ceTable] + e.Source + src[b.ceTable+len("{table}"):])
 }
+
+// RawKey is e's key as stored, the aggregate id, not copied: the key of a
+// record in FormatRaw, and of every dead letter.
+func RawKey(e *event.Event) []byte { return readOnly(e.AggregateID) }

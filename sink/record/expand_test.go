@@ -1,4 +1,4 @@
-package sink
+package record
 
 import (
 	"strings"
@@ -135,8 +135,8 @@ func TestExpandJSONTooDeep(t *testing.T) {
 		{arrs(999), FormatJSON, true, false},
 		{objs(1001), FormatJSON, false, false}, // beyond Jackson's read limit: a string
 	} {
-		s := &Sink{cfg: Config{ExpandJSONPayload: true, ValueFormat: c.f}}
-		_, ok, err := s.expand(&event.Event{Payload: []byte(c.in), PayloadColumn: "payload"}, "t")
+		b := &Builder{cfg: Config{ExpandJSONPayload: true, ValueFormat: c.f}}
+		_, ok, err := b.expand(&event.Event{Payload: []byte(c.in), PayloadColumn: "payload"}, 0)
 		if ok != c.ok || (err != nil) != c.tooDeep {
 			t.Errorf("%s %d bytes: expanded %v, err %v; want %v, too deep %v", c.f, len(c.in), ok, err, c.ok, c.tooDeep)
 		}

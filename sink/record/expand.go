@@ -1,4 +1,4 @@
-package sink
+package record
 
 import (
 	"errors"
@@ -178,12 +178,12 @@ func (f Format) expandJSON(payload []byte, column string) ([]byte, bool) {
 	return out, ok
 }
 
-// errExpandedTooLarge is an expanded value over the record cap
-// (expandWithin).
-var errExpandedTooLarge = errors.New("the expanded payload is larger than a record can be")
+// ErrExpandedTooLarge is an expanded value over the record cap
+// (Encode's maxBytes).
+var ErrExpandedTooLarge = errors.New("the expanded payload is larger than a record can be")
 
 // expandWithin is expandJSON, writing at most about maxBytes (0 no bound):
-// past it, the writing stops and the error is errExpandedTooLarge. An
+// past it, the writing stops and the error is ErrExpandedTooLarge. An
 // array of E objects, each with keys of its own, is written with about
 // E×E nulls (the fields of the merged record each lacks), so that a
 // payload of 200 KB would expand to gigabytes.
@@ -209,7 +209,7 @@ func (f Format) expandWithin(payload []byte, column string, maxBytes int) ([]byt
 		out = appendValue(out, n, s, maxBytes)
 	}
 	if maxBytes > 0 && len(out) > maxBytes {
-		return nil, false, fmt.Errorf("%w: %s: more than the %d bytes of a record to the topic (stopped writing it there)", errExpandedTooLarge, f, maxBytes)
+		return nil, false, fmt.Errorf("%w: %s: more than the %d bytes of a record to the topic (stopped writing it there)", ErrExpandedTooLarge, f, maxBytes)
 	}
 	if f == FormatJSONSchema {
 		out = append(out, '}')
@@ -217,22 +217,23 @@ func (f Format) expandWithin(payload []byte, column string, maxBytes int) ([]byt
 	return out, true, nil
 }
 
-// expand is the expanded value of e's payload, if the sink expands JSON
-// payloads and Debezium would expand this one; an error
-// (errExpandedTooLarge) if it is larger than the topic's batch cap, which
-// the client would refuse anyway: it is not written past it. A value
+// expand is the expanded value of e's payload, if the configuration
+// expands JSON payloads and Debezium would expand this one; an error
+// (ErrExpandedTooLarge) if it is larger than maxBytes (0: no bound), the
+// topic's batch cap, which the client would refuse anyway: it is not
+// written past it. A value
 // nesting deeper than Jackson writes (format.MaxNestingDepth: a
 // json_schema envelope of a payload of 500 nested objects) is another
 // error: Debezium's JsonConverter fails on it ("Converting Kafka Connect
 // data to byte[] failed due to serialization error") and its task stops.
-func (s *Sink) expand(e *event.Event, topic string) ([]byte, bool, error) {
-	if !s.cfg.ExpandJSONPayload || e.Payload == nil {
+func (b *Builder) expand(e *event.Event, maxBytes int) ([]byte, bool, error) {
+	if !b.cfg.ExpandJSONPayload || e.Payload == nil {
 		return nil, false, nil
 	}
-	v, ok, err := s.cfg.ValueFormat.expandWithin(e.Payload, e.PayloadColumn, int(s.batchCapOf(topic)))
+	v, ok, err := b.cfg.ValueFormat.expandWithin(e.Payload, e.PayloadColumn, maxBytes)
 	if err == nil && ok {
 		if d := format.Nesting(v); d > format.MaxNestingDepth {
-			return nil, false, fmt.Errorf("the expanded payload nests %d deep in %s, more than the %d that Jackson writes (Debezium's converter fails on it)", d, s.cfg.ValueFormat, format.MaxNestingDepth)
+			return nil, false, fmt.Errorf("the expanded payload nests %d deep in %s, more than the %d that Jackson writes (Debezium's converter fails on it)", d, b.cfg.ValueFormat, format.MaxNestingDepth)
 		}
 	}
 	return v, ok, err

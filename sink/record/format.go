@@ -1,4 +1,4 @@
-package sink
+package record
 
 import (
 	"encoding/base64"
@@ -184,9 +184,9 @@ func valueSchema(e *event.Event) string {
 	return jsonSchema
 }
 
-// blank reports whether a payload is NULL or, as Java's String.trim sees
+// Blank reports whether a payload is NULL or, as Java's String.trim sees
 // it, empty: only characters up to U+0020.
-func blank(p []byte) bool {
+func Blank(p []byte) bool {
 	for _, c := range p {
 		if c > ' ' {
 			return false
