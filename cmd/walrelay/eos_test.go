@@ -101,6 +101,7 @@ func onceEach(t *testing.T, col *kafkatest.Collector, conn *pgx.Conn, what strin
 // for the slot as a standby. B carries on, and a read_committed consumer
 // sees every row once.
 func TestExactlyOnceZombieIsFenced(t *testing.T) {
+	long(t) // waits out wal_sender_timeout; TestExactlyOnceTwoTransactionalIDs fences a zombie in the default suite
 	t.Parallel()
 	pg, kc, _ := setup(t)
 	needThrowaway(t, pg, "changes server settings")

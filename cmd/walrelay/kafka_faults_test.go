@@ -257,6 +257,7 @@ func TestUnwritableDeadLetterTopicStops(t *testing.T) {
 // the topic ahead of the failed records' resend (kfake only: it needs the
 // broker to answer with an error).
 func TestRefusedProduceWhileWriting(t *testing.T) {
+	long(t) // eight refusals; TestBatchRefusalDeadLettersNothing refuses batches in the default suite
 	t.Parallel()
 	pg, kc, col := setup(t)
 	p := streaming(t, baseEnv(pg, kc))
@@ -486,6 +487,7 @@ func sizeLimitCase(t *testing.T, conn *pgx.Conn, kc *broker, col *kafkatest.Coll
 // repeats folded (walrelay's lines count them: failed_connects); a progress
 // line while events wait for Kafka does not call the relay idle.
 func TestKafkaOutageLogLines(t *testing.T) {
+	long(t) // waits out an outage; TestStartWaitsForKafka reads the outage lines in the default suite
 	t.Parallel()
 	_, col, fk, conn, w, p, _ := warmStreamWith(t, 37, 100, "WALRELAY_LOG_PROGRESS_INTERVAL", "1s")
 	kc, ok := fk.(*kafkatest.Cluster)

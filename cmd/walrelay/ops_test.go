@@ -281,6 +281,7 @@ func TestCheck(t *testing.T) {
 // orders, the relay and the consumer killed once each, one shipment per
 // order.
 func TestDemo(t *testing.T) {
+	long(t) // builds the demo binary; kills the relay and the consumer
 	t.Parallel()
 	if code, out := runCmd(t, env{}, "demo"); code != 1 || !strings.Contains(out, "-tags demo") {
 		t.Fatalf("demo in the connector's binary: exit %d, want how to build it:\n%s", code, out)

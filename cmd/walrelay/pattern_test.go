@@ -156,6 +156,7 @@ func TestWholePatternOnce(t *testing.T) {
 // before they expire) it is measured, not bounded. Every order is shipped
 // once. The figures are docs/benchmarks.md's "consumer crash" row.
 func TestConsumerCrashResumes(t *testing.T) {
+	long(t) // three SIGKILLs, timed (docs/benchmarks.md), and the shipping example built
 	t.Parallel()
 	for _, c := range []struct {
 		name, instanceID string

@@ -388,6 +388,7 @@ func TestLostSlotStopsWithAnExplanation(t *testing.T) {
 // TestReplicationConnectionCut cuts walrelay's connections to PostgreSQL
 // (through a TCP proxy) twice mid-stream: it reconnects and nothing is lost.
 func TestReplicationConnectionCut(t *testing.T) {
+	long(t) // 20,000 rows through two cuts; TestBlackHoledServer and TestPostgresRestart lose the session in the default suite
 	t.Parallel()
 	pg, kc, col := setup(t)
 	px, dsn := pgProxy(t, pg)
@@ -417,6 +418,7 @@ func TestReplicationConnectionCut(t *testing.T) {
 // wal_sender_timeout: the server ends the session; after SIGCONT walrelay
 // reconnects and nothing is lost.
 func TestPausedPastSenderTimeout(t *testing.T) {
+	long(t) // waits out wal_sender_timeout
 	t.Parallel()
 	pg, kc, col := setup(t)
 	needThrowaway(t, pg, "changes server settings")

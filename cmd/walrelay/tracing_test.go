@@ -99,6 +99,7 @@ func TestTracingEnabled(t *testing.T) {
 // the topic, uncommitted, and their spans must not be exported (long(t):
 // the build).
 func TestTracingSIGKILL(t *testing.T) {
+	long(t) // a slow broker and a SIGKILL; TestTracingEnabled checks the spans in the default suite
 	t.Parallel()
 	tracingSIGKILL(t, false)
 }
