@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -98,4 +100,35 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// handlerError is the failure of a handler, whatever it wraps (io.EOF of
+// an empty payload, a net.Error of a call to a service that is down): it
+// counts an attempt and ends in the dead-letter topic after MaxAttempts.
+// The inbox's own connection is known to be up when a handler's failure
+// is reported: the savepoint was rolled back on it.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+
+func (e *handlerError) Unwrap() error { return e.err }
+
+// isHandlerError reports whether err is a handler's failure.
+func isHandlerError(err error) bool {
+	var he *handlerError
+	return errors.As(err, &he)
+}
+
+// connectionTrouble reports whether err, a failure of the inbox's own
+// database work (never a handler's), is the connection's (or the
+// network's) rather than a record's: retried without limit.
+func connectionTrouble(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") || strings.HasPrefix(pgErr.Code, "53")
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "failed to connect")
 }

@@ -1,10 +1,45 @@
 package inbox
 
 import (
+	"context"
 	"errors"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// Message is one Kafka record handed to the handler.
+type Message struct {
+	ID        string // the "id" header, the event id: the record's only one, not empty
+	Type      string // the "type" header; empty if the relay left it out (kafka.headers)
+	Key       []byte
+	Value     []byte // nil for a tombstone
+	Headers   map[string][]byte
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	// Attempt counts the handler's runs for this record, from 1: every
+	// run, whatever ended the one before (the handler's error, a session
+	// cut, a server restart, or a batch whose commit failed and is handled
+	// again one record per transaction, when the handlers of records that
+	// did nothing wrong run again). Greater than 1, the handler's effects
+	// inside tx were undone, but anything it did outside (an e-mail, an
+	// HTTP call) was done already: make such effects idempotent, keyed on
+	// ID. Counted by this process's worker of the partition: a record
+	// delivered again after a rebalance or a restart of the process
+	// starts at 1 again.
+	Attempt int
+	// reg is Config.Registry, for Decode.
+	reg *Registry
+}
+
+// Handler handles one message inside tx, the transaction that also claims
+// its id; the claim commits only with the handler's changes. It must not
+// commit or roll back tx. An error (or a panic) undoes the message's
+// changes and the claim; the message is retried.
+type Handler func(ctx context.Context, tx pgx.Tx, m Message) error
 
 // The failures of a record whose event id cannot be read: it cannot be
 // deduplicated, so it is dead-lettered (with the reason idReason gives)
