@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/properties"
 	"github.com/walrelay/walrelay/internal/sqlquote"
 	"github.com/walrelay/walrelay/sink/record"
@@ -87,68 +86,6 @@ func ReadDebezium(data []byte) (map[string]string, error) {
 		return out, nil
 	}
 	return properties.Parse(data)
-}
-
-// debeziumIgnored are options that do not change what walrelay must do,
-// by prefix (a trailing dot) or by name, with why.
-var debeziumIgnored = []struct{ option, why string }{
-	{"name", "the connector's name in Kafka Connect"},
-	{"tasks.max", "a Kafka Connect setting (the PostgreSQL connector runs one task)"},
-	{"topic.prefix", "names Debezium's own topics (the table's change topic before routing, heartbeats); the outbox events are routed by route.topic.replacement"},
-	{"database.server.name", "names Debezium's own topics (older versions of topic.prefix)"},
-	{"snapshot.mode", "walrelay does not snapshot: it relays what the slot captures, as snapshot.mode=never does, which is what an outbox needs (old events are not sent again)"},
-	{"snapshot.", "walrelay does not snapshot"},
-	{"slot.drop.on.stop", "walrelay never drops its slot"},
-	{"slot.max.retries", "walrelay retries without limit, with backoff"},
-	{"slot.retry.delay.ms", "walrelay retries with its own backoff"},
-	{"status.update.interval.ms", "postgres.status_interval (default 1s) plays this part"},
-	{"heartbeat.action.query", "walrelay's heartbeat writes a logical decoding message itself (heartbeat.interval)"},
-	{"heartbeat.topics.prefix", "walrelay writes no heartbeat topic"},
-	{"tombstones.on.delete", "walrelay's publication publishes inserts only: deleting an outbox row sends nothing"},
-	{"decimal.handling.mode", "the payload is relayed as stored, not converted column by column"},
-	{"time.precision.mode", "the payload is relayed as stored"},
-	{"binary.handling.mode", "the payload is relayed as stored"},
-	{"hstore.handling.mode", "the payload is relayed as stored"},
-	{"interval.handling.mode", "the payload is relayed as stored"},
-	{"include.unknown.datatypes", "the payload is relayed as stored"},
-	{"max.batch.size", "batching is walrelay's own (kafka.linger, kafka.batch_max_bytes)"},
-	{"max.queue.size", "buffering is walrelay's own (kafka.max_buffered_records)"},
-	{"max.queue.size.in.bytes", "buffering is walrelay's own (kafka.max_buffered_bytes)"},
-	{"poll.interval.ms", "walrelay streams without polling"},
-	{"provide.transaction.metadata", "walrelay writes no transaction topic; each record carries walrelay.lsn and walrelay.xid"},
-	{"errors.", "Kafka Connect's error handling: walrelay dead-letters an event it cannot publish (kafka.dlq_topic) and never skips one"},
-	{"offset.", "walrelay keeps its position in the slot"},
-	{"producer.override.", "producer tuning: walrelay's kafka.* keys set its producer"},
-	{"database.history.", "schema history is not used by the PostgreSQL connector"},
-	{"schema.history.internal.", "schema history is not used by the PostgreSQL connector"},
-	{"database.tcpKeepAlive", "walrelay's connections keep themselves alive"},
-	{"database.initial.statements", "walrelay's sessions set their own parameters"},
-	{"skipped.operations", "walrelay's publication publishes inserts only"},
-	{"event.processing.failure.handling.mode", "walrelay dead-letters an event it cannot publish, or stops"},
-	{"key.converter.schemas.enable", "read with key.converter"},
-	{"value.converter.schemas.enable", "read with value.converter"},
-	{"group.id", "a Kafka Connect worker setting"},
-	{"config.storage.", "a Kafka Connect worker setting"},
-	{"status.storage.", "a Kafka Connect worker setting"},
-	{"plugin.path", "a Kafka Connect worker setting"},
-	{"rest.", "a Kafka Connect worker setting"},
-	{"listeners", "a Kafka Connect worker setting"},
-	{"internal.", "a Kafka Connect worker setting"},
-	{"offset.flush.interval.ms", "walrelay confirms positions itself (postgres.status_interval)"},
-	{"transforms.", "read with transforms"},
-	{"database.password", "not copied: give it in postgres.password_file, or in WALRELAY_POSTGRES_DSN"},
-	{"database.sslpassword", "not copied: give it in WALRELAY_POSTGRES_DSN"},
-	{"security.protocol", "read with bootstrap.servers"},
-	{"sasl.jaas.config", "read with sasl.mechanism (the password is not copied)"},
-}
-
-func ignoredWhy(option string) (string, bool) {
-	for _, ig := range debeziumIgnored {
-		if ig.option == option || strings.HasSuffix(ig.option, ".") && strings.HasPrefix(option, ig.option) {
-			return ig.why, true
-		}
-	}
-	return "", false
 }
 
 // FromDebezium maps a Debezium PostgreSQL connector configuration with the
@@ -517,127 +454,6 @@ func FromDebezium(connector, worker map[string]string) (keys map[string]string, 
 		return nil, ignored, &DebeziumRefused{Refused: refused}
 	}
 	return keys, ignored, nil
-}
-
-// converterOptions name Kafka Connect's key, value and header converters.
-var converterOptions = []string{"key.converter", "value.converter", "header.converter"}
-
-// converterOf is the converter option (key.converter, value.converter,
-// header.converter) that option is or is a setting of, "" if none.
-func converterOf(option string) string {
-	for _, cv := range converterOptions {
-		if option == cv || strings.HasPrefix(option, cv+".") {
-			return cv
-		}
-	}
-	return ""
-}
-
-// registryURLWhy says why a converter's registry URL is refused, "" if it
-// is not: walrelay would refuse it at load as it refuses
-// kafka.schema_registry.url (format.CheckRegistryURL), and the import
-// would have printed it, credentials and all, in the YAML the operator
-// keeps. The reason never quotes the URL.
-func registryURLWhy(u string) string {
-	// Any '@' first: "user:pw@registry:8081" without its scheme is not
-	// a URL with a user to CheckRegistryURL, but its password all the same.
-	if strings.Contains(u, "@") {
-		return "credentials in the URL: give the user in kafka.schema_registry.username and the password in kafka.schema_registry.password_file"
-	}
-	switch err := format.CheckRegistryURL(u); {
-	case errors.Is(err, format.ErrRegistryURLQuery):
-		return "a query or fragment in the URL (?… or #…, a token as ?access_token= too), which errors would print: give credentials in kafka.schema_registry.username and kafka.schema_registry.password_file, or a client certificate in kafka.schema_registry.tls_cert_file and kafka.schema_registry.tls_key_file"
-	case err != nil:
-		return "want an http or https URL with a host (http://host:port/path)"
-	}
-	return ""
-}
-
-// registryFromDebezium maps the settings of an AvroConverter (Apicurio's
-// if apicurio, else Confluent's) at option (key.converter,
-// value.converter) onto kafka.schema_registry.*: the URL, auto-registration
-// and the basic auth user (the password is not copied). Apicurio's must
-// write Confluent's framing with content ids in the value
-// (as-confluent=true, use-id=contentId, headers.enabled=false), what
-// walrelay writes; its other settings, and
-// Confluent's other than these, are refused as unknown options (they may
-// change the records). Key and value converters must name one registry.
-func registryFromDebezium(option string, apicurio bool, get func(string, string) string, refuse func(string, string), keys map[string]string, ignored *[]DebeziumNote) {
-	set := func(key, v, from string) {
-		if old, ok := keys[key]; ok && old != v {
-			refuse(from, fmt.Sprintf("the key and value converters name different schema registries or settings (%s): walrelay has one", key))
-			return
-		}
-		keys[key] = v
-	}
-	p := option + "."
-	if apicurio {
-		u := get(p+"apicurio.registry.url", "")
-		switch {
-		case u == "":
-			refuse(p+"apicurio.registry.url", "not set")
-		case registryURLWhy(u) != "":
-			refuse(p+"apicurio.registry.url", registryURLWhy(u))
-		case strings.HasSuffix(strings.TrimSuffix(u, "/"), "/apis/registry/v2"):
-			// walrelay speaks Confluent's API, which Apicurio 2 serves
-			// beside its own.
-			set("kafka.schema_registry.url", strings.TrimSuffix(strings.TrimSuffix(u, "/"), "/apis/registry/v2")+"/apis/ccompat/v7", p+"apicurio.registry.url")
-		default:
-			refuse(p+"apicurio.registry.url", "not Apicurio 2's API (…/apis/registry/v2): give walrelay the registry's Confluent-compatible URL in kafka.schema_registry.url")
-		}
-		if v := get(p+"apicurio.registry.as-confluent", "false"); v != "true" {
-			refuse(p+"apicurio.registry.as-confluent", v+": walrelay writes Confluent's framing (magic byte 0, a 4-byte id), as-confluent=true; Apicurio's own framing (an 8-byte id) is not reproduced")
-		}
-		if v := get(p+"apicurio.registry.headers.enabled", "true"); v != "false" {
-			refuse(p+"apicurio.registry.headers.enabled", v+": walrelay writes the schema id in the value (headers.enabled=false); Apicurio's id in a record header is not reproduced")
-		}
-		if v := get(p+"apicurio.registry.use-id", "globalId"); v != "contentId" {
-			refuse(p+"apicurio.registry.use-id", v+": walrelay frames the id Confluent's API gives, Apicurio's content id (use-id=contentId)")
-		}
-		auto := get(p+"apicurio.registry.auto-register", "false")
-		if auto != "true" && auto != "false" {
-			refuse(p+"apicurio.registry.auto-register", "want true or false")
-		} else {
-			set("kafka.schema_registry.auto_register", auto, p+"apicurio.registry.auto-register")
-		}
-		if user := get(p+"apicurio.auth.username", ""); user != "" {
-			set("kafka.schema_registry.username", user, p+"apicurio.auth.username")
-		}
-		if get(p+"apicurio.auth.password", "") != "" {
-			*ignored = append(*ignored, DebeziumNote{p + "apicurio.auth.password", "the password is not copied: give it in kafka.schema_registry.password_file or WALRELAY_KAFKA_SCHEMA_REGISTRY_PASSWORD"})
-		}
-		return
-	}
-	u := get(p+"schema.registry.url", "")
-	switch {
-	case u == "":
-		refuse(p+"schema.registry.url", "not set")
-	case strings.Contains(u, ","):
-		refuse(p+"schema.registry.url", "several URLs: walrelay takes one")
-	case registryURLWhy(u) != "":
-		refuse(p+"schema.registry.url", registryURLWhy(u))
-	default:
-		set("kafka.schema_registry.url", u, p+"schema.registry.url")
-	}
-	auto := get(p+"auto.register.schemas", "true")
-	if auto != "true" && auto != "false" {
-		refuse(p+"auto.register.schemas", "want true or false")
-	} else {
-		set("kafka.schema_registry.auto_register", auto, p+"auto.register.schemas")
-	}
-	switch src := get(p+"basic.auth.credentials.source", "URL"); src {
-	case "URL":
-	case "USER_INFO":
-		info := get(p+"basic.auth.user.info", get(p+"schema.registry.basic.auth.user.info", ""))
-		if user, _, ok := strings.Cut(info, ":"); ok && user != "" {
-			set("kafka.schema_registry.username", user, p+"basic.auth.user.info")
-			*ignored = append(*ignored, DebeziumNote{p + "basic.auth.user.info", "the password is not copied: give it in kafka.schema_registry.password_file or WALRELAY_KAFKA_SCHEMA_REGISTRY_PASSWORD"})
-		} else {
-			refuse(p+"basic.auth.user.info", "want user:password")
-		}
-	default:
-		refuse(p+"basic.auth.credentials.source", src+": walrelay takes USER_INFO (HTTP basic auth)")
-	}
 }
 
 var jaasUser = regexp.MustCompile(`username\s*=\s*"([^"]*)"`)

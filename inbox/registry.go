@@ -2,18 +2,13 @@ package inbox
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/twmb/franz-go/pkg/sr"
-	"net/http"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/hamba/avro/v2"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -35,71 +30,6 @@ const (
 	// JSONSchema is JSON, its schema a JSON Schema (registered_jsonschema).
 	JSONSchema = format.KindJSONSchema
 )
-
-// Errors of decoding, on which the consumer branches when a handler
-// returns them (wrapped or not).
-var (
-	// ErrUndecodable is a key or value that will not decode however often
-	// it is tried: not framed (ErrNotFramed), a schema id the registry
-	// does not have (format.ErrSchemaUnknown), a schema that does not
-	// compile or whose references the registry lacks, message indexes
-	// that name no message of the schema, bytes that do not decode with
-	// the schema or into the handler's type, a JSON value invalid in its
-	// schema (RegistryConfig.ValidateJSON). A handler returning it has
-	// the record dead-lettered at once, reason "undecodable", without
-	// the retries of MaxAttempts.
-	ErrUndecodable = errors.New("undecodable")
-	// ErrRegistryUnavailable is a registry that did not answer (refused,
-	// timed out), failed (5xx, another unexpected answer) or refused the
-	// consumer's credentials (401, 403) when it was asked for a schema
-	// not cached yet. A handler returning it has the record retried
-	// without limit, as when the database is down, and not counted as an
-	// attempt: nothing is dead-lettered because of an outage.
-	ErrRegistryUnavailable = errors.New("the schema registry is unavailable")
-	// ErrRegistryRefused is an ErrRegistryUnavailable of a registry that
-	// refused the consumer's credentials (HTTP 401) or the schema to them
-	// (403): held as an outage is (nothing dead-lettered), but a
-	// configuration to mend (RegistryConfig.Username, Password), logged
-	// so and counted apart (walrelay_inbox_registry_waits_total{reason=
-	// "credentials"}).
-	ErrRegistryRefused = errors.New("the schema registry refused the consumer's credentials")
-)
-
-// registryDown is err, of the registry, as ErrRegistryUnavailable (and
-// ErrRegistryRefused for a 401 or 403).
-func registryDown(err error) error {
-	var re *sr.ResponseError
-	if errors.Is(err, format.ErrUnauthorized) || errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
-		return fmt.Errorf("%w: %w: %w", ErrRegistryUnavailable, ErrRegistryRefused, err)
-	}
-	return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
-}
-
-// ErrNotFramed is a key or value that is not in Confluent's wire format
-// (the magic byte 0 and a 4-byte schema id): not written by a schema
-// registry format. Decode's error is also ErrUndecodable.
-var ErrNotFramed = format.ErrUnframed
-
-// undecodableError is a decoding failure that retrying cannot fix:
-// errors.Is(err, ErrUndecodable), and its cause.
-type undecodableError struct {
-	id  uint32 // 0: not framed
-	err error
-}
-
-func (e *undecodableError) Error() string {
-	prefix := fmt.Sprintf("schema id %d: ", e.id)
-	if msg := e.err.Error(); (e.id == 0 && errors.Is(e.err, ErrNotFramed)) || strings.HasPrefix(msg, prefix) {
-		return msg
-	}
-	return prefix + e.err.Error()
-}
-func (e *undecodableError) Unwrap() error        { return e.err }
-func (e *undecodableError) Is(target error) bool { return target == ErrUndecodable }
-
-// undecodable is err, a failure of the value of schema id, as
-// ErrUndecodable.
-func undecodable(id uint32, err error) error { return &undecodableError{id, err} }
 
 // SchemaID is the schema id of the message's value if it is in
 // Confluent's wire format (a registry format of walrelay's): ok is false
@@ -128,60 +58,6 @@ func (m Message) Decoded(ctx context.Context) (Decoded, error) {
 	}
 	return m.reg.Decoded(ctx, m.Value)
 }
-
-// RegistryConfig is how a consumer reaches the schema registry of the
-// records it decodes (Confluent's Schema Registry API; Apicurio serves it
-// at /apis/ccompat/v7).
-type RegistryConfig struct {
-	// URL is the registry's base URL, http or https, without
-	// credentials (they go in Username and Password).
-	URL string
-	// Username and Password are for HTTP basic auth; none when Username is
-	// empty.
-	Username, Password string
-	// Timeout bounds one request; default 10 s.
-	Timeout time.Duration
-	// TLS is the TLS configuration of an https URL; nil for Go's defaults.
-	TLS *tls.Config
-	// ValidateJSON validates JSON Schema values against their schema
-	// before they are decoded: an invalid one is ErrUndecodable, naming
-	// the field (a JSON pointer) and the reason. Off, a JSON value is
-	// decoded as it is (its schema fetched by id only for its type, and
-	// not compiled). walrelay's registered_jsonschema format validates
-	// each value before it writes it.
-	ValidateJSON bool
-	// MaxSchemaBytes bounds the text of a schema the Registry compiles,
-	// with the text of the schemas it references: a record of a larger
-	// one is ErrUndecodable, nothing compiled. Compiling costs some 40 to
-	// 80 times the text at its peak, keeping it some 10 to 16 times.
-	// Default 512 KiB (format.DefaultMaxCompiledSchemaBytes), far above
-	// Debezium's schemas of wide tables. An answer of the registry is
-	// read up to 8 times this (4 MiB): a larger one is an outage (the
-	// record held, retried).
-	MaxSchemaBytes int
-	// MaxDecodedBytes bounds what one decoded Avro or Protobuf key or
-	// value may cost in memory (an estimate, from a walk of its bytes
-	// before it is decoded: format.DecodedBudget): beyond it, it is
-	// ErrUndecodable (dead-lettered), not an out-of-memory kill of the
-	// consumer, again at every restart on the same record. Default
-	// format.MaxDecodedBytes (64 MiB; a record of up to 128 KiB gets half
-	// of it); raise it (and the process's memory) for values of hundreds
-	// of thousands of small items.
-	MaxDecodedBytes int
-	// UnusableReadInterval bounds the fetching of a schema id that cannot
-	// be used: one the registry lacks, or whose schema does not compile,
-	// references what the registry lacks or is of a type not decoded.
-	// Once a fetch finds it so, the records of the id within the interval
-	// are ErrUndecodable with the same cause without a request, so that
-	// records framing such ids (anyone who produces to the topic chooses
-	// them) cost a request and a compilation once per id every
-	// UnusableReadInterval, not once each. Default 10 s.
-	UnusableReadInterval time.Duration
-}
-
-// DefaultUnusableReadInterval is RegistryConfig.UnusableReadInterval's
-// default.
-const DefaultUnusableReadInterval = 10 * time.Second
 
 // Registry decodes keys and values in Confluent's wire format with the
 // schemas of a schema registry: Avro, Protobuf (after Confluent's message
@@ -215,29 +91,6 @@ type Registry struct {
 	interval     time.Duration // RegistryConfig.UnusableReadInterval
 	// now is the clock of UnusableReadInterval (time.Now; a test's own).
 	now func() time.Time
-}
-
-// unusableFetch is a fetch of a schema id that found it unusable: when,
-// and its error.
-type unusableFetch struct {
-	at  time.Time
-	err error
-}
-
-// schema is a registry's schema, compiled.
-type schema struct {
-	typ  string
-	size int         // format.CompiledSize
-	avro avro.Schema // Avro
-	// api is the hamba/avro configuration an Avro schema decodes with
-	// (nil: defaultCodecs): its own, since a configuration keeps a
-	// decoder per schema (and target type) for as long as it lives, so
-	// that the decoders go with the schema dropped from the cache (some
-	// 4.5 KB each; hamba/avro's package-wide DefaultConfig would keep
-	// every schema's decoder for ever).
-	api   avro.API
-	proto protoreflect.FileDescriptor // Protobuf
-	json  *format.JSONSchema          // JSON Schema with ValidateJSON
 }
 
 // NewRegistry returns a decoder of the registry of cfg. A URL that is not
@@ -277,10 +130,6 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	return &Registry{reg: reg, validate: cfg.ValidateJSON, maxSize: cfg.MaxDecodedBytes, schemas: map[uint32]*schema{},
 		unusable: map[uint32]unusableFetch{}, interval: cfg.UnusableReadInterval, now: time.Now}, nil
 }
-
-// maxSchemas bounds the schemas kept in number (format.MaxCachedSchemaBytes
-// bounds them in bytes).
-const maxSchemas = 10000
 
 // Decoded is a key or value in Confluent's wire format, decoded.
 type Decoded struct {
@@ -460,18 +309,6 @@ func noPanic(name protoreflect.FullName, f func() error) (err error) {
 	return f()
 }
 
-// defaultCodecs is the hamba/avro configuration of a schema outside a
-// Registry's cache.
-var defaultCodecs = format.AvroDecodeConfig()
-
-// codecs is the hamba/avro configuration that s decodes with.
-func (s *schema) codecs() avro.API {
-	if s.api == nil {
-		return defaultCodecs
-	}
-	return s.api
-}
-
 // decodeAvro decodes body, an Avro datum of s, into v, its decoded cost
 // bounded by format.DecodedBudget(len(body), maxSize).
 func decodeAvro(id uint32, s *schema, body []byte, v any, maxSize int) error {
@@ -562,110 +399,4 @@ func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.Mess
 		return nil, nil, undecodable(id, err)
 	}
 	return md, msg, nil
-}
-
-// schema returns the compiled schema of id, fetched (with its references)
-// and compiled the first time; an id found unusable within
-// UnusableReadInterval is its error again, without a request.
-func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
-	r.mu.Lock()
-	s, ok := r.schemas[id]
-	if ok {
-		r.schemasUsed.Touch(id)
-	}
-	u, failed := r.unusable[id]
-	if failed && r.now().Sub(u.at) < r.interval {
-		r.unusableUsed.Touch(id)
-	} else {
-		failed = false
-	}
-	r.mu.Unlock()
-	if ok {
-		return s, nil
-	}
-	if failed {
-		return nil, u.err
-	}
-	s, err := r.fetch(ctx, id)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case err == nil:
-		delete(r.unusable, id)
-		r.unusableUsed.Remove(id)
-	case errors.Is(err, ErrUndecodable) && ctx.Err() == nil:
-		lru.MakeRoom(&r.unusableUsed, r.unusable, maxSchemas)
-		r.unusable[id] = unusableFetch{at: r.now(), err: err}
-		r.unusableUsed.Touch(id)
-	}
-	return s, err
-}
-
-// fetch fetches the schema of id (with its references), compiles it and
-// caches it.
-func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
-	got, err := r.reg.SchemaByID(ctx, id)
-	if err != nil {
-		if errors.Is(err, format.ErrSchemaUnknown) {
-			return nil, undecodable(id, err)
-		}
-		return nil, registryDown(err)
-	}
-	s := &schema{typ: got.Type.String()} // AVRO when the API leaves schemaType out
-	switch s.typ {
-	case Avro, Protobuf, JSONSchema:
-		if s.typ == JSONSchema && !r.validate {
-			break // decoded as it is: nothing to compile
-		}
-		refs, err := r.reg.References(ctx, got.Schema, got.References)
-		if err != nil {
-			if errors.Is(err, format.ErrNotRegistered) {
-				return nil, undecodable(id, err)
-			}
-			return nil, registryDown(fmt.Errorf("schema id %d: %w", id, err))
-		}
-		s.size = format.CompiledSize(got.Schema, refs)
-		r.compiling.Lock()
-		switch s.typ {
-		case Avro:
-			s.avro, err = format.ParseAvro(got.Schema, refs)
-		case Protobuf:
-			s.proto, err = format.CompileProtobuf(ctx, got.Schema, format.RefsByName(refs))
-		default:
-			s.json, err = format.CompileJSONSchema(got.Schema, format.RefsByName(refs))
-		}
-		r.compiling.Unlock()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("schema id %d: compile: %w", id, ctx.Err())
-			}
-			return nil, undecodable(id, err)
-		}
-	default:
-		return nil, undecodable(id, fmt.Errorf("a schema of type %s, which is not decoded", s.typ))
-	}
-	if s.avro != nil {
-		s.api = format.AvroDecodeConfig()
-	}
-	r.mu.Lock()
-	if old, ok := r.schemas[id]; ok {
-		r.size -= old.size // compiled meanwhile for another record
-		delete(r.schemas, id)
-		r.schemasUsed.Remove(id)
-	}
-	// Full: the least recently used go, one at a time.
-	for len(r.schemas) >= maxSchemas || r.size+s.size > format.MaxCachedSchemaBytes {
-		old, ok := r.schemasUsed.Oldest()
-		if !ok {
-			break
-		}
-		r.size -= r.schemas[old].size
-		delete(r.schemas, old)
-		r.schemasUsed.Remove(old)
-	}
-	r.schemas[id] = s
-	r.size += s.size
-	r.schemasUsed.Touch(id)
-	r.mu.Unlock()
-	return s, nil
 }

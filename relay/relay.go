@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -17,7 +15,6 @@ import (
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/event"
-	"github.com/walrelay/walrelay/internal/backoff"
 	"github.com/walrelay/walrelay/internal/pgdsn"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -353,96 +350,6 @@ func (r *Relay) pump(ctx context.Context) error {
 	return nil
 }
 
-// PingBrokers asks p's brokers for their metadata, for up to 15 s: the
-// start-up check that they answer.
-func PingBrokers(ctx context.Context, p Publisher) error {
-	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := p.Ping(pingCtx); err != nil {
-		return fmt.Errorf("kafka.brokers: %w", err)
-	}
-	return nil
-}
-
-// WaitForBrokers is PingBrokers at start, which waits for brokers that are
-// down: while no broker accepts a connection (refused, no route, the dial
-// timed out), it retries with backoff (1 s to 30 s) until one answers or
-// ctx ends (ctx's error), as the pipeline holds and retries when Kafka goes
-// away later, and while the resolver times out or fails (a DNS outage). A
-// mistake in the configuration still fails at once: a host that does not
-// resolve, a listener that does not speak Kafka (or wants TLS or SASL:
-// it closes or resets the connection at the first request, as a TCP proxy
-// with no backend up also does), a refusal of the broker's.
-func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
-	var waitedSince, warned time.Time
-	var brokers string
-	if sb, ok := p.(interface{ SeedBrokers() []string }); ok {
-		brokers = strings.Join(sb.SeedBrokers(), ",")
-	}
-	for n := 0; ; n++ {
-		err := PingBrokers(ctx, p)
-		if err == nil {
-			if !waitedSince.IsZero() {
-				log.Info("Kafka answers: starting", "waited", time.Since(waitedSince).Round(100*time.Millisecond), "attempts", n+1)
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !BrokersDown(err) {
-			return err
-		}
-		switch {
-		case waitedSince.IsZero():
-			waitedSince, warned = time.Now(), time.Now()
-			log.Info("waiting for Kafka at start: nothing is read before it answers", "brokers", brokers, "err", err)
-		case time.Since(warned) >= brokersWaitWarnEvery:
-			// Repeated at WARN: a broker down for long, or an address that
-			// was mistyped (a closed port, a host on a resolver that fails
-			// rather than says it does not exist) looks the same from here.
-			warned = time.Now()
-			log.Warn("still waiting for Kafka at start: nothing is read before it answers; if the brokers' addresses are wrong (kafka.brokers), stop walrelay and fix them",
-				"brokers", brokers, "waited", time.Since(waitedSince).Round(time.Second), "attempts", n+1, "err", err)
-		default:
-			log.Debug("Kafka is still not answering", "err", err, "attempt", n+1)
-		}
-		t := time.NewTimer(backoff.Wait(time.Second, 30*time.Second, n))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// brokersWaitWarnEvery is how often WaitForBrokers repeats, at WARN, that
-// it is still waiting.
-var brokersWaitWarnEvery = time.Minute
-
-// BrokersDown reports whether err, from PingBrokers, says that no broker
-// accepted a connection: refused, unreachable, a dial that timed out, or a
-// resolver that timed out or failed (a DNS outage, SERVFAIL), as when Kafka
-// or the cluster's DNS is stopped or restarting. A host that does not
-// resolve (NXDOMAIN) is not down but misnamed, and a listener that
-// answered is not down either: one that closed or reset the connection at
-// its first request (not Kafka, wants TLS; a TCP proxy whose backends are
-// all down looks the same, and fails fast too).
-func BrokersDown(err error) bool {
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return !dnsErr.IsNotFound && (dnsErr.IsTimeout || dnsErr.IsTemporary)
-	}
-	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN} {
-		if errors.Is(err, errno) {
-			return true
-		}
-	}
-	var opErr *net.OpError
-	return errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Timeout()
-}
-
 // Outlive returns a context that ends grace after ctx ends, or when its
 // cancel is called: what a source produces on, so that a stop lets the
 // records in flight be answered.
@@ -504,47 +411,6 @@ func (r *Relay) ConnConfig() *pgx.ConnConfig { return r.cfg.ConnConfig }
 
 // Err returns the fatal error that stops the relay, if any yet.
 func (r *Relay) Err() error { return r.p.failure() }
-
-// newTransactionalSink makes the exactly-once sink: its position records
-// name the database (system identifier and name), and its transactional id
-// defaults to one derived from them and the slot, stable across restarts
-// and failovers to a physical standby, and distinct for every database.
-func (r *Relay) newTransactionalSink(ctx context.Context) error {
-	cfg := &r.cfg
-	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	sysID, err := replication.SystemID(sctx, &cfg.ConnConfig.Config)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("postgres.dsn: %w", err)
-	}
-	tc := *cfg.Sink.Transactions
-	tc.Key = cfg.Slot
-	tc.Source = sysID + "/" + cfg.ConnConfig.Database
-	if tc.ID == "" {
-		tc.ID = TransactionalID(sysID, cfg.ConnConfig.Database, cfg.Slot)
-	}
-	sc := cfg.Sink
-	sc.Transactions = &tc
-	sk, err := sink.New(sc)
-	if err != nil {
-		return fmt.Errorf("kafka: %w", err)
-	}
-	r.mu.Lock()
-	r.sink, r.p.sink = sk, sk
-	// The sink renews a producer refused as fenced at the next session,
-	// which the source opens only if no other process streams the slot.
-	_, r.p.renewsFences = r.src.(untakenOpener)
-	r.mu.Unlock()
-	r.log.Info("exactly-once: Kafka transactions", "transactional_id", tc.ID, "offsets_topic", tc.OffsetsTopic, "interval", tc.Interval)
-	return nil
-}
-
-// TransactionalID is the default transactional id of an exactly-once relay
-// of slot on the database named database of the cluster whose system
-// identifier is sysID.
-func TransactionalID(sysID, database, slot string) string {
-	return fmt.Sprintf("walrelay-%s-%s-%s", sysID, database, slot)
-}
 
 // publisher returns the sink, nil before Run made it.
 func (r *Relay) publisher() Publisher {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,8 +19,6 @@ import (
 
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/backoff"
-	"github.com/walrelay/walrelay/internal/pgdsn"
-	"github.com/walrelay/walrelay/internal/sqlquote"
 )
 
 // Kind says what a Change is.
@@ -124,19 +121,6 @@ type Stream struct {
 	attempt    int       // failed attempts in a row, for the backoff
 }
 
-// SlotActiveError says that another process is streaming the slot.
-type SlotActiveError struct {
-	Slot string
-	PID  int // 0 when unknown
-}
-
-func (e *SlotActiveError) Error() string {
-	return fmt.Sprintf("replication slot %s is in use: PostgreSQL's walsender pid %d streams it to another client", e.Slot, e.PID)
-}
-
-// FailureKind says that the slot's holder may go: Open waits for it.
-func (e *SlotActiveError) FailureKind() failure.Kind { return failure.Retriable }
-
 var identRe = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // ValidSlotName reports whether s is usable as a replication slot name:
@@ -201,96 +185,6 @@ func New(cfg Config) (*Stream, error) {
 	s := &Stream{cfg: cfg, parsed: parsed, log: log.With("component", "replication", "slot", cfg.Slot)}
 	s.state.Store("starting")
 	return s, nil
-}
-
-// ReplicationConfig parses connString for a replication=database session
-// with the pinned session settings of the package documentation.
-func ReplicationConfig(connString string) (*pgconn.Config, error) {
-	c, err := pgconn.ParseConfig(connString)
-	if err != nil {
-		return nil, fmt.Errorf("parse postgres dsn: %w", pgdsn.ParseError(err)) // pgconn's own text quotes the DSN
-	}
-	if err := pgdsn.Check(connString); err != nil {
-		return nil, fmt.Errorf("parse postgres dsn: %w", err)
-	}
-	return replicationSession(c), nil
-}
-
-// replicationSession sets c up for a replication=database session with the
-// pinned session settings, and returns it.
-func replicationSession(c *pgconn.Config) *pgconn.Config {
-	if c.RuntimeParams == nil {
-		c.RuntimeParams = map[string]string{}
-	}
-	c.RuntimeParams["replication"] = "database"
-	for k, v := range SessionParams {
-		c.RuntimeParams[k] = v
-	}
-	ReceiveWarnings(c.RuntimeParams)
-	if c.RuntimeParams["application_name"] == "" {
-		c.RuntimeParams["application_name"] = "walrelay"
-	}
-	c.ValidateConnect = replicationValidator(c.ValidateConnect)
-	return c
-}
-
-// replicationValidator returns the check of target_session_attrs for a
-// replication connection: pgconn's checks use the extended query protocol,
-// which a replication connection refuses, so each is replaced by the same
-// query in the simple protocol. prefer-standby has no replacement: a
-// logical slot is read on the primary.
-func replicationValidator(v pgconn.ValidateConnectFunc) pgconn.ValidateConnectFunc {
-	if v == nil {
-		return nil
-	}
-	check := func(query, want, what string) pgconn.ValidateConnectFunc {
-		return func(ctx context.Context, conn *pgconn.PgConn) error {
-			res, err := conn.Exec(ctx, query).ReadAll()
-			if err != nil {
-				return err
-			}
-			if len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != want {
-				return errors.New("the server is not " + what + " (target_session_attrs)")
-			}
-			return nil
-		}
-	}
-	switch reflect.ValueOf(v).Pointer() {
-	case reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsReadWrite).Pointer():
-		return check("SHOW transaction_read_only", "off", "read-write")
-	case reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsReadOnly).Pointer():
-		return check("SHOW transaction_read_only", "on", "read-only")
-	case reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsPrimary).Pointer():
-		return check("SELECT pg_is_in_recovery()", "f", "a primary")
-	case reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsStandby).Pointer():
-		return check("SELECT pg_is_in_recovery()", "t", "a standby")
-	}
-	return v
-}
-
-// SessionParams are the settings pinned on every session, so that text
-// values have one form whatever the server's defaults.
-var SessionParams = map[string]string{
-	"DateStyle":          "ISO",
-	"TimeZone":           "UTC",
-	"extra_float_digits": "3",
-	"bytea_output":       "hex",
-	"IntervalStyle":      "postgres",
-}
-
-// ReceiveWarnings sets client_min_messages in params, the startup
-// parameters of a session, to warning unless it asks for a lower level
-// (notice, log, debug…): PostgreSQL 18 tells of a publication it cannot see
-// as of a decoded transaction (and of that transaction's rows passed over)
-// with a WARNING only, which a session at error never receives. A startup
-// parameter beats the role's and the database's settings (ALTER ROLE or
-// DATABASE ... SET client_min_messages) and the DSN's options (-c).
-func ReceiveWarnings(params map[string]string) {
-	switch strings.ToLower(strings.TrimSpace(params["client_min_messages"])) {
-	case "debug5", "debug4", "debug3", "debug2", "debug1", "debug", "log", "notice", "warning":
-	default:
-		params["client_min_messages"] = "warning"
-	}
 }
 
 // State returns what the stream is doing: "starting", "streaming",
@@ -410,8 +304,6 @@ func isFatalPgError(err error) bool {
 	return false
 }
 
-var activePIDRe = regexp.MustCompile(`active for PID (\d+)`)
-
 // open connects, checks the slot and starts replication.
 func (s *Stream) open(ctx context.Context) (*Session, error) {
 	// The frames of this connection: each connection gets a reader of its
@@ -516,53 +408,6 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	sess.startStatus()
 	started = true
 	return sess, nil
-}
-
-// endOwnWalsender ends the walsender of this process's last session, which
-// still holds the slot (slot.ActivePID is the last session's), and returns
-// the slot as it is then: inactive once that walsender exited. It is ended
-// only if it is the last session's process (the same pid and start): a pid
-// the server gave since to another process is left alone. Ending it needs
-// the same role as the session's or pg_signal_backend; refused, the slot
-// is returned still active and waited for as before.
-func (s *Stream) endOwnWalsender(ctx context.Context, conn *pgconn.PgConn, slot SlotInfo) (SlotInfo, error) {
-	// A session closed in order: its walsender exits a moment later.
-	slot, err := s.slotReleased(ctx, conn, slot, time.Second)
-	if err != nil || !slot.Active || uint32(slot.ActivePID) != s.lastPID {
-		return slot, err
-	}
-	res, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %d AND backend_start::text = %s",
-		slot.ActivePID, sqlquote.Literal(s.lastStart))).ReadAll()
-	done := err == nil && len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "t"
-	if !done {
-		why := "that pid is another process now"
-		if err != nil {
-			why = err.Error()
-		}
-		s.log.Warn("the slot is still held by this walrelay's last session, whose connection was lost; its walsender was not ended: the server ends it within wal_sender_timeout",
-			"pid", slot.ActivePID, "why", why)
-		return slot, nil
-	}
-	s.log.Warn("the slot was still held by this walrelay's last session, whose connection was lost: its walsender ended", "pid", slot.ActivePID)
-	// The walsender releases the slot as it exits, a moment later.
-	return s.slotReleased(ctx, conn, slot, 5*time.Second)
-}
-
-// slotReleased inspects the slot every 50 ms until it is inactive, for at
-// most wait, and returns it as it is then.
-func (s *Stream) slotReleased(ctx context.Context, conn *pgconn.PgConn, slot SlotInfo, wait time.Duration) (SlotInfo, error) {
-	for deadline := time.Now().Add(wait); slot.Active && time.Now().Before(deadline); {
-		select {
-		case <-ctx.Done():
-			return slot, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		var err error
-		if slot, err = inspectSlot(ctx, conn, s.cfg.Slot); err != nil {
-			return slot, err
-		}
-	}
-	return slot, nil
 }
 
 // resumeFrom returns where a session starts: the slot's confirmed position,
