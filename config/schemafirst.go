@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -171,7 +172,7 @@ func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
 // passthroughOf makes the checker of kafka.value_format
 // registry_passthrough reading the schemas' subjects from reg, under
 // kafka.schema_registry.subject_strategy.
-func passthroughOf(c *Config, reg *format.Registry) (*format.Passthrough, error) {
+func passthroughOf(c *Config, reg *registry.Client) (*format.Passthrough, error) {
 	r := c.Kafka.SchemaRegistry
 	pc := format.PassthroughConfig{Strategy: r.SubjectStrategy, Subject: r.Subject}
 	if c.Kafka.ValueFormat != string(record.FormatRegistryPassthrough) {
@@ -188,7 +189,7 @@ func passthroughOf(c *Config, reg *format.Registry) (*format.Passthrough, error)
 // its schemas from reg, nil for another format. It registers nothing by
 // itself: walrelay's start registers the schema files
 // (walrelay run, before any event) when kafka.schema_registry.auto_register is on.
-func schemaFirstOf(c *Config, reg *format.Registry) (*format.SchemaFirst, error) {
+func schemaFirstOf(c *Config, reg *registry.Client) (*format.SchemaFirst, error) {
 	kind, ok := c.schemaFirstFormat()
 	if !ok {
 		return nil, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -29,20 +30,20 @@ func TestRegistryWrongPathHeld(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
 	for _, url := range []string{r.Base(), r.Base() + "/apis/registry/v2"} {
-		reg := mustRegistry(t, RegistryConfig{URL: url, AutoRegister: true})
+		reg := mustRegistry(t, registry.Config{URL: url, AutoRegister: true})
 		var mu sync.Mutex
 		var reported []error
 		reg.OnRequest(func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() })
 		held := func(what string, err error) {
 			t.Helper()
-			if err == nil || !Outage(err) || errors.Is(err, ErrNotRegistered) || errors.Is(err, ErrSchemaUnknown) || errors.Is(err, ErrRefused) ||
+			if err == nil || !registry.Outage(err) || errors.Is(err, registry.ErrNotRegistered) || errors.Is(err, registry.ErrSchemaUnknown) || errors.Is(err, registry.ErrRefused) ||
 				!strings.Contains(err.Error(), "/apis/ccompat/v7") {
 				t.Errorf("%s, URL %s: %v: want a configuration problem held as an outage, naming /apis/ccompat/v7", what, url, err)
 			}
 		}
 		_, err := NewAvroEncoder(reg).Value(ctx, "orders", Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true})
 		held("avro", err)
-		held("registry_passthrough", mustPassthrough(t, reg, PassthroughConfig{}).Check(ctx, "orders", "", Frame(nil, 1, []byte{2})))
+		held("registry_passthrough", mustPassthrough(t, reg, PassthroughConfig{}).Check(ctx, "orders", "", registry.Frame(nil, 1, []byte{2})))
 		sf, err := NewSchemaFirst(reg, SchemaFirstConfig{Kind: KindAvro})
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +63,7 @@ func TestRegistryWrongPathHeld(t *testing.T) {
 		}
 		mu.Unlock()
 	}
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	var answered atomic.Int32
 	reg.OnRequest(func(err error) {
 		if err == nil {
@@ -72,10 +73,10 @@ func TestRegistryWrongPathHeld(t *testing.T) {
 	if err := reg.Ping(ctx); err != nil {
 		t.Errorf("ping of %s: %v", r.URL(), err)
 	}
-	if err := mustPassthrough(t, reg, PassthroughConfig{}).Check(ctx, "orders", "", Frame(nil, 1<<30, []byte{2})); !errors.Is(err, ErrSchemaUnknown) {
+	if err := mustPassthrough(t, reg, PassthroughConfig{}).Check(ctx, "orders", "", registry.Frame(nil, 1<<30, []byte{2})); !errors.Is(err, registry.ErrSchemaUnknown) {
 		t.Errorf("an unknown id at the right URL: %v, want ErrSchemaUnknown", err)
 	}
-	if _, err := reg.ID(ctx, "wrongpath-value", `"string"`); !errors.Is(err, ErrNotRegistered) {
+	if _, err := reg.ID(ctx, "wrongpath-value", `"string"`); !errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("an unregistered schema at the right URL: %v, want ErrNotRegistered", err)
 	}
 	if answered.Load() != 3 {
@@ -90,13 +91,13 @@ func TestRegistryWrongPathHeld(t *testing.T) {
 func TestRegistryNotRegisteredWording(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	off := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	off := mustRegistry(t, registry.Config{URL: r.URL()})
 	_, err := NewAvroEncoder(off).Value(ctx, "wording", Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true})
-	if !errors.Is(err, ErrNotRegistered) || !strings.Contains(err.Error(), "auto_register is off") {
+	if !errors.Is(err, registry.ErrNotRegistered) || !strings.Contains(err.Error(), "auto_register is off") {
 		t.Errorf("avro, auto_register off: %v", err)
 	}
 	for _, auto := range []bool{false, true} {
-		sf, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: auto}), SchemaFirstConfig{Kind: KindAvro})
+		sf, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: auto}), SchemaFirstConfig{Kind: KindAvro})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +106,7 @@ func TestRegistryNotRegisteredWording(t *testing.T) {
 		if auto {
 			want = "registers only the schema files"
 		}
-		if !errors.Is(err, ErrNotRegistered) || !strings.Contains(err.Error(), want) || (auto && strings.Contains(err.Error(), "is off")) {
+		if !errors.Is(err, registry.ErrNotRegistered) || !strings.Contains(err.Error(), want) || (auto && strings.Contains(err.Error(), "is off")) {
 			t.Errorf("registered_avro, auto_register %v: %v, want it to say %q", auto, err, want)
 		}
 	}
@@ -128,12 +129,12 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 		errs := make([]error, n)
 		start := make(chan struct{})
 		for i := range ids {
-			enc := NewAvroEncoder(mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true}))
+			enc := NewAvroEncoder(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}))
 			wg.Go(func() {
 				<-start
 				v, err := enc.Value(t.Context(), subject, Payload{Text: []byte(`{"a": 1, "b": [{"c": "x"}]}`), Column: "payload", Expand: true})
 				if err == nil {
-					ids[i], _, err = Unframe(v)
+					ids[i], _, err = registry.Unframe(v)
 				}
 				errs[i] = err
 			})
@@ -155,7 +156,7 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 	errs := make([]error, n)
 	start := make(chan struct{})
 	for i := range got {
-		sf, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
+		sf, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,11 +172,11 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 			t.Errorf("schema-first Register, walrelay %d: %+v, %v (walrelay 0: id %d)", i, got[i], errs[i], got[0].ID)
 		}
 	}
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true})
+	reg := mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true})
 	if res := reg.Client().SetCompatibility(t.Context(), sr.SetCompatibility{Level: sr.CompatFull}, "conc0-value"); len(res) != 1 || res[0].Err != nil {
 		t.Fatalf("set compatibility: %+v", res)
 	}
-	if _, err := reg.ID(t.Context(), "conc0-value", `"string"`); !errors.Is(err, ErrRefused) {
+	if _, err := reg.ID(t.Context(), "conc0-value", `"string"`); !errors.Is(err, registry.ErrRefused) {
 		t.Errorf("an incompatible schema: %v, want ErrRefused", err)
 	}
 }
@@ -192,12 +193,12 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 func TestRegistrySchemaFirstNewVersionDuringOutage(t *testing.T) {
 	r := registrytest.Start(t)
 	px := r.Proxy(t)
-	direct := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	direct := mustRegistry(t, registry.Config{URL: r.URL()})
 	v1 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"}]}`
 	v2 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}`
 	v3 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null},{"name":"qty","type":["null","int"],"default":null}]}`
 	register(t, direct.Client(), "OrderCreated", sr.Schema{Schema: v1, Type: sr.TypeAvro})
-	enc, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: "http://" + px.Addr() + registrytest.CCompatPath, Timeout: time.Second}), SchemaFirstConfig{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: time.Nanosecond})
+	enc, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: "http://" + px.Addr() + registrytest.CCompatPath, Timeout: time.Second}), SchemaFirstConfig{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,13 +208,13 @@ func TestRegistrySchemaFirstNewVersionDuringOutage(t *testing.T) {
 	}
 	id2 := register(t, direct.Client(), "OrderCreated", sr.Schema{Schema: v2, Type: sr.TypeAvro})
 	out, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 2, "note": "v2"}`), 0)
-	if got, _, _ := Unframe(out); err != nil || got != uint32(id2) {
+	if got, _, _ := registry.Unframe(out); err != nil || got != uint32(id2) {
 		t.Errorf("a version-2 payload right after version 1 was learnt: id %d, %v; want version 2's id %d", got, err, id2)
 	}
 	register(t, direct.Client(), "OrderCreated", sr.Schema{Schema: v3, Type: sr.TypeAvro})
 	px.Down()
 	_, err = enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 3, "qty": 2}`), 0)
-	if err == nil || errors.Is(err, ErrMismatch) || !Outage(err) {
+	if err == nil || errors.Is(err, ErrMismatch) || !registry.Outage(err) {
 		t.Errorf("a version-3 payload while the registry is down: %v, want an outage (held)", err)
 	}
 	if _, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 4, "note": "fits v2"}`), 0); err != nil {
@@ -284,7 +285,7 @@ func TestRegistryAnswerSizeBounded(t *testing.T) {
 	}))
 	defer srv.Close()
 	for _, url := range []string{srv.URL, srv.URL + "/length"} {
-		reg := mustRegistry(t, RegistryConfig{URL: url})
+		reg := mustRegistry(t, registry.Config{URL: url})
 		var reported atomic.Value
 		reg.OnRequest(func(err error) {
 			if err != nil {
@@ -294,14 +295,14 @@ func TestRegistryAnswerSizeBounded(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		err := mustPassthrough(t, reg, PassthroughConfig{}).Check(t.Context(), "orders", "", Frame(nil, 1, []byte{2}))
+		err := mustPassthrough(t, reg, PassthroughConfig{}).Check(t.Context(), "orders", "", registry.Frame(nil, 1, []byte{2}))
 		runtime.ReadMemStats(&after)
 		alloc := after.TotalAlloc - before.TotalAlloc
 		t.Logf("%s: allocated %d MiB: %v", url, alloc>>20, err)
 		if alloc > 100<<20 { // about 34 MiB (69 with -race): what io.ReadAll grows to for 16 MiB
 			t.Errorf("%s: one answer of %d MiB allocated %d MiB: no bound on an answer's size", url, size>>20, alloc>>20)
 		}
-		if err == nil || !Outage(err) || !strings.Contains(err.Error(), "larger than 16 MiB") {
+		if err == nil || !registry.Outage(err) || !strings.Contains(err.Error(), "larger than 16 MiB") {
 			t.Errorf("%s: %v, want an outage saying the answer is larger than 16 MiB", url, err)
 		}
 		if e, _ := reported.Load().(error); e == nil || !strings.Contains(e.Error(), "larger than 16 MiB") {
@@ -326,7 +327,7 @@ func TestRegistryHugeSchemaDeadLettered(t *testing.T) {
 		_, _ = w.Write([]byte(`{"error_code": 413, "message": "Request Entity Too Large"}`))
 	}))
 	defer srv.Close()
-	reg := mustRegistry(t, RegistryConfig{URL: srv.URL, AutoRegister: true})
+	reg := mustRegistry(t, registry.Config{URL: srv.URL, AutoRegister: true})
 	var b strings.Builder
 	b.WriteString(`{"type":"record","name":"payload","fields":[`)
 	for i := 0; b.Len() <= 1<<20; i++ {
@@ -337,11 +338,11 @@ func TestRegistryHugeSchemaDeadLettered(t *testing.T) {
 	}
 	b.WriteString(`]}`)
 	_, err := reg.ID(t.Context(), "orders-value", b.String())
-	if !errors.Is(err, ErrPayload) || !strings.Contains(err.Error(), "bytes") || requests.Load() != 0 {
+	if !errors.Is(err, registry.ErrPayload) || !strings.Contains(err.Error(), "bytes") || requests.Load() != 0 {
 		t.Errorf("a %d-byte schema: %.300v (%d requests), want ErrPayload naming its size, before any request", b.Len(), err, requests.Load())
 	}
 	_, err = reg.ID(t.Context(), "orders-value", `{"type":"record","name":"payload","fields":[{"name":"a","type":"long"}]}`)
-	if !errors.Is(err, ErrRefused) {
+	if !errors.Is(err, registry.ErrRefused) {
 		t.Errorf("HTTP 413: %v, want ErrRefused", err)
 	}
 }
@@ -356,14 +357,14 @@ func TestRegistryErrorTextBounded(t *testing.T) {
 		_, _ = w.Write([]byte(page))
 	}))
 	defer srv.Close()
-	reg := mustRegistry(t, RegistryConfig{URL: srv.URL, AutoRegister: true})
+	reg := mustRegistry(t, registry.Config{URL: srv.URL, AutoRegister: true})
 	_, err := reg.ID(t.Context(), "t-value", `"string"`)
 	var re *sr.ResponseError
-	if err == nil || !Outage(err) || !errors.As(err, &re) || re.StatusCode != http.StatusBadGateway || len(err.Error()) > 1200 {
+	if err == nil || !registry.Outage(err) || !errors.As(err, &re) || re.StatusCode != http.StatusBadGateway || len(err.Error()) > 1200 {
 		t.Errorf("a 502 with a %d-byte page: a %d-byte error (%.200v…), want an outage of at most about 1,000 bytes", len(page), len(err.Error()), err)
 	}
-	err = mustPassthrough(t, reg, PassthroughConfig{}).Check(t.Context(), "orders", "", Frame(nil, 1, []byte{2}))
-	if err == nil || !Outage(err) || len(err.Error()) > 1200 {
+	err = mustPassthrough(t, reg, PassthroughConfig{}).Check(t.Context(), "orders", "", registry.Frame(nil, 1, []byte{2}))
+	if err == nil || !registry.Outage(err) || len(err.Error()) > 1200 {
 		t.Errorf("passthrough, a 502 with a %d-byte page: a %d-byte error", len(page), len(err.Error()))
 	}
 }

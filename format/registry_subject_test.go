@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -16,7 +17,7 @@ import (
 // that a server normalizes away (".", ".."), control characters, text that
 // is not UTF-8, or longer than a subject may be (a request line of 70 KB
 // gets no answer at all).
-var oddTypes = []string{".", "..", "a\nb", "\x00", "tab\there", "\xff\xfe", strings.Repeat("x", MaxSubjectBytes+1), strings.Repeat("x", 70000)}
+var oddTypes = []string{".", "..", "a\nb", "\x00", "tab\there", "\xff\xfe", strings.Repeat("x", registry.MaxSubjectBytes+1), strings.Repeat("x", 70000)}
 
 // shown is typ cut for a test's message.
 func shown(typ string) string {
@@ -40,7 +41,7 @@ func TestSubjectFromTypeCheckedBeforeRequest(t *testing.T) {
 		w.WriteHeader(http.StatusNotFound) // a path the API does not serve, as /versions/latest
 	}))
 	defer srv.Close()
-	reg := mustRegistry(t, RegistryConfig{URL: srv.URL})
+	reg := mustRegistry(t, registry.Config{URL: srv.URL})
 	for _, strategy := range []string{StrategyType, StrategyTopicType} {
 		enc, err := NewSchemaFirst(reg, SchemaFirstConfig{Kind: KindAvro, Strategy: strategy})
 		if err != nil {
@@ -55,13 +56,13 @@ func TestSubjectFromTypeCheckedBeforeRequest(t *testing.T) {
 				continue // orders-. is a subject like any other
 			}
 			_, err := enc.Value(t.Context(), "orders", typ, []byte(`{"a":1}`), 0)
-			if !errors.Is(err, ErrNotRegistered) || Outage(err) || !strings.Contains(err.Error(), "type") {
+			if !errors.Is(err, registry.ErrNotRegistered) || registry.Outage(err) || !strings.Contains(err.Error(), "type") {
 				t.Errorf("schema-first, strategy %s, type %q: %v: want ErrNotRegistered (dead-lettered), naming the type", strategy, shown(typ), err)
-			} else if len(err.Error()) > 2*maxErrorText {
+			} else if len(err.Error()) > 2*registry.MaxErrorText {
 				t.Errorf("schema-first, strategy %s, type %q: an error of %d bytes", strategy, shown(typ), len(err.Error()))
 			}
-			err = pt.Check(t.Context(), "orders", typ, Frame(nil, 1, []byte{2}))
-			if !errors.Is(err, ErrSchemaUnknown) || !strings.Contains(err.Error(), "type") {
+			err = pt.Check(t.Context(), "orders", typ, registry.Frame(nil, 1, []byte{2}))
+			if !errors.Is(err, registry.ErrSchemaUnknown) || !strings.Contains(err.Error(), "type") {
 				t.Errorf("passthrough, strategy %s, type %q: %v: want ErrSchemaUnknown (dead-lettered), naming the type", strategy, shown(typ), err)
 			}
 		}
@@ -79,16 +80,16 @@ func TestRegistrySchemaFirstOddTypeDeadLettered(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
 	for _, strategy := range []string{StrategyType, StrategyTopicType} {
-		enc, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: r.URL(), Timeout: 5 * time.Second}), SchemaFirstConfig{Kind: KindAvro, Strategy: strategy})
+		enc, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), Timeout: 5 * time.Second}), SchemaFirstConfig{Kind: KindAvro, Strategy: strategy})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, typ := range append([]string{"Nope", "a/b", "a?b", "a#b", "%", "a%2Fb", "a b", `a\b`, "é", "a/..", "../x", "./x", "%2e%2e", "a;b", ";", strings.Repeat("é", MaxSubjectBytes/2-10)}, oddTypes...) {
+		for _, typ := range append([]string{"Nope", "a/b", "a?b", "a#b", "%", "a%2Fb", "a b", `a\b`, "é", "a/..", "../x", "./x", "%2e%2e", "a;b", ";", strings.Repeat("é", registry.MaxSubjectBytes/2-10)}, oddTypes...) {
 			_, err := enc.Value(ctx, "orders", typ, []byte(`{"a":1}`), 0)
 			switch {
 			case err == nil:
 				t.Errorf("strategy %s, type %q: written", strategy, shown(typ))
-			case Outage(err) || !errors.Is(err, ErrNotRegistered):
+			case registry.Outage(err) || !errors.Is(err, registry.ErrNotRegistered):
 				t.Errorf("strategy %s, type %q: %s: want ErrNotRegistered (dead-lettered), not an outage (the stream held for ever by one event's type)", strategy, shown(typ), clip(strings.ReplaceAll(err.Error(), typ, "<the type>")))
 			default:
 				t.Logf("strategy %s, type %q: %s", strategy, shown(typ), clip(err.Error()))
@@ -110,21 +111,21 @@ func TestPingTransientIsOutage(t *testing.T) {
 			w.WriteHeader(code)
 			w.Write([]byte(`{"error_code":42901,"message":"Request rate limit exceeded"}`))
 		}))
-		reg := mustRegistry(t, RegistryConfig{URL: srv.URL})
+		reg := mustRegistry(t, registry.Config{URL: srv.URL})
 		var reported atomic.Pointer[error]
 		reg.OnRequest(func(err error) { reported.Store(&err) })
 		err := reg.Ping(t.Context())
-		if err == nil || errors.Is(err, ErrNotSchemaRegistry) || !Outage(err) {
+		if err == nil || errors.Is(err, registry.ErrNotSchemaRegistry) || !registry.Outage(err) {
 			t.Errorf("HTTP %d at start: %v: want an outage, not ErrNotSchemaRegistry (walrelay run refuses to start)", code, err)
 		}
-		if p := reported.Load(); p == nil || *p == nil || NotSchemaRegistry(*p) {
+		if p := reported.Load(); p == nil || *p == nil || registry.NotSchemaRegistry(*p) {
 			t.Errorf("HTTP %d: reported %v: want not answering", code, p)
 		}
 		enc, err := NewSchemaFirst(reg, SchemaFirstConfig{Kind: KindAvro})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := enc.Value(t.Context(), "orders", "OrderCreated", []byte(`{}`), 0); !Outage(err) {
+		if _, err := enc.Value(t.Context(), "orders", "OrderCreated", []byte(`{}`), 0); !registry.Outage(err) {
 			t.Errorf("HTTP %d to a schema's request: %v: want an outage (held)", code, err)
 		}
 		srv.Close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/lru"
 )
 
@@ -119,14 +120,10 @@ type SchemaFirstConfig struct {
 // default.
 const DefaultMismatchReadInterval = 10 * time.Second
 
-// DefaultUnusableReadInterval is the default of
-// SchemaFirstConfig.UnusableReadInterval and of PassthroughConfig's.
-const DefaultUnusableReadInterval = 10 * time.Second
-
 // SchemaFirst writes JSON payloads in the schema registered for their
 // event. It is safe for concurrent use.
 type SchemaFirst struct {
-	reg *Registry
+	reg *registry.Client
 	cfg SchemaFirstConfig
 	mu  sync.Mutex
 	// schemas caches the compiled schema of each subject and version;
@@ -193,7 +190,7 @@ type compiledSchema struct {
 }
 
 // NewSchemaFirst returns an encoder reading its schemas from reg.
-func NewSchemaFirst(reg *Registry, cfg SchemaFirstConfig) (*SchemaFirst, error) {
+func NewSchemaFirst(reg *registry.Client, cfg SchemaFirstConfig) (*SchemaFirst, error) {
 	switch cfg.Kind {
 	case KindAvro, KindProtobuf, KindJSONSchema:
 	default:
@@ -218,7 +215,7 @@ func NewSchemaFirst(reg *Registry, cfg SchemaFirstConfig) (*SchemaFirst, error) 
 		cfg.MismatchReadInterval = DefaultMismatchReadInterval
 	}
 	if cfg.UnusableReadInterval <= 0 {
-		cfg.UnusableReadInterval = DefaultUnusableReadInterval
+		cfg.UnusableReadInterval = registry.DefaultUnusableReadInterval
 	}
 	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, reads: map[subjectVersion]*subjectReads{}, now: time.Now}, nil
 }
@@ -270,14 +267,14 @@ func (s *SchemaFirst) Subject(topic, typ string) (string, error) {
 		return s.cfg.Subject, nil
 	case StrategyTopicType:
 		if typ == "" {
-			return "", fmt.Errorf("%w: the event has no type, which names its subject (<topic>-<type>)", ErrNotRegistered)
+			return "", fmt.Errorf("%w: the event has no type, which names its subject (<topic>-<type>)", registry.ErrNotRegistered)
 		}
-		return topic + "-" + typ, typeSubject(ErrNotRegistered, topic+"-"+typ, typ)
+		return topic + "-" + typ, registry.TypeSubject(registry.ErrNotRegistered, topic+"-"+typ, typ)
 	}
 	if typ == "" {
-		return "", fmt.Errorf("%w: the event has no type, which names its subject", ErrNotRegistered)
+		return "", fmt.Errorf("%w: the event has no type, which names its subject", registry.ErrNotRegistered)
 	}
-	return typ, typeSubject(ErrNotRegistered, typ, typ)
+	return typ, registry.TypeSubject(registry.ErrNotRegistered, typ, typ)
 }
 
 // Value writes payload, a JSON document, the value of an event of type
@@ -304,7 +301,7 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 	if n, over := jsonTokens(payload, MaxPayloadTokens); over {
 		return nil, fmt.Errorf("%w: the payload holds more than %d JSON values, keys and members (%d bytes read), more than a schema-first format converts", ErrTooLarge, MaxPayloadTokens, n)
 	}
-	out, err := c.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c.id, nil), payload, maxBytes)
+	out, err := c.write(registry.Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c.id, nil), payload, maxBytes)
 	var merr *MismatchError
 	if errors.As(err, &merr) && s.cfg.Version == Latest {
 		// A new version may have been registered since (an application
@@ -321,19 +318,19 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 		if !again && cur.id != c.id {
 			// Read again meanwhile (by a concurrent mismatch): a newer
 			// version known, which the payload may fit.
-			out, err = cur.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), cur.id, nil), payload, maxBytes)
+			out, err = cur.write(registry.Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), cur.id, nil), payload, maxBytes)
 		}
 		if again {
 			c2, rerr := s.read(ctx, subject)
 			switch {
 			case rerr == nil:
 				if c2.id != c.id {
-					out, err = c2.write(Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c2.id, nil), payload, maxBytes)
+					out, err = c2.write(registry.Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c2.id, nil), payload, maxBytes)
 				}
-			case Outage(rerr):
+			case registry.Outage(rerr):
 				s.readAgainFailed(subject, rerr)
 				return nil, fmt.Errorf("subject %s: the payload does not fit version %d, and the registry's latest cannot be read again to know whether a newer one fits it: %w", subject, c.version, rerr)
-			case errors.Is(rerr, ErrUnauthorized):
+			case errors.Is(rerr, registry.ErrUnauthorized):
 				s.readAgainFailed(subject, rerr)
 				return nil, rerr
 			}
@@ -449,7 +446,7 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 		}
 	}
 	fresh, err := s.read(ctx, subject)
-	if err != nil && ok && Outage(err) {
+	if err != nil && ok && registry.Outage(err) {
 		// A registry that does not answer the reading again of a
 		// latest: the one known serves meanwhile (for payloads that fit
 		// it; Value reads again before calling one a mismatch).
@@ -471,7 +468,7 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 		// A failure is forgotten, the registry having answered.
 		r := s.readsOf(k)
 		r.unusable, r.mismatchReadErr = unusableRead{}, nil
-	case errors.Is(err, ErrNotRegistered) && ctx.Err() == nil:
+	case errors.Is(err, registry.ErrNotRegistered) && ctx.Err() == nil:
 		s.readsOf(k).unusable = unusableRead{at: s.now(), err: err}
 	}
 	return c, err
@@ -505,10 +502,10 @@ func (s *SchemaFirst) unusableWithin(k subjectVersion) error {
 
 // readCompile is read without the memory of unusable subjects.
 func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compiledSchema, error) {
-	ss, err := s.reg.cl.SchemaByVersion(ctx, subject, s.cfg.Version)
+	ss, err := s.reg.Client().SchemaByVersion(ctx, subject, s.cfg.Version)
 	if err != nil {
-		err = classify(subject, err)
-		if errors.Is(err, ErrNotRegistered) {
+		err = registry.Classify(subject, err)
+		if errors.Is(err, registry.ErrNotRegistered) {
 			err = fmt.Errorf("%w (%s)", err, s.registers())
 		}
 		return nil, err
@@ -524,9 +521,9 @@ func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compile
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, ctx.Err())
 		}
-		return nil, fmt.Errorf("subject %s version %d: %w: %w", subject, ss.Version, ErrNotRegistered, err)
+		return nil, fmt.Errorf("subject %s version %d: %w: %w", subject, ss.Version, registry.ErrNotRegistered, err)
 	}
-	c.size = CompiledSize(ss.Schema.Schema, refs)
+	c.size = registry.CompiledSize(ss.Schema.Schema, refs)
 	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
 	if old, ok := s.schemas[k]; ok {
@@ -555,7 +552,7 @@ func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compile
 // registers says what the schema-first formats register, for the error
 // of a subject the registry lacks.
 func (s *SchemaFirst) registers() string {
-	if s.reg.auto {
+	if s.reg.AutoRegister() {
 		return "kafka.schema_registry.auto_register is on, and a schema-first format registers only the schema files of kafka.schema_registry.subjects, at start: register the event's schema, or name its file there"
 	}
 	return "kafka.schema_registry.auto_register is off: walrelay registers nothing; register the event's schema"
@@ -563,7 +560,7 @@ func (s *SchemaFirst) registers() string {
 
 // compile makes a registered schema ready to write payloads, with the
 // schemas it references (refs, as References gives them).
-func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs []Reference) (*compiledSchema, error) {
+func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs []registry.Reference) (*compiledSchema, error) {
 	kind := ss.Type.String() // AVRO when the API leaves schemaType out
 
 	if kind != s.cfg.Kind {
@@ -582,11 +579,11 @@ func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs []R
 		c.write, err = compileAvro(ss.Schema.Schema, refs, mismatch)
 	case KindProtobuf:
 		var w func(dst, payload []byte) ([]byte, *MismatchError)
-		w, err = compileProtobuf(ctx, ss.Schema.Schema, RefsByName(refs), s.cfg.Message, mismatch)
+		w, err = compileProtobuf(ctx, ss.Schema.Schema, registry.RefsByName(refs), s.cfg.Message, mismatch)
 		c.write = capped(w)
 	case KindJSONSchema:
 		var w func(dst, payload []byte) ([]byte, *MismatchError)
-		w, err = compileJSONSchema(ss.Schema.Schema, RefsByName(refs), mismatch)
+		w, err = compileJSONSchema(ss.Schema.Schema, registry.RefsByName(refs), mismatch)
 		c.write = capped(w)
 	}
 	if err != nil {
@@ -629,3 +626,6 @@ func clip(s string) string {
 	}
 	return s[:cut] + "…"
 }
+
+// Registry is the schema-first encoder's schema registry.
+func (s *SchemaFirst) Registry() *registry.Client { return s.reg }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // ParseAvro parses an Avro schema of the registry with the schemas it
@@ -22,7 +24,7 @@ import (
 // hamba/avro panics on some schemas (a record field whose default is of
 // its own record, validated: a nil pointer); a registry's answer must not
 // stop walrelay or the inbox, so that is an error too.
-func ParseAvro(text string, refs []Reference) (s avro.Schema, err error) {
+func ParseAvro(text string, refs []registry.Reference) (s avro.Schema, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s, err = nil, fmt.Errorf("parse the Avro schema: hamba/avro fails on it: %v", p)
@@ -49,7 +51,7 @@ func ParseAvro(text string, refs []Reference) (s avro.Schema, err error) {
 // ParseAvro does, and refuses (ErrAvroName) the names that Java's Avro
 // refuses: Debezium's consumers, and Java's, must read what walrelay
 // writes.
-func ParseAvroWrite(text string, refs []Reference) (avro.Schema, error) {
+func ParseAvroWrite(text string, refs []registry.Reference) (avro.Schema, error) {
 	schema, err := ParseAvro(text, refs)
 	if err != nil {
 		return nil, err
@@ -173,7 +175,7 @@ func avroNames(s avro.Schema, seen map[avro.Schema]bool) error {
 // schema, straight into Avro's binary encoding (jsonAvroWriter), a value of
 // more than maxBytes (0: no bound) refused with ErrTooLarge as soon as
 // the bytes written pass it, before the rest is converted.
-func compileAvro(text string, refs []Reference, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte, maxBytes int) ([]byte, error), error) {
+func compileAvro(text string, refs []registry.Reference, mismatch func(field, reason string) *MismatchError) (func(dst, payload []byte, maxBytes int) ([]byte, error), error) {
 	schema, err := ParseAvroWrite(text, refs)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -57,7 +58,7 @@ func le12(months, days, millis uint32) [12]byte {
 // decimal's unscaled big-endian two's-complement bytes included).
 func TestRegistrySchemaFirstAvroLogicalTypes(t *testing.T) {
 	r := registrytest.Start(t)
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	id := register(t, reg.Client(), "Payment", sr.Schema{Schema: paymentAvro, Type: sr.TypeAvro})
 	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro})
 	ctx := t.Context()
@@ -115,7 +116,7 @@ func TestRegistrySchemaFirstAvroLogicalTypes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gotID, body, err := Unframe(v)
+			gotID, body, err := registry.Unframe(v)
 			if err != nil || int(gotID) != id {
 				t.Fatalf("framing: id %d %v, want %d", gotID, err, id)
 			}
@@ -267,7 +268,7 @@ const (
 // schemas parsed together.
 func TestRegistrySchemaFirstAvroReferences(t *testing.T) {
 	r := registrytest.Start(t)
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	cl := reg.Client()
 	register(t, cl, "shop.Country", sr.Schema{Schema: countryAvro, Type: sr.TypeAvro})
 	register(t, cl, "shop.Address", sr.Schema{Schema: addressAvro, Type: sr.TypeAvro,
@@ -280,7 +281,7 @@ func TestRegistrySchemaFirstAvroReferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotID, body, _ := Unframe(v)
+	gotID, body, _ := registry.Unframe(v)
 	if int(gotID) != id {
 		t.Fatalf("id %d, want %d", gotID, id)
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -31,7 +32,7 @@ import (
 // registry lacks is ErrNotRegistered.
 func TestRegistrySchemaFirstReferenceOutage(t *testing.T) {
 	r := registrytest.Start(t)
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	register(t, reg.Client(), "shop-common-money", sr.Schema{Schema: "syntax = \"proto3\";\npackage shop.common;\nmessage Money { string currency = 1; int64 units = 2; }\n", Type: sr.TypeProtobuf})
 	order := "syntax = \"proto3\";\npackage shop;\nimport \"shop/common/money.proto\";\nmessage OrderPaid { int64 id = 1; shop.common.Money total = 2; }\n"
 	register(t, reg.Client(), "OrderPaid", sr.Schema{Schema: order, Type: sr.TypeProtobuf,
@@ -54,7 +55,7 @@ func TestRegistrySchemaFirstReferenceOutage(t *testing.T) {
 	enc := schemaFirst(t, srv.URL+registrytest.CCompatPath, SchemaFirstConfig{Kind: KindProtobuf})
 	payload := []byte(`{"id": "1", "total": {"currency": "EUR", "units": "5"}}`)
 	_, err = enc.Value(t.Context(), "orders", "OrderPaid", payload, 0)
-	if err == nil || errors.Is(err, ErrNotRegistered) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrUnauthorized) {
+	if err == nil || errors.Is(err, registry.ErrNotRegistered) || errors.Is(err, ErrMismatch) || errors.Is(err, registry.ErrUnauthorized) {
 		t.Fatalf("the referenced schema unavailable: %v, want an outage (not ErrNotRegistered, ErrMismatch, ErrUnauthorized)", err)
 	}
 	failRefs.Store(false)
@@ -75,7 +76,7 @@ func TestRegistrySchemaFirstReferenceOutage(t *testing.T) {
 	}))
 	t.Cleanup(srv2.Close)
 	enc2 := schemaFirst(t, srv2.URL+registrytest.CCompatPath, SchemaFirstConfig{Kind: KindProtobuf})
-	if _, err := enc2.Value(t.Context(), "orders", "OrderLost", payload, 0); !errors.Is(err, ErrNotRegistered) {
+	if _, err := enc2.Value(t.Context(), "orders", "OrderLost", payload, 0); !errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("a reference the registry lacks: %v, want ErrNotRegistered", err)
 	}
 }
@@ -170,7 +171,7 @@ func TestSchemaFirstProtobufWellKnownTypesAreGoogles(t *testing.T) {
 		}()
 		t.Logf("%s: %d bytes, %v", c.subject, len(v), err)
 		if c.refused != "" {
-			if !errors.Is(err, ErrNotRegistered) || !strings.Contains(err.Error(), c.refused) {
+			if !errors.Is(err, registry.ErrNotRegistered) || !strings.Contains(err.Error(), c.refused) {
 				t.Errorf("%s: %v, want ErrNotRegistered naming %s", c.subject, err, c.refused)
 			}
 			continue
@@ -179,7 +180,7 @@ func TestSchemaFirstProtobufWellKnownTypesAreGoogles(t *testing.T) {
 			t.Errorf("%s: %v", c.subject, err)
 			continue
 		}
-		_, body, err := Unframe(v)
+		_, body, err := registry.Unframe(v)
 		if err != nil || len(body) == 0 || body[0] != 0 {
 			t.Fatalf("%s: % x %v", c.subject, v, err)
 		}

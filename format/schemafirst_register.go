@@ -7,10 +7,12 @@ import (
 	"net/http"
 
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // Registering the schema-first formats' schemas: only when asked
-// (RegistryConfig.AutoRegister), only the schemas that the operator
+// (registry.Config.AutoRegister), only the schemas that the operator
 // supplies, and only when the caller says (walrelay does at start, before
 // any event); never a schema inferred from a payload.
 
@@ -18,11 +20,7 @@ var (
 	// ErrIncompatible is a schema that the subject's compatibility rule
 	// refuses (HTTP 409): the operator changes the schema or the rule.
 	// It is an ErrRefused.
-	ErrIncompatible = fmt.Errorf("%w: incompatible with the subject's versions under its compatibility rule", ErrRefused)
-	// ErrInvalid is a schema that walrelay cannot use (it does not parse
-	// or compile, or is of another kind than the format's), found before
-	// it is sent to the registry.
-	ErrInvalid = errors.New("walrelay cannot use the schema")
+	ErrIncompatible = fmt.Errorf("%w: incompatible with the subject's versions under its compatibility rule", registry.ErrRefused)
 )
 
 // Registered is a schema registered under a subject: its id (the one
@@ -33,23 +31,13 @@ type Registered struct {
 	ID, Version, Latest int
 }
 
-// Outage reports whether a registry's error is an outage (no answer, a
-// timeout, a 5xx): one that retrying later may fix, as opposed to a
-// refusal, credentials refused, a schema id the registry does not have
-// (ErrSchemaUnknown), or a schema walrelay cannot use.
-func Outage(err error) bool {
-	return err != nil && !errors.Is(err, ErrRefused) && !errors.Is(err, ErrUnauthorized) &&
-		!errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrSchemaUnknown) && !errors.Is(err, ErrInvalid) &&
-		!errors.Is(err, context.Canceled)
-}
-
 // local is text as a schema of the format's kind, once walrelay has
 // parsed or compiled it as it would the registry's (without references:
 // a supplied schema has none).
 func (s *SchemaFirst) local(ctx context.Context, text string) (sr.Schema, error) {
 	schema := sr.Schema{Schema: text, Type: schemaType(s.cfg.Kind)}
 	if _, err := s.compile(ctx, sr.SubjectSchema{Schema: schema}, nil); err != nil {
-		return sr.Schema{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return sr.Schema{}, fmt.Errorf("%w: %w", registry.ErrInvalid, err)
 	}
 	return schema, nil
 }
@@ -72,23 +60,23 @@ func schemaType(kind string) sr.SchemaType {
 // (before any request), ErrIncompatible, ErrRefused (the registry finds
 // it invalid), ErrUnauthorized, or an outage (Outage).
 func (s *SchemaFirst) Register(ctx context.Context, subject, text string) (Registered, error) {
-	if !s.reg.auto {
+	if !s.reg.AutoRegister() {
 		return Registered{}, fmt.Errorf("subject %s: auto-registration is off: walrelay registers nothing", subject)
 	}
 	schema, err := s.local(ctx, text)
 	if err != nil {
 		return Registered{}, fmt.Errorf("subject %s: %w", subject, err)
 	}
-	if _, err := s.reg.register(ctx, subject, schema); err != nil {
+	if _, err := s.reg.Register(ctx, subject, schema); err != nil {
 		return Registered{}, registerError(subject, err)
 	}
 	// The id and the version: registering answers the id alone.
-	ss, err := s.reg.cl.LookupSchema(ctx, subject, schema)
+	ss, err := s.reg.Client().LookupSchema(ctx, subject, schema)
 	if err != nil {
-		return Registered{}, classify(subject, err)
+		return Registered{}, registry.Classify(subject, err)
 	}
 	got := Registered{ID: ss.ID, Version: ss.Version, Latest: ss.Version}
-	if latest, err := s.reg.cl.SchemaByVersion(ctx, subject, -1); err == nil {
+	if latest, err := s.reg.Client().SchemaByVersion(ctx, subject, -1); err == nil {
 		got.Latest = latest.Version
 	}
 	return got, nil
@@ -104,10 +92,10 @@ func (s *SchemaFirst) Plan(ctx context.Context, subject, text string) (string, e
 	if err != nil {
 		return "", fmt.Errorf("subject %s: %w", subject, err)
 	}
-	ss, err := s.reg.cl.LookupSchema(ctx, subject, schema)
+	ss, err := s.reg.Client().LookupSchema(ctx, subject, schema)
 	if err == nil {
 		plan := fmt.Sprintf("registered already: version %d, id %d", ss.Version, ss.ID)
-		if latest, err := s.reg.cl.SchemaByVersion(ctx, subject, -1); err == nil && latest.Version != ss.Version {
+		if latest, err := s.reg.Client().SchemaByVersion(ctx, subject, -1); err == nil && latest.Version != ss.Version {
 			// Registering it again gives this version back: the latest
 			// stays what `latest` writes.
 			plan += fmt.Sprintf(", not the latest (version %d, which the subject's latest writes)", latest.Version)
@@ -115,15 +103,15 @@ func (s *SchemaFirst) Plan(ctx context.Context, subject, text string) (string, e
 		return plan, nil
 	}
 	var re *sr.ResponseError
-	if !errors.As(err, &re) || !notFound(re) {
-		return "", classify(subject, err)
+	if !errors.As(err, &re) || !registry.NotFound(re) {
+		return "", registry.Classify(subject, err)
 	}
 	if re.ErrorCode == 40401 { // subject not found
 		return "would register it as version 1 of a new subject", nil
 	}
-	res, err := s.reg.cl.CheckCompatibility(ctx, subject, -1, schema)
+	res, err := s.reg.Client().CheckCompatibility(ctx, subject, -1, schema)
 	if err != nil {
-		return "", classify(subject, err)
+		return "", registry.Classify(subject, err)
 	}
 	if !res.Is {
 		why := ""
@@ -143,5 +131,5 @@ func registerError(subject string, err error) error {
 	if errors.As(err, &re) && re.StatusCode == http.StatusConflict {
 		return fmt.Errorf("subject %s: %w (HTTP 409): %s", subject, ErrIncompatible, clip(re.Message))
 	}
-	return classify(subject, err)
+	return registry.Classify(subject, err)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -22,8 +23,8 @@ import (
 func TestRegistrySchemaFirstRegister(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	cl := mustRegistry(t, RegistryConfig{URL: r.URL()}).Client()
-	enc, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
+	cl := mustRegistry(t, registry.Config{URL: r.URL()}).Client()
+	enc, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestRegistrySchemaFirstRegister(t *testing.T) {
 	if _, err := enc.Plan(ctx, "Paid", incompatible); !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "Paid") {
 		t.Errorf("plan for an incompatible schema: %v, want ErrIncompatible naming Paid", err)
 	}
-	if _, err := enc.Register(ctx, "Paid", incompatible); !errors.Is(err, ErrIncompatible) || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "subject Paid") {
+	if _, err := enc.Register(ctx, "Paid", incompatible); !errors.Is(err, ErrIncompatible) || !errors.Is(err, registry.ErrRefused) || !strings.Contains(err.Error(), "subject Paid") {
 		t.Errorf("register an incompatible schema: %v, want ErrIncompatible naming subject Paid", err)
 	}
 	if vs, _ := cl.SubjectVersions(ctx, "Paid"); len(vs) != 1 {
@@ -89,12 +90,12 @@ func TestRegistrySchemaFirstRegister(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	down, _ := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: "http://" + addr, AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
-	if _, err := down.Register(ctx, "Paid", v1); err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNotRegistered) {
+	down, _ := NewSchemaFirst(mustRegistry(t, registry.Config{URL: "http://" + addr, AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
+	if _, err := down.Register(ctx, "Paid", v1); err == nil || errors.Is(err, registry.ErrRefused) || errors.Is(err, registry.ErrUnauthorized) || errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("a registry down: %v, want an outage", err)
 	}
 	// Auto-registration off: nothing registered.
-	off, _ := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: r.URL()}), SchemaFirstConfig{Kind: KindAvro})
+	off, _ := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL()}), SchemaFirstConfig{Kind: KindAvro})
 	if _, err := off.Register(ctx, "Other", v1); err == nil {
 		t.Error("Register with auto-registration off: no error")
 	}
@@ -112,7 +113,7 @@ func TestRegistrySchemaFirstRegister(t *testing.T) {
 func TestRegistrySchemaFirstRegisterKinds(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	cl := mustRegistry(t, RegistryConfig{URL: r.URL()}).Client()
+	cl := mustRegistry(t, registry.Config{URL: r.URL()}).Client()
 	for _, c := range []struct {
 		kind, message, schema, payload string
 		typ                            sr.SchemaType
@@ -120,7 +121,7 @@ func TestRegistrySchemaFirstRegisterKinds(t *testing.T) {
 		{KindProtobuf, "shop.Paid", `syntax = "proto3"; package shop; message Other { int32 x = 1; } message Paid { int64 id = 1; }`, `{"id": "3"}`, sr.TypeProtobuf},
 		{KindJSONSchema, "", `{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}`, `{"id": 3}`, sr.TypeJSON},
 	} {
-		enc, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: c.kind, Message: c.message})
+		enc, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: c.kind, Message: c.message})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,12 +135,12 @@ func TestRegistrySchemaFirstRegisterKinds(t *testing.T) {
 			t.Errorf("%s: registered %+v %v, want type %s id %d", c.kind, ss, err, c.typ, got.ID)
 		}
 		v, err := enc.Value(ctx, "t", subject, []byte(c.payload), 0)
-		if id, _, _ := Unframe(v); err != nil || int(id) != got.ID {
+		if id, _, _ := registry.Unframe(v); err != nil || int(id) != got.ID {
 			t.Errorf("%s: written with id %d %v, want %d", c.kind, id, err, got.ID)
 		}
 	}
-	enc, _ := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindProtobuf, Message: "shop.Missing"})
-	if _, err := enc.Register(ctx, "NoMessage", `syntax = "proto3"; package shop; message Paid { int64 id = 1; }`); !errors.Is(err, ErrInvalid) {
+	enc, _ := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindProtobuf, Message: "shop.Missing"})
+	if _, err := enc.Register(ctx, "NoMessage", `syntax = "proto3"; package shop; message Paid { int64 id = 1; }`); !errors.Is(err, registry.ErrInvalid) {
 		t.Errorf("a .proto without the configured message: %v, want ErrInvalid", err)
 	}
 	if _, err := cl.SchemaByVersion(ctx, "NoMessage", -1); err == nil {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // latestServer is a registry over loopback that answers GET
@@ -79,7 +81,7 @@ func TestSchemaFirstMismatchReadBounded(t *testing.T) {
 	ctx := t.Context()
 	value := func(payload string) (id uint32, err error) {
 		out, err := enc.Value(ctx, "orders", "OrderCreated", []byte(payload), 0)
-		id, _, _ = Unframe(out)
+		id, _, _ = registry.Unframe(out)
 		return id, err
 	}
 
@@ -128,7 +130,7 @@ func TestSchemaFirstMismatchReadBounded(t *testing.T) {
 	before = ls.requests.Load()
 	for i := range 3 {
 		_, err := value(`{"id": 4, "nope": 1}`)
-		if err == nil || errors.Is(err, ErrMismatch) || !Outage(err) {
+		if err == nil || errors.Is(err, ErrMismatch) || !registry.Outage(err) {
 			t.Errorf("mismatch %d once the interval passed, the registry down: %v, want an outage (held)", i, err)
 		}
 	}

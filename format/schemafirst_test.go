@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -63,7 +64,7 @@ func register(t *testing.T, cl *sr.Client, subject string, s sr.Schema) int {
 // schemaFirst is an encoder of kind against the registry at url.
 func schemaFirst(t *testing.T, url string, cfg SchemaFirstConfig) *SchemaFirst {
 	t.Helper()
-	s, err := NewSchemaFirst(mustRegistry(t, RegistryConfig{URL: url}), cfg)
+	s, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: url}), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func wantMismatch(t *testing.T, name string, err error, field string) {
 // unregistered type is ErrNotRegistered; nothing is registered.
 func TestRegistrySchemaFirstAvro(t *testing.T) {
 	r := registrytest.Start(t)
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	id := register(t, reg.Client(), "OrderCreated", sr.Schema{Schema: orderAvro, Type: sr.TypeAvro})
 	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro})
 	ctx := t.Context()
@@ -101,7 +102,7 @@ func TestRegistrySchemaFirstAvro(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotID, body, err := Unframe(v)
+	gotID, body, err := registry.Unframe(v)
 	if err != nil || int(gotID) != id {
 		t.Fatalf("framing: id %d %v, want %d", gotID, err, id)
 	}
@@ -140,7 +141,7 @@ func TestRegistrySchemaFirstAvro(t *testing.T) {
 		_, err := enc.Value(ctx, "orders", "OrderCreated", []byte(c.payload), 0)
 		wantMismatch(t, c.name, err, c.field)
 	}
-	if _, err := enc.Value(ctx, "orders", "Unknown", []byte(`{}`), 0); !errors.Is(err, ErrNotRegistered) {
+	if _, err := enc.Value(ctx, "orders", "Unknown", []byte(`{}`), 0); !errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("an unregistered type: %v, want ErrNotRegistered", err)
 	}
 	// A new version registered: a payload that fits it alone makes an
@@ -157,7 +158,7 @@ func TestRegistrySchemaFirstAvro(t *testing.T) {
 	newer := []byte(`{"id": 1, "qty": 1, "price": 1, "status": "NEW", "channel": "app"}`)
 	if v, err := fresh.Value(ctx, "orders", "OrderCreated", newer, 0); err != nil {
 		t.Errorf("a field of version 2: %v", err)
-	} else if got, _, _ := Unframe(v); int(got) != id2 {
+	} else if got, _, _ := registry.Unframe(v); int(got) != id2 {
 		t.Errorf("a field of version 2: id %d, want %d", got, id2)
 	}
 	if subjects, _ := reg.Client().Subjects(ctx); len(subjects) != 1 {
@@ -174,7 +175,7 @@ func TestRegistrySchemaFirstAvro(t *testing.T) {
 // version is used whatever the latest.
 func TestRegistrySchemaFirstProtobuf(t *testing.T) {
 	r := registrytest.Start(t)
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	id := register(t, reg.Client(), "orders-OrderCreated", sr.Schema{Schema: orderProto, Type: sr.TypeProtobuf})
 	ctx := t.Context()
 
@@ -195,7 +196,7 @@ func TestRegistrySchemaFirstProtobuf(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.message, err)
 		}
-		gotID, body, _ := Unframe(v)
+		gotID, body, _ := registry.Unframe(v)
 		if int(gotID) != id || !bytes.HasPrefix(body, c.index) {
 			t.Fatalf("%s: id %d, body % x: want id %d, indexes % x", c.message, gotID, body, id, c.index)
 		}
@@ -224,7 +225,7 @@ func TestRegistrySchemaFirstProtobuf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, body, _ := Unframe(v); body[0] != 0 {
+	if _, body, _ := registry.Unframe(v); body[0] != 0 {
 		t.Errorf("first message: indexes % x, want 00", body[:1])
 	}
 	if _, version, err := pinned.Check(ctx, "pings"); err != nil || version != 1 {
@@ -232,7 +233,7 @@ func TestRegistrySchemaFirstProtobuf(t *testing.T) {
 	}
 	// A format of another kind than the subject's schema.
 	avroEnc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro, Strategy: StrategySubject, Subject: "pings"})
-	if _, err := avroEnc.Value(ctx, "any", "", []byte(`{}`), 0); !errors.Is(err, ErrNotRegistered) {
+	if _, err := avroEnc.Value(ctx, "any", "", []byte(`{}`), 0); !errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("avro from a Protobuf subject: %v, want ErrNotRegistered", err)
 	}
 }
@@ -284,7 +285,7 @@ func jsonEqual(t *testing.T, a, b string) bool {
 // mismatch naming the JSON pointer of the value at fault.
 func TestRegistrySchemaFirstJSONSchema(t *testing.T) {
 	r := registrytest.Start(t)
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	id := register(t, reg.Client(), "OrderCreated", sr.Schema{Schema: orderJSONSchema, Type: sr.TypeJSON})
 	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindJSONSchema})
 	ctx := t.Context()
@@ -293,7 +294,7 @@ func TestRegistrySchemaFirstJSONSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gotID, body, _ := Unframe(v); int(gotID) != id || string(body) != in {
+	if gotID, body, _ := registry.Unframe(v); int(gotID) != id || string(body) != in {
 		t.Errorf("id %d body %s, want %d %s", gotID, body, id, in)
 	}
 	for _, c := range []struct{ name, payload, field string }{

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // subjectRegistry is a registry over loopback that answers GET
@@ -92,7 +94,7 @@ func TestSchemaFirstUnusableReadBounded(t *testing.T) {
 			const n = 300
 			for i := range n {
 				_, err := enc.Value(t.Context(), "orders", tc.subject, []byte(`{"x": 1}`), 0)
-				if !errors.Is(err, ErrNotRegistered) {
+				if !errors.Is(err, registry.ErrNotRegistered) {
 					t.Fatalf("event %d: %v, want ErrNotRegistered", i, err)
 				}
 			}
@@ -101,7 +103,7 @@ func TestSchemaFirstUnusableReadBounded(t *testing.T) {
 			}
 			clock.Add(int64(interval))
 			for range n {
-				if _, err := enc.Value(t.Context(), "orders", tc.subject, []byte(`{"x": 1}`), 0); !errors.Is(err, ErrNotRegistered) {
+				if _, err := enc.Value(t.Context(), "orders", tc.subject, []byte(`{"x": 1}`), 0); !errors.Is(err, registry.ErrNotRegistered) {
 					t.Fatalf("once the interval passed: %v, want ErrNotRegistered", err)
 				}
 			}
@@ -112,7 +114,7 @@ func TestSchemaFirstUnusableReadBounded(t *testing.T) {
 			ss.register(tc.subject, 8, `{"type":"record","name":"R","fields":[{"name":"x","type":"long"}]}`)
 			clock.Add(int64(interval))
 			out, err := enc.Value(t.Context(), "orders", tc.subject, []byte(`{"x": 1}`), 0)
-			if id, _, _ := Unframe(out); err != nil || id != 8 {
+			if id, _, _ := registry.Unframe(out); err != nil || id != 8 {
 				t.Fatalf("the subject registered, the interval passed: id %d, %v; want id 8", id, err)
 			}
 		})

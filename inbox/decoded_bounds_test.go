@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
 
@@ -35,7 +36,7 @@ func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any
-	if err := reg.Decode(t.Context(), format.Frame(nil, 1, []byte{0}), &v); err != nil {
+	if err := reg.Decode(t.Context(), registry.Frame(nil, 1, []byte{0}), &v); err != nil {
 		t.Fatal(err) // the schema fetched and compiled outside the measure
 	}
 	packed := func(n int) []byte {
@@ -53,7 +54,7 @@ func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
 		{"20,000 packed int32", packed(20000), true},
 		{"a string of 2 MiB", append(append([]byte{0x1a}, protowireVarint(2<<20)...), strings.Repeat("a", 2<<20)...), true},
 	} {
-		framed := format.Frame(nil, 1, append([]byte{0}, c.body...)) // indexes [0], then M
+		framed := registry.Frame(nil, 1, append([]byte{0}, c.body...)) // indexes [0], then M
 		var derr error
 		peak := heappeak.Of(func() {
 			var v any
@@ -98,10 +99,10 @@ func TestRegistryValidateJSONHugeNumbersUndecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any
-	if err := reg.Decode(t.Context(), format.Frame(nil, 1, []byte(`{"qty":[1]}`)), &v); err != nil {
+	if err := reg.Decode(t.Context(), registry.Frame(nil, 1, []byte(`{"qty":[1]}`)), &v); err != nil {
 		t.Fatal(err) // the schema fetched and compiled outside the measure
 	}
-	framed := format.Frame(nil, 1, []byte(`{"qty":[`+strings.Repeat("1e999999,", 29)+`1e999999]}`))
+	framed := registry.Frame(nil, 1, []byte(`{"qty":[`+strings.Repeat("1e999999,", 29)+`1e999999]}`))
 	start := time.Now()
 	err = reg.Decode(t.Context(), framed, &v)
 	if took := time.Since(start); !errors.Is(err, ErrUndecodable) || !strings.Contains(err.Error(), "beyond the bounds") {

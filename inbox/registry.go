@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/lru"
 )
 
@@ -41,7 +42,7 @@ const (
 var (
 	// ErrUndecodable is a key or value that will not decode however often
 	// it is tried: not framed (ErrNotFramed), a schema id the registry
-	// does not have (format.ErrSchemaUnknown), a schema that does not
+	// does not have (registry.ErrSchemaUnknown), a schema that does not
 	// compile or whose references the registry lacks, message indexes
 	// that name no message of the schema, bytes that do not decode with
 	// the schema or into the handler's type, a JSON value invalid in its
@@ -69,7 +70,7 @@ var (
 // ErrRegistryRefused for a 401 or 403).
 func registryDown(err error) error {
 	var re *sr.ResponseError
-	if errors.Is(err, format.ErrUnauthorized) || errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
+	if errors.Is(err, registry.ErrUnauthorized) || errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
 		return fmt.Errorf("%w: %w: %w", ErrRegistryUnavailable, ErrRegistryRefused, err)
 	}
 	return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
@@ -105,7 +106,7 @@ func undecodable(id uint32, err error) error { return &undecodableError{id, err}
 // Confluent's wire format (a registry format of walrelay's): ok is false
 // for a value in another format, or a tombstone.
 func (m Message) SchemaID() (id uint32, ok bool) {
-	id, _, err := format.Unframe(m.Value)
+	id, _, err := registry.Unframe(m.Value)
 	return id, err == nil
 }
 
@@ -154,7 +155,7 @@ type RegistryConfig struct {
 	// with the text of the schemas it references: a record of a larger
 	// one is ErrUndecodable, nothing compiled. Compiling costs some 40 to
 	// 80 times the text at its peak, keeping it some 10 to 16 times.
-	// Default 512 KiB (format.DefaultMaxCompiledSchemaBytes), far above
+	// Default 512 KiB (registry.DefaultMaxCompiledSchemaBytes), far above
 	// Debezium's schemas of wide tables. An answer of the registry is
 	// read up to 8 times this (4 MiB): a larger one is an outage (the
 	// record held, retried).
@@ -191,7 +192,7 @@ const DefaultUnusableReadInterval = 10 * time.Second
 // most once every RegistryConfig.UnusableReadInterval. It is safe for
 // concurrent use; one Registry serves every handler.
 type Registry struct {
-	reg      *format.Registry
+	reg      *registry.Client
 	validate bool
 	maxSize  int // RegistryConfig.MaxDecodedBytes
 	mu       sync.Mutex
@@ -200,7 +201,7 @@ type Registry struct {
 	// (schemasUsed) is dropped, one at a time.
 	schemas     map[uint32]*schema
 	schemasUsed lru.Order[uint32]
-	// size is the schemas' format.CompiledSize in all: at most
+	// size is the schemas' registry.CompiledSize in all: at most
 	// format.MaxCachedSchemaBytes.
 	size int
 	// compiling is held while a schema is compiled: one at a time, so
@@ -227,7 +228,7 @@ type unusableFetch struct {
 // schema is a registry's schema, compiled.
 type schema struct {
 	typ  string
-	size int         // format.CompiledSize
+	size int         // registry.CompiledSize
 	avro avro.Schema // Avro
 	// api is the hamba/avro configuration an Avro schema decodes with
 	// (nil: defaultCodecs): its own, since a configuration keeps a
@@ -249,18 +250,18 @@ type schema struct {
 // password never is).
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	// The errors never print the URL: it may hold a password or a token.
-	switch err := format.CheckRegistryURL(cfg.URL); {
-	case errors.Is(err, format.ErrRegistryURLCredentials):
+	switch err := registry.CheckURL(cfg.URL); {
+	case errors.Is(err, registry.ErrURLCredentials):
 		return nil, errors.New("inbox: RegistryConfig.URL holds credentials (user@ or user:password@): give them in RegistryConfig.Username and RegistryConfig.Password")
-	case errors.Is(err, format.ErrRegistryURLQuery):
+	case errors.Is(err, registry.ErrURLQuery):
 		return nil, errors.New("inbox: RegistryConfig.URL has a query or fragment (?... or #...), which errors and logs would print: give credentials in RegistryConfig.Username and RegistryConfig.Password, or a client certificate in RegistryConfig.TLS")
 	case err != nil:
 		return nil, errors.New("inbox: RegistryConfig.URL is not a URL of the registry: want http or https with a host (http://host:port/path; a host:port needs its http://)")
 	}
 	if cfg.MaxSchemaBytes <= 0 {
-		cfg.MaxSchemaBytes = format.DefaultMaxCompiledSchemaBytes
+		cfg.MaxSchemaBytes = registry.DefaultMaxCompiledSchemaBytes
 	}
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS,
+	reg, err := registry.New(registry.Config{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS,
 		MaxCompiledSchemaBytes: cfg.MaxSchemaBytes, MaxAnswerBytes: 8 * int64(cfg.MaxSchemaBytes)})
 	if err != nil {
 		return nil, err
@@ -384,7 +385,7 @@ func (r *Registry) Decoded(ctx context.Context, b []byte) (Decoded, error) {
 // value's: an error that is not ErrUndecodable.
 //
 // Errors: ErrUndecodable (ErrNotFramed for b not framed, an error
-// wrapping format.ErrSchemaUnknown for an id the registry lacks, any
+// wrapping registry.ErrSchemaUnknown for an id the registry lacks, any
 // failure to compile the schema or to decode b with it into v), on which
 // the consumer dead-letters the record at once; ErrRegistryUnavailable (a
 // registry that did not answer for a schema not cached yet), on which it
@@ -524,7 +525,7 @@ func protoTarget(v any) (proto.Message, bool) {
 // schema of the id (a JSON Schema one is fetched only to be validated
 // against).
 func (r *Registry) unframe(ctx context.Context, b []byte) (uint32, *schema, []byte, error) {
-	id, body, err := format.Unframe(b)
+	id, body, err := registry.Unframe(b)
 	if err != nil {
 		if len(b) == 0 {
 			return 0, nil, nil, undecodable(0, fmt.Errorf("%w (empty: a tombstone?)", ErrNotFramed))
@@ -606,7 +607,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
 	got, err := r.reg.SchemaByID(ctx, id)
 	if err != nil {
-		if errors.Is(err, format.ErrSchemaUnknown) {
+		if errors.Is(err, registry.ErrSchemaUnknown) {
 			return nil, undecodable(id, err)
 		}
 		return nil, registryDown(err)
@@ -619,20 +620,20 @@ func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
 		}
 		refs, err := r.reg.References(ctx, got.Schema, got.References)
 		if err != nil {
-			if errors.Is(err, format.ErrNotRegistered) {
+			if errors.Is(err, registry.ErrNotRegistered) {
 				return nil, undecodable(id, err)
 			}
 			return nil, registryDown(fmt.Errorf("schema id %d: %w", id, err))
 		}
-		s.size = format.CompiledSize(got.Schema, refs)
+		s.size = registry.CompiledSize(got.Schema, refs)
 		r.compiling.Lock()
 		switch s.typ {
 		case Avro:
 			s.avro, err = format.ParseAvro(got.Schema, refs)
 		case Protobuf:
-			s.proto, err = format.CompileProtobuf(ctx, got.Schema, format.RefsByName(refs))
+			s.proto, err = format.CompileProtobuf(ctx, got.Schema, registry.RefsByName(refs))
 		default:
-			s.json, err = format.CompileJSONSchema(got.Schema, format.RefsByName(refs))
+			s.json, err = format.CompileJSONSchema(got.Schema, registry.RefsByName(refs))
 		}
 		r.compiling.Unlock()
 		if err != nil {

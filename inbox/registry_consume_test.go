@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/inbox"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
@@ -48,7 +49,7 @@ func TestRegistryConsumeDecodes(t *testing.T) {
 		}
 		ev := outbox.NewID()
 		rec := event(ev, "order-1", i+1)
-		rec.Value = format.Frame(nil, uint32(id), body)
+		rec.Value = registry.Frame(nil, uint32(id), body)
 		recs, want[ev] = append(recs, rec), true
 	}
 	reg, err := inbox.NewRegistry(inbox.RegistryConfig{URL: r.URL()})
@@ -91,7 +92,7 @@ func TestRegistryConsumeProtobufAndJSONSchema(t *testing.T) {
 	r := registrytest.Start(t)
 	e := setup(t, 1)
 	ctx := t.Context()
-	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL()})
+	w, err := registry.New(registry.Config{URL: r.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}

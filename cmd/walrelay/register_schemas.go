@@ -8,6 +8,7 @@ import (
 
 	"github.com/walrelay/walrelay/config"
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // registerSchemaFiles registers the schema files that
@@ -42,7 +43,7 @@ func registerSchemaFiles(ctx context.Context, cfg *config.Config, sf *format.Sch
 			if ctx.Err() != nil {
 				return nil
 			}
-			if !format.Outage(err) {
+			if !registry.Outage(err) {
 				return fmt.Errorf("register the schema file %s (kafka.schema_registry.subjects): %w", f.Path, err)
 			}
 			log.Warn("the schema registry is not answering: walrelay registers the schema files before it streams, and retries",

@@ -1,4 +1,4 @@
-package format
+package registry
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func TestRegistryBasicAuthAndErrors(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := t.Context()
-	reg := mustRegistry(t, RegistryConfig{URL: srv.URL, Username: "relay", Password: "pw-secret", AutoRegister: true})
+	reg := mustRegistry(t, Config{URL: srv.URL, Username: "relay", Password: "pw-secret", AutoRegister: true})
 	if id, err := reg.ID(ctx, "t-value", `"string"`); err != nil || id != 7 {
 		t.Fatalf("id %d, %v", id, err)
 	}
@@ -48,7 +48,7 @@ func TestRegistryBasicAuthAndErrors(t *testing.T) {
 	for code, want := range map[int]error{http.StatusConflict: ErrRefused, http.StatusUnprocessableEntity: ErrRefused, http.StatusNotFound: ErrNotRegistered, http.StatusInternalServerError: nil} {
 		status = code
 		// A schema of its own for each answer: a refused one is not asked
-		// about again within RegistryConfig.UnusableReadInterval.
+		// about again within Config.UnusableReadInterval.
 		_, err := reg.ID(ctx, "t-value", fmt.Sprintf(`{"type":"string","doc":"%d"}`, code))
 		switch {
 		case err == nil:
@@ -64,7 +64,7 @@ func TestRegistryBasicAuthAndErrors(t *testing.T) {
 		t.Errorf("404 without Confluent's error code: %v, want a wrong URL held as an outage", err)
 	}
 	status = http.StatusOK
-	wrong := mustRegistry(t, RegistryConfig{URL: srv.URL, Username: "relay", Password: "pw-wrong", AutoRegister: true})
+	wrong := mustRegistry(t, Config{URL: srv.URL, Username: "relay", Password: "pw-wrong", AutoRegister: true})
 	_, err := wrong.ID(ctx, "t-value", `"long"`)
 	if !errors.Is(err, ErrUnauthorized) || strings.Contains(err.Error(), "pw-wrong") {
 		t.Errorf("wrong password: %v, want ErrUnauthorized, without the password", err)

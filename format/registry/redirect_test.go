@@ -1,4 +1,4 @@
-package format
+package registry
 
 import (
 	"crypto/tls"
@@ -54,7 +54,7 @@ func TestRegistryRefusesRedirects(t *testing.T) {
 				w.WriteHeader(tc.status)
 				_, _ = w.Write([]byte(`{"error_code":50001,"message":"REDIRECT-BODY"}`))
 			})
-			cfg := RegistryConfig{Username: "relay", Password: "pw-secret", AutoRegister: true}
+			cfg := Config{Username: "relay", Password: "pw-secret", AutoRegister: true}
 			var srv *httptest.Server
 			if tc.https {
 				srv = httptest.NewTLSServer(redirect)

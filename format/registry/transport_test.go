@@ -1,4 +1,4 @@
-package format
+package registry
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ func TestRegistryOnRequest(t *testing.T) {
 		w.WriteHeader(status)
 		_, _ = fmt.Fprintf(w, `{"schema":"\"string\"","error_code":%d,"message":"m"}`, code)
 	}))
-	reg := mustRegistry(t, RegistryConfig{URL: srv.URL, Username: "relay", Password: "pw-secret"})
+	reg := mustRegistry(t, Config{URL: srv.URL, Username: "relay", Password: "pw-secret"})
 	var mu sync.Mutex
 	var got []error
 	reg.OnRequest(func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() })

@@ -1,4 +1,4 @@
-package format
+package registry
 
 import (
 	"errors"
@@ -49,7 +49,7 @@ func TestRegistryRefusedShapeAskedOncePerInterval(t *testing.T) {
 				_, _ = fmt.Fprintf(w, `{"error_code":%d,"message":"no"}`, code)
 			}))
 			defer srv.Close()
-			reg := mustRegistry(t, RegistryConfig{URL: srv.URL, AutoRegister: c.auto})
+			reg := mustRegistry(t, Config{URL: srv.URL, AutoRegister: c.auto})
 			clock := time.Unix(1_000_000, 0)
 			reg.now = func() time.Time { return clock }
 			var first int64 // the first row's requests (a 409 to a registration is looked up, and tried again)

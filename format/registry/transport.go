@@ -1,4 +1,4 @@
-package format
+package registry
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 )
 
 // observed is a registry's HTTP transport that reports the outcome of each
-// request to the function set with Registry.OnRequest, and bounds the size
+// request to the function set with Client.OnRequest, and bounds the size
 // of the answers (max bytes).
 type observed struct {
 	base http.RoundTripper
@@ -83,7 +83,7 @@ func (r *redirected) Error() string {
 func (r *redirected) Unwrap() error        { return r.err }
 func (r *redirected) Is(target error) bool { return target == ErrNotSchemaRegistry }
 
-// registryError is err, of the registry's client, cut to maxErrorText; a
+// registryError is err, of the registry's client, cut to MaxErrorText; a
 // refused redirect alone (franz-go and net/http quote the request's URL
 // before it, which it names itself).
 func registryError(err error) error {
@@ -176,7 +176,7 @@ func (l *limited) Close() error { return l.r.Close() }
 // problem), or answered more than the answers' bound. For metrics and
 // status; f must be fast and safe for concurrent use. Passwords are in no
 // error (basic auth is a header).
-func (r *Registry) OnRequest(f func(err error)) {
+func (r *Client) OnRequest(f func(err error)) {
 	if r.obs != nil {
 		r.obs.f.Store(&f)
 	}
@@ -186,12 +186,3 @@ func (r *Registry) OnRequest(f func(err error)) {
 // configuration problem (a URL that does not serve Confluent's API)
 // rather than a registry that does not answer.
 func NotSchemaRegistry(err error) bool { return errors.Is(err, ErrNotSchemaRegistry) }
-
-// Registry is the encoder's schema registry.
-func (e *AvroEncoder) Registry() *Registry { return e.reg }
-
-// Registry is the checker's schema registry.
-func (p *Passthrough) Registry() *Registry { return p.reg }
-
-// Registry is the schema-first encoder's schema registry.
-func (s *SchemaFirst) Registry() *Registry { return s.reg }
