@@ -17,6 +17,7 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/sink/record"
 )
@@ -205,7 +206,7 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	}
 	var avro *format.AvroEncoder
 	var pass *format.Passthrough
-	var sf *format.SchemaFirst
+	var sf *schemafirst.Encoder
 	vf, err := record.ParseFormat(k.ValueFormat)
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)

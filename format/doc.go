@@ -15,18 +15,11 @@
 // <topic>-value, through the registry's client (package
 // format/registry), its id cached (AvroEncoder).
 //
-// Schema-first (SchemaFirst, schemafirst*.go): the application writes
-// JSON, and the value is written in the schema that the registry already
-// holds for the event (its type, its topic and type, or a configured
-// subject and version), never inferred (registered only from the
-// operator's schema files, when asked: Register): Avro (the JSON read
-// by the schema, hamba/avro), Protobuf (the registry's .proto compiled with
-// github.com/bufbuild/protocompile, the JSON read by protojson into a
-// dynamicpb message, Confluent's message indexes before it) or JSON Schema
-// (the JSON validated with github.com/santhosh-tekuri/jsonschema/v6, and
-// written as it is). A payload that does not fit is ErrMismatch, a
-// *MismatchError naming the field (a JSON pointer): the sink dead-letters
-// it.
+// The schema-first formats (package format/schemafirst) and the
+// inbox build on what format holds: the parsed JSON, its bounds, the Avro
+// schema as walrelay reads it (ParseAvro, ParseAvroWrite) and decodes with
+// (DecodeAvroWith). Passthrough checks values the application framed
+// itself against the registry.
 //
 // A value that the format cannot write (registry.ErrPayload: a name Avro
 // refuses, a number beyond a long) and a schema the registry refuses or

@@ -43,10 +43,6 @@ func NewAvroEncoder(reg *registry.Client) *AvroEncoder {
 	return &AvroEncoder{reg: reg}
 }
 
-// maxCachedSchemas bounds the parsed schemas kept (by SchemaFirst), in
-// number.
-const maxCachedSchemas = 1000
-
 // MaxCachedSchemaBytes bounds the compiled schemas a cache keeps
 // (SchemaFirst's, the inbox's), by the bytes of their text with their
 // references' (CompiledSize): a compiled schema holds some 10 to 16 times

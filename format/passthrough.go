@@ -52,16 +52,16 @@ type PassthroughConfig struct {
 // subject.
 func CheckPassthroughStrategy(strategy, subject string) error {
 	switch strategy {
-	case "", StrategyTopic, StrategyType, StrategyTopicType, StrategyAny:
+	case "", StrategyTopic, registry.StrategyType, registry.StrategyTopicType, StrategyAny:
 		if subject != "" {
-			return fmt.Errorf("a subject (%s) with the subject strategy %q: want the strategy %q", subject, strategy, StrategySubject)
+			return fmt.Errorf("a subject (%s) with the subject strategy %q: want the strategy %q", subject, strategy, registry.StrategySubject)
 		}
-	case StrategySubject:
+	case registry.StrategySubject:
 		if subject == "" {
-			return fmt.Errorf("the subject strategy %q needs a subject", StrategySubject)
+			return fmt.Errorf("the subject strategy %q needs a subject", registry.StrategySubject)
 		}
 	default:
-		return fmt.Errorf("subject strategy %q: want %s, %s, %s, %s or %s", strategy, StrategyTopic, StrategyType, StrategyTopicType, StrategySubject, StrategyAny)
+		return fmt.Errorf("subject strategy %q: want %s, %s, %s, %s or %s", strategy, StrategyTopic, registry.StrategyType, registry.StrategyTopicType, registry.StrategySubject, StrategyAny)
 	}
 	return nil
 }
@@ -94,6 +94,13 @@ type Passthrough struct {
 	foreignUsed lru.Order[knownID]
 	// now is the clock of UnusableReadInterval (time.Now; a test's own).
 	now func() time.Time
+}
+
+// unusableRead is a reading that found a schema id unusable: when, and
+// its error.
+type unusableRead struct {
+	at  time.Time
+	err error
 }
 
 // knownID is a schema id found a version of subject ("" under
@@ -129,14 +136,14 @@ func (p *Passthrough) Subject(topic, typ string) (string, error) {
 	switch p.cfg.Strategy {
 	case StrategyAny:
 		return "", nil
-	case StrategySubject:
+	case registry.StrategySubject:
 		return p.cfg.Subject, nil
-	case StrategyType, StrategyTopicType:
+	case registry.StrategyType, registry.StrategyTopicType:
 		if typ == "" {
 			return "", fmt.Errorf("%w: the event has no type, which names the subject of its schema (subject strategy %s)", registry.ErrSchemaUnknown, p.cfg.Strategy)
 		}
 		subject := typ
-		if p.cfg.Strategy == StrategyTopicType {
+		if p.cfg.Strategy == registry.StrategyTopicType {
 			subject = topic + "-" + typ
 		}
 		return subject, registry.TypeSubject(registry.ErrSchemaUnknown, subject, typ)

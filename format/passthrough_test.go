@@ -172,13 +172,13 @@ func TestRegistryPassthroughForeignSubject(t *testing.T) {
 		id        uint32
 		wantError bool
 	}{
-		{PassthroughConfig{Strategy: StrategyType}, "orders", "audit-value", protoID, false},
-		{PassthroughConfig{Strategy: StrategyType}, "orders", "Audit", protoID, true},
-		{PassthroughConfig{Strategy: StrategyType}, "orders", "", protoID, true},
-		{PassthroughConfig{Strategy: StrategyTopicType}, "audit", "value", protoID, false},
-		{PassthroughConfig{Strategy: StrategyTopicType}, "orders", "value", protoID, true},
-		{PassthroughConfig{Strategy: StrategySubject, Subject: "audit-value"}, "orders", "", protoID, false},
-		{PassthroughConfig{Strategy: StrategySubject, Subject: "orders-value"}, "orders", "", protoID, true},
+		{PassthroughConfig{Strategy: registry.StrategyType}, "orders", "audit-value", protoID, false},
+		{PassthroughConfig{Strategy: registry.StrategyType}, "orders", "Audit", protoID, true},
+		{PassthroughConfig{Strategy: registry.StrategyType}, "orders", "", protoID, true},
+		{PassthroughConfig{Strategy: registry.StrategyTopicType}, "audit", "value", protoID, false},
+		{PassthroughConfig{Strategy: registry.StrategyTopicType}, "orders", "value", protoID, true},
+		{PassthroughConfig{Strategy: registry.StrategySubject, Subject: "audit-value"}, "orders", "", protoID, false},
+		{PassthroughConfig{Strategy: registry.StrategySubject, Subject: "orders-value"}, "orders", "", protoID, true},
 		{PassthroughConfig{Strategy: StrategyAny}, "orders", "", protoID, false},
 		{PassthroughConfig{Strategy: StrategyAny}, "orders", "", protoID + 1000, true},
 	} {
@@ -201,8 +201,8 @@ func TestPassthroughStrategies(t *testing.T) {
 		{PassthroughConfig{}, true},
 		{PassthroughConfig{Strategy: StrategyTopic}, true},
 		{PassthroughConfig{Strategy: StrategyAny}, true},
-		{PassthroughConfig{Strategy: StrategySubject, Subject: "s"}, true},
-		{PassthroughConfig{Strategy: StrategySubject}, false},
+		{PassthroughConfig{Strategy: registry.StrategySubject, Subject: "s"}, true},
+		{PassthroughConfig{Strategy: registry.StrategySubject}, false},
 		{PassthroughConfig{Strategy: StrategyTopic, Subject: "s"}, false},
 		{PassthroughConfig{Strategy: "record"}, false},
 	} {

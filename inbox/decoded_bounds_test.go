@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
 
@@ -21,7 +21,7 @@ import (
 // empty message (two bytes an element) made dynamicpb, protojson and
 // encoding/json build 524,288 messages, a peak of some 184 MiB for one
 // record (the product's bound is 64 MiB), again at every restart. It is
-// ErrUndecodable (format.ErrProtobufLimit) before it is built, into any
+// ErrUndecodable (schemafirst.ErrProtobufLimit) before it is built, into any
 // target (*any, a proto.Message's Decoded); a message of a few thousand
 // elements decodes.
 func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
@@ -64,7 +64,7 @@ func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
 		if c.ok && derr != nil {
 			t.Errorf("%s: %v", c.name, derr)
 		}
-		if !c.ok && (!errors.Is(derr, ErrUndecodable) || !errors.Is(derr, format.ErrProtobufLimit)) {
+		if !c.ok && (!errors.Is(derr, ErrUndecodable) || !errors.Is(derr, schemafirst.ErrProtobufLimit)) {
 			t.Errorf("%s: a %d-byte Protobuf record decoded into *any at a peak of %d MiB of live heap (err %v): want ErrUndecodable before it is built", c.name, len(framed), peak>>20, derr)
 		}
 		if _, err := reg.Decoded(t.Context(), framed); c.ok != (err == nil) {
@@ -86,7 +86,7 @@ func protowireVarint(n int) []byte {
 // TestProbeJSONSchemaHugeExponentCPU, in the inbox): with ValidateJSON, a
 // 279-byte record of 30 numbers 1e999999 held the partition for the
 // validator's math/big (some 20 ms a number, hours for 1 MiB of them);
-// it is undecodable at once (format.MaxJSONNumberExponent).
+// it is undecodable at once (schemafirst.MaxJSONNumberExponent).
 func TestRegistryValidateJSONHugeNumbersUndecodable(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")

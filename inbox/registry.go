@@ -21,6 +21,7 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/lru"
 )
 
@@ -29,12 +30,12 @@ import (
 const (
 	// Avro is Avro (walrelay's avro, registry_passthrough and
 	// registered_avro formats).
-	Avro = format.KindAvro
+	Avro = schemafirst.KindAvro
 	// Protobuf is Protobuf after Confluent's message indexes
 	// (registered_protobuf).
-	Protobuf = format.KindProtobuf
+	Protobuf = schemafirst.KindProtobuf
 	// JSONSchema is JSON, its schema a JSON Schema (registered_jsonschema).
-	JSONSchema = format.KindJSONSchema
+	JSONSchema = schemafirst.KindJSONSchema
 )
 
 // Errors of decoding, on which the consumer branches when a handler
@@ -238,7 +239,7 @@ type schema struct {
 	// every schema's decoder for ever).
 	api   avro.API
 	proto protoreflect.FileDescriptor // Protobuf
-	json  *format.JSONSchema          // JSON Schema with ValidateJSON
+	json  *schemafirst.JSONSchema     // JSON Schema with ValidateJSON
 }
 
 // NewRegistry returns a decoder of the registry of cfg. A URL that is not
@@ -448,7 +449,7 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 // noPanic runs f, a call of protojson on a message of name, and turns a
 // panic of it into an error blaming the schema: protojson assumes that a
 // message named as one of Google's well-known types has Google's fields,
-// and panics on one that has not (format.CompileProtobuf refuses such a
+// and panics on one that has not (schemafirst.CompileProtobuf refuses such a
 // schema; this is the defence behind it). A panic in a handler has the
 // record retried as the handler's failure; the schema's fault is the
 // record's: undecodable.
@@ -549,17 +550,17 @@ func (r *Registry) unframe(ctx context.Context, b []byte) (uint32, *schema, []by
 
 // message is the Protobuf message descriptor that the indexes at the
 // start of body name in s, and the message's bytes after them, checked
-// to decode within RegistryConfig.MaxDecodedBytes (format.CheckProtobuf).
+// to decode within RegistryConfig.MaxDecodedBytes (schemafirst.CheckProtobuf).
 func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.MessageDescriptor, []byte, error) {
-	indexes, msg, err := format.SplitMessageIndexes(body)
+	indexes, msg, err := schemafirst.SplitMessageIndexes(body)
 	if err != nil {
 		return nil, nil, undecodable(id, err)
 	}
-	md, err := format.MessageByIndexes(s.proto, indexes)
+	md, err := schemafirst.MessageByIndexes(s.proto, indexes)
 	if err != nil {
 		return nil, nil, undecodable(id, err)
 	}
-	if err := format.CheckProtobuf(md, msg, r.maxSize); err != nil {
+	if err := schemafirst.CheckProtobuf(md, msg, r.maxSize); err != nil {
 		return nil, nil, undecodable(id, err)
 	}
 	return md, msg, nil
@@ -631,9 +632,9 @@ func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
 		case Avro:
 			s.avro, err = format.ParseAvro(got.Schema, refs)
 		case Protobuf:
-			s.proto, err = format.CompileProtobuf(ctx, got.Schema, registry.RefsByName(refs))
+			s.proto, err = schemafirst.CompileProtobuf(ctx, got.Schema, registry.RefsByName(refs))
 		default:
-			s.json, err = format.CompileJSONSchema(got.Schema, registry.RefsByName(refs))
+			s.json, err = schemafirst.CompileJSONSchema(got.Schema, registry.RefsByName(refs))
 		}
 		r.compiling.Unlock()
 		if err != nil {

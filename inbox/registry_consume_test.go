@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/inbox"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
@@ -106,9 +106,9 @@ func TestRegistryConsumeProtobufAndJSONSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	encs := map[string]*format.SchemaFirst{}
-	for typ, kind := range map[string]string{"OrderCreated": format.KindProtobuf, "OrderPaid": format.KindJSONSchema} {
-		if encs[typ], err = format.NewSchemaFirst(w, format.SchemaFirstConfig{Kind: kind}); err != nil {
+	encs := map[string]*schemafirst.Encoder{}
+	for typ, kind := range map[string]string{"OrderCreated": schemafirst.KindProtobuf, "OrderPaid": schemafirst.KindJSONSchema} {
+		if encs[typ], err = schemafirst.New(w, schemafirst.Config{Kind: kind}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -107,7 +107,7 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 	}
 
 	// Down before the schema was ever fetched: retry, not a dead letter.
-	enc, err := format.NewSchemaFirst(w, format.SchemaFirstConfig{Kind: format.KindProtobuf, Strategy: format.StrategyTopicType, Message: "OrderCreated"})
+	enc, err := schemafirst.New(w, schemafirst.Config{Kind: schemafirst.KindProtobuf, Strategy: registry.StrategyTopicType, Message: "OrderCreated"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestRegistryDecodeJSONSchema(t *testing.T) {
 	registerSchema(t, w.Client(), "line", sr.Schema{Schema: lineJSONSchema, Type: sr.TypeJSON})
 	id := registerSchema(t, w.Client(), "OrderCreated", sr.Schema{Schema: orderJSONSchema, Type: sr.TypeJSON,
 		References: []sr.SchemaReference{{Name: "line.json", Subject: "line", Version: 1}}})
-	enc, err := format.NewSchemaFirst(w, format.SchemaFirstConfig{Kind: format.KindJSONSchema})
+	enc, err := schemafirst.New(w, schemafirst.Config{Kind: schemafirst.KindJSONSchema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -168,7 +169,7 @@ func TestRegistryAnswersClassified(t *testing.T) {
 func TestDecodeTargets(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	fd, err := format.CompileProtobuf(ctx, `syntax = "proto3"; package google.protobuf; message Duration { int64 seconds = 1; int32 nanos = 2; } message Other { string x = 1; }`, nil)
+	fd, err := schemafirst.CompileProtobuf(ctx, `syntax = "proto3"; package google.protobuf; message Duration { int64 seconds = 1; int32 nanos = 2; } message Other { string x = 1; }`, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/sink/record"
 )
@@ -118,7 +119,7 @@ func TestRegisteredAvroOverCapIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sf, err := format.NewSchemaFirst(reg, format.SchemaFirstConfig{Kind: format.KindAvro})
+	sf, err := schemafirst.New(reg, schemafirst.Config{Kind: schemafirst.KindAvro})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -68,7 +69,7 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		// past the event.
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key's schema: %w: %s", e.ID, topic, err, keySchemaFix(topic, err))))
-	case errors.Is(err, format.ErrMismatch):
+	case errors.Is(err, schemafirst.ErrMismatch):
 		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, f, err), gen, done)
 	case errors.Is(err, format.ErrTooLarge):
 		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the %s in %s: %w", kerr.MessageTooLarge, what, f, err), gen, done)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/config"
-	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 )
 
 // registerSchemaFiles registers the schema files that
@@ -21,7 +21,7 @@ import (
 // that does not answer is waited for (retried with backoff, each failure
 // logged), as events are held while it is down. It returns nil when ctx
 // is cancelled meanwhile.
-func registerSchemaFiles(ctx context.Context, cfg *config.Config, sf *format.SchemaFirst, log *slog.Logger) error {
+func registerSchemaFiles(ctx context.Context, cfg *config.Config, sf *schemafirst.Encoder, log *slog.Logger) error {
 	if sf == nil || !cfg.Kafka.SchemaRegistry.AutoRegister {
 		return nil
 	}

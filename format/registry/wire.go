@@ -71,3 +71,16 @@ func TypeSubject(kind error, subject, typ string) error {
 	}
 	return fmt.Errorf("%w: the event's type %q (%d bytes) cannot name a subject: %s", kind, clip(typ), len(typ), why)
 }
+
+// Subject strategies of the schema-first formats (package
+// format/schemafirst) and of the passthrough format (besides its own):
+// which subject an event's schema is a version of.
+const (
+	// StrategyType: the subject is the event's type.
+	StrategyType = "type"
+	// StrategyTopicType: the subject is <topic>-<type>.
+	StrategyTopicType = "topic_type"
+	// StrategySubject: one configured subject (and version) for every
+	// event.
+	StrategySubject = "subject"
+)

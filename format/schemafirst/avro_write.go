@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"context"
@@ -34,7 +34,7 @@ type Registered struct {
 // local is text as a schema of the format's kind, once walrelay has
 // parsed or compiled it as it would the registry's (without references:
 // a supplied schema has none).
-func (s *SchemaFirst) local(ctx context.Context, text string) (sr.Schema, error) {
+func (s *Encoder) local(ctx context.Context, text string) (sr.Schema, error) {
 	schema := sr.Schema{Schema: text, Type: schemaType(s.cfg.Kind)}
 	if _, err := s.compile(ctx, sr.SubjectSchema{Schema: schema}, nil); err != nil {
 		return sr.Schema{}, fmt.Errorf("%w: %w", registry.ErrInvalid, err)
@@ -59,7 +59,7 @@ func schemaType(kind string) sr.SchemaType {
 // rule). It refuses when auto-registration is off. Errors: ErrInvalid
 // (before any request), ErrIncompatible, ErrRefused (the registry finds
 // it invalid), ErrUnauthorized, or an outage (Outage).
-func (s *SchemaFirst) Register(ctx context.Context, subject, text string) (Registered, error) {
+func (s *Encoder) Register(ctx context.Context, subject, text string) (Registered, error) {
 	if !s.reg.AutoRegister() {
 		return Registered{}, fmt.Errorf("subject %s: auto-registration is off: walrelay registers nothing", subject)
 	}
@@ -87,7 +87,7 @@ func (s *SchemaFirst) Register(ctx context.Context, subject, text string) (Regis
 // that it would be a new version (compatible with the latest), or the
 // first version of a new subject. Errors as Register's; ErrIncompatible
 // when the registry says it would refuse it.
-func (s *SchemaFirst) Plan(ctx context.Context, subject, text string) (string, error) {
+func (s *Encoder) Plan(ctx context.Context, subject, text string) (string, error) {
 	schema, err := s.local(ctx, text)
 	if err != nil {
 		return "", fmt.Errorf("subject %s: %w", subject, err)

@@ -1,9 +1,11 @@
-package format
+package schemafirst
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"strconv"
 	"sync"
 	"time"
@@ -11,7 +13,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/lru"
 )
 
@@ -28,17 +29,6 @@ const (
 	KindProtobuf = "PROTOBUF"
 	// KindJSONSchema is JSON Schema: the JSON validated, written as it is.
 	KindJSONSchema = "JSON"
-)
-
-// Subject strategies of the schema-first formats.
-const (
-	// StrategyType: the subject is the event's type.
-	StrategyType = "type"
-	// StrategyTopicType: the subject is <topic>-<type>.
-	StrategyTopicType = "topic_type"
-	// StrategySubject: one configured subject (and version) for every
-	// event.
-	StrategySubject = "subject"
 )
 
 // Latest is the version that names a subject's latest schema.
@@ -71,9 +61,9 @@ func (e *MismatchError) Error() string {
 // Is makes errors.Is(err, ErrMismatch) true.
 func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 
-// SchemaFirstConfig is what a schema-first encoder writes and where it
+// Config is what a schema-first encoder writes and where it
 // finds its schemas.
-type SchemaFirstConfig struct {
+type Config struct {
 	// Kind is KindAvro, KindProtobuf or KindJSONSchema. Required.
 	Kind string
 	// Strategy is StrategyType (the default), StrategyTopicType or
@@ -116,15 +106,15 @@ type SchemaFirstConfig struct {
 	UnusableReadInterval time.Duration
 }
 
-// DefaultMismatchReadInterval is SchemaFirstConfig.MismatchReadInterval's
+// DefaultMismatchReadInterval is Config.MismatchReadInterval's
 // default.
 const DefaultMismatchReadInterval = 10 * time.Second
 
-// SchemaFirst writes JSON payloads in the schema registered for their
+// Encoder writes JSON payloads in the schema registered for their
 // event. It is safe for concurrent use.
-type SchemaFirst struct {
+type Encoder struct {
 	reg *registry.Client
-	cfg SchemaFirstConfig
+	cfg Config
 	mu  sync.Mutex
 	// schemas caches the compiled schema of each subject and version;
 	// size is their CompiledSize in all (at most MaxCachedSchemaBytes).
@@ -157,7 +147,7 @@ type unusableRead struct {
 }
 
 // subjectReads is what a subject's last readings were, guarded by
-// SchemaFirst.mu.
+// Encoder.mu.
 type subjectReads struct {
 	// mismatchRead is when a mismatch last made walrelay read the
 	// subject's latest again, and mismatchReadErr why that reading
@@ -170,7 +160,7 @@ type subjectReads struct {
 	unusable unusableRead
 }
 
-// maxSubjectReads bounds the subjects whose last readings a SchemaFirst
+// maxSubjectReads bounds the subjects whose last readings a Encoder
 // remembers (MismatchReadInterval, UnusableReadInterval): some hundreds
 // of bytes each. Past it, the least recently used is forgotten: a writer
 // cycling through more subjects than this within an interval may cost a
@@ -189,15 +179,15 @@ type compiledSchema struct {
 	write func(dst, payload []byte, maxBytes int) ([]byte, error)
 }
 
-// NewSchemaFirst returns an encoder reading its schemas from reg.
-func NewSchemaFirst(reg *registry.Client, cfg SchemaFirstConfig) (*SchemaFirst, error) {
+// New returns an encoder reading its schemas from reg.
+func New(reg *registry.Client, cfg Config) (*Encoder, error) {
 	switch cfg.Kind {
 	case KindAvro, KindProtobuf, KindJSONSchema:
 	default:
 		return nil, fmt.Errorf("schema-first format %q: want %s, %s or %s", cfg.Kind, KindAvro, KindProtobuf, KindJSONSchema)
 	}
 	if cfg.Strategy == "" {
-		cfg.Strategy = StrategyType
+		cfg.Strategy = registry.StrategyType
 	}
 	if err := CheckStrategy(cfg.Strategy, cfg.Subject, cfg.Version); err != nil {
 		return nil, err
@@ -217,26 +207,26 @@ func NewSchemaFirst(reg *registry.Client, cfg SchemaFirstConfig) (*SchemaFirst, 
 	if cfg.UnusableReadInterval <= 0 {
 		cfg.UnusableReadInterval = registry.DefaultUnusableReadInterval
 	}
-	return &SchemaFirst{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, reads: map[subjectVersion]*subjectReads{}, now: time.Now}, nil
+	return &Encoder{reg: reg, cfg: cfg, schemas: map[subjectVersion]*compiledSchema{}, reads: map[subjectVersion]*subjectReads{}, now: time.Now}, nil
 }
 
 // CheckStrategy checks a subject strategy with its subject and version
 // (0 or Latest: the latest).
 func CheckStrategy(strategy, subject string, version int) error {
 	switch strategy {
-	case "", StrategyType, StrategyTopicType:
+	case "", registry.StrategyType, registry.StrategyTopicType:
 		if subject != "" {
-			return fmt.Errorf("a subject (%s) with the subject strategy %q: want the strategy %q", subject, strategy, StrategySubject)
+			return fmt.Errorf("a subject (%s) with the subject strategy %q: want the strategy %q", subject, strategy, registry.StrategySubject)
 		}
 		if version > 0 {
-			return fmt.Errorf("version %d with the subject strategy %q: a version is for one subject (strategy %q)", version, strategy, StrategySubject)
+			return fmt.Errorf("version %d with the subject strategy %q: a version is for one subject (strategy %q)", version, strategy, registry.StrategySubject)
 		}
-	case StrategySubject:
+	case registry.StrategySubject:
 		if subject == "" {
-			return fmt.Errorf("the subject strategy %q needs a subject", StrategySubject)
+			return fmt.Errorf("the subject strategy %q needs a subject", registry.StrategySubject)
 		}
 	default:
-		return fmt.Errorf("subject strategy %q: want %s, %s or %s", strategy, StrategyType, StrategyTopicType, StrategySubject)
+		return fmt.Errorf("subject strategy %q: want %s, %s or %s", strategy, registry.StrategyType, registry.StrategyTopicType, registry.StrategySubject)
 	}
 	if version < Latest {
 		return fmt.Errorf("version %d: want a version (1 or more) or latest", version)
@@ -261,11 +251,11 @@ func ParseVersion(s string) (int, error) {
 // (ErrNotRegistered) if the strategy needs a type and the event has none,
 // or one that cannot name a subject (typeSubject: ".", "..", a control
 // character, more than MaxSubjectBytes).
-func (s *SchemaFirst) Subject(topic, typ string) (string, error) {
+func (s *Encoder) Subject(topic, typ string) (string, error) {
 	switch s.cfg.Strategy {
-	case StrategySubject:
+	case registry.StrategySubject:
 		return s.cfg.Subject, nil
-	case StrategyTopicType:
+	case registry.StrategyTopicType:
 		if typ == "" {
 			return "", fmt.Errorf("%w: the event has no type, which names its subject (<topic>-<type>)", registry.ErrNotRegistered)
 		}
@@ -286,7 +276,7 @@ func (s *SchemaFirst) Subject(topic, typ string) (string, error) {
 // payload). Errors: ErrMismatch (a *MismatchError), ErrTooLarge,
 // ErrNotRegistered (no such subject or version, or a schema of another
 // kind), ErrUnauthorized, or an outage.
-func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []byte, maxBytes int) ([]byte, error) {
+func (s *Encoder) Value(ctx context.Context, topic, typ string, payload []byte, maxBytes int) ([]byte, error) {
 	if payload == nil {
 		return nil, nil
 	}
@@ -299,7 +289,7 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 		return nil, err
 	}
 	if n, over := jsonTokens(payload, MaxPayloadTokens); over {
-		return nil, fmt.Errorf("%w: the payload holds more than %d JSON values, keys and members (%d bytes read), more than a schema-first format converts", ErrTooLarge, MaxPayloadTokens, n)
+		return nil, fmt.Errorf("%w: the payload holds more than %d JSON values, keys and members (%d bytes read), more than a schema-first format converts", format.ErrTooLarge, MaxPayloadTokens, n)
 	}
 	out, err := c.write(registry.Frame(make([]byte, 0, 16+min(len(payload), max(maxBytes, 64))), c.id, nil), payload, maxBytes)
 	var merr *MismatchError
@@ -348,7 +338,7 @@ func (s *SchemaFirst) Value(ctx context.Context, topic, typ string, payload []by
 // mismatches do not read too); if not, failed is why that reading failed
 // (nil if it did not: the payload is a mismatch, unless it fits cur).
 // cur is the latest known now: c, or a version read meanwhile.
-func (s *SchemaFirst) mayReadAgain(subject string, c *compiledSchema) (cur *compiledSchema, again bool, failed error) {
+func (s *Encoder) mayReadAgain(subject string, c *compiledSchema) (cur *compiledSchema, again bool, failed error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := subjectVersion{subject, s.cfg.Version}
@@ -367,7 +357,7 @@ func (s *SchemaFirst) mayReadAgain(subject string, c *compiledSchema) (cur *comp
 
 // readAgainFailed records why the reading again that mayReadAgain
 // allowed failed: mismatches until the interval passes are held with it.
-func (s *SchemaFirst) readAgainFailed(subject string, err error) {
+func (s *Encoder) readAgainFailed(subject string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.readsOf(subjectVersion{subject, s.cfg.Version}).mismatchReadErr = err
@@ -415,7 +405,7 @@ func jsonTokens(payload []byte, most int) (n int, over bool) {
 
 // Check reads subject's configured version and compiles it: what `walrelay
 // check` reports (its id and version), or why it cannot be used.
-func (s *SchemaFirst) Check(ctx context.Context, subject string) (id uint32, version int, err error) {
+func (s *Encoder) Check(ctx context.Context, subject string) (id uint32, version int, err error) {
 	c, err := s.schema(ctx, subject, true)
 	if err != nil {
 		return 0, 0, err
@@ -425,11 +415,11 @@ func (s *SchemaFirst) Check(ctx context.Context, subject string) (id uint32, ver
 
 // Strategy returns the subject strategy and, for StrategySubject, its
 // subject.
-func (s *SchemaFirst) Strategy() (strategy, subject string) { return s.cfg.Strategy, s.cfg.Subject }
+func (s *Encoder) Strategy() (strategy, subject string) { return s.cfg.Strategy, s.cfg.Subject }
 
 // schema returns subject's compiled schema of the configured version,
 // from the cache unless refresh (or a latest too old).
-func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) (*compiledSchema, error) {
+func (s *Encoder) schema(ctx context.Context, subject string, refresh bool) (*compiledSchema, error) {
 	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
 	c, ok := s.schemas[k]
@@ -458,7 +448,7 @@ func (s *SchemaFirst) schema(ctx context.Context, subject string, refresh bool) 
 // read reads subject's configured version from the registry, compiles it
 // and caches it. Errors: ErrNotRegistered (worded by whether walrelay
 // registers schemas), ErrUnauthorized, or an outage.
-func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema, error) {
+func (s *Encoder) read(ctx context.Context, subject string) (*compiledSchema, error) {
 	c, err := s.readCompile(ctx, subject)
 	k := subjectVersion{subject, s.cfg.Version}
 	s.mu.Lock()
@@ -476,7 +466,7 @@ func (s *SchemaFirst) read(ctx context.Context, subject string) (*compiledSchema
 
 // readsOf is k's subjectReads, made the most recently used (added if
 // there are none); s.mu is held.
-func (s *SchemaFirst) readsOf(k subjectVersion) *subjectReads {
+func (s *Encoder) readsOf(k subjectVersion) *subjectReads {
 	r, ok := s.reads[k]
 	if !ok {
 		lru.MakeRoom(&s.readsUsed, s.reads, maxSubjectReads)
@@ -489,7 +479,7 @@ func (s *SchemaFirst) readsOf(k subjectVersion) *subjectReads {
 
 // unusableWithin is the error of the reading of k that found its schema
 // unusable within UnusableReadInterval; nil if none did.
-func (s *SchemaFirst) unusableWithin(k subjectVersion) error {
+func (s *Encoder) unusableWithin(k subjectVersion) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.reads[k]
@@ -501,7 +491,7 @@ func (s *SchemaFirst) unusableWithin(k subjectVersion) error {
 }
 
 // readCompile is read without the memory of unusable subjects.
-func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compiledSchema, error) {
+func (s *Encoder) readCompile(ctx context.Context, subject string) (*compiledSchema, error) {
 	ss, err := s.reg.Client().SchemaByVersion(ctx, subject, s.cfg.Version)
 	if err != nil {
 		err = registry.Classify(subject, err)
@@ -533,7 +523,7 @@ func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compile
 	}
 	// Full: the least recently used go, one at a time (the bounds on
 	// reading again are kept apart, in reads).
-	for len(s.schemas) >= maxCachedSchemas || s.size+c.size > MaxCachedSchemaBytes {
+	for len(s.schemas) >= maxCachedSchemas || s.size+c.size > format.MaxCachedSchemaBytes {
 		old, ok := s.schemasUsed.Oldest()
 		if !ok {
 			break
@@ -551,7 +541,7 @@ func (s *SchemaFirst) readCompile(ctx context.Context, subject string) (*compile
 
 // registers says what the schema-first formats register, for the error
 // of a subject the registry lacks.
-func (s *SchemaFirst) registers() string {
+func (s *Encoder) registers() string {
 	if s.reg.AutoRegister() {
 		return "kafka.schema_registry.auto_register is on, and a schema-first format registers only the schema files of kafka.schema_registry.subjects, at start: register the event's schema, or name its file there"
 	}
@@ -560,7 +550,7 @@ func (s *SchemaFirst) registers() string {
 
 // compile makes a registered schema ready to write payloads, with the
 // schemas it references (refs, as References gives them).
-func (s *SchemaFirst) compile(ctx context.Context, ss sr.SubjectSchema, refs []registry.Reference) (*compiledSchema, error) {
+func (s *Encoder) compile(ctx context.Context, ss sr.SubjectSchema, refs []registry.Reference) (*compiledSchema, error) {
 	kind := ss.Type.String() // AVRO when the API leaves schemaType out
 
 	if kind != s.cfg.Kind {
@@ -605,11 +595,14 @@ func capped(w func(dst, payload []byte) ([]byte, *MismatchError)) func(dst, payl
 			return nil, merr
 		}
 		if maxBytes > 0 && len(out) > maxBytes {
-			return nil, fmt.Errorf("%w: %d bytes, more than the %d of a record to the topic", ErrTooLarge, len(out), maxBytes)
+			return nil, fmt.Errorf("%w: %d bytes, more than the %d of a record to the topic", format.ErrTooLarge, len(out), maxBytes)
 		}
 		return out, nil
 	}
 }
+
+// maxCachedSchemas bounds the parsed schemas kept, in number.
+const maxCachedSchemas = 1000
 
 // maxReason bounds a mismatch's field and reason: they go into the log and
 // the dead letter's error header, and may quote the payload's values.
@@ -628,4 +621,4 @@ func clip(s string) string {
 }
 
 // Registry is the schema-first encoder's schema registry.
-func (s *SchemaFirst) Registry() *registry.Client { return s.reg }
+func (s *Encoder) Registry() *registry.Client { return s.reg }

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"errors"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
@@ -41,10 +42,10 @@ func TestRegistryWrongPathHeld(t *testing.T) {
 				t.Errorf("%s, URL %s: %v: want a configuration problem held as an outage, naming /apis/ccompat/v7", what, url, err)
 			}
 		}
-		_, err := NewAvroEncoder(reg).Value(ctx, "orders", Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true})
+		_, err := format.NewAvroEncoder(reg).Value(ctx, "orders", format.Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true})
 		held("avro", err)
-		held("registry_passthrough", mustPassthrough(t, reg, PassthroughConfig{}).Check(ctx, "orders", "", registry.Frame(nil, 1, []byte{2})))
-		sf, err := NewSchemaFirst(reg, SchemaFirstConfig{Kind: KindAvro})
+		held("registry_passthrough", mustPassthrough(t, reg, format.PassthroughConfig{}).Check(ctx, "orders", "", registry.Frame(nil, 1, []byte{2})))
+		sf, err := New(reg, Config{Kind: KindAvro})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestRegistryWrongPathHeld(t *testing.T) {
 	if err := reg.Ping(ctx); err != nil {
 		t.Errorf("ping of %s: %v", r.URL(), err)
 	}
-	if err := mustPassthrough(t, reg, PassthroughConfig{}).Check(ctx, "orders", "", registry.Frame(nil, 1<<30, []byte{2})); !errors.Is(err, registry.ErrSchemaUnknown) {
+	if err := mustPassthrough(t, reg, format.PassthroughConfig{}).Check(ctx, "orders", "", registry.Frame(nil, 1<<30, []byte{2})); !errors.Is(err, registry.ErrSchemaUnknown) {
 		t.Errorf("an unknown id at the right URL: %v, want ErrSchemaUnknown", err)
 	}
 	if _, err := reg.ID(ctx, "wrongpath-value", `"string"`); !errors.Is(err, registry.ErrNotRegistered) {
@@ -92,12 +93,12 @@ func TestRegistryNotRegisteredWording(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
 	off := mustRegistry(t, registry.Config{URL: r.URL()})
-	_, err := NewAvroEncoder(off).Value(ctx, "wording", Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true})
+	_, err := format.NewAvroEncoder(off).Value(ctx, "wording", format.Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true})
 	if !errors.Is(err, registry.ErrNotRegistered) || !strings.Contains(err.Error(), "auto_register is off") {
 		t.Errorf("avro, auto_register off: %v", err)
 	}
 	for _, auto := range []bool{false, true} {
-		sf, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: auto}), SchemaFirstConfig{Kind: KindAvro})
+		sf, err := New(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: auto}), Config{Kind: KindAvro})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,10 +130,10 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 		errs := make([]error, n)
 		start := make(chan struct{})
 		for i := range ids {
-			enc := NewAvroEncoder(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}))
+			enc := format.NewAvroEncoder(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}))
 			wg.Go(func() {
 				<-start
-				v, err := enc.Value(t.Context(), subject, Payload{Text: []byte(`{"a": 1, "b": [{"c": "x"}]}`), Column: "payload", Expand: true})
+				v, err := enc.Value(t.Context(), subject, format.Payload{Text: []byte(`{"a": 1, "b": [{"c": "x"}]}`), Column: "payload", Expand: true})
 				if err == nil {
 					ids[i], _, err = registry.Unframe(v)
 				}
@@ -156,7 +157,7 @@ func TestRegistryConcurrentFirstRegistration(t *testing.T) {
 	errs := make([]error, n)
 	start := make(chan struct{})
 	for i := range got {
-		sf, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
+		sf, err := New(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), Config{Kind: KindAvro})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestRegistrySchemaFirstNewVersionDuringOutage(t *testing.T) {
 	v2 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}`
 	v3 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null},{"name":"qty","type":["null","int"],"default":null}]}`
 	register(t, direct.Client(), "OrderCreated", sr.Schema{Schema: v1, Type: sr.TypeAvro})
-	enc, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: "http://" + px.Addr() + registrytest.CCompatPath, Timeout: time.Second}), SchemaFirstConfig{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: time.Nanosecond})
+	enc, err := New(mustRegistry(t, registry.Config{URL: "http://" + px.Addr() + registrytest.CCompatPath, Timeout: time.Second}), Config{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +296,7 @@ func TestRegistryAnswerSizeBounded(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		err := mustPassthrough(t, reg, PassthroughConfig{}).Check(t.Context(), "orders", "", registry.Frame(nil, 1, []byte{2}))
+		err := mustPassthrough(t, reg, format.PassthroughConfig{}).Check(t.Context(), "orders", "", registry.Frame(nil, 1, []byte{2}))
 		runtime.ReadMemStats(&after)
 		alloc := after.TotalAlloc - before.TotalAlloc
 		t.Logf("%s: allocated %d MiB: %v", url, alloc>>20, err)
@@ -363,7 +364,7 @@ func TestRegistryErrorTextBounded(t *testing.T) {
 	if err == nil || !registry.Outage(err) || !errors.As(err, &re) || re.StatusCode != http.StatusBadGateway || len(err.Error()) > 1200 {
 		t.Errorf("a 502 with a %d-byte page: a %d-byte error (%.200v…), want an outage of at most about 1,000 bytes", len(page), len(err.Error()), err)
 	}
-	err = mustPassthrough(t, reg, PassthroughConfig{}).Check(t.Context(), "orders", "", registry.Frame(nil, 1, []byte{2}))
+	err = mustPassthrough(t, reg, format.PassthroughConfig{}).Check(t.Context(), "orders", "", registry.Frame(nil, 1, []byte{2}))
 	if err == nil || !registry.Outage(err) || len(err.Error()) > 1200 {
 		t.Errorf("passthrough, a 502 with a %d-byte page: a %d-byte error", len(page), len(err.Error()))
 	}

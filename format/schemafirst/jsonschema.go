@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/walrelay/walrelay/format"
 )
 
 // jsonSchemaURL is the URL the subject's schema is compiled under.
@@ -834,7 +836,7 @@ func (noLoader) Load(url string) (any, error) {
 const (
 	// MaxJSONNumberDigits is how many digits (before and after the
 	// point) one number may have: Jackson's MaxNumberLength.
-	MaxJSONNumberDigits = MaxNumberLength
+	MaxJSONNumberDigits = format.MaxNumberLength
 	// MaxJSONNumberExponent is how large an exponent (after e or E, either
 	// sign) one number may have.
 	MaxJSONNumberExponent = 1000

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"encoding/json"
@@ -87,7 +87,7 @@ func TestSchemaFirstUnusableReadBounded(t *testing.T) {
 			if tc.schema != "" {
 				ss.register(tc.subject, 7, tc.schema)
 			}
-			enc := schemaFirst(t, ss.url, SchemaFirstConfig{Kind: KindAvro, UnusableReadInterval: interval})
+			enc := schemaFirst(t, ss.url, Config{Kind: KindAvro, UnusableReadInterval: interval})
 			var clock atomic.Int64
 			start := time.Now()
 			enc.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
@@ -42,17 +43,17 @@ func TestSubjectFromTypeCheckedBeforeRequest(t *testing.T) {
 	}))
 	defer srv.Close()
 	reg := mustRegistry(t, registry.Config{URL: srv.URL})
-	for _, strategy := range []string{StrategyType, StrategyTopicType} {
-		enc, err := NewSchemaFirst(reg, SchemaFirstConfig{Kind: KindAvro, Strategy: strategy})
+	for _, strategy := range []string{registry.StrategyType, registry.StrategyTopicType} {
+		enc, err := New(reg, Config{Kind: KindAvro, Strategy: strategy})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pt, err := NewPassthrough(reg, PassthroughConfig{Strategy: strategy})
+		pt, err := format.NewPassthrough(reg, format.PassthroughConfig{Strategy: strategy})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, typ := range oddTypes {
-			if strategy == StrategyTopicType && (typ == "." || typ == "..") {
+			if strategy == registry.StrategyTopicType && (typ == "." || typ == "..") {
 				continue // orders-. is a subject like any other
 			}
 			_, err := enc.Value(t.Context(), "orders", typ, []byte(`{"a":1}`), 0)
@@ -79,8 +80,8 @@ func TestSubjectFromTypeCheckedBeforeRequest(t *testing.T) {
 func TestRegistrySchemaFirstOddTypeDeadLettered(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	for _, strategy := range []string{StrategyType, StrategyTopicType} {
-		enc, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), Timeout: 5 * time.Second}), SchemaFirstConfig{Kind: KindAvro, Strategy: strategy})
+	for _, strategy := range []string{registry.StrategyType, registry.StrategyTopicType} {
+		enc, err := New(mustRegistry(t, registry.Config{URL: r.URL(), Timeout: 5 * time.Second}), Config{Kind: KindAvro, Strategy: strategy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +122,7 @@ func TestPingTransientIsOutage(t *testing.T) {
 		if p := reported.Load(); p == nil || *p == nil || registry.NotSchemaRegistry(*p) {
 			t.Errorf("HTTP %d: reported %v: want not answering", code, p)
 		}
-		enc, err := NewSchemaFirst(reg, SchemaFirstConfig{Kind: KindAvro})
+		enc, err := New(reg, Config{Kind: KindAvro})
 		if err != nil {
 			t.Fatal(err)
 		}

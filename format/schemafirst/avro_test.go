@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"bytes"
@@ -60,7 +60,7 @@ func TestRegistrySchemaFirstAvroLogicalTypes(t *testing.T) {
 	r := registrytest.Start(t)
 	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	id := register(t, reg.Client(), "Payment", sr.Schema{Schema: paymentAvro, Type: sr.TypeAvro})
-	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro})
+	enc := schemaFirst(t, r.URL(), Config{Kind: KindAvro})
 	ctx := t.Context()
 	plain := avro.MustParse(logicalTypeProp.ReplaceAllString(paymentAvro, ""))
 	at := time.Date(2024, 2, 29, 10, 34, 56, 789_000_000, time.UTC)
@@ -275,7 +275,7 @@ func TestRegistrySchemaFirstAvroReferences(t *testing.T) {
 		References: []sr.SchemaReference{{Name: "shop.Country", Subject: "shop.Country", Version: 1}}})
 	id := register(t, cl, "Shipment", sr.Schema{Schema: shipAvro, Type: sr.TypeAvro,
 		References: []sr.SchemaReference{{Name: "shop.Address", Subject: "shop.Address", Version: 1}}})
-	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro})
+	enc := schemaFirst(t, r.URL(), Config{Kind: KindAvro})
 	ctx := t.Context()
 	v, err := enc.Value(ctx, "shipments", "Shipment", []byte(`{"ship_to": {"street": "1 rue A", "country": "FR"}, "bill_to": {"street": "2 Weg B", "country": "DE"}}`), 0)
 	if err != nil {

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"bytes"
@@ -62,9 +62,9 @@ func register(t *testing.T, cl *sr.Client, subject string, s sr.Schema) int {
 }
 
 // schemaFirst is an encoder of kind against the registry at url.
-func schemaFirst(t *testing.T, url string, cfg SchemaFirstConfig) *SchemaFirst {
+func schemaFirst(t *testing.T, url string, cfg Config) *Encoder {
 	t.Helper()
-	s, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: url}), cfg)
+	s, err := New(mustRegistry(t, registry.Config{URL: url}), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestRegistrySchemaFirstAvro(t *testing.T) {
 	r := registrytest.Start(t)
 	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	id := register(t, reg.Client(), "OrderCreated", sr.Schema{Schema: orderAvro, Type: sr.TypeAvro})
-	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro})
+	enc := schemaFirst(t, r.URL(), Config{Kind: KindAvro})
 	ctx := t.Context()
 
 	v, err := enc.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 4294967296, "qty": 2, "price": 9.5, "status": "PAID", "note": "gift", "tags": ["a"], "attrs": {"w": 3}, "ref": {"code": "x"}}`), 0)
@@ -149,7 +149,7 @@ func TestRegistrySchemaFirstAvro(t *testing.T) {
 	// knows, unless a mismatch made it read again within
 	// MismatchReadInterval, as the ones above did enc), and it is written
 	// with the new version's id.
-	fresh := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro})
+	fresh := schemaFirst(t, r.URL(), Config{Kind: KindAvro})
 	if _, err := fresh.Value(ctx, "orders", "OrderCreated", []byte(`{"id": 1, "qty": 1, "price": 1, "status": "NEW"}`), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestRegistrySchemaFirstProtobuf(t *testing.T) {
 		{"OrderCreated", []byte{2, 2}}, // [1]: count 1, index 1 (zigzag)
 		{"shop.OrderCreated.Line", []byte{4, 2, 0}},
 	} {
-		enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindProtobuf, Strategy: StrategyTopicType, Message: c.message})
+		enc := schemaFirst(t, r.URL(), Config{Kind: KindProtobuf, Strategy: registry.StrategyTopicType, Message: c.message})
 		in := payload
 		if c.message != "OrderCreated" {
 			in = `{"sku": "b", "qty": 3}`
@@ -206,7 +206,7 @@ func TestRegistrySchemaFirstProtobuf(t *testing.T) {
 		}
 	}
 
-	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindProtobuf, Strategy: StrategyTopicType, Message: "OrderCreated"})
+	enc := schemaFirst(t, r.URL(), Config{Kind: KindProtobuf, Strategy: registry.StrategyTopicType, Message: "OrderCreated"})
 	for _, c := range []struct{ name, payload, field string }{
 		{"unknown field", `{"id": "1", "colour": "red"}`, "/colour"},
 		{"wrong type", `{"id": "1", "qty": "two"}`, "/qty"},
@@ -220,7 +220,7 @@ func TestRegistrySchemaFirstProtobuf(t *testing.T) {
 	first := `syntax = "proto3"; package shop; message Ping { string at = 1; }`
 	register(t, reg.Client(), "pings", sr.Schema{Schema: first, Type: sr.TypeProtobuf})
 	register(t, reg.Client(), "pings", sr.Schema{Schema: first + ` message Pong { string at = 1; }`, Type: sr.TypeProtobuf})
-	pinned := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindProtobuf, Strategy: StrategySubject, Subject: "pings", Version: 1})
+	pinned := schemaFirst(t, r.URL(), Config{Kind: KindProtobuf, Strategy: registry.StrategySubject, Subject: "pings", Version: 1})
 	v, err := pinned.Value(ctx, "any", "", []byte(`{"at": "now"}`), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestRegistrySchemaFirstProtobuf(t *testing.T) {
 		t.Errorf("check pings version 1: version %d %v", version, err)
 	}
 	// A format of another kind than the subject's schema.
-	avroEnc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindAvro, Strategy: StrategySubject, Subject: "pings"})
+	avroEnc := schemaFirst(t, r.URL(), Config{Kind: KindAvro, Strategy: registry.StrategySubject, Subject: "pings"})
 	if _, err := avroEnc.Value(ctx, "any", "", []byte(`{}`), 0); !errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("avro from a Protobuf subject: %v, want ErrNotRegistered", err)
 	}
@@ -287,7 +287,7 @@ func TestRegistrySchemaFirstJSONSchema(t *testing.T) {
 	r := registrytest.Start(t)
 	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	id := register(t, reg.Client(), "OrderCreated", sr.Schema{Schema: orderJSONSchema, Type: sr.TypeJSON})
-	enc := schemaFirst(t, r.URL(), SchemaFirstConfig{Kind: KindJSONSchema})
+	enc := schemaFirst(t, r.URL(), Config{Kind: KindJSONSchema})
 	ctx := t.Context()
 	in := `{"id": 7, "qty": 2, "lines": [{"sku": "a"}]}`
 	v, err := enc.Value(ctx, "orders", "OrderCreated", []byte(in), 0)

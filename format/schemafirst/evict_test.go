@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ func TestSchemaFirstCacheEvictsOneAtATime(t *testing.T) {
 	for i := range others {
 		ss.register(fmt.Sprintf("C%d", i), 10+i, record(fmt.Sprintf("C%d", i)))
 	}
-	enc := schemaFirst(t, ss.url, SchemaFirstConfig{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: interval})
+	enc := schemaFirst(t, ss.url, Config{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: interval})
 	var clock atomic.Int64
 	start := time.Now()
 	enc.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
@@ -73,7 +73,7 @@ func TestSchemaFirstUnusableCyclingBounded(t *testing.T) {
 	t.Parallel()
 	const subjects = maxCachedSchemas + 100
 	ss := newSubjectRegistry(t)
-	enc := schemaFirst(t, ss.url, SchemaFirstConfig{Kind: KindAvro})
+	enc := schemaFirst(t, ss.url, Config{Kind: KindAvro})
 	start := time.Now()
 	enc.now = func() time.Time { return start }
 	for range 2 {

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/hamba/avro/v2"
 
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
 
@@ -69,7 +70,7 @@ func TestSchemaFirstAvroValueBoundedAsWritten(t *testing.T) {
 		_, _ = w.Write(b)
 	}))
 	defer srv.Close()
-	enc := schemaFirst(t, srv.URL, SchemaFirstConfig{Kind: KindAvro})
+	enc := schemaFirst(t, srv.URL, Config{Kind: KindAvro})
 	const maxBytes = 1000012 // kafka.batch_max_bytes's default
 	if _, err := enc.Value(t.Context(), "orders", "Order", []byte(`{"items":[{}]}`), maxBytes); err != nil {
 		t.Fatal(err) // the schema fetched and compiled outside the measure
@@ -91,7 +92,7 @@ func TestSchemaFirstAvroValueBoundedAsWritten(t *testing.T) {
 			t.Errorf("%s: a %d-byte payload in registered_avro cost a peak of %d MiB of live heap (its value %d bytes, err %v), more than %d MiB", c.name, len(payload), peak>>20, len(out), err, c.peak>>20)
 		}
 		switch {
-		case c.maxBytes > 0 && !errors.Is(err, ErrTooLarge):
+		case c.maxBytes > 0 && !errors.Is(err, format.ErrTooLarge):
 			t.Errorf("%s: a value of 30,000 × 50 nulls (1.5 MB) under a cap of %d bytes: %d bytes, err %v; want ErrTooLarge (dead-lettered too_large)", c.name, c.maxBytes, len(out), err)
 		case c.maxBytes == 0 && (err != nil || len(out) != 5+300*4+30000*50+1):
 			t.Errorf("%s: %d bytes, err %v; want the value, 5+1501201 bytes", c.name, len(out), err)
@@ -128,7 +129,7 @@ func TestSchemaFirstAvroWritesAsHamba(t *testing.T) {
 	if me != nil {
 		t.Fatal(me)
 	}
-	ls, err := ParseAvro(schema, nil)
+	ls, err := format.ParseAvro(schema, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestSchemaFirstAvroDefaultsBounded(t *testing.T) {
 		out, werr = w(nil, []byte(`{}`), 1000012)
 	})
 	t.Logf("defaults 4 deep: %d bytes, err %v, peak live heap %d KiB", len(out), werr, peak>>10)
-	if !errors.Is(werr, ErrTooLarge) {
+	if !errors.Is(werr, format.ErrTooLarge) {
 		t.Errorf("a payload {} of defaults 20⁴ records of 20 longs (3.2 MB): %d bytes, err %v; want ErrTooLarge", len(out), werr)
 	}
 	if peak > 16<<20 {
@@ -226,7 +227,7 @@ func TestSchemaFirstPayloadTokensBounded(t *testing.T) {
 				_, _ = w.Write(b)
 			}))
 			defer srv.Close()
-			enc := schemaFirst(t, srv.URL, SchemaFirstConfig{Kind: kind})
+			enc := schemaFirst(t, srv.URL, Config{Kind: kind})
 			if _, err := enc.Value(t.Context(), "t", "M", []byte(`{"items":[{}]}`), 1000012); err != nil {
 				t.Fatal(err) // the schema fetched and compiled outside the measure
 			}
@@ -244,7 +245,7 @@ func TestSchemaFirstPayloadTokensBounded(t *testing.T) {
 				var err error
 				peak := heappeak.Of(func() { out, err = enc.Value(t.Context(), "t", "M", payload, 8<<20) })
 				t.Logf("%d empty objects (%d bytes): %d bytes, err %v, peak %d KiB", c.n, len(payload), len(out), err, peak>>10)
-				if c.over != errors.Is(err, ErrTooLarge) || !c.over && err != nil {
+				if c.over != errors.Is(err, format.ErrTooLarge) || !c.over && err != nil {
 					t.Errorf("%d empty objects: %v; want ErrTooLarge %v", c.n, err, c.over)
 				}
 				if peak > c.peak {
@@ -271,7 +272,7 @@ func TestAvroUnionBranchesBounded(t *testing.T) {
 	 {"name":"child","type":["null","R1",{"type":"record","name":"R2","fields":[
 	   {"name":"child","type":["null","R1","R2"]},{"name":"b","type":"long"}]}]},
 	 {"name":"a","type":"long"}]}`
-	schema, err := ParseAvroWrite(schemaText, nil)
+	schema, err := format.ParseAvroWrite(schemaText, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func TestRegistrySchemaFirstRegister(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
 	cl := mustRegistry(t, registry.Config{URL: r.URL()}).Client()
-	enc, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
+	enc, err := New(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), Config{Kind: KindAvro})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +90,12 @@ func TestRegistrySchemaFirstRegister(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	down, _ := NewSchemaFirst(mustRegistry(t, registry.Config{URL: "http://" + addr, AutoRegister: true}), SchemaFirstConfig{Kind: KindAvro})
+	down, _ := New(mustRegistry(t, registry.Config{URL: "http://" + addr, AutoRegister: true}), Config{Kind: KindAvro})
 	if _, err := down.Register(ctx, "Paid", v1); err == nil || errors.Is(err, registry.ErrRefused) || errors.Is(err, registry.ErrUnauthorized) || errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("a registry down: %v, want an outage", err)
 	}
 	// Auto-registration off: nothing registered.
-	off, _ := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL()}), SchemaFirstConfig{Kind: KindAvro})
+	off, _ := New(mustRegistry(t, registry.Config{URL: r.URL()}), Config{Kind: KindAvro})
 	if _, err := off.Register(ctx, "Other", v1); err == nil {
 		t.Error("Register with auto-registration off: no error")
 	}
@@ -121,7 +121,7 @@ func TestRegistrySchemaFirstRegisterKinds(t *testing.T) {
 		{KindProtobuf, "shop.Paid", `syntax = "proto3"; package shop; message Other { int32 x = 1; } message Paid { int64 id = 1; }`, `{"id": "3"}`, sr.TypeProtobuf},
 		{KindJSONSchema, "", `{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}`, `{"id": 3}`, sr.TypeJSON},
 	} {
-		enc, err := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: c.kind, Message: c.message})
+		enc, err := New(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), Config{Kind: c.kind, Message: c.message})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func TestRegistrySchemaFirstRegisterKinds(t *testing.T) {
 			t.Errorf("%s: written with id %d %v, want %d", c.kind, id, err, got.ID)
 		}
 	}
-	enc, _ := NewSchemaFirst(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), SchemaFirstConfig{Kind: KindProtobuf, Message: "shop.Missing"})
+	enc, _ := New(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}), Config{Kind: KindProtobuf, Message: "shop.Missing"})
 	if _, err := enc.Register(ctx, "NoMessage", `syntax = "proto3"; package shop; message Paid { int64 id = 1; }`); !errors.Is(err, registry.ErrInvalid) {
 		t.Errorf("a .proto without the configured message: %v, want ErrInvalid", err)
 	}

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"encoding/binary"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/cockroachdb/apd/v3"
 	"github.com/hamba/avro/v2"
+
+	"github.com/walrelay/walrelay/format"
 )
 
 // Avro's logical types in registered_avro: the application's JSON holds
@@ -216,7 +218,7 @@ func floorDiv(a, b int64) int64 {
 // twice MaxAvroDecimalPrecision's digits (a precision's, and as many zeros
 // again written after the point or before an exponent), and some more for
 // a sign, a point and an exponent.
-const maxDecimalText = 2*MaxAvroDecimalPrecision + 32
+const maxDecimalText = 2*format.MaxAvroDecimalPrecision + 32
 
 // decimalUnscaled reads v (a JSON number, or a string holding one) as a
 // decimal of precision and scale: its unscaled value (the value times
@@ -236,11 +238,11 @@ func decimalUnscaled(v any, precision, scale int) (*big.Int, string) {
 	// (ParseAvro's bound; checked again for a schema parsed otherwise),
 	// and the text, which needs no more than the precision's and the
 	// scale's digits, a sign, a point and an exponent, and some zeros.
-	if precision > MaxAvroDecimalPrecision || scale > MaxAvroDecimalPrecision || scale < 0 {
-		return nil, fmt.Sprintf("a decimal of precision %d and scale %d, beyond %d", precision, scale, MaxAvroDecimalPrecision)
+	if precision > format.MaxAvroDecimalPrecision || scale > format.MaxAvroDecimalPrecision || scale < 0 {
+		return nil, fmt.Sprintf("a decimal of precision %d and scale %d, beyond %d", precision, scale, format.MaxAvroDecimalPrecision)
 	}
 	if len(text) > maxDecimalText {
-		return nil, fmt.Sprintf("a decimal written in %d characters, more than the %d that any decimal of a precision up to %d needs", len(text), maxDecimalText, MaxAvroDecimalPrecision)
+		return nil, fmt.Sprintf("a decimal written in %d characters, more than the %d that any decimal of a precision up to %d needs", len(text), maxDecimalText, format.MaxAvroDecimalPrecision)
 	}
 	d, _, err := apd.NewFromString(strings.TrimSpace(text))
 	if err != nil || d.Form != apd.Finite {

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"encoding/json"
@@ -52,7 +52,7 @@ func TestRegistrySchemaFirstReferenceOutage(t *testing.T) {
 		rp.ServeHTTP(w, req)
 	}))
 	t.Cleanup(srv.Close)
-	enc := schemaFirst(t, srv.URL+registrytest.CCompatPath, SchemaFirstConfig{Kind: KindProtobuf})
+	enc := schemaFirst(t, srv.URL+registrytest.CCompatPath, Config{Kind: KindProtobuf})
 	payload := []byte(`{"id": "1", "total": {"currency": "EUR", "units": "5"}}`)
 	_, err = enc.Value(t.Context(), "orders", "OrderPaid", payload, 0)
 	if err == nil || errors.Is(err, registry.ErrNotRegistered) || errors.Is(err, ErrMismatch) || errors.Is(err, registry.ErrUnauthorized) {
@@ -75,7 +75,7 @@ func TestRegistrySchemaFirstReferenceOutage(t *testing.T) {
 		rp.ServeHTTP(w, req)
 	}))
 	t.Cleanup(srv2.Close)
-	enc2 := schemaFirst(t, srv2.URL+registrytest.CCompatPath, SchemaFirstConfig{Kind: KindProtobuf})
+	enc2 := schemaFirst(t, srv2.URL+registrytest.CCompatPath, Config{Kind: KindProtobuf})
 	if _, err := enc2.Value(t.Context(), "orders", "OrderLost", payload, 0); !errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("a reference the registry lacks: %v, want ErrNotRegistered", err)
 	}
@@ -158,7 +158,7 @@ func TestSchemaFirstProtobufWellKnownTypesAreGoogles(t *testing.T) {
 		{"value-kind", `{"bool_value": true}`, "", "google.protobuf.Value"},
 		{"copy", `"90s"`, `"90s"`, ""},
 	} {
-		enc := schemaFirst(t, url, SchemaFirstConfig{Kind: KindProtobuf, Strategy: StrategySubject, Subject: c.subject})
+		enc := schemaFirst(t, url, Config{Kind: KindProtobuf, Strategy: registry.StrategySubject, Subject: c.subject})
 		var v []byte
 		var err error
 		func() {

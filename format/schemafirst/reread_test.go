@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"encoding/json"
@@ -74,7 +74,7 @@ func TestSchemaFirstMismatchReadBounded(t *testing.T) {
 	v2 := `{"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}`
 	ls := newLatestServer(t)
 	ls.register(1, v1)
-	enc := schemaFirst(t, ls.url, SchemaFirstConfig{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: interval})
+	enc := schemaFirst(t, ls.url, Config{Kind: KindAvro, LatestTTL: time.Hour, MismatchReadInterval: interval})
 	var clock atomic.Int64 // nanoseconds past start
 	start := time.Now()
 	enc.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }

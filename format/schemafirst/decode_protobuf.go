@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/walrelay/walrelay/format"
 )
 
 // ErrProtobufLimit is a Protobuf message that would decode into more
@@ -42,7 +44,7 @@ const (
 // protojson expands it. A message that is not well-formed is left to
 // proto.Unmarshal to refuse (the walk stops there).
 func CheckProtobuf(md protoreflect.MessageDescriptor, msg []byte, bound int) error {
-	w := pbWalk{budget: DecodedBudget(len(msg), bound)}
+	w := pbWalk{budget: format.DecodedBudget(len(msg), bound)}
 	if err := w.message(md, msg, 0, false); err != nil {
 		return fmt.Errorf("%w: %s: %s", ErrProtobufLimit, md.FullName(), err)
 	}

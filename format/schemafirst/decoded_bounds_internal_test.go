@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/walrelay/walrelay/format"
 )
 
 // TestDecimalUnscaledBoundedText: registered_avro reads a payload's
@@ -22,8 +24,8 @@ func TestDecimalUnscaledBoundedText(t *testing.T) {
 		v                any
 		precision, scale int
 	}{
-		{"1 MiB of digits", json.Number("1" + strings.Repeat("0", 1<<20)), MaxAvroDecimalPrecision, 0},
-		{"1 MiB of digits after the point", "0." + strings.Repeat("0", 1<<20) + "1", MaxAvroDecimalPrecision, MaxAvroDecimalPrecision},
+		{"1 MiB of digits", json.Number("1" + strings.Repeat("0", 1<<20)), format.MaxAvroDecimalPrecision, 0},
+		{"1 MiB of digits after the point", "0." + strings.Repeat("0", 1<<20) + "1", format.MaxAvroDecimalPrecision, format.MaxAvroDecimalPrecision},
 		{"scale of 10^7", json.Number("1"), 10_000_000, 10_000_000},
 	} {
 		start := time.Now()
@@ -33,7 +35,7 @@ func TestDecimalUnscaledBoundedText(t *testing.T) {
 			t.Errorf("%s: %v %q in %v, want a reason at once", c.name, n != nil, why, took.Round(time.Millisecond))
 		}
 	}
-	if n, why := decimalUnscaled(json.Number("1."+strings.Repeat("0", 1500)), MaxAvroDecimalPrecision, 2); why != "" || n.Int64() != 100 {
+	if n, why := decimalUnscaled(json.Number("1."+strings.Repeat("0", 1500)), format.MaxAvroDecimalPrecision, 2); why != "" || n.Int64() != 100 {
 		t.Errorf("1.000… (1500 zeros) at scale 2: %v %q, want 100", n, why)
 	}
 }

@@ -1,4 +1,4 @@
-package format
+package schemafirst
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
 
@@ -114,15 +115,15 @@ func TestCheckProtobufExpandsAny(t *testing.T) {
 	}
 	md := fd.Messages().ByName("M")
 	list := bytes.Repeat([]byte{0x0a, 2, 0x2a, 0}, 1<<18) // 1 MiB of ListValue.values, each Value{struct_value: {}}
-	if err := CheckProtobuf(md, anyOf(1, "google.protobuf.ListValue", list), MaxDecodedBytes); !errors.Is(err, ErrProtobufLimit) {
+	if err := CheckProtobuf(md, anyOf(1, "google.protobuf.ListValue", list), format.MaxDecodedBytes); !errors.Is(err, ErrProtobufLimit) {
 		t.Errorf("an Any of a ListValue of 262144 empty Structs: %v, want ErrProtobufLimit", err)
 	}
 	nested := anyOf(1, "google.protobuf.Any", anyOf(0, "google.protobuf.ListValue", list))
-	if err := CheckProtobuf(md, nested, MaxDecodedBytes); !errors.Is(err, ErrProtobufLimit) {
+	if err := CheckProtobuf(md, nested, format.MaxDecodedBytes); !errors.Is(err, ErrProtobufLimit) {
 		t.Errorf("the same in an Any in an Any: %v, want ErrProtobufLimit", err)
 	}
 	unresolved := anyOf(1, "p.Nope", list)
-	if err := CheckProtobuf(md, unresolved, MaxDecodedBytes); err != nil {
+	if err := CheckProtobuf(md, unresolved, format.MaxDecodedBytes); err != nil {
 		t.Errorf("an Any of a type not resolved: %v, want it counted as bytes", err)
 	}
 	m := dynamicpb.NewMessage(md)
@@ -133,7 +134,7 @@ func TestCheckProtobufExpandsAny(t *testing.T) {
 		t.Errorf("protojson wrote an Any of a type it does not know")
 	}
 	ts := anyOf(1, "google.protobuf.Timestamp", []byte{0x08, 1})
-	if err := CheckProtobuf(md, ts, MaxDecodedBytes); err != nil {
+	if err := CheckProtobuf(md, ts, format.MaxDecodedBytes); err != nil {
 		t.Errorf("an Any of a Timestamp: %v", err)
 	}
 }
