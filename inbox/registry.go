@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/twmb/franz-go/pkg/sr"
 	"net/http"
 	"reflect"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"

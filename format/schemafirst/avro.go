@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/walrelay/walrelay/format"
-	"github.com/walrelay/walrelay/format/registry"
 	"strings"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // compileAvro parses an Avro schema of the registry (ParseAvroWrite) and

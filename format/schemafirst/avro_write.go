@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,32 +25,6 @@ import (
 // array or a map (its Config.BlockLength's default): the writer writes the
 // same bytes as hamba/avro.
 const avroBlockLength = 100
-
-// Bounds of the defaults' encodings kept with a compiled schema: a
-// default is written from its encoding, computed once; a default whose
-// encoding is larger than maxDefaultBytes, or than what remains of
-// maxDefaultsBytes for the schema, is written from its JSON each time it
-// is used (within the value's running bound). A schema nesting records
-// of many fields with defaults of {} has defaults whose encoding grows
-// with the power of its depth.
-const (
-	maxDefaultBytes  = 64 << 10
-	maxDefaultsBytes = 1 << 20
-	// maxDefaultDepth bounds the defaults written from their JSON inside
-	// one another (a default of a record whose missing field's default
-	// is of that record again).
-	maxDefaultDepth = 32
-)
-
-// avroDefault is a record field's default in a compiled schema: its
-// encoding, or why it cannot be written (field: where in the default,
-// after the field's own path), or neither and fromValue: written from its
-// JSON each time.
-type avroDefault struct {
-	bytes         []byte
-	field, reason string
-	fromValue     bool
-}
 
 // jsonAvroWriter writes JSON values (as decodeJSON reads them) in an Avro
 // schema: the bytes hamba/avro writes of what avroNative converts them
@@ -102,29 +75,6 @@ type jsonAvroWriter struct {
 	stuckAt      string
 }
 
-// unionKey is a union and a value written in it: an object (v its map) or
-// an array (v its items, n their count), as decodeJSON or a field's
-// default holds it; avroJSON and depth as the write was called with (a
-// default within more defaults is refused beyond maxDefaultDepth).
-type unionKey struct {
-	u        *avro.UnionSchema
-	v        uintptr
-	n        int
-	avroJSON bool
-	depth    int
-}
-
-// unionChoice is how a union writes a value: its branch (in Avro's JSON
-// encoding of a union, {"<branch>": value}, if wrapped), or why none fits
-// (reason; field: where, after the union's own JSON pointer, if known: a
-// union resolved while another tried its branches has no field).
-type unionChoice struct {
-	branch        int
-	wrapped       bool
-	field, reason string
-	known         bool
-}
-
 // pathToken is a token of a JSON pointer: name, or index if name is "".
 type pathToken struct {
 	name  string
@@ -162,120 +112,6 @@ func (w *jsonAvroWriter) in(t pathToken, s avro.Schema, v any, avroJSON bool) (f
 	field, reason = w.write(s, v, avroJSON)
 	w.at = w.at[:len(w.at)-1]
 	return field, reason
-}
-
-// avroDefaults computes the defaults of every record field of s that
-// has one.
-func avroDefaults(s avro.Schema) map[*avro.Field]*avroDefault {
-	w := &jsonAvroWriter{defaults: map[*avro.Field]*avroDefault{}, memo: true}
-	var fields []*avro.Field
-	seen := map[avro.Schema]bool{}
-	var walk func(s avro.Schema)
-	walk = func(s avro.Schema) {
-		if r, ok := s.(*avro.RefSchema); ok {
-			s = r.Schema()
-		}
-		if seen[s] {
-			return
-		}
-		seen[s] = true
-		switch x := s.(type) {
-		case *avro.RecordSchema:
-			for _, f := range x.Fields() {
-				if f.HasDefault() {
-					fields = append(fields, f)
-				}
-				walk(f.Type())
-			}
-		case *avro.ArraySchema:
-			walk(x.Items())
-		case *avro.MapSchema:
-			walk(x.Values())
-		case *avro.UnionSchema:
-			for _, t := range x.Types() {
-				walk(t)
-			}
-		}
-	}
-	walk(s)
-	for _, f := range fields {
-		w.defaultOf(f)
-	}
-	return w.defaults
-}
-
-// defaultOf returns f's default: kept, or (compiling) computed and kept.
-func (w *jsonAvroWriter) defaultOf(f *avro.Field) *avroDefault {
-	if d, ok := w.defaults[f]; ok {
-		return d
-	}
-	if !w.memo {
-		return &avroDefault{fromValue: true} // not met compiling: not kept (read only)
-	}
-	d := &avroDefault{reason: fmt.Sprintf("the default of %s is of the record it is a default in, again", f.Name())}
-	w.defaults[f] = d // while it is computed: a default met again inside it
-	v := f.Default()
-	dw := &jsonAvroWriter{max: min(maxDefaultBytes, maxDefaultsBytes-w.kept), defaults: w.defaults, memo: true, kept: w.kept}
-	if dw.max <= 0 {
-		*d = avroDefault{fromValue: true}
-		return d
-	}
-	field, reason := dw.write(f.Type(), v, true)
-	switch {
-	case dw.over:
-		*d = avroDefault{fromValue: true}
-	case reason != "":
-		*d = avroDefault{field: field, reason: reason}
-	default:
-		*d = avroDefault{bytes: dw.buf}
-		w.kept = dw.kept + len(dw.buf)
-	}
-	return d
-}
-
-// defaultLeaf is a value of a default as hamba/avro parsed it (and
-// filled in a record's missing fields' defaults, sharing them: converting
-// the whole to JSON first expanded what it shares, a power of the
-// schema's depth) as decodeJSON reads it: a number a json.Number, bytes
-// and a fixed's array the string of their code points (Avro's JSON
-// encoding of bytes), hamba/avro's null its nil. Maps and arrays are
-// converted as they are written.
-func defaultLeaf(v any) any {
-	switch x := v.(type) {
-	case nil, bool, string, json.Number, map[string]any, []any:
-		return v
-	case int:
-		return json.Number(strconv.Itoa(x))
-	case int32:
-		return json.Number(strconv.FormatInt(int64(x), 10))
-	case int64:
-		return json.Number(strconv.FormatInt(x, 10))
-	case float32:
-		return json.Number(strconv.FormatFloat(float64(x), 'g', -1, 32))
-	case float64:
-		return json.Number(strconv.FormatFloat(x, 'g', -1, 64))
-	case []byte:
-		return codePoints(x)
-	case json.Marshaler: // hamba/avro's null
-		if b, err := x.MarshalJSON(); err == nil && string(b) == "null" {
-			return nil
-		}
-	}
-	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Array && rv.Type().Elem().Kind() == reflect.Uint8 {
-		b := make([]byte, rv.Len())
-		reflect.Copy(reflect.ValueOf(b), rv)
-		return codePoints(b)
-	}
-	return v
-}
-
-// codePoints is bytes in Avro's JSON encoding: each byte a code point.
-func codePoints(b []byte) string {
-	var s strings.Builder
-	for _, c := range b {
-		s.WriteRune(rune(c))
-	}
-	return s.String()
 }
 
 // full reports whether the bytes written are over the bound (and sets
@@ -574,134 +410,4 @@ func (w *jsonAvroWriter) record(rs *avro.RecordSchema, v any, avroJSON bool) (st
 		}
 	}
 	return "", ""
-}
-
-// union writes a union: its null for a null, else the first branch the
-// value fits, or Avro's own JSON encoding of a union ({"<branch>":
-// value}). An object's or an array's branch, once found (or that none
-// fits), is kept in w.unions and taken at once when the union writes it
-// again: each union tries its branches on each value once. The same
-// value in the same union writes the same bytes wherever it is (what
-// else it depends on, avroJSON and depth, is in the key), so what is
-// written is what trying the branches again would write.
-func (w *jsonAvroWriter) union(us *avro.UnionSchema, v any, avroJSON bool) (string, string) {
-	types := us.Types()
-	if v == nil {
-		for i, b := range types {
-			if b.Type() == avro.Null {
-				w.long(int64(i))
-				return "", ""
-			}
-		}
-	}
-	key, keyed := w.unionKey(us, v, avroJSON)
-	if keyed {
-		c, ok := w.unions[key]
-		switch {
-		case !ok:
-		case c.reason == "" && w.dry:
-			w.skipped = true
-			return "", ""
-		case c.reason == "":
-			w.long(int64(c.branch))
-			if c.wrapped {
-				for k, e := range v.(map[string]any) {
-					return w.in(pathToken{name: k}, types[c.branch], e, avroJSON)
-				}
-			}
-			return w.write(types[c.branch], v, avroJSON)
-		case w.trying > 0:
-			return "", c.reason
-		case c.known:
-			return w.here() + c.field, c.reason
-		}
-		// Not resolved yet, or a failure whose field is wanted now.
-	}
-	choice, field, reason := w.resolve(us, v, avroJSON)
-	if keyed && w.alts > 0 && !w.over {
-		if reason != "" {
-			choice.reason = reason
-			if here := w.here(); w.trying == 0 && strings.HasPrefix(field, here) {
-				// Kept after the union's own pointer: the same value
-				// (a default's) may be written elsewhere.
-				choice.field, choice.known = field[len(here):], true
-			}
-		}
-		if w.unions == nil {
-			w.unions = map[unionKey]unionChoice{}
-		}
-		w.unions[key] = choice
-	}
-	return field, reason
-}
-
-// unionKey is the key of v in us in w.unions, if v is an object or an
-// array: a scalar costs about its bytes to try in each branch.
-func (w *jsonAvroWriter) unionKey(us *avro.UnionSchema, v any, avroJSON bool) (unionKey, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return unionKey{u: us, v: reflect.ValueOf(x).Pointer(), avroJSON: avroJSON, depth: w.depth}, true
-	case []any:
-		return unionKey{u: us, v: reflect.ValueOf(x).Pointer(), n: len(x), avroJSON: avroJSON, depth: w.depth}, true
-	}
-	return unionKey{}, false
-}
-
-// resolve writes v, not null, in the first of a union's types that it
-// fits, or in Avro's JSON encoding of a union: the branch written, or
-// where and why none fits. The reasons of the branches that v does not
-// fit are joined, clipped (clip) as a mismatch's reason is: each branch's
-// holds those of the unions nested in it, which otherwise doubled with
-// each level.
-func (w *jsonAvroWriter) resolve(us *avro.UnionSchema, v any, avroJSON bool) (choice unionChoice, field, reason string) {
-	types := us.Types()
-	// The branch tried last before the wrapped form ({"<branch>":
-	// value}), and the wrapped form's, if v is in it.
-	last, wrapped := -1, -1
-	for i, b := range types {
-		if b.Type() != avro.Null {
-			last = i
-		}
-	}
-	var key string
-	if m, ok := v.(map[string]any); ok && len(m) == 1 {
-		for k := range m {
-			key = k
-		}
-		for i, b := range types {
-			if branchName(b) == key {
-				wrapped = i
-				break
-			}
-		}
-	}
-	mark := len(w.buf)
-	var reasons []string
-	for i, b := range types {
-		if b.Type() == avro.Null {
-			continue
-		}
-		alt := i < last || wrapped >= 0
-		if alt {
-			w.alts++
-		}
-		w.long(int64(i))
-		w.trying++
-		_, r := w.write(b, v, avroJSON)
-		w.trying--
-		if alt {
-			w.alts--
-		}
-		if w.over || r == "" {
-			return unionChoice{branch: i}, "", ""
-		}
-		w.buf = w.buf[:mark]
-		reasons = append(reasons, r)
-	}
-	if wrapped >= 0 {
-		w.long(int64(wrapped))
-		field, reason := w.in(pathToken{name: key}, types[wrapped], v.(map[string]any)[key], avroJSON)
-		return unionChoice{branch: wrapped, wrapped: true}, field, reason
-	}
-	return unionChoice{}, w.here(), clip(fmt.Sprintf("fits none of the union's types (%s): %s", avroTypeName(us), strings.Join(reasons, "; ")))
 }

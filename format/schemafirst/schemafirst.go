@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/walrelay/walrelay/format"
-	"github.com/walrelay/walrelay/format/registry"
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
-	"github.com/twmb/franz-go/pkg/sr"
-
+	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/lru"
 )
 
@@ -33,33 +30,6 @@ const (
 
 // Latest is the version that names a subject's latest schema.
 const Latest = -1
-
-// ErrMismatch is a payload that does not fit its schema (a missing
-// required field, a field the schema does not have, a value of another
-// type): the event goes to the dead-letter topic. Its error is a
-// *MismatchError.
-var ErrMismatch = errors.New("the payload does not fit its schema")
-
-// MismatchError is a payload that does not fit the schema of its subject:
-// Field is where (a JSON pointer, "/order/qty"; "" for the whole payload),
-// Reason what.
-type MismatchError struct {
-	Subject string
-	Version int
-	Field   string
-	Reason  string
-}
-
-func (e *MismatchError) Error() string {
-	field := e.Field
-	if field == "" {
-		field = "/"
-	}
-	return fmt.Sprintf("subject %s version %d: field %s: %s", e.Subject, e.Version, field, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrMismatch) true.
-func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 
 // Config is what a schema-first encoder writes and where it
 // finds its schemas.
@@ -132,51 +102,6 @@ type Encoder struct {
 	// now is the clock of LatestTTL and MismatchReadInterval (time.Now;
 	// a test's own).
 	now func() time.Time
-}
-
-type subjectVersion struct {
-	subject string
-	version int
-}
-
-// unusableRead is a reading that found a schema unusable (or an id
-// unknown): when, and its error.
-type unusableRead struct {
-	at  time.Time
-	err error
-}
-
-// subjectReads is what a subject's last readings were, guarded by
-// Encoder.mu.
-type subjectReads struct {
-	// mismatchRead is when a mismatch last made walrelay read the
-	// subject's latest again, and mismatchReadErr why that reading
-	// failed (an outage or ErrUnauthorized; nil if it did not).
-	mismatchRead    time.Time
-	mismatchReadErr error
-	// unusable is the last reading that found the subject's schema
-	// unusable (ErrNotRegistered); its zero value if the last reading
-	// found it usable.
-	unusable unusableRead
-}
-
-// maxSubjectReads bounds the subjects whose last readings a Encoder
-// remembers (MismatchReadInterval, UnusableReadInterval): some hundreds
-// of bytes each. Past it, the least recently used is forgotten: a writer
-// cycling through more subjects than this within an interval may cost a
-// reading of each again within it.
-const maxSubjectReads = 10000
-
-// compiledSchema is one version of a subject, ready to write payloads.
-type compiledSchema struct {
-	id      uint32
-	version int
-	learnt  time.Time
-	size    int // CompiledSize
-	// write appends payload in the schema to dst; a value of more than
-	// maxBytes (0: no bound) with dst is ErrTooLarge, else an error is a
-	// *MismatchError.
-	write func(dst, payload []byte, maxBytes int) ([]byte, error)
 }
 
 // New returns an encoder reading its schemas from reg.
@@ -332,77 +257,6 @@ func (s *Encoder) Value(ctx context.Context, topic, typ string, payload []byte, 
 	return out, nil
 }
 
-// mayReadAgain reports whether a payload that does not fit c, subject's
-// latest known, may read the latest again now: not if a mismatch did
-// within MismatchReadInterval. If so it claims the reading (concurrent
-// mismatches do not read too); if not, failed is why that reading failed
-// (nil if it did not: the payload is a mismatch, unless it fits cur).
-// cur is the latest known now: c, or a version read meanwhile.
-func (s *Encoder) mayReadAgain(subject string, c *compiledSchema) (cur *compiledSchema, again bool, failed error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := subjectVersion{subject, s.cfg.Version}
-	cur = c
-	if known, ok := s.schemas[k]; ok {
-		cur = known
-	}
-	r := s.readsOf(k)
-	now := s.now()
-	if !r.mismatchRead.IsZero() && now.Sub(r.mismatchRead) < s.cfg.MismatchReadInterval {
-		return cur, false, r.mismatchReadErr
-	}
-	r.mismatchRead, r.mismatchReadErr = now, nil
-	return cur, true, nil
-}
-
-// readAgainFailed records why the reading again that mayReadAgain
-// allowed failed: mismatches until the interval passes are held with it.
-func (s *Encoder) readAgainFailed(subject string, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.readsOf(subjectVersion{subject, s.cfg.Version}).mismatchReadErr = err
-}
-
-// MaxPayloadTokens bounds the JSON that a schema-first format converts:
-// its objects, arrays, members and array items (its '{', '[', ':' and
-// ',' outside strings). Converting costs memory by the value, whatever
-// its bytes: some 60 bytes of heap a token for the parsed JSON of
-// registered_avro, 100 for registered_jsonschema's validation, 200 for
-// registered_protobuf's dynamic messages (2.9 MiB of "{}," in an array,
-// within postgres.max_message_bytes: 1,000,000 empty messages, a peak of
-// 333 MiB). A payload of more is ErrTooLarge (dead-lettered too_large)
-// before it is parsed: at the bound a payload costs a peak of some 8 to
-// 25 MiB. Outbox events hold tens to thousands.
-const MaxPayloadTokens = 1 << 17
-
-// jsonTokens counts payload's tokens as MaxPayloadTokens does, stopping
-// past most: over is whether there are more than most, n the bytes read.
-func jsonTokens(payload []byte, most int) (n int, over bool) {
-	tokens := 0
-	in := false
-	for i := 0; i < len(payload); i++ {
-		c := payload[i]
-		if in {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				in = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			in = true
-		case '{', '[', ':', ',':
-			if tokens++; tokens > most {
-				return i + 1, true
-			}
-		}
-	}
-	return len(payload), false
-}
-
 // Check reads subject's configured version and compiles it: what `walrelay
 // check` reports (its id and version), or why it cannot be used.
 func (s *Encoder) Check(ctx context.Context, subject string) (id uint32, version int, err error) {
@@ -417,128 +271,6 @@ func (s *Encoder) Check(ctx context.Context, subject string) (id uint32, version
 // subject.
 func (s *Encoder) Strategy() (strategy, subject string) { return s.cfg.Strategy, s.cfg.Subject }
 
-// schema returns subject's compiled schema of the configured version,
-// from the cache unless refresh (or a latest too old).
-func (s *Encoder) schema(ctx context.Context, subject string, refresh bool) (*compiledSchema, error) {
-	k := subjectVersion{subject, s.cfg.Version}
-	s.mu.Lock()
-	c, ok := s.schemas[k]
-	if ok {
-		s.schemasUsed.Touch(k)
-	}
-	s.mu.Unlock()
-	if ok && !refresh && (s.cfg.Version != Latest || s.now().Sub(c.learnt) < s.cfg.LatestTTL) {
-		return c, nil
-	}
-	if !refresh {
-		if err := s.unusableWithin(k); err != nil {
-			return nil, err
-		}
-	}
-	fresh, err := s.read(ctx, subject)
-	if err != nil && ok && registry.Outage(err) {
-		// A registry that does not answer the reading again of a
-		// latest: the one known serves meanwhile (for payloads that fit
-		// it; Value reads again before calling one a mismatch).
-		return c, nil
-	}
-	return fresh, err
-}
-
-// read reads subject's configured version from the registry, compiles it
-// and caches it. Errors: ErrNotRegistered (worded by whether walrelay
-// registers schemas), ErrUnauthorized, or an outage.
-func (s *Encoder) read(ctx context.Context, subject string) (*compiledSchema, error) {
-	c, err := s.readCompile(ctx, subject)
-	k := subjectVersion{subject, s.cfg.Version}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case err == nil:
-		// A failure is forgotten, the registry having answered.
-		r := s.readsOf(k)
-		r.unusable, r.mismatchReadErr = unusableRead{}, nil
-	case errors.Is(err, registry.ErrNotRegistered) && ctx.Err() == nil:
-		s.readsOf(k).unusable = unusableRead{at: s.now(), err: err}
-	}
-	return c, err
-}
-
-// readsOf is k's subjectReads, made the most recently used (added if
-// there are none); s.mu is held.
-func (s *Encoder) readsOf(k subjectVersion) *subjectReads {
-	r, ok := s.reads[k]
-	if !ok {
-		lru.MakeRoom(&s.readsUsed, s.reads, maxSubjectReads)
-		r = &subjectReads{}
-		s.reads[k] = r
-	}
-	s.readsUsed.Touch(k)
-	return r
-}
-
-// unusableWithin is the error of the reading of k that found its schema
-// unusable within UnusableReadInterval; nil if none did.
-func (s *Encoder) unusableWithin(k subjectVersion) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.reads[k]
-	if !ok || r.unusable.err == nil || s.now().Sub(r.unusable.at) >= s.cfg.UnusableReadInterval {
-		return nil
-	}
-	s.readsUsed.Touch(k)
-	return r.unusable.err
-}
-
-// readCompile is read without the memory of unusable subjects.
-func (s *Encoder) readCompile(ctx context.Context, subject string) (*compiledSchema, error) {
-	ss, err := s.reg.Client().SchemaByVersion(ctx, subject, s.cfg.Version)
-	if err != nil {
-		err = registry.Classify(subject, err)
-		if errors.Is(err, registry.ErrNotRegistered) {
-			err = fmt.Errorf("%w (%s)", err, s.registers())
-		}
-		return nil, err
-	}
-	refs, err := s.reg.References(ctx, ss.Schema.Schema, ss.Schema.References)
-	if err != nil {
-		// A referenced subject the registry lacks is ErrNotRegistered;
-		// a registry that does not answer for it, an outage (held).
-		return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, err)
-	}
-	c, err := s.compile(ctx, ss, refs)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("subject %s version %d: %w", subject, ss.Version, ctx.Err())
-		}
-		return nil, fmt.Errorf("subject %s version %d: %w: %w", subject, ss.Version, registry.ErrNotRegistered, err)
-	}
-	c.size = registry.CompiledSize(ss.Schema.Schema, refs)
-	k := subjectVersion{subject, s.cfg.Version}
-	s.mu.Lock()
-	if old, ok := s.schemas[k]; ok {
-		s.size -= old.size
-		delete(s.schemas, k)
-		s.schemasUsed.Remove(k)
-	}
-	// Full: the least recently used go, one at a time (the bounds on
-	// reading again are kept apart, in reads).
-	for len(s.schemas) >= maxCachedSchemas || s.size+c.size > format.MaxCachedSchemaBytes {
-		old, ok := s.schemasUsed.Oldest()
-		if !ok {
-			break
-		}
-		s.size -= s.schemas[old].size
-		delete(s.schemas, old)
-		s.schemasUsed.Remove(old)
-	}
-	s.schemas[k] = c
-	s.size += c.size
-	s.schemasUsed.Touch(k)
-	s.mu.Unlock()
-	return c, nil
-}
-
 // registers says what the schema-first formats register, for the error
 // of a subject the registry lacks.
 func (s *Encoder) registers() string {
@@ -546,78 +278,6 @@ func (s *Encoder) registers() string {
 		return "kafka.schema_registry.auto_register is on, and a schema-first format registers only the schema files of kafka.schema_registry.subjects, at start: register the event's schema, or name its file there"
 	}
 	return "kafka.schema_registry.auto_register is off: walrelay registers nothing; register the event's schema"
-}
-
-// compile makes a registered schema ready to write payloads, with the
-// schemas it references (refs, as References gives them).
-func (s *Encoder) compile(ctx context.Context, ss sr.SubjectSchema, refs []registry.Reference) (*compiledSchema, error) {
-	kind := ss.Type.String() // AVRO when the API leaves schemaType out
-
-	if kind != s.cfg.Kind {
-		return nil, fmt.Errorf("a %s schema, and the format writes %s", kind, s.cfg.Kind)
-	}
-	if ss.ID < 0 || ss.ID > 1<<32-1 {
-		return nil, fmt.Errorf("the id %d, which Confluent's framing cannot carry", ss.ID)
-	}
-	c := &compiledSchema{id: uint32(ss.ID), version: ss.Version, learnt: s.now()}
-	mismatch := func(field, reason string) *MismatchError {
-		return &MismatchError{Subject: ss.Subject, Version: ss.Version, Field: clip(field), Reason: clip(reason)}
-	}
-	var err error
-	switch s.cfg.Kind {
-	case KindAvro:
-		c.write, err = compileAvro(ss.Schema.Schema, refs, mismatch)
-	case KindProtobuf:
-		var w func(dst, payload []byte) ([]byte, *MismatchError)
-		w, err = compileProtobuf(ctx, ss.Schema.Schema, registry.RefsByName(refs), s.cfg.Message, mismatch)
-		c.write = capped(w)
-	case KindJSONSchema:
-		var w func(dst, payload []byte) ([]byte, *MismatchError)
-		w, err = compileJSONSchema(ss.Schema.Schema, registry.RefsByName(refs), mismatch)
-		c.write = capped(w)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// capped bounds the values of w, a writer whose value is about its
-// payload's size (Protobuf's binary encoding of protojson's JSON, JSON
-// Schema's JSON as it is): measured once written.
-func capped(w func(dst, payload []byte) ([]byte, *MismatchError)) func(dst, payload []byte, maxBytes int) ([]byte, error) {
-	if w == nil {
-		return nil
-	}
-	return func(dst, payload []byte, maxBytes int) ([]byte, error) {
-		out, merr := w(dst, payload)
-		if merr != nil {
-			return nil, merr
-		}
-		if maxBytes > 0 && len(out) > maxBytes {
-			return nil, fmt.Errorf("%w: %d bytes, more than the %d of a record to the topic", format.ErrTooLarge, len(out), maxBytes)
-		}
-		return out, nil
-	}
-}
-
-// maxCachedSchemas bounds the parsed schemas kept, in number.
-const maxCachedSchemas = 1000
-
-// maxReason bounds a mismatch's field and reason: they go into the log and
-// the dead letter's error header, and may quote the payload's values.
-const maxReason = 300
-
-// clip cuts s to maxReason bytes, on a character boundary.
-func clip(s string) string {
-	if len(s) <= maxReason {
-		return s
-	}
-	cut := maxReason
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // Registry is the schema-first encoder's schema registry.
