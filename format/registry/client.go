@@ -287,7 +287,8 @@ func (r *Client) Register(ctx context.Context, subject string, s sr.Schema) (int
 
 // MaxCachedIDs bounds the cache of ids (a schema is a payload's shape:
 // payloads of many shapes make many); each entry is a subject, a hash and
-// an id, some 100 bytes.
+// an id, some 100 bytes. The passthrough format bounds its ids known and
+// unknown by it too.
 const MaxCachedIDs = 10000
 
 // DefaultUnusableReadInterval is the default of

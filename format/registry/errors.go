@@ -88,7 +88,11 @@ func conflict(err error) bool {
 }
 
 // Classify tells a registry's refusal of one schema (a deterministic
-// error for that value) from an outage (transient).
+// error for that value) from an outage (transient): err, of a request
+// about subject, wrapped as ErrNotRegistered, ErrRefused, ErrUnauthorized
+// or ErrNotSchemaRegistry, or as it is (an outage), its text bounded
+// (MaxErrorText). The schema-first formats classify their own requests
+// with it.
 func Classify(subject string, err error) error {
 	err = registryError(err)
 	var re *sr.ResponseError
