@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // converterOptions name Kafka Connect's key, value and header converters.
@@ -24,7 +24,7 @@ func converterOf(option string) string {
 
 // registryURLWhy says why a converter's registry URL is refused, "" if it
 // is not: walrelay would refuse it at load as it refuses
-// kafka.schema_registry.url (format.CheckRegistryURL), and the import
+// kafka.schema_registry.url (registry.CheckURL), and the import
 // would have printed it, credentials and all, in the YAML the operator
 // keeps. The reason never quotes the URL.
 func registryURLWhy(u string) string {
@@ -33,8 +33,8 @@ func registryURLWhy(u string) string {
 	if strings.Contains(u, "@") {
 		return "credentials in the URL: give the user in kafka.schema_registry.username and the password in kafka.schema_registry.password_file"
 	}
-	switch err := format.CheckRegistryURL(u); {
-	case errors.Is(err, format.ErrRegistryURLQuery):
+	switch err := registry.CheckURL(u); {
+	case errors.Is(err, registry.ErrURLQuery):
 		return "a query or fragment in the URL (?… or #…, a token as ?access_token= too), which errors would print: give credentials in kafka.schema_registry.username and kafka.schema_registry.password_file, or a client certificate in kafka.schema_registry.tls_cert_file and kafka.schema_registry.tls_key_file"
 	case err != nil:
 		return "want an http or https URL with a host (http://host:port/path)"

@@ -346,7 +346,7 @@ func TestDebeziumImportAvroConverter(t *testing.T) {
 // was copied, password and all, into the YAML that walrelay debezium
 // import prints, while Confluent's was refused (review44's
 // TestProbe44DebeziumApicurioURLCredentials). Both converters' URLs are
-// checked as kafka.schema_registry.url is (format.CheckRegistryURL):
+// checked as kafka.schema_registry.url is (registry.CheckURL):
 // credentials, a query or fragment (?access_token=...), a URL that is
 // not http or https with a host are refused by option name, and neither
 // the refusal nor any key copies the secret.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -15,13 +15,13 @@ import (
 // kafka.schema_registry.*: its URL, basic auth, timeout and TLS
 // (tls_ca_file, tls_cert_file and tls_key_file; the system's CAs without
 // them).
-func Registry(cfg *Config) (*format.Registry, error) {
+func Registry(cfg *Config) (*registry.Client, error) {
 	r := cfg.Kafka.SchemaRegistry
 	tc, err := registryTLS(cfg)
 	if err != nil {
 		return nil, err
 	}
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: r.URL, Username: r.Username, Password: r.Password, AutoRegister: r.AutoRegister, Timeout: r.Timeout, TLS: tc})
+	reg, err := registry.New(registry.Config{URL: r.URL, Username: r.Username, Password: r.Password, AutoRegister: r.AutoRegister, Timeout: r.Timeout, TLS: tc})
 	if err != nil {
 		return nil, fmt.Errorf("kafka.schema_registry.url: %w", err)
 	}
@@ -30,7 +30,7 @@ func Registry(cfg *Config) (*format.Registry, error) {
 
 // RegistryOf is the schema registry of a sink's registry formats, nil
 // without one.
-func RegistryOf(sc sink.Config) *format.Registry {
+func RegistryOf(sc sink.Config) *registry.Client {
 	switch {
 	case sc.Avro != nil:
 		return sc.Avro.Registry()

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -39,7 +41,7 @@ func (c *Config) checkSchemaFirst() error {
 	if _, ok := record.Format(c.Kafka.KeyFormat).SchemaFirst(); ok {
 		return fmt.Errorf("kafka.key_format %s: the schema-first formats are for values (the key is the aggregate id, a string): want raw, json, json_schema or avro", c.Kafka.KeyFormat)
 	}
-	version, err := format.ParseVersion(r.Version)
+	version, err := schemafirst.ParseVersion(r.Version)
 	if err != nil {
 		return fmt.Errorf("kafka.schema_registry.version: %w", err)
 	}
@@ -50,7 +52,7 @@ func (c *Config) checkSchemaFirst() error {
 		if err := format.CheckPassthroughStrategy(r.SubjectStrategy, r.Subject); err != nil {
 			return fmt.Errorf("kafka.schema_registry.subject_strategy, subject with kafka.value_format registry_passthrough: %w", err)
 		}
-		if version != format.Latest {
+		if version != schemafirst.Latest {
 			return fmt.Errorf("kafka.schema_registry.version %s with kafka.value_format registry_passthrough: the application's framing names the schema; a version is for the schema-first formats", r.Version)
 		}
 		return nil
@@ -62,7 +64,7 @@ func (c *Config) checkSchemaFirst() error {
 	switch {
 	case r.URL == "":
 		return fmt.Errorf("kafka.value_format %s needs kafka.schema_registry.url", c.Kafka.ValueFormat)
-	case r.Message != "" && kind != format.KindProtobuf:
+	case r.Message != "" && kind != schemafirst.KindProtobuf:
 		return fmt.Errorf("kafka.schema_registry.message %q is for kafka.value_format registered_protobuf, not %s", r.Message, c.Kafka.ValueFormat)
 	case c.Kafka.ExpandJSONPayload:
 		return fmt.Errorf("kafka.expand_json_payload with kafka.value_format %s: the schema-first formats read the JSON payload by its registered schema", c.Kafka.ValueFormat)
@@ -73,12 +75,12 @@ func (c *Config) checkSchemaFirst() error {
 	}
 	strategy := r.SubjectStrategy
 	if strategy == "" {
-		strategy = format.StrategyType
+		strategy = registry.StrategyType
 	}
-	if err := format.CheckStrategy(strategy, r.Subject, version); err != nil {
+	if err := schemafirst.CheckStrategy(strategy, r.Subject, version); err != nil {
 		return fmt.Errorf("kafka.schema_registry.subject_strategy, subject, version: %w", err)
 	}
-	if r.SubjectStrategy == format.StrategySubject && len(r.Subjects) > 0 && !slices.Equal(c.subjectNames(), []string{r.Subject}) {
+	if r.SubjectStrategy == registry.StrategySubject && len(r.Subjects) > 0 && !slices.Equal(c.subjectNames(), []string{r.Subject}) {
 		return errors.New("kafka.schema_registry.subjects with the subject strategy subject: check verifies kafka.schema_registry.subject; leave subjects empty, or give that subject alone with its file (subject=path)")
 	}
 	return nil
@@ -121,7 +123,7 @@ func (c *Config) subjectNames() []string {
 // their files).
 func (c *Config) SchemaFirstSubjects() []string {
 	r := c.Kafka.SchemaRegistry
-	if r.SubjectStrategy == format.StrategySubject {
+	if r.SubjectStrategy == registry.StrategySubject {
 		return []string{r.Subject}
 	}
 	return c.subjectNames()
@@ -157,7 +159,7 @@ func ReadSchemaFile(f SchemaFile) (string, error) {
 
 // SchemaFirst makes the encoder of the schema-first value format, nil for
 // another format; its registry is Registry's (TLS included).
-func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
+func SchemaFirst(c *Config) (*schemafirst.Encoder, error) {
 	if _, ok := c.schemaFirstFormat(); !ok {
 		return nil, nil
 	}
@@ -171,7 +173,7 @@ func SchemaFirst(c *Config) (*format.SchemaFirst, error) {
 // passthroughOf makes the checker of kafka.value_format
 // registry_passthrough reading the schemas' subjects from reg, under
 // kafka.schema_registry.subject_strategy.
-func passthroughOf(c *Config, reg *format.Registry) (*format.Passthrough, error) {
+func passthroughOf(c *Config, reg *registry.Client) (*format.Passthrough, error) {
 	r := c.Kafka.SchemaRegistry
 	pc := format.PassthroughConfig{Strategy: r.SubjectStrategy, Subject: r.Subject}
 	if c.Kafka.ValueFormat != string(record.FormatRegistryPassthrough) {
@@ -188,17 +190,17 @@ func passthroughOf(c *Config, reg *format.Registry) (*format.Passthrough, error)
 // its schemas from reg, nil for another format. It registers nothing by
 // itself: walrelay's start registers the schema files
 // (walrelay run, before any event) when kafka.schema_registry.auto_register is on.
-func schemaFirstOf(c *Config, reg *format.Registry) (*format.SchemaFirst, error) {
+func schemaFirstOf(c *Config, reg *registry.Client) (*schemafirst.Encoder, error) {
 	kind, ok := c.schemaFirstFormat()
 	if !ok {
 		return nil, nil
 	}
 	r := c.Kafka.SchemaRegistry
-	version, err := format.ParseVersion(r.Version)
+	version, err := schemafirst.ParseVersion(r.Version)
 	if err != nil {
 		return nil, fmt.Errorf("kafka.schema_registry.version: %w", err)
 	}
-	enc, err := format.NewSchemaFirst(reg, format.SchemaFirstConfig{Kind: kind, Strategy: r.SubjectStrategy, Subject: r.Subject, Version: version, Message: r.Message})
+	enc, err := schemafirst.New(reg, schemafirst.Config{Kind: kind, Strategy: r.SubjectStrategy, Subject: r.Subject, Version: version, Message: r.Message})
 	if err != nil {
 		return nil, fmt.Errorf("kafka.value_format %s: %w", c.Kafka.ValueFormat, err)
 	}

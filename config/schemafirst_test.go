@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -63,7 +63,7 @@ func TestSchemaFirstKeys(t *testing.T) {
 	if subject, err := sf.Subject("orders", "OrderCreated"); err != nil || subject != "orders-OrderCreated" {
 		t.Errorf("topic_type subject %q %v", subject, err)
 	}
-	if strategy, _ := sf.Strategy(); strategy != format.StrategyTopicType {
+	if strategy, _ := sf.Strategy(); strategy != registry.StrategyTopicType {
 		t.Errorf("strategy %s", strategy)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/sink/record"
 )
@@ -175,10 +177,10 @@ func (c *Config) checkSchemaRegistry() error {
 		return nil
 	}
 	// The errors never print the URL: it may hold a password or a token.
-	switch err := format.CheckRegistryURL(r.URL); {
-	case errors.Is(err, format.ErrRegistryURLCredentials):
+	switch err := registry.CheckURL(r.URL); {
+	case errors.Is(err, registry.ErrURLCredentials):
 		return errors.New("kafka.schema_registry.url holds credentials (user@ or user:password@; a token as the user too), which errors and logs would print: give them in kafka.schema_registry.username and kafka.schema_registry.password or kafka.schema_registry.password_file")
-	case errors.Is(err, format.ErrRegistryURLQuery):
+	case errors.Is(err, registry.ErrURLQuery):
 		return errors.New("kafka.schema_registry.url has a query or fragment (?... or #...; a token as ?access_token= too), which errors and logs would print: give credentials in kafka.schema_registry.username and kafka.schema_registry.password or kafka.schema_registry.password_file, or a TLS client certificate in kafka.schema_registry.tls_cert_file and kafka.schema_registry.tls_key_file")
 	case err != nil:
 		return errors.New("kafka.schema_registry.url: want an http or https URL with a host (http://host:port/path)")
@@ -204,7 +206,7 @@ func SinkConfig(cfg *Config, log *slog.Logger, extra ...kgo.Opt) (sink.Config, e
 	}
 	var avro *format.AvroEncoder
 	var pass *format.Passthrough
-	var sf *format.SchemaFirst
+	var sf *schemafirst.Encoder
 	vf, err := record.ParseFormat(k.ValueFormat)
 	if err != nil {
 		return sink.Config{}, fmt.Errorf("kafka.value_format: %w", err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // benchPayloads are outbox payloads of usual shapes, and a wide one.
@@ -34,7 +36,7 @@ func BenchmarkAvroEncoderValue(b *testing.B) {
 		fmt.Fprint(w, `{"id":1}`)
 	}))
 	defer srv.Close()
-	reg, err := NewRegistry(RegistryConfig{URL: srv.URL, AutoRegister: true})
+	reg, err := registry.New(registry.Config{URL: srv.URL, AutoRegister: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // distinctObjects is a payload {"items":[{"k0":1},{"k1":1},…]} of n
@@ -80,10 +82,10 @@ func TestAvroValueOutputBounded(t *testing.T) {
 		says      string
 	}{
 		{"value over its cap", 8 << 20, ErrTooLarge, "would be 400020005 bytes, more than the 1048576"},
-		{"schema over its cap", 0, ErrPayload, "more than the 1048576 bytes that walrelay sends"},
+		{"schema over its cap", 0, registry.ErrPayload, "more than the 1048576 bytes that walrelay sends"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := NewAvroEncoder(mustRegistry(t, RegistryConfig{URL: srv.URL, AutoRegister: true, MaxSchemaBytes: tc.maxSchema}))
+			e := NewAvroEncoder(mustRegistry(t, registry.Config{URL: srv.URL, AutoRegister: true, MaxSchemaBytes: tc.maxSchema}))
 			runtime.GC()
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)

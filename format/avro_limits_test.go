@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // wideObject is a JSON object of n keys k0…, each of value 1.
@@ -203,7 +205,7 @@ func TestRegistryIDCacheKeepsNoSchemaText(t *testing.T) {
 		fmt.Fprintf(w, `{"id":%d}`, n)
 	}))
 	defer srv.Close()
-	reg := mustRegistry(t, RegistryConfig{URL: srv.URL, AutoRegister: true})
+	reg := mustRegistry(t, registry.Config{URL: srv.URL, AutoRegister: true})
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestAvroDebeziumParity: payloads where walrelay's Avro once differed from
@@ -105,7 +107,7 @@ func TestAvroDebeziumParity(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			body, schema, err := debeziumAvro(Payload{Text: []byte(c.payload), Column: "payload", Expand: true, TextColumn: c.text})
 			if c.wantErr != "" {
-				if err == nil || !errors.Is(err, ErrPayload) || !strings.Contains(err.Error(), c.wantErr) {
+				if err == nil || !errors.Is(err, registry.ErrPayload) || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("%v (schema %s), want an ErrPayload with %q: Debezium fails on it", err, schema, c.wantErr)
 				}
 				return
@@ -133,11 +135,11 @@ func debeziumAvro(p Payload) ([]byte, string, error) {
 	}
 	as, err := Avro(s)
 	if err != nil {
-		return nil, "", errors.Join(ErrPayload, err)
+		return nil, "", errors.Join(registry.ErrPayload, err)
 	}
 	body, err := as.EncodeAvro(s, n)
 	if err != nil {
-		return nil, as.Text, errors.Join(ErrPayload, err)
+		return nil, as.Text, errors.Join(registry.ErrPayload, err)
 	}
 	return body, as.Text, nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestAvroSchema: an inferred Connect schema is translated as Apicurio's
@@ -78,7 +80,7 @@ func TestValueSchema(t *testing.T) {
 	} {
 		s, _, err := ValueSchema(c.p)
 		if c.want == "" {
-			if !errors.Is(err, ErrPayload) {
+			if !errors.Is(err, registry.ErrPayload) {
 				t.Errorf("%s %+v: %v, want ErrPayload", c.p.Text, c.p, err)
 			}
 			continue
@@ -228,22 +230,5 @@ func TestAvroArraysAsJava(t *testing.T) {
 	// branch 1 int 1, branch 1 int 2, end of the array.
 	if want := []byte{0x02, 0x02, 0x04, 0x02, 0x02, 0x02, 0x04, 0x00}; err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("%x %v, want %x", b, err, want)
-	}
-}
-
-// TestFrame: Confluent's wire format, magic byte 0 and a big-endian id.
-func TestFrame(t *testing.T) {
-	b := Frame(nil, 0x01020304, []byte{9})
-	if !bytes.Equal(b, []byte{0, 1, 2, 3, 4, 9}) {
-		t.Fatalf("framed %x", b)
-	}
-	id, body, err := Unframe(b)
-	if err != nil || id != 0x01020304 || !bytes.Equal(body, []byte{9}) {
-		t.Fatalf("unframed %d %x %v", id, body, err)
-	}
-	for _, bad := range [][]byte{nil, {0, 1, 2, 3}, {1, 0, 0, 0, 1}} {
-		if _, _, err := Unframe(bad); err == nil {
-			t.Errorf("%x: unframed", bad)
-		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/schemafirst"
 )
 
 // TestParseAvroRefusesDecimalBeyondBound (review43a's
@@ -65,7 +66,7 @@ func TestParseAvroRefusesDecimalBeyondBound(t *testing.T) {
 // logged: seconds under -race on a loaded machine, so only an unbounded
 // cost, minutes, fails it), and real values are valid.
 func TestJSONSchemaCheckRefusesHugeNumbers(t *testing.T) {
-	js, err := format.CompileJSONSchema(`{"type":"object","properties":{"qty":{"type":"array","items":{"type":"number","minimum":0,"multipleOf":0.5}},"n":{"type":"integer"}}}`, nil)
+	js, err := schemafirst.CompileJSONSchema(`{"type":"object","properties":{"qty":{"type":"array","items":{"type":"number","minimum":0,"multipleOf":0.5}},"n":{"type":"integer"}}}`, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +81,10 @@ func TestJSONSchemaCheckRefusesHugeNumbers(t *testing.T) {
 		{"30 of 1e999999", []byte(`{"qty":[` + strings.Repeat("1e999999,", 29) + `1e999999]}`), false},
 		{"one of 1E-999999", []byte(`{"n":1, "qty":[1E-999999]}`), false},
 		{"an integer of 1e999999", []byte(`{"n":1e999999}`), false},
-		{"1001 digits", []byte(`{"qty":[1` + strings.Repeat("0", format.MaxJSONNumberDigits) + `]}`), false},
+		{"1001 digits", []byte(`{"qty":[1` + strings.Repeat("0", schemafirst.MaxJSONNumberDigits) + `]}`), false},
 		{"256 KiB of 1e1000", many("1e1000"), true},
-		{"256 KiB of 1000 digits", many("1" + strings.Repeat("0", format.MaxJSONNumberDigits-1)), true},
-		{"256 KiB of 1000 digits after the point", many("0." + strings.Repeat("0", format.MaxJSONNumberDigits-2) + "5"), false},
+		{"256 KiB of 1000 digits", many("1" + strings.Repeat("0", schemafirst.MaxJSONNumberDigits-1)), true},
+		{"256 KiB of 1000 digits after the point", many("0." + strings.Repeat("0", schemafirst.MaxJSONNumberDigits-2) + "5"), false},
 		{"real values", []byte(`{"n":-12,"qty":[1.5,2,1e308,4.5e+2,"x1e9999999"]}`), false}, // a string in qty
 		{"real values", []byte(`{"n":-12,"qty":[1.5,2,1e308,4.5e+2],"s":"1e9999999 \" 1e9999999"}`), true},
 	} {
@@ -115,7 +116,7 @@ func TestJSONSchemaCheckRefusesHugeNumbers(t *testing.T) {
 // goroutine with a generous time (the old code did not return).
 func TestJSONSchemaCheckNestedOneOfBounded(t *testing.T) {
 	for _, kw := range []string{"oneOf", "anyOf"} {
-		js, err := format.CompileJSONSchema(`{"$defs":{"n":{"`+kw+`":[
+		js, err := schemafirst.CompileJSONSchema(`{"$defs":{"n":{"`+kw+`":[
 		  {"type":"object","properties":{"child":{"$ref":"#/$defs/n"},"a":{"type":"integer"}},"required":["a"]},
 		  {"type":"object","properties":{"child":{"$ref":"#/$defs/n"},"b":{"type":"integer"}},"required":["b"]},
 		  {"type":"null"}]}},"$ref":"#/$defs/n"}`, nil)
@@ -167,7 +168,7 @@ func TestJSONSchemaCheckNestedOneOfBounded(t *testing.T) {
 		`{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"type":"object",
 		  "properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$recursiveRef":"#"}}}}`,
 	} {
-		js, err := format.CompileJSONSchema(schema, nil)
+		js, err := schemafirst.CompileJSONSchema(schema, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +373,7 @@ func TestJSONSchemaCheckDepthBounded(t *testing.T) {
 		{1, 3000, true},  // 3 a level: 9,000
 		{1, 9000, false},
 	} {
-		js, err := format.CompileJSONSchema(chainedRefsSchema(c.hops), nil)
+		js, err := schemafirst.CompileJSONSchema(chainedRefsSchema(c.hops), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,11 +393,11 @@ func TestJSONSchemaCheckDepthBounded(t *testing.T) {
 		fmt.Fprintf(&b, `,"r%d":{"$ref":"#/$defs/r%d"}`, i, i+1)
 	}
 	b.WriteString(`,"r1200":{"$ref":"#/$defs/o"}},"properties":{"pad":{"type":"string"}},"allOf":[{"$ref":"#/$defs/o"}`)
-	near, err := format.CompileJSONSchema(b.String()+`]}`, nil)
+	near, err := schemafirst.CompileJSONSchema(b.String()+`]}`, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	far, err := format.CompileJSONSchema(b.String()+`,{"$ref":"#/$defs/r0"}]}`, nil)
+	far, err := schemafirst.CompileJSONSchema(b.String()+`,{"$ref":"#/$defs/r0"}]}`, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +413,7 @@ func TestJSONSchemaCheckDepthBounded(t *testing.T) {
 // checkWithin is js.Check(payload), failing t if it has not returned
 // within d (the goroutine is left to run until the test binary ends): for
 // payloads that the old code validated for minutes.
-func checkWithin(t *testing.T, js *format.JSONSchema, payload []byte, d time.Duration) (reason string, ok bool) {
+func checkWithin(t *testing.T, js *schemafirst.JSONSchema, payload []byte, d time.Duration) (reason string, ok bool) {
 	t.Helper()
 	type result struct {
 		reason string
@@ -527,7 +528,7 @@ func TestJSONSchemaCheckWorkCounted(t *testing.T) {
 		{"allOf 4 levels, a string of 1 MiB", doublingSchema(4, "allOf"), `"` + strings.Repeat("x", 1<<20) + `"`, true, ""},
 		{"a pattern, 1 KB that matches", pattern, `["` + strings.Repeat("b", 1000) + `c"]`, true, ""},
 	} {
-		js, err := format.CompileJSONSchema(c.schema, nil)
+		js, err := schemafirst.CompileJSONSchema(c.schema, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -544,7 +545,7 @@ func TestJSONSchemaCheckWorkCounted(t *testing.T) {
 		types int
 		ok    bool
 	}{{8, true}, {24, true}, {64, false}} {
-		js, err := format.CompileJSONSchema(eventsSchema(c.types), nil)
+		js, err := schemafirst.CompileJSONSchema(eventsSchema(c.types), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -568,7 +569,7 @@ func TestJSONSchemaCheckWorkCounted(t *testing.T) {
 // a short reason is whole.
 func TestJSONSchemaCheckReasonClipped(t *testing.T) {
 	// draft-07 asserts formats (Confluent's default draft for JSON Schema).
-	js, err := format.CompileJSONSchema(`{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"d":{"type":"string","format":"date"}}}`, nil)
+	js, err := schemafirst.CompileJSONSchema(`{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"d":{"type":"string","format":"date"}}}`, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,7 +642,7 @@ func TestJSONSchemaCheckSchemaWorkCounted(t *testing.T) {
 		{"multipleOf of 999 digits against 500,000 numbers", `{"type":"array","items":{"multipleOf":0.` + strings.Repeat("3", 999) + `}}`, array("3", 500000), false, beyond},
 		{"multipleOf of 999 digits against 50 numbers", `{"type":"array","items":{"multipleOf":0.` + strings.Repeat("3", 999) + `}}`, array("3", 50), false, "multipleOf"},
 	} {
-		js, err := format.CompileJSONSchema(c.schema, nil)
+		js, err := schemafirst.CompileJSONSchema(c.schema, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -652,11 +653,11 @@ func TestJSONSchemaCheckSchemaWorkCounted(t *testing.T) {
 	}
 	for _, schema := range []string{`{"type":"array","items":{"multipleOf":1e-200000}}`, `{"type":"array","items":{"minimum":-1e200000}}`,
 		`{"type":"array","items":{"maximum":` + strings.Repeat("9", 1001) + `}}`} {
-		if _, err := format.CompileJSONSchema(schema, nil); err == nil || !strings.Contains(err.Error(), "beyond the bounds") {
+		if _, err := schemafirst.CompileJSONSchema(schema, nil); err == nil || !strings.Contains(err.Error(), "beyond the bounds") {
 			t.Errorf("%.60s: compiled (%v), want refused: a number beyond the bounds", schema, err)
 		}
 	}
-	if _, err := format.CompileJSONSchema(`{"$ref":"n.json"}`, map[string]string{"n.json": `{"multipleOf":1e-5000}`}); err == nil || !strings.Contains(err.Error(), "beyond the bounds") {
+	if _, err := schemafirst.CompileJSONSchema(`{"$ref":"n.json"}`, map[string]string{"n.json": `{"multipleOf":1e-5000}`}); err == nil || !strings.Contains(err.Error(), "beyond the bounds") {
 		t.Errorf("a referenced schema's multipleOf 1e-5000: compiled (%v), want refused", err)
 	}
 }

@@ -12,26 +12,21 @@
 // the parsed JSON as Avro's Java library writes it (EncodeAvro: linear in
 // the payload, nothing kept per shape), the schema registered (or
 // looked up) under the topic name strategy's subject, <topic>-key or
-// <topic>-value, through Confluent's Schema Registry API
-// (github.com/twmb/franz-go/pkg/sr), its id cached (Registry,
-// AvroEncoder).
+// <topic>-value, through the registry's client (package
+// format/registry), its id cached (AvroEncoder).
 //
-// Schema-first (SchemaFirst, schemafirst*.go): the application writes
-// JSON, and the value is written in the schema that the registry already
-// holds for the event (its type, its topic and type, or a configured
-// subject and version), never inferred (registered only from the
-// operator's schema files, when asked: Register): Avro (the JSON read
-// by the schema, hamba/avro), Protobuf (the registry's .proto compiled with
-// github.com/bufbuild/protocompile, the JSON read by protojson into a
-// dynamicpb message, Confluent's message indexes before it) or JSON Schema
-// (the JSON validated with github.com/santhosh-tekuri/jsonschema/v6, and
-// written as it is). A payload that does not fit is ErrMismatch, a
-// *MismatchError naming the field (a JSON pointer): the sink dead-letters
-// it.
+// The schema-first formats (package format/schemafirst) and the
+// inbox build on what format holds: the parsed JSON, its bounds, the Avro
+// schema as walrelay reads it (ParseAvro, ParseAvroWrite) and decodes with
+// (DecodeAvroWith). Passthrough checks values the application framed
+// itself against the registry.
 //
-// A value that the format cannot write (ErrPayload: a name Avro refuses, a
-// number beyond a long) and a schema the registry refuses or does not have
-// (ErrRefused, ErrNotRegistered) are errors of that event: the sink
-// dead-letters it. Any other error of the registry is an outage: the event
-// is held and sent again.
+// A value that the format cannot write (registry.ErrPayload: a name Avro
+// refuses, a number beyond a long) and a schema the registry refuses or
+// does not have (registry.ErrRefused, registry.ErrNotRegistered) are
+// errors of that event: the sink dead-letters it. Any other error of the
+// registry is an outage (registry.Outage): the event is held and sent
+// again. Package format/registry owns that vocabulary, the wire format
+// (registry.Frame) and the HTTP client; format imports it, never the
+// reverse.
 package format

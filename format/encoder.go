@@ -2,8 +2,9 @@ package format
 
 import (
 	"context"
-	"errors"
 	"fmt"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // Payload is an outbox payload and what Debezium's EventRouter knows of its
@@ -28,27 +29,19 @@ type Payload struct {
 	MaxBytes int
 }
 
-// ErrPayload is a payload that the format cannot write (Debezium's
-// converter fails on it too): the event goes to the dead-letter topic.
-var ErrPayload = errors.New("the payload cannot be written in the format")
-
 // AvroEncoder writes keys and values as Debezium does with Apicurio's
 // AvroConverter (as-confluent=true, use-id=contentId): the value's Avro
 // schema registered under the topic's subject, the value in Avro framed in
 // Confluent's wire format. It is safe for concurrent use.
 type AvroEncoder struct {
-	reg *Registry
+	reg *registry.Client
 }
 
 // NewAvroEncoder returns an encoder that registers (or looks up) its
 // schemas in reg.
-func NewAvroEncoder(reg *Registry) *AvroEncoder {
+func NewAvroEncoder(reg *registry.Client) *AvroEncoder {
 	return &AvroEncoder{reg: reg}
 }
-
-// maxCachedSchemas bounds the parsed schemas kept (by SchemaFirst), in
-// number.
-const maxCachedSchemas = 1000
 
 // MaxCachedSchemaBytes bounds the compiled schemas a cache keeps
 // (SchemaFirst's, the inbox's), by the bytes of their text with their
@@ -73,7 +66,7 @@ func (e *AvroEncoder) Key(ctx context.Context, topic string, key []byte, c KeyCo
 	if err != nil {
 		return nil, err
 	}
-	return e.encode(ctx, Subject(topic, true), s, n, 0)
+	return e.encode(ctx, registry.Subject(topic, true), s, n, 0)
 }
 
 // Value writes a payload, the value of topic's record; a NULL payload is
@@ -86,7 +79,7 @@ func (e *AvroEncoder) Value(ctx context.Context, topic string, p Payload) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	return e.encode(ctx, Subject(topic, false), s, n, p.MaxBytes)
+	return e.encode(ctx, registry.Subject(topic, false), s, n, p.MaxBytes)
 }
 
 // ValueSchema is the Connect schema of a non-NULL payload as Debezium's
@@ -102,7 +95,7 @@ func ValueSchema(p Payload) (*ConnectSchema, *Node, error) {
 			// struct schema), leaving the string in an array schema,
 			// which the converter fails on (for [], a null schema, on
 			// which getValueSchema throws): Debezium's task stops.
-			return nil, nil, fmt.Errorf("%w: a top-level JSON array, which Debezium's EventRouter cannot expand (its task fails on it)", ErrPayload)
+			return nil, nil, fmt.Errorf("%w: a top-level JSON array, which Debezium's EventRouter cannot expand (its task fails on it)", registry.ErrPayload)
 		}
 		if s != nil {
 			if s.Type == "struct" {
@@ -242,9 +235,9 @@ func hex4(text []byte, i int) (rune, bool) {
 // it is written, and the value's size counted before it is written, so
 // that neither is built beyond its bound.
 func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSchema, n *Node, maxBytes int) ([]byte, error) {
-	as, err := avroWithin(s, e.reg.maxSchema)
+	as, err := avroWithin(s, e.reg.MaxSchemaBytes())
 	if err != nil {
-		return nil, fmt.Errorf("subject %s: %w: %w", subject, ErrPayload, err)
+		return nil, fmt.Errorf("subject %s: %w: %w", subject, registry.ErrPayload, err)
 	}
 	size := AvroSize(s, n)
 	if maxBytes > 0 && size > int64(maxBytes) {
@@ -252,11 +245,14 @@ func (e *AvroEncoder) encode(ctx context.Context, subject string, s *ConnectSche
 	}
 	body, err := encodeAvro(s, n, int(min(size, 1<<20)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrPayload, err)
+		return nil, fmt.Errorf("%w: %w", registry.ErrPayload, err)
 	}
 	id, err := e.reg.ID(ctx, subject, as.Text)
 	if err != nil {
 		return nil, err
 	}
-	return Frame(make([]byte, 0, 5+len(body)), id, body), nil
+	return registry.Frame(make([]byte, 0, 5+len(body)), id, body), nil
 }
+
+// Registry is the encoder's schema registry.
+func (e *AvroEncoder) Registry() *registry.Client { return e.reg }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // PostgreSQL type OIDs of the aggregate id columns whose Connect schema
@@ -73,7 +75,7 @@ func KeyNode(s *ConnectSchema, key []byte) (*Node, error) {
 	case "int16", "int32", "int64":
 		v, err := strconv.ParseInt(string(key), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: the aggregate id %q is no integer", ErrPayload, key)
+			return nil, fmt.Errorf("%w: the aggregate id %q is no integer", registry.ErrPayload, key)
 		}
 		k := KindInt64
 		if s.Type != "int64" {

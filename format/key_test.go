@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"testing"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestAvroKeyByColumnType: the key's schema and bytes follow the aggregate
@@ -75,7 +77,7 @@ func TestAvroKeyRefused(t *testing.T) {
 		t.Errorf("numeric: %v, want ErrKeyType", err)
 	}
 	s, _ := KeySchemaOf(KeyColumn{Type: OIDInt4})
-	if _, err := KeyNode(s, []byte("x")); !errors.Is(err, ErrPayload) {
+	if _, err := KeyNode(s, []byte("x")); !errors.Is(err, registry.ErrPayload) {
 		t.Errorf("integer key x: %v, want ErrPayload", err)
 	}
 	s, _ = KeySchemaOf(KeyColumn{Type: OIDInt2})

@@ -4,28 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/sr"
-
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/lru"
 )
 
-// Errors of a value that the application framed itself (Passthrough): the
-// event goes to the dead-letter topic.
-var (
-	// ErrUnframed is a value not in Confluent's wire format (no magic byte
-	// 0, or shorter than its 5 bytes).
-	ErrUnframed = errors.New("the payload is not in Confluent's wire format (the magic byte 0 and a 4-byte schema id)")
-	// ErrSchemaUnknown is a framed value whose schema id the registry does
-	// not have, or has in other subjects only than the value's
-	// (PassthroughConfig.Strategy).
-	ErrSchemaUnknown = errors.New("the registry has no schema of the payload's id")
-)
+// ErrUnframed is a value that the application framed itself
+// (Passthrough) not in Confluent's wire format (no magic byte 0, or
+// shorter than its 5 bytes): the event goes to the dead-letter topic, as
+// one of an id the registry lacks (registry.ErrSchemaUnknown) does.
+var ErrUnframed = errors.New("the payload is not in Confluent's wire format (the magic byte 0 and a 4-byte schema id)")
 
 // Subject strategies of Passthrough besides the schema-first ones
 // (StrategyType, StrategyTopicType, StrategySubject).
@@ -62,16 +52,16 @@ type PassthroughConfig struct {
 // subject.
 func CheckPassthroughStrategy(strategy, subject string) error {
 	switch strategy {
-	case "", StrategyTopic, StrategyType, StrategyTopicType, StrategyAny:
+	case "", StrategyTopic, registry.StrategyType, registry.StrategyTopicType, StrategyAny:
 		if subject != "" {
-			return fmt.Errorf("a subject (%s) with the subject strategy %q: want the strategy %q", subject, strategy, StrategySubject)
+			return fmt.Errorf("a subject (%s) with the subject strategy %q: want the strategy %q", subject, strategy, registry.StrategySubject)
 		}
-	case StrategySubject:
+	case registry.StrategySubject:
 		if subject == "" {
-			return fmt.Errorf("the subject strategy %q needs a subject", StrategySubject)
+			return fmt.Errorf("the subject strategy %q needs a subject", registry.StrategySubject)
 		}
 	default:
-		return fmt.Errorf("subject strategy %q: want %s, %s, %s, %s or %s", strategy, StrategyTopic, StrategyType, StrategyTopicType, StrategySubject, StrategyAny)
+		return fmt.Errorf("subject strategy %q: want %s, %s, %s, %s or %s", strategy, StrategyTopic, registry.StrategyType, registry.StrategyTopicType, registry.StrategySubject, StrategyAny)
 	}
 	return nil
 }
@@ -86,7 +76,7 @@ func CheckPassthroughStrategy(strategy, subject string) error {
 // goes away affects only pairs not seen since the start. It is safe for
 // concurrent use.
 type Passthrough struct {
-	reg *Registry
+	reg *registry.Client
 	cfg PassthroughConfig
 	mu  sync.Mutex
 	// known holds the pairs found, at most maxCachedIDs, the least
@@ -106,6 +96,13 @@ type Passthrough struct {
 	now func() time.Time
 }
 
+// unusableRead is a reading that found a schema id unusable: when, and
+// its error.
+type unusableRead struct {
+	at  time.Time
+	err error
+}
+
 // knownID is a schema id found a version of subject ("" under
 // StrategyAny: found at all).
 type knownID struct {
@@ -116,7 +113,7 @@ type knownID struct {
 // NewPassthrough returns a checker that looks the ids up in reg, under
 // the subject strategy of cfg (StrategyTopic if empty); an error if the
 // strategy is not one of Passthrough's.
-func NewPassthrough(reg *Registry, cfg PassthroughConfig) (*Passthrough, error) {
+func NewPassthrough(reg *registry.Client, cfg PassthroughConfig) (*Passthrough, error) {
 	if cfg.Strategy == "" {
 		cfg.Strategy = StrategyTopic
 	}
@@ -124,7 +121,7 @@ func NewPassthrough(reg *Registry, cfg PassthroughConfig) (*Passthrough, error) 
 		return nil, err
 	}
 	if cfg.UnusableReadInterval <= 0 {
-		cfg.UnusableReadInterval = DefaultUnusableReadInterval
+		cfg.UnusableReadInterval = registry.DefaultUnusableReadInterval
 	}
 	return &Passthrough{reg: reg, cfg: cfg, known: map[knownID]struct{}{}, unknown: map[uint32]unusableRead{},
 		foreign: map[knownID]unusableRead{}, now: time.Now}, nil
@@ -139,17 +136,17 @@ func (p *Passthrough) Subject(topic, typ string) (string, error) {
 	switch p.cfg.Strategy {
 	case StrategyAny:
 		return "", nil
-	case StrategySubject:
+	case registry.StrategySubject:
 		return p.cfg.Subject, nil
-	case StrategyType, StrategyTopicType:
+	case registry.StrategyType, registry.StrategyTopicType:
 		if typ == "" {
-			return "", fmt.Errorf("%w: the event has no type, which names the subject of its schema (subject strategy %s)", ErrSchemaUnknown, p.cfg.Strategy)
+			return "", fmt.Errorf("%w: the event has no type, which names the subject of its schema (subject strategy %s)", registry.ErrSchemaUnknown, p.cfg.Strategy)
 		}
 		subject := typ
-		if p.cfg.Strategy == StrategyTopicType {
+		if p.cfg.Strategy == registry.StrategyTopicType {
 			subject = topic + "-" + typ
 		}
-		return subject, typeSubject(ErrSchemaUnknown, subject, typ)
+		return subject, registry.TypeSubject(registry.ErrSchemaUnknown, subject, typ)
 	}
 	return topic + "-value", nil
 }
@@ -163,7 +160,7 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 	if v == nil {
 		return nil
 	}
-	id, _, err := Unframe(v)
+	id, _, err := registry.Unframe(v)
 	if err != nil {
 		return fmt.Errorf("%w (%d bytes, first %s)", ErrUnframed, len(v), first(v))
 	}
@@ -195,9 +192,9 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 		return u.err
 	}
 	if _, err := p.reg.SchemaByID(ctx, id); err != nil {
-		if errors.Is(err, ErrSchemaUnknown) && ctx.Err() == nil {
+		if errors.Is(err, registry.ErrSchemaUnknown) && ctx.Err() == nil {
 			p.mu.Lock()
-			lru.MakeRoom(&p.unknownUsed, p.unknown, maxCachedIDs)
+			lru.MakeRoom(&p.unknownUsed, p.unknown, registry.MaxCachedIDs)
 			p.unknown[id] = unusableRead{at: p.now(), err: err}
 			p.unknownUsed.Touch(id)
 			p.mu.Unlock()
@@ -208,10 +205,10 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 		// Remembered as an unknown id is: a subject that takes the id
 		// meanwhile (its schema registered there too) is found once
 		// UnusableReadInterval has passed.
-		if err := p.reg.inSubject(ctx, id, subject); err != nil {
-			if errors.Is(err, ErrSchemaUnknown) && ctx.Err() == nil {
+		if err := p.reg.InSubject(ctx, id, subject); err != nil {
+			if errors.Is(err, registry.ErrSchemaUnknown) && ctx.Err() == nil {
 				p.mu.Lock()
-				lru.MakeRoom(&p.foreignUsed, p.foreign, maxCachedIDs)
+				lru.MakeRoom(&p.foreignUsed, p.foreign, registry.MaxCachedIDs)
 				p.foreign[k] = unusableRead{at: p.now(), err: err}
 				p.foreignUsed.Touch(k)
 				p.mu.Unlock()
@@ -224,42 +221,11 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 	p.unknownUsed.Remove(id)
 	delete(p.foreign, k)
 	p.foreignUsed.Remove(k)
-	lru.MakeRoom(&p.knownUsed, p.known, maxCachedIDs)
+	lru.MakeRoom(&p.knownUsed, p.known, registry.MaxCachedIDs)
 	p.known[k] = struct{}{}
 	p.knownUsed.Touch(k)
 	p.mu.Unlock()
 	return nil
-}
-
-// inSubject reports whether the schema of id (which exists) is a version
-// of subject, not deleted: ErrSchemaUnknown naming the subjects it is a
-// version of if not, ErrUnauthorized, or another error of the registry
-// (an outage). It asks GET /schemas/ids/{id}/versions (Confluent's API,
-// Apicurio's ccompat API).
-func (r *Registry) inSubject(ctx context.Context, id uint32, subject string) error {
-	if err := checkID(id); err != nil {
-		return fmt.Errorf("the subjects of schema id %d: %w", id, err)
-	}
-	vs, err := r.cl.SchemaVersionsByID(ctx, int(id))
-	if err != nil {
-		// ErrSchemaUnknown: deleted since SchemaByID found it.
-		return idError(fmt.Sprintf("the subjects of schema id %d (GET /schemas/ids/%d/versions)", id, id), err)
-	}
-	var of []string
-	for _, v := range vs {
-		if v.Subject == subject {
-			return nil
-		}
-		of = append(of, fmt.Sprintf("%s version %d", v.Subject, v.Version))
-	}
-	if len(of) == 0 {
-		return fmt.Errorf("schema id %d: %w in subject %s: it is a version of no subject (deleted)", id, ErrSchemaUnknown, subject)
-	}
-	const most = 5
-	if len(of) > most {
-		of = append(of[:most], fmt.Sprintf("%d more", len(of)-most))
-	}
-	return fmt.Errorf("schema id %d: %w in subject %s: it is %s", id, ErrSchemaUnknown, subject, strings.Join(of, ", "))
 }
 
 // first names v's first byte, for an error.
@@ -270,50 +236,5 @@ func first(v []byte) string {
 	return fmt.Sprintf("0x%02x", v[0])
 }
 
-// SchemaByID returns the schema of id: ErrSchemaUnknown if the registry
-// has none (an id above math.MaxInt32 without asking it), ErrUnauthorized
-// if it refuses walrelay's credentials, another error if it does not
-// answer.
-func (r *Registry) SchemaByID(ctx context.Context, id uint32) (sr.Schema, error) {
-	if err := checkID(id); err != nil {
-		return sr.Schema{}, fmt.Errorf("schema id %d: %w", id, err)
-	}
-	s, err := r.cl.SchemaByID(ctx, int(id))
-	if err != nil {
-		return sr.Schema{}, idError(fmt.Sprintf("schema id %d", id), err)
-	}
-	return s, nil
-}
-
-// checkID refuses a schema id that no registry can have before any
-// request names it: the wire format carries 4 bytes, but a registry's id
-// is a Java int (Confluent's, Apicurio's), so an id of 2^31 or more (a
-// hostile or corrupt frame) is ErrSchemaUnknown. Asked for it, Apicurio
-// cannot read the path's id and answers a 404 without Confluent's error
-// code, which idError would read as a wrong URL: an outage, retried for
-// ever on one event.
-func checkID(id uint32) error {
-	if id > math.MaxInt32 {
-		return fmt.Errorf("%w: an id above %d, which no registry gives (a Java int)", ErrSchemaUnknown, math.MaxInt32)
-	}
-	return nil
-}
-
-// idError classifies the registry's error to a request about a schema id
-// (what): ErrSchemaUnknown for Confluent's not found, ErrNotSchemaRegistry
-// for a 404 without its code, ErrUnauthorized, else an outage.
-func idError(what string, err error) error {
-	err = registryError(err)
-	var re *sr.ResponseError
-	if errors.As(err, &re) {
-		switch {
-		case notFound(re):
-			return fmt.Errorf("%s: %w: %v", what, ErrSchemaUnknown, err)
-		case re.StatusCode == http.StatusNotFound:
-			return wrongPath(what, re)
-		case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
-			return fmt.Errorf("%s: %w (HTTP %d): %v", what, ErrUnauthorized, re.StatusCode, err)
-		}
-	}
-	return fmt.Errorf("schema registry, %s: %w", what, err)
-}
+// Registry is the checker's schema registry.
+func (p *Passthrough) Registry() *registry.Client { return p.reg }

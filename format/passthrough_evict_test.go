@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestPassthroughKnownEvictsOneAtATime (a registry over loopback counting
@@ -32,11 +34,11 @@ func TestPassthroughKnownEvictsOneAtATime(t *testing.T) {
 		_, _ = w.Write([]byte(`{"schema":"\"string\""}`))
 	}))
 	t.Cleanup(srv.Close)
-	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{})
-	const hot, others = 1, maxCachedIDs + 500
+	p := mustPassthrough(t, mustRegistry(t, registry.Config{URL: srv.URL}), PassthroughConfig{})
+	const hot, others = 1, registry.MaxCachedIDs + 500
 	check := func(id int) {
 		t.Helper()
-		if err := p.Check(t.Context(), "orders", "", Frame(nil, uint32(id), []byte{2, 'a'})); err != nil {
+		if err := p.Check(t.Context(), "orders", "", registry.Frame(nil, uint32(id), []byte{2, 'a'})); err != nil {
 			t.Fatalf("id %d: %v", id, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -42,8 +43,8 @@ func TestPassthroughCheck(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := t.Context()
-	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{})
-	framed := Frame(nil, 7, []byte{2, 'a'})
+	p := mustPassthrough(t, mustRegistry(t, registry.Config{URL: srv.URL}), PassthroughConfig{})
+	framed := registry.Frame(nil, 7, []byte{2, 'a'})
 	for range 2 {
 		if err := p.Check(ctx, "orders", "", framed); err != nil {
 			t.Fatal(err)
@@ -63,15 +64,15 @@ func TestPassthroughCheck(t *testing.T) {
 	for _, c := range []struct {
 		status int
 		want   error
-	}{{http.StatusNotFound, ErrSchemaUnknown}, {http.StatusUnauthorized, ErrUnauthorized}, {http.StatusServiceUnavailable, nil}} {
+	}{{http.StatusNotFound, registry.ErrSchemaUnknown}, {http.StatusUnauthorized, registry.ErrUnauthorized}, {http.StatusServiceUnavailable, nil}} {
 		status.Store(int32(c.status))
-		err := p.Check(ctx, "orders", "", Frame(nil, uint32(100+c.status), nil))
+		err := p.Check(ctx, "orders", "", registry.Frame(nil, uint32(100+c.status), nil))
 		switch {
 		case err == nil:
 			t.Errorf("HTTP %d: no error", c.status)
 		case c.want != nil && !errors.Is(err, c.want):
 			t.Errorf("HTTP %d: %v, want %v", c.status, err, c.want)
-		case c.want == nil && (errors.Is(err, ErrSchemaUnknown) || errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrUnframed)):
+		case c.want == nil && (errors.Is(err, registry.ErrSchemaUnknown) || errors.Is(err, registry.ErrUnauthorized) || errors.Is(err, ErrUnframed)):
 			t.Errorf("HTTP %d: %v, want an outage", c.status, err)
 		case !strings.Contains(err.Error(), "schema id"):
 			t.Errorf("HTTP %d: %v does not name the id", c.status, err)
@@ -86,7 +87,7 @@ func TestPassthroughCheck(t *testing.T) {
 func TestRegistryPassthrough(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	schema := `{"type":"record","name":"Order","fields":[{"name":"id","type":"long"}]}`
 	id, err := reg.Client().RegisterSchema(ctx, "orders-value", sr.Schema{Schema: schema, Type: sr.TypeAvro}, -1, -1)
 	if err != nil {
@@ -97,10 +98,10 @@ func TestRegistryPassthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := mustPassthrough(t, reg, PassthroughConfig{})
-	if err := p.Check(ctx, "orders", "", Frame(nil, uint32(id), body)); err != nil {
+	if err := p.Check(ctx, "orders", "", registry.Frame(nil, uint32(id), body)); err != nil {
 		t.Fatalf("registered id %d: %v", id, err)
 	}
-	if err := p.Check(ctx, "orders", "", Frame(nil, uint32(id)+1000, body)); !errors.Is(err, ErrSchemaUnknown) {
+	if err := p.Check(ctx, "orders", "", registry.Frame(nil, uint32(id)+1000, body)); !errors.Is(err, registry.ErrSchemaUnknown) {
 		t.Fatalf("unknown id: %v, want ErrSchemaUnknown", err)
 	}
 }
@@ -116,7 +117,7 @@ func TestRegistryPassthrough(t *testing.T) {
 func TestRegistryPassthroughForeignSubject(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	reg := mustRegistry(t, RegistryConfig{URL: r.URL()})
+	reg := mustRegistry(t, registry.Config{URL: r.URL()})
 	payment := `{"type":"record","name":"Payment","fields":[{"name":"amount","type":"long"}]}`
 	register := func(subject, schema string, typ sr.SchemaType) uint32 {
 		t.Helper()
@@ -142,26 +143,26 @@ func TestRegistryPassthroughForeignSubject(t *testing.T) {
 		{avroID, fmt.Sprintf("schema id %d: the registry has no schema of the payload's id in subject orders-value: it is payments-value version 1", avroID)},
 		{protoID, fmt.Sprintf("schema id %d: the registry has no schema of the payload's id in subject orders-value: it is audit-value version 1", protoID)},
 	} {
-		err := topic.Check(ctx, "orders", "OrderCreated", Frame(nil, c.id, body))
-		if !errors.Is(err, ErrSchemaUnknown) || err.Error() != c.want {
+		err := topic.Check(ctx, "orders", "OrderCreated", registry.Frame(nil, c.id, body))
+		if !errors.Is(err, registry.ErrSchemaUnknown) || err.Error() != c.want {
 			t.Errorf("id %d to orders: %v, want ErrSchemaUnknown %q", c.id, err, c.want)
 		}
 	}
-	if err := topic.Check(ctx, "payments", "", Frame(nil, avroID, body)); err != nil {
+	if err := topic.Check(ctx, "payments", "", registry.Frame(nil, avroID, body)); err != nil {
 		t.Errorf("id %d to payments: %v", avroID, err)
 	}
 	// The same schema in orders-value: the same id, of both subjects.
 	if id := register("orders-value", payment, sr.TypeAvro); id != avroID {
 		t.Fatalf("the same schema in orders-value: id %d, want %d", id, avroID)
 	}
-	if err := topic.Check(ctx, "orders", "", Frame(nil, avroID, body)); err != nil {
+	if err := topic.Check(ctx, "orders", "", registry.Frame(nil, avroID, body)); err != nil {
 		t.Errorf("id %d, now also of orders-value: %v", avroID, err)
 	}
 	// Deleted from payments-value: no longer one of its versions.
 	if err := reg.Client().DeleteSchema(ctx, "payments-value", 1, sr.SoftDelete); err != nil {
 		t.Fatal(err)
 	}
-	if err := mustPassthrough(t, reg, PassthroughConfig{}).Check(ctx, "payments", "", Frame(nil, avroID, body)); !errors.Is(err, ErrSchemaUnknown) {
+	if err := mustPassthrough(t, reg, PassthroughConfig{}).Check(ctx, "payments", "", registry.Frame(nil, avroID, body)); !errors.Is(err, registry.ErrSchemaUnknown) {
 		t.Errorf("id %d to payments after its version was deleted: %v, want ErrSchemaUnknown", avroID, err)
 	}
 	for _, c := range []struct {
@@ -171,18 +172,18 @@ func TestRegistryPassthroughForeignSubject(t *testing.T) {
 		id        uint32
 		wantError bool
 	}{
-		{PassthroughConfig{Strategy: StrategyType}, "orders", "audit-value", protoID, false},
-		{PassthroughConfig{Strategy: StrategyType}, "orders", "Audit", protoID, true},
-		{PassthroughConfig{Strategy: StrategyType}, "orders", "", protoID, true},
-		{PassthroughConfig{Strategy: StrategyTopicType}, "audit", "value", protoID, false},
-		{PassthroughConfig{Strategy: StrategyTopicType}, "orders", "value", protoID, true},
-		{PassthroughConfig{Strategy: StrategySubject, Subject: "audit-value"}, "orders", "", protoID, false},
-		{PassthroughConfig{Strategy: StrategySubject, Subject: "orders-value"}, "orders", "", protoID, true},
+		{PassthroughConfig{Strategy: registry.StrategyType}, "orders", "audit-value", protoID, false},
+		{PassthroughConfig{Strategy: registry.StrategyType}, "orders", "Audit", protoID, true},
+		{PassthroughConfig{Strategy: registry.StrategyType}, "orders", "", protoID, true},
+		{PassthroughConfig{Strategy: registry.StrategyTopicType}, "audit", "value", protoID, false},
+		{PassthroughConfig{Strategy: registry.StrategyTopicType}, "orders", "value", protoID, true},
+		{PassthroughConfig{Strategy: registry.StrategySubject, Subject: "audit-value"}, "orders", "", protoID, false},
+		{PassthroughConfig{Strategy: registry.StrategySubject, Subject: "orders-value"}, "orders", "", protoID, true},
 		{PassthroughConfig{Strategy: StrategyAny}, "orders", "", protoID, false},
 		{PassthroughConfig{Strategy: StrategyAny}, "orders", "", protoID + 1000, true},
 	} {
-		err := mustPassthrough(t, reg, c.cfg).Check(ctx, c.topic, c.typ, Frame(nil, c.id, body))
-		if c.wantError != (err != nil) || err != nil && !errors.Is(err, ErrSchemaUnknown) {
+		err := mustPassthrough(t, reg, c.cfg).Check(ctx, c.topic, c.typ, registry.Frame(nil, c.id, body))
+		if c.wantError != (err != nil) || err != nil && !errors.Is(err, registry.ErrSchemaUnknown) {
 			t.Errorf("%+v, topic %s, type %q, id %d: %v, want an error: %v (ErrSchemaUnknown)", c.cfg, c.topic, c.typ, c.id, err, c.wantError)
 		}
 	}
@@ -192,7 +193,7 @@ func TestRegistryPassthroughForeignSubject(t *testing.T) {
 // not one of Passthrough's, a subject without StrategySubject, and
 // StrategySubject without one.
 func TestPassthroughStrategies(t *testing.T) {
-	reg := mustRegistry(t, RegistryConfig{URL: "http://127.0.0.1:1"})
+	reg := mustRegistry(t, registry.Config{URL: "http://127.0.0.1:1"})
 	for _, c := range []struct {
 		cfg PassthroughConfig
 		ok  bool
@@ -200,8 +201,8 @@ func TestPassthroughStrategies(t *testing.T) {
 		{PassthroughConfig{}, true},
 		{PassthroughConfig{Strategy: StrategyTopic}, true},
 		{PassthroughConfig{Strategy: StrategyAny}, true},
-		{PassthroughConfig{Strategy: StrategySubject, Subject: "s"}, true},
-		{PassthroughConfig{Strategy: StrategySubject}, false},
+		{PassthroughConfig{Strategy: registry.StrategySubject, Subject: "s"}, true},
+		{PassthroughConfig{Strategy: registry.StrategySubject}, false},
 		{PassthroughConfig{Strategy: StrategyTopic, Subject: "s"}, false},
 		{PassthroughConfig{Strategy: "record"}, false},
 	} {
@@ -212,7 +213,7 @@ func TestPassthroughStrategies(t *testing.T) {
 }
 
 // mustPassthrough is NewPassthrough, failing t on an error.
-func mustPassthrough(t *testing.T, reg *Registry, cfg PassthroughConfig) *Passthrough {
+func mustPassthrough(t *testing.T, reg *registry.Client, cfg PassthroughConfig) *Passthrough {
 	t.Helper()
 	p, err := NewPassthrough(reg, cfg)
 	if err != nil {
@@ -248,8 +249,8 @@ func TestPassthroughSubjectsOutage(t *testing.T) {
 	ctx := t.Context()
 	// Each answer asked for (a nanosecond's interval): a refusal is
 	// otherwise remembered for UnusableReadInterval.
-	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{UnusableReadInterval: time.Nanosecond})
-	framed := Frame(nil, 9, []byte{2, 'a'})
+	p := mustPassthrough(t, mustRegistry(t, registry.Config{URL: srv.URL}), PassthroughConfig{UnusableReadInterval: time.Nanosecond})
+	framed := registry.Frame(nil, 9, []byte{2, 'a'})
 	for _, c := range []struct {
 		status, code int
 		want         error // nil: an outage
@@ -257,8 +258,8 @@ func TestPassthroughSubjectsOutage(t *testing.T) {
 		{http.StatusServiceUnavailable, 50301, nil},
 		{http.StatusNotFound, 404, nil},
 		{http.StatusNotFound, 0, nil},
-		{http.StatusNotFound, 40403, ErrSchemaUnknown},
-		{http.StatusForbidden, 40301, ErrUnauthorized},
+		{http.StatusNotFound, 40403, registry.ErrSchemaUnknown},
+		{http.StatusForbidden, 40301, registry.ErrUnauthorized},
 	} {
 		status.Store(int32(c.status))
 		code.Store(int32(c.code))
@@ -268,7 +269,7 @@ func TestPassthroughSubjectsOutage(t *testing.T) {
 			t.Errorf("HTTP %d %d: no error", c.status, c.code)
 		case c.want != nil && !errors.Is(err, c.want):
 			t.Errorf("HTTP %d %d: %v, want %v", c.status, c.code, err, c.want)
-		case c.want == nil && (errors.Is(err, ErrSchemaUnknown) || errors.Is(err, ErrUnauthorized)):
+		case c.want == nil && (errors.Is(err, registry.ErrSchemaUnknown) || errors.Is(err, registry.ErrUnauthorized)):
 			t.Errorf("HTTP %d %d: %v, want an outage", c.status, c.code, err)
 		case c.want == nil && !strings.Contains(err.Error(), "GET /schemas/ids/9/versions"):
 			t.Errorf("HTTP %d %d: %v does not name the request", c.status, c.code, err)

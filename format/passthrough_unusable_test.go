@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestPassthroughUnknownIDReadBounded (a registry over loopback counting
@@ -35,16 +37,16 @@ func TestPassthroughUnknownIDReadBounded(t *testing.T) {
 		_, _ = w.Write([]byte(`{"schema":"\"string\""}`))
 	}))
 	t.Cleanup(srv.Close)
-	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{UnusableReadInterval: interval})
+	p := mustPassthrough(t, mustRegistry(t, registry.Config{URL: srv.URL}), PassthroughConfig{UnusableReadInterval: interval})
 	var clock atomic.Int64
 	start := time.Now()
 	p.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
-	framed := Frame(nil, 77, []byte{2, 'a'})
+	framed := registry.Frame(nil, 77, []byte{2, 'a'})
 	const n = 300
 	check := func() {
 		t.Helper()
 		for i := range n {
-			if err := p.Check(t.Context(), "orders", "", framed); !errors.Is(err, ErrSchemaUnknown) {
+			if err := p.Check(t.Context(), "orders", "", framed); !errors.Is(err, registry.ErrSchemaUnknown) {
 				t.Fatalf("value %d: %v, want ErrSchemaUnknown", i, err)
 			}
 		}
@@ -90,14 +92,14 @@ func TestPassthroughForeignIDReadBounded(t *testing.T) {
 		_, _ = w.Write([]byte(`{"schema":"\"string\""}`))
 	}))
 	t.Cleanup(srv.Close)
-	p := mustPassthrough(t, mustRegistry(t, RegistryConfig{URL: srv.URL}), PassthroughConfig{UnusableReadInterval: interval})
+	p := mustPassthrough(t, mustRegistry(t, registry.Config{URL: srv.URL}), PassthroughConfig{UnusableReadInterval: interval})
 	var clock atomic.Int64
 	start := time.Now()
 	p.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
-	framed := Frame(nil, 77, []byte{2, 'a'})
+	framed := registry.Frame(nil, 77, []byte{2, 'a'})
 	var first int64
 	for i := range 300 {
-		if err := p.Check(t.Context(), "orders", "", framed); !errors.Is(err, ErrSchemaUnknown) {
+		if err := p.Check(t.Context(), "orders", "", framed); !errors.Is(err, registry.ErrSchemaUnknown) {
 			t.Fatalf("value %d: %v, want ErrSchemaUnknown", i, err)
 		}
 		if i == 0 {

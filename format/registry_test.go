@@ -6,6 +6,7 @@ import (
 
 	"github.com/hamba/avro/v2"
 
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -17,7 +18,7 @@ import (
 // unregistered schema is ErrNotRegistered.
 func TestRegistryAvroRoundTrip(t *testing.T) {
 	r := registrytest.Start(t)
-	reg, err := NewRegistry(RegistryConfig{URL: r.URL(), AutoRegister: true})
+	reg, err := registry.New(registry.Config{URL: r.URL(), AutoRegister: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func TestRegistryAvroRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, body, err := Unframe(v)
+	id, body, err := registry.Unframe(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,12 +43,12 @@ func TestRegistryAvroRoundTrip(t *testing.T) {
 	}
 
 	// Another encoder (another process): the same id.
-	enc2 := NewAvroEncoder(mustRegistry(t, RegistryConfig{URL: r.URL(), AutoRegister: true}))
+	enc2 := NewAvroEncoder(mustRegistry(t, registry.Config{URL: r.URL(), AutoRegister: true}))
 	v2, err := enc2.Value(ctx, "outbox.event.order", Payload{Text: []byte(in), Column: "payload", Expand: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id2, _, _ := Unframe(v2); id2 != id {
+	if id2, _, _ := registry.Unframe(v2); id2 != id {
 		t.Errorf("registered again: id %d, want %d", id2, id)
 	}
 
@@ -55,7 +56,7 @@ func TestRegistryAvroRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kid, kbody, _ := Unframe(k)
+	kid, kbody, _ := registry.Unframe(k)
 	ks, err := reg.Client().SchemaByID(ctx, int(kid))
 	if err != nil {
 		t.Fatal(err)
@@ -70,13 +71,13 @@ func TestRegistryAvroRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sid, _, _ := Unframe(v)
+	sid, _, _ := registry.Unframe(v)
 	if ss, err := reg.Client().SchemaByID(ctx, int(sid)); err != nil || ss.Schema != `["null",{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}]` {
 		t.Errorf("schema of a string payload: %q %v", ss.Schema, err)
 	}
 
-	strict := NewAvroEncoder(mustRegistry(t, RegistryConfig{URL: r.URL()}))
-	if _, err := strict.Value(ctx, "outbox.event.other", Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true}); !errors.Is(err, ErrNotRegistered) {
+	strict := NewAvroEncoder(mustRegistry(t, registry.Config{URL: r.URL()}))
+	if _, err := strict.Value(ctx, "outbox.event.other", Payload{Text: []byte(`{"a": 1}`), Column: "payload", Expand: true}); !errors.Is(err, registry.ErrNotRegistered) {
 		t.Errorf("unregistered without auto-registration: %v, want ErrNotRegistered", err)
 	}
 	if _, err := strict.Value(ctx, "outbox.event.order", Payload{Text: []byte(in), Column: "payload", Expand: true}); err != nil {
@@ -84,9 +85,9 @@ func TestRegistryAvroRoundTrip(t *testing.T) {
 	}
 }
 
-func mustRegistry(t *testing.T, cfg RegistryConfig) *Registry {
+func mustRegistry(t *testing.T, cfg registry.Config) *registry.Client {
 	t.Helper()
-	reg, err := NewRegistry(cfg)
+	reg, err := registry.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

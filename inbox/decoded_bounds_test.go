@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
 
@@ -20,7 +21,7 @@ import (
 // empty message (two bytes an element) made dynamicpb, protojson and
 // encoding/json build 524,288 messages, a peak of some 184 MiB for one
 // record (the product's bound is 64 MiB), again at every restart. It is
-// ErrUndecodable (format.ErrProtobufLimit) before it is built, into any
+// ErrUndecodable (schemafirst.ErrProtobufLimit) before it is built, into any
 // target (*any, a proto.Message's Decoded); a message of a few thousand
 // elements decodes.
 func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
@@ -35,7 +36,7 @@ func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any
-	if err := reg.Decode(t.Context(), format.Frame(nil, 1, []byte{0}), &v); err != nil {
+	if err := reg.Decode(t.Context(), registry.Frame(nil, 1, []byte{0}), &v); err != nil {
 		t.Fatal(err) // the schema fetched and compiled outside the measure
 	}
 	packed := func(n int) []byte {
@@ -53,7 +54,7 @@ func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
 		{"20,000 packed int32", packed(20000), true},
 		{"a string of 2 MiB", append(append([]byte{0x1a}, protowireVarint(2<<20)...), strings.Repeat("a", 2<<20)...), true},
 	} {
-		framed := format.Frame(nil, 1, append([]byte{0}, c.body...)) // indexes [0], then M
+		framed := registry.Frame(nil, 1, append([]byte{0}, c.body...)) // indexes [0], then M
 		var derr error
 		peak := heappeak.Of(func() {
 			var v any
@@ -63,7 +64,7 @@ func TestRegistryProtobufDecodedSizeBounded(t *testing.T) {
 		if c.ok && derr != nil {
 			t.Errorf("%s: %v", c.name, derr)
 		}
-		if !c.ok && (!errors.Is(derr, ErrUndecodable) || !errors.Is(derr, format.ErrProtobufLimit)) {
+		if !c.ok && (!errors.Is(derr, ErrUndecodable) || !errors.Is(derr, schemafirst.ErrProtobufLimit)) {
 			t.Errorf("%s: a %d-byte Protobuf record decoded into *any at a peak of %d MiB of live heap (err %v): want ErrUndecodable before it is built", c.name, len(framed), peak>>20, derr)
 		}
 		if _, err := reg.Decoded(t.Context(), framed); c.ok != (err == nil) {
@@ -85,7 +86,7 @@ func protowireVarint(n int) []byte {
 // TestProbeJSONSchemaHugeExponentCPU, in the inbox): with ValidateJSON, a
 // 279-byte record of 30 numbers 1e999999 held the partition for the
 // validator's math/big (some 20 ms a number, hours for 1 MiB of them);
-// it is undecodable at once (format.MaxJSONNumberExponent).
+// it is undecodable at once (schemafirst.MaxJSONNumberExponent).
 func TestRegistryValidateJSONHugeNumbersUndecodable(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
@@ -98,10 +99,10 @@ func TestRegistryValidateJSONHugeNumbersUndecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any
-	if err := reg.Decode(t.Context(), format.Frame(nil, 1, []byte(`{"qty":[1]}`)), &v); err != nil {
+	if err := reg.Decode(t.Context(), registry.Frame(nil, 1, []byte(`{"qty":[1]}`)), &v); err != nil {
 		t.Fatal(err) // the schema fetched and compiled outside the measure
 	}
-	framed := format.Frame(nil, 1, []byte(`{"qty":[`+strings.Repeat("1e999999,", 29)+`1e999999]}`))
+	framed := registry.Frame(nil, 1, []byte(`{"qty":[`+strings.Repeat("1e999999,", 29)+`1e999999]}`))
 	start := time.Now()
 	err = reg.Decode(t.Context(), framed, &v)
 	if took := time.Since(start); !errors.Is(err, ErrUndecodable) || !strings.Contains(err.Error(), "beyond the bounds") {

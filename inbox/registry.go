@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/lru"
 )
 
@@ -23,19 +25,19 @@ import (
 const (
 	// Avro is Avro (walrelay's avro, registry_passthrough and
 	// registered_avro formats).
-	Avro = format.KindAvro
+	Avro = schemafirst.KindAvro
 	// Protobuf is Protobuf after Confluent's message indexes
 	// (registered_protobuf).
-	Protobuf = format.KindProtobuf
+	Protobuf = schemafirst.KindProtobuf
 	// JSONSchema is JSON, its schema a JSON Schema (registered_jsonschema).
-	JSONSchema = format.KindJSONSchema
+	JSONSchema = schemafirst.KindJSONSchema
 )
 
 // SchemaID is the schema id of the message's value if it is in
 // Confluent's wire format (a registry format of walrelay's): ok is false
 // for a value in another format, or a tombstone.
 func (m Message) SchemaID() (id uint32, ok bool) {
-	id, _, err := format.Unframe(m.Value)
+	id, _, err := registry.Unframe(m.Value)
 	return id, err == nil
 }
 
@@ -67,7 +69,7 @@ func (m Message) Decoded(ctx context.Context) (Decoded, error) {
 // most once every RegistryConfig.UnusableReadInterval. It is safe for
 // concurrent use; one Registry serves every handler.
 type Registry struct {
-	reg      *format.Registry
+	reg      *registry.Client
 	validate bool
 	maxSize  int // RegistryConfig.MaxDecodedBytes
 	mu       sync.Mutex
@@ -76,7 +78,7 @@ type Registry struct {
 	// (schemasUsed) is dropped, one at a time.
 	schemas     map[uint32]*schema
 	schemasUsed lru.Order[uint32]
-	// size is the schemas' format.CompiledSize in all: at most
+	// size is the schemas' registry.CompiledSize in all: at most
 	// format.MaxCachedSchemaBytes.
 	size int
 	// compiling is held while a schema is compiled: one at a time, so
@@ -102,18 +104,18 @@ type Registry struct {
 // password never is).
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	// The errors never print the URL: it may hold a password or a token.
-	switch err := format.CheckRegistryURL(cfg.URL); {
-	case errors.Is(err, format.ErrRegistryURLCredentials):
+	switch err := registry.CheckURL(cfg.URL); {
+	case errors.Is(err, registry.ErrURLCredentials):
 		return nil, errors.New("inbox: RegistryConfig.URL holds credentials (user@ or user:password@): give them in RegistryConfig.Username and RegistryConfig.Password")
-	case errors.Is(err, format.ErrRegistryURLQuery):
+	case errors.Is(err, registry.ErrURLQuery):
 		return nil, errors.New("inbox: RegistryConfig.URL has a query or fragment (?... or #...), which errors and logs would print: give credentials in RegistryConfig.Username and RegistryConfig.Password, or a client certificate in RegistryConfig.TLS")
 	case err != nil:
 		return nil, errors.New("inbox: RegistryConfig.URL is not a URL of the registry: want http or https with a host (http://host:port/path; a host:port needs its http://)")
 	}
 	if cfg.MaxSchemaBytes <= 0 {
-		cfg.MaxSchemaBytes = format.DefaultMaxCompiledSchemaBytes
+		cfg.MaxSchemaBytes = registry.DefaultMaxCompiledSchemaBytes
 	}
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS,
+	reg, err := registry.New(registry.Config{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, Timeout: cfg.Timeout, TLS: cfg.TLS,
 		MaxCompiledSchemaBytes: cfg.MaxSchemaBytes, MaxAnswerBytes: 8 * int64(cfg.MaxSchemaBytes)})
 	if err != nil {
 		return nil, err
@@ -233,7 +235,7 @@ func (r *Registry) Decoded(ctx context.Context, b []byte) (Decoded, error) {
 // value's: an error that is not ErrUndecodable.
 //
 // Errors: ErrUndecodable (ErrNotFramed for b not framed, an error
-// wrapping format.ErrSchemaUnknown for an id the registry lacks, any
+// wrapping registry.ErrSchemaUnknown for an id the registry lacks, any
 // failure to compile the schema or to decode b with it into v), on which
 // the consumer dead-letters the record at once; ErrRegistryUnavailable (a
 // registry that did not answer for a schema not cached yet), on which it
@@ -296,7 +298,7 @@ func (r *Registry) Decode(ctx context.Context, b []byte, v any) error {
 // noPanic runs f, a call of protojson on a message of name, and turns a
 // panic of it into an error blaming the schema: protojson assumes that a
 // message named as one of Google's well-known types has Google's fields,
-// and panics on one that has not (format.CompileProtobuf refuses such a
+// and panics on one that has not (schemafirst.CompileProtobuf refuses such a
 // schema; this is the defence behind it). A panic in a handler has the
 // record retried as the handler's failure; the schema's fault is the
 // record's: undecodable.
@@ -361,7 +363,7 @@ func protoTarget(v any) (proto.Message, bool) {
 // schema of the id (a JSON Schema one is fetched only to be validated
 // against).
 func (r *Registry) unframe(ctx context.Context, b []byte) (uint32, *schema, []byte, error) {
-	id, body, err := format.Unframe(b)
+	id, body, err := registry.Unframe(b)
 	if err != nil {
 		if len(b) == 0 {
 			return 0, nil, nil, undecodable(0, fmt.Errorf("%w (empty: a tombstone?)", ErrNotFramed))
@@ -385,17 +387,17 @@ func (r *Registry) unframe(ctx context.Context, b []byte) (uint32, *schema, []by
 
 // message is the Protobuf message descriptor that the indexes at the
 // start of body name in s, and the message's bytes after them, checked
-// to decode within RegistryConfig.MaxDecodedBytes (format.CheckProtobuf).
+// to decode within RegistryConfig.MaxDecodedBytes (schemafirst.CheckProtobuf).
 func (r *Registry) message(id uint32, s *schema, body []byte) (protoreflect.MessageDescriptor, []byte, error) {
-	indexes, msg, err := format.SplitMessageIndexes(body)
+	indexes, msg, err := schemafirst.SplitMessageIndexes(body)
 	if err != nil {
 		return nil, nil, undecodable(id, err)
 	}
-	md, err := format.MessageByIndexes(s.proto, indexes)
+	md, err := schemafirst.MessageByIndexes(s.proto, indexes)
 	if err != nil {
 		return nil, nil, undecodable(id, err)
 	}
-	if err := format.CheckProtobuf(md, msg, r.maxSize); err != nil {
+	if err := schemafirst.CheckProtobuf(md, msg, r.maxSize); err != nil {
 		return nil, nil, undecodable(id, err)
 	}
 	return md, msg, nil

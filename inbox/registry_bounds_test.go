@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/heappeak"
 )
 
@@ -60,7 +61,7 @@ func TestRegistrySchemaCacheBoundedByBytes(t *testing.T) {
 	decode := func(from, to int) {
 		for id := from; id < to; id++ {
 			var v map[string]any
-			if err := reg.Decode(t.Context(), format.Frame(nil, uint32(id), body), &v); err != nil {
+			if err := reg.Decode(t.Context(), registry.Frame(nil, uint32(id), body), &v); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -120,7 +121,7 @@ func TestRegistryHugeSchemaRefused(t *testing.T) {
 	start := time.Now()
 	peak := heappeak.Of(func() {
 		var v any
-		derr = reg.Decode(t.Context(), format.Frame(nil, 1, []byte{0}), &v)
+		derr = reg.Decode(t.Context(), registry.Frame(nil, 1, []byte{0}), &v)
 	})
 	t.Logf("a %d-byte schema: %v, err %v, peak live heap %d KiB", len(text), time.Since(start), derr, peak>>10)
 	if !errors.Is(derr, ErrUndecodable) || !strings.Contains(derr.Error(), "more than the 524288 bytes of a schema") {
@@ -138,7 +139,7 @@ func TestRegistryHugeSchemaRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any
-	if err := reg.Decode(t.Context(), format.Frame(nil, 1, make([]byte, 20000)), &v); err != nil && !strings.Contains(err.Error(), "decode in Avro") {
+	if err := reg.Decode(t.Context(), registry.Frame(nil, 1, make([]byte, 20000)), &v); err != nil && !strings.Contains(err.Error(), "decode in Avro") {
 		t.Errorf("a record of a %d-byte schema: %v; want it decoded", len(small), err)
 	}
 }
@@ -148,7 +149,7 @@ func TestRegistryHugeSchemaRefused(t *testing.T) {
 // were bounded in depth (10), not in number nor bytes: a schema id
 // listing 2,000 references of 64 KB each made the inbox fetch and hold
 // 125 MiB of schema text (a peak of 450 MiB) before it parsed any. At
-// most format.MaxReferences references, and at most MaxSchemaBytes of
+// most registry.MaxReferences references, and at most MaxSchemaBytes of
 // text with the schema's own, are fetched: past either, the record is
 // ErrUndecodable, nothing more fetched.
 func TestRegistryReferencesBounded(t *testing.T) {
@@ -160,7 +161,7 @@ func TestRegistryReferencesBounded(t *testing.T) {
 		most      int64 // requests
 	}{
 		{"2000 references of 64 KB", text, 2000, 10},
-		{"2000 small references", small, 2000, format.MaxReferences + 2},
+		{"2000 small references", small, 2000, registry.MaxReferences + 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var requests atomic.Int64
@@ -192,7 +193,7 @@ func TestRegistryReferencesBounded(t *testing.T) {
 			var derr error
 			peak := heappeak.Of(func() {
 				var v any
-				derr = reg.Decode(t.Context(), format.Frame(nil, 1, []byte{0}), &v)
+				derr = reg.Decode(t.Context(), registry.Frame(nil, 1, []byte{0}), &v)
 			})
 			t.Logf("a schema of %d references: err %v, %d requests, peak live heap %d KiB", c.n, derr, requests.Load(), peak>>10)
 			if !errors.Is(derr, ErrUndecodable) {

@@ -30,7 +30,7 @@ type RegistryConfig struct {
 	// with the text of the schemas it references: a record of a larger
 	// one is ErrUndecodable, nothing compiled. Compiling costs some 40 to
 	// 80 times the text at its peak, keeping it some 10 to 16 times.
-	// Default 512 KiB (format.DefaultMaxCompiledSchemaBytes), far above
+	// Default 512 KiB (registry.DefaultMaxCompiledSchemaBytes), far above
 	// Debezium's schemas of wide tables. An answer of the registry is
 	// read up to 8 times this (4 MiB): a larger one is an outage (the
 	// record held, retried).

@@ -13,7 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/inbox"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
@@ -48,7 +49,7 @@ func TestRegistryConsumeDecodes(t *testing.T) {
 		}
 		ev := outbox.NewID()
 		rec := event(ev, "order-1", i+1)
-		rec.Value = format.Frame(nil, uint32(id), body)
+		rec.Value = registry.Frame(nil, uint32(id), body)
 		recs, want[ev] = append(recs, rec), true
 	}
 	reg, err := inbox.NewRegistry(inbox.RegistryConfig{URL: r.URL()})
@@ -91,7 +92,7 @@ func TestRegistryConsumeProtobufAndJSONSchema(t *testing.T) {
 	r := registrytest.Start(t)
 	e := setup(t, 1)
 	ctx := t.Context()
-	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL()})
+	w, err := registry.New(registry.Config{URL: r.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +106,9 @@ func TestRegistryConsumeProtobufAndJSONSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	encs := map[string]*format.SchemaFirst{}
-	for typ, kind := range map[string]string{"OrderCreated": format.KindProtobuf, "OrderPaid": format.KindJSONSchema} {
-		if encs[typ], err = format.NewSchemaFirst(w, format.SchemaFirstConfig{Kind: kind}); err != nil {
+	encs := map[string]*schemafirst.Encoder{}
+	for typ, kind := range map[string]string{"OrderCreated": schemafirst.KindProtobuf, "OrderPaid": schemafirst.KindJSONSchema} {
+		if encs[typ], err = schemafirst.New(w, schemafirst.Config{Kind: kind}); err != nil {
 			t.Fatal(err)
 		}
 	}

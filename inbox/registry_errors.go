@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // Errors of decoding, on which the consumer branches when a handler
@@ -16,7 +17,7 @@ import (
 var (
 	// ErrUndecodable is a key or value that will not decode however often
 	// it is tried: not framed (ErrNotFramed), a schema id the registry
-	// does not have (format.ErrSchemaUnknown), a schema that does not
+	// does not have (registry.ErrSchemaUnknown), a schema that does not
 	// compile or whose references the registry lacks, message indexes
 	// that name no message of the schema, bytes that do not decode with
 	// the schema or into the handler's type, a JSON value invalid in its
@@ -44,7 +45,7 @@ var (
 // ErrRegistryRefused for a 401 or 403).
 func registryDown(err error) error {
 	var re *sr.ResponseError
-	if errors.Is(err, format.ErrUnauthorized) || errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
+	if errors.Is(err, registry.ErrUnauthorized) || errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
 		return fmt.Errorf("%w: %w: %w", ErrRegistryUnavailable, ErrRegistryRefused, err)
 	}
 	return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/inbox"
 	"github.com/walrelay/walrelay/internal/deadletter"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
@@ -44,7 +44,7 @@ func TestDecodeErrorsUndecodableOrRetried(t *testing.T) {
 	unframed, framed := outbox.NewID(), outbox.NewID()
 	r0 := event(unframed, "order-1", 1)
 	r1 := event(framed, "order-1", 2)
-	r1.Value = format.Frame(nil, 1, []byte{2})
+	r1.Value = registry.Frame(nil, 1, []byte{2})
 	var runs [2]atomic.Int32
 	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 		if m.ID == unframed {
@@ -107,9 +107,9 @@ func TestUndecodableReasonClippedInTheDeadLetter(t *testing.T) {
 	e := setup(t, 1)
 	dlq := e.collectDLQ(t)
 	bad := event(outbox.NewID(), "order-1", 1)
-	bad.Value = format.Frame(nil, 1, []byte(`{"seq":1,"d":"`+strings.Repeat("x", 350<<10)+`"}`))
+	bad.Value = registry.Frame(nil, 1, []byte(`{"seq":1,"d":"`+strings.Repeat("x", 350<<10)+`"}`))
 	good := event(outbox.NewID(), "order-2", 2)
-	good.Value = format.Frame(nil, 1, []byte(`{"seq":2,"d":"2026-12-06"}`))
+	good.Value = registry.Frame(nil, 1, []byte(`{"seq":2,"d":"2026-12-06"}`))
 	e.produce(t, bad, good)
 	e.start(t, inbox.Config{Registry: reg, MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond},
 		func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestRegistryCacheEvictsOneAtATime (a registry over loopback counting
@@ -37,7 +38,7 @@ func TestRegistryCacheEvictsOneAtATime(t *testing.T) {
 	decode := func(id int) {
 		t.Helper()
 		var v map[string]any
-		if err := reg.Decode(t.Context(), format.Frame(nil, uint32(id), body), &v); err != nil || len(v) != 100 {
+		if err := reg.Decode(t.Context(), registry.Frame(nil, uint32(id), body), &v); err != nil || len(v) != 100 {
 			t.Fatalf("id %d: %d fields, %v", id, len(v), err)
 		}
 	}

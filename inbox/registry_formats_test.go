@@ -17,7 +17,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -91,7 +92,7 @@ func compileOwn(t *testing.T, files map[string]string, name string) protoreflect
 func TestRegistryDecodeProtobuf(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL()})
+	w, err := registry.New(registry.Config{URL: r.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 	}
 
 	// Down before the schema was ever fetched: retry, not a dead letter.
-	enc, err := format.NewSchemaFirst(w, format.SchemaFirstConfig{Kind: format.KindProtobuf, Strategy: format.StrategyTopicType, Message: "OrderCreated"})
+	enc, err := schemafirst.New(w, schemafirst.Config{Kind: schemafirst.KindProtobuf, Strategy: registry.StrategyTopicType, Message: "OrderCreated"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,14 +220,14 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 		{"index out of the file", frame([]int{7}, body), nil, "no index 7"},
 		{"nested index out", frame([]int{1, 3}, body), nil, "no index 3"},
 		{"negative index", frame([]int{-1}, body), nil, "no index -1"},
-		{"no indexes", format.Frame(nil, id, nil), nil, "message indexes"},
-		{"truncated indexes", format.Frame(nil, id, []byte{4, 2}), nil, "message indexes"},
-		{"negative count", format.Frame(nil, id, []byte{1}), nil, "message indexes"},
-		{"too many indexes", format.Frame(nil, id, []byte{0xfe, 0x03}), nil, "message indexes"},
+		{"no indexes", registry.Frame(nil, id, nil), nil, "message indexes"},
+		{"truncated indexes", registry.Frame(nil, id, []byte{4, 2}), nil, "message indexes"},
+		{"negative count", registry.Frame(nil, id, []byte{1}), nil, "message indexes"},
+		{"too many indexes", registry.Frame(nil, id, []byte{0xfe, 0x03}), nil, "message indexes"},
 		{"not Protobuf", frame([]int{1}, []byte{0xff, 0xff, 0xff}), nil, "decode the Protobuf message"},
 		{"not framed", []byte(`{"id": 1}`), nil, "wire format"},
 		{"tombstone", nil, nil, "wire format"},
-		{"unknown id", format.Frame(nil, durID+1000, []byte{0}), nil, "no schema"},
+		{"unknown id", registry.Frame(nil, durID+1000, []byte{0}), nil, "no schema"},
 	} {
 		var err error
 		if c.into != nil {
@@ -239,8 +240,8 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 			t.Errorf("%s: %v, want ErrUndecodable saying %q", c.name, err, c.want)
 		}
 	}
-	if _, err := reg.Decoded(ctx, format.Frame(nil, durID+1000, []byte{0})); !errors.Is(err, format.ErrSchemaUnknown) || strings.Count(err.Error(), "schema id") != 1 {
-		t.Errorf("unknown id: %v, want format.ErrSchemaUnknown, the id named once", err)
+	if _, err := reg.Decoded(ctx, registry.Frame(nil, durID+1000, []byte{0})); !errors.Is(err, registry.ErrSchemaUnknown) || strings.Count(err.Error(), "schema id") != 1 {
+		t.Errorf("unknown id: %v, want registry.ErrSchemaUnknown, the id named once", err)
 	}
 }
 
@@ -253,14 +254,14 @@ func TestRegistryDecodeProtobuf(t *testing.T) {
 func TestRegistryDecodeJSONSchema(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL()})
+	w, err := registry.New(registry.Config{URL: r.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	registerSchema(t, w.Client(), "line", sr.Schema{Schema: lineJSONSchema, Type: sr.TypeJSON})
 	id := registerSchema(t, w.Client(), "OrderCreated", sr.Schema{Schema: orderJSONSchema, Type: sr.TypeJSON,
 		References: []sr.SchemaReference{{Name: "line.json", Subject: "line", Version: 1}}})
-	enc, err := format.NewSchemaFirst(w, format.SchemaFirstConfig{Kind: format.KindJSONSchema})
+	enc, err := schemafirst.New(w, schemafirst.Config{Kind: schemafirst.KindJSONSchema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,7 @@ func TestRegistryDecodeJSONSchema(t *testing.T) {
 	}
 
 	// Framed by the test: invalid in the referenced schema.
-	bad := format.Frame(nil, id, []byte(`{"id": 8, "qty": 1, "lines": [{"sku": 3}]}`))
+	bad := registry.Frame(nil, id, []byte(`{"id": 8, "qty": 1, "lines": [{"sku": 3}]}`))
 	if _, err := validating.Decoded(ctx, bad); !errors.Is(err, ErrUndecodable) || !strings.Contains(err.Error(), "/lines/0/sku") {
 		t.Errorf("invalid, validated: %v, want ErrUndecodable at /lines/0/sku", err)
 	}
@@ -306,7 +307,7 @@ func TestRegistryDecodeJSONSchema(t *testing.T) {
 		t.Errorf("invalid, not validated: %+v %v", d, err)
 	}
 	for _, reg := range []*Registry{validating, plain} {
-		if _, err := reg.Decoded(ctx, format.Frame(nil, id, []byte(`{"id": `))); !errors.Is(err, ErrUndecodable) {
+		if _, err := reg.Decoded(ctx, registry.Frame(nil, id, []byte(`{"id": `))); !errors.Is(err, ErrUndecodable) {
 			t.Errorf("not JSON: %v, want ErrUndecodable", err)
 		}
 	}
@@ -337,7 +338,7 @@ func TestRegistryDecodeAvroReferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL()})
+	w, err := registry.New(registry.Config{URL: r.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}

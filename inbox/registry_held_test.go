@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/inbox"
 	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 	"github.com/walrelay/walrelay/outbox"
@@ -56,7 +56,7 @@ func TestRegistryWrongCredentialsHeldAndSaid(t *testing.T) {
 		return nil
 	}
 	rec := event(outbox.NewID(), "order-1", 1)
-	rec.Value = format.Frame(nil, 7, []byte{2})
+	rec.Value = registry.Frame(nil, 7, []byte{2})
 	e.produce(t, rec)
 	stop := e.start(t, inbox.Config{Logger: logger, Registerer: metrics, Registry: reg, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, h)
 	waits := mustVec(t, metrics, "walrelay_inbox_registry_waits_total")

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -27,7 +27,7 @@ func TestRegistryIDBeyondInt32Undecodable(t *testing.T) {
 	}
 	for _, id := range []uint32{1 << 31, 1<<32 - 1} {
 		var v any
-		err := reg.Decode(t.Context(), format.Frame(nil, id, []byte{2}), &v)
+		err := reg.Decode(t.Context(), registry.Frame(nil, id, []byte{2}), &v)
 		if !errors.Is(err, ErrUndecodable) {
 			t.Errorf("a record framed with schema id %d: %v; want ErrUndecodable (dead-lettered), not a partition held for ever", id, err)
 		}
@@ -49,7 +49,7 @@ func TestRegistryIDBeyondInt32NoRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	framed := format.Frame(nil, 1<<31, []byte{2})
+	framed := registry.Frame(nil, 1<<31, []byte{2})
 	var v any
 	if err := reg.Decode(t.Context(), framed, &v); !errors.Is(err, ErrUndecodable) {
 		t.Errorf("Decode: %v, want ErrUndecodable", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestRegistryDecodeHostileAvroUndecodable: one Kafka record whose
@@ -52,7 +53,7 @@ func TestRegistryDecodeHostileAvroUndecodable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			framed := format.Frame(nil, 1, c.body)
+			framed := registry.Frame(nil, 1, c.body)
 			var a any
 			var m map[string]any
 			var r rec
@@ -98,7 +99,7 @@ func TestNewRegistryRefusesQueryInURL(t *testing.T) {
 		reg, err := NewRegistry(RegistryConfig{URL: u, Timeout: time.Second})
 		if err == nil {
 			var v any
-			err = reg.Decode(t.Context(), format.Frame(nil, 1, []byte{2}), &v)
+			err = reg.Decode(t.Context(), registry.Frame(nil, 1, []byte{2}), &v)
 			t.Errorf("NewRegistry(%q) taken (a decode: %v), want a refusal", u, err)
 			continue
 		}
@@ -124,7 +125,7 @@ func TestNewRegistryURLWithoutScheme(t *testing.T) {
 		reg, err := NewRegistry(RegistryConfig{URL: u, Timeout: time.Second})
 		if err == nil {
 			var v any
-			err = reg.Decode(t.Context(), format.Frame(nil, 1, []byte{2}), &v)
+			err = reg.Decode(t.Context(), registry.Frame(nil, 1, []byte{2}), &v)
 			t.Errorf("NewRegistry(%q) taken (a decode: %v), want a refusal: not an http or https URL with a host", u, err)
 			continue
 		}
@@ -147,7 +148,7 @@ func TestRegistryMaxDecodedBytes(t *testing.T) {
 	}))
 	defer srv.Close()
 	const n = 40_000
-	framed := format.Frame(nil, 1, append(append(binary.AppendVarint(nil, n), bytes.Repeat([]byte{2}, n)...), 0))
+	framed := registry.Frame(nil, 1, append(append(binary.AppendVarint(nil, n), bytes.Repeat([]byte{2}, n)...), 0))
 	for _, c := range []struct {
 		max int
 		ok  bool

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestRegistryDecodersGoWithTheCache: decoding values of 1 000 distinct
@@ -46,7 +46,7 @@ func TestRegistryDecodersGoWithTheCache(t *testing.T) {
 	decode := func(reg *Registry, from, to int) {
 		for id := from; id < to; id++ {
 			var v map[string]any
-			if err := reg.Decode(t.Context(), format.Frame(nil, uint32(id), body), &v); err != nil {
+			if err := reg.Decode(t.Context(), registry.Frame(nil, uint32(id), body), &v); err != nil {
 				t.Fatal(err)
 			}
 			if len(v) != 20 {

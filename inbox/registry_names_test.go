@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestRegistryDecodesNamesJavaRefuses: the inbox only reads, so a
@@ -32,7 +32,7 @@ func TestRegistryDecodesNamesJavaRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v map[string]any
-	if err := reg.Decode(t.Context(), format.Frame(nil, 1, []byte{6, 'a', 'd', 'a', 0}), &v); err != nil {
+	if err := reg.Decode(t.Context(), registry.Frame(nil, 1, []byte{6, 'a', 'd', 'a', 0}), &v); err != nil {
 		t.Fatalf("a record of a registry schema with a field first-name (which hamba/avro decodes): %v; the record is dead-lettered, not handled", err)
 	}
 	if v["first-name"] != "ada" || v["e"] != "a-b" {

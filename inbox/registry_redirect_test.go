@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestRegistryRedirectRefused: a registry that redirects the consumer's
@@ -34,11 +34,11 @@ func TestRegistryRedirectRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any
-	err = reg.Decode(t.Context(), format.Frame(nil, 9, []byte{2, 'x'}), &v)
+	err = reg.Decode(t.Context(), registry.Frame(nil, 9, []byte{2, 'x'}), &v)
 	if n := reached.Load(); n != 0 {
 		t.Errorf("the server the registry redirected to got %d requests; decoded %v, err %v", n, v, err)
 	}
-	if !errors.Is(err, ErrRegistryUnavailable) || !errors.Is(err, format.ErrNotSchemaRegistry) || errors.Is(err, ErrUndecodable) ||
+	if !errors.Is(err, ErrRegistryUnavailable) || !errors.Is(err, registry.ErrNotSchemaRegistry) || errors.Is(err, ErrUndecodable) ||
 		err == nil || !strings.Contains(err.Error(), "does not follow") || strings.Contains(err.Error(), "pw-secret") {
 		t.Errorf("a redirect: %v, want ErrRegistryUnavailable (a wrong URL) saying walrelay does not follow it, without the password", err)
 	}

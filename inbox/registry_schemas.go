@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/lru"
 )
 
@@ -23,7 +25,7 @@ type unusableFetch struct {
 // schema is a registry's schema, compiled.
 type schema struct {
 	typ  string
-	size int         // format.CompiledSize
+	size int         // registry.CompiledSize
 	avro avro.Schema // Avro
 	// api is the hamba/avro configuration an Avro schema decodes with
 	// (nil: defaultCodecs): its own, since a configuration keeps a
@@ -33,7 +35,7 @@ type schema struct {
 	// every schema's decoder for ever).
 	api   avro.API
 	proto protoreflect.FileDescriptor // Protobuf
-	json  *format.JSONSchema          // JSON Schema with ValidateJSON
+	json  *schemafirst.JSONSchema     // JSON Schema with ValidateJSON
 }
 
 // maxSchemas bounds the schemas kept in number (format.MaxCachedSchemaBytes
@@ -94,7 +96,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
 	got, err := r.reg.SchemaByID(ctx, id)
 	if err != nil {
-		if errors.Is(err, format.ErrSchemaUnknown) {
+		if errors.Is(err, registry.ErrSchemaUnknown) {
 			return nil, undecodable(id, err)
 		}
 		return nil, registryDown(err)
@@ -107,20 +109,20 @@ func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
 		}
 		refs, err := r.reg.References(ctx, got.Schema, got.References)
 		if err != nil {
-			if errors.Is(err, format.ErrNotRegistered) {
+			if errors.Is(err, registry.ErrNotRegistered) {
 				return nil, undecodable(id, err)
 			}
 			return nil, registryDown(fmt.Errorf("schema id %d: %w", id, err))
 		}
-		s.size = format.CompiledSize(got.Schema, refs)
+		s.size = registry.CompiledSize(got.Schema, refs)
 		r.compiling.Lock()
 		switch s.typ {
 		case Avro:
 			s.avro, err = format.ParseAvro(got.Schema, refs)
 		case Protobuf:
-			s.proto, err = format.CompileProtobuf(ctx, got.Schema, format.RefsByName(refs))
+			s.proto, err = schemafirst.CompileProtobuf(ctx, got.Schema, registry.RefsByName(refs))
 		default:
-			s.json, err = format.CompileJSONSchema(got.Schema, format.RefsByName(refs))
+			s.json, err = schemafirst.CompileJSONSchema(got.Schema, registry.RefsByName(refs))
 		}
 		r.compiling.Unlock()
 		if err != nil {

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 )
 
@@ -29,8 +31,8 @@ func TestMessageSchemaID(t *testing.T) {
 		id   uint32
 		want bool
 	}{
-		{format.Frame(nil, 42, []byte{2}), 42, true},
-		{format.Frame(nil, 1<<31+5, nil), 1<<31 + 5, true},
+		{registry.Frame(nil, 42, []byte{2}), 42, true},
+		{registry.Frame(nil, 1<<31+5, nil), 1<<31 + 5, true},
 		{[]byte(`{"id":1}`), 0, false},
 		{[]byte{0, 0, 1}, 0, false},
 		{nil, 0, false},
@@ -45,11 +47,11 @@ func TestMessageSchemaID(t *testing.T) {
 // a value that walrelay's avro format wrote (its schema inferred and
 // registered) decodes into a struct and into plain Go values with the
 // schema the registry gives for its id; a value framed with an id the
-// registry lacks is format.ErrSchemaUnknown; an unframed one ErrNotFramed.
+// registry lacks is registry.ErrSchemaUnknown; an unframed one ErrNotFramed.
 func TestRegistryDecode(t *testing.T) {
 	r := registrytest.Start(t)
 	ctx := t.Context()
-	w, err := format.NewRegistry(format.RegistryConfig{URL: r.URL(), AutoRegister: true})
+	w, err := registry.New(registry.Config{URL: r.URL(), AutoRegister: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,10 +94,10 @@ func TestRegistryDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var x any
-	if err := reg.Decode(ctx, format.Frame(nil, uint32(id), body), &x); err != nil || !reflect.DeepEqual(x, map[string]any{"n": int64(3)}) {
+	if err := reg.Decode(ctx, registry.Frame(nil, uint32(id), body), &x); err != nil || !reflect.DeepEqual(x, map[string]any{"n": int64(3)}) {
 		t.Errorf("passthrough value: %#v, %v", x, err)
 	}
-	if err := reg.Decode(ctx, format.Frame(nil, uint32(id)+1000, body), &x); !errors.Is(err, format.ErrSchemaUnknown) {
+	if err := reg.Decode(ctx, registry.Frame(nil, uint32(id)+1000, body), &x); !errors.Is(err, registry.ErrSchemaUnknown) {
 		t.Errorf("unknown id: %v", err)
 	}
 	if err := reg.Decode(ctx, []byte(`{"n":3}`), &x); !errors.Is(err, ErrNotFramed) {
@@ -140,7 +142,7 @@ func TestRegistryAnswersClassified(t *testing.T) {
 			t.Fatal(err)
 		}
 		var v any
-		err = reg.Decode(t.Context(), format.Frame(nil, 9, []byte{0}), &v)
+		err = reg.Decode(t.Context(), registry.Frame(nil, 9, []byte{0}), &v)
 		other := ErrUndecodable
 		if c.want == ErrUndecodable {
 			other = ErrRegistryUnavailable
@@ -167,7 +169,7 @@ func TestRegistryAnswersClassified(t *testing.T) {
 func TestDecodeTargets(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	fd, err := format.CompileProtobuf(ctx, `syntax = "proto3"; package google.protobuf; message Duration { int64 seconds = 1; int32 nanos = 2; } message Other { string x = 1; }`, nil)
+	fd, err := schemafirst.CompileProtobuf(ctx, `syntax = "proto3"; package google.protobuf; message Duration { int64 seconds = 1; int32 nanos = 2; } message Other { string x = 1; }`, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,10 +184,10 @@ func TestDecodeTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	avroV := format.Frame(nil, 1, []byte{6})                              // {"n": 3}
-	protoV := format.Frame(nil, 2, append([]byte{0}, durBody...))         // Duration 90 s
-	otherV := format.Frame(nil, 2, append([]byte{2, 2}, 0x0a, 0x01, 'y')) // Other {x: "y"}
-	jsonV := format.Frame(nil, 3, []byte(`{"seconds": 90, "x": "y"}`))    // JSON
+	avroV := registry.Frame(nil, 1, []byte{6})                              // {"n": 3}
+	protoV := registry.Frame(nil, 2, append([]byte{0}, durBody...))         // Duration 90 s
+	otherV := registry.Frame(nil, 2, append([]byte{2, 2}, 0x0a, 0x01, 'y')) // Other {x: "y"}
+	jsonV := registry.Frame(nil, 3, []byte(`{"seconds": 90, "x": "y"}`))    // JSON
 	for _, c := range []struct {
 		name string
 		b    []byte
@@ -216,7 +218,7 @@ func TestDecodeTargets(t *testing.T) {
 		t.Errorf("into **durationpb.Duration: %v %v", durp, err)
 	}
 	var fromJSON durationpb.Duration // protojson: a Duration in JSON is "90s", not an object
-	if err := reg.Decode(ctx, format.Frame(nil, 3, []byte(`"90s"`)), &fromJSON); err != nil || fromJSON.Seconds != 90 {
+	if err := reg.Decode(ctx, registry.Frame(nil, 3, []byte(`"90s"`)), &fromJSON); err != nil || fromJSON.Seconds != 90 {
 		t.Errorf("JSON into *durationpb.Duration: %v %v", &fromJSON, err)
 	}
 	var m map[string]any
@@ -290,7 +292,7 @@ func TestDecodeShadowedWellKnownTypeUndecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	// E{d: Duration{seconds: true}}.
-	value := format.Frame(nil, 1, []byte{0, 0x0a, 2, 0x08, 1})
+	value := registry.Frame(nil, 1, []byte{0, 0x0a, 2, 0x08, 1})
 	decode := func(b []byte) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -312,12 +314,12 @@ func TestDecodeShadowedWellKnownTypeUndecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.schemas[2] = &schema{typ: Protobuf, proto: files[0]}
-	err = decode(format.Frame(nil, 2, value[5:]))
+	err = decode(registry.Frame(nil, 2, value[5:]))
 	t.Logf("compiled without the check: %v", err)
 	if !errors.Is(err, ErrUndecodable) || !strings.Contains(err.Error(), "its schema is at fault") {
 		t.Errorf("%v, want ErrUndecodable blaming the schema", err)
 	}
-	d, err := reg.Decoded(t.Context(), format.Frame(nil, 2, value[5:]))
+	d, err := reg.Decoded(t.Context(), registry.Frame(nil, 2, value[5:]))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // idRegistry is a registry over loopback that answers GET
@@ -91,7 +91,7 @@ func TestRegistryUnusableReadBounded(t *testing.T) {
 			var clock atomic.Int64
 			start := time.Now()
 			reg.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
-			value := format.Frame(nil, id, []byte{2})
+			value := registry.Frame(nil, id, []byte{2})
 			const n = 300
 			decode := func() {
 				t.Helper()

@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestRegistryWrongURLRetried: a registry URL that misses Confluent's API
@@ -26,8 +26,8 @@ func TestRegistryWrongURLRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 		var v any
-		err = reg.Decode(t.Context(), format.Frame(nil, 9, []byte{0}), &v)
-		if !errors.Is(err, ErrRegistryUnavailable) || !errors.Is(err, format.ErrNotSchemaRegistry) || errors.Is(err, ErrUndecodable) {
+		err = reg.Decode(t.Context(), registry.Frame(nil, 9, []byte{0}), &v)
+		if !errors.Is(err, ErrRegistryUnavailable) || !errors.Is(err, registry.ErrNotSchemaRegistry) || errors.Is(err, ErrUndecodable) {
 			t.Errorf("404 %s: %v, want ErrRegistryUnavailable (a wrong URL)", body, err)
 		}
 		srv.Close()

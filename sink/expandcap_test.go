@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/sink/record"
 )
@@ -48,7 +50,7 @@ func TestExpandedOverCapIsDeadLettered(t *testing.T) {
 			if f == record.FormatAvro {
 				// A schema bound above the inferred one's (1 MB): the
 				// value's bound is the one met.
-				reg, err := format.NewRegistry(format.RegistryConfig{URL: srv.URL, AutoRegister: true, MaxSchemaBytes: 8 << 20})
+				reg, err := registry.New(registry.Config{URL: srv.URL, AutoRegister: true, MaxSchemaBytes: 8 << 20})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -113,11 +115,11 @@ func TestRegisteredAvroOverCapIsDeadLettered(t *testing.T) {
 		_, _ = w.Write(b)
 	}))
 	defer srv.Close()
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: srv.URL})
+	reg, err := registry.New(registry.Config{URL: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sf, err := format.NewSchemaFirst(reg, format.SchemaFirstConfig{Kind: format.KindAvro})
+	sf, err := schemafirst.New(reg, schemafirst.Config{Kind: schemafirst.KindAvro})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/sink/record"
 )
@@ -40,8 +41,8 @@ func TestAvroKeySchemaRefusedStops(t *testing.T) {
 		want         error
 		says         string
 	}{
-		{"refused (409)", true, format.ErrRefused, "compatibility"},
-		{"not registered", false, format.ErrNotRegistered, "register"},
+		{"refused (409)", true, registry.ErrRefused, "compatibility"},
+		{"not registered", false, registry.ErrNotRegistered, "register"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -61,7 +62,7 @@ func TestAvroKeySchemaRefusedStops(t *testing.T) {
 				}
 			}))
 			defer srv.Close()
-			reg, err := format.NewRegistry(format.RegistryConfig{URL: srv.URL, AutoRegister: c.autoRegister})
+			reg, err := registry.New(registry.Config{URL: srv.URL, AutoRegister: c.autoRegister})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +89,7 @@ func TestAvroKeySchemaRefusedStops(t *testing.T) {
 // registered under each subject and refuses another (409), as Confluent's
 // and Apicurio's do under BACKWARD compatibility for "long" then "string"
 // (or the reverse): neither reads the other's data.
-func schemaKeepingRegistry(t *testing.T) *format.Registry {
+func schemaKeepingRegistry(t *testing.T) *registry.Client {
 	t.Helper()
 	var mu sync.Mutex
 	subjects := map[string]string{}
@@ -123,7 +124,7 @@ func schemaKeepingRegistry(t *testing.T) *format.Registry {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: srv.URL, AutoRegister: true})
+	reg, err := registry.New(registry.Config{URL: srv.URL, AutoRegister: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +191,8 @@ func TestAvroKeySchemaOfAMessageRefusedDeadLettered(t *testing.T) {
 			t.Fatalf("the first message: %v", err)
 		}
 		err := publish(t, s, row("row"))
-		if !failure.IsFatal(err) || !errors.Is(err, format.ErrRefused) {
-			t.Fatalf("the table's key schema refused: %v; want a fatal %v", err, format.ErrRefused)
+		if !failure.IsFatal(err) || !errors.Is(err, registry.ErrRefused) {
+			t.Fatalf("the table's key schema refused: %v; want a fatal %v", err, registry.ErrRefused)
 		}
 		if !strings.Contains(err.Error(), "logical message") || !strings.Contains(err.Error(), "outbox.event.order-key") {
 			t.Errorf("the error %q does not name the subject and that it may hold a logical message's key schema", err)
@@ -210,7 +211,7 @@ func TestAvroKeySchemaOfAMessageRefusedDeadLettered(t *testing.T) {
 func TestRegistryWriterPanicIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
-	reg, err := format.NewRegistry(format.RegistryConfig{URL: "http://127.0.0.1:1"})
+	reg, err := registry.New(registry.Config{URL: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -34,9 +35,9 @@ func (s *Sink) passthrough(ctx context.Context, e *event.Event, r *kgo.Record, t
 		return true
 	case errors.Is(err, format.ErrUnframed):
 		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the value: %w", err), gen, done)
-	case errors.Is(err, format.ErrSchemaUnknown):
+	case errors.Is(err, registry.ErrSchemaUnknown):
 		s.deadLetter(ctx, e, ReasonSchemaUnknown, topic, fmt.Errorf("the value: %w", err), gen, done)
-	case errors.Is(err, format.ErrUnauthorized):
+	case errors.Is(err, registry.ErrUnauthorized):
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the value's schema: %w: fix kafka.schema_registry.username and its password", e.ID, topic, err)))
 	default:

@@ -11,6 +11,8 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -52,14 +54,14 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		// since stops walrelay rather than dead-letter every event.
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key in %s: %w", e.ID, topic, s.cfg.KeyFormat, err)))
-	case what == "key" && (errors.Is(err, format.ErrRefused) || errors.Is(err, format.ErrNotRegistered)) && e.Source == sourceMessage:
+	case what == "key" && (errors.Is(err, registry.ErrRefused) || errors.Is(err, registry.ErrNotRegistered)) && e.Source == sourceMessage:
 		// A logical message's key is a string whatever the table's
 		// column (whose schema was checked at start): on a topic that
 		// rows of a bigint column share, the registry refuses one of the
 		// two. Not the table's schema, so not a reason to stop: the
 		// message alone is dead-lettered.
-		s.deadLetter(ctx, e, ReasonSchemaRefused, topic, fmt.Errorf("the key's schema of a logical message (a string, whatever the outbox table's aggregate id column) under %s: %w", format.Subject(topic, true), err), gen, done)
-	case what == "key" && (errors.Is(err, format.ErrRefused) || errors.Is(err, format.ErrNotRegistered)):
+		s.deadLetter(ctx, e, ReasonSchemaRefused, topic, fmt.Errorf("the key's schema of a logical message (a string, whatever the outbox table's aggregate id column) under %s: %w", registry.Subject(topic, true), err), gen, done)
+	case what == "key" && (errors.Is(err, registry.ErrRefused) || errors.Is(err, registry.ErrNotRegistered)):
 		// A row's key schema follows its table's aggregate id column
 		// (its type and NOT NULL): the same for every row of the topic,
 		// so a refused one would dead-letter them all. walrelay stops,
@@ -67,15 +69,15 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		// past the event.
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key's schema: %w: %s", e.ID, topic, err, keySchemaFix(topic, err))))
-	case errors.Is(err, format.ErrMismatch):
+	case errors.Is(err, schemafirst.ErrMismatch):
 		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, f, err), gen, done)
 	case errors.Is(err, format.ErrTooLarge):
 		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: the %s in %s: %w", kerr.MessageTooLarge, what, f, err), gen, done)
-	case errors.Is(err, format.ErrPayload):
+	case errors.Is(err, registry.ErrPayload):
 		s.deadLetter(ctx, e, ReasonFormat, topic, fmt.Errorf("the %s in %s: %w", what, f, err), gen, done)
-	case errors.Is(err, format.ErrRefused), errors.Is(err, format.ErrNotRegistered):
+	case errors.Is(err, registry.ErrRefused), errors.Is(err, registry.ErrNotRegistered):
 		s.deadLetter(ctx, e, ReasonSchemaRefused, topic, fmt.Errorf("the %s's schema: %w", what, err), gen, done)
-	case errors.Is(err, format.ErrUnauthorized):
+	case errors.Is(err, registry.ErrUnauthorized):
 		s.q.breakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the %s's schema: %w: fix kafka.schema_registry.username and its password", e.ID, topic, what, err)))
 	default:
@@ -97,7 +99,7 @@ func (s *Sink) registryWrite(ctx context.Context, e *event.Event, r *kgo.Record,
 	what = "key"
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: writing the %s panicked: %v", format.ErrPayload, what, p)
+			err = fmt.Errorf("%w: writing the %s panicked: %v", registry.ErrPayload, what, p)
 		}
 	}()
 	if s.cfg.KeyFormat == record.FormatAvro {
@@ -123,8 +125,8 @@ func (s *Sink) registryWrite(ctx context.Context, e *event.Event, r *kgo.Record,
 // keySchemaFix says what to do when the registry refuses, or does not
 // have, the key's schema of a row of topic (err).
 func keySchemaFix(topic string, err error) string {
-	subject := format.Subject(topic, true)
-	if errors.Is(err, format.ErrNotRegistered) {
+	subject := registry.Subject(topic, true)
+	if errors.Is(err, registry.ErrNotRegistered) {
 		return fmt.Sprintf("a row's key schema follows its table's aggregate id column (its type and NOT NULL) and is the same for every row of the topic, so walrelay stops rather than dead-letter each row: register it under %s (or turn on kafka.schema_registry.auto_register), then start walrelay again", subject)
 	}
 	return fmt.Sprintf("a row's key schema follows its table's aggregate id column (its type and NOT NULL) and is the same for every row of the topic, so walrelay stops rather than dead-letter each row. %s holds another key schema: a logical message's (a string, whatever the column) or another outbox table's of another id type, written to the topic first, or the column's before a DDL changed its type or NOT NULL. Let %s take this one (its compatibility, e.g. NONE), or route the other events to another topic, or undo the DDL; then start walrelay again", subject, subject)

@@ -7,7 +7,7 @@ import (
 )
 
 // ReasonSchemaMismatch is the dead-letter reason of a payload that does
-// not fit its registered schema (format.ErrMismatch) in a schema-first
+// not fit its registered schema (schemafirst.ErrMismatch) in a schema-first
 // format (record.FormatRegisteredAvro, …); the error header names the
 // subject, its version, the field (a JSON pointer) and why.
 const ReasonSchemaMismatch = "schema_mismatch"

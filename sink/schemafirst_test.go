@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -12,7 +12,7 @@ import (
 // of schema, need an encoder, and are for values only.
 func TestSchemaFirstFormats(t *testing.T) {
 	t.Parallel()
-	for name, kind := range map[string]string{"registered_avro": format.KindAvro, "registered_protobuf": format.KindProtobuf, "registered_jsonschema": format.KindJSONSchema} {
+	for name, kind := range map[string]string{"registered_avro": schemafirst.KindAvro, "registered_protobuf": schemafirst.KindProtobuf, "registered_jsonschema": schemafirst.KindJSONSchema} {
 		f, err := record.ParseFormat(name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

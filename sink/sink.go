@@ -17,6 +17,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/backoff"
 	"github.com/walrelay/walrelay/sink/record"
 )
@@ -99,7 +100,7 @@ type Config struct {
 	Passthrough *format.Passthrough
 	// SchemaFirst writes the values of the schema-first formats
 	// (record.FormatRegisteredAvro, …); required by them.
-	SchemaFirst *format.SchemaFirst
+	SchemaFirst *schemafirst.Encoder
 	// ExpandJSONPayload writes a json or text payload that is a JSON object
 	// or array as that JSON value in the JSON formats, with its inferred
 	// schema in FormatJSONSchema, as Debezium's table.expand.json.payload

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/config"
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/schemafirst"
 )
 
 // checkSchemaFirst checks, for a schema-first value format, each subject
@@ -57,7 +57,7 @@ func checkSchemaFirst(ctx context.Context, cfg *config.Config) []checkResult {
 // holds it already, or that it would be registered (a new version, or a
 // new subject), or why the registry would refuse it; without, whether the
 // subject is usable, and that the file is not registered if it is not.
-func checkSchemaFile(ctx context.Context, cfg *config.Config, sf *format.SchemaFirst, f config.SchemaFile) (status, detail string) {
+func checkSchemaFile(ctx context.Context, cfg *config.Config, sf *schemafirst.Encoder, f config.SchemaFile) (status, detail string) {
 	text, err := config.ReadSchemaFile(f)
 	if err != nil {
 		return "fail", err.Error()

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
@@ -305,7 +305,7 @@ func registeredSchemas(t *testing.T, reg *registrytest.Registry, values ...[]byt
 	}
 	var b strings.Builder
 	for _, v := range values {
-		if id, _, err := format.Unframe(v); err == nil {
+		if id, _, err := registry.Unframe(v); err == nil {
 			s, err := cl.SchemaByID(t.Context(), int(id))
 			fmt.Fprintf(&b, "\nschema %d: %s %v", id, s.Schema, err)
 		}

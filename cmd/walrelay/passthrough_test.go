@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/outbox"
@@ -53,11 +53,11 @@ func TestRegistryPassthroughStreams(t *testing.T) {
 
 	good, unknown, foreign, unframed, after := outbox.NewID(), outbox.NewID(), outbox.NewID(), outbox.NewID(), outbox.NewID()
 	payloads := map[string][]byte{
-		good:     format.Frame(nil, uint32(id), body),
-		unknown:  format.Frame(nil, uint32(id)+1000, body),
-		foreign:  format.Frame(nil, uint32(paymentID), []byte{14}),
+		good:     registry.Frame(nil, uint32(id), body),
+		unknown:  registry.Frame(nil, uint32(id)+1000, body),
+		foreign:  registry.Frame(nil, uint32(paymentID), []byte{14}),
 		unframed: []byte(`{"id": 7}`),
-		after:    format.Frame(nil, uint32(id), body),
+		after:    registry.Frame(nil, uint32(id), body),
 	}
 	for _, e := range []string{good, unknown, foreign, unframed, after} {
 		if _, err := conn.Exec(t.Context(), "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', 'o-7', 'T', $2)", e, payloads[e]); err != nil {

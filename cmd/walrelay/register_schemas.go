@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/config"
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
+	"github.com/walrelay/walrelay/format/schemafirst"
 )
 
 // registerSchemaFiles registers the schema files that
@@ -20,7 +21,7 @@ import (
 // that does not answer is waited for (retried with backoff, each failure
 // logged), as events are held while it is down. It returns nil when ctx
 // is cancelled meanwhile.
-func registerSchemaFiles(ctx context.Context, cfg *config.Config, sf *format.SchemaFirst, log *slog.Logger) error {
+func registerSchemaFiles(ctx context.Context, cfg *config.Config, sf *schemafirst.Encoder, log *slog.Logger) error {
 	if sf == nil || !cfg.Kafka.SchemaRegistry.AutoRegister {
 		return nil
 	}
@@ -42,7 +43,7 @@ func registerSchemaFiles(ctx context.Context, cfg *config.Config, sf *format.Sch
 			if ctx.Err() != nil {
 				return nil
 			}
-			if !format.Outage(err) {
+			if !registry.Outage(err) {
 				return fmt.Errorf("register the schema file %s (kafka.schema_registry.subjects): %w", f.Path, err)
 			}
 			log.Warn("the schema registry is not answering: walrelay registers the schema files before it streams, and retries",

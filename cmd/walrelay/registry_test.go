@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 	"github.com/walrelay/walrelay/internal/testkit/registrytest"
 	"github.com/walrelay/walrelay/outbox"
@@ -95,7 +96,7 @@ func registryAvroStreams(t *testing.T, exactlyOnce bool) {
 	}
 	decode := func(b []byte, subject string) any {
 		t.Helper()
-		id, body, err := format.Unframe(b)
+		id, body, err := registry.Unframe(b)
 		if err != nil {
 			t.Fatalf("%x: %v", b, err)
 		}
@@ -362,7 +363,7 @@ func TestRegistrySchemaNotRegistered(t *testing.T) {
 				t.Errorf("unregistered: topic %s, reason %q, error %q", r.Topic, kafkatest.Header(r, sink.HeaderReason), kafkatest.Header(r, sink.HeaderError))
 			}
 		case known:
-			if got, _, err := format.Unframe(r.Value); err != nil || int(got) != id || r.Topic != kc.topic("order") {
+			if got, _, err := registry.Unframe(r.Value); err != nil || int(got) != id || r.Topic != kc.topic("order") {
 				t.Errorf("registered: topic %s, id %d %v, want %d", r.Topic, got, err, id)
 			}
 		}

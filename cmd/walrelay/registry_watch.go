@@ -9,7 +9,7 @@ import (
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/admin"
 	"github.com/walrelay/walrelay/config"
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -41,9 +41,9 @@ func pingRegistry(ctx context.Context, sc sink.Config, log *slog.Logger) error {
 	switch {
 	case err == nil || ctx.Err() != nil:
 		return nil
-	case errors.Is(err, format.ErrNotSchemaRegistry):
+	case errors.Is(err, registry.ErrNotSchemaRegistry):
 		return fmt.Errorf("kafka.schema_registry.url: %w", err)
-	case errors.Is(err, format.ErrUnauthorized):
+	case errors.Is(err, registry.ErrUnauthorized):
 		log.Warn("the schema registry refuses walrelay's credentials to list its subjects at start: walrelay starts, and stops if it refuses them for an event's schema (kafka.schema_registry.username and its password)", "err", err)
 	default:
 		log.Warn("the schema registry does not answer at start: walrelay starts, and holds the events it cannot encode or check until it answers; nothing is dropped", "err", err)

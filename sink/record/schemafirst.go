@@ -1,6 +1,6 @@
 package record
 
-import "github.com/walrelay/walrelay/format"
+import "github.com/walrelay/walrelay/format/schemafirst"
 
 // The schema-first value formats: the payload is JSON that the application
 // wrote, written in the schema a schema registry holds for its event
@@ -28,15 +28,15 @@ const (
 const FormatRegistryPassthrough Format = "registry_passthrough"
 
 // SchemaFirst reports whether f is a schema-first format, and the kind
-// of schema (format.KindAvro, …) it writes.
+// of schema (schemafirst.KindAvro, …) it writes.
 func (f Format) SchemaFirst() (kind string, ok bool) {
 	switch f {
 	case FormatRegisteredAvro:
-		return format.KindAvro, true
+		return schemafirst.KindAvro, true
 	case FormatRegisteredProtobuf:
-		return format.KindProtobuf, true
+		return schemafirst.KindProtobuf, true
 	case FormatRegisteredJSONSchema:
-		return format.KindJSONSchema, true
+		return schemafirst.KindJSONSchema, true
 	}
 	return "", false
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // RegistryStatus is whether the schema registry of the registry formats
@@ -28,7 +28,7 @@ type registryState struct {
 	ok, fail atomic.Int64 // unix nanoseconds of the last answer, the last failure
 	downAt   atomic.Int64 // unix nanoseconds of the first failure after an answer
 	err      atomic.Value // string: the last failure
-	wrong    atomic.Bool  // the last failure is a URL that is not the API (format.NotSchemaRegistry)
+	wrong    atomic.Bool  // the last failure is a URL that is not the API (registry.NotSchemaRegistry)
 	requests *prometheus.CounterVec
 }
 
@@ -44,7 +44,7 @@ func newRegistryState(reg *prometheus.Registry) *registryState {
 func (m *Metrics) UseRegistry() { m.registry.used.Store(true) }
 
 // RegistryRequest counts a request to the schema registry: err nil if it
-// answered, else why not (format.Registry.OnRequest). The error holds no
+// answered, else why not (registry.Client.OnRequest). The error holds no
 // secret (basic auth is a header, never in it).
 func (m *Metrics) RegistryRequest(err error) {
 	s := m.registry
@@ -58,7 +58,7 @@ func (m *Metrics) RegistryRequest(err error) {
 	}
 	s.requests.WithLabelValues("error").Inc()
 	s.err.Store(err.Error())
-	s.wrong.Store(format.NotSchemaRegistry(err))
+	s.wrong.Store(registry.NotSchemaRegistry(err))
 	s.fail.Store(now)
 	s.downAt.CompareAndSwap(0, now)
 }

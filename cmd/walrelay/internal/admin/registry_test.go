@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/format/registry"
 )
 
 // TestRegistryStatus: no registry format, no status; requests that get an
@@ -40,14 +40,14 @@ func TestRegistryStatus(t *testing.T) {
 }
 
 // TestRegistryStatusWrongURL: a failure that is an answer of something
-// else than Confluent's API (format.ErrNotSchemaRegistry) is shown as a
+// else than Confluent's API (registry.ErrNotSchemaRegistry) is shown as a
 // wrong URL, a configuration problem, not as a registry that does not
 // answer; an outage after it is an outage again.
 func TestRegistryStatusWrongURL(t *testing.T) {
 	m := New()
 	m.UseRegistry()
 	m.RegistryRequest(nil)
-	m.RegistryRequest(fmt.Errorf("%w: HTTP 404 from http://r/subjects without Confluent's error code", format.ErrNotSchemaRegistry))
+	m.RegistryRequest(fmt.Errorf("%w: HTTP 404 from http://r/subjects without Confluent's error code", registry.ErrNotSchemaRegistry))
 	st := m.registryStatus()
 	if st.Answering || !st.WrongURL || !strings.Contains(st.Problem, "/apis/ccompat/v7") || strings.Contains(st.Problem, "no answer") {
 		t.Fatalf("after a 404 without Confluent's error code: %+v", st)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package schemafirst
+
+const raceEnabled = false
