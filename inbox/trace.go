@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/walrelay/walrelay/internal/textcut"
 )
 
 // scopeName is the instrumentation scope of the inbox's spans.
@@ -86,14 +88,7 @@ func textAttr(b []byte) (string, bool) {
 	if len(b) == 0 || !utf8.Valid(b) {
 		return "", false
 	}
-	if len(b) > maxAttrLen {
-		n := maxAttrLen
-		for n > 0 && !utf8.RuneStart(b[n]) {
-			n--
-		}
-		b = b[:n]
-	}
-	return string(b), true
+	return textcut.Prefix(string(b), maxAttrLen), true
 }
 
 // validErr is err, or when its text is not UTF-8 (a handler's error

@@ -7,9 +7,10 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/internal/textcut"
 )
 
 // Errors of a registry that retrying cannot fix for that schema: the event
@@ -126,11 +127,7 @@ func (b bounded) Error() string {
 	if len(s) <= MaxErrorText {
 		return s
 	}
-	cut := MaxErrorText
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("… (%d bytes)", len(s))
+	return textcut.Prefix(s, MaxErrorText) + fmt.Sprintf("… (%d bytes)", len(s))
 }
 
 func (b bounded) Unwrap() error { return b.err }
@@ -191,16 +188,7 @@ func idError(what string, err error) error {
 const maxReason = 300
 
 // clip cuts s to maxReason bytes, on a character boundary.
-func clip(s string) string {
-	if len(s) <= maxReason {
-		return s
-	}
-	cut := maxReason
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func clip(s string) string { return textcut.Clip(s, maxReason) }
 
 // ErrInvalid is a schema that walrelay cannot use (it does not parse or
 // compile, or is of another kind than the format's), found before it is

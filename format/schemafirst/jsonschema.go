@@ -8,13 +8,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/textcut"
 )
 
 // jsonSchemaURL is the URL the subject's schema is compiled under.
@@ -168,16 +168,7 @@ const maxCheckReason = 1024
 
 // clipCheckReason cuts s to maxCheckReason bytes, on a character
 // boundary, and marks the cut with an ellipsis.
-func clipCheckReason(s string) string {
-	if len(s) <= maxCheckReason {
-		return s
-	}
-	cut := maxCheckReason
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func clipCheckReason(s string) string { return textcut.Clip(s, maxCheckReason) }
 
 var english = message.NewPrinter(language.English)
 

@@ -3,9 +3,9 @@ package schemafirst
 import (
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/walrelay/walrelay/format"
+	"github.com/walrelay/walrelay/internal/textcut"
 )
 
 // A payload that does not fit its schema (ErrMismatch, *MismatchError),
@@ -102,13 +102,4 @@ func capped(w func(dst, payload []byte) ([]byte, *MismatchError)) func(dst, payl
 const maxReason = 300
 
 // clip cuts s to maxReason bytes, on a character boundary.
-func clip(s string) string {
-	if len(s) <= maxReason {
-		return s
-	}
-	cut := maxReason
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func clip(s string) string { return textcut.Clip(s, maxReason) }

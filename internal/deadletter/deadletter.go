@@ -12,9 +12,10 @@ package deadletter
 import (
 	"slices"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/textcut"
 )
 
 // Headers that say what a dead letter left out.
@@ -50,18 +51,7 @@ func Clip(s string, max int) []byte {
 }
 
 // prefix returns s's first n bytes at most, ending at a rune's boundary.
-func prefix(s string, n int) string {
-	if n <= 0 {
-		return ""
-	}
-	if n >= len(s) {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+func prefix(s string, n int) string { return textcut.Prefix(s, n) }
 
 // Size is the bytes r takes against a producer's batch cap, as the sink
 // estimates them: its key, value, headers' names and values, 10 bytes of

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/walrelay/walrelay/internal/textcut"
 )
 
 // Literal returns s as a PostgreSQL string literal that means s under
@@ -82,13 +84,4 @@ func CheckName(name string, suffixes ...string) error {
 // Cut is name as PostgreSQL keeps it: its first MaxNameBytes bytes, cut
 // before a character that would straddle the limit (as the server does
 // in a UTF-8 database).
-func Cut(name string) string {
-	if len(name) <= MaxNameBytes {
-		return name
-	}
-	n := MaxNameBytes
-	for n > 0 && !utf8.RuneStart(name[n]) {
-		n--
-	}
-	return name[:n]
-}
+func Cut(name string) string { return textcut.Prefix(name, MaxNameBytes) }
