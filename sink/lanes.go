@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/walrelay/walrelay/sink/produce"
 )
 
 // In at-least-once mode each broker has a lane: a producer client of its
@@ -40,7 +41,7 @@ import (
 //
 // The partition count a topic's keys are partitioned by is the flusher's
 // (routing): the lanes' clients report the counts their metadata gives
-// (placedPartitioner), the highest kept, and the flusher adopts a higher
+// (produce.PlacedPartitioner), the highest kept, and the flusher adopts a higher
 // one only once every record it routed before is answered (a barrier: the
 // lanes drained). So a topic that gains partitions moves each key at most
 // once, from its old partition to its new one, at one position of the
@@ -432,7 +433,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 	defer ls.wg.Done()
 	var spare []queued
 	// handed is what each partition's keyed records handed to the client
-	// since its last flush take in a batch (wireSize): one batch's worth
+	// since its last flush take in a batch (produce.WireSize): one batch's worth
 	// at most, so that the flush sends a partition one batch, in one
 	// request. More would be split over batches that the idempotent
 	// client sends in requests in flight together (up to five per
@@ -484,8 +485,8 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 					// A keyed record past its partition's batch: what
 					// was handed goes first (records without a key
 					// have no order to keep).
-					tp, w := topicPartition{it.r.Topic, it.r.Partition}, wireSize(it.r)
-					if n := handed[tp]; n > 0 && n+w > int(ls.s.roundCapOf(tp.topic))-batchOverhead {
+					tp, w := topicPartition{it.r.Topic, it.r.Partition}, produce.WireSize(it.r)
+					if n := handed[tp]; n > 0 && n+w > int(ls.s.roundCapOf(tp.topic))-produce.BatchOverhead {
 						flush()
 						if broken != nil {
 							it.done(it.r, broken)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/sink/produce"
 )
 
 // The sink hands records to the client in rounds, so that no record can be
@@ -52,7 +53,7 @@ type queued struct {
 	r       *kgo.Record
 	done    func(*kgo.Record, error)
 	alone   bool // sent in a request of its own
-	size    int  // recordSize(r)
+	size    int  // produce.RecordSize(r)
 	barrier chan struct{}
 	// pos is the position of the record's event, for the position record
 	// of an exactly-once transaction; hasPos is false for records of none.
@@ -124,7 +125,7 @@ func (q *queue) wake() {
 // Abort. A record larger than the whole queue is taken when the queue is
 // empty. A record alone goes in a produce request of its own.
 func (q *queue) push(ctx context.Context, r *kgo.Record, alone bool, pos *event.Position, gen uint64, done func(*kgo.Record, error)) {
-	size := recordSize(r)
+	size := produce.RecordSize(r)
 	for {
 		q.mu.Lock()
 		if q.closed {
@@ -308,8 +309,8 @@ func (s *Sink) flush(ctx context.Context) {
 	defer close(s.flushed)
 	var spare []queued
 	leaders := map[topicPartition]int32{} // the lanes' leaders, learnt once a round
-	handed := map[string]int{}            // exactly-once mode: a topic's keyed records handed since the last flush (wireSize)
-	produce := func(it queued) {
+	handed := map[string]int{}            // exactly-once mode: a topic's keyed records handed since the last flush (produce.WireSize)
+	hand := func(it queued) {
 		switch {
 		case s.tx != nil:
 			s.produceInTxn(it)
@@ -357,8 +358,8 @@ func (s *Sink) flush(ctx context.Context) {
 				// over produce requests in flight together (see lanes.run;
 				// by topic, as the partition is not known yet: a round
 				// trip per batch of a topic, only for rounds past that).
-				w := wireSize(it.r)
-				if n := handed[it.r.Topic]; n > 0 && n+w > int(s.roundCapOf(it.r.Topic))-batchOverhead {
+				w := produce.WireSize(it.r)
+				if n := handed[it.r.Topic]; n > 0 && n+w > int(s.roundCapOf(it.r.Topic))-produce.BatchOverhead {
 					_ = s.client().Flush(ctx)
 					produced = false
 					clear(handed)
@@ -396,7 +397,7 @@ func (s *Sink) flush(ctx context.Context) {
 			case broken != nil:
 				it.done(it.r, broken)
 			case it.alone && s.lanes != nil:
-				produce(it) // its lane sends it alone
+				hand(it) // its lane sends it alone
 			case it.alone:
 				// What the round produced so far goes first, then this
 				// record in a request of its own; a failure of either
@@ -409,11 +410,11 @@ func (s *Sink) flush(ctx context.Context) {
 						continue
 					}
 				}
-				produce(it)
+				hand(it)
 				_ = s.client().Flush(ctx)
 				broken = s.q.brokenNow()
 			default:
-				produce(it)
+				hand(it)
 				produced = true
 			}
 		}
@@ -483,43 +484,4 @@ func (q *queue) close() {
 	q.space = make(chan struct{})
 	q.mu.Unlock()
 	q.wake()
-}
-
-// recordSize is what a record counts against the buffer limits: its key,
-// value and headers, as the client counts it.
-func recordSize(r *kgo.Record) int {
-	n := len(r.Key) + len(r.Value)
-	for _, h := range r.Headers {
-		n += len(h.Key) + len(h.Value)
-	}
-	return n
-}
-
-// requestCap is the largest produce request the clients write: a batch of
-// batchMax bytes and 64 KiB for the request's own fields (its header, the
-// transactional id, the topic's name). The client encodes each request
-// into a buffer of its size, grown by doubling, from a pool that each
-// collection empties: with payloads that compression does not shrink, a
-// request that held a 1 MB batch of each of four partitions took a 4 to 8
-// MiB buffer, grown again after each collection, and near the soft memory
-// limit these buffers and their growth were a quarter of the heap and a
-// third of the CPU (docs/benchmarks.md). A round's partitions go in
-// several requests instead, pipelined (up to five in flight to a broker);
-// each partition's batch is still in one request.
-func requestCap(batchMax int32) int32 {
-	return int32(min(int64(batchMax)+64<<10, 1<<30))
-}
-
-// batchOverhead is at least what a record batch takes beyond its records:
-// its header (61 bytes in the v2 format) and what a produce request adds
-// around it.
-const batchOverhead = 128
-
-// wireSize is at least what a record takes in a batch: recordSize and, at
-// most, the varints and fields around them (length, attributes, timestamp
-// and offset deltas, key and value lengths, header count: 36 bytes; 10 per
-// header), which also covers the older message format's 34 bytes of
-// overhead.
-func wireSize(r *kgo.Record) int {
-	return recordSize(r) + 36 + 10*len(r.Headers)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/internal/backoff"
+	"github.com/walrelay/walrelay/sink/produce"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -267,7 +268,7 @@ func New(cfg Config) (*Sink, error) {
 	s := &Sink{cfg: cfg, log: log, records: records}
 	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
 	if cfg.PlacedPartitions {
-		partitioner = placedPartitioner{byKey: partitioner}
+		partitioner = produce.PlacedPartitioner{ByKey: partitioner}
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -283,8 +284,8 @@ func New(cfg Config) (*Sink, error) {
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		// A produce request holds about one batch, not one of each of
-		// the broker's partitions (requestCap).
-		kgo.BrokerMaxWriteBytes(requestCap(cfg.BatchMaxBytes)),
+		// the broker's partitions (produce.RequestCap).
+		kgo.BrokerMaxWriteBytes(produce.RequestCap(cfg.BatchMaxBytes)),
 		// Retry sooner than the client's default (250ms doubling to 5s):
 		// every retry holds the slot's position back.
 		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),
@@ -361,7 +362,7 @@ func New(cfg Config) (*Sink, error) {
 		hooks, _ := cl.OptValue(kgo.WithHooks).([]kgo.Hook)
 		laneOpts := append(slices.Clip(base), append(dialer,
 			kgo.WithHooks(hookRelay{hooks}),
-			kgo.RecordPartitioner(placedPartitioner{byKey: kgo.StickyKeyPartitioner(nil), counts: &s.partitions}))...)
+			kgo.RecordPartitioner(produce.PlacedPartitioner{ByKey: kgo.StickyKeyPartitioner(nil), Counts: &s.partitions}))...)
 		if s.lanes, err = newLanes(ctx, s, laneOpts, &s.partitions); err != nil {
 			stop()
 			cl.Close()

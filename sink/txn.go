@@ -242,7 +242,7 @@ type txns struct {
 	open    bool
 	began   time.Time
 	events  int
-	bytes   int            // the records' sizes (recordSize), of the events
+	bytes   int            // the records' sizes (produce.RecordSize), of the events
 	last    event.Position // the position of the last event produced in it
 	commits uint64
 }
