@@ -66,9 +66,9 @@ import (
 type lane struct {
 	broker  int32 // -1: records whose broker is not known
 	cl      *kgo.Client
-	q       *queue
-	waiting atomic.Int64 // when its round in flight began (unix ns), 0 between rounds
-	pending []queued     // routed to it, not yet released (the flusher's)
+	q       *produce.Queue
+	waiting atomic.Int64   // when its round in flight began (unix ns), 0 between rounds
+	pending []produce.Item // routed to it, not yet released (the flusher's)
 	// mu is held while the lane hands a record to its client, and by
 	// abortBuffered while it aborts the client's records: a record
 	// handed to the client once the abort has failed earlier ones of its
@@ -140,7 +140,7 @@ func newLanes(ctx context.Context, s *Sink, opts []kgo.Opt, seen *sync.Map) (*la
 // start runs a lane of broker with its client; the caller holds ls.mu, or
 // is newLanes.
 func (ls *lanes) start(ctx context.Context, broker int32, cl *kgo.Client) *lane {
-	l := &lane{broker: broker, cl: cl, q: newQueue(Config{MaxBufferedRecords: math.MaxInt, MaxBufferedBytes: math.MaxInt})}
+	l := &lane{broker: broker, cl: cl, q: produce.NewQueue(math.MaxInt, math.MaxInt, 0)}
 	ls.all[broker] = l
 	ls.wg.Add(1)
 	go ls.run(ctx, l)
@@ -175,14 +175,14 @@ func (ls *lanes) leader(topic string, partition int32) int32 {
 // send routes a record to its lane (see lanes), waiting within ctx for
 // room; release hands the lanes what was routed. leaders caches
 // partitions' leaders for the flusher's round. Only the flusher calls them.
-func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition]int32) {
-	r := it.r
+func (ls *lanes) send(ctx context.Context, it produce.Item, leaders map[topicPartition]int32) {
+	r := it.R
 	if r.Partition < 0 && r.Key != nil {
 		if n := ls.countOf(ctx, it); n > 0 {
 			r.Partition = int32(ls.byKey.Partition(r, int(n)))
 		}
 	}
-	size := it.size
+	size := it.Size
 	ls.mu.Lock()
 	for ls.recs > 0 && (ls.recs >= ls.maxRecs || ls.bytes+size > ls.maxBytes) && !ls.closed {
 		room := ls.room
@@ -192,14 +192,14 @@ func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition
 		select {
 		case <-room:
 		case <-ctx.Done():
-			it.done(it.r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
+			it.Done(it.R, fmt.Errorf("%w: the sink is closed", ErrNotSent))
 			return
 		}
 		ls.mu.Lock()
 	}
 	if ls.closed {
 		ls.mu.Unlock()
-		it.done(it.r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
+		it.Done(it.R, fmt.Errorf("%w: the sink is closed", ErrNotSent))
 		return
 	}
 	key := topicPartition{r.Topic, r.Partition}
@@ -229,8 +229,8 @@ func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition
 	ls.bytes += size
 	l := g.lane
 	ls.mu.Unlock()
-	done := it.done
-	it.done = func(r *kgo.Record, err error) {
+	done := it.Done
+	it.Done = func(r *kgo.Record, err error) {
 		done(r, err) // first: a failure breaks the sink before the gate opens
 		ls.answered(key, size)
 	}
@@ -245,8 +245,8 @@ func (ls *lanes) send(ctx context.Context, it queued, leaders map[topicPartition
 // partitions than that, it adopts that count, once every record routed
 // before is answered: the topic's keys then move at this record, and those
 // routed before are acknowledged (or failed, and the sink broken) first.
-func (ls *lanes) countOf(ctx context.Context, it queued) int32 {
-	topic := it.r.Topic
+func (ls *lanes) countOf(ctx context.Context, it produce.Item) int32 {
+	topic := it.R.Topic
 	cur := ls.routing[topic]
 	v, ok := ls.seen.Load(topic)
 	if !ok {
@@ -262,8 +262,8 @@ func (ls *lanes) countOf(ctx context.Context, it queued) int32 {
 			return cur // closed: the record fails
 		}
 		args := []any{"topic", topic, "from", cur, "to", seen}
-		if it.hasPos {
-			args = append(args, "position", it.pos.String())
+		if it.HasPos {
+			args = append(args, "position", it.Pos.String())
 		}
 		ls.s.log.Warn("a topic gained partitions: its keys move to their new partitions from this position on, every record before it acknowledged; a consumer group may read a key's old and new partition concurrently", args...)
 	}
@@ -278,18 +278,11 @@ func (ls *lanes) countOf(ctx context.Context, it queued) int32 {
 // release, in one piece: the lane sends them in one round if it is idle.
 func (ls *lanes) release() {
 	for _, l := range ls.routed {
-		l.q.mu.Lock()
-		closed := l.q.closed
-		if !closed {
-			l.q.items = append(l.q.items, l.pending...)
-		}
-		l.q.mu.Unlock()
-		if closed {
+		if l.q.Release(l.pending) {
 			for _, it := range l.pending {
-				it.done(it.r, fmt.Errorf("%w: the sink is closed", ErrNotSent))
+				it.Done(it.R, fmt.Errorf("%w: the sink is closed", ErrNotSent))
 			}
 		}
-		l.q.wake()
 		clear(l.pending)
 		l.pending = l.pending[:0]
 	}
@@ -321,11 +314,7 @@ func (ls *lanes) drain(ctx context.Context) {
 	ls.mu.Lock()
 	var bs []chan struct{}
 	for _, l := range ls.all {
-		b := make(chan struct{})
-		l.q.mu.Lock()
-		l.q.items = append(l.q.items, queued{barrier: b})
-		l.q.mu.Unlock()
-		l.q.wake()
+		b := l.q.Barrier()
 		bs = append(bs, b)
 	}
 	ls.mu.Unlock()
@@ -392,18 +381,18 @@ func (ls *lanes) abortBuffered(ctx context.Context) error {
 
 // produce hands a record to the lane's client unless the sink is broken,
 // and returns the error that breaks it if so (the caller fails the record).
-func (ls *lanes) produce(ctx context.Context, l *lane, it queued) error {
-	if it.r.Partition >= 0 {
-		ls.await(ctx, l, it.r)
+func (ls *lanes) produce(ctx context.Context, l *lane, it produce.Item) error {
+	if it.R.Partition >= 0 {
+		ls.await(ctx, l, it.R)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ls.s.q.isBroken.Load() {
-		if err := ls.s.q.brokenNow(); err != nil {
+	if ls.s.q.IsBroken() {
+		if err := ls.s.q.BrokenNow(); err != nil {
 			return err
 		}
 	}
-	l.cl.Produce(it.ctx, it.r, it.done)
+	l.cl.Produce(it.Ctx, it.R, it.Done)
 	return nil
 }
 
@@ -418,7 +407,7 @@ func (ls *lanes) close() {
 	}
 	ls.mu.Unlock()
 	for _, l := range all {
-		l.q.close()
+		l.q.Close()
 	}
 	ls.wg.Wait()
 	for _, l := range all {
@@ -431,7 +420,7 @@ func (ls *lanes) close() {
 // broken (rounds.go).
 func (ls *lanes) run(ctx context.Context, l *lane) {
 	defer ls.wg.Done()
-	var spare []queued
+	var spare []produce.Item
 	// handed is what each partition's keyed records handed to the client
 	// since its last flush take in a batch (produce.WireSize): one batch's worth
 	// at most, so that the flush sends a partition one batch, in one
@@ -440,7 +429,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 	// broker): the split-in-flight pattern behind reorders (KAFKA-15591).
 	handed := map[topicPartition]int{}
 	for {
-		round, _, ok := l.q.take(-1, spare, time.Time{}, false)
+		round, _, ok := l.q.Take(-1, spare, time.Time{}, false)
 		if !ok {
 			if l.retired.Load() {
 				l.cl.Close()
@@ -448,7 +437,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 			return
 		}
 		l.waiting.Store(time.Now().UnixNano())
-		broken := ls.s.q.brokenNow()
+		broken := ls.s.q.BrokenNow()
 		produced := false
 		flush := func() {
 			if produced {
@@ -458,38 +447,38 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 				produced = false
 				clear(handed)
 			}
-			broken = ls.s.q.brokenNow()
+			broken = ls.s.q.BrokenNow()
 		}
 		for _, it := range round {
 			switch {
-			case it.barrier != nil:
+			case it.Barrier != nil:
 				flush()
-				close(it.barrier)
+				close(it.Barrier)
 			case broken != nil:
-				it.done(it.r, broken)
-			case it.alone:
+				it.Done(it.R, broken)
+			case it.Alone:
 				// In a request of its own, after what the round produced.
 				flush()
 				if broken != nil {
-					it.done(it.r, broken)
+					it.Done(it.R, broken)
 					continue
 				}
 				if broken = ls.produce(ctx, l, it); broken != nil {
-					it.done(it.r, broken)
+					it.Done(it.R, broken)
 					continue
 				}
 				produced = true
 				flush()
 			default:
-				if it.r.Key != nil {
+				if it.R.Key != nil {
 					// A keyed record past its partition's batch: what
 					// was handed goes first (records without a key
 					// have no order to keep).
-					tp, w := topicPartition{it.r.Topic, it.r.Partition}, produce.WireSize(it.r)
+					tp, w := topicPartition{it.R.Topic, it.R.Partition}, produce.WireSize(it.R)
 					if n := handed[tp]; n > 0 && n+w > int(ls.s.roundCapOf(tp.topic))-produce.BatchOverhead {
 						flush()
 						if broken != nil {
-							it.done(it.r, broken)
+							it.Done(it.R, broken)
 							continue
 						}
 					}
@@ -498,7 +487,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 				// The sink may break while the round is handed over
 				// (a failure, Abort): nothing more of it then.
 				if broken = ls.produce(ctx, l, it); broken != nil {
-					it.done(it.r, broken)
+					it.Done(it.R, broken)
 					continue
 				}
 				produced = true
@@ -546,7 +535,7 @@ func (ls *lanes) await(ctx context.Context, l *lane, r *kgo.Record) {
 			ls.relearn.Store(r.Topic, struct{}{})
 			return
 		}
-		if ls.s.q.isBroken.Load() || ctx.Err() != nil {
+		if ls.s.q.IsBroken() || ctx.Err() != nil {
 			return
 		}
 		if now.Sub(asked) >= awaitRefresh {
@@ -608,7 +597,7 @@ func (ls *lanes) retire(listed map[int32]string) {
 	for _, l := range gone {
 		ls.s.log.Info("a broker left the cluster: walrelay closes its producer", "broker", l.broker)
 		l.retired.Store(true)
-		l.q.close()
+		l.q.Close()
 	}
 }
 

@@ -62,7 +62,7 @@ func TestAbortMidRoundSendsNothingAfter(t *testing.T) {
 		switch i := eventIndex(r); {
 		case i == at && once.CompareAndSwap(false, true):
 			go func() { aborted <- s.Abort(t.Context()) }()
-			for deadline := time.Now().Add(10 * time.Second); s.q.brokenNow() == nil; {
+			for deadline := time.Now().Add(10 * time.Second); s.q.BrokenNow() == nil; {
 				if time.Now().After(deadline) {
 					t.Error("the sink is not broken 10s after Abort")
 					return

@@ -22,6 +22,10 @@ import (
 	"github.com/walrelay/walrelay/sink/record"
 )
 
+// ErrNotSent fails a record that was not sent because an earlier record
+// failed, or because the sink was aborted or closed (produce.ErrNotSent).
+var ErrNotSent = produce.ErrNotSent
+
 // Config configures a Sink. Zero values mean the defaults.
 type Config struct {
 	// Brokers are the seed brokers, host:port. Required.
@@ -161,7 +165,7 @@ type Sink struct {
 	cfg       Config
 	cl        atomic.Pointer[kgo.Client] // the producer; replaced only by renewClient (resume.go)
 	clOpts    []kgo.Opt                  // the producer's options, for renewClient
-	q         *queue                     // the next round (rounds.go)
+	q         *produce.Queue             // the next round (rounds.go)
 	stop      func()                     // ends the flusher's wait for a round
 	flushed   chan struct{}              // closed when the flusher returns
 	log       *slog.Logger
@@ -352,7 +356,7 @@ func New(cfg Config) (*Sink, error) {
 		// flusher's round a quarter each.
 		qcfg.MaxBufferedRecords, qcfg.MaxBufferedBytes = max(cfg.MaxBufferedRecords/2, 1), max(cfg.MaxBufferedBytes/2, 1)
 	}
-	s.q = newQueue(qcfg)
+	s.q = produce.NewQueue(qcfg.MaxBufferedRecords, qcfg.MaxBufferedBytes, qcfg.BatchMaxBytes)
 	s.flushed = make(chan struct{})
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
@@ -426,7 +430,7 @@ func (s *Sink) Abort(ctx context.Context) error {
 		// client's transactional calls must not run concurrently.
 		abortBuffered = nil
 	}
-	if err := s.q.abort(ctx, abortBuffered); err != nil {
+	if err := s.q.Abort(ctx, abortBuffered); err != nil {
 		return err
 	}
 	var stale []string
@@ -453,7 +457,7 @@ func (s *Sink) Abort(ctx context.Context) error {
 
 // Close closes the client; records not yet acknowledged are failed.
 func (s *Sink) Close() {
-	s.q.close()
+	s.q.Close()
 	s.stop()
 	<-s.flushed
 	if s.lanes != nil {
@@ -512,7 +516,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	if s.cfg.Tracer != nil {
 		e, done = s.traced(e, done)
 	}
-	gen := s.q.generation()
+	gen := s.q.Generation()
 	// The event's position: the position record of an exactly-once
 	// transaction; the log of a topic that gained partitions (lanes.go).
 	p := e.Position()
@@ -598,7 +602,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	for !ok { // forgotten meanwhile (forgetATopic): learnt again after its purge
 		inflight, ok = s.holdTopic(topic, s.topicInfoFor(ctx, topic))
 	}
-	s.q.push(ctx, r, alone, pos, gen, s.answer(ctx, e, topic, alone, inflight, gen, done))
+	s.q.Push(ctx, r, alone, pos, gen, s.answer(ctx, e, topic, alone, inflight, gen, done))
 }
 
 // answer returns the callback of e's record to topic, which calls done
@@ -613,7 +617,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			inflight.Add(-1)
 		}
 		switch {
-		case errors.Is(err, errStale):
+		case errors.Is(err, produce.ErrStale):
 			done(Delivery{Topic: topic, Partition: -1}, err)
 		case err == nil:
 			if alone {
@@ -621,7 +625,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			}
 			done(Delivery{Topic: topic, Partition: r.Partition, Offset: r.Offset}, nil)
 		case s.refusedBatch(r, err):
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 			// Transient: the stream restarts, Abort forgets the topic, and
 			// the resent records go in batches under the limit read again.
 			if _, loaded := s.refused.LoadOrStore(topic, s.batchCapOf(topic)); !loaded {
@@ -633,7 +637,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			// client failed the partition's records behind it: which one is
 			// unknown. Transient: once the stream restarts, this event goes
 			// alone, and only a record refused alone is dead-lettered.
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 			s.suspects.add(suspectOf(e))
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused its batch (sent again alone): %w", e.ID, topic, err)))
 		case kindOf(err) == failure.PerEvent && s.tx != nil:
@@ -642,7 +646,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			// goes to the dead-letter topic instead (poisonOf).
 			s.suspects.clear(suspectOf(e))
 			s.tx.poison(e, reason(err), err, false)
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused it (dead-lettered when sent again): %w", e.ID, topic, err)))
 		case kindOf(err) == failure.PerEvent:
 			s.suspects.clear(suspectOf(e))
@@ -651,7 +655,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			// the dead letter is refused (gen): the event is resent.
 			go s.deadLetter(ctx, e, reason(err), topic, err, gen, done)
 		default:
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(kindOf(err), fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err)))
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/faultinject"
+	"github.com/walrelay/walrelay/sink/produce"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -288,29 +289,29 @@ func (s *Sink) hold(done func(*kgo.Record, error)) func(*kgo.Record, error) {
 		}
 		t.mu.Unlock()
 		if err != nil {
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 		}
 	}
 }
 
 // produceInTxn produces one record of a round in the open transaction,
 // opening one first if none is.
-func (s *Sink) produceInTxn(it queued) {
+func (s *Sink) produceInTxn(it produce.Item) {
 	t := s.tx
 	if !t.open {
 		if err := s.client().BeginTransaction(); err != nil {
-			s.q.breakOn(err)
-			it.done(it.r, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
+			s.q.BreakOn(err)
+			it.Done(it.R, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
 			return
 		}
 		t.open, t.began, t.events, t.bytes = true, time.Now(), 0, 0
 	}
 	t.events++
-	t.bytes += it.size
-	if it.hasPos {
-		t.last = it.pos
+	t.bytes += it.Size
+	if it.HasPos {
+		t.last = it.Pos
 	}
-	s.client().Produce(it.ctx, it.r, s.hold(it.done))
+	s.client().Produce(it.Ctx, it.R, s.hold(it.Done))
 }
 
 // holds returns the records and bytes the open transaction holds (none if
@@ -384,7 +385,7 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 		t.endAnswered(true, cause)
 		cause = fmt.Errorf("commit the kafka transaction: %w", cause)
 	}
-	s.q.breakOn(cause)
+	s.q.BreakOn(cause)
 	err := s.client().EndTransaction(ctx, kgo.TryAbort)
 	t.endAnswered(false, err)
 	if err != nil {

@@ -402,7 +402,7 @@ func TestExactlyOnceLateDeadLetterCannotJoinTheNextTransaction(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := txnSink(t, kc, "walrelay-late")
-	before := s.q.generation()
+	before := s.q.Generation()
 	if err := s.Abort(t.Context()); err != nil { // the barrier of a restart
 		t.Fatal(err)
 	}
