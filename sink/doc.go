@@ -35,7 +35,7 @@
 // fix it (authorization, a topic that does not exist), else retriable; a
 // per-event error never reaches a Done (the event is dead-lettered).
 //
-// Records go to the client in rounds behind a manual flush (rounds.go), so
+// Records go to the client in rounds behind a manual flush (package produce), so
 // that after a failure nothing published later is sent until the caller has
 // called Abort and publishes the failed event again: per-key order holds
 // across failures. In at-least-once mode each broker has a client and rounds

@@ -16,10 +16,10 @@ import (
 )
 
 // In at-least-once mode each broker has a lane: a producer client of its
-// own, with rounds of its own (a manual flush, as rounds.go explains), for
+// own, with rounds of its own (a manual flush, as package produce explains), for
 // the partitions that broker leads. A slow broker then holds back only its
 // own partitions: one client's Flush waits for every broker the round went
-// to, and a lane's rounds go to one broker. The flusher (rounds.go) takes
+// to, and a lane's rounds go to one broker. The flusher (package produce) takes
 // each round of the sink's queue and hands every record to a lane, without
 // waiting for the lanes' answers.
 //
@@ -105,7 +105,8 @@ type lanes struct {
 	routing map[string]int32
 	relearn sync.Map // topic -> struct{}: its count is learnt again at the next Abort (forget)
 	wg      sync.WaitGroup
-	routed  []*lane // the lanes with records pending (the flusher's)
+	routed  []*lane                  // the lanes with records pending (the flusher's)
+	leaders map[topicPartition]int32 // the lanes' leaders, learnt once a round (the flusher's)
 
 	mu     sync.Mutex
 	all    map[int32]*lane
@@ -123,7 +124,7 @@ type lanes struct {
 // ends or close.
 func newLanes(ctx context.Context, s *Sink, opts []kgo.Opt, seen *sync.Map) (*lanes, error) {
 	ls := &lanes{
-		s: s, opts: opts, seen: seen, routing: map[string]int32{},
+		s: s, opts: opts, seen: seen, routing: map[string]int32{}, leaders: map[topicPartition]int32{},
 		byKey: kgo.StickyKeyPartitioner(nil).ForTopic(""), // murmur2 for keyed records
 		all:   map[int32]*lane{}, gate: map[topicPartition]*gated{},
 		room:    make(chan struct{}),
@@ -417,7 +418,7 @@ func (ls *lanes) close() {
 
 // run sends a lane's rounds until its queue is closed and empty: what it
 // holds goes to its client, which is then flushed, unless the sink is
-// broken (rounds.go).
+// broken (package produce).
 func (ls *lanes) run(ctx context.Context, l *lane) {
 	defer ls.wg.Done()
 	var spare []produce.Item

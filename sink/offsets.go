@@ -355,7 +355,7 @@ func (s *Sink) writeMarker(ctx context.Context) (int64, error) {
 		}
 		return 0, fmt.Errorf("begin a kafka transaction: %w", err)
 	}
-	// The client flushes manually (rounds.go): produce, then flush. The
+	// The client flushes manually (package produce): produce, then flush. The
 	// callback may run after a Flush cut by wctx: it answers on a channel.
 	type answer struct {
 		at  int64

@@ -165,7 +165,7 @@ type Sink struct {
 	cfg       Config
 	cl        atomic.Pointer[kgo.Client] // the producer; replaced only by renewClient (resume.go)
 	clOpts    []kgo.Opt                  // the producer's options, for renewClient
-	q         *produce.Queue             // the next round (rounds.go)
+	q         *produce.Queue             // the next round (package produce)
 	stop      func()                     // ends the flusher's wait for a round
 	flushed   chan struct{}              // closed when the flusher returns
 	log       *slog.Logger
@@ -280,7 +280,7 @@ func New(cfg Config) (*Sink, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(partitioner),
 		codecOpt,
-		// The flusher sends rounds (rounds.go); the client sends nothing
+		// The flusher sends rounds (package produce); the client sends nothing
 		// on its own.
 		kgo.ManualFlushing(),
 		// Asked once per partition, after Publish learnt the topic.
@@ -373,7 +373,16 @@ func New(cfg Config) (*Sink, error) {
 			return nil, err
 		}
 	}
-	go s.flush(ctx)
+	// The flusher (produce.Flush) sends rounds through the lanes, or in
+	// exactly-once mode through the transactional producer (txnrounds.go).
+	var rounds produce.Sender = s.lanes
+	if s.tx != nil {
+		rounds = &txnRounds{s: s, handed: map[string]int{}}
+	}
+	go func() {
+		defer close(s.flushed)
+		produce.Flush(ctx, s.q, s.cfg.Linger, rounds)
+	}()
 	go s.watch(ctx)
 	return s, nil
 }
