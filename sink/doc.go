@@ -42,6 +42,6 @@
 // of its own (lanes.go), so that a slow broker holds back only the
 // partitions it leads; in exactly-once mode one transactional client sends
 // every round. A leader that stops answering without closing its
-// connections is given up as soon as the cluster has fenced it (fence.go),
+// connections is given up as soon as the cluster has fenced it (produce.Fences),
 // not after a request timeout.
 package sink

@@ -57,7 +57,7 @@ import (
 // After a failure every lane fails what it has not sent (the sink is
 // broken, queue.broken), and Abort waits for every lane.
 //
-// The lanes' clients share the sink's dialer (fence.go) and the hooks
+// The lanes' clients share the sink's dialer (produce.Fences) and the hooks
 // given for the producer, but for HookNewClient: a hook that registers
 // metrics once (kprom) sees the sink's first client only, and the others'
 // events through this relay.

@@ -114,7 +114,7 @@ type Config struct {
 	// before it gives the request up and sends it again: half of it the
 	// broker's own wait for the in-sync replicas, half the network's.
 	// Default 10s. A leader that the cluster fenced is left sooner, whatever
-	// this is (fence.go); a broker slower than it is retried (idempotence
+	// this is (produce.Fences); a broker slower than it is retried (idempotence
 	// keeps each record once).
 	RequestTimeout time.Duration
 	// Linger is how long the sink, with nothing in flight, waits for more
@@ -183,14 +183,14 @@ type Sink struct {
 	dataLoss  atomic.Uint64
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
-	lanes      *lanes       // one client per broker, in at-least-once mode (lanes.go)
-	partitions sync.Map     // topic name -> the highest partition count a lane's client saw (*atomic.Int32)
-	fences     *fences      // the connections to each broker, fenced ones closed (fence.go)
-	tlsCfg     *tls.Config  // the dialer's TLS configuration, nil without TLS
-	opts       []kgo.Opt    // cfg.Opts but their hooks (hooks.go)
-	optHooks   []kgo.Hook   // the hooks of cfg.Opts: the producer's, relayed to the other clients
-	ownHooks   []kgo.Hook   // exactly-once: the producer's hooks, told of its creation and close by the sink
-	waiting    atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
+	lanes      *lanes          // one client per broker, in at-least-once mode (lanes.go)
+	partitions sync.Map        // topic name -> the highest partition count a lane's client saw (*atomic.Int32)
+	fences     *produce.Fences // the connections to each broker, fenced ones closed
+	tlsCfg     *tls.Config     // the dialer's TLS configuration, nil without TLS
+	opts       []kgo.Opt       // cfg.Opts but their hooks (hooks.go)
+	optHooks   []kgo.Hook      // the hooks of cfg.Opts: the producer's, relayed to the other clients
+	ownHooks   []kgo.Hook      // exactly-once: the producer's hooks, told of its creation and close by the sink
+	waiting    atomic.Int64    // when the round in flight began (unix ns), 0 between rounds
 }
 
 // New checks cfg, fills its defaults and creates the client. It does not
@@ -318,14 +318,14 @@ func New(cfg Config) (*Sink, error) {
 		opts = append(opts, kgo.TransactionalID(tc.ID), kgo.TransactionTimeout(tc.Timeout))
 	}
 	s.opts, s.optHooks = splitHooks(cfg.Opts)
-	dial, tlsCfg, err := watchedDialer(s.opts)
+	dial, tlsCfg, err := produce.WatchedDialer(s.opts)
 	if err != nil {
 		return nil, err
 	}
-	s.fences, s.tlsCfg = newFences(dial), tlsCfg
+	s.fences, s.tlsCfg = produce.NewFences(dial), tlsCfg
 	base := append(opts, s.opts...)
 	// The dialer of cfg.Opts (TLS included), through the fences.
-	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.dialContext)}
+	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.DialContext)}
 	// In exactly-once mode the producer may be renewed (renewClient):
 	// the hooks see its events through a relay, and its creation and its
 	// close once, from the sink (announceClient), so that a hook that
