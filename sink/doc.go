@@ -39,7 +39,7 @@
 // that after a failure nothing published later is sent until the caller has
 // called Abort and publishes the failed event again: per-key order holds
 // across failures. In at-least-once mode each broker has a client and rounds
-// of its own (lanes.go), so that a slow broker holds back only the
+// of its own (produce.Lanes), so that a slow broker holds back only the
 // partitions it leads; in exactly-once mode one transactional client sends
 // every round. A leader that stops answering without closing its
 // connections is given up as soon as the cluster has fenced it (produce.Fences),

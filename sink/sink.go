@@ -183,7 +183,7 @@ type Sink struct {
 	dataLoss  atomic.Uint64
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
-	lanes      *lanes          // one client per broker, in at-least-once mode (lanes.go)
+	lanes      *produce.Lanes  // one client per broker, in at-least-once mode (produce.Lanes)
 	partitions sync.Map        // topic name -> the highest partition count a lane's client saw (*atomic.Int32)
 	fences     *produce.Fences // the connections to each broker, fenced ones closed
 	tlsCfg     *tls.Config     // the dialer's TLS configuration, nil without TLS
@@ -337,7 +337,7 @@ func New(cfg Config) (*Sink, error) {
 		var own []kgo.Hook
 		producerOpts, own = splitHooks(cfg.ProducerOpts)
 		s.ownHooks = append(slices.Clip(s.optHooks), own...)
-		producerHooks = kgo.WithHooks(hookRelay{s.ownHooks})
+		producerHooks = kgo.WithHooks(produce.HookRelay{Hooks: s.ownHooks})
 	}
 	opts = append(append(slices.Clip(base), producerHooks), producerOpts...)
 	opts = append(opts, append(dialer, kgo.WithHooks(s.fences))...)
@@ -352,7 +352,7 @@ func New(cfg Config) (*Sink, error) {
 	}
 	qcfg := cfg
 	if s.tx == nil {
-		// The lanes hold half of the limits (lanes.go); the queue and the
+		// The lanes hold half of the limits (produce.Lanes); the queue and the
 		// flusher's round a quarter each.
 		qcfg.MaxBufferedRecords, qcfg.MaxBufferedBytes = max(cfg.MaxBufferedRecords/2, 1), max(cfg.MaxBufferedBytes/2, 1)
 	}
@@ -361,13 +361,16 @@ func New(cfg Config) (*Sink, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	if s.tx == nil {
-		// One client per broker (lanes.go): the producer's hooks through a
+		// One client per broker (produce.Lanes): the producer's hooks through a
 		// relay, records partitioned before they go to a lane.
 		hooks, _ := cl.OptValue(kgo.WithHooks).([]kgo.Hook)
 		laneOpts := append(slices.Clip(base), append(dialer,
-			kgo.WithHooks(hookRelay{hooks}),
+			kgo.WithHooks(produce.HookRelay{Hooks: hooks}),
 			kgo.RecordPartitioner(produce.PlacedPartitioner{ByKey: kgo.StickyKeyPartitioner(nil), Counts: &s.partitions}))...)
-		if s.lanes, err = newLanes(ctx, s, laneOpts, &s.partitions); err != nil {
+		if s.lanes, err = produce.NewLanes(ctx, produce.LanesConfig{
+			Opts: laneOpts, Seen: &s.partitions, Queue: s.q, Log: log, RequestTimeout: cfg.RequestTimeout,
+			MaxRecords: cfg.MaxBufferedRecords / 2, MaxBytes: cfg.MaxBufferedBytes / 2, RoundCap: s.roundCapOf,
+		}); err != nil {
 			stop()
 			cl.Close()
 			return nil, err
@@ -433,7 +436,7 @@ func (s *Sink) Abort(ctx context.Context) error {
 	abortBuffered := s.client().AbortBufferedRecords
 	switch {
 	case s.lanes != nil:
-		abortBuffered = s.lanes.abortBuffered
+		abortBuffered = s.lanes.AbortBuffered
 	case s.tx != nil:
 		// The flusher ends the transaction at the barrier instead: the
 		// client's transactional calls must not run concurrently.
@@ -455,7 +458,7 @@ func (s *Sink) Abort(ctx context.Context) error {
 		// purging the topics makes it ask again.
 		s.client().PurgeTopicsFromClient(stale...)
 		if s.lanes != nil {
-			s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(stale...) })
+			s.lanes.Each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(stale...) })
 		}
 		for _, t := range stale {
 			s.given.Delete(t)
@@ -470,7 +473,7 @@ func (s *Sink) Close() {
 	s.stop()
 	<-s.flushed
 	if s.lanes != nil {
-		s.lanes.close()
+		s.lanes.Close()
 	}
 	cl := s.client()
 	cl.Close()
@@ -527,7 +530,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	}
 	gen := s.q.Generation()
 	// The event's position: the position record of an exactly-once
-	// transaction; the log of a topic that gained partitions (lanes.go).
+	// transaction; the log of a topic that gained partitions (produce.Lanes).
 	p := e.Position()
 	pos := &p
 	if s.tx != nil && s.tx.alreadyCommitted(e) {

@@ -30,7 +30,7 @@ func (t *txnRounds) Send(ctx context.Context, it produce.Item) error {
 		// itself. A topic's keyed records past one batch's worth wait
 		// until what was handed is answered, so that no partition's
 		// records are split over produce requests in flight together
-		// (see lanes.run; by topic, as the partition is not known yet:
+		// (see produce.Lanes; by topic, as the partition is not known yet:
 		// a round trip per batch of a topic, only for rounds past that).
 		w := produce.WireSize(it.R)
 		if n := t.handed[it.R.Topic]; n > 0 && n+w > int(s.roundCapOf(it.R.Topic))-produce.BatchOverhead {

@@ -1,18 +1,16 @@
-package sink
+package produce
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/walrelay/walrelay/sink/produce"
 )
 
 // In at-least-once mode each broker has a lane: a producer client of its
@@ -41,7 +39,7 @@ import (
 //
 // The partition count a topic's keys are partitioned by is the flusher's
 // (routing): the lanes' clients report the counts their metadata gives
-// (produce.PlacedPartitioner), the highest kept, and the flusher adopts a higher
+// (PlacedPartitioner), the highest kept, and the flusher adopts a higher
 // one only once every record it routed before is answered (a barrier: the
 // lanes drained). So a topic that gains partitions moves each key at most
 // once, from its old partition to its new one, at one position of the
@@ -57,7 +55,7 @@ import (
 // After a failure every lane fails what it has not sent (the sink is
 // broken, queue.broken), and Abort waits for every lane.
 //
-// The lanes' clients share the sink's dialer (produce.Fences) and the hooks
+// The lanes' clients share the sink's dialer (Fences) and the hooks
 // given for the producer, but for HookNewClient: a hook that registers
 // metrics once (kprom) sees the sink's first client only, and the others'
 // events through this relay.
@@ -66,9 +64,9 @@ import (
 type lane struct {
 	broker  int32 // -1: records whose broker is not known
 	cl      *kgo.Client
-	q       *produce.Queue
-	waiting atomic.Int64   // when its round in flight began (unix ns), 0 between rounds
-	pending []produce.Item // routed to it, not yet released (the flusher's)
+	q       *Queue
+	waiting atomic.Int64 // when its round in flight began (unix ns), 0 between rounds
+	pending []Item       // routed to it, not yet released (the flusher's)
 	// mu is held while the lane hands a record to its client, and by
 	// abortBuffered while it aborts the client's records: a record
 	// handed to the client once the abort has failed earlier ones of its
@@ -93,13 +91,16 @@ type gated struct {
 	n    int
 }
 
-// lanes are the sink's lanes. Only the flusher routes records; the lanes'
-// callbacks answer them.
-type lanes struct {
-	s     *Sink
-	opts  []kgo.Opt // a lane client's options
-	byKey kgo.TopicPartitioner
-	seen  *sync.Map // topic -> the highest partition count a lane's client saw (*atomic.Int32)
+// Lanes are at-least-once mode's lanes, one per broker. Only the flusher
+// routes records (Lanes is its Sender); the lanes' callbacks answer them.
+type Lanes struct {
+	main     *Queue // the flusher's queue: what breaks it stops every lane
+	log      *slog.Logger
+	timeout  time.Duration            // a request's
+	roundCap func(topic string) int32 // a topic's batch cap in a round
+	opts     []kgo.Opt                // a lane client's options
+	byKey    kgo.TopicPartitioner
+	seen     *sync.Map // topic -> the highest partition count a lane's client saw (*atomic.Int32)
 	// routing is the partition count each topic's keys are partitioned
 	// by (the flusher's; see lanes): it only grows, at a barrier.
 	routing map[string]int32
@@ -120,17 +121,35 @@ type lanes struct {
 	maxRecs, maxBytes int
 }
 
-// newLanes makes the lanes and the lane of no broker, which runs until ctx
-// ends or close.
-func newLanes(ctx context.Context, s *Sink, opts []kgo.Opt, seen *sync.Map) (*lanes, error) {
-	ls := &lanes{
-		s: s, opts: opts, seen: seen, routing: map[string]int32{}, leaders: map[topicPartition]int32{},
+// LanesConfig is what NewLanes needs.
+type LanesConfig struct {
+	Opts []kgo.Opt // a lane client's options; its partitioner a PlacedPartitioner counting into Seen
+	// Seen holds, per topic, the highest partition count a lane's client
+	// saw (*atomic.Int32).
+	Seen *sync.Map
+	// Queue is the flusher's queue: once it is broken, no lane hands its
+	// client a record.
+	Queue          *Queue
+	Log            *slog.Logger
+	RequestTimeout time.Duration
+	// MaxRecords and MaxBytes bound what the lanes hold, sent or not.
+	MaxRecords, MaxBytes int
+	// RoundCap returns a topic's batch cap for a round.
+	RoundCap func(topic string) int32
+}
+
+// NewLanes makes the lanes and the lane of no broker, which runs until ctx
+// ends or Close.
+func NewLanes(ctx context.Context, cfg LanesConfig) (*Lanes, error) {
+	ls := &Lanes{
+		main: cfg.Queue, log: cfg.Log, timeout: cfg.RequestTimeout, roundCap: cfg.RoundCap,
+		opts: cfg.Opts, seen: cfg.Seen, routing: map[string]int32{}, leaders: map[topicPartition]int32{},
 		byKey: kgo.StickyKeyPartitioner(nil).ForTopic(""), // murmur2 for keyed records
 		all:   map[int32]*lane{}, gate: map[topicPartition]*gated{},
 		room:    make(chan struct{}),
-		maxRecs: max(s.cfg.MaxBufferedRecords/2, 1), maxBytes: max(s.cfg.MaxBufferedBytes/2, 1),
+		maxRecs: max(cfg.MaxRecords, 1), maxBytes: max(cfg.MaxBytes, 1),
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(cfg.Opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
@@ -140,8 +159,8 @@ func newLanes(ctx context.Context, s *Sink, opts []kgo.Opt, seen *sync.Map) (*la
 
 // start runs a lane of broker with its client; the caller holds ls.mu, or
 // is newLanes.
-func (ls *lanes) start(ctx context.Context, broker int32, cl *kgo.Client) *lane {
-	l := &lane{broker: broker, cl: cl, q: produce.NewQueue(math.MaxInt, math.MaxInt, 0)}
+func (ls *Lanes) start(ctx context.Context, broker int32, cl *kgo.Client) *lane {
+	l := &lane{broker: broker, cl: cl, q: NewQueue(math.MaxInt, math.MaxInt, 0)}
 	ls.all[broker] = l
 	ls.wg.Add(1)
 	go ls.run(ctx, l)
@@ -149,13 +168,13 @@ func (ls *lanes) start(ctx context.Context, broker int32, cl *kgo.Client) *lane 
 }
 
 // laneOf returns the lane of broker, creating it; the caller holds ls.mu.
-func (ls *lanes) laneOf(ctx context.Context, broker int32) *lane {
+func (ls *Lanes) laneOf(ctx context.Context, broker int32) *lane {
 	if l := ls.all[broker]; l != nil {
 		return l
 	}
 	cl, err := kgo.NewClient(ls.opts...)
 	if err != nil { // New made lane -1 with the same options: not seen
-		ls.s.log.Warn("cannot create a producer for a broker: its partitions go with the others", "broker", broker, "err", err)
+		ls.log.Warn("cannot create a producer for a broker: its partitions go with the others", "broker", broker, "err", err)
 		return ls.laneOf(ctx, -1)
 	}
 	return ls.start(ctx, broker, cl)
@@ -163,7 +182,7 @@ func (ls *lanes) laneOf(ctx context.Context, broker int32) *lane {
 
 // leader returns the leader of a partition as the lanes' clients last
 // learnt it, the highest leader epoch winning, or -1. The caller holds ls.mu.
-func (ls *lanes) leader(topic string, partition int32) int32 {
+func (ls *Lanes) leader(topic string, partition int32) int32 {
 	best, epoch := int32(-1), int32(-1)
 	for _, l := range ls.all {
 		if ld, ep, err := l.cl.PartitionLeader(topic, partition); err == nil && ld >= 0 && ep > epoch {
@@ -176,7 +195,7 @@ func (ls *lanes) leader(topic string, partition int32) int32 {
 // send routes a record to its lane (see lanes), waiting within ctx for
 // room; release hands the lanes what was routed. leaders caches
 // partitions' leaders for the flusher's round. Only the flusher calls them.
-func (ls *lanes) send(ctx context.Context, it produce.Item, leaders map[topicPartition]int32) {
+func (ls *Lanes) send(ctx context.Context, it Item, leaders map[topicPartition]int32) {
 	r := it.R
 	if r.Partition < 0 && r.Key != nil {
 		if n := ls.countOf(ctx, it); n > 0 {
@@ -246,7 +265,7 @@ func (ls *lanes) send(ctx context.Context, it produce.Item, leaders map[topicPar
 // partitions than that, it adopts that count, once every record routed
 // before is answered: the topic's keys then move at this record, and those
 // routed before are acknowledged (or failed, and the sink broken) first.
-func (ls *lanes) countOf(ctx context.Context, it produce.Item) int32 {
+func (ls *Lanes) countOf(ctx context.Context, it Item) int32 {
 	topic := it.R.Topic
 	cur := ls.routing[topic]
 	v, ok := ls.seen.Load(topic)
@@ -266,7 +285,7 @@ func (ls *lanes) countOf(ctx context.Context, it produce.Item) int32 {
 		if it.HasPos {
 			args = append(args, "position", it.Pos.String())
 		}
-		ls.s.log.Warn("a topic gained partitions: its keys move to their new partitions from this position on, every record before it acknowledged; a consumer group may read a key's old and new partition concurrently", args...)
+		ls.log.Warn("a topic gained partitions: its keys move to their new partitions from this position on, every record before it acknowledged; a consumer group may read a key's old and new partition concurrently", args...)
 	}
 	// A first count needs no barrier: the topic's records so far went to
 	// the lane of no broker, and the gate holds its next ones there until
@@ -277,7 +296,7 @@ func (ls *lanes) countOf(ctx context.Context, it produce.Item) int32 {
 
 // release hands every lane the records routed to it since the last
 // release, in one piece: the lane sends them in one round if it is idle.
-func (ls *lanes) release() {
+func (ls *Lanes) release() {
 	for _, l := range ls.routed {
 		if l.q.Release(l.pending) {
 			for _, it := range l.pending {
@@ -292,7 +311,7 @@ func (ls *lanes) release() {
 }
 
 // answered counts a record of key answered.
-func (ls *lanes) answered(key topicPartition, size int) {
+func (ls *Lanes) answered(key topicPartition, size int) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if g := ls.gate[key]; g != nil {
@@ -310,7 +329,7 @@ func (ls *lanes) answered(key topicPartition, size int) {
 }
 
 // drain returns once every record routed to a lane before it is answered.
-func (ls *lanes) drain(ctx context.Context) {
+func (ls *Lanes) drain(ctx context.Context) {
 	ls.release()
 	ls.mu.Lock()
 	var bs []chan struct{}
@@ -331,7 +350,7 @@ func (ls *lanes) drain(ctx context.Context) {
 // each calls f with every lane's client, without holding ls.mu: f may
 // wait for records to be answered (AbortBufferedRecords), and their
 // callbacks take ls.mu (answered).
-func (ls *lanes) each(f func(*kgo.Client)) {
+func (ls *Lanes) Each(f func(*kgo.Client)) {
 	ls.mu.Lock()
 	cls := make([]*kgo.Client, 0, len(ls.all))
 	for _, l := range ls.all {
@@ -345,7 +364,7 @@ func (ls *lanes) each(f func(*kgo.Client)) {
 
 // oldestWait returns when the oldest round in flight of a lane began (unix
 // ns), or 0 if none is.
-func (ls *lanes) oldestWait() int64 {
+func (ls *Lanes) OldestWait() int64 {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	var oldest int64
@@ -362,7 +381,7 @@ func (ls *lanes) oldestWait() int64 {
 // (queue.abort): once abortBuffered has taken a lane's mu, the lane hands
 // its client nothing more until the Abort barrier, so nothing of a round
 // goes out after the records of it that the abort failed.
-func (ls *lanes) abortBuffered(ctx context.Context) error {
+func (ls *Lanes) AbortBuffered(ctx context.Context) error {
 	ls.mu.Lock()
 	all := make([]*lane, 0, len(ls.all))
 	for _, l := range ls.all {
@@ -382,14 +401,14 @@ func (ls *lanes) abortBuffered(ctx context.Context) error {
 
 // produce hands a record to the lane's client unless the sink is broken,
 // and returns the error that breaks it if so (the caller fails the record).
-func (ls *lanes) produce(ctx context.Context, l *lane, it produce.Item) error {
+func (ls *Lanes) produce(ctx context.Context, l *lane, it Item) error {
 	if it.R.Partition >= 0 {
 		ls.await(ctx, l, it.R)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ls.s.q.IsBroken() {
-		if err := ls.s.q.BrokenNow(); err != nil {
+	if ls.main.IsBroken() {
+		if err := ls.main.BrokenNow(); err != nil {
 			return err
 		}
 	}
@@ -399,7 +418,7 @@ func (ls *lanes) produce(ctx context.Context, l *lane, it produce.Item) error {
 
 // close stops every lane once it has run what it holds, and closes its
 // client; records not answered by then are failed.
-func (ls *lanes) close() {
+func (ls *Lanes) Close() {
 	ls.mu.Lock()
 	ls.closed = true
 	all := make([]*lane, 0, len(ls.all))
@@ -419,11 +438,11 @@ func (ls *lanes) close() {
 // run sends a lane's rounds until its queue is closed and empty: what it
 // holds goes to its client, which is then flushed, unless the sink is
 // broken (package produce).
-func (ls *lanes) run(ctx context.Context, l *lane) {
+func (ls *Lanes) run(ctx context.Context, l *lane) {
 	defer ls.wg.Done()
-	var spare []produce.Item
+	var spare []Item
 	// handed is what each partition's keyed records handed to the client
-	// since its last flush take in a batch (produce.WireSize): one batch's worth
+	// since its last flush take in a batch (WireSize): one batch's worth
 	// at most, so that the flush sends a partition one batch, in one
 	// request. More would be split over batches that the idempotent
 	// client sends in requests in flight together (up to five per
@@ -438,7 +457,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 			return
 		}
 		l.waiting.Store(time.Now().UnixNano())
-		broken := ls.s.q.BrokenNow()
+		broken := ls.main.BrokenNow()
 		produced := false
 		flush := func() {
 			if produced {
@@ -448,7 +467,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 				produced = false
 				clear(handed)
 			}
-			broken = ls.s.q.BrokenNow()
+			broken = ls.main.BrokenNow()
 		}
 		for _, it := range round {
 			switch {
@@ -475,8 +494,8 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 					// A keyed record past its partition's batch: what
 					// was handed goes first (records without a key
 					// have no order to keep).
-					tp, w := topicPartition{it.R.Topic, it.R.Partition}, produce.WireSize(it.R)
-					if n := handed[tp]; n > 0 && n+w > int(ls.s.roundCapOf(tp.topic))-produce.BatchOverhead {
+					tp, w := topicPartition{it.R.Topic, it.R.Partition}, WireSize(it.R)
+					if n := handed[tp]; n > 0 && n+w > int(ls.roundCap(tp.topic))-BatchOverhead {
 						flush()
 						if broken != nil {
 							it.Done(it.R, broken)
@@ -518,7 +537,7 @@ const (
 // learnt again after the Abort (a topic deleted and made again with fewer
 // partitions). A client that has not loaded the topic loads it when handed
 // the record.
-func (ls *lanes) await(ctx context.Context, l *lane, r *kgo.Record) {
+func (ls *Lanes) await(ctx context.Context, l *lane, r *kgo.Record) {
 	var deadline, asked time.Time
 	for {
 		if ld, _, err := l.cl.PartitionLeader(r.Topic, r.Partition); ld >= 0 || err != nil {
@@ -529,14 +548,14 @@ func (ls *lanes) await(ctx context.Context, l *lane, r *kgo.Record) {
 		}
 		now := time.Now()
 		if deadline.IsZero() {
-			deadline = now.Add(ls.s.cfg.RequestTimeout)
+			deadline = now.Add(ls.timeout)
 		}
 		if now.After(deadline) {
-			ls.s.log.Warn("a broker's client does not learn a partition of a topic: the record fails, and the topic's partition count is learnt again", "topic", r.Topic, "partition", r.Partition, "broker", l.broker)
+			ls.log.Warn("a broker's client does not learn a partition of a topic: the record fails, and the topic's partition count is learnt again", "topic", r.Topic, "partition", r.Partition, "broker", l.broker)
 			ls.relearn.Store(r.Topic, struct{}{})
 			return
 		}
-		if ls.s.q.IsBroken() || ctx.Err() != nil {
+		if ls.main.IsBroken() || ctx.Err() != nil {
 			return
 		}
 		if now.Sub(asked) >= awaitRefresh {
@@ -555,7 +574,7 @@ func (ls *lanes) await(ctx context.Context, l *lane, r *kgo.Record) {
 // forget has the flusher learn again the partition count of each topic a
 // lane gave up waiting for (await); it runs at the Abort barrier, when
 // nothing is in flight.
-func (ls *lanes) forget() {
+func (ls *Lanes) forget() {
 	ls.relearn.Range(func(k, _ any) bool {
 		topic := k.(string)
 		ls.relearn.Delete(k)
@@ -563,20 +582,16 @@ func (ls *lanes) forget() {
 		if v, ok := ls.seen.Load(topic); ok {
 			v.(*atomic.Int32).Store(0)
 		}
-		ls.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(topic) }) // loaded fresh at its next record
+		ls.Each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(topic) }) // loaded fresh at its next record
 		return true
 	})
 }
-
-// laneSweep is how often the sink asks the cluster for its brokers, to
-// close the lanes of those that left it (retire).
-const laneSweep = 30 * time.Second
 
 // retire closes the lanes of the brokers the cluster no longer lists
 // (listed: node id -> address) that hold no record unanswered; a lane's
 // client is closed once the lane has run what it holds. A broker that
 // comes back gets a lane anew when a partition it leads has a record.
-func (ls *lanes) retire(listed map[int32]string) {
+func (ls *Lanes) Retire(listed map[int32]string) {
 	ls.mu.Lock()
 	if ls.closed {
 		ls.mu.Unlock()
@@ -596,113 +611,104 @@ func (ls *lanes) retire(listed map[int32]string) {
 	}
 	ls.mu.Unlock()
 	for _, l := range gone {
-		ls.s.log.Info("a broker left the cluster: walrelay closes its producer", "broker", l.broker)
+		ls.log.Info("a broker left the cluster: walrelay closes its producer", "broker", l.broker)
 		l.retired.Store(true)
 		l.q.Close()
 	}
 }
 
-// sweepLanes asks a broker for the cluster's brokers and retires the lanes
-// of those it does not list.
-func (s *Sink) sweepLanes(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	req := kmsg.NewPtrMetadataRequest()
-	req.Topics = []kmsg.MetadataRequestTopic{}
-	resp, err := req.RequestWith(ctx, s.client())
-	if err != nil {
-		return fmt.Errorf("ask for the cluster's brokers: %w", err)
-	}
-	listed := map[int32]string{}
-	for _, b := range resp.Brokers {
-		listed[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
-	}
-	if len(listed) > 0 {
-		s.lanes.retire(listed)
-	}
-	return nil
-}
-
-// hookRelay passes a lane client's producer and broker events on to the
+// HookRelay passes a lane client's producer and broker events on to the
 // hooks given for the producer, but not its creation (HookNewClient).
-type hookRelay struct{ hooks []kgo.Hook }
+type HookRelay struct{ Hooks []kgo.Hook }
 
-func (h hookRelay) OnBrokerConnect(m kgo.BrokerMetadata, d time.Duration, c net.Conn, err error) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnBrokerConnect(m kgo.BrokerMetadata, d time.Duration, c net.Conn, err error) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookBrokerConnect); ok {
 			y.OnBrokerConnect(m, d, c, err)
 		}
 	}
 }
 
-func (h hookRelay) OnBrokerDisconnect(m kgo.BrokerMetadata, c net.Conn) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnBrokerDisconnect(m kgo.BrokerMetadata, c net.Conn) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookBrokerDisconnect); ok {
 			y.OnBrokerDisconnect(m, c)
 		}
 	}
 }
 
-func (h hookRelay) OnBrokerWrite(m kgo.BrokerMetadata, key int16, n int, wait, took time.Duration, err error) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnBrokerWrite(m kgo.BrokerMetadata, key int16, n int, wait, took time.Duration, err error) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookBrokerWrite); ok {
 			y.OnBrokerWrite(m, key, n, wait, took, err)
 		}
 	}
 }
 
-func (h hookRelay) OnBrokerRead(m kgo.BrokerMetadata, key int16, n int, wait, took time.Duration, err error) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnBrokerRead(m kgo.BrokerMetadata, key int16, n int, wait, took time.Duration, err error) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookBrokerRead); ok {
 			y.OnBrokerRead(m, key, n, wait, took, err)
 		}
 	}
 }
 
-func (h hookRelay) OnBrokerE2E(m kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnBrokerE2E(m kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookBrokerE2E); ok {
 			y.OnBrokerE2E(m, key, e2e)
 		}
 	}
 }
 
-func (h hookRelay) OnBrokerThrottle(m kgo.BrokerMetadata, d time.Duration, after bool) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnBrokerThrottle(m kgo.BrokerMetadata, d time.Duration, after bool) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookBrokerThrottle); ok {
 			y.OnBrokerThrottle(m, d, after)
 		}
 	}
 }
 
-func (h hookRelay) OnProduceBatchWritten(m kgo.BrokerMetadata, topic string, partition int32, pm kgo.ProduceBatchMetrics) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnProduceBatchWritten(m kgo.BrokerMetadata, topic string, partition int32, pm kgo.ProduceBatchMetrics) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookProduceBatchWritten); ok {
 			y.OnProduceBatchWritten(m, topic, partition, pm)
 		}
 	}
 }
 
-func (h hookRelay) OnProduceRecordBuffered(r *kgo.Record) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnProduceRecordBuffered(r *kgo.Record) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookProduceRecordBuffered); ok {
 			y.OnProduceRecordBuffered(r)
 		}
 	}
 }
 
-func (h hookRelay) OnProduceRecordPartitioned(r *kgo.Record, broker int32) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnProduceRecordPartitioned(r *kgo.Record, broker int32) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookProduceRecordPartitioned); ok {
 			y.OnProduceRecordPartitioned(r, broker)
 		}
 	}
 }
 
-func (h hookRelay) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
-	for _, x := range h.hooks {
+func (h HookRelay) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	for _, x := range h.Hooks {
 		if y, ok := x.(kgo.HookProduceRecordUnbuffered); ok {
 			y.OnProduceRecordUnbuffered(r, err)
 		}
 	}
+}
+
+// Clients returns each lane's client by its broker (-1: the lane of no
+// broker).
+func (ls *Lanes) Clients() map[int32]*kgo.Client {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	cls := make(map[int32]*kgo.Client, len(ls.all))
+	for id, l := range ls.all {
+		cls[id] = l.cl
+	}
+	return cls
 }
