@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,7 +71,7 @@ type lane struct {
 	// handed to the client once the abort has failed earlier ones of its
 	// partition would be sent after them.
 	mu sync.Mutex
-	// retired is set when the lane's broker left the cluster (retire):
+	// retired is set when the lane's broker left the cluster (Retire):
 	// the lane closes its client once it has run what it holds.
 	retired atomic.Bool
 }
@@ -158,7 +157,7 @@ func NewLanes(ctx context.Context, cfg LanesConfig) (*Lanes, error) {
 }
 
 // start runs a lane of broker with its client; the caller holds ls.mu, or
-// is newLanes.
+// is NewLanes.
 func (ls *Lanes) start(ctx context.Context, broker int32, cl *kgo.Client) *lane {
 	l := &lane{broker: broker, cl: cl, q: NewQueue(math.MaxInt, math.MaxInt, 0)}
 	ls.all[broker] = l
@@ -347,7 +346,7 @@ func (ls *Lanes) drain(ctx context.Context) {
 	}
 }
 
-// each calls f with every lane's client, without holding ls.mu: f may
+// Each calls f with every lane's client, without holding ls.mu: f may
 // wait for records to be answered (AbortBufferedRecords), and their
 // callbacks take ls.mu (answered).
 func (ls *Lanes) Each(f func(*kgo.Client)) {
@@ -362,7 +361,7 @@ func (ls *Lanes) Each(f func(*kgo.Client)) {
 	}
 }
 
-// oldestWait returns when the oldest round in flight of a lane began (unix
+// OldestWait returns when the oldest round in flight of a lane began (unix
 // ns), or 0 if none is.
 func (ls *Lanes) OldestWait() int64 {
 	ls.mu.Lock()
@@ -376,9 +375,9 @@ func (ls *Lanes) OldestWait() int64 {
 	return oldest
 }
 
-// abortBuffered fails every record the lanes' clients have not sent, and
+// AbortBuffered fails every record the lanes' clients have not sent, and
 // waits for those in flight to be answered. The sink is broken already
-// (queue.abort): once abortBuffered has taken a lane's mu, the lane hands
+// (Queue.Abort): once abortBuffered has taken a lane's mu, the lane hands
 // its client nothing more until the Abort barrier, so nothing of a round
 // goes out after the records of it that the abort failed.
 func (ls *Lanes) AbortBuffered(ctx context.Context) error {
@@ -399,24 +398,7 @@ func (ls *Lanes) AbortBuffered(ctx context.Context) error {
 	return first
 }
 
-// produce hands a record to the lane's client unless the sink is broken,
-// and returns the error that breaks it if so (the caller fails the record).
-func (ls *Lanes) produce(ctx context.Context, l *lane, it Item) error {
-	if it.R.Partition >= 0 {
-		ls.await(ctx, l, it.R)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if ls.main.IsBroken() {
-		if err := ls.main.BrokenNow(); err != nil {
-			return err
-		}
-	}
-	l.cl.Produce(it.Ctx, it.R, it.Done)
-	return nil
-}
-
-// close stops every lane once it has run what it holds, and closes its
+// Close stops every lane once it has run what it holds, and closes its
 // client; records not answered by then are failed.
 func (ls *Lanes) Close() {
 	ls.mu.Lock()
@@ -432,142 +414,6 @@ func (ls *Lanes) Close() {
 	ls.wg.Wait()
 	for _, l := range all {
 		l.cl.Close()
-	}
-}
-
-// run sends a lane's rounds until its queue is closed and empty: what it
-// holds goes to its client, which is then flushed, unless the sink is
-// broken (package produce).
-func (ls *Lanes) run(ctx context.Context, l *lane) {
-	defer ls.wg.Done()
-	var spare []Item
-	// handed is what each partition's keyed records handed to the client
-	// since its last flush take in a batch (WireSize): one batch's worth
-	// at most, so that the flush sends a partition one batch, in one
-	// request. More would be split over batches that the idempotent
-	// client sends in requests in flight together (up to five per
-	// broker): the split-in-flight pattern behind reorders (KAFKA-15591).
-	handed := map[topicPartition]int{}
-	for {
-		round, _, ok := l.q.Take(-1, spare, time.Time{}, false)
-		if !ok {
-			if l.retired.Load() {
-				l.cl.Close()
-			}
-			return
-		}
-		l.waiting.Store(time.Now().UnixNano())
-		broken := ls.main.BrokenNow()
-		produced := false
-		flush := func() {
-			if produced {
-				// Returns once every record produced is answered, or
-				// when Close cancels ctx (the client then fails the rest).
-				_ = l.cl.Flush(ctx)
-				produced = false
-				clear(handed)
-			}
-			broken = ls.main.BrokenNow()
-		}
-		for _, it := range round {
-			switch {
-			case it.Barrier != nil:
-				flush()
-				close(it.Barrier)
-			case broken != nil:
-				it.Done(it.R, broken)
-			case it.Alone:
-				// In a request of its own, after what the round produced.
-				flush()
-				if broken != nil {
-					it.Done(it.R, broken)
-					continue
-				}
-				if broken = ls.produce(ctx, l, it); broken != nil {
-					it.Done(it.R, broken)
-					continue
-				}
-				produced = true
-				flush()
-			default:
-				if it.R.Key != nil {
-					// A keyed record past its partition's batch: what
-					// was handed goes first (records without a key
-					// have no order to keep).
-					tp, w := topicPartition{it.R.Topic, it.R.Partition}, WireSize(it.R)
-					if n := handed[tp]; n > 0 && n+w > int(ls.roundCap(tp.topic))-BatchOverhead {
-						flush()
-						if broken != nil {
-							it.Done(it.R, broken)
-							continue
-						}
-					}
-					handed[tp] += w
-				}
-				// The sink may break while the round is handed over
-				// (a failure, Abort): nothing more of it then.
-				if broken = ls.produce(ctx, l, it); broken != nil {
-					it.Done(it.R, broken)
-					continue
-				}
-				produced = true
-			}
-		}
-		flush()
-		l.waiting.Store(0)
-		clear(round)
-		spare = round[:0]
-	}
-}
-
-const (
-	// awaitRefresh is how often a lane asks its client again for fresh
-	// metadata while it waits for a partition its client does not know.
-	awaitRefresh = 500 * time.Millisecond
-	// awaitPoll is how often it looks whether the client knows it now.
-	awaitPoll = 5 * time.Millisecond
-)
-
-// await returns once the lane's client knows partition r.Partition of
-// r.Topic, having it refresh its metadata (the flusher routes by the
-// highest count any lane's client saw: this one may not know the topic's
-// new partitions yet). It gives up after the request timeout, or when the
-// sink breaks or closes: the client then fails the record ("invalid record
-// partitioning choice"), which breaks the sink, and the topic's count is
-// learnt again after the Abort (a topic deleted and made again with fewer
-// partitions). A client that has not loaded the topic loads it when handed
-// the record.
-func (ls *Lanes) await(ctx context.Context, l *lane, r *kgo.Record) {
-	var deadline, asked time.Time
-	for {
-		if ld, _, err := l.cl.PartitionLeader(r.Topic, r.Partition); ld >= 0 || err != nil {
-			return
-		}
-		if ld, _, err := l.cl.PartitionLeader(r.Topic, 0); ld < 0 && err == nil {
-			return // not loaded: the client loads it
-		}
-		now := time.Now()
-		if deadline.IsZero() {
-			deadline = now.Add(ls.timeout)
-		}
-		if now.After(deadline) {
-			ls.log.Warn("a broker's client does not learn a partition of a topic: the record fails, and the topic's partition count is learnt again", "topic", r.Topic, "partition", r.Partition, "broker", l.broker)
-			ls.relearn.Store(r.Topic, struct{}{})
-			return
-		}
-		if ls.main.IsBroken() || ctx.Err() != nil {
-			return
-		}
-		if now.Sub(asked) >= awaitRefresh {
-			l.cl.ForceMetadataRefresh()
-			asked = now
-		}
-		t := time.NewTimer(awaitPoll)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
 	}
 }
 
@@ -587,7 +433,7 @@ func (ls *Lanes) forget() {
 	})
 }
 
-// retire closes the lanes of the brokers the cluster no longer lists
+// Retire closes the lanes of the brokers the cluster no longer lists
 // (listed: node id -> address) that hold no record unanswered; a lane's
 // client is closed once the lane has run what it holds. A broker that
 // comes back gets a lane anew when a partition it leads has a record.
@@ -614,90 +460,6 @@ func (ls *Lanes) Retire(listed map[int32]string) {
 		ls.log.Info("a broker left the cluster: walrelay closes its producer", "broker", l.broker)
 		l.retired.Store(true)
 		l.q.Close()
-	}
-}
-
-// HookRelay passes a lane client's producer and broker events on to the
-// hooks given for the producer, but not its creation (HookNewClient).
-type HookRelay struct{ Hooks []kgo.Hook }
-
-func (h HookRelay) OnBrokerConnect(m kgo.BrokerMetadata, d time.Duration, c net.Conn, err error) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookBrokerConnect); ok {
-			y.OnBrokerConnect(m, d, c, err)
-		}
-	}
-}
-
-func (h HookRelay) OnBrokerDisconnect(m kgo.BrokerMetadata, c net.Conn) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookBrokerDisconnect); ok {
-			y.OnBrokerDisconnect(m, c)
-		}
-	}
-}
-
-func (h HookRelay) OnBrokerWrite(m kgo.BrokerMetadata, key int16, n int, wait, took time.Duration, err error) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookBrokerWrite); ok {
-			y.OnBrokerWrite(m, key, n, wait, took, err)
-		}
-	}
-}
-
-func (h HookRelay) OnBrokerRead(m kgo.BrokerMetadata, key int16, n int, wait, took time.Duration, err error) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookBrokerRead); ok {
-			y.OnBrokerRead(m, key, n, wait, took, err)
-		}
-	}
-}
-
-func (h HookRelay) OnBrokerE2E(m kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookBrokerE2E); ok {
-			y.OnBrokerE2E(m, key, e2e)
-		}
-	}
-}
-
-func (h HookRelay) OnBrokerThrottle(m kgo.BrokerMetadata, d time.Duration, after bool) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookBrokerThrottle); ok {
-			y.OnBrokerThrottle(m, d, after)
-		}
-	}
-}
-
-func (h HookRelay) OnProduceBatchWritten(m kgo.BrokerMetadata, topic string, partition int32, pm kgo.ProduceBatchMetrics) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookProduceBatchWritten); ok {
-			y.OnProduceBatchWritten(m, topic, partition, pm)
-		}
-	}
-}
-
-func (h HookRelay) OnProduceRecordBuffered(r *kgo.Record) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookProduceRecordBuffered); ok {
-			y.OnProduceRecordBuffered(r)
-		}
-	}
-}
-
-func (h HookRelay) OnProduceRecordPartitioned(r *kgo.Record, broker int32) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookProduceRecordPartitioned); ok {
-			y.OnProduceRecordPartitioned(r, broker)
-		}
-	}
-}
-
-func (h HookRelay) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
-	for _, x := range h.Hooks {
-		if y, ok := x.(kgo.HookProduceRecordUnbuffered); ok {
-			y.OnProduceRecordUnbuffered(r, err)
-		}
 	}
 }
 
