@@ -196,69 +196,15 @@ type Sink struct {
 // New checks cfg, fills its defaults and creates the client. It does not
 // contact the brokers; Ping does.
 func New(cfg Config) (*Sink, error) {
-	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("kafka brokers: none configured")
-	}
-	if err := CheckBrokers(cfg.Brokers); err != nil {
-		return nil, fmt.Errorf("kafka brokers: %w", err)
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = "walrelay"
-	}
-	if cfg.KeyFormat == "" {
-		cfg.KeyFormat = record.FormatRaw
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 10 * time.Second
-	}
-	if cfg.ValueFormat == "" {
-		cfg.ValueFormat = record.FormatRaw
-	}
-	if (cfg.KeyFormat == record.FormatAvro || cfg.ValueFormat == record.FormatAvro) && cfg.Avro == nil {
-		return nil, errors.New("format avro: no schema registry configured")
-	}
-	if cfg.KeyFormat == record.FormatRegistryPassthrough {
-		return nil, errors.New("format registry_passthrough: values only")
-	}
-	if cfg.ValueFormat == record.FormatRegistryPassthrough && cfg.Passthrough == nil {
-		return nil, errors.New("format registry_passthrough: no schema registry configured")
-	}
-	if _, ok := cfg.ValueFormat.SchemaFirst(); ok && cfg.SchemaFirst == nil {
-		return nil, fmt.Errorf("format %s: no schema registry configured", cfg.ValueFormat)
-	}
-	if _, ok := cfg.KeyFormat.SchemaFirst(); ok {
-		return nil, fmt.Errorf("key format %s: the schema-first formats are for values", cfg.KeyFormat)
-	}
-	if cfg.Topic == "" {
-		cfg.Topic = "outbox.event.{aggregatetype}"
-	}
-	if cfg.DLQTopic == "" {
-		cfg.DLQTopic = "walrelay.dlq"
-	}
-	if !record.ValidTopic(cfg.DLQTopic) {
-		return nil, fmt.Errorf("dead-letter topic %q is not a valid Kafka topic name", cfg.DLQTopic)
-	}
-	if cfg.Transactions != nil && cfg.Transactions.OffsetsTopic == "" {
-		cfg.Transactions.OffsetsTopic = "walrelay.offsets" // its default, reserved below
+	if err := cfg.defaults(); err != nil {
+		return nil, err
 	}
 	records, err := record.New(recordConfig(cfg))
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Linger == 0 {
-		cfg.Linger = 5 * time.Millisecond
-	}
-	if cfg.BatchMaxBytes == 0 {
-		cfg.BatchMaxBytes = 1000012
-	}
-	if cfg.MaxBufferedRecords == 0 {
-		cfg.MaxBufferedRecords = 5000
-	}
-	if cfg.MaxBufferedBytes == 0 {
-		cfg.MaxBufferedBytes = 16 << 20
-	}
-	if int64(cfg.MaxBufferedBytes) < int64(cfg.BatchMaxBytes) {
-		return nil, fmt.Errorf("max buffered bytes %d is below batch max bytes %d: a large record could never be buffered", cfg.MaxBufferedBytes, cfg.BatchMaxBytes)
+	if err := cfg.bufferDefaults(); err != nil {
+		return nil, err
 	}
 	codecOpt, err := compression(cfg.Compression)
 	if err != nil {
@@ -350,7 +296,20 @@ func New(cfg Config) (*Sink, error) {
 	if s.tx != nil {
 		s.announceClient(cl, true)
 	}
-	qcfg := cfg
+	if err := s.startRounds(cl, base, dialer); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startRounds makes the queue and starts the flusher, which sends its
+// rounds through the lanes (made here, with base and dialer, the producer
+// cl's hooks relayed) or, in exactly-once mode, through the transactional
+// producer cl, and the watcher of the brokers.
+func (s *Sink) startRounds(cl *kgo.Client, base, dialer []kgo.Opt) error {
+	cfg := s.cfg
+	qcfg := s.cfg
 	if s.tx == nil {
 		// The lanes hold half of the limits (produce.Lanes); the queue and the
 		// flusher's round a quarter each.
@@ -367,13 +326,13 @@ func New(cfg Config) (*Sink, error) {
 		laneOpts := append(slices.Clip(base), append(dialer,
 			kgo.WithHooks(produce.HookRelay{Hooks: hooks}),
 			kgo.RecordPartitioner(produce.PlacedPartitioner{ByKey: kgo.StickyKeyPartitioner(nil), Counts: &s.partitions}))...)
+		var err error
 		if s.lanes, err = produce.NewLanes(ctx, produce.LanesConfig{
-			Opts: laneOpts, Seen: &s.partitions, Queue: s.q, Log: log, RequestTimeout: cfg.RequestTimeout,
+			Opts: laneOpts, Seen: &s.partitions, Queue: s.q, Log: s.log, RequestTimeout: cfg.RequestTimeout,
 			MaxRecords: cfg.MaxBufferedRecords / 2, MaxBytes: cfg.MaxBufferedBytes / 2, RoundCap: s.roundCapOf,
 		}); err != nil {
 			stop()
-			cl.Close()
-			return nil, err
+			return err
 		}
 	}
 	// The flusher (produce.Flush) sends rounds through the lanes, or in
@@ -387,7 +346,79 @@ func New(cfg Config) (*Sink, error) {
 		produce.Flush(ctx, s.q, s.cfg.Linger, rounds)
 	}()
 	go s.watch(ctx)
-	return s, nil
+	return nil
+}
+
+// defaults fills the defaults of the brokers, the client id, the formats
+// and the topics, and checks them.
+func (cfg *Config) defaults() error {
+	if len(cfg.Brokers) == 0 {
+		return errors.New("kafka brokers: none configured")
+	}
+	if err := CheckBrokers(cfg.Brokers); err != nil {
+		return fmt.Errorf("kafka brokers: %w", err)
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "walrelay"
+	}
+	if cfg.KeyFormat == "" {
+		cfg.KeyFormat = record.FormatRaw
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.ValueFormat == "" {
+		cfg.ValueFormat = record.FormatRaw
+	}
+	if (cfg.KeyFormat == record.FormatAvro || cfg.ValueFormat == record.FormatAvro) && cfg.Avro == nil {
+		return errors.New("format avro: no schema registry configured")
+	}
+	if cfg.KeyFormat == record.FormatRegistryPassthrough {
+		return errors.New("format registry_passthrough: values only")
+	}
+	if cfg.ValueFormat == record.FormatRegistryPassthrough && cfg.Passthrough == nil {
+		return errors.New("format registry_passthrough: no schema registry configured")
+	}
+	if _, ok := cfg.ValueFormat.SchemaFirst(); ok && cfg.SchemaFirst == nil {
+		return fmt.Errorf("format %s: no schema registry configured", cfg.ValueFormat)
+	}
+	if _, ok := cfg.KeyFormat.SchemaFirst(); ok {
+		return fmt.Errorf("key format %s: the schema-first formats are for values", cfg.KeyFormat)
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = "outbox.event.{aggregatetype}"
+	}
+	if cfg.DLQTopic == "" {
+		cfg.DLQTopic = "walrelay.dlq"
+	}
+	if !record.ValidTopic(cfg.DLQTopic) {
+		return fmt.Errorf("dead-letter topic %q is not a valid Kafka topic name", cfg.DLQTopic)
+	}
+	if cfg.Transactions != nil && cfg.Transactions.OffsetsTopic == "" {
+		cfg.Transactions.OffsetsTopic = "walrelay.offsets" // its default, reserved below
+	}
+	return nil
+}
+
+// bufferDefaults fills the defaults of the rounds and the buffers, and
+// checks them.
+func (cfg *Config) bufferDefaults() error {
+	if cfg.Linger == 0 {
+		cfg.Linger = 5 * time.Millisecond
+	}
+	if cfg.BatchMaxBytes == 0 {
+		cfg.BatchMaxBytes = 1000012
+	}
+	if cfg.MaxBufferedRecords == 0 {
+		cfg.MaxBufferedRecords = 5000
+	}
+	if cfg.MaxBufferedBytes == 0 {
+		cfg.MaxBufferedBytes = 16 << 20
+	}
+	if int64(cfg.MaxBufferedBytes) < int64(cfg.BatchMaxBytes) {
+		return fmt.Errorf("max buffered bytes %d is below batch max bytes %d: a large record could never be buffered", cfg.MaxBufferedBytes, cfg.BatchMaxBytes)
+	}
+	return nil
 }
 
 // recordConfig is what of cfg package record follows.
