@@ -16,6 +16,7 @@ import (
 	"github.com/walrelay/walrelay/internal/faultinject"
 	"github.com/walrelay/walrelay/sink/produce"
 	"github.com/walrelay/walrelay/sink/record"
+	"github.com/walrelay/walrelay/sink/txn"
 )
 
 // Exactly-once production (Config.Transactions).
@@ -240,11 +241,7 @@ type txns struct {
 	poisoned map[suspect]poison
 
 	// The flusher's own.
-	open    bool
-	began   time.Time
-	events  int
-	bytes   int            // the records' sizes (produce.RecordSize), of the events
-	last    event.Position // the position of the last event produced in it
+	cur     txn.Current // the open transaction
 	commits uint64
 }
 
@@ -298,61 +295,25 @@ func (s *Sink) hold(done func(*kgo.Record, error)) func(*kgo.Record, error) {
 // opening one first if none is.
 func (s *Sink) produceInTxn(it produce.Item) {
 	t := s.tx
-	if !t.open {
+	if !t.cur.Open() {
 		if err := s.client().BeginTransaction(); err != nil {
 			s.q.BreakOn(err)
 			it.Done(it.R, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
 			return
 		}
-		t.open, t.began, t.events, t.bytes = true, time.Now(), 0, 0
+		t.cur.Begin(time.Now())
 	}
-	t.events++
-	t.bytes += it.Size
+	var pos *event.Position
 	if it.HasPos {
-		t.last = it.Pos
+		pos = &it.Pos
 	}
+	t.cur.Add(it.Size, pos)
 	s.client().Produce(it.Ctx, it.R, s.hold(it.Done))
 }
 
-// holds returns the records and bytes the open transaction holds (none if
-// no transaction is open), for the queue's room (queue.held).
-func (t *txns) holds() (records, bytes int) {
-	if !t.open {
-		return 0, 0
-	}
-	return t.events, t.bytes
-}
-
-// commitDue reports whether the open transaction should commit now: once
-// it is Interval old, unless a full round already waits behind it (a
-// catch-up, where each commit's round trip would cost throughput), then at
-// the latest once it is maxAge old; and once it holds MaxRecords events.
-func (t *txns) commitDue(now time.Time, backlog bool) bool {
-	if !t.open {
-		return false
-	}
-	age := now.Sub(t.began)
-	return t.events >= t.cfg.MaxRecords || age >= t.cfg.maxAge() || age >= t.cfg.Interval && !backlog
-}
-
-// maxAgeFactor bounds how long a catch-up stretches a transaction.
-const maxAgeFactor = 10
-
-// maxAge is the age at which a transaction commits whatever waits behind
-// it: maxAgeFactor times Interval, and at most a quarter of Timeout, so
-// that the round that ends it, the position record and the commit have
-// three quarters of the timeout left before the broker would abort it.
-func (t *Transactions) maxAge() time.Duration {
-	return min(maxAgeFactor*t.Interval, t.Timeout/4)
-}
-
-// commitBy returns when the open transaction must commit if nothing more
-// arrives (zero if none is open).
-func (t *txns) commitBy() time.Time {
-	if !t.open {
-		return time.Time{}
-	}
-	return t.began.Add(t.cfg.Interval)
+// policy is when a transaction commits (txn.Current.CommitDue).
+func (t *Transactions) policy() txn.Policy {
+	return txn.Policy{Interval: t.Interval, Timeout: t.Timeout, MaxRecords: t.MaxRecords}
 }
 
 // endTxn ends the open transaction: it commits it when commit is true and
@@ -360,10 +321,10 @@ func (t *txns) commitBy() time.Time {
 // answers. It runs on the flusher after the round's Flush.
 func (s *Sink) endTxn(ctx context.Context, commit bool) {
 	t := s.tx
-	if !t.open {
+	if !t.cur.Open() {
 		return
 	}
-	t.open = false
+	t.cur.End()
 	t.mu.Lock()
 	cause := t.failed
 	t.mu.Unlock()
@@ -372,13 +333,13 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 	}
 	unknown := false // a commit was tried, and its outcome is not known
 	if cause == nil {
-		cause = s.producePosition(ctx, t.last)
+		cause = s.producePosition(ctx, t.cur.Last())
 	}
 	if cause == nil {
 		start := time.Now()
 		cause = s.client().EndTransaction(ctx, kgo.TryCommit)
 		if cause == nil {
-			s.committedTxn(t.last, time.Since(start))
+			s.committedTxn(t.cur.Last(), time.Since(start))
 			return
 		}
 		unknown = !errors.Is(cause, kerr.OperationNotAttempted)
@@ -391,7 +352,7 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 	if err != nil {
 		cause = errors.Join(cause, fmt.Errorf("abort the kafka transaction: %w", err))
 	}
-	if age := time.Since(t.began); fenced(cause) && age >= t.cfg.Timeout {
+	if age := time.Since(t.cur.Began()); fenced(cause) && age >= t.cfg.Timeout {
 		cause = failure.Mark(failure.Fatal, fmt.Errorf("%w (open %s, kafka.transaction_timeout %s; Kafka did not take it sooner: an outage?); nothing of it is committed, and a restart resumes (raise kafka.transaction_timeout to outlast longer outages): %w",
 			ErrTransactionTimedOut, age.Round(time.Millisecond), t.cfg.Timeout, cause))
 	} else if fenced(cause) {

@@ -458,7 +458,7 @@ func TestExactlyOnceCatchUpCommitsWithinTheTimeout(t *testing.T) {
 	began := time.Now()
 	s.tx.cfg.OnCommit = func(_ event.Position, _ time.Duration) {
 		// The flusher runs OnCommit: the age of the transaction it ended.
-		longest.Store(max(longest.Load(), int64(time.Since(s.tx.began))))
+		longest.Store(max(longest.Load(), int64(time.Since(s.tx.cur.Began()))))
 	}
 	payload := []byte(`{"pad":"` + strings.Repeat("x", 100<<10) + `"}`)
 	errs := make(chan error, 1)

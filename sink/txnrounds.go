@@ -17,7 +17,7 @@ type txnRounds struct {
 	handed   map[string]int // a topic's keyed records handed since the last flush (produce.WireSize)
 }
 
-func (t *txnRounds) Until() time.Time { return t.s.tx.commitBy() }
+func (t *txnRounds) Until() time.Time { return t.s.tx.cur.CommitBy(t.s.tx.cfg.policy()) }
 
 func (t *txnRounds) Holds() bool { return true }
 
@@ -88,10 +88,10 @@ func (t *txnRounds) EndRound(ctx context.Context) {
 	clear(t.handed)
 	if s.q.BrokenNow() != nil {
 		s.endTxn(ctx, false) // a record failed: abort at once
-	} else if s.tx.commitDue(time.Now(), s.q.Backlog()) || s.q.WaitsOnHeld() {
+	} else if s.tx.cur.CommitDue(time.Now(), s.q.Backlog(), s.tx.cfg.policy()) || s.q.WaitsOnHeld() {
 		s.endTxn(ctx, true)
 	}
-	s.q.SetHeld(s.tx.holds())
+	s.q.SetHeld(s.tx.cur.Holds())
 	s.waiting.Store(0)
 }
 

@@ -1,0 +1,20 @@
+// Package txn is walrelay's exactly-once producer: the Kafka transactions
+// in which the sink produces a stream's records together with its source
+// position.
+//
+// Invariants: a transaction's records and the position of its last event
+// commit together, or neither does; a producer that the broker fenced
+// never commits again (the sink renews it, and reads the committed
+// position again, before anything more is produced).
+//
+// What lives here so far is the flusher's view of the open transaction
+// (Current): when it began, what it holds, the position of its last
+// event, and when it is due to commit (Policy). It does no I/O and takes
+// no lock: like etcd raft's state machine, it decides, and the caller
+// (package sink's transactional Sender, the only one that touches it)
+// begins, produces, commits and aborts. The transactional client, the
+// position in the offsets topic, resume, the renewals after fences and the
+// poison records are still package sink's (txn.go, offsets.go, resume.go,
+// poison.go), which imports this package; this package never imports
+// sink.
+package txn
