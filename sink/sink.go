@@ -584,8 +584,8 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		// Refused by the broker in an earlier transaction, which it
 		// doomed: this time it goes to the dead-letter topic, in a
 		// transaction that can commit.
-		if p, ok := s.tx.poisonOf(e); ok {
-			s.deadLetter(ctx, e, p.reason, topic, p.cause, gen, done)
+		if p, ok := s.tx.poisoned.Of(e); ok {
+			s.deadLetter(ctx, e, p.Reason, topic, p.Cause, gen, done)
 			return
 		}
 	}
@@ -686,9 +686,9 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 		case kindOf(err) == failure.PerEvent && s.tx != nil:
 			// The refusal dooms the transaction, and every other event of
 			// it: the stream restarts, and this event, published again,
-			// goes to the dead-letter topic instead (poisonOf).
+			// goes to the dead-letter topic instead (txn.Poisons).
 			s.suspects.clear(suspectOf(e))
-			s.tx.poison(e, reason(err), err, false)
+			s.tx.poisoned.Add(e, reason(err), err, false)
 			s.q.BreakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused it (dead-lettered when sent again): %w", e.ID, topic, err)))
 		case kindOf(err) == failure.PerEvent:

@@ -234,11 +234,10 @@ type txns struct {
 	// more is produced.
 	unresolved bool
 
-	// poisoned are the events (as suspects are keyed) that the broker
-	// refused on their own in a transaction, which that refusal doomed;
-	// published again, each goes to the dead-letter topic instead, so the
-	// next transaction commits. Guarded by mu.
-	poisoned map[suspect]poison
+	// poisoned are the events that the broker refused on their own in a
+	// transaction, which that refusal doomed; published again, each goes
+	// to the dead-letter topic instead, so the next transaction commits.
+	poisoned txn.Poisons
 
 	// The flusher's own.
 	cur     txn.Current // the open transaction

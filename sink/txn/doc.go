@@ -7,14 +7,16 @@
 // never commits again (the sink renews it, and reads the committed
 // position again, before anything more is produced).
 //
-// What lives here so far is the flusher's view of the open transaction
+// What lives here so far: the flusher's view of the open transaction
 // (Current): when it began, what it holds, the position of its last
-// event, and when it is due to commit (Policy). It does no I/O and takes
-// no lock: like etcd raft's state machine, it decides, and the caller
-// (package sink's transactional Sender, the only one that touches it)
-// begins, produces, commits and aborts. The transactional client, the
-// position in the offsets topic, resume, the renewals after fences and the
-// poison records are still package sink's (txn.go, offsets.go, resume.go,
-// poison.go), which imports this package; this package never imports
+// event, and when it is due to commit (Policy); and the poison records
+// (Poisons): the events whose refusal doomed a transaction, dead-lettered
+// when they are published again so that the next one commits. Current
+// does no I/O and takes no lock: like etcd raft's state machine, it
+// decides, and the caller (package sink's transactional Sender, the only
+// one that touches it) begins, produces, commits and aborts. The
+// transactional client, the position in the offsets topic, resume and the
+// renewals after fences are still package sink's (txn.go, offsets.go,
+// resume.go), which imports this package; this package never imports
 // sink.
 package txn
