@@ -42,14 +42,14 @@
 // nothing published later is sent until the caller has called Abort and
 // publishes the failed event again, so per-key order holds across
 // failures; a key changes partition at most once); and package txn, the
-// exactly-once producer (the open transaction's state and when it
-// commits, the poison records; the transactional client, the offsets
-// topic, resume and renewals are still here, txn.go, offsets.go,
-// resume.go). The round loop (produce.Flush) calls a produce.Sender at
+// exactly-once producer (its rounds, the open transaction's state and
+// when it commits, the poison records; the transactional client, the
+// offsets topic, resume and renewals are still here, txn.go, offsets.go,
+// resume.go, behind txn.Producer). The round loop (produce.Flush) calls a produce.Sender at
 // the rounds' boundaries: the lanes in at-least-once mode, so that a slow
 // broker holds back only the partitions it leads; in exactly-once mode
-// the transactional producer (txnrounds.go), which opens, commits and
-// aborts its transactions there. A leader that stops answering without
+// txn.Rounds, which has the transactional producer commit or abort its
+// transactions there. A leader that stops answering without
 // closing its connections is given up as soon as the cluster has fenced
 // it (produce.Fences), not after a request timeout.
 package sink

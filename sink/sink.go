@@ -19,6 +19,7 @@ import (
 	"github.com/walrelay/walrelay/internal/backoff"
 	"github.com/walrelay/walrelay/sink/produce"
 	"github.com/walrelay/walrelay/sink/record"
+	"github.com/walrelay/walrelay/sink/txn"
 )
 
 // ErrNotSent fails a record that was not sent because an earlier record
@@ -201,10 +202,10 @@ func (s *Sink) startRounds(cl *kgo.Client, base, dialer []kgo.Opt) error {
 		}
 	}
 	// The flusher (produce.Flush) sends rounds through the lanes, or in
-	// exactly-once mode through the transactional producer (txnrounds.go).
+	// exactly-once mode through the transactional producer (txn.Rounds).
 	var rounds produce.Sender = s.lanes
 	if s.tx != nil {
-		rounds = &txnRounds{s: s, handed: map[string]int{}}
+		rounds = txn.NewRounds(txnProducer{s}, s.q, &s.tx.cur, s.tx.cfg.policy(), s.roundCapOf, &s.waiting)
 	}
 	go func() {
 		defer close(s.flushed)
