@@ -16,6 +16,7 @@ import (
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/deadletter"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/sink/produce"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -108,8 +109,8 @@ func TestProduceRequestHoldsOneBatch(t *testing.T) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			t.Logf("largest produce request %d bytes (batches of %d)", h.largest, batch)
-			if h.largest > int(requestCap(batch)) {
-				t.Fatalf("a produce request of %d bytes, over %d: it held the batches of several partitions", h.largest, requestCap(batch))
+			if h.largest > int(produce.RequestCap(batch)) {
+				t.Fatalf("a produce request of %d bytes, over %d: it held the batches of several partitions", h.largest, produce.RequestCap(batch))
 			}
 		})
 	}
@@ -181,8 +182,8 @@ func TestDeadLetterOfKeyOrHeadersOverTheCap(t *testing.T) {
 				if Header(dl, record.HeaderID) != "wide" || Header(dl, HeaderReason) != "too_large" || Header(dl, HeaderWALStart) == "" || Header(dl, HeaderError) == "" {
 					t.Errorf("dead letter id %q reason %q wal_start %q error %q: want the id, too_large, the position and the error", Header(dl, record.HeaderID), Header(dl, HeaderReason), Header(dl, HeaderWALStart), Header(dl, HeaderError))
 				}
-				if recordSize(dl) > batch {
-					t.Errorf("the dead letter holds %d bytes, over the cap %d", recordSize(dl), batch)
+				if produce.RecordSize(dl) > batch {
+					t.Errorf("the dead letter holds %d bytes, over the cap %d", produce.RecordSize(dl), batch)
 				}
 				want := fmt.Sprint(len(wide)) // the key's bytes
 				if c.name == "header" {
@@ -277,7 +278,7 @@ func TestDeadLetterOfOwnHeadersOverTheCap(t *testing.T) {
 				if got := Header(dl, HeaderReason); got != c.reason {
 					t.Errorf("reason %q, want %s", got, c.reason)
 				}
-				if size := recordSize(dl); size > batch {
+				if size := produce.RecordSize(dl); size > batch {
 					t.Errorf("the dead letter holds %d bytes, over the cap %d", size, batch)
 				}
 				for _, h := range []string{HeaderError, HeaderTopic} {

@@ -11,6 +11,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/deadletter"
+	"github.com/walrelay/walrelay/sink/produce"
 	"github.com/walrelay/walrelay/sink/record"
 )
 
@@ -117,32 +118,32 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 		// A record the client refused would doom the transaction: one too
 		// large goes without its value at once, as does one the broker
 		// refused as too large in an earlier transaction.
-		if _, over := s.overCap(r); over || s.tx.omitValue(e) {
+		if _, over := s.overCap(r); over || s.tx.poisoned.OmitValue(e) {
 			omit()
 		}
 	}
-	var produce func(try int)
-	produce = func(try int) {
-		s.q.push(ctx, r, false, pos, gen, func(r *kgo.Record, err error) {
+	var send func(try int)
+	send = func(try int) {
+		s.q.Push(ctx, r, false, pos, gen, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
 				if s.tx != nil {
-					s.tx.unpoison(e) // committed
+					s.tx.poisoned.Forget(e) // committed
 				}
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why, Offset: r.Offset}, nil)
-			case errors.Is(err, errStale):
+			case errors.Is(err, produce.ErrStale):
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: -1, DeadLetter: why}, err)
 			case s.tx != nil && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
 				// The transaction is doomed: the next time, in the
 				// next session, the dead letter goes without its value.
-				s.tx.poison(e, why, cause, true)
-				s.q.breakOn(err)
+				s.tx.poisoned.Add(e, why, cause, true)
+				s.q.BreakOn(err)
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(failure.Retriable, fmt.Errorf("dead-letter event %s to %s: too large (sent again without its value): %w", e.ID, s.cfg.DLQTopic, err)))
 			case try < deadLetterTries && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
 				omit()
-				go produce(try + 1)
+				go send(try + 1)
 			default:
-				s.q.breakOn(err)
+				s.q.BreakOn(err)
 				// A dead letter that fails is fatal or retriable, never per
 				// event: there is no further place for it.
 				kind := kindOf(err)
@@ -153,7 +154,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 			}
 		})
 	}
-	produce(1)
+	send(1)
 }
 
 // shedKeyHeaders makes r, a dead letter whose first own headers are what

@@ -1,6 +1,10 @@
 package sink
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/sink/produce"
+)
 
 // splitHooks returns opts without the options that add hooks
 // (kgo.WithHooks), and the hooks those add.
@@ -10,7 +14,7 @@ import "github.com/twmb/franz-go/pkg/kgo"
 // acts on a client's creation, as franz-go's kprom does (it registers its
 // metrics and panics on a second registration), must see the producer
 // only; the others' broker and produce events reach it through a
-// hookRelay.
+// produce.HookRelay.
 //
 // A kgo.Opt cannot be looked into: each option is tried in a client of its
 // own, made and closed at once (it dials nothing), which tells whether it
@@ -38,5 +42,5 @@ func splitHooks(opts []kgo.Opt) (rest []kgo.Opt, hooks []kgo.Hook) {
 // producer and the lanes: Config.Opts without their hooks, which see the
 // client's broker and produce events through a relay.
 func (s *Sink) clientOpts() []kgo.Opt {
-	return append(s.opts[:len(s.opts):len(s.opts)], kgo.WithHooks(hookRelay{s.optHooks}))
+	return append(s.opts[:len(s.opts):len(s.opts)], kgo.WithHooks(produce.HookRelay{Hooks: s.optHooks}))
 }

@@ -62,7 +62,7 @@ func TestAbortMidRoundSendsNothingAfter(t *testing.T) {
 		switch i := eventIndex(r); {
 		case i == at && once.CompareAndSwap(false, true):
 			go func() { aborted <- s.Abort(t.Context()) }()
-			for deadline := time.Now().Add(10 * time.Second); s.q.brokenNow() == nil; {
+			for deadline := time.Now().Add(10 * time.Second); s.q.BrokenNow() == nil; {
 				if time.Now().After(deadline) {
 					t.Error("the sink is not broken 10s after Abort")
 					return
@@ -216,12 +216,10 @@ func TestAddedPartitionsMoveEachKeyOnce(t *testing.T) {
 	// Broker 0's lane's client learns of the new partitions, which
 	// brokers 1 and 2 lead, and the others' not yet.
 	lead(t, kc, topic, 6, 12, 1, 2)
-	s.lanes.mu.Lock()
-	fresh := s.lanes.all[0]
-	s.lanes.mu.Unlock()
-	fresh.cl.ForceMetadataRefresh()
+	fresh := s.lanes.Clients()[0]
+	fresh.ForceMetadataRefresh()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if ld, _, _ := fresh.cl.PartitionLeader(topic, 11); ld >= 0 {
+		if ld, _, _ := fresh.PartitionLeader(topic, 11); ld >= 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -231,14 +229,12 @@ func TestAddedPartitionsMoveEachKeyOnce(t *testing.T) {
 	publish(20)
 	// The stale lanes' clients learnt the new partitions when they were
 	// handed records of them (await), not 5 minutes later.
-	s.lanes.mu.Lock()
 	var knew []int32
-	for id, l := range s.lanes.all {
-		if ld, _, _ := l.cl.PartitionLeader(topic, 11); id >= 0 && ld >= 0 {
+	for id, cl := range s.lanes.Clients() {
+		if ld, _, _ := cl.PartitionLeader(topic, 11); id >= 0 && ld >= 0 {
 			knew = append(knew, id)
 		}
 	}
-	s.lanes.mu.Unlock()
 	if len(knew) < 2 {
 		t.Errorf("only the lanes of brokers %v know partition 11: the stale ones were handed none of the new partitions' records", knew)
 	}
@@ -322,34 +318,31 @@ func TestLaneOfDepartedBrokerClosed(t *testing.T) {
 		}
 	}
 	publishAll(0, 48) // a lane for each broker
-	s.lanes.mu.Lock()
-	var gone *lane
-	for id, l := range s.lanes.all {
-		if id >= 0 && (gone == nil || id > gone.broker) {
-			gone = l
+	lanes := s.lanes.Clients()
+	gone, goneCl := int32(-1), (*kgo.Client)(nil)
+	for id, cl := range lanes {
+		if id >= 0 && (goneCl == nil || id > gone) {
+			gone, goneCl = id, cl
 		}
 	}
-	n := len(s.lanes.all)
-	s.lanes.mu.Unlock()
+	n := len(lanes)
 	if n != 4 {
 		t.Fatalf("%d lanes, want one per broker and the lane of no broker", n)
 	}
-	if err := kc.RemoveNode(gone.broker); err != nil {
+	if err := kc.RemoveNode(gone); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.sweepLanes(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	s.lanes.mu.Lock()
-	_, still := s.lanes.all[gone.broker]
-	s.lanes.mu.Unlock()
+	_, still := s.lanes.Clients()[gone]
 	if still {
-		t.Fatalf("the lane of broker %d, which left the cluster, is still open", gone.broker)
+		t.Fatalf("the lane of broker %d, which left the cluster, is still open", gone)
 	}
 	// Its client is closed once the lane has stopped.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		req := kmsg.NewPtrMetadataRequest()
-		if _, err := req.RequestWith(t.Context(), gone.cl); errors.Is(err, kgo.ErrClientClosed) {
+		if _, err := req.RequestWith(t.Context(), goneCl); errors.Is(err, kgo.ErrClientClosed) {
 			break
 		}
 		if time.Now().After(deadline) {

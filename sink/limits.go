@@ -277,7 +277,7 @@ func (s *Sink) forgetATopic() {
 	s.client().PurgeTopicsFromClient(purge...)
 	if s.lanes != nil {
 		// each does not hold the lanes' lock while it calls f.
-		s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(purge...) })
+		s.lanes.Each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(purge...) })
 	}
 	for _, t := range purge {
 		s.given.Delete(t)

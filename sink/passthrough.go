@@ -38,10 +38,10 @@ func (s *Sink) passthrough(ctx context.Context, e *event.Event, r *kgo.Record, t
 	case errors.Is(err, registry.ErrSchemaUnknown):
 		s.deadLetter(ctx, e, ReasonSchemaUnknown, topic, fmt.Errorf("the value: %w", err), gen, done)
 	case errors.Is(err, registry.ErrUnauthorized):
-		s.q.breakOn(err)
+		s.q.BreakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the value's schema: %w: fix kafka.schema_registry.username and its password", e.ID, topic, err)))
 	default:
-		s.q.breakOn(err)
+		s.q.BreakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the value's schema: %w", e.ID, topic, err)))
 	}
 	return false

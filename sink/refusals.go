@@ -18,7 +18,7 @@ import (
 var ErrDataLoss = errors.New("the broker may have lost acknowledged records (out of order sequence or unknown producer id)")
 
 func (s *Sink) lostData(topic string, partition int32) {
-	s.q.breakOn(fmt.Errorf("%w: topic %s partition %d", ErrDataLoss, topic, partition))
+	s.q.BreakOn(fmt.Errorf("%w: topic %s partition %d", ErrDataLoss, topic, partition))
 	s.dataLoss.Add(1)
 	s.log.Error("the producer detected data loss: the broker may have lost records it had acknowledged; restarting from the confirmed position",
 		"topic", topic, "partition", partition)

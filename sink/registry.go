@@ -52,7 +52,7 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 	case errors.Is(err, format.ErrKeyType):
 		// Refused at start (CheckKeyColumn); a column whose type changed
 		// since stops walrelay rather than dead-letter every event.
-		s.q.breakOn(err)
+		s.q.BreakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key in %s: %w", e.ID, topic, s.cfg.KeyFormat, err)))
 	case what == "key" && (errors.Is(err, registry.ErrRefused) || errors.Is(err, registry.ErrNotRegistered)) && e.Source == sourceMessage:
 		// A logical message's key is a string whatever the table's
@@ -67,7 +67,7 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 		// so a refused one would dead-letter them all. walrelay stops,
 		// as Debezium's converter fails its task, with nothing confirmed
 		// past the event.
-		s.q.breakOn(err)
+		s.q.BreakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the key's schema: %w: %s", e.ID, topic, err, keySchemaFix(topic, err))))
 	case errors.Is(err, schemafirst.ErrMismatch):
 		s.deadLetter(ctx, e, ReasonSchemaMismatch, topic, fmt.Errorf("the %s in %s: %w", what, f, err), gen, done)
@@ -78,12 +78,12 @@ func (s *Sink) registryEncode(ctx context.Context, e *event.Event, r *kgo.Record
 	case errors.Is(err, registry.ErrRefused), errors.Is(err, registry.ErrNotRegistered):
 		s.deadLetter(ctx, e, ReasonSchemaRefused, topic, fmt.Errorf("the %s's schema: %w", what, err), gen, done)
 	case errors.Is(err, registry.ErrUnauthorized):
-		s.q.breakOn(err)
+		s.q.BreakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Fatal, fmt.Errorf("publish event %s to %s: the %s's schema: %w: fix kafka.schema_registry.username and its password", e.ID, topic, what, err)))
 	default:
 		// Nothing after this event may be sent before it: the stream
 		// restarts from the confirmed position, as after a failed publish.
-		s.q.breakOn(err)
+		s.q.BreakOn(err)
 		done(Delivery{Topic: topic, Partition: -1}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the %s's schema: %w", e.ID, topic, what, err)))
 	}
 	return false

@@ -16,152 +16,22 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
-	"github.com/walrelay/walrelay/format"
-	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/backoff"
+	"github.com/walrelay/walrelay/sink/produce"
 	"github.com/walrelay/walrelay/sink/record"
+	"github.com/walrelay/walrelay/sink/txn"
 )
 
-// Config configures a Sink. Zero values mean the defaults.
-type Config struct {
-	// Brokers are the seed brokers, host:port. Required.
-	Brokers []string
-	// ClientID is the Kafka client id. Default "walrelay".
-	ClientID string
-	// Topic is the topic template: {aggregatetype} and {type} are replaced
-	// by the event's values. Default "outbox.event.{aggregatetype}". With
-	// TopicRegex it is the replacement instead.
-	Topic string
-	// TopicRegex, if set, routes as Debezium's route.topic.regex: an
-	// aggregate type that the expression (Go's RE2 syntax) matches whole
-	// goes to Topic with the expression's groups replaced as Java replaces
-	// them ($1, ${name}); one that does not match goes to the topic of its
-	// own name.
-	TopicRegex string
-	// Routes route the events of some outbox tables otherwise, by their
-	// table (Event.Source, schema.table); the rest go by Topic and
-	// TopicRegex.
-	Routes map[string]record.Route
-	// AllowedTopics, if set, confines the topics that events may be routed
-	// to, whatever the routing and the row say: a topic must equal an
-	// entry, or start with an entry that ends in * (a prefix, the * left
-	// out). An event routed elsewhere is dead-lettered
-	// (ReasonForbiddenTopic). Empty: any topic but the reserved ones.
-	AllowedTopics []string
-	// ReservedTopics are topics of walrelay's own besides DLQTopic and the
-	// offsets topic of Transactions (an offsets topic configured for
-	// another time, say). No event is routed to a reserved topic, to
-	// walrelay's default topic names (walrelay.dlq, walrelay.offsets,
-	// walrelay.inbox.dlq) or to a topic named as Kafka's internal ones are
-	// (__…), whatever AllowedTopics says: it is dead-lettered
-	// (ReasonForbiddenTopic).
-	ReservedTopics []string
-	// TombstoneOnEmpty makes a NULL or blank payload a tombstone (a null
-	// value) in every format, as Debezium's route.tombstone.on.empty.payload.
-	TombstoneOnEmpty bool
-	// CloudEvents, if "binary", adds the CloudEvents attributes as headers
-	// of the Kafka protocol binding's binary mode: ce_specversion, ce_id,
-	// ce_source (CloudEventsSource), ce_type, ce_subject (the aggregate
-	// id), ce_time (the event's Time, else its commit time) and
-	// content-type (application/json); the value stays the payload. An
-	// event without a type is dead-lettered (a CloudEvent must have one).
-	CloudEvents string
-	// OmitHeaders are headers of record.OptionalHeaders that records (and dead
-	// letters) do not carry, for consumers that expect exactly another
-	// connector's headers (Debezium's EventRouter sends only id). The
-	// event id header, id, is always sent: consumers deduplicate on it.
-	// Default: every one is sent.
-	OmitHeaders []string
-	// CloudEventsSource is ce_source, a URI reference, in which {table} is
-	// replaced by the event's table (Event.Source). Required with
-	// CloudEvents.
-	CloudEventsSource string
-	// PlacedPartitions lets an event carry its own partition
-	// (Event.HasPartition); the others go by their key. An event whose
-	// partition its topic lacks is dead-lettered (invalid_partition).
-	PlacedPartitions bool
-	// DLQTopic receives events that cannot be published. Default
-	// "walrelay.dlq".
-	DLQTopic string
-	// Compression is none, gzip, snappy, lz4 or zstd. Default lz4.
-	Compression string
-	// KeyFormat and ValueFormat are how the key (the aggregate id) and the
-	// value (the payload) are written (package record): FormatRaw (the
-	// default, as Kafka Connect's StringConverter), or as its JsonConverter
-	// (FormatJSON, FormatJSONSchema), or in a schema registry's format
-	// (FormatAvro, with Avro). Dead letters keep the raw form.
-	KeyFormat, ValueFormat record.Format
-	// Avro writes the keys and values of record.FormatAvro (package
-	// format), its schemas registered in a schema registry; required by
-	// record.FormatAvro.
-	Avro *format.AvroEncoder
-	// Passthrough checks the values of record.FormatRegistryPassthrough
-	// against a schema registry; required by it.
-	Passthrough *format.Passthrough
-	// SchemaFirst writes the values of the schema-first formats
-	// (record.FormatRegisteredAvro, …); required by them.
-	SchemaFirst *schemafirst.Encoder
-	// ExpandJSONPayload writes a json or text payload that is a JSON object
-	// or array as that JSON value in the JSON formats, with its inferred
-	// schema in FormatJSONSchema, as Debezium's table.expand.json.payload
-	// does, instead of a string of its text.
-	ExpandJSONPayload bool
-	// RequestTimeout bounds how long the sink waits for a broker's answer
-	// before it gives the request up and sends it again: half of it the
-	// broker's own wait for the in-sync replicas, half the network's.
-	// Default 10s. A leader that the cluster fenced is left sooner, whatever
-	// this is (fence.go); a broker slower than it is retried (idempotence
-	// keeps each record once).
-	RequestTimeout time.Duration
-	// Linger is how long the sink, with nothing in flight, waits for more
-	// records before it sends what it has. Default 5ms; negative sends at
-	// once.
-	Linger time.Duration
-	// BatchMaxBytes caps one record batch; a record larger than this is
-	// dead-lettered. Default 1000012, Kafka's default max.message.bytes. A
-	// topic whose max.message.bytes (or the broker's message.max.bytes) is
-	// lower gets that lower cap: the broker would refuse a whole batch over
-	// it, small records and all.
-	BatchMaxBytes int32
-	// MaxBufferedRecords and MaxBufferedBytes bound what is published and
-	// not yet acknowledged: half for the records in flight, half for those
-	// queued behind them; Publish blocks beyond them. Defaults 5000 and
-	// 16 MiB. A single record larger than half is let in alone. In
-	// exactly-once mode an event is acknowledged when its Kafka
-	// transaction commits: the open transaction's records, sent or
-	// acknowledged by Kafka, count with those in flight until it ends.
-	MaxBufferedRecords int
-	MaxBufferedBytes   int
-	// DisableAutoCreateTopics stops the client from asking the broker to
-	// create missing topics. By default it asks (the broker must allow it).
-	DisableAutoCreateTopics bool
-	// Logger receives lifecycle logs and the client's warnings. Nil discards.
-	Logger *slog.Logger
-	// Tracer, if set, records spans for the events that carry a trace
-	// context (a traceparent header, from outbox.trace_column); package
-	// tracing makes one. Nil (the default) costs a nil check per event.
-	Tracer Tracer
-	// Opts are extra client options (TLS, SASL), applied last to every
-	// client the sink makes; ProducerOpts (hooks) to the producer alone.
-	// Hooks given in Opts (kgo.WithHooks) are set on the producer alone,
-	// as those of ProducerOpts are, and see the broker and produce events
-	// of the sink's other clients (one per broker, the exactly-once offsets
-	// reader and fencer) but not their creation: a hook that registers
-	// metrics when it sees a client created, as kprom does, registers them
-	// once. Such a hook also sees one short-lived client created and
-	// closed while New looks for the hooks in Opts.
-	Opts, ProducerOpts []kgo.Opt
-	// Transactions, if set, produces exactly once, in Kafka transactions
-	// fenced by the source position (txn.go).
-	Transactions *Transactions
-}
+// ErrNotSent fails a record that was not sent because an earlier record
+// failed, or because the sink was aborted or closed (produce.ErrNotSent).
+var ErrNotSent = produce.ErrNotSent
 
 // Sink produces events. Its methods are safe for concurrent use.
 type Sink struct {
 	cfg       Config
 	cl        atomic.Pointer[kgo.Client] // the producer; replaced only by renewClient (resume.go)
 	clOpts    []kgo.Opt                  // the producer's options, for renewClient
-	q         *queue                     // the next round (rounds.go)
+	q         *produce.Queue             // the next round (package produce)
 	stop      func()                     // ends the flusher's wait for a round
 	flushed   chan struct{}              // closed when the flusher returns
 	log       *slog.Logger
@@ -179,82 +49,28 @@ type Sink struct {
 	dataLoss  atomic.Uint64
 	tx        *txns // exactly-once state; nil in at-least-once mode
 
-	lanes      *lanes       // one client per broker, in at-least-once mode (lanes.go)
-	partitions sync.Map     // topic name -> the highest partition count a lane's client saw (*atomic.Int32)
-	fences     *fences      // the connections to each broker, fenced ones closed (fence.go)
-	tlsCfg     *tls.Config  // the dialer's TLS configuration, nil without TLS
-	opts       []kgo.Opt    // cfg.Opts but their hooks (hooks.go)
-	optHooks   []kgo.Hook   // the hooks of cfg.Opts: the producer's, relayed to the other clients
-	ownHooks   []kgo.Hook   // exactly-once: the producer's hooks, told of its creation and close by the sink
-	waiting    atomic.Int64 // when the round in flight began (unix ns), 0 between rounds
+	lanes      *produce.Lanes  // one client per broker, in at-least-once mode (produce.Lanes)
+	partitions sync.Map        // topic name -> the highest partition count a lane's client saw (*atomic.Int32)
+	fences     *produce.Fences // the connections to each broker, fenced ones closed
+	tlsCfg     *tls.Config     // the dialer's TLS configuration, nil without TLS
+	opts       []kgo.Opt       // cfg.Opts but their hooks (hooks.go)
+	optHooks   []kgo.Hook      // the hooks of cfg.Opts: the producer's, relayed to the other clients
+	ownHooks   []kgo.Hook      // exactly-once: the producer's hooks, told of its creation and close by the sink
+	waiting    atomic.Int64    // when the round in flight began (unix ns), 0 between rounds
 }
 
 // New checks cfg, fills its defaults and creates the client. It does not
 // contact the brokers; Ping does.
 func New(cfg Config) (*Sink, error) {
-	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("kafka brokers: none configured")
-	}
-	if err := CheckBrokers(cfg.Brokers); err != nil {
-		return nil, fmt.Errorf("kafka brokers: %w", err)
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = "walrelay"
-	}
-	if cfg.KeyFormat == "" {
-		cfg.KeyFormat = record.FormatRaw
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 10 * time.Second
-	}
-	if cfg.ValueFormat == "" {
-		cfg.ValueFormat = record.FormatRaw
-	}
-	if (cfg.KeyFormat == record.FormatAvro || cfg.ValueFormat == record.FormatAvro) && cfg.Avro == nil {
-		return nil, errors.New("format avro: no schema registry configured")
-	}
-	if cfg.KeyFormat == record.FormatRegistryPassthrough {
-		return nil, errors.New("format registry_passthrough: values only")
-	}
-	if cfg.ValueFormat == record.FormatRegistryPassthrough && cfg.Passthrough == nil {
-		return nil, errors.New("format registry_passthrough: no schema registry configured")
-	}
-	if _, ok := cfg.ValueFormat.SchemaFirst(); ok && cfg.SchemaFirst == nil {
-		return nil, fmt.Errorf("format %s: no schema registry configured", cfg.ValueFormat)
-	}
-	if _, ok := cfg.KeyFormat.SchemaFirst(); ok {
-		return nil, fmt.Errorf("key format %s: the schema-first formats are for values", cfg.KeyFormat)
-	}
-	if cfg.Topic == "" {
-		cfg.Topic = "outbox.event.{aggregatetype}"
-	}
-	if cfg.DLQTopic == "" {
-		cfg.DLQTopic = "walrelay.dlq"
-	}
-	if !record.ValidTopic(cfg.DLQTopic) {
-		return nil, fmt.Errorf("dead-letter topic %q is not a valid Kafka topic name", cfg.DLQTopic)
-	}
-	if cfg.Transactions != nil && cfg.Transactions.OffsetsTopic == "" {
-		cfg.Transactions.OffsetsTopic = "walrelay.offsets" // its default, reserved below
+	if err := cfg.defaults(); err != nil {
+		return nil, err
 	}
 	records, err := record.New(recordConfig(cfg))
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Linger == 0 {
-		cfg.Linger = 5 * time.Millisecond
-	}
-	if cfg.BatchMaxBytes == 0 {
-		cfg.BatchMaxBytes = 1000012
-	}
-	if cfg.MaxBufferedRecords == 0 {
-		cfg.MaxBufferedRecords = 5000
-	}
-	if cfg.MaxBufferedBytes == 0 {
-		cfg.MaxBufferedBytes = 16 << 20
-	}
-	if int64(cfg.MaxBufferedBytes) < int64(cfg.BatchMaxBytes) {
-		return nil, fmt.Errorf("max buffered bytes %d is below batch max bytes %d: a large record could never be buffered", cfg.MaxBufferedBytes, cfg.BatchMaxBytes)
+	if err := cfg.bufferDefaults(); err != nil {
+		return nil, err
 	}
 	codecOpt, err := compression(cfg.Compression)
 	if err != nil {
@@ -268,7 +84,7 @@ func New(cfg Config) (*Sink, error) {
 	s := &Sink{cfg: cfg, log: log, records: records}
 	var partitioner kgo.Partitioner = kgo.StickyKeyPartitioner(nil) // murmur2, as the Java client
 	if cfg.PlacedPartitions {
-		partitioner = placedPartitioner{byKey: partitioner}
+		partitioner = produce.PlacedPartitioner{ByKey: partitioner}
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -276,7 +92,7 @@ func New(cfg Config) (*Sink, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(partitioner),
 		codecOpt,
-		// The flusher sends rounds (rounds.go); the client sends nothing
+		// The flusher sends rounds (package produce); the client sends nothing
 		// on its own.
 		kgo.ManualFlushing(),
 		// Asked once per partition, after Publish learnt the topic.
@@ -284,8 +100,8 @@ func New(cfg Config) (*Sink, error) {
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		// A produce request holds about one batch, not one of each of
-		// the broker's partitions (requestCap).
-		kgo.BrokerMaxWriteBytes(requestCap(cfg.BatchMaxBytes)),
+		// the broker's partitions (produce.RequestCap).
+		kgo.BrokerMaxWriteBytes(produce.RequestCap(cfg.BatchMaxBytes)),
 		// Retry sooner than the client's default (250ms doubling to 5s):
 		// every retry holds the slot's position back.
 		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),
@@ -314,14 +130,14 @@ func New(cfg Config) (*Sink, error) {
 		opts = append(opts, kgo.TransactionalID(tc.ID), kgo.TransactionTimeout(tc.Timeout))
 	}
 	s.opts, s.optHooks = splitHooks(cfg.Opts)
-	dial, tlsCfg, err := watchedDialer(s.opts)
+	dial, tlsCfg, err := produce.WatchedDialer(s.opts)
 	if err != nil {
 		return nil, err
 	}
-	s.fences, s.tlsCfg = newFences(dial), tlsCfg
+	s.fences, s.tlsCfg = produce.NewFences(dial), tlsCfg
 	base := append(opts, s.opts...)
 	// The dialer of cfg.Opts (TLS included), through the fences.
-	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.dialContext)}
+	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.DialContext)}
 	// In exactly-once mode the producer may be renewed (renewClient):
 	// the hooks see its events through a relay, and its creation and its
 	// close once, from the sink (announceClient), so that a hook that
@@ -333,7 +149,7 @@ func New(cfg Config) (*Sink, error) {
 		var own []kgo.Hook
 		producerOpts, own = splitHooks(cfg.ProducerOpts)
 		s.ownHooks = append(slices.Clip(s.optHooks), own...)
-		producerHooks = kgo.WithHooks(hookRelay{s.ownHooks})
+		producerHooks = kgo.WithHooks(produce.HookRelay{Hooks: s.ownHooks})
 	}
 	opts = append(append(slices.Clip(base), producerHooks), producerOpts...)
 	opts = append(opts, append(dialer, kgo.WithHooks(s.fences))...)
@@ -346,67 +162,61 @@ func New(cfg Config) (*Sink, error) {
 	if s.tx != nil {
 		s.announceClient(cl, true)
 	}
-	qcfg := cfg
+	if err := s.startRounds(cl, base, dialer); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startRounds makes the queue and starts the flusher, which sends its
+// rounds through the lanes (made here, with base and dialer, the producer
+// cl's hooks relayed) or, in exactly-once mode, through the transactional
+// producer cl, and the watcher of the brokers.
+func (s *Sink) startRounds(cl *kgo.Client, base, dialer []kgo.Opt) error {
+	cfg := s.cfg
+	qcfg := s.cfg
 	if s.tx == nil {
-		// The lanes hold half of the limits (lanes.go); the queue and the
+		// The lanes hold half of the limits (produce.Lanes); the queue and the
 		// flusher's round a quarter each.
 		qcfg.MaxBufferedRecords, qcfg.MaxBufferedBytes = max(cfg.MaxBufferedRecords/2, 1), max(cfg.MaxBufferedBytes/2, 1)
 	}
-	s.q = newQueue(qcfg)
+	s.q = produce.NewQueue(qcfg.MaxBufferedRecords, qcfg.MaxBufferedBytes, qcfg.BatchMaxBytes)
 	s.flushed = make(chan struct{})
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	if s.tx == nil {
-		// One client per broker (lanes.go): the producer's hooks through a
+		// One client per broker (produce.Lanes): the producer's hooks through a
 		// relay, records partitioned before they go to a lane.
 		hooks, _ := cl.OptValue(kgo.WithHooks).([]kgo.Hook)
 		laneOpts := append(slices.Clip(base), append(dialer,
-			kgo.WithHooks(hookRelay{hooks}),
-			kgo.RecordPartitioner(placedPartitioner{byKey: kgo.StickyKeyPartitioner(nil), counts: &s.partitions}))...)
-		if s.lanes, err = newLanes(ctx, s, laneOpts, &s.partitions); err != nil {
+			kgo.WithHooks(produce.HookRelay{Hooks: hooks}),
+			kgo.RecordPartitioner(produce.PlacedPartitioner{ByKey: kgo.StickyKeyPartitioner(nil), Counts: &s.partitions}))...)
+		var err error
+		if s.lanes, err = produce.NewLanes(ctx, produce.LanesConfig{
+			Opts: laneOpts, Seen: &s.partitions, Queue: s.q, Log: s.log, RequestTimeout: cfg.RequestTimeout,
+			MaxRecords: cfg.MaxBufferedRecords / 2, MaxBytes: cfg.MaxBufferedBytes / 2, RoundCap: s.roundCapOf,
+		}); err != nil {
 			stop()
-			cl.Close()
-			return nil, err
+			return err
 		}
 	}
-	go s.flush(ctx)
+	// The flusher (produce.Flush) sends rounds through the lanes, or in
+	// exactly-once mode through the transactional producer (txn.Rounds).
+	var rounds produce.Sender = s.lanes
+	if s.tx != nil {
+		rounds = txn.NewRounds(txnProducer{s}, s.q, &s.tx.cur, s.tx.cfg.policy(), s.roundCapOf, &s.waiting)
+	}
+	go func() {
+		defer close(s.flushed)
+		produce.Flush(ctx, s.q, s.cfg.Linger, rounds)
+	}()
 	go s.watch(ctx)
-	return s, nil
-}
-
-// recordConfig is what of cfg package record follows.
-func recordConfig(cfg Config) record.Config {
-	rc := record.Config{
-		Topic: cfg.Topic, TopicRegex: cfg.TopicRegex, Routes: cfg.Routes,
-		AllowedTopics: cfg.AllowedTopics, DLQTopic: cfg.DLQTopic, ReservedTopics: cfg.ReservedTopics,
-		TombstoneOnEmpty: cfg.TombstoneOnEmpty, CloudEvents: cfg.CloudEvents, CloudEventsSource: cfg.CloudEventsSource,
-		OmitHeaders: cfg.OmitHeaders, KeyFormat: cfg.KeyFormat, ValueFormat: cfg.ValueFormat, ExpandJSONPayload: cfg.ExpandJSONPayload,
-	}
-	if cfg.Transactions != nil {
-		rc.OffsetsTopic = cfg.Transactions.OffsetsTopic
-	}
-	return rc
+	return nil
 }
 
 // client returns the producer.
 func (s *Sink) client() *kgo.Client { return s.cl.Load() }
-
-// compression returns the client option for a codec name.
-func compression(name string) (kgo.Opt, error) {
-	switch name {
-	case "", "lz4":
-		return kgo.WithCompressor(newLz4Compressor()), nil
-	case "none":
-		return kgo.ProducerBatchCompression(kgo.NoCompression()), nil
-	case "gzip":
-		return kgo.ProducerBatchCompression(kgo.GzipCompression()), nil
-	case "snappy":
-		return kgo.ProducerBatchCompression(kgo.SnappyCompression()), nil
-	case "zstd":
-		return kgo.ProducerBatchCompression(kgo.ZstdCompression()), nil
-	}
-	return nil, fmt.Errorf("compression %q: want none, gzip, snappy, lz4 or zstd", name)
-}
 
 // Abort fails every record not yet sent and waits, within ctx, for those in
 // flight to be answered; every callback has run when it returns nil, and
@@ -420,13 +230,13 @@ func (s *Sink) Abort(ctx context.Context) error {
 	abortBuffered := s.client().AbortBufferedRecords
 	switch {
 	case s.lanes != nil:
-		abortBuffered = s.lanes.abortBuffered
+		abortBuffered = s.lanes.AbortBuffered
 	case s.tx != nil:
 		// The flusher ends the transaction at the barrier instead: the
 		// client's transactional calls must not run concurrently.
 		abortBuffered = nil
 	}
-	if err := s.q.abort(ctx, abortBuffered); err != nil {
+	if err := s.q.Abort(ctx, abortBuffered); err != nil {
 		return err
 	}
 	var stale []string
@@ -442,7 +252,7 @@ func (s *Sink) Abort(ctx context.Context) error {
 		// purging the topics makes it ask again.
 		s.client().PurgeTopicsFromClient(stale...)
 		if s.lanes != nil {
-			s.lanes.each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(stale...) })
+			s.lanes.Each(func(cl *kgo.Client) { cl.PurgeTopicsFromClient(stale...) })
 		}
 		for _, t := range stale {
 			s.given.Delete(t)
@@ -453,11 +263,11 @@ func (s *Sink) Abort(ctx context.Context) error {
 
 // Close closes the client; records not yet acknowledged are failed.
 func (s *Sink) Close() {
-	s.q.close()
+	s.q.Close()
 	s.stop()
 	<-s.flushed
 	if s.lanes != nil {
-		s.lanes.close()
+		s.lanes.Close()
 	}
 	cl := s.client()
 	cl.Close()
@@ -512,9 +322,9 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	if s.cfg.Tracer != nil {
 		e, done = s.traced(e, done)
 	}
-	gen := s.q.generation()
+	gen := s.q.Generation()
 	// The event's position: the position record of an exactly-once
-	// transaction; the log of a topic that gained partitions (lanes.go).
+	// transaction; the log of a topic that gained partitions (produce.Lanes).
 	p := e.Position()
 	pos := &p
 	if s.tx != nil && s.tx.alreadyCommitted(e) {
@@ -537,8 +347,8 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		// Refused by the broker in an earlier transaction, which it
 		// doomed: this time it goes to the dead-letter topic, in a
 		// transaction that can commit.
-		if p, ok := s.tx.poisonOf(e); ok {
-			s.deadLetter(ctx, e, p.reason, topic, p.cause, gen, done)
+		if p, ok := s.tx.poisoned.Of(e); ok {
+			s.deadLetter(ctx, e, p.Reason, topic, p.Cause, gen, done)
 			return
 		}
 	}
@@ -598,7 +408,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	for !ok { // forgotten meanwhile (forgetATopic): learnt again after its purge
 		inflight, ok = s.holdTopic(topic, s.topicInfoFor(ctx, topic))
 	}
-	s.q.push(ctx, r, alone, pos, gen, s.answer(ctx, e, topic, alone, inflight, gen, done))
+	s.q.Push(ctx, r, alone, pos, gen, s.answer(ctx, e, topic, alone, inflight, gen, done))
 }
 
 // answer returns the callback of e's record to topic, which calls done
@@ -613,7 +423,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			inflight.Add(-1)
 		}
 		switch {
-		case errors.Is(err, errStale):
+		case errors.Is(err, produce.ErrStale):
 			done(Delivery{Topic: topic, Partition: -1}, err)
 		case err == nil:
 			if alone {
@@ -621,7 +431,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			}
 			done(Delivery{Topic: topic, Partition: r.Partition, Offset: r.Offset}, nil)
 		case s.refusedBatch(r, err):
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 			// Transient: the stream restarts, Abort forgets the topic, and
 			// the resent records go in batches under the limit read again.
 			if _, loaded := s.refused.LoadOrStore(topic, s.batchCapOf(topic)); !loaded {
@@ -633,16 +443,16 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			// client failed the partition's records behind it: which one is
 			// unknown. Transient: once the stream restarts, this event goes
 			// alone, and only a record refused alone is dead-lettered.
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 			s.suspects.add(suspectOf(e))
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused its batch (sent again alone): %w", e.ID, topic, err)))
 		case kindOf(err) == failure.PerEvent && s.tx != nil:
 			// The refusal dooms the transaction, and every other event of
 			// it: the stream restarts, and this event, published again,
-			// goes to the dead-letter topic instead (poisonOf).
+			// goes to the dead-letter topic instead (txn.Poisons).
 			s.suspects.clear(suspectOf(e))
-			s.tx.poison(e, reason(err), err, false)
-			s.q.breakOn(err)
+			s.tx.poisoned.Add(e, reason(err), err, false)
+			s.q.BreakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused it (dead-lettered when sent again): %w", e.ID, topic, err)))
 		case kindOf(err) == failure.PerEvent:
 			s.suspects.clear(suspectOf(e))
@@ -651,7 +461,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			// the dead letter is refused (gen): the event is resent.
 			go s.deadLetter(ctx, e, reason(err), topic, err, gen, done)
 		default:
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(kindOf(err), fmt.Errorf("publish event %s to %s: %w", e.ID, topic, err)))
 		}
 	}

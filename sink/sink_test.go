@@ -367,7 +367,7 @@ func TestCloseAnswersEveryRecord(t *testing.T) {
 			})
 		}
 	}()
-	waitfor.Until(t, 30*time.Second, "a full queue behind the round in flight", func() bool { return s.queued() >= s.q.maxRecs })
+	waitfor.Until(t, 30*time.Second, "a full queue behind the round in flight", func() bool { return s.queued() >= s.q.MaxRecords() })
 	s.Close()
 	waitfor.Until(t, 30*time.Second, "every record answered after Close", func() bool { return answered.Load() == n })
 	if a, f := answered.Load(), failed.Load(); a != n || f != n {
@@ -397,9 +397,7 @@ func topicIDs(t *testing.T, kc *kafkatest.Cluster, n int) string {
 
 // queued returns how many records wait for a round.
 func (s *Sink) queued() int {
-	s.q.mu.Lock()
-	defer s.q.mu.Unlock()
-	return len(s.q.items)
+	return s.q.Len()
 }
 
 // TestRefusedBatchFindsItsRecord: the broker refuses a whole batch for one

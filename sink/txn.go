@@ -14,7 +14,8 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/faultinject"
-	"github.com/walrelay/walrelay/sink/record"
+	"github.com/walrelay/walrelay/sink/produce"
+	"github.com/walrelay/walrelay/sink/txn"
 )
 
 // Exactly-once production (Config.Transactions).
@@ -58,76 +59,6 @@ import (
 // not another instance's doing (it follows a commit whose answer was lost),
 // and Resume makes a new producer of the id (renewClient), which fences any
 // other, and reads the committed position again.
-
-// Transactions configures exactly-once production.
-type Transactions struct {
-	// ID is the transactional id: stable across restarts of the same
-	// relay, so that a new instance fences the old one. Required.
-	ID string
-	// Interval is how long a transaction stays open at most once it holds
-	// a record. Default 10ms.
-	Interval time.Duration
-	// MaxRecords commits a transaction that holds this many events.
-	// Default 10000. The buffers (Config.MaxBufferedRecords and
-	// MaxBufferedBytes) bound a transaction too, as its records count
-	// against them until it ends: it commits once they are full, so a
-	// MaxRecords over MaxBufferedRecords (the defaults: 10000 over 5000)
-	// is never reached.
-	MaxRecords int
-	// OffsetsTopic holds the committed positions, compacted, one
-	// partition; created if missing. Default "walrelay.offsets".
-	OffsetsTopic string
-	// Key keys this relay's positions on the offsets topic: the slot.
-	// Required.
-	Key string
-	// Source names the database the positions are of (its system
-	// identifier and name); a position of another source is refused.
-	Source string
-	// Timeout is the transaction timeout the broker enforces. Default 60s.
-	Timeout time.Duration
-	// Takeover names a transactional id whose committed position of Key
-	// this relay takes over: the first Resume fences it (initialises a
-	// producer of that id, which aborts its open transaction) and reads
-	// the position again. A position written under an id that is neither
-	// ID nor Takeover is refused: two instances of different ids would not
-	// fence each other.
-	Takeover string
-	// AcceptTimeline, if not 0, is a timeline onto which a committed
-	// position of an earlier timeline, past that timeline's end, is
-	// carried: the events of this timeline from the switch on are
-	// published, once an operator has seen what the refusal reports.
-	AcceptTimeline int32
-	// OnCommit and OnAbort, if set, observe each transaction committed
-	// (its last position and how long the commit took) and aborted; they
-	// run on the flusher and must not block.
-	OnCommit func(last event.Position, took time.Duration)
-	OnAbort  func()
-}
-
-func (t *Transactions) defaults() error {
-	if t.ID == "" || t.Key == "" {
-		return errors.New("exactly-once: a transactional id and a key are required")
-	}
-	if t.Interval <= 0 {
-		t.Interval = 10 * time.Millisecond
-	}
-	if t.MaxRecords <= 0 {
-		t.MaxRecords = 10000
-	}
-	if t.OffsetsTopic == "" {
-		t.OffsetsTopic = "walrelay.offsets"
-	}
-	if !record.ValidTopic(t.OffsetsTopic) {
-		return fmt.Errorf("offsets topic %q is not a valid Kafka topic name", t.OffsetsTopic)
-	}
-	if t.Timeout <= 0 {
-		t.Timeout = time.Minute
-	}
-	if t.Interval >= t.Timeout/4 {
-		return fmt.Errorf("transaction interval %s must be under a quarter of the transaction timeout %s", t.Interval, t.Timeout)
-	}
-	return nil
-}
 
 // readIdleTimeout bounds how long a read of the offsets topic to its
 // marker may go without a record: a large topic takes long but makes
@@ -232,18 +163,13 @@ type txns struct {
 	// more is produced.
 	unresolved bool
 
-	// poisoned are the events (as suspects are keyed) that the broker
-	// refused on their own in a transaction, which that refusal doomed;
-	// published again, each goes to the dead-letter topic instead, so the
-	// next transaction commits. Guarded by mu.
-	poisoned map[suspect]poison
+	// poisoned are the events that the broker refused on their own in a
+	// transaction, which that refusal doomed; published again, each goes
+	// to the dead-letter topic instead, so the next transaction commits.
+	poisoned txn.Poisons
 
 	// The flusher's own.
-	open    bool
-	began   time.Time
-	events  int
-	bytes   int            // the records' sizes (recordSize), of the events
-	last    event.Position // the position of the last event produced in it
+	cur     txn.Current // the open transaction
 	commits uint64
 }
 
@@ -288,70 +214,29 @@ func (s *Sink) hold(done func(*kgo.Record, error)) func(*kgo.Record, error) {
 		}
 		t.mu.Unlock()
 		if err != nil {
-			s.q.breakOn(err)
+			s.q.BreakOn(err)
 		}
 	}
 }
 
 // produceInTxn produces one record of a round in the open transaction,
 // opening one first if none is.
-func (s *Sink) produceInTxn(it queued) {
+func (s *Sink) produceInTxn(it produce.Item) {
 	t := s.tx
-	if !t.open {
+	if !t.cur.Open() {
 		if err := s.client().BeginTransaction(); err != nil {
-			s.q.breakOn(err)
-			it.done(it.r, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
+			s.q.BreakOn(err)
+			it.Done(it.R, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
 			return
 		}
-		t.open, t.began, t.events, t.bytes = true, time.Now(), 0, 0
+		t.cur.Begin(time.Now())
 	}
-	t.events++
-	t.bytes += it.size
-	if it.hasPos {
-		t.last = it.pos
+	var pos *event.Position
+	if it.HasPos {
+		pos = &it.Pos
 	}
-	s.client().Produce(it.ctx, it.r, s.hold(it.done))
-}
-
-// holds returns the records and bytes the open transaction holds (none if
-// no transaction is open), for the queue's room (queue.held).
-func (t *txns) holds() (records, bytes int) {
-	if !t.open {
-		return 0, 0
-	}
-	return t.events, t.bytes
-}
-
-// commitDue reports whether the open transaction should commit now: once
-// it is Interval old, unless a full round already waits behind it (a
-// catch-up, where each commit's round trip would cost throughput), then at
-// the latest once it is maxAge old; and once it holds MaxRecords events.
-func (t *txns) commitDue(now time.Time, backlog bool) bool {
-	if !t.open {
-		return false
-	}
-	age := now.Sub(t.began)
-	return t.events >= t.cfg.MaxRecords || age >= t.cfg.maxAge() || age >= t.cfg.Interval && !backlog
-}
-
-// maxAgeFactor bounds how long a catch-up stretches a transaction.
-const maxAgeFactor = 10
-
-// maxAge is the age at which a transaction commits whatever waits behind
-// it: maxAgeFactor times Interval, and at most a quarter of Timeout, so
-// that the round that ends it, the position record and the commit have
-// three quarters of the timeout left before the broker would abort it.
-func (t *Transactions) maxAge() time.Duration {
-	return min(maxAgeFactor*t.Interval, t.Timeout/4)
-}
-
-// commitBy returns when the open transaction must commit if nothing more
-// arrives (zero if none is open).
-func (t *txns) commitBy() time.Time {
-	if !t.open {
-		return time.Time{}
-	}
-	return t.began.Add(t.cfg.Interval)
+	t.cur.Add(it.Size, pos)
+	s.client().Produce(it.Ctx, it.R, s.hold(it.Done))
 }
 
 // endTxn ends the open transaction: it commits it when commit is true and
@@ -359,10 +244,10 @@ func (t *txns) commitBy() time.Time {
 // answers. It runs on the flusher after the round's Flush.
 func (s *Sink) endTxn(ctx context.Context, commit bool) {
 	t := s.tx
-	if !t.open {
+	if !t.cur.Open() {
 		return
 	}
-	t.open = false
+	t.cur.End()
 	t.mu.Lock()
 	cause := t.failed
 	t.mu.Unlock()
@@ -371,26 +256,26 @@ func (s *Sink) endTxn(ctx context.Context, commit bool) {
 	}
 	unknown := false // a commit was tried, and its outcome is not known
 	if cause == nil {
-		cause = s.producePosition(ctx, t.last)
+		cause = s.producePosition(ctx, t.cur.Last())
 	}
 	if cause == nil {
 		start := time.Now()
 		cause = s.client().EndTransaction(ctx, kgo.TryCommit)
 		if cause == nil {
-			s.committedTxn(t.last, time.Since(start))
+			s.committedTxn(t.cur.Last(), time.Since(start))
 			return
 		}
 		unknown = !errors.Is(cause, kerr.OperationNotAttempted)
 		t.endAnswered(true, cause)
 		cause = fmt.Errorf("commit the kafka transaction: %w", cause)
 	}
-	s.q.breakOn(cause)
+	s.q.BreakOn(cause)
 	err := s.client().EndTransaction(ctx, kgo.TryAbort)
 	t.endAnswered(false, err)
 	if err != nil {
 		cause = errors.Join(cause, fmt.Errorf("abort the kafka transaction: %w", err))
 	}
-	if age := time.Since(t.began); fenced(cause) && age >= t.cfg.Timeout {
+	if age := time.Since(t.cur.Began()); fenced(cause) && age >= t.cfg.Timeout {
 		cause = failure.Mark(failure.Fatal, fmt.Errorf("%w (open %s, kafka.transaction_timeout %s; Kafka did not take it sooner: an outage?); nothing of it is committed, and a restart resumes (raise kafka.transaction_timeout to outlast longer outages): %w",
 			ErrTransactionTimedOut, age.Round(time.Millisecond), t.cfg.Timeout, cause))
 	} else if fenced(cause) {

@@ -402,7 +402,7 @@ func TestExactlyOnceLateDeadLetterCannotJoinTheNextTransaction(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := txnSink(t, kc, "walrelay-late")
-	before := s.q.generation()
+	before := s.q.Generation()
 	if err := s.Abort(t.Context()); err != nil { // the barrier of a restart
 		t.Fatal(err)
 	}
@@ -458,7 +458,7 @@ func TestExactlyOnceCatchUpCommitsWithinTheTimeout(t *testing.T) {
 	began := time.Now()
 	s.tx.cfg.OnCommit = func(_ event.Position, _ time.Duration) {
 		// The flusher runs OnCommit: the age of the transaction it ended.
-		longest.Store(max(longest.Load(), int64(time.Since(s.tx.began))))
+		longest.Store(max(longest.Load(), int64(time.Since(s.tx.cur.Began()))))
 	}
 	payload := []byte(`{"pad":"` + strings.Repeat("x", 100<<10) + `"}`)
 	errs := make(chan error, 1)

@@ -1,4 +1,4 @@
-package sink
+package produce
 
 import (
 	"context"
@@ -32,11 +32,11 @@ func TestFenceClosesAndRefuses(t *testing.T) {
 		addrs = append(addrs, l.Addr().String())
 	}
 	d := &net.Dialer{}
-	f := newFences(d.DialContext)
+	f := NewFences(d.DialContext)
 	ctx := context.Background()
 	dial := func(addr string) net.Conn {
 		t.Helper()
-		c, err := f.dialContext(ctx, "tcp", addr)
+		c, err := f.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestFenceClosesAndRefuses(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a read on the fenced broker's connection still waits")
 	}
-	if _, err := f.dialContext(ctx, "tcp", addrs[0]); err == nil {
+	if _, err := f.DialContext(ctx, "tcp", addrs[0]); err == nil {
 		t.Fatal("a dial to a fenced broker went through")
 	} else {
 		t.Logf("refused: %v", err)
@@ -117,15 +117,15 @@ func TestFenceEnds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &net.Dialer{}
-			f := newFences(d.DialContext)
+			f := NewFences(d.DialContext)
 			f.addrs[1], f.addrs[2] = fencedAddr, other
 			f.fence(fencedAddr, 1, t0)
 			now := t0.Add(tc.after)
 			// Broker 2 answered just now, and has a request in flight
 			// that is not late: look sends nothing, it judges.
-			w := &watcher{s: &Sink{fences: f, log: slog.New(slog.DiscardHandler)},
+			w := &Watcher{fences: f, log: slog.New(slog.DiscardHandler),
 				asked: map[int32]time.Time{2: now}, answers: map[int32]brokerList{2: {listed: tc.listed, at: now}}}
-			w.look(t.Context(), now)
+			w.Look(t.Context(), now)
 			if ended := f.n.Load() == 0; ended != tc.ended {
 				t.Fatalf("fence ended: %v, want %v", ended, tc.ended)
 			}
@@ -133,7 +133,7 @@ func TestFenceEnds(t *testing.T) {
 			if known == tc.forgot {
 				t.Fatalf("node 1 forgotten: %v, want %v", !known, tc.forgot)
 			}
-			c, err := f.dialContext(t.Context(), "tcp", fencedAddr)
+			c, err := f.DialContext(t.Context(), "tcp", fencedAddr)
 			if tc.ended != (err == nil) {
 				t.Fatalf("dial to the address after the look: %v", err)
 			}

@@ -1,4 +1,4 @@
-package sink
+package produce
 
 import (
 	"sync"
@@ -7,22 +7,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// placedPartitioner partitions a record that carries its own partition
-// (Event.HasPartition: Publish set Record.Partition, or the flusher did,
-// lanes.go) there, and any other by its key as the Java client does. A
+// PlacedPartitioner partitions a record that carries its own partition
+// (Event.HasPartition: the sink's Publish set Record.Partition, or the
+// flusher did, lanes.go) there, and any other by its key as the Java client does. A
 // partition the topic lacks fails the record in the client; Publish
 // dead-letters those it can tell. With counts, it keeps the highest
 // partition count any lane's client has given it for each topic (topic ->
 // *atomic.Int32): the flusher adopts a higher count at a barrier (lanes.go).
-type placedPartitioner struct {
-	byKey  kgo.Partitioner
-	counts *sync.Map
+type PlacedPartitioner struct {
+	ByKey  kgo.Partitioner
+	Counts *sync.Map
 }
 
-func (p placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	tp := &placedTopicPartitioner{byKey: p.byKey.ForTopic(topic)}
-	if p.counts != nil {
-		v, _ := p.counts.LoadOrStore(topic, new(atomic.Int32))
+// ForTopic implements kgo.Partitioner.
+func (p PlacedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	tp := &placedTopicPartitioner{byKey: p.ByKey.ForTopic(topic)}
+	if p.Counts != nil {
+		v, _ := p.Counts.LoadOrStore(topic, new(atomic.Int32))
 		tp.seen = v.(*atomic.Int32)
 	}
 	return tp

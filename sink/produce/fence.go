@@ -1,9 +1,10 @@
-package sink
+package produce
 
 import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"strconv"
@@ -25,7 +26,7 @@ import (
 //
 // So while a round waits, the sink asks every broker, on the client's own
 // connections, for the cluster's brokers (a metadata request of no topic),
-// every watchEvery. A broker that did not answer within watchWait, while
+// every WatchEvery. A broker that did not answer within watchWait, while
 // another answered with a list of brokers that lacks it, is fenced: the
 // sink closes the connections to it (failing what is in flight there, which
 // the client sends again, once, as idempotence allows), refuses new ones,
@@ -34,16 +35,16 @@ import (
 // the other brokers list it again; when they list another node id at its
 // address (a broker replaced under a new id); or when none has listed it
 // for fenceExpiry (a broker decommissioned, or fenced for good): the sink
-// then forgets the node, and stops asking the others every watchEvery. The
-// stall after the cluster's own failover is then about watchEvery,
+// then forgets the node, and stops asking the others every WatchEvery. The
+// stall after the cluster's own failover is then about WatchEvery,
 // watchWait and one metadata refresh, whatever the request timeout.
 
 const (
-	// watchAfter is how long a round waits before the sink starts asking.
-	watchAfter = 500 * time.Millisecond
-	// watchEvery is how often it asks while a round waits, or while a
+	// WatchAfter is how long a round waits before the sink starts asking.
+	WatchAfter = 500 * time.Millisecond
+	// WatchEvery is how often it asks while a round waits, or while a
 	// broker is fenced.
-	watchEvery = 250 * time.Millisecond
+	WatchEvery = 250 * time.Millisecond
 	// watchWait is how long a broker may leave a request unanswered before
 	// it counts as silent (a healthy one answers in milliseconds).
 	watchWait = 500 * time.Millisecond
@@ -53,13 +54,13 @@ const (
 	fenceExpiry = time.Minute
 )
 
-// dialFunc is the client's dialer.
-type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+// DialFunc is the client's dialer.
+type DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// fences tracks the client's connections per broker address, closes those of
+// Fences tracks the client's connections per broker address, closes those of
 // a fenced broker, and refuses new ones to it.
-type fences struct {
-	dial   dialFunc
+type Fences struct {
+	dial   DialFunc
 	mu     sync.Mutex
 	conns  map[string]map[*fencedConn]struct{}
 	fenced map[string]int32     // address -> node id of the fenced broker
@@ -70,7 +71,7 @@ type fences struct {
 
 // OnBrokerConnect implements kgo.HookBrokerConnect: it learns each node's
 // address.
-func (f *fences) OnBrokerConnect(m kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+func (f *Fences) OnBrokerConnect(m kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	if err != nil || m.NodeID < 0 {
 		return
 	}
@@ -79,14 +80,15 @@ func (f *fences) OnBrokerConnect(m kgo.BrokerMetadata, _ time.Duration, _ net.Co
 	f.mu.Unlock()
 }
 
-func newFences(dial dialFunc) *fences {
-	return &fences{dial: dial, conns: map[string]map[*fencedConn]struct{}{}, fenced: map[string]int32{}, since: map[string]time.Time{}, addrs: map[int32]string{}}
+// NewFences returns fences of the connections that dial makes.
+func NewFences(dial DialFunc) *Fences {
+	return &Fences{dial: dial, conns: map[string]map[*fencedConn]struct{}{}, fenced: map[string]int32{}, since: map[string]time.Time{}, addrs: map[int32]string{}}
 }
 
 // fencedConn is a connection the fences can close.
 type fencedConn struct {
 	net.Conn
-	f    *fences
+	f    *Fences
 	addr string
 	once sync.Once
 }
@@ -100,8 +102,8 @@ func (c *fencedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// dialContext is the client's dialer: it refuses a fenced broker at once.
-func (f *fences) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+// DialContext is the client's dialer: it refuses a fenced broker at once.
+func (f *Fences) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	f.mu.Lock()
 	id, fenced := f.fenced[addr]
 	f.mu.Unlock()
@@ -132,7 +134,7 @@ func fencedError(id int32, addr string) error {
 }
 
 // fence closes every connection to addr and refuses new ones until lift.
-func (f *fences) fence(addr string, id int32, now time.Time) {
+func (f *Fences) fence(addr string, id int32, now time.Time) {
 	f.mu.Lock()
 	f.fenced[addr] = id
 	f.since[addr] = now
@@ -148,7 +150,7 @@ func (f *fences) fence(addr string, id int32, now time.Time) {
 }
 
 // lift ends the fence of addr.
-func (f *fences) lift(addr string) {
+func (f *Fences) lift(addr string) {
 	f.mu.Lock()
 	delete(f.fenced, addr)
 	delete(f.since, addr)
@@ -157,9 +159,9 @@ func (f *fences) lift(addr string) {
 }
 
 // forget ends the fence of addr and forgets node id, which the cluster no
-// longer lists: the watcher no longer asks it. If the node comes back, the
+// longer lists: the Watcher no longer asks it. If the node comes back, the
 // client's next connection to it names it again (OnBrokerConnect).
-func (f *fences) forget(addr string, id int32) {
+func (f *Fences) forget(addr string, id int32) {
 	f.lift(addr)
 	f.mu.Lock()
 	if f.addrs[id] == addr {
@@ -169,28 +171,28 @@ func (f *fences) forget(addr string, id int32) {
 }
 
 // fencedSince returns when addr was fenced.
-func (f *fences) fencedSince(addr string) time.Time {
+func (f *Fences) fencedSince(addr string) time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.since[addr]
 }
 
 // fencedAddrs returns the fenced addresses and their node ids.
-func (f *fences) fencedAddrs() map[string]int32 {
+func (f *Fences) fencedAddrs() map[string]int32 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.fenced)
 }
 
-// watchedDialer returns the dialer the client would use with opts (TLS
+// WatchedDialer returns the dialer the client would use with opts (TLS
 // included) and the TLS configuration among them, if any.
-func watchedDialer(opts []kgo.Opt) (dialFunc, *tls.Config, error) {
+func WatchedDialer(opts []kgo.Opt) (DialFunc, *tls.Config, error) {
 	cl, err := kgo.NewClient(append(opts[:len(opts):len(opts)], kgo.SeedBrokers("127.0.0.1:9092"))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create kafka client: %w", err)
 	}
 	defer cl.Close()
-	dial, _ := cl.OptValue(kgo.Dialer).(dialFunc)
+	dial, _ := cl.OptValue(kgo.Dialer).(DialFunc)
 	tlsCfg, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
 	if dial == nil {
 		d := &net.Dialer{Timeout: 10 * time.Second}
@@ -199,48 +201,30 @@ func watchedDialer(opts []kgo.Opt) (dialFunc, *tls.Config, error) {
 	return dial, tlsCfg, nil
 }
 
-// watch runs until ctx ends: while a round has waited watchAfter or more, or
-// a broker is fenced, it looks at the brokers every watchEvery (see fences).
-func (s *Sink) watch(ctx context.Context) {
-	t := time.NewTicker(watchEvery)
-	defer t.Stop()
-	w := &watcher{s: s, asked: map[int32]time.Time{}, answers: map[int32]brokerList{}}
-	var sweeping atomic.Bool
-	swept := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if s.lanes != nil && time.Since(swept) >= laneSweep && sweeping.CompareAndSwap(false, true) {
-			swept = time.Now()
-			go func() {
-				defer sweeping.Store(false)
-				if err := s.sweepLanes(ctx); err != nil && ctx.Err() == nil {
-					s.log.Debug("cannot look for brokers that left the cluster", "err", err)
-				}
-			}()
-		}
-		since := s.waiting.Load()
-		if s.lanes != nil {
-			since = s.lanes.oldestWait()
-		}
-		if (since == 0 || time.Since(time.Unix(0, since)) < watchAfter) && s.fences.n.Load() == 0 {
-			continue
-		}
-		w.look(ctx, time.Now())
-	}
-}
-
-// watcher asks each broker for the cluster's brokers, one request in
-// flight per broker, and judges by the answers it has.
-type watcher struct {
-	s       *Sink
+// A Watcher asks each broker for the cluster's brokers, one request in
+// flight per broker, and judges by the answers it has (see Fences). Look is
+// the one method its caller calls, from one goroutine.
+type Watcher struct {
+	fences  *Fences
+	log     *slog.Logger
+	timeout time.Duration      // a request's
+	client  func() *kgo.Client // the client on whose connections it asks
+	refresh func()             // has every client refresh its metadata, after a fence
 	mu      sync.Mutex
 	asked   map[int32]time.Time // node id -> when its request in flight was sent
 	answers map[int32]brokerList
 }
+
+// NewWatcher returns a Watcher of the connections that f holds, asking on
+// client's connections with requests of timeout, and calling refresh (to
+// have every client refresh its metadata) after it fenced a broker.
+func NewWatcher(f *Fences, log *slog.Logger, timeout time.Duration, client func() *kgo.Client, refresh func()) *Watcher {
+	return &Watcher{fences: f, log: log, timeout: timeout, client: client, refresh: refresh,
+		asked: map[int32]time.Time{}, answers: map[int32]brokerList{}}
+}
+
+// Fenced reports whether a broker is fenced.
+func (f *Fences) Fenced() bool { return f.n.Load() != 0 }
 
 // brokerList is a broker's last answer: the brokers it listed (node id ->
 // address), nil if its request failed, and when it came.
@@ -249,10 +233,10 @@ type brokerList struct {
 	at     time.Time
 }
 
-// look sends a request to each broker the client connected to that has none
+// Look sends a request to each broker the client connected to that has none
 // in flight and is not fenced, then judges by the answers it has.
-func (w *watcher) look(ctx context.Context, now time.Time) {
-	f := w.s.fences
+func (w *Watcher) Look(ctx context.Context, now time.Time) {
+	f := w.fences
 	fenced := f.fencedAddrs()
 	f.mu.Lock()
 	known := maps.Clone(f.addrs) // the brokers the client connected to
@@ -277,12 +261,12 @@ func (w *watcher) look(ctx context.Context, now time.Time) {
 // those every fresh answer lists again, and of a fenced address at which a
 // fresh answer lists another node id, and forgets a fenced broker that no
 // fresh answer has listed for fenceExpiry. The caller holds w.mu.
-func (w *watcher) judge(now time.Time, known map[int32]string, fenced map[string]int32) {
-	f := w.s.fences
+func (w *Watcher) judge(now time.Time, known map[int32]string, fenced map[string]int32) {
+	f := w.fences
 	// Fresh answers: those of this look's last round of requests.
 	var lists []map[int32]string
 	for id, a := range w.answers {
-		if a.listed != nil && now.Sub(a.at) < 2*watchEvery+watchWait {
+		if a.listed != nil && now.Sub(a.at) < 2*WatchEvery+watchWait {
 			if _, ok := fenced[known[id]]; !ok {
 				lists = append(lists, a.listed)
 			}
@@ -325,7 +309,7 @@ func (w *watcher) judge(now time.Time, known map[int32]string, fenced map[string
 			silent = true // its last request failed
 		}
 		if silent && unlisted(id) {
-			w.s.log.Warn("a broker stopped answering and the cluster fenced it: walrelay closes its connections to it and sends to the partitions' new leaders", "broker", id, "addr", addr)
+			w.log.Warn("a broker stopped answering and the cluster fenced it: walrelay closes its connections to it and sends to the partitions' new leaders", "broker", id, "addr", addr)
 			f.fence(addr, id, now)
 			delete(w.answers, id)
 			moved = true
@@ -333,39 +317,36 @@ func (w *watcher) judge(now time.Time, known map[int32]string, fenced map[string
 	}
 	for addr, id := range fenced {
 		if !unlisted(id) {
-			w.s.log.Info("a fenced broker is in the cluster again", "broker", id, "addr", addr)
+			w.log.Info("a fenced broker is in the cluster again", "broker", id, "addr", addr)
 			f.lift(addr)
 			continue
 		}
 		found, other := listed(id, addr)
 		switch {
 		case other >= 0:
-			w.s.log.Info("the cluster lists another broker at a fenced broker's address: the fence ends", "broker", other, "fenced", id, "addr", addr)
+			w.log.Info("the cluster lists another broker at a fenced broker's address: the fence ends", "broker", other, "fenced", id, "addr", addr)
 			f.forget(addr, id)
 			delete(w.answers, id)
 		case !found && now.Sub(f.fencedSince(addr)) >= fenceExpiry:
-			w.s.log.Info("a fenced broker has left the cluster: walrelay forgets it", "broker", id, "addr", addr, "fenced_for", now.Sub(f.fencedSince(addr)).Round(time.Second))
+			w.log.Info("a fenced broker has left the cluster: walrelay forgets it", "broker", id, "addr", addr, "fenced_for", now.Sub(f.fencedSince(addr)).Round(time.Second))
 			f.forget(addr, id)
 			delete(w.answers, id)
 		}
 	}
 	if moved {
-		w.s.client().ForceMetadataRefresh()
-		if w.s.lanes != nil {
-			w.s.lanes.each((*kgo.Client).ForceMetadataRefresh)
-		}
+		w.refresh()
 	}
 }
 
 // ask sends broker id a metadata request of no topic (the brokers alone)
 // and keeps its answer.
-func (w *watcher) ask(ctx context.Context, id int32) {
-	rctx, cancel := context.WithTimeout(ctx, w.s.cfg.RequestTimeout)
+func (w *Watcher) ask(ctx context.Context, id int32) {
+	rctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = []kmsg.MetadataRequestTopic{}
 	a := brokerList{}
-	if resp, err := w.s.client().Broker(int(id)).Request(rctx, req); err == nil {
+	if resp, err := w.client().Broker(int(id)).Request(rctx, req); err == nil {
 		a.listed = map[int32]string{}
 		for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
 			a.listed[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
