@@ -144,15 +144,9 @@ func (r *Registry) fetch(ctx context.Context, id uint32) (*schema, error) {
 		r.schemasUsed.Remove(id)
 	}
 	// Full: the least recently used go, one at a time.
-	for len(r.schemas) >= maxSchemas || r.size+s.size > format.MaxCachedSchemaBytes {
-		old, ok := r.schemasUsed.Oldest()
-		if !ok {
-			break
-		}
-		r.size -= r.schemas[old].size
-		delete(r.schemas, old)
-		r.schemasUsed.Remove(old)
-	}
+	lru.Drop(&r.schemasUsed, r.schemas, func() bool {
+		return len(r.schemas) >= maxSchemas || r.size+s.size > format.MaxCachedSchemaBytes
+	}, func(old *schema) { r.size -= old.size })
 	r.schemas[id] = s
 	r.size += s.size
 	r.schemasUsed.Touch(id)

@@ -201,15 +201,9 @@ func (s *Encoder) readCompile(ctx context.Context, subject string) (*compiledSch
 	}
 	// Full: the least recently used go, one at a time (the bounds on
 	// reading again are kept apart, in reads).
-	for len(s.schemas) >= maxCachedSchemas || s.size+c.size > format.MaxCachedSchemaBytes {
-		old, ok := s.schemasUsed.Oldest()
-		if !ok {
-			break
-		}
-		s.size -= s.schemas[old].size
-		delete(s.schemas, old)
-		s.schemasUsed.Remove(old)
-	}
+	lru.Drop(&s.schemasUsed, s.schemas, func() bool {
+		return len(s.schemas) >= maxCachedSchemas || s.size+c.size > format.MaxCachedSchemaBytes
+	}, func(old *compiledSchema) { s.size -= old.size })
 	s.schemas[k] = c
 	s.size += c.size
 	s.schemasUsed.Touch(k)

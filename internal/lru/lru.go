@@ -53,10 +53,21 @@ func (o *Order[K]) Len() int { return len(o.at) }
 // until m holds fewer than most: room for one more. Keys of m that o does
 // not hold are never dropped (so m may stay full of them).
 func MakeRoom[K comparable, V any](o *Order[K], m map[K]V, most int) {
-	for len(m) >= most {
+	Drop(o, m, func() bool { return len(m) >= most }, nil)
+}
+
+// Drop drops from m, and from o, the least recently used keys of o while
+// full reports the cache full, handing each value dropped to gone (if not
+// nil: a cache bounded by the size of its values too takes it off its
+// total there). It stops when o holds no key.
+func Drop[K comparable, V any](o *Order[K], m map[K]V, full func() bool, gone func(V)) {
+	for full() {
 		k, ok := o.Oldest()
 		if !ok {
 			return
+		}
+		if gone != nil {
+			gone(m[k])
 		}
 		delete(m, k)
 		o.Remove(k)
