@@ -86,21 +86,14 @@ type Passthrough struct {
 	// unknown holds, for each id the registry answered it lacks, when
 	// and its error; at most maxCachedIDs, the least recently used
 	// (unknownUsed) dropped first.
-	unknown     map[uint32]unusableRead
+	unknown     map[uint32]registry.Refusal
 	unknownUsed lru.Order[uint32]
 	// foreign holds, for each pair whose id the registry has but not in
 	// the subject, when and its error; bounded as unknown.
-	foreign     map[knownID]unusableRead
+	foreign     map[knownID]registry.Refusal
 	foreignUsed lru.Order[knownID]
 	// now is the clock of UnusableReadInterval (time.Now; a test's own).
 	now func() time.Time
-}
-
-// unusableRead is a reading that found a schema id unusable: when, and
-// its error.
-type unusableRead struct {
-	at  time.Time
-	err error
 }
 
 // knownID is a schema id found a version of subject ("" under
@@ -123,8 +116,8 @@ func NewPassthrough(reg *registry.Client, cfg PassthroughConfig) (*Passthrough, 
 	if cfg.UnusableReadInterval <= 0 {
 		cfg.UnusableReadInterval = registry.DefaultUnusableReadInterval
 	}
-	return &Passthrough{reg: reg, cfg: cfg, known: map[knownID]struct{}{}, unknown: map[uint32]unusableRead{},
-		foreign: map[knownID]unusableRead{}, now: time.Now}, nil
+	return &Passthrough{reg: reg, cfg: cfg, known: map[knownID]struct{}{}, unknown: map[uint32]registry.Refusal{},
+		foreign: map[knownID]registry.Refusal{}, now: time.Now}, nil
 }
 
 // Subject is the subject that the schema of a value of an event of type
@@ -175,12 +168,12 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 		p.knownUsed.Touch(k)
 	}
 	u, unknown := p.unknown[id]
-	if unknown && p.now().Sub(u.at) < p.cfg.UnusableReadInterval {
+	if unknown && u.Fresh(p.now(), p.cfg.UnusableReadInterval) {
 		p.unknownUsed.Touch(id)
 	} else {
 		unknown = false
 	}
-	if f, ok := p.foreign[k]; !unknown && ok && p.now().Sub(f.at) < p.cfg.UnusableReadInterval {
+	if f, ok := p.foreign[k]; !unknown && ok && f.Fresh(p.now(), p.cfg.UnusableReadInterval) {
 		p.foreignUsed.Touch(k)
 		u, unknown = f, true
 	}
@@ -189,13 +182,13 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 		return nil
 	}
 	if unknown {
-		return u.err
+		return u.Err
 	}
 	if _, err := p.reg.SchemaByID(ctx, id); err != nil {
 		if errors.Is(err, registry.ErrSchemaUnknown) && ctx.Err() == nil {
 			p.mu.Lock()
 			lru.MakeRoom(&p.unknownUsed, p.unknown, registry.MaxCachedIDs)
-			p.unknown[id] = unusableRead{at: p.now(), err: err}
+			p.unknown[id] = registry.Refusal{At: p.now(), Err: err}
 			p.unknownUsed.Touch(id)
 			p.mu.Unlock()
 		}
@@ -209,7 +202,7 @@ func (p *Passthrough) Check(ctx context.Context, topic, typ string, v []byte) er
 			if errors.Is(err, registry.ErrSchemaUnknown) && ctx.Err() == nil {
 				p.mu.Lock()
 				lru.MakeRoom(&p.foreignUsed, p.foreign, registry.MaxCachedIDs)
-				p.foreign[k] = unusableRead{at: p.now(), err: err}
+				p.foreign[k] = registry.Refusal{At: p.now(), Err: err}
 				p.foreignUsed.Touch(k)
 				p.mu.Unlock()
 			}

@@ -88,7 +88,7 @@ type Registry struct {
 	// unusable holds, for each schema id that a fetch found unusable,
 	// when and why (ErrUndecodable); at most maxSchemas of them, the
 	// least recently used (unusableUsed) dropped first.
-	unusable     map[uint32]unusableFetch
+	unusable     map[uint32]registry.Refusal
 	unusableUsed lru.Order[uint32]
 	interval     time.Duration // RegistryConfig.UnusableReadInterval
 	// now is the clock of UnusableReadInterval (time.Now; a test's own).
@@ -130,7 +130,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		cfg.UnusableReadInterval = DefaultUnusableReadInterval
 	}
 	return &Registry{reg: reg, validate: cfg.ValidateJSON, maxSize: cfg.MaxDecodedBytes, schemas: map[uint32]*schema{},
-		unusable: map[uint32]unusableFetch{}, interval: cfg.UnusableReadInterval, now: time.Now}, nil
+		unusable: map[uint32]registry.Refusal{}, interval: cfg.UnusableReadInterval, now: time.Now}, nil
 }
 
 // Decoded is a key or value in Confluent's wire format, decoded.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hamba/avro/v2"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -14,13 +13,6 @@ import (
 	"github.com/walrelay/walrelay/format/schemafirst"
 	"github.com/walrelay/walrelay/internal/lru"
 )
-
-// unusableFetch is a fetch of a schema id that found it unusable: when,
-// and its error.
-type unusableFetch struct {
-	at  time.Time
-	err error
-}
 
 // schema is a registry's schema, compiled.
 type schema struct {
@@ -64,7 +56,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		r.schemasUsed.Touch(id)
 	}
 	u, failed := r.unusable[id]
-	if failed && r.now().Sub(u.at) < r.interval {
+	if failed && u.Fresh(r.now(), r.interval) {
 		r.unusableUsed.Touch(id)
 	} else {
 		failed = false
@@ -74,7 +66,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		return s, nil
 	}
 	if failed {
-		return nil, u.err
+		return nil, u.Err
 	}
 	s, err := r.fetch(ctx, id)
 	r.mu.Lock()
@@ -85,7 +77,7 @@ func (r *Registry) schema(ctx context.Context, id uint32) (*schema, error) {
 		r.unusableUsed.Remove(id)
 	case errors.Is(err, ErrUndecodable) && ctx.Err() == nil:
 		lru.MakeRoom(&r.unusableUsed, r.unusable, maxSchemas)
-		r.unusable[id] = unusableFetch{at: r.now(), err: err}
+		r.unusable[id] = registry.Refusal{At: r.now(), Err: err}
 		r.unusableUsed.Touch(id)
 	}
 	return s, err

@@ -96,7 +96,7 @@ type Client struct {
 	// ErrNotRegistered), with when and why, at most MaxCachedIDs, the
 	// least recently used dropped first: asked again once
 	// unusableInterval has passed, not once a row.
-	refused          map[subjectSchema]unusableRead
+	refused          map[subjectSchema]Refusal
 	refusedUsed      lru.Order[subjectSchema]
 	unusableInterval time.Duration
 	// now is the clock of unusableInterval (time.Now; a test's own).
@@ -151,7 +151,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.UnusableReadInterval = DefaultUnusableReadInterval
 	}
 	return &Client{cl: cl, auto: cfg.AutoRegister, maxSchema: cfg.MaxSchemaBytes, maxCompiled: cfg.MaxCompiledSchemaBytes, obs: obs,
-		ids: map[subjectSchema]uint32{}, refused: map[subjectSchema]unusableRead{}, unusableInterval: cfg.UnusableReadInterval, now: time.Now}, nil
+		ids: map[subjectSchema]uint32{}, refused: map[subjectSchema]Refusal{}, unusableInterval: cfg.UnusableReadInterval, now: time.Now}, nil
 }
 
 // Errors of CheckURL.
@@ -213,8 +213,8 @@ func (r *Client) ID(ctx context.Context, subject, schema string) (uint32, error)
 	if ok {
 		return id, nil
 	}
-	if wasRefused && r.now().Sub(refused.at) < r.unusableInterval {
-		return 0, refused.err
+	if wasRefused && refused.Fresh(r.now(), r.unusableInterval) {
+		return 0, refused.Err
 	}
 	if len(schema) > r.maxSchema {
 		return 0, fmt.Errorf("subject %s: %w: its schema is %d bytes, more than the %d that walrelay sends to a registry (Confluent's keeps a schema in one Kafka record)", subject, ErrPayload, len(schema), r.maxSchema)
@@ -241,7 +241,7 @@ func (r *Client) ID(ctx context.Context, subject, schema string) (uint32, error)
 		if (errors.Is(err, ErrRefused) || errors.Is(err, ErrNotRegistered)) && ctx.Err() == nil {
 			r.mu.Lock()
 			lru.MakeRoom(&r.refusedUsed, r.refused, MaxCachedIDs)
-			r.refused[k] = unusableRead{at: r.now(), err: err}
+			r.refused[k] = Refusal{At: r.now(), Err: err}
 			r.refusedUsed.Touch(k)
 			r.mu.Unlock()
 		}
@@ -296,11 +296,19 @@ const MaxCachedIDs = 10000
 // formats' own.
 const DefaultUnusableReadInterval = 10 * time.Second
 
-// unusableRead is a reading that found a schema unusable: when, and its
-// error.
-type unusableRead struct {
-	at  time.Time
-	err error
+// Refusal is an answer that found a schema or a schema id unusable (not
+// registered, refused, not compiling): when it came, and its error. The
+// caches of the registry formats and the inbox keep one per key, and ask
+// the registry again once it is no longer Fresh.
+type Refusal struct {
+	At  time.Time
+	Err error
+}
+
+// Fresh reports whether r is an answer (its Err set) younger than
+// interval at now.
+func (r Refusal) Fresh(now time.Time, interval time.Duration) bool {
+	return r.Err != nil && now.Sub(r.At) < interval
 }
 
 // subjectVersion keys the references read once each.

@@ -24,13 +24,6 @@ type subjectVersion struct {
 	version int
 }
 
-// unusableRead is a reading that found a schema unusable (or an id
-// unknown): when, and its error.
-type unusableRead struct {
-	at  time.Time
-	err error
-}
-
 // subjectReads is what a subject's last readings were, guarded by
 // Encoder.mu.
 type subjectReads struct {
@@ -42,7 +35,7 @@ type subjectReads struct {
 	// unusable is the last reading that found the subject's schema
 	// unusable (ErrNotRegistered); its zero value if the last reading
 	// found it usable.
-	unusable unusableRead
+	unusable registry.Refusal
 }
 
 // maxSubjectReads bounds the subjects whose last readings a Encoder
@@ -135,9 +128,9 @@ func (s *Encoder) read(ctx context.Context, subject string) (*compiledSchema, er
 	case err == nil:
 		// A failure is forgotten, the registry having answered.
 		r := s.readsOf(k)
-		r.unusable, r.mismatchReadErr = unusableRead{}, nil
+		r.unusable, r.mismatchReadErr = registry.Refusal{}, nil
 	case errors.Is(err, registry.ErrNotRegistered) && ctx.Err() == nil:
-		s.readsOf(k).unusable = unusableRead{at: s.now(), err: err}
+		s.readsOf(k).unusable = registry.Refusal{At: s.now(), Err: err}
 	}
 	return c, err
 }
@@ -161,11 +154,11 @@ func (s *Encoder) unusableWithin(k subjectVersion) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.reads[k]
-	if !ok || r.unusable.err == nil || s.now().Sub(r.unusable.at) >= s.cfg.UnusableReadInterval {
+	if !ok || !r.unusable.Fresh(s.now(), s.cfg.UnusableReadInterval) {
 		return nil
 	}
 	s.readsUsed.Touch(k)
-	return r.unusable.err
+	return r.unusable.Err
 }
 
 // readCompile is read without the memory of unusable subjects.
