@@ -63,7 +63,7 @@ func runPayments(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// The Protobuf and JSON Schema consumer of docs/schema-registry.md.
+// The Protobuf and JSON Schema consumer of docs/registry-consuming.md.
 func Example_registryFormats() {
 	_ = runPayments
 }

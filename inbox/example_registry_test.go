@@ -39,7 +39,7 @@ func runBilling(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// The Avro consumer of docs/schema-registry.md.
+// The Avro consumer of docs/registry-consuming.md.
 func Example_avro() {
 	_ = runBilling
 }
