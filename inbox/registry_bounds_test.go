@@ -16,6 +16,7 @@ import (
 	"github.com/walrelay/walrelay/format"
 	"github.com/walrelay/walrelay/format/registry"
 	"github.com/walrelay/walrelay/internal/testkit/heappeak"
+	"github.com/walrelay/walrelay/internal/testkit/longtest"
 )
 
 // schemaServer answers /schemas/ids/N with schema(N) of schemaType typ,
@@ -46,6 +47,7 @@ func schemaServer(t *testing.T, typ string, schema func(id int) string) (string,
 // 1,000 such schemas leave cached stays some tens of MiB, whatever the
 // number.
 func TestRegistrySchemaCacheBoundedByBytes(t *testing.T) {
+	longtest.Skip(t)
 	url, _ := schemaServer(t, "AVRO", func(id int) string {
 		var fields []string
 		for i := range 100 {
@@ -102,6 +104,7 @@ func TestRegistrySchemaCacheBoundedByBytes(t *testing.T) {
 // references) over RegistryConfig.MaxSchemaBytes (512 KiB) is
 // ErrUndecodable, not parsed, and an answer is read up to 8 times that.
 func TestRegistryHugeSchemaRefused(t *testing.T) {
+	longtest.Skip(t)
 	var b strings.Builder
 	b.WriteString(`{"type":"record","name":"R","fields":[`)
 	for i := 0; b.Len() < 2<<20; i++ {

@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/longtest"
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/internal/testkit/proxy"
 	"github.com/walrelay/walrelay/internal/testkit/waitfor"
@@ -36,31 +37,10 @@ import (
 // walrelayBin is the binary under test, built once by TestMain.
 var walrelayBin string
 
-// EnvLong, set to 1, runs the long tests too: the fault suites that spend
-// most of their time waiting out an outage, a partition, a slow broker or a
-// chaos loop, and the tests of scale (100,000-row transactions, 150 MB
-// payloads). .ci/run runs them in a step of their own after the README's
-// test command, which leaves them out to stay within its time.
-const EnvLong = "WALRELAY_TEST_LONG"
-
-// long marks a test as long: skipped unless WALRELAY_TEST_LONG=1 (and in
-// -short mode). Call it on a line of its own at the top of the test
-// function, as long(t): .ci/run finds the long tests by that line, and long
-// fails a test that calls it from anywhere else.
-func long(t *testing.T) {
-	t.Helper()
-	pcs := make([]uintptr, 1)
-	frame, _ := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)]).Next()
-	if fn := frame.Function; fn[strings.LastIndex(fn, ".")+1:] != t.Name() {
-		t.Fatalf("call long(t) at the top of the test function %s itself (.ci/run finds the long tests by that line)", t.Name())
-	}
-	if testing.Short() {
-		t.Skip("long test: not in -short mode")
-	}
-	if os.Getenv(EnvLong) != "1" {
-		t.Skip("long test: " + EnvLong + "=1 runs it (.ci/run does)")
-	}
-}
+// long marks a test as long (package longtest): skipped unless
+// WALRELAY_TEST_LONG=1. Call it on a line of its own at the top of the test
+// function, as long(t).
+func long(t *testing.T) { t.Helper(); longtest.Skip(t) }
 
 // defaultParallel is how many tests of this package run at once unless
 // go test's -parallel says otherwise (its default is GOMAXPROCS): the tests

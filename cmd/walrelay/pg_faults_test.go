@@ -185,6 +185,7 @@ func TestPostgresRestart(t *testing.T) {
 // from its own (which would skip the new transactions): every row written
 // after the restore arrives.
 func TestRestoredServerResumesFromItsSlot(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setup(t)
 	needThrowaway(t, pg, "restores the server's files")

@@ -130,6 +130,7 @@ func writeConcurrently(t *testing.T, dsn string, writers, aggs, total, maxTxn in
 // per aggregate, with the key, headers and partition of the WAL source; and
 // every row ends SENT with its sent_at. It needs no slot: none exists.
 func TestPollEveryEventInOrder(t *testing.T) {
+	long(t)
 	t.Parallel()
 	pg, kc, col := setupPoll(t)
 	conn := connect(t, pg.DSN)
