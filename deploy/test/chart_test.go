@@ -128,6 +128,7 @@ func TestChartRefuses(t *testing.T) {
 		want string
 	}{
 		{"one shard", map[string]any{"sharding": map[string]any{"enabled": true, "count": 1}}, "sharding.count must be at least 2"},
+		{"a NetworkPolicy of no peers", map[string]any{"networkPolicy": map[string]any{"from": []any{}}}, "networkPolicy.from is empty"},
 		{"shards sharing a transactional id", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"kafka": map[string]any{"transactional_id": "walrelay"}}}, "config.kafka.transactional_id with sharding.enabled"},
 	}
 	for _, tt := range tests {
@@ -176,6 +177,7 @@ func TestRulesRefuse(t *testing.T) {
 		{"no scrape annotations", standby, nil, func(o *objects) { delete(o.deps[0].Spec.Template.Annotations, "prometheus.io/port") }, "scrape annotations"},
 		{"a request under the peak", standby, nil, func(o *objects) { container(o).Resources.Requests[corev1.ResourceMemory] = resource.MustParse("48Mi") }, "memory request"},
 		{"a limit under memory_limit + 64 MiB", standby, nil, func(o *objects) { container(o).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("80Mi") }, "memory limit"},
+		{"buffers raised and the limit not", standby, map[string]any{"config": map[string]any{"kafka": map[string]any{"max_buffered_bytes": 64 << 20}}}, func(*objects) {}, "memory limit"},
 		{"a grace period the stop does not fit", standby, nil, func(o *objects) { config(o, "shutdown_timeout: 20s", "shutdown_timeout: 28s") }, "grace period"},
 		{"a writable root filesystem", standby, nil, func(o *objects) { container(o).SecurityContext.ReadOnlyRootFilesystem = nil }, "read-only root filesystem"},
 		{"an update that stops both", standby, nil, func(o *objects) {
@@ -212,12 +214,16 @@ func TestRulesRefuse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o, err := render(tt.files, tt.set)
+			o, err := render(tt.files, nil)
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
 			if _, err := checkInstallation(o, t.TempDir()); err != nil {
 				t.Fatalf("before breaking it: %v", err)
+			}
+			// Broken by values, or in the render.
+			if o, err = render(tt.files, tt.set); err != nil {
+				t.Fatalf("render: %v", err)
 			}
 			tt.breaks(o)
 			_, err = checkInstallation(o, t.TempDir())
