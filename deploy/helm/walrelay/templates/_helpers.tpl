@@ -1,0 +1,101 @@
+{{/* The chart's name, and the release's name for its objects. */}}
+{{- define "walrelay.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "walrelay.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "walrelay.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "walrelay.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* The labels that select every pod of the release (every shard). */}}
+{{- define "walrelay.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "walrelay.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "walrelay.labels" -}}
+{{ include "walrelay.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/*
+The relays, one per slot: a YAML list of {name, slot, publication, shard}.
+Unsharded, one relay on config's slot and publication (shard -1, and the
+chart leaves both keys to the configuration); sharded, sharding.count
+relays, shard k on <slot>_shard_<k> and <publication>_shard_<k>_of_<n>.
+*/}}
+{{- define "walrelay.relays" -}}
+{{- $pg := (.Values.config | default dict).postgres | default dict }}
+{{- $slot := $pg.slot | default "walrelay" }}
+{{- $pub := $pg.publication | default "walrelay_outbox" }}
+{{- if .Values.sharding.enabled }}
+{{- $n := int .Values.sharding.count }}
+{{- if lt $n 2 }}
+{{- fail "sharding.count must be at least 2 with sharding.enabled" }}
+{{- end }}
+{{- if ((.Values.config | default dict).kafka | default dict).transactional_id }}
+{{- fail "config.kafka.transactional_id with sharding.enabled: every shard would share it, and walrelay refuses two slots on one id; leave it empty (each shard derives its own from its slot)" }}
+{{- end }}
+{{- range $k := until $n }}
+- name: {{ printf "%s-shard-%d" (include "walrelay.fullname" $) $k }}
+  slot: {{ printf "%s_shard_%d" $slot $k }}
+  publication: {{ printf "%s_shard_%d_of_%d" $pub $k $n }}
+  shard: {{ $k }}
+{{- end }}
+{{- else }}
+- name: {{ include "walrelay.fullname" . }}
+  slot: {{ $slot }}
+  publication: {{ $pub }}
+  shard: -1
+{{- end }}
+{{- end }}
+
+{{/* The labels that select one relay's pods. */}}
+{{- define "walrelay.relaySelectorLabels" -}}
+{{ include "walrelay.selectorLabels" .root }}
+{{- if ge (int .relay.shard) 0 }}
+walrelay.io/shard: {{ .relay.shard | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "walrelay.secretDir" -}}/run/secrets/walrelay{{- end }}
+
+{{/*
+One relay's walrelay.yaml: config, with what the chart owns set on top
+(the admin listener, the secrets' files, a shard's slot and publication).
+*/}}
+{{- define "walrelay.config" -}}
+{{- $v := .root.Values }}
+{{- $cfg := deepCopy ($v.config | default dict) }}
+{{- $own := dict "admin" (dict "listen" (printf "0.0.0.0:%d" (int $v.adminPort))) }}
+{{- $dir := include "walrelay.secretDir" . }}
+{{- $pg := dict }}
+{{- $kafka := dict }}
+{{- with $v.existingSecret }}
+{{- if and .name .postgresPasswordKey }}
+{{- $_ := set $pg "password_file" (printf "%s/%s" $dir .postgresPasswordKey) }}
+{{- end }}
+{{- if and .name .kafkaSaslPasswordKey }}
+{{- $_ := set $kafka "sasl" (dict "password_file" (printf "%s/%s" $dir .kafkaSaslPasswordKey)) }}
+{{- end }}
+{{- if and .name .schemaRegistryPasswordKey }}
+{{- $_ := set $kafka "schema_registry" (dict "password_file" (printf "%s/%s" $dir .schemaRegistryPasswordKey)) }}
+{{- end }}
+{{- end }}
+{{- if ge (int .relay.shard) 0 }}
+{{- $_ := set $pg "slot" .relay.slot }}
+{{- $_ := set $pg "publication" .relay.publication }}
+{{- $_ := set $pg "allow_row_filter" true }}
+{{- end }}
+{{- if $pg }}{{- $_ := set $own "postgres" $pg }}{{- end }}
+{{- if $kafka }}{{- $_ := set $own "kafka" $kafka }}{{- end }}
+{{- toYaml (mustMergeOverwrite $cfg $own) }}
+{{- end }}
