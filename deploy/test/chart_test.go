@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/common/util"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
@@ -232,5 +233,35 @@ func TestRulesRefuse(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestChartLint runs helm lint --strict (Helm's own lint action, the code
+// of the helm command) on the chart with each variant's values and all of
+// them together: no warning and no error. The INFO that the chart has no
+// icon is not a warning.
+func TestChartLint(t *testing.T) {
+	t.Parallel()
+	for _, files := range [][]string{
+		nil,
+		{"values-standby.yaml"},
+		{"values-exactly-once.yaml"},
+		{"values-sharded.yaml"},
+		{"values-sharded.yaml", "values-exactly-once.yaml", "values-standby.yaml"},
+	} {
+		vals := map[string]any{}
+		for _, f := range files {
+			v, err := common.ReadValuesFile(filepath.Join(chartDir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vals = mergeValues(vals, v)
+		}
+		lint := action.NewLint()
+		lint.Strict = true
+		res := lint.Run([]string{chartDir}, vals)
+		if res.TotalChartsLinted != 1 || len(res.Errors) > 0 {
+			t.Errorf("helm lint --strict with %v: %d charts linted, errors %v, messages %v", files, res.TotalChartsLinted, res.Errors, res.Messages)
+		}
 	}
 }
