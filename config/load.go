@@ -60,6 +60,10 @@ func (f *fileFlag) String() string { return f.path }
 
 func (f *fileFlag) Set(v string) error { f.path = v; return nil }
 
+// IsKey reports whether the flag name is a configuration key's, so that a
+// command's help can list its own flags apart from the keys.
+func (f *fileFlag) IsKey(name string) bool { _, ok := f.cs.byKey[name]; return ok }
+
 // SourceProblems reads the file (if --config names one) and the
 // environment as Load does, and returns every unknown key and refused
 // value in them (Problems), or nil: for a command that found undefined

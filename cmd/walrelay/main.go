@@ -181,8 +181,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fs.SetOutput(out)
-				fmt.Fprintf(out, "Usage of %s:\n", fs.Name())
-				fs.PrintDefaults()
+				printUsage(out, fs)
 				return nil, err
 			}
 			_, name, ok := strings.Cut(err.Error(), "flag provided but not defined: ")
@@ -219,6 +218,37 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 	}
 	return nil, fm
+}
+
+// printUsage prints a command's own flags first, then, under a heading of
+// their own, the configuration's keys that it also takes as flags (each
+// also a key of the --config file and a WALRELAY_ variable).
+func printUsage(out io.Writer, fs *flag.FlagSet) {
+	isKey := func(string) bool { return false }
+	if f := fs.Lookup("config"); f != nil {
+		if k, ok := f.Value.(interface{ IsKey(name string) bool }); ok {
+			isKey = k.IsKey
+		}
+	}
+	own, keys := flag.NewFlagSet(fs.Name(), flag.ContinueOnError), flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		to := own
+		if isKey(f.Name) {
+			to = keys
+		}
+		to.Var(f.Value, f.Name, f.Usage)
+		to.Lookup(f.Name).DefValue = f.DefValue
+	})
+	own.SetOutput(out)
+	keys.SetOutput(out)
+	fmt.Fprintf(out, "Usage of %s:\n", fs.Name())
+	own.PrintDefaults()
+	n := 0
+	keys.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintf(out, "\nConfiguration keys (%d), each also a key of the --config file and a WALRELAY_ variable (docs/configuration.md):\n", n)
+		keys.PrintDefaults()
+	}
 }
 
 // flagHint names the defined flag an undefined one is likely a misspelling

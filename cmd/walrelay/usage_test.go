@@ -60,3 +60,37 @@ func TestMistakesOfEverySourceAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpShowsItsOwnFlagsFirst: a command's -h lists its own flags in its
+// first lines, then the configuration's keys under a heading of their own.
+// Before, dlq replay's --id and --yes were among some 95 flags in one
+// alphabetical list, --id after --heartbeat.interval.
+func TestHelpShowsItsOwnFlagsFirst(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		own  []string
+	}{
+		{[]string{"dlq", "replay", "-h"}, []string{"-id", "-all", "-yes", "-config"}},
+		{[]string{"slot", "drop", "-h"}, []string{"-yes"}},
+		{[]string{"replay", "--help"}, []string{"-all", "-yes"}},
+	} {
+		var out, errOut bytes.Buffer
+		code := realMain(t.Context(), c.args, &out, &errOut)
+		help := errOut.String()
+		keys := strings.Index(help, "\nConfiguration keys (")
+		if code != 0 || keys < 0 || !strings.Contains(help[keys:], "-kafka.brokers") {
+			t.Errorf("%v: exit %d, want 0 and the keys under their heading:\n%s", c.args, code, help)
+			continue
+		}
+		for _, f := range c.own {
+			if i := strings.Index(help, "\n  "+f+" "); i < 0 || i > keys {
+				if i = strings.Index(help, "\n  "+f+"\n"); i < 0 || i > keys {
+					t.Errorf("%v: %s not among the command's own flags before the keys:\n%s", c.args, f, help[:keys])
+				}
+			}
+		}
+		if n := strings.Count(help[:keys], "\n  -"); n > 12 {
+			t.Errorf("%v: %d flags before the keys, want the command's own few:\n%s", c.args, n, help[:keys])
+		}
+	}
+}
