@@ -30,7 +30,8 @@ const (
 	// Keepalive is a primary keepalive: every Data before it has been
 	// yielded, so its WAL end is safe to confirm when nothing is in flight.
 	Keepalive
-	// TooLarge is an XLogData larger than MaxMessageBytes, which was never
+	// TooLarge is an XLogData whose pgoutput message is larger than
+	// MaxMessageBytes (Size is over it), which was never
 	// held: Data is its pgoutput message cut down (each value of an insert
 	// that did not fit given as NULL, a logical message's content cut
 	// short, another message's first bytes), Size its size, Cuts the values
@@ -87,8 +88,9 @@ type Config struct {
 	// for a reply. Default 30s; at least 4 times StatusInterval. A message
 	// still arriving counts as something.
 	ReceiveTimeout time.Duration
-	// MaxMessageBytes is the largest message of the server held in memory.
-	// A larger XLogData is read as it arrives and dropped, its head kept
+	// MaxMessageBytes is the largest message of the server held in memory:
+	// of an XLogData, its pgoutput message (the XLogData header's 25 bytes
+	// not counted). A larger one is read as it arrives and dropped, its head kept
 	// (Change.Kind TooLarge); a larger message of another kind ends the
 	// session with a *ProtocolError. Default 16 MiB; at least 64.
 	MaxMessageBytes int64
