@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -246,7 +245,9 @@ func (s *Stream) openLoop(ctx context.Context, unlessTaken bool) (*Session, erro
 		}
 		s.ended, s.progressed = err, false
 		var active *SlotActiveError
-		if unlessTaken && errors.As(err, &active) && (active.PID == 0 || uint32(active.PID) != s.lastPID) {
+		// An unknown pid (the slot released as walrelay asked) is not
+		// known to be another process's: the next attempt tells.
+		if unlessTaken && errors.As(err, &active) && active.PID != 0 && uint32(active.PID) != s.lastPID {
 			return nil, err
 		}
 	}
@@ -269,9 +270,12 @@ func (s *Stream) wait(ctx context.Context) error {
 		// holder dies: asking is one cheap query.
 		wait = min(wait, s.cfg.StandbyRetry)
 		s.state.Store("waiting_for_slot")
-		if s.lastPID != 0 && uint32(active.PID) == s.lastPID {
+		switch {
+		case active.PID == 0:
+			s.log.Info("slot was active in another process a moment ago; trying again", "retry_in", wait)
+		case s.lastPID != 0 && uint32(active.PID) == s.lastPID:
 			s.log.Info("slot is still held by the walsender of this walrelay's last session; waiting", "pid", active.PID, "retry_in", wait)
-		} else {
+		default:
 			s.log.Info("slot is active in another process; waiting", "pid", active.PID, "retry_in", wait)
 		}
 	} else {
@@ -386,11 +390,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
-			pid := 0
-			if m := activePIDRe.FindStringSubmatch(pgErr.Message); m != nil {
-				pid, _ = strconv.Atoi(m[1])
-			}
-			return nil, &SlotActiveError{Slot: s.cfg.Slot, PID: pid}
+			return nil, s.slotActive(ctx, conn, pgErr)
 		}
 		if isFatalPgError(err) {
 			return nil, failure.Mark(failure.Fatal, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err))
