@@ -113,6 +113,16 @@ func (e *handlerError) Error() string { return e.err.Error() }
 
 func (e *handlerError) Unwrap() error { return e.err }
 
+// claimError is a failure of the inbox's own claim of an event (its
+// handler did not run): dead-lettered, after MaxAttempts, as
+// claim_failed, not handler_failed. An id the inbox table cannot hold (an
+// index entry over the server's limit) is one.
+type claimError struct{ err error }
+
+func (e *claimError) Error() string { return e.err.Error() }
+
+func (e *claimError) Unwrap() error { return e.err }
+
 // isHandlerError reports whether err is a handler's failure.
 func isHandlerError(err error) bool {
 	var he *handlerError

@@ -46,8 +46,10 @@ type Config struct {
 	// RetryBackoffMin and RetryBackoffMax bound the wait before a retry
 	// (capped exponential, with jitter). Default 100ms and 10s.
 	RetryBackoffMin, RetryBackoffMax time.Duration
-	// DeadLetterTopic receives the records that failed MaxAttempts times,
-	// those whose event id cannot be read: no "id" header (reason
+	// DeadLetterTopic receives the records that failed MaxAttempts times
+	// (reason handler_failed; claim_failed when the inbox's own claim of
+	// the event failed and its handler never ran), those whose event id
+	// cannot be read: no "id" header (reason
 	// no_id), an empty one (empty_id) or several (several_ids), and those
 	// whose handler returned ErrUndecodable (undecodable, at once: a
 	// value that Registry.Decode cannot decode). A handler returning

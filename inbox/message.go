@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/textcut"
 )
 
 // Message is one Kafka record handed to the handler.
@@ -88,12 +90,21 @@ func idReason(err error) string {
 	return ""
 }
 
-// logID is r's event id for a log line or a dead letter's log: "" if it
-// has none or several.
+// logID is r's event id for a log line or a dead letter's log, clipped
+// (clipID): "" if it has none or several.
 func logID(r *kgo.Record) string {
 	id, _ := eventID(r)
-	return id
+	return clipID(id)
 }
+
+// maxLogID is the most bytes of an event id a log line or an error
+// quotes: an id is whatever the producer wrote (8,000 characters are
+// seen), and a log line quotes it as its id and again in its error.
+const maxLogID = 128
+
+// clipID is id for a log line or an error: at most maxLogID bytes, an
+// ellipsis marking the cut.
+func clipID(id string) string { return textcut.Clip(id, maxLogID) }
 
 // message is the Message of r, whose event id is id.
 func message(r *kgo.Record, id string, attempt int) Message {

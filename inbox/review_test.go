@@ -3,13 +3,16 @@ package inbox_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/inbox"
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
@@ -361,4 +364,44 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestLongIDClaimFailed (issue 48 item 2): an event whose id is 8,000
+// characters (random: its claim, an index entry, is over the server's
+// limit of about 2.7 kB and fails) is dead-lettered for a failure of the
+// inbox's own claim, claim_failed, not handler_failed (its handler never
+// ran), and the consumer's log lines quote the id bounded, never whole.
+func TestLongIDClaimFailed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	var raw [4000]byte
+	for i := range raw {
+		raw[i] = byte(i*7919%251) ^ byte(i>>3)
+	}
+	id := fmt.Sprintf("%x", raw)
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	dlq := e.collectDLQ(t)
+	e.produce(t, event(id, "order-1", 1))
+	var ran atomic.Bool
+	stop := e.start(t, inbox.Config{Logger: logger, MaxAttempts: 2, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond},
+		func(context.Context, pgx.Tx, inbox.Message) error { ran.Store(true); return nil })
+	dead, err := dlq.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, id) || len(line) > 2000 {
+			t.Fatalf("a log line of %d bytes quotes the id %d times whole: %.300s…", len(line), strings.Count(line, id), line)
+		}
+	}
+	if reason := string(kafkatest.Header(dead[0], sink.HeaderReason)); reason != "claim_failed" || ran.Load() {
+		t.Fatalf("an event whose claim failed was dead-lettered %q (handler ran: %v), want claim_failed", reason, ran.Load())
+	}
 }

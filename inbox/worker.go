@@ -268,13 +268,18 @@ func (w *worker) run() {
 			if w.attempts == 1 {
 				w.firstFail = time.Now()
 			}
+			reason, msg := "handler_failed", "handler failed; retrying"
+			var ce *claimError
+			if errors.As(err, &ce) {
+				reason, msg = "claim_failed", "the inbox's claim of the event failed; retrying"
+			}
 			if w.attempts >= c.cfg.MaxAttempts {
-				w.deadLetter(head, "handler_failed", err)
+				w.deadLetter(head, reason, err)
 				continue
 			}
 			c.m.retries.WithLabelValues(w.tp.topic).Inc()
 			wait := backoff.Wait(c.cfg.RetryBackoffMin, c.cfg.RetryBackoffMax, w.attempts-1)
-			c.log.Warn("handler failed; retrying", "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", logID(head),
+			c.log.Warn(msg, "topic", w.tp.topic, "partition", w.tp.partition, "offset", head.Offset, "id", logID(head),
 				"attempt", w.attempts, "max_attempts", c.cfg.MaxAttempts, "err", err, "retry_in", wait)
 			w.sleep(wait)
 		}
@@ -336,7 +341,7 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 		}
 		fresh, err := w.claim(ctx, tx, r.Topic, m.ID, i > 0)
 		if err != nil {
-			return 0, ran, fmt.Errorf("claim event %s of %s in %s: %w", m.ID, r.Topic, c.table, err)
+			return 0, ran, &claimError{fmt.Errorf("claim event %s of %s in %s: %w", clipID(m.ID), r.Topic, c.table, err)}
 		}
 		if !fresh {
 			if span != nil {
@@ -362,9 +367,9 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 		if err != nil {
 			w.handlerState = sqlState(err)
 			if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT walrelay_inbox"); rerr != nil {
-				return 0, ran, fmt.Errorf("roll back event %s after its handler failed (%v): %w", m.ID, err, rerr)
+				return 0, ran, fmt.Errorf("roll back event %s after its handler failed (%v): %w", clipID(m.ID), err, rerr)
 			}
-			failure = &handlerError{fmt.Errorf("handle event %s (%s/%d at offset %d): %w", m.ID, r.Topic, r.Partition, r.Offset, err)}
+			failure = &handlerError{fmt.Errorf("handle event %s (%s/%d at offset %d): %w", clipID(m.ID), r.Topic, r.Partition, r.Offset, err)}
 			failed = i
 			break
 		}
@@ -446,7 +451,7 @@ func (w *worker) call(ctx context.Context, tx pgx.Tx, m Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
-			w.c.log.Error("handler panicked", "id", m.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			w.c.log.Error("handler panicked", "id", clipID(m.ID), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 		w.c.m.latency.Observe(time.Since(start).Seconds())
 	}()

@@ -92,3 +92,73 @@ func TestSweepTimeBounded(t *testing.T) {
 		t.Fatalf("a sweep that releases nothing takes %s with 100,010 blocked aggregates (%s with 10)", many, base)
 	}
 }
+
+// TestSweepCutGoesOn (issue 48 item 2): a sweep cut by sweepTimeout
+// releases nothing, and the next one must not repeat it whole, or the rows
+// only the sweep can release stay PARKED for ever. Here each row set back
+// takes 4 ms (a trigger): a sweep of every aggregate (150 free ones, a
+// parked row each: 600 ms) is always cut; the sweeps that follow visit
+// fewer aggregates, and release them all within a few seconds.
+func TestSweepCutGoesOn(t *testing.T) {
+	t.Parallel()
+	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, BatchSize: 100})
+	ctx := t.Context()
+	const free = 150
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status)
+		SELECT gen_random_uuid(), 'order', 'f-' || lpad(i::text, 4, '0'), 'T', '{}', 'PARKED' FROM generate_series(1, $1::int) i`, free); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE FUNCTION slow_release() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(0.004); RETURN NEW; END $$;
+		CREATE TRIGGER slow_release BEFORE UPDATE ON outbox FOR EACH ROW
+		WHEN (OLD.status = 'PARKED' AND NEW.status = 'PENDING') EXECUTE FUNCTION slow_release()`); err != nil {
+		t.Fatal(err)
+	}
+	var released int64
+	cut := 0
+	for i := 0; i < 20 && released < free; i++ {
+		n, err := tb.sweep(ctx, conn)
+		if err != nil {
+			cut++
+			continue
+		}
+		released += n
+	}
+	if released != free {
+		t.Fatalf("20 sweeps released %d of the %d rows parked behind no blocker (%d of them cut by the %s timeout)", released, free, cut, sweepTimeout)
+	}
+	if cut == 0 {
+		t.Fatalf("no sweep was cut: the test shows nothing")
+	}
+	var parked int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status = 'PARKED'`).Scan(&parked); err != nil {
+		t.Fatal(err)
+	}
+	if parked != 0 {
+		t.Fatalf("%d rows still PARKED", parked)
+	}
+}
+
+// TestSweepStepsPastCostlyAggregate: a sweep of one aggregate cut by
+// sweepTimeout (its row takes 1 s to set back) moves the cursor past it,
+// so the next sweep releases the aggregate after it.
+func TestSweepStepsPastCostlyAggregate(t *testing.T) {
+	t.Parallel()
+	conn, tb := claimFixture(t, Config{Ordering: OrderAggregate, BatchSize: 100})
+	ctx := t.Context()
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status) VALUES
+		(gen_random_uuid(), 'order', 'a', 'T', '{}', 'PARKED'), (gen_random_uuid(), 'order', 'b', 'T', '{}', 'PARKED');
+		CREATE FUNCTION slow_release() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
+		CREATE TRIGGER slow_release BEFORE UPDATE ON outbox FOR EACH ROW
+		WHEN (OLD.aggregateid = 'a' AND NEW.status = 'PENDING') EXECUTE FUNCTION slow_release()`); err != nil {
+		t.Fatal(err)
+	}
+	tb.sweepSpan = 1
+	if n, err := tb.sweep(ctx, conn); err == nil || tb.cursor == nil || *tb.cursor != "a" {
+		t.Fatalf("sweep of a: released %d, err %v, cursor %v; want cut, cursor a", n, err, tb.cursor)
+	}
+	if n, err := tb.sweep(ctx, conn); err != nil || n != 1 {
+		t.Fatalf("sweep after a: released %d, err %v; want b's row", n, err)
+	}
+}

@@ -2,12 +2,14 @@ package poll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/recovery"
@@ -32,7 +34,16 @@ type table struct {
 	// {{aggtype}} is resolved on the first sweep (aggType).
 	sweepSQL, sweepFromSQL string
 	sweepCap               int
-	aggType                string
+	// sweepSpan is how many aggregates the next sweep visits (and rows it
+	// sets back at most): sweepCap, halved by each sweep cut by
+	// sweepTimeout, doubled back by each that was not (the poller's
+	// goroutine only; 0 before the first sweep).
+	sweepSpan int
+	// nextParkedSQL is the first aggregate with parked rows after $1: the
+	// cursor's step past an aggregate a sweep of it alone cannot release
+	// within sweepTimeout ({{aggtype}} as in sweepFromSQL).
+	nextParkedSQL string
+	aggType       string
 	// cursor is the last aggregate the last sweep visited (text), nil to
 	// start from the first (the poller's goroutine only).
 	cursor    *string
@@ -158,37 +169,41 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 			return `(SELECT e.status FROM ` + q + ` e
 			WHERE e.` + agg + ` = ` + a + ` AND ` + unsent + ` ORDER BY e.created_at, e.` + id + ` LIMIT 1) = 'PARKED'`
 		}
-		release := func(limit string) string {
+		release := func(limit, total string) string {
 			return `rel AS (
 		SELECT r._wr_id FROM free CROSS JOIN LATERAL (SELECT p.` + id + ` AS _wr_id FROM ` + q + ` p
 			WHERE p.` + agg + ` = free.a AND p.status = 'PARKED' ORDER BY p.created_at, p.` + id + ` LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED) r
-		LIMIT ` + strconv.Itoa(parkBatches*cfg.BatchSize) + `
+		LIMIT ` + total + `
 	)`
 		}
+		bound := strconv.Itoa(parkBatches * cfg.BatchSize)
 		setBack := `UPDATE ` + q + ` SET status = 'PENDING' WHERE ` + id + ` = ANY (ARRAY(SELECT _wr_id FROM rel))`
-		// The sweep visits at most sweepAggs aggregates with parked rows,
-		// from after the last one the previous sweep visited (a per-table
+		// The sweep visits at most $3 aggregates with parked rows (the
+		// span: sweepAggs, less after a sweep cut by its timeout), from
+		// after the last one the previous sweep visited (a per-table
 		// cursor, $2, in the aggregate column's type, {{aggtype}}, read on
 		// the first sweep), and starts again from the first once it
 		// reached the last: with many aggregates blocked (a topic refusing
 		// its records), a sweep that walked them all would cost the round
-		// their number once a second.
+		// their number once a second. It sets back at most $3 rows, at
+		// most $1 of an aggregate.
 		sweep := func(from string) string {
 			return `WITH RECURSIVE aggs(a, n) AS (
 		(SELECT p.` + agg + `, 1 FROM ` + q + ` p WHERE p.status = 'PARKED'` + from + ` ORDER BY p.` + agg + ` LIMIT 1)
 		UNION ALL
 		SELECT (SELECT p.` + agg + ` FROM ` + q + ` p WHERE p.status = 'PARKED' AND p.` + agg + ` > aggs.a ORDER BY p.` + agg + ` LIMIT 1), aggs.n + 1
-		FROM aggs WHERE aggs.a IS NOT NULL AND aggs.n < ` + strconv.Itoa(sweepAggs(cfg.BatchSize)) + `
+		FROM aggs WHERE aggs.a IS NOT NULL AND aggs.n < $3
 	), free AS (
 		SELECT aggs.a FROM aggs WHERE aggs.a IS NOT NULL AND ` + firstParked("aggs.a") + `
-	), ` + release("$1") + `, upd AS (
+	), ` + release("$1", "$3") + `, upd AS (
 		` + setBack + ` RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM aggs WHERE a IS NOT NULL), (SELECT a::text FROM aggs WHERE a IS NOT NULL ORDER BY n DESC LIMIT 1)`
 		}
-		t.sweepSQL = sweep("")
+		t.sweepSQL = strings.ReplaceAll(sweep(""), "$3", "$2")
 		t.sweepFromSQL = sweep(" AND p." + agg + " > $2::text::{{aggtype}}")
 		t.sweepCap = sweepAggs(cfg.BatchSize)
+		t.nextParkedSQL = `SELECT p.` + agg + `::text FROM ` + q + ` p WHERE p.status = 'PARKED' AND ($1::text IS NULL OR p.` + agg + ` > $1::text::{{aggtype}}) ORDER BY p.` + agg + ` LIMIT 1`
 		t.releaseSQL = `WITH RECURSIVE aggs(a) AS (
 		(SELECT p.` + agg + ` FROM ` + q + ` p WHERE p.status = 'PARKED' ORDER BY p.` + agg + ` LIMIT 1)
 		UNION ALL
@@ -196,7 +211,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		FROM aggs WHERE aggs.a IS NOT NULL
 	), free AS (
 		SELECT aggs.a FROM aggs WHERE aggs.a IS NOT NULL AND ` + firstParked("aggs.a") + `
-	), ` + release("$1") + `
+	), ` + release("$1", bound) + `
 	` + setBack
 		// Release from the mark: once a mark committed, the aggregates of
 		// the rows it changed whose first unsent row is PARKED (the row that
@@ -210,7 +225,7 @@ func newTable(rt *recovery.Table, cfg Config) *table {
 		t.releaseMarkedSQL = `WITH free AS (
 		SELECT a.a FROM (SELECT DISTINCT m.` + agg + ` AS a FROM ` + q + ` m WHERE m.` + id + ` = ANY($1::text[]::` + idType + `[])) a
 		WHERE ` + firstParked("a.a") + `
-	), ` + release("$2") + `
+	), ` + release("$2", bound) + `
 	` + setBack
 		// A window over the batch and the blockers, by aggregate in
 		// order: a row is held back when a blocker comes before it.
@@ -309,14 +324,20 @@ func sweepAggs(batch int) int { return parkBatches * batch }
 
 // sweepTimeout bounds one sweep (statement_timeout): it runs in the round,
 // before a claim, and must never delay it long. A sweep cut by it releases
-// nothing; the mark releases the aggregates it sends all the same.
+// nothing (one statement), so the next one visits half as many aggregates
+// from the same cursor, and one of a single aggregate cut steps the cursor
+// past it: the sweeps go on through the aggregates whatever one costs. The
+// mark releases the aggregates it sends all the same.
 const sweepTimeout = 500 * time.Millisecond
 
 // sweep sets back to PENDING the parked rows of the aggregates no longer
-// blocked among the next sweepCap aggregates with parked rows (from after
-// the cursor, wrapping around), at most a batch of each and parkBatches
-// batches in all, under sweepTimeout, and returns how many. Ordering none
-// has no cursor: it is release.
+// blocked among the next sweepSpan aggregates with parked rows (from after
+// the cursor, wrapping around), at most a batch of each and sweepSpan rows
+// in all (sweepCap: parkBatches batches), under sweepTimeout, and returns
+// how many. A sweep cut by sweepTimeout returns its error, having halved
+// the span (or, at one aggregate, moved the cursor past it); one that was
+// not doubles it back up to sweepCap. Ordering none has no cursor: it is
+// release.
 func (t *table) sweep(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	if t.sweepSQL == "" {
 		return t.release(ctx, conn)
@@ -329,6 +350,10 @@ func (t *table) sweep(ctx context.Context, conn *pgx.Conn) (int64, error) {
 			return 0, fmt.Errorf("read the type of %s.%s: %w", t.name, l.Columns.AggregateID, err)
 		}
 	}
+	if t.sweepSpan == 0 {
+		t.sweepSpan = t.sweepCap
+	}
+	span := t.sweepSpan
 	var released, visited int64
 	var last *string
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -337,20 +362,53 @@ func (t *table) sweep(ctx context.Context, conn *pgx.Conn) (int64, error) {
 		}
 		var row pgx.Row
 		if t.cursor == nil {
-			row = tx.QueryRow(ctx, t.sweepSQL, t.batch)
+			row = tx.QueryRow(ctx, t.sweepSQL, min(t.batch, span), span)
 		} else {
-			row = tx.QueryRow(ctx, strings.ReplaceAll(t.sweepFromSQL, "{{aggtype}}", t.aggType), t.batch, *t.cursor)
+			row = tx.QueryRow(ctx, strings.ReplaceAll(t.sweepFromSQL, "{{aggtype}}", t.aggType), min(t.batch, span), *t.cursor, span)
 		}
 		return row.Scan(&released, &visited, &last)
 	})
 	if err != nil {
-		return 0, err
+		if !isStatementTimeout(err) {
+			return 0, err
+		}
+		if span > 1 {
+			t.sweepSpan = span / 2
+			return 0, fmt.Errorf("sweep of %d aggregates with parked rows cut (the next visits %d): %w", span, t.sweepSpan, err)
+		}
+		if serr := t.skipParked(ctx, conn); serr != nil {
+			return 0, errors.Join(err, serr)
+		}
+		return 0, fmt.Errorf("sweep of one aggregate with parked rows cut (the next starts after it): %w", err)
 	}
+	t.sweepSpan = min(t.sweepCap, 2*span)
 	t.cursor = last
-	if visited < int64(t.sweepCap) {
+	if visited < int64(span) {
 		t.cursor = nil // the last aggregate reached: from the first again
 	}
 	return released, nil
+}
+
+// skipParked moves the cursor past the first aggregate with parked rows
+// after it (to the first one again past the last).
+func (t *table) skipParked(ctx context.Context, conn *pgx.Conn) error {
+	var next *string
+	err := conn.QueryRow(ctx, strings.ReplaceAll(t.nextParkedSQL, "{{aggtype}}", t.aggType), t.cursor).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		next, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("step the sweep's cursor past %s: %w", t.name, err)
+	}
+	t.cursor = next
+	return nil
+}
+
+// isStatementTimeout reports whether err is the server's cancel of a
+// statement (57014 query_canceled: statement_timeout).
+func isStatementTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
 
 // release sets back to PENDING the parked rows whose aggregate is no

@@ -82,7 +82,7 @@ const headBudget = 64 << 10
 // of the stream), so every state survives an error of the reader under it.
 type frameReader struct {
 	src   io.Reader
-	limit int64 // the largest message body that passes
+	limit int64 // the largest message body that passes; of a CopyData, the largest pgoutput message
 
 	skip int64   // bytes of the message passing through still to come
 	hdr  [5]byte // a message header seen and held back until it is whole
@@ -166,7 +166,15 @@ func (f *frameReader) frame(h []byte) int {
 		return frameRefuse
 	}
 	body := int64(length) - 4
-	if body <= f.limit {
+	// The limit is the pgoutput message's (postgres.max_message_bytes: the
+	// largest event held), so a CopyData carries an XLogData header more:
+	// cut at the limit alone, a message up to xlogHeader bytes under it
+	// was cut, and said to be over it at a size that was not.
+	limit := f.limit
+	if typ == 'd' {
+		limit += xlogHeader
+	}
+	if body <= limit {
 		f.skip = body
 		return framePass
 	}

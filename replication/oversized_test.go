@@ -96,3 +96,32 @@ func TestSessionOversized(t *testing.T) {
 		check(t, changes)
 	})
 }
+
+// TestMessageLimitIsTheMessages (issue 48 item 2): MaxMessageBytes bounds
+// the pgoutput message, as postgres.max_message_bytes says, not the
+// CopyData around it: a message of exactly the limit passes whole, and one
+// a byte over is yielded TooLarge with its true size, over the limit.
+func TestMessageLimitIsTheMessages(t *testing.T) {
+	t.Parallel()
+	const limit = 1024
+	insert := func(size int) []byte {
+		pad := ""
+		base := len(pgoutputtest.Insert(1, str("id-1"), str("order"), str("a-1"), str("T"), &pad))
+		pad = strings.Repeat("p", size-base)
+		return pgoutputtest.Insert(1, str("id-1"), str("order"), str("a-1"), str("T"), &pad)
+	}
+	at, over := insert(limit), insert(limit+1)
+	changes, err := readStream(t, slices.Concat(xlogData(0x100, at), xlogData(0x200, over), keepalive(0x9000, false)), limit)
+	if !connectionError(err) {
+		t.Fatalf("ended with %v, want the connection's end", err)
+	}
+	if len(changes) != 3 {
+		t.Fatalf("%d changes, want 3: %+v", len(changes), changes)
+	}
+	if ch := changes[0]; ch.Kind != Data || !bytes.Equal(ch.Data, at) {
+		t.Fatalf("a message of %d bytes under a limit of %d: kind %v, size %d; want it whole", len(at), limit, ch.Kind, ch.Size)
+	}
+	if ch := changes[1]; ch.Kind != TooLarge || ch.Size != int64(len(over)) || ch.Size <= limit {
+		t.Fatalf("a message of %d bytes over a limit of %d: kind %v, size %d; want TooLarge of its size", len(over), limit, ch.Kind, ch.Size)
+	}
+}

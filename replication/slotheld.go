@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/sqlquote"
@@ -19,13 +21,54 @@ type SlotActiveError struct {
 }
 
 func (e *SlotActiveError) Error() string {
+	if e.PID == 0 {
+		return fmt.Sprintf("replication slot %s is in use: another PostgreSQL walsender streams it to another client (its pid unknown: the slot was released before walrelay could read it)", e.Slot)
+	}
 	return fmt.Sprintf("replication slot %s is in use: PostgreSQL's walsender pid %d streams it to another client", e.Slot, e.PID)
 }
 
 // FailureKind says that the slot's holder may go: Open waits for it.
 func (e *SlotActiveError) FailureKind() failure.Kind { return failure.Retriable }
 
+// activePIDRe reads the holder's pid from the server's message in English
+// ("replication slot \"s\" is active for PID N").
 var activePIDRe = regexp.MustCompile(`active for PID (\d+)`)
+
+// slotActive is the *SlotActiveError of a START_REPLICATION refused as the
+// slot is active (55006, pgErr). The message names the holder's pid, but
+// in the server's lc_messages ("Replikations-Slot »s« ist aktiv für PID
+// N"), so the pid is read from pg_replication_slots on the same
+// connection; from an English message when that query fails, and 0
+// (unknown) when the slot was released in between.
+func (s *Stream) slotActive(ctx context.Context, conn *pgconn.PgConn, pgErr *pgconn.PgError) *SlotActiveError {
+	if readyAfterError(ctx, conn) == nil {
+		if slot, err := inspectSlot(ctx, conn, s.cfg.Slot); err == nil {
+			return &SlotActiveError{Slot: s.cfg.Slot, PID: slot.ActivePID}
+		}
+	}
+	pid := 0
+	if m := activePIDRe.FindStringSubmatch(pgErr.Message); m != nil {
+		pid, _ = strconv.Atoi(m[1])
+	}
+	return &SlotActiveError{Slot: s.cfg.Slot, PID: pid}
+}
+
+// readyAfterError reads the ReadyForQuery that follows an ErrorResponse
+// to START_REPLICATION: pglogrepl.StartReplication returns at the error,
+// and a query sent before it is read would take it for its own end.
+func readyAfterError(ctx context.Context, conn *pgconn.PgConn) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return err
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			return nil
+		}
+	}
+}
 
 // endOwnWalsender ends the walsender of this process's last session, which
 // still holds the slot (slot.ActivePID is the last session's), and returns

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,7 +29,8 @@ const (
 	// Keepalive is a primary keepalive: every Data before it has been
 	// yielded, so its WAL end is safe to confirm when nothing is in flight.
 	Keepalive
-	// TooLarge is an XLogData larger than MaxMessageBytes, which was never
+	// TooLarge is an XLogData whose pgoutput message is larger than
+	// MaxMessageBytes (Size is over it), which was never
 	// held: Data is its pgoutput message cut down (each value of an insert
 	// that did not fit given as NULL, a logical message's content cut
 	// short, another message's first bytes), Size its size, Cuts the values
@@ -87,8 +87,9 @@ type Config struct {
 	// for a reply. Default 30s; at least 4 times StatusInterval. A message
 	// still arriving counts as something.
 	ReceiveTimeout time.Duration
-	// MaxMessageBytes is the largest message of the server held in memory.
-	// A larger XLogData is read as it arrives and dropped, its head kept
+	// MaxMessageBytes is the largest message of the server held in memory:
+	// of an XLogData, its pgoutput message (the XLogData header's 25 bytes
+	// not counted). A larger one is read as it arrives and dropped, its head kept
 	// (Change.Kind TooLarge); a larger message of another kind ends the
 	// session with a *ProtocolError. Default 16 MiB; at least 64.
 	MaxMessageBytes int64
@@ -244,7 +245,9 @@ func (s *Stream) openLoop(ctx context.Context, unlessTaken bool) (*Session, erro
 		}
 		s.ended, s.progressed = err, false
 		var active *SlotActiveError
-		if unlessTaken && errors.As(err, &active) && (active.PID == 0 || uint32(active.PID) != s.lastPID) {
+		// An unknown pid (the slot released as walrelay asked) is not
+		// known to be another process's: the next attempt tells.
+		if unlessTaken && errors.As(err, &active) && active.PID != 0 && uint32(active.PID) != s.lastPID {
 			return nil, err
 		}
 	}
@@ -267,9 +270,12 @@ func (s *Stream) wait(ctx context.Context) error {
 		// holder dies: asking is one cheap query.
 		wait = min(wait, s.cfg.StandbyRetry)
 		s.state.Store("waiting_for_slot")
-		if s.lastPID != 0 && uint32(active.PID) == s.lastPID {
+		switch {
+		case active.PID == 0:
+			s.log.Info("slot was active in another process a moment ago; trying again", "retry_in", wait)
+		case s.lastPID != 0 && uint32(active.PID) == s.lastPID:
 			s.log.Info("slot is still held by the walsender of this walrelay's last session; waiting", "pid", active.PID, "retry_in", wait)
-		} else {
+		default:
 			s.log.Info("slot is active in another process; waiting", "pid", active.PID, "retry_in", wait)
 		}
 	} else {
@@ -384,11 +390,7 @@ func (s *Stream) open(ctx context.Context) (*Session, error) {
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
-			pid := 0
-			if m := activePIDRe.FindStringSubmatch(pgErr.Message); m != nil {
-				pid, _ = strconv.Atoi(m[1])
-			}
-			return nil, &SlotActiveError{Slot: s.cfg.Slot, PID: pid}
+			return nil, s.slotActive(ctx, conn, pgErr)
 		}
 		if isFatalPgError(err) {
 			return nil, failure.Mark(failure.Fatal, fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err))

@@ -221,6 +221,11 @@ func TestTooLargeEventDeadLettered(t *testing.T) {
 			if reason != "too_large" || omitted != "150000000" || r.Value != nil || !strings.Contains(Header(r, HeaderError), "postgres.max_message_bytes") {
 				t.Fatalf("too large: reason %s, omitted %q, value %q", reason, omitted, r.Value)
 			}
+			// The topic it was routed to, as docs/outbox.md says (issue 48
+			// item 2: it was empty).
+			if got, want := Header(r, HeaderTopic), s.Topic(big); got != want || want == "" {
+				t.Fatalf("too large: walrelay.topic %q, want %q", got, want)
+			}
 		case "bad":
 			if reason != "invalid_event" || omitted != "" {
 				t.Fatalf("invalid: reason %s, omitted %q", reason, omitted)

@@ -332,14 +332,16 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		return
 	}
 	if e.Invalid != nil {
-		why := "invalid_event"
+		why, topic := "invalid_event", ""
 		if errors.Is(e.Invalid, event.ErrTooLarge) {
-			why = "too_large" // read and dropped as it arrived: no payload to send
+			// Read and dropped as it arrived: no payload to send, but its
+			// routing was kept (walrelay.topic names where it was going).
+			why, topic = "too_large", s.Topic(e)
 		}
 		if errors.Is(e.Invalid, event.ErrBeforePrivileges) {
 			why = ReasonMessageBeforePrivileges
 		}
-		s.deadLetter(ctx, e, why, "", e.Invalid, gen, done)
+		s.deadLetter(ctx, e, why, topic, e.Invalid, gen, done)
 		return
 	}
 	topic, template := s.records.Route(e)

@@ -88,7 +88,7 @@ func (ls *Lanes) run(ctx context.Context, l *lane) {
 					// was handed goes first (records without a key
 					// have no order to keep).
 					tp, w := topicPartition{it.R.Topic, it.R.Partition}, WireSize(it.R)
-					if n := handed[tp]; n > 0 && n+w > int(ls.roundCap(tp.topic))-BatchOverhead {
+					if n := batchOf(handed, tp); n > 0 && n+w > int(ls.roundCap(tp.topic))-BatchOverhead {
 						flush()
 						if broken != nil {
 							it.Done(it.R, broken)
@@ -111,6 +111,28 @@ func (ls *Lanes) run(ctx context.Context, l *lane) {
 		clear(round)
 		spare = round[:0]
 	}
+}
+
+// batchOf returns what a keyed record of tp joins in its partition's batch
+// among the records handed since the last flush (handed): those of tp,
+// and those of its topic the client partitions itself (partition -1, in
+// the lane of no broker), which may land in any partition of the topic.
+// So for tp a partition, those of tp and of -1; for tp -1, those of -1 and
+// the most of any one partition. Counted apart, a topic's first records
+// (-1) and the next ones, of partition p once the count is known and
+// gated into the same lane, could each fill a batch of p between two
+// flushes: two batches of one partition in flight.
+func batchOf(handed map[topicPartition]int, tp topicPartition) int {
+	if tp.partition >= 0 {
+		return handed[tp] + handed[topicPartition{tp.topic, -1}]
+	}
+	most := 0
+	for k, n := range handed {
+		if k.topic == tp.topic && k.partition >= 0 {
+			most = max(most, n)
+		}
+	}
+	return handed[tp] + most
 }
 
 const (

@@ -24,8 +24,10 @@ import (
 // partition's records go to one lane, and to another only once every record
 // of it handed to the first has been answered (the gate); within a lane a
 // partition's keyed records go to the client one batch's worth between two
-// flushes (run: a round past that is flushed in parts), so a partition has
-// one batch, in one request, in flight. A record whose
+// flushes (run: a round past that is flushed in parts; the records of
+// partition -1, which the client partitions, count as of every partition
+// of their topic: batchOf), so a partition has one batch, in one request,
+// in flight. A record whose
 // partition is not known yet (the topic's first records, before the flusher
 // knows the topic's partition count; a record without a key) goes to the
 // lane of no broker (-1), and so do the topic's later records until those

@@ -63,14 +63,16 @@ type ExactlyOnceStatus struct {
 
 // Mux serves /healthz, /readyz, /metrics, /status (with the transactions'
 // state if exactlyOnce) and, if withPprof, /debug/pprof, for the relay r of
-// slot, or the poller r (slot empty).
+// slot, or the poller r (slot empty). Each answers GET and HEAD only: the
+// mux answers another method with 405 Method Not Allowed and an Allow
+// header (GET patterns), as nothing on the listener changes anything.
 func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.ServeMux {
 	kafkaOK := m.kafkaReachable
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		state := r.State()
 		// ?standby=1: an instance waiting for the slot another one streams
 		// is ready too (a healthy standby), so that a rolling update of
@@ -82,8 +84,8 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "state": state, "kafka_reachable": kafkaOK()})
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		m.mu.Lock()
 		doc := Status{State: r.State(), Source: "wal", Slot: slot, SlotLagBytes: m.lag, RetainedWALBytes: m.retain, Error: m.slotErr, Poll: m.pollStats}
 		m.mu.Unlock()
@@ -121,10 +123,10 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 		_ = json.NewEncoder(w).Encode(doc)
 	})
 	if withPprof {
-		mux.HandleFunc("/debug/pprof/", boundedProfile(pprof.Index)) // named profiles: ?seconds= gives a delta
-		mux.HandleFunc("/debug/pprof/profile", boundedProfile(pprof.Profile))
-		mux.HandleFunc("/debug/pprof/trace", boundedProfile(pprof.Trace))
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/", boundedProfile(pprof.Index)) // named profiles: ?seconds= gives a delta
+		mux.HandleFunc("GET /debug/pprof/profile", boundedProfile(pprof.Profile))
+		mux.HandleFunc("GET /debug/pprof/trace", boundedProfile(pprof.Trace))
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	}
 	return mux
 }

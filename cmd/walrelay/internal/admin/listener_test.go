@@ -153,3 +153,41 @@ func TestPublishedSeriesBounded(t *testing.T) {
 		t.Fatalf("%d series counting %v events, want at most %d (and (other)) counting 10000", series, total, maxTopicSeries)
 	}
 }
+
+// TestAdminAnswersGETOnly (issue 48 item 2): every endpoint of the admin
+// listener answers a method other than GET or HEAD with 405 Method Not
+// Allowed and an Allow header (it answered POST with 200); GET and HEAD
+// are served.
+func TestAdminAnswersGETOnly(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	srv, err := Serve(addr, New().Mux(fakeSource{}, "walrelay", true, true), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/status", "/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/symbol"} {
+		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodGet, http.MethodHead} {
+			req, err := http.NewRequestWithContext(t.Context(), method, "http://"+addr+path, strings.NewReader(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			allow := resp.Header.Get("Allow")
+			switch method {
+			case http.MethodGet, http.MethodHead:
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("%s %s: %s, want 200", method, path, resp.Status)
+				}
+			default:
+				if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(allow, "GET") || !strings.Contains(allow, "HEAD") {
+					t.Errorf("%s %s: %s, Allow %q; want 405 allowing GET, HEAD", method, path, resp.Status, allow)
+				}
+			}
+		}
+	}
+}
