@@ -120,7 +120,18 @@ type Stream struct {
 	began      time.Time // when the last session or attempt began
 	progressed bool      // the last session confirmed past where it started
 	attempt    int       // failed attempts in a row, for the backoff
+
+	// A standby's wait for the slot, logged when it begins or its holder
+	// changes and then every waitLogInterval, not at every try.
+	waitPID    int       // the holder last logged
+	waitSince  time.Time // when this wait for the slot began
+	waitLogged time.Time // when it was last logged; zero: not waiting
 }
+
+// waitLogInterval is how often a wait for the slot held by the same
+// process is logged again: a standby tries every StandbyRetry (a second),
+// and a line a try would fill the log of a standby that waits for days.
+const waitLogInterval = 10 * time.Minute
 
 var identRe = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
@@ -233,6 +244,7 @@ func (s *Stream) openLoop(ctx context.Context, unlessTaken bool) (*Session, erro
 		s.began = time.Now()
 		sess, err := s.open(ctx)
 		if err == nil {
+			s.waitLogged = time.Time{}
 			return sess, nil
 		}
 		if failure.IsFatal(err) {
@@ -270,15 +282,24 @@ func (s *Stream) wait(ctx context.Context) error {
 		// holder dies: asking is one cheap query.
 		wait = min(wait, s.cfg.StandbyRetry)
 		s.state.Store("waiting_for_slot")
+		now := time.Now()
 		switch {
-		case active.PID == 0:
-			s.log.Info("slot was active in another process a moment ago; trying again", "retry_in", wait)
-		case s.lastPID != 0 && uint32(active.PID) == s.lastPID:
-			s.log.Info("slot is still held by the walsender of this walrelay's last session; waiting", "pid", active.PID, "retry_in", wait)
-		default:
-			s.log.Info("slot is active in another process; waiting", "pid", active.PID, "retry_in", wait)
+		case s.waitLogged.IsZero() || active.PID != s.waitPID:
+			s.waitPID, s.waitSince, s.waitLogged = active.PID, now, now
+			switch {
+			case active.PID == 0:
+				s.log.Info("slot was active in another process a moment ago; trying again", "retry_in", wait)
+			case s.lastPID != 0 && uint32(active.PID) == s.lastPID:
+				s.log.Info("slot is still held by the walsender of this walrelay's last session; waiting", "pid", active.PID, "retry_in", wait)
+			default:
+				s.log.Info("slot is active in another process; waiting, trying every "+s.cfg.StandbyRetry.String()+" (logged again every "+waitLogInterval.String()+")", "pid", active.PID)
+			}
+		case now.Sub(s.waitLogged) >= waitLogInterval:
+			s.waitLogged = now
+			s.log.Info("slot is still active in another process; waiting", "pid", active.PID, "waiting_for", now.Sub(s.waitSince).Round(time.Second))
 		}
 	} else {
+		s.waitLogged = time.Time{}
 		s.state.Store("reconnecting")
 		s.log.Warn("replication stream failed; reconnecting", "err", s.ended, "retry_in", wait)
 	}

@@ -234,7 +234,9 @@ func TestRestoredServerResumesFromItsSlot(t *testing.T) {
 }
 
 // TestSecondInstanceWaitsForTheSlot: a second walrelay on the same slot
-// waits, naming the pid that holds it, and takes over when the first dies.
+// waits, naming the pid that holds it once (not at every try: it tries
+// every second; before, it logged every second), and takes over when the
+// first dies.
 func TestSecondInstanceWaitsForTheSlot(t *testing.T) {
 	t.Parallel()
 	pg, kc, col := setup(t)
@@ -244,6 +246,11 @@ func TestSecondInstanceWaitsForTheSlot(t *testing.T) {
 	adminAddr := freeAddr(t)
 	second := start(t, e.with("WALRELAY_ADMIN_LISTEN", adminAddr), "run")
 	second.waitLog("slot is active in another process", 30*time.Second)
+	// It tries every second, and says so once, not once a try.
+	time.Sleep(4 * time.Second)
+	if n := strings.Count(second.out.String(), "slot is active in another process"); n != 1 {
+		t.Fatalf("the waiting instance logged its wait %d times in 4 s, want once:\n%s", n, tail(second.out.String(), 2000))
+	}
 	// Not ready as the streaming instance; ready as a standby (the
 	// readiness Kubernetes is given).
 	if code, body := httpStatus(t, "http://"+adminAddr+"/readyz"); code != 503 || !strings.Contains(body, `"state":"waiting_for_slot"`) {
