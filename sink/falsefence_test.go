@@ -92,8 +92,8 @@ func TestExactlyOnceFalseFenceAfterACutCommit(t *testing.T) {
 			if !fenced.Load() {
 				t.Fatal("the producer's re-initialisation was never answered PRODUCER_FENCED")
 			}
-			if s.tx.renewals != 1 {
-				t.Fatalf("%d producers renewed, want 1", s.tx.renewals)
+			if s.txnCounts().Renewals != 1 {
+				t.Fatalf("%d producers renewed, want 1", s.txnCounts().Renewals)
 			}
 			want := event.Position{CommitLSN: 0x100}
 			if tc.landed {
