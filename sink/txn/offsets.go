@@ -38,8 +38,8 @@ type positionRecord struct {
 // however long the topic is.
 const offsetsWindow = 256
 
-// ReadCommitted reads the committed position again, as Resume does, and
-// as the end of a commit of unknown outcome does (readCommitted). Nothing
+// ReadCommitted reads the committed position again (readCommitted), as
+// Resume does and as the end of a commit of unknown outcome does. Nothing
 // may be produced meanwhile.
 func (p *Producer) ReadCommitted(ctx context.Context) error { return p.readCommitted(ctx) }
 

@@ -285,8 +285,7 @@ type Counts struct {
 	ReadLast    int64  // the records of the offsets topic the last read of the committed position read
 }
 
-// Counts returns what the producer did so far. Renewals is written by
-// Resume: read it on Resume's goroutine, or once Resume returned.
+// Counts returns what the producer did so far.
 func (p *Producer) Counts() Counts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
