@@ -68,7 +68,7 @@ func TestSameSlotIsOfThisSlotAndDatabase(t *testing.T) {
 func TestMayRenewBoundsUnexplainedRenewals(t *testing.T) {
 	t.Parallel()
 	fence := fmt.Errorf("%w: walrelay-test: PRODUCER_FENCED", ErrFenced)
-	sinkWith := func(ago ...time.Duration) *Producer {
+	producerWith := func(ago ...time.Duration) *Producer {
 		s := &Producer{cfg: Config{ID: "walrelay-test", Key: "slot_a", OffsetsTopic: "walrelay.offsets"}}
 		for _, d := range ago {
 			s.unexplained = append(s.unexplained, time.Now().Add(-d))
@@ -93,7 +93,7 @@ func TestMayRenewBoundsUnexplainedRenewals(t *testing.T) {
 		{"19 in an hour, the 20th", spread(MaxUnexplainedLong-1, 2*time.Minute), false},
 		{"20 in just over an hour, the 21st", spread(MaxUnexplainedLong, LongWindow/MaxUnexplainedLong+time.Second), false},
 	} {
-		err := sinkWith(tc.ago...).mayRenew(fence)
+		err := producerWith(tc.ago...).mayRenew(fence)
 		if fatal := errors.Is(err, ErrFencedTooOften) && failure.IsFatal(err); fatal != tc.fatal || (err != nil && !fatal) {
 			t.Errorf("%s: mayRenew: %v, want fatal ErrFencedTooOften: %v", tc.name, err, tc.fatal)
 		}
@@ -101,7 +101,7 @@ func TestMayRenewBoundsUnexplainedRenewals(t *testing.T) {
 			t.Errorf("%s: the text claims another slot, or does not name the id: %v", tc.name, err)
 		}
 	}
-	s := sinkWith(spread(MaxUnexplained, time.Second)...)
+	s := producerWith(spread(MaxUnexplained, time.Second)...)
 	s.endUnknown = true
 	if err := s.mayRenew(fence); err != nil {
 		t.Errorf("a renewal after a lost answer: %v, want none", err)
