@@ -391,7 +391,7 @@ func TestAFenceWhileWaitingForTheSlotStopsTheRelay(t *testing.T) {
 // holds the slot), the sink's Abort barrier delivers the answers of the
 // last session's transaction still in flight (here: those that onResume
 // gives), and then, the fence recorded, the real sink renews its producer
-// and Resume succeeds (sink.Sink.Resume, renewClient).
+// and Resume succeeds (sink.Sink.Resume, txn.Producer.Resume).
 type resumingPublisher struct {
 	*scriptedPublisher
 	onResume func()

@@ -143,7 +143,7 @@ type Config struct {
 	// closed while New looks for the hooks in Opts.
 	Opts, ProducerOpts []kgo.Opt
 	// Transactions, if set, produces exactly once, in Kafka transactions
-	// fenced by the source position (txn.go).
+	// fenced by the source position (package txn).
 	Transactions *Transactions
 }
 

@@ -118,7 +118,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 		// A record the client refused would doom the transaction: one too
 		// large goes without its value at once, as does one the broker
 		// refused as too large in an earlier transaction.
-		if _, over := s.overCap(r); over || s.tx.poisoned.OmitValue(e) {
+		if _, over := s.overCap(r); over || s.tx.Poisons().OmitValue(e) {
 			omit()
 		}
 	}
@@ -128,7 +128,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 			switch {
 			case err == nil:
 				if s.tx != nil {
-					s.tx.poisoned.Forget(e) // committed
+					s.tx.Poisons().Forget(e) // committed
 				}
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why, Offset: r.Offset}, nil)
 			case errors.Is(err, produce.ErrStale):
@@ -136,7 +136,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 			case s.tx != nil && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
 				// The transaction is doomed: the next time, in the
 				// next session, the dead letter goes without its value.
-				s.tx.poisoned.Add(e, why, cause, true)
+				s.tx.Poisons().Add(e, why, cause, true)
 				s.q.BreakOn(err)
 				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(failure.Retriable, fmt.Errorf("dead-letter event %s to %s: too large (sent again without its value): %w", e.ID, s.cfg.DLQTopic, err)))
 			case try < deadLetterTries && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:

@@ -35,21 +35,25 @@
 // fix it (authorization, a topic that does not exist), else retriable; a
 // per-event error never reaches a Done (the event is dead-lettered).
 //
-// Behind the door, one package per guarantee, none importing sink:
-// package record (what an event becomes; pure); package produce, the
-// at-least-once producer (rounds behind a manual flush, one client and
-// rounds per broker, fences, the batch and request sizes: after a failure
-// nothing published later is sent until the caller has called Abort and
-// publishes the failed event again, so per-key order holds across
-// failures; a key changes partition at most once); and package txn, the
-// exactly-once producer (its rounds, the open transaction's state and
-// when it commits, the poison records; the transactional client, the
-// offsets topic, resume and renewals are still here, txn.go, offsets.go,
-// resume.go, behind txn.Producer). The round loop (produce.Flush) calls a produce.Sender at
-// the rounds' boundaries: the lanes in at-least-once mode, so that a slow
-// broker holds back only the partitions it leads; in exactly-once mode
-// txn.Rounds, which has the transactional producer commit or abort its
-// transactions there. A leader that stops answering without
-// closing its connections is given up as soon as the cluster has fenced
-// it (produce.Fences), not after a request timeout.
+// Behind the door, one package per guarantee, none importing sink: package
+// record (what an event becomes; pure); package produce, the at-least-once
+// producer (rounds behind a manual flush, one client and rounds per
+// broker, fences, the batch and request sizes: after a failure nothing
+// published later is sent until the caller has called Abort and publishes
+// the failed event again, so per-key order holds across failures; a key
+// changes partition at most once); and package txn, the exactly-once
+// producer (the transactional client and its transactions, the position on
+// the offsets topic, Resume and the renewals after fences, its rounds and
+// the poison records: records and their source position commit together; a
+// fenced producer never commits). What stays here is the door's: what each
+// refusal means to the pipeline, the registry formats, a topic's limits
+// and partition count read from Kafka, the dead-letter topic.
+//
+// The round loop (produce.Flush) calls a produce.Sender at the rounds'
+// boundaries: the lanes in at-least-once mode, so that a slow broker holds
+// back only the partitions it leads; in exactly-once mode txn.Rounds,
+// which has the transactional producer commit or abort its transactions
+// there. A leader that stops answering without closing its connections is
+// given up as soon as the cluster has fenced it (produce.Fences), not
+// after a request timeout.
 package sink

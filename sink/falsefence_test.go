@@ -45,7 +45,7 @@ func TestExactlyOnceFalseFenceAfterACutCommit(t *testing.T) {
 			hooks := &lifecycleHooks{}
 			s := txnSink(t, kc, "walrelay-false-fence", kgo.RetryTimeout(time.Second), kgo.RequestRetries(2), kgo.WithHooks(hooks))
 			// What the hooks saw of the start: the producer created, and
-			// the client that splitHooks makes to find them.
+			// the client that produce.SplitHooks makes to find them.
 			created, closed := hooks.created.Load(), hooks.closed.Load()
 			if err := publish(t, s, txnEvent(0x100, 0)); err != nil {
 				t.Fatal(err)
@@ -92,8 +92,8 @@ func TestExactlyOnceFalseFenceAfterACutCommit(t *testing.T) {
 			if !fenced.Load() {
 				t.Fatal("the producer's re-initialisation was never answered PRODUCER_FENCED")
 			}
-			if s.tx.renewals != 1 {
-				t.Fatalf("%d producers renewed, want 1", s.tx.renewals)
+			if s.txnCounts().Renewals != 1 {
+				t.Fatalf("%d producers renewed, want 1", s.txnCounts().Renewals)
 			}
 			want := event.Position{CommitLSN: 0x100}
 			if tc.landed {

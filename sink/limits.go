@@ -44,7 +44,7 @@ func (s *Sink) Ping(ctx context.Context) error {
 	}
 	s.topicInfoFor(ctx, s.cfg.DLQTopic)
 	if s.tx != nil {
-		return s.ensureOffsetsTopic(ctx, offsetsTopicConfigs)
+		return s.tx.EnsureOffsetsTopic(ctx)
 	}
 	return nil
 }

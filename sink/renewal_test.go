@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,7 +71,7 @@ func TestExactlyOnceFalseFenceInTheRenewalsMarker(t *testing.T) {
 	// Resume, retried while it fails retriably.
 	deadline := time.Now().Add(30 * time.Second)
 	for err := s.Resume(t.Context(), onTimeline1); err != nil; err = s.Resume(t.Context(), onTimeline1) {
-		t.Logf("Resume: %v (cuts %d, fences %d, renewals %d)", err, cuts.Load(), fences.Load(), s.tx.renewals)
+		t.Logf("Resume: %v (cuts %d, fences %d, renewals %d)", err, cuts.Load(), fences.Load(), s.txnCounts().Renewals)
 		if failure.IsFatal(err) || time.Now().After(deadline) {
 			t.Fatalf("Resume, in a session that holds the slot, after a second false fence (the renewal's marker): %v", err)
 		}
@@ -174,9 +173,9 @@ func TestExactlyOnceSharedTransactionalIDStops(t *testing.T) {
 			go func() { stream(sa, until); close(done) }()
 			stream(sb, until)
 			<-done
-			renewals := a.tx.renewals + b.tx.renewals
-			t.Logf("a: %d events committed, %d renewals, stopped: %v", sa.sent, a.tx.renewals, sa.stopped)
-			t.Logf("b: %d events committed, %d renewals, stopped: %v", sb.sent, b.tx.renewals, sb.stopped)
+			renewals := a.txnCounts().Renewals + b.txnCounts().Renewals
+			t.Logf("a: %d events committed, %d renewals, stopped: %v", sa.sent, a.txnCounts().Renewals, sa.stopped)
+			t.Logf("b: %d events committed, %d renewals, stopped: %v", sb.sent, b.txnCounts().Renewals, sb.stopped)
 			stopped := sa.stopped
 			if stopped == nil {
 				stopped = sb.stopped
@@ -206,8 +205,8 @@ func TestExactlyOnceRenamedSlotKeepsItsTransactionalID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ahead, err := json.Marshal(positionRecord{Slot: "slot_old", Source: "db", CommitLSN: "0/300", TransactionalID: id,
-		CommittedAt: time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)})
+	ahead, err := json.Marshal(map[string]any{"slot": "slot_old", "source": "db", "commit_lsn": "0/300", "index": 0, "transactional_id": id,
+		"committed_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +215,7 @@ func TestExactlyOnceRenamedSlotKeepsItsTransactionalID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pl.Close()
-	if err := pl.ProduceSync(t.Context(), &kgo.Record{Topic: old.tx.cfg.OffsetsTopic, Key: []byte("slot_old"), Value: ahead}).FirstErr(); err != nil {
+	if err := pl.ProduceSync(t.Context(), &kgo.Record{Topic: "walrelay.offsets", Key: []byte("slot_old"), Value: ahead}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	old.Close()
@@ -288,105 +287,10 @@ func TestExactlyOnceStandbyOfTheSlotIsNotShared(t *testing.T) {
 					t.Fatalf("takeover %d: publish after the renewal: %v", i+1, err)
 				}
 			}
-			if s.tx.renewals != takeovers || len(s.tx.unexplained) != 0 {
-				t.Fatalf("%d renewals, %d of them unexplained; want %d, none", s.tx.renewals, len(s.tx.unexplained), takeovers)
+			if s.txnCounts().Renewals != takeovers || s.txnCounts().Unexplained != 0 {
+				t.Fatalf("%d renewals, %d of them unexplained; want %d, none", s.txnCounts().Renewals, s.txnCounts().Unexplained, takeovers)
 			}
 		})
-	}
-}
-
-// TestSameSlotIsOfThisSlotAndDatabase: the records that explain a renewal
-// as another instance of this slot's (sameSlot): a marker or a position
-// of the slot, under the id, of the same database, past the sink's own
-// latest record. Not a slot of the same name on another database given
-// the same id and offsets topic (it would explain away the fences of a
-// shared id), nor a marker of an older walrelay (no source header).
-func TestSameSlotIsOfThisSlotAndDatabase(t *testing.T) {
-	t.Parallel()
-	s := &Sink{tx: &txns{cfg: Transactions{ID: "walrelay-test", Key: "slot_a", Source: "db"}}}
-	marker := func(at int64, hs ...string) *kgo.Record {
-		r := &kgo.Record{Key: []byte("slot_a" + markerSuffix), Offset: at}
-		for i := 0; i+1 < len(hs); i += 2 {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: hs[i], Value: []byte(hs[i+1])})
-		}
-		return r
-	}
-	position := func(at int64, slot, source, id string) *kgo.Record {
-		v, err := json.Marshal(positionRecord{Slot: slot, Source: source, CommitLSN: "0/100", TransactionalID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &kgo.Record{Key: []byte(slot), Value: v, Offset: at}
-	}
-	for _, tc := range []struct {
-		name  string
-		r     *kgo.Record
-		ownAt int64
-		want  bool
-	}{
-		{"a marker of the slot", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), 5, true},
-		{"a position of the slot", position(10, "slot_a", "db", "walrelay-test"), 5, true},
-		{"the sink's own or older", marker(5, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), 5, false},
-		{"before the sink's first record", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "db"), -1, false},
-		{"a marker of another database", marker(10, markerIDHeader, "walrelay-test", markerSourceHeader, "other"), 5, false},
-		{"a position of another database", position(10, "slot_a", "other", "walrelay-test"), 5, false},
-		{"a marker of an older walrelay", marker(10, markerIDHeader, "walrelay-test"), 5, false},
-		{"a marker of another id", marker(10, markerIDHeader, "walrelay-other", markerSourceHeader, "db"), 5, false},
-		{"a position of another slot", position(10, "slot_b", "db", "walrelay-test"), 5, false},
-	} {
-		if got := s.sameSlot(tc.r, tc.ownAt); got != tc.want {
-			t.Errorf("%s: sameSlot %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-// TestMayRenewBoundsUnexplainedRenewals: the runaway bound of mayRenew,
-// on its own. Renewals that nothing explains are fatal past
-// maxUnexplained within a minute, and, spread out (slots with offsets
-// topics of their own sharing an id, at low traffic, fence each other
-// only when one commits), past maxUnexplainedLong within an hour; with
-// ErrFencedTooOften, whose text names no other slot (it is not known).
-// One after a lost answer (endUnknown) is not counted.
-func TestMayRenewBoundsUnexplainedRenewals(t *testing.T) {
-	t.Parallel()
-	fence := fmt.Errorf("%w: walrelay-test: PRODUCER_FENCED", ErrFenced)
-	sinkWith := func(ago ...time.Duration) *Sink {
-		s := &Sink{tx: &txns{cfg: Transactions{ID: "walrelay-test", Key: "slot_a", OffsetsTopic: "walrelay.offsets"}}}
-		for _, d := range ago {
-			s.tx.unexplained = append(s.tx.unexplained, time.Now().Add(-d))
-		}
-		return s
-	}
-	spread := func(n int, every time.Duration) []time.Duration {
-		var ago []time.Duration
-		for i := n; i > 0; i-- {
-			ago = append(ago, time.Duration(i)*every)
-		}
-		return ago
-	}
-	for _, tc := range []struct {
-		name  string
-		ago   []time.Duration
-		fatal bool
-	}{
-		{"5 in a minute, the 6th", spread(maxUnexplained, time.Second), true},
-		{"4 in a minute, the 5th", spread(maxUnexplained-1, time.Second), false},
-		{"20 in an hour, the 21st", spread(maxUnexplainedLong, 2*time.Minute), true},
-		{"19 in an hour, the 20th", spread(maxUnexplainedLong-1, 2*time.Minute), false},
-		{"20 in just over an hour, the 21st", spread(maxUnexplainedLong, longWindow/maxUnexplainedLong+time.Second), false},
-	} {
-		err := sinkWith(tc.ago...).mayRenew(fence)
-		if fatal := errors.Is(err, ErrFencedTooOften) && failure.IsFatal(err); fatal != tc.fatal || (err != nil && !fatal) {
-			t.Errorf("%s: mayRenew: %v, want fatal ErrFencedTooOften: %v", tc.name, err, tc.fatal)
-		}
-		if err != nil && (strings.Contains(err.Error(), "of another slot") || !strings.Contains(err.Error(), "walrelay-test")) {
-			t.Errorf("%s: the text claims another slot, or does not name the id: %v", tc.name, err)
-		}
-	}
-	s := sinkWith(spread(maxUnexplained, time.Second)...)
-	s.tx.endUnknown = true
-	if err := s.mayRenew(fence); err != nil {
-		t.Errorf("a renewal after a lost answer: %v, want none", err)
 	}
 }
 
@@ -445,8 +349,8 @@ func TestExactlyOnceInvalidTxnStateRenews(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Resume after INVALID_TXN_STATE, ten times: %v", err)
 	}
-	if s.tx.renewals != 1 {
-		t.Fatalf("%d renewals, want 1", s.tx.renewals)
+	if s.txnCounts().Renewals != 1 {
+		t.Fatalf("%d renewals, want 1", s.txnCounts().Renewals)
 	}
 	if err := publish(t, s, txnEvent(0x100, 0)); err != nil {
 		t.Fatalf("publish after the renewal: %v", err)

@@ -29,11 +29,10 @@ var ErrNotSent = produce.ErrNotSent
 // Sink produces events. Its methods are safe for concurrent use.
 type Sink struct {
 	cfg       Config
-	cl        atomic.Pointer[kgo.Client] // the producer; replaced only by renewClient (resume.go)
-	clOpts    []kgo.Opt                  // the producer's options, for renewClient
-	q         *produce.Queue             // the next round (package produce)
-	stop      func()                     // ends the flusher's wait for a round
-	flushed   chan struct{}              // closed when the flusher returns
+	cl        *kgo.Client    // the producer in at-least-once mode; nil in exactly-once mode (tx's)
+	q         *produce.Queue // the next round (package produce)
+	stop      func()         // ends the flusher's wait for a round
+	flushed   chan struct{}  // closed when the flusher returns
 	log       *slog.Logger
 	records   *record.Builder          // what each event's record is (package record)
 	stamps    stamps                   // the timestamps of records of events without a time
@@ -47,7 +46,7 @@ type Sink struct {
 	suspects  suspects                 // events failed by a refusal of their whole batch: send them alone
 	brokerMax atomic.Int32             // the broker's message.max.bytes; 0 until Ping read it
 	dataLoss  atomic.Uint64
-	tx        *txns // exactly-once state; nil in at-least-once mode
+	tx        *txn.Producer // the transactional producer; nil in at-least-once mode
 
 	lanes      *produce.Lanes  // one client per broker, in at-least-once mode (produce.Lanes)
 	partitions sync.Map        // topic name -> the highest partition count a lane's client saw (*atomic.Int32)
@@ -55,7 +54,6 @@ type Sink struct {
 	tlsCfg     *tls.Config     // the dialer's TLS configuration, nil without TLS
 	opts       []kgo.Opt       // cfg.Opts but their hooks (hooks.go)
 	optHooks   []kgo.Hook      // the hooks of cfg.Opts: the producer's, relayed to the other clients
-	ownHooks   []kgo.Hook      // exactly-once: the producer's hooks, told of its creation and close by the sink
 	waiting    atomic.Int64    // when the round in flight began (unix ns), 0 between rounds
 }
 
@@ -122,14 +120,12 @@ func New(cfg Config) (*Sink, error) {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
 	}
 	if cfg.Transactions != nil {
-		tc := *cfg.Transactions
-		if err := tc.defaults(); err != nil {
+		tc := *cfg.Transactions // checked before any client is made; txn.New fills the defaults
+		if err := tc.Defaults(); err != nil {
 			return nil, err
 		}
-		s.tx = &txns{cfg: tc, firstMarker: -1, ownAt: -1}
-		opts = append(opts, kgo.TransactionalID(tc.ID), kgo.TransactionTimeout(tc.Timeout))
 	}
-	s.opts, s.optHooks = splitHooks(cfg.Opts)
+	s.opts, s.optHooks = produce.SplitHooks(cfg.Opts)
 	dial, tlsCfg, err := produce.WatchedDialer(s.opts)
 	if err != nil {
 		return nil, err
@@ -138,57 +134,53 @@ func New(cfg Config) (*Sink, error) {
 	base := append(opts, s.opts...)
 	// The dialer of cfg.Opts (TLS included), through the fences.
 	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.DialContext)}
-	// In exactly-once mode the producer may be renewed (renewClient):
-	// the hooks see its events through a relay, and its creation and its
-	// close once, from the sink (announceClient), so that a hook that
-	// registers metrics when it sees a client created (kprom) keeps them
-	// across a renewal and is not written to while the old producer's
-	// hook goroutines may still read it.
-	producerHooks, producerOpts := kgo.WithHooks(s.optHooks...), cfg.ProducerOpts
-	if s.tx != nil {
-		var own []kgo.Hook
-		producerOpts, own = splitHooks(cfg.ProducerOpts)
-		s.ownHooks = append(slices.Clip(s.optHooks), own...)
-		producerHooks = kgo.WithHooks(produce.HookRelay{Hooks: s.ownHooks})
+	last := append(dialer, kgo.WithHooks(s.fences))
+	s.q = newQueue(cfg)
+	if cfg.Transactions != nil {
+		// The transactional producer (package txn) makes its client, and
+		// renews it after a fence.
+		s.tx, err = txn.New(*cfg.Transactions, s.q, log, txn.Clients{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Base: base,
+			Hooks: s.optHooks, ProducerOpts: cfg.ProducerOpts, Last: last, Side: s.clientOpts()})
+	} else {
+		opts = append(append(slices.Clip(base), kgo.WithHooks(s.optHooks...)), cfg.ProducerOpts...)
+		s.cl, err = kgo.NewClient(append(opts, last...)...)
+		if err != nil {
+			err = fmt.Errorf("create kafka client: %w", err)
+		}
 	}
-	opts = append(append(slices.Clip(base), producerHooks), producerOpts...)
-	opts = append(opts, append(dialer, kgo.WithHooks(s.fences))...)
-	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("create kafka client: %w", err)
+		return nil, err
 	}
-	s.cl.Store(cl)
-	s.clOpts = opts
-	if s.tx != nil {
-		s.announceClient(cl, true)
-	}
-	if err := s.startRounds(cl, base, dialer); err != nil {
-		cl.Close()
+	if err := s.startRounds(base, dialer); err != nil {
+		s.client().Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// startRounds makes the queue and starts the flusher, which sends its
-// rounds through the lanes (made here, with base and dialer, the producer
-// cl's hooks relayed) or, in exactly-once mode, through the transactional
-// producer cl, and the watcher of the brokers.
-func (s *Sink) startRounds(cl *kgo.Client, base, dialer []kgo.Opt) error {
-	cfg := s.cfg
-	qcfg := s.cfg
-	if s.tx == nil {
-		// The lanes hold half of the limits (produce.Lanes); the queue and the
-		// flusher's round a quarter each.
-		qcfg.MaxBufferedRecords, qcfg.MaxBufferedBytes = max(cfg.MaxBufferedRecords/2, 1), max(cfg.MaxBufferedBytes/2, 1)
+// newQueue makes the queue of the rounds (package produce): in
+// at-least-once mode the lanes hold half of the limits (produce.Lanes), the
+// queue and the flusher's round a quarter each.
+func newQueue(cfg Config) *produce.Queue {
+	if cfg.Transactions == nil {
+		cfg.MaxBufferedRecords, cfg.MaxBufferedBytes = max(cfg.MaxBufferedRecords/2, 1), max(cfg.MaxBufferedBytes/2, 1)
 	}
-	s.q = produce.NewQueue(qcfg.MaxBufferedRecords, qcfg.MaxBufferedBytes, qcfg.BatchMaxBytes)
+	return produce.NewQueue(cfg.MaxBufferedRecords, cfg.MaxBufferedBytes, cfg.BatchMaxBytes)
+}
+
+// startRounds starts the flusher, which sends the queue's rounds through
+// the lanes (made here, with base and dialer, the producer's hooks
+// relayed) or, in exactly-once mode, through the transactional producer,
+// and the watcher of the brokers.
+func (s *Sink) startRounds(base, dialer []kgo.Opt) error {
+	cfg := s.cfg
 	s.flushed = make(chan struct{})
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	if s.tx == nil {
 		// One client per broker (produce.Lanes): the producer's hooks through a
 		// relay, records partitioned before they go to a lane.
-		hooks, _ := cl.OptValue(kgo.WithHooks).([]kgo.Hook)
+		hooks, _ := s.cl.OptValue(kgo.WithHooks).([]kgo.Hook)
 		laneOpts := append(slices.Clip(base), append(dialer,
 			kgo.WithHooks(produce.HookRelay{Hooks: hooks}),
 			kgo.RecordPartitioner(produce.PlacedPartitioner{ByKey: kgo.StickyKeyPartitioner(nil), Counts: &s.partitions}))...)
@@ -205,7 +197,7 @@ func (s *Sink) startRounds(cl *kgo.Client, base, dialer []kgo.Opt) error {
 	// exactly-once mode through the transactional producer (txn.Rounds).
 	var rounds produce.Sender = s.lanes
 	if s.tx != nil {
-		rounds = txn.NewRounds(txnProducer{s}, s.q, &s.tx.cur, s.tx.cfg.policy(), s.roundCapOf, &s.waiting)
+		rounds = s.tx.Rounds(s.roundCapOf, &s.waiting)
 	}
 	go func() {
 		defer close(s.flushed)
@@ -215,8 +207,14 @@ func (s *Sink) startRounds(cl *kgo.Client, base, dialer []kgo.Opt) error {
 	return nil
 }
 
-// client returns the producer.
-func (s *Sink) client() *kgo.Client { return s.cl.Load() }
+// client returns the producer: in exactly-once mode the transactional
+// producer's, renewed after a fence.
+func (s *Sink) client() *kgo.Client {
+	if s.tx != nil {
+		return s.tx.Client()
+	}
+	return s.cl
+}
 
 // Abort fails every record not yet sent and waits, within ctx, for those in
 // flight to be answered; every callback has run when it returns nil, and
@@ -269,25 +267,11 @@ func (s *Sink) Close() {
 	if s.lanes != nil {
 		s.lanes.Close()
 	}
-	cl := s.client()
-	cl.Close()
 	if s.tx != nil {
-		s.announceClient(cl, false)
+		s.tx.Close()
+		return
 	}
-}
-
-// announceClient tells the hooks given for the producer that it was
-// created (created) or closed, as the client itself tells them outside
-// exactly-once mode.
-func (s *Sink) announceClient(cl *kgo.Client, created bool) {
-	for _, h := range s.ownHooks {
-		if n, ok := h.(kgo.HookNewClient); ok && created {
-			n.OnNewClient(cl)
-		}
-		if c, ok := h.(kgo.HookClientClosed); ok && !created {
-			c.OnClientClosed(cl)
-		}
-	}
+	s.cl.Close()
 }
 
 // Delivery says where Kafka acknowledged an event.
@@ -327,7 +311,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	// transaction; the log of a topic that gained partitions (produce.Lanes).
 	p := e.Position()
 	pos := &p
-	if s.tx != nil && s.tx.alreadyCommitted(e) {
+	if s.tx != nil && s.tx.AlreadyCommitted(e) {
 		done(Delivery{Topic: s.Topic(e), Partition: -1, Skipped: true}, nil)
 		return
 	}
@@ -349,7 +333,7 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		// Refused by the broker in an earlier transaction, which it
 		// doomed: this time it goes to the dead-letter topic, in a
 		// transaction that can commit.
-		if p, ok := s.tx.poisoned.Of(e); ok {
+		if p, ok := s.tx.Poisons().Of(e); ok {
 			s.deadLetter(ctx, e, p.Reason, topic, p.Cause, gen, done)
 			return
 		}
@@ -453,7 +437,7 @@ func (s *Sink) answer(ctx context.Context, e *event.Event, topic string, alone b
 			// it: the stream restarts, and this event, published again,
 			// goes to the dead-letter topic instead (txn.Poisons).
 			s.suspects.clear(suspectOf(e))
-			s.tx.poisoned.Add(e, reason(err), err, false)
+			s.tx.Poisons().Add(e, reason(err), err, false)
 			s.q.BreakOn(err)
 			done(Delivery{Topic: topic, Partition: r.Partition}, failure.Mark(failure.Retriable, fmt.Errorf("publish event %s to %s: the broker refused it (dead-lettered when sent again): %w", e.ID, topic, err)))
 		case kindOf(err) == failure.PerEvent:

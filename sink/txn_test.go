@@ -3,8 +3,6 @@ package sink
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -453,13 +451,14 @@ func TestExactlyOnceCatchUpCommitsWithinTheTimeout(t *testing.T) {
 	kc := kafkatest.Start(t)
 	var longest atomic.Int64
 	tc := Transactions{ID: "walrelay-catchup", Key: "slot_a", Source: "db", Timeout: 4 * time.Second, Interval: 990 * time.Millisecond, MaxRecords: 1 << 30}
-	s := txnSinkOf(t, kc, tc)
+	var s *Sink // set before any event's transaction commits
+	tc.OnCommit = func(_ event.Position, _ time.Duration) {
+		// The flusher runs OnCommit: the age of the transaction it ended.
+		longest.Store(max(longest.Load(), int64(time.Since(s.txnBegan()))))
+	}
+	s = txnSinkOf(t, kc, tc)
 	kc.Slow(20 * time.Millisecond) // the broker takes its time: a full round always waits
 	began := time.Now()
-	s.tx.cfg.OnCommit = func(_ event.Position, _ time.Duration) {
-		// The flusher runs OnCommit: the age of the transaction it ended.
-		longest.Store(max(longest.Load(), int64(time.Since(s.tx.cur.Began()))))
-	}
 	payload := []byte(`{"pad":"` + strings.Repeat("x", 100<<10) + `"}`)
 	errs := make(chan error, 1)
 	var answered atomic.Int64
@@ -488,7 +487,7 @@ func TestExactlyOnceCatchUpCommitsWithinTheTimeout(t *testing.T) {
 	default:
 	}
 	got := time.Duration(longest.Load())
-	t.Logf("%d events of 100 KiB in %d transactions; the longest was open %s (timeout %s)", n, s.tx.commits, got.Round(time.Millisecond), tc.Timeout)
+	t.Logf("%d events of 100 KiB in %d transactions; the longest was open %s (timeout %s)", n, s.txnCounts().Commits, got.Round(time.Millisecond), tc.Timeout)
 	// The broker (kfake enforces transaction.timeout.ms) aborting a
 	// transaction fails its events above. The age measured here adds the
 	// client's scheduling to the broker's, so on a loaded machine it can
@@ -684,10 +683,10 @@ func TestExactlyOnceStartReadsBackFromTheMarker(t *testing.T) {
 		t.Fatalf("behind %d positions of another slot: read %s, want 0/100#0", n, got)
 	}
 	// 256 + 1,024 + 4,096 + 16,384 offsets reach 20,000 back.
-	if r := b.tx.readLast; r < n || r > 2*n {
+	if r := b.txnCounts().ReadLast; r < n || r > 2*n {
 		t.Fatalf("behind %d positions of another slot: read %d records, want the windows that reach it", n, r)
 	}
-	t.Logf("the slot's position behind %d of another slot: %d records read", n, b.tx.readLast)
+	t.Logf("the slot's position behind %d of another slot: %d records read", n, b.txnCounts().ReadLast)
 	b.Close()
 
 	positions("slot_a", n, func(i int) pglogrepl.LSN { return pglogrepl.LSN(0x200 + i) })
@@ -695,109 +694,12 @@ func TestExactlyOnceStartReadsBackFromTheMarker(t *testing.T) {
 	if got, want := c.Committed(), (event.Position{CommitLSN: pglogrepl.LSN(0x200 + n - 1)}); got != want {
 		t.Fatalf("after %d positions of the slot: read %s, want %s", n, got, want)
 	}
-	if r := c.tx.readLast; r > 1000 {
+	if r := c.txnCounts().ReadLast; r > 1000 {
 		t.Fatalf("after %d positions of the slot: read %d records, want at most 1,000", n, r)
 	}
-	t.Logf("the slot's position after %d of its own: %d records read", n, c.tx.readLast)
+	t.Logf("the slot's position after %d of its own: %d records read", n, c.txnCounts().ReadLast)
 	if err := publish(t, c, txnEvent(0x200+n, 0)); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestOffsetsStartMeasure measures what reading the committed position
-// costs at start with WALRELAY_BENCH_OFFSETS positions on the offsets topic
-// (skipped without it), against a real Apache Kafka broker with
-// WALRELAY_TEST_KAFKA=real, else kfake. Two offsets topics are filled:
-// one as walrelay creates it (16 MiB segments) and one of the broker's
-// default segment size, as walrelay created it before. On each, the read
-// back from a marker (readCommitted, as Resume does it) is timed beside
-// the read from the topic's start to a marker that walrelay did before, in
-// the same run, the producer already initialised. The positions are
-// produced by a plain producer, one uncompressed record per batch as a
-// transaction writes them, faster than a million transactions could be; a
-// transaction's commit marker would add a control batch to each.
-func TestOffsetsStartMeasure(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("WALRELAY_BENCH_OFFSETS"))
-	if n <= 0 {
-		t.Skip("set WALRELAY_BENCH_OFFSETS to the number of positions")
-	}
-	var addrs []string
-	if os.Getenv(kafkatest.EnvKafka) == "real" {
-		addrs = kafkatest.StartReal(t).Addrs()
-	} else {
-		addrs = kafkatest.Start(t).Addrs()
-	}
-	// The names are as long as a production database's: one record fills
-	// more than half a batch of 512 bytes.
-	const id, slot, source = "walrelay-7312345678901234567-orders_production-walrelay_orders", "walrelay_orders", "7312345678901234567/orders_production"
-	for _, topic := range []string{"walrelay.offsets", "walrelay.offsets.default-segments"} {
-		tc := Transactions{ID: id, Key: slot, Source: source, OffsetsTopic: topic}
-		s, err := New(Config{Brokers: addrs, Transactions: &tc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		configs := offsetsTopicConfigs
-		if topic != "walrelay.offsets" {
-			// As walrelay created it before: compacted, the broker's segments.
-			configs = map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-		}
-		err = s.ensureOffsetsTopic(t.Context(), configs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		began := time.Now()
-		for err := s.Resume(t.Context(), onTimeline1); err != nil; err = s.Resume(t.Context(), onTimeline1) {
-			if failure.IsFatal(err) || time.Since(began) > 2*time.Minute {
-				t.Fatal(err)
-			}
-		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-			// One uncompressed record per batch, as each transaction writes it.
-			kgo.ProducerBatchMaxBytes(512), kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.MaxBufferedRecords(100000))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fill := time.Now()
-		var failed atomic.Value
-		for i := range n {
-			v := fmt.Sprintf(`{"slot":%q,"source":%q,"commit_lsn":%q,"index":0,"timeline":1,"transactional_id":%q,"committed_at":"2026-12-04T00:00:00.123456789Z"}`,
-				slot, source, pglogrepl.LSN(0x100+i), id)
-			cl.Produce(t.Context(), &kgo.Record{Key: []byte(slot), Value: []byte(v)}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					failed.Store(err)
-				}
-			})
-		}
-		if err := cl.Flush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		cl.Close()
-		if err := failed.Load(); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s: %d positions produced in %s", topic, n, time.Since(fill).Round(time.Millisecond))
-
-		began = time.Now()
-		if err := s.readCommitted(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		back := time.Since(began)
-		if got, want := s.Committed(), (event.Position{CommitLSN: pglogrepl.LSN(0x100 + n - 1)}); got != want {
-			t.Fatalf("read %s, want %s", got, want)
-		}
-		began = time.Now()
-		at, err := s.writeMarker(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		last, read, _, err := s.readOffsets(t.Context(), 0, at, -1)
-		if err != nil || last == nil {
-			t.Fatalf("the read from the start: %v (found %v)", err, last != nil)
-		}
-		whole := time.Since(began)
-		t.Logf("%s, %d positions: the read back from the marker %s (%d records); the read from the start %s (%d records); ratio %.1f",
-			topic, n, back.Round(time.Millisecond), s.tx.readLast, whole.Round(time.Millisecond), read, float64(whole)/float64(back))
 	}
 }
 

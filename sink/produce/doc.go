@@ -19,9 +19,9 @@
 //
 // The round loop (Flush) takes rounds from the Queue and hands them to a
 // Sender, which it calls at the rounds' boundaries: Lanes (one client per
-// broker) in at-least-once mode; in exactly-once mode the sink's
-// transactional producer, which opens, commits and aborts its Kafka
-// transactions there. The loop never names transactions.
+// broker) in at-least-once mode; in exactly-once mode package txn's
+// Rounds, whose transactional producer opens, commits and aborts its
+// Kafka transactions there. The loop never names transactions.
 //
 // Where it sits: package sink, the door, turns events into records
 // (package record) and pushes them here. This package never imports

@@ -34,7 +34,7 @@ import (
 // round gathers in the queue, as it would have in the client's buffer. What
 // they add is the time the round's callbacks take before the next round
 // goes and, with several brokers, a wait for the slowest of them, which the
-// lanes of at-least-once mode avoid (package sink, lanes.go): there the flusher hands each
+// lanes of at-least-once mode avoid (Lanes): there the flusher hands each
 // round to the brokers' lanes without waiting, and each lane runs rounds of
 // its own as described here.
 
@@ -72,7 +72,7 @@ type Queue struct {
 	work    chan struct{} // the queue needs the flusher's attention
 	broken  error         // set by a failure that fails later records; cleared by Abort
 	// isBroken is broken != nil, read without mu: a lane looks at it
-	// before it hands each record to its client (package sink, lanes.go).
+	// before it hands each record to its client (Lanes).
 	isBroken atomic.Bool
 	closed   bool
 	// gen counts the Abort barriers the flusher has passed. A record

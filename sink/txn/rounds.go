@@ -8,28 +8,13 @@ import (
 	"github.com/walrelay/walrelay/sink/produce"
 )
 
-// A Producer is the transactional client as Rounds drives it (package
-// sink's): Rounds decides when, the Producer does the I/O.
-type Producer interface {
-	// Produce hands a record to the client in the open transaction,
-	// beginning one (Current.Begin) if none is open; it answers the
-	// record itself if it cannot.
-	Produce(it produce.Item)
-	// Flush returns once every record handed to the client is answered,
-	// or ctx ends.
-	Flush(ctx context.Context)
-	// End ends the open transaction, if one is (Current.End): it commits
-	// it with its position when commit is true and every record of it
-	// succeeded, else it aborts it; then it gives the held answers.
-	End(ctx context.Context, commit bool)
-}
-
 // Rounds sends the rounds of exactly-once mode (a produce.Sender): one
 // transactional client sends every record, in the open transaction,
 // which Rounds has the Producer commit or abort at the rounds'
-// boundaries. It is the flusher's alone.
+// boundaries: Rounds decides when, the Producer does the I/O. It is the
+// flusher's alone.
 type Rounds struct {
-	p        Producer
+	p        *Producer
 	q        *produce.Queue
 	cur      *Current
 	policy   Policy
@@ -40,12 +25,12 @@ type Rounds struct {
 	handed   map[string]int // a topic's keyed records handed since the last flush (produce.WireSize)
 }
 
-// NewRounds returns the Sender of exactly-once mode: p produces the
-// rounds of q in the transaction cur, which commits by policy; roundCap
-// is a topic's batch cap in a round; waiting is set to when each round
-// began, and to 0 once it ended.
-func NewRounds(p Producer, q *produce.Queue, cur *Current, policy Policy, roundCap func(topic string) int32, waiting *atomic.Int64) *Rounds {
-	return &Rounds{p: p, q: q, cur: cur, policy: policy, roundCap: roundCap, waiting: waiting, handed: map[string]int{}}
+// Rounds returns the Sender of exactly-once mode: p produces the rounds
+// of its queue in its open transaction, which commits by its Config;
+// roundCap is a topic's batch cap in a round; waiting is set to when each
+// round began, and to 0 once it ended.
+func (p *Producer) Rounds(roundCap func(topic string) int32, waiting *atomic.Int64) *Rounds {
+	return &Rounds{p: p, q: p.q, cur: &p.cur, policy: p.cfg.policy(), roundCap: roundCap, waiting: waiting, handed: map[string]int{}}
 }
 
 // Until is when the open transaction must commit if nothing more arrives.
@@ -69,7 +54,7 @@ func (t *Rounds) Send(ctx context.Context, it produce.Item) error {
 		// that).
 		w := produce.WireSize(it.R)
 		if n := t.handed[it.R.Topic]; n > 0 && n+w > int(t.roundCap(it.R.Topic))-produce.BatchOverhead {
-			t.p.Flush(ctx)
+			t.p.flush(ctx)
 			t.produced = false
 			clear(t.handed)
 			if broken := t.q.BrokenNow(); broken != nil {
@@ -80,7 +65,7 @@ func (t *Rounds) Send(ctx context.Context, it produce.Item) error {
 		t.handed[it.R.Topic] += w
 	}
 	if !it.Alone {
-		t.p.Produce(it)
+		t.p.produceInTxn(it)
 		t.produced = true
 		return nil
 	}
@@ -88,25 +73,25 @@ func (t *Rounds) Send(ctx context.Context, it produce.Item) error {
 	// request of its own; a failure of either breaks the rest of the
 	// round.
 	if t.produced {
-		t.p.Flush(ctx)
+		t.p.flush(ctx)
 		t.produced = false
 		if broken := t.q.BrokenNow(); broken != nil {
 			it.Done(it.R, broken)
 			return broken
 		}
 	}
-	t.p.Produce(it)
-	t.p.Flush(ctx)
+	t.p.produceInTxn(it)
+	t.p.flush(ctx)
 	return t.q.BrokenNow()
 }
 
 // Barrier flushes what was produced and commits the open transaction.
 func (t *Rounds) Barrier(ctx context.Context) {
 	if t.produced {
-		t.p.Flush(ctx)
+		t.p.flush(ctx)
 		t.produced = false
 	}
-	t.p.End(ctx, true)
+	t.p.endTxn(ctx, true)
 }
 
 // EndRound waits for the round's records to be answered, then aborts the
@@ -116,14 +101,14 @@ func (t *Rounds) EndRound(ctx context.Context) {
 	if t.produced {
 		// Returns once every record of the round is answered, or when
 		// Close cancels ctx (the client then fails the rest).
-		t.p.Flush(ctx)
+		t.p.flush(ctx)
 		t.produced = false
 	}
 	clear(t.handed)
 	if t.q.BrokenNow() != nil {
-		t.p.End(ctx, false) // a record failed: abort at once
+		t.p.endTxn(ctx, false) // a record failed: abort at once
 	} else if t.cur.CommitDue(time.Now(), t.q.Backlog(), t.policy) || t.q.WaitsOnHeld() {
-		t.p.End(ctx, true)
+		t.p.endTxn(ctx, true)
 	}
 	t.q.SetHeld(t.cur.Holds())
 	t.waiting.Store(0)
@@ -132,6 +117,6 @@ func (t *Rounds) EndRound(ctx context.Context) {
 // Closed aborts what the caller did not wait for.
 func (t *Rounds) Closed() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.p.End(ctx, false)
+	t.p.endTxn(ctx, false)
 	cancel()
 }

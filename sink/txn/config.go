@@ -1,4 +1,4 @@
-package sink
+package txn
 
 import (
 	"errors"
@@ -7,11 +7,11 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/sink/record"
-	"github.com/walrelay/walrelay/sink/txn"
 )
 
-// Transactions configures exactly-once production.
-type Transactions struct {
+// Config configures exactly-once production (package sink's
+// Config.Transactions, whose type, sink.Transactions, is this one).
+type Config struct {
 	// ID is the transactional id: stable across restarts of the same
 	// relay, so that a new instance fences the old one. Required.
 	ID string
@@ -55,7 +55,8 @@ type Transactions struct {
 	OnAbort  func()
 }
 
-func (t *Transactions) defaults() error {
+// Defaults fills the defaults of t and checks it.
+func (t *Config) Defaults() error {
 	if t.ID == "" || t.Key == "" {
 		return errors.New("exactly-once: a transactional id and a key are required")
 	}
@@ -80,7 +81,7 @@ func (t *Transactions) defaults() error {
 	return nil
 }
 
-// policy is when a transaction commits (txn.Current.CommitDue).
-func (t *Transactions) policy() txn.Policy {
-	return txn.Policy{Interval: t.Interval, Timeout: t.Timeout, MaxRecords: t.MaxRecords}
+// policy is when a transaction commits (Current.CommitDue).
+func (t *Config) policy() Policy {
+	return Policy{Interval: t.Interval, Timeout: t.Timeout, MaxRecords: t.MaxRecords}
 }

@@ -1,13 +1,15 @@
-package sink
+package txn
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/failure"
@@ -23,11 +25,18 @@ const offsetsSegmentBytes = "16777216"
 // offsetsTopicConfigs are the configs of an offsets topic walrelay creates.
 var offsetsTopicConfigs = map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.bytes": offsetsSegmentBytes}
 
+// EnsureOffsetsTopic creates the offsets topic if it is missing, with one
+// compacted partition, and refuses one of another shape. Package sink's
+// Ping calls it.
+func (p *Producer) EnsureOffsetsTopic(ctx context.Context) error {
+	return p.ensureOffsetsTopic(ctx, offsetsTopicConfigs)
+}
+
 // ensureOffsetsTopic creates the offsets topic if it is missing, with one
 // partition and configs (offsetsTopicConfigs), and refuses one of another
 // shape.
-func (s *Sink) ensureOffsetsTopic(ctx context.Context, configs map[string]string) error {
-	topic := s.tx.cfg.OffsetsTopic
+func (p *Producer) ensureOffsetsTopic(ctx context.Context, configs map[string]string) error {
+	topic := p.cfg.OffsetsTopic
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, -1
@@ -38,7 +47,7 @@ func (s *Sink) ensureOffsetsTopic(ctx context.Context, configs map[string]string
 	}
 	req.Topics = append(req.Topics, rt)
 	req.TimeoutMillis = 10000
-	resp, err := req.RequestWith(ctx, s.client())
+	resp, err := req.RequestWith(ctx, p.Client())
 	if err != nil {
 		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
 	}
@@ -47,7 +56,7 @@ func (s *Sink) ensureOffsetsTopic(ctx context.Context, configs map[string]string
 	}
 	// A topic just created may show no partitions for a moment.
 	for try := 0; ; try++ {
-		exists, err := s.offsetsTopicShape(ctx, topic)
+		exists, err := offsetsTopicShape(ctx, p.Client(), p.log, topic)
 		if err != nil || exists || try == 50 {
 			if err == nil && !exists {
 				err = fmt.Errorf("the offsets topic %s does not show in the metadata after its creation", topic)
@@ -62,15 +71,15 @@ func (s *Sink) ensureOffsetsTopic(ctx context.Context, configs map[string]string
 	}
 }
 
-// offsetsTopicShape reports whether the offsets topic exists, and refuses
-// (fatal) one of another shape than one compacted partition. It changes
-// nothing.
-func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool, err error) {
+// offsetsTopicShape reports whether the offsets topic exists, asking with
+// cl, and refuses (fatal) one of another shape than one compacted
+// partition. It changes nothing.
+func offsetsTopicShape(ctx context.Context, cl *kgo.Client, log *slog.Logger, topic string) (exists bool, err error) {
 	meta := kmsg.NewPtrMetadataRequest()
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	meta.Topics = append(meta.Topics, mt)
-	mresp, err := meta.RequestWith(ctx, s.client())
+	mresp, err := meta.RequestWith(ctx, cl)
 	if err != nil {
 		return false, fmt.Errorf("read the offsets topic's metadata: %w", err)
 	}
@@ -86,9 +95,9 @@ func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool
 	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, topic
 	res.ConfigNames = []string{"cleanup.policy"}
 	dreq.Resources = append(dreq.Resources, res)
-	dresp, err := dreq.RequestWith(ctx, s.client())
+	dresp, err := dreq.RequestWith(ctx, cl)
 	if err != nil || len(dresp.Resources) == 0 || dresp.Resources[0].ErrorCode != 0 {
-		s.log.Warn("cannot read the offsets topic's cleanup.policy", "topic", topic, "err", err)
+		log.Warn("cannot read the offsets topic's cleanup.policy", "topic", topic, "err", err)
 		return true, nil
 	}
 	for _, c := range dresp.Resources[0].Configs {
@@ -99,14 +108,15 @@ func (s *Sink) offsetsTopicShape(ctx context.Context, topic string) (exists bool
 	return true, nil
 }
 
-// CheckTransactions reports whether the brokers give what exactly-once
+// Check reports whether the brokers, asked with cl, give what exactly-once
 // mode needs: transactions (the InitProducerId and EndTxn requests), the
 // right to use transactionalID where the brokers can tell (DescribeTransactions,
 // Kafka 3.0+: an ACL that grants WRITE on the transactional id implies
 // DESCRIBE), and an offsets topic of the right shape if it exists (Resume
-// creates a missing one). It changes nothing: it fences nobody.
-func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic, transactionalID string) (string, error) {
-	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, s.client())
+// creates a missing one). It changes nothing: it fences nobody. Package
+// sink's CheckTransactions calls it, in either mode.
+func Check(ctx context.Context, cl *kgo.Client, log *slog.Logger, offsetsTopic, transactionalID string) (string, error) {
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
 	if err != nil {
 		return "", fmt.Errorf("ask the brokers' API versions: %w", err)
 	}
@@ -122,7 +132,7 @@ func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic, transactiona
 	case transactionalID == "":
 		parts = append(parts, "transactional id not known (the database did not answer)")
 	case has[int16(kmsg.DescribeTransactions)]:
-		ok, err := s.mayUseTransactionalID(ctx, transactionalID)
+		ok, err := mayUseTransactionalID(ctx, cl, transactionalID)
 		if err != nil {
 			return "", err
 		}
@@ -133,7 +143,7 @@ func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic, transactiona
 	default:
 		parts = append(parts, "transactional id "+transactionalID+" (the brokers cannot tell whether it is allowed)")
 	}
-	exists, err := s.offsetsTopicShape(ctx, offsetsTopic)
+	exists, err := offsetsTopicShape(ctx, cl, log, offsetsTopic)
 	if err != nil {
 		return "", err
 	}
@@ -145,7 +155,7 @@ func (s *Sink) CheckTransactions(ctx context.Context, offsetsTopic, transactiona
 	return "transactions supported; " + strings.Join(parts, "; "), nil
 }
 
-// coordinatorWait bounds how long CheckTransactions waits for a
+// coordinatorWait bounds how long Check waits for a
 // transaction coordinator: a broker that never served a transaction
 // creates its transaction state topic on this first request, and answers
 // COORDINATOR_NOT_AVAILABLE until it has.
@@ -156,10 +166,10 @@ const coordinatorWait = 30 * time.Second
 // TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an id never used is not found,
 // which says nothing against it. A coordinator that is not ready yet is
 // asked again until coordinatorWait has passed.
-func (s *Sink) mayUseTransactionalID(ctx context.Context, id string) (bool, error) {
+func mayUseTransactionalID(ctx context.Context, cl *kgo.Client, id string) (bool, error) {
 	deadline := time.Now().Add(coordinatorWait)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		ok, err := s.describeTransactionalID(ctx, id)
+		ok, err := describeTransactionalID(ctx, cl, id)
 		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
 			return ok, err
 		}
@@ -172,10 +182,10 @@ func (s *Sink) mayUseTransactionalID(ctx context.Context, id string) (bool, erro
 }
 
 // describeTransactionalID makes one DescribeTransactions request for id.
-func (s *Sink) describeTransactionalID(ctx context.Context, id string) (bool, error) {
+func describeTransactionalID(ctx context.Context, cl *kgo.Client, id string) (bool, error) {
 	req := kmsg.NewPtrDescribeTransactionsRequest()
 	req.TransactionalIDs = []string{id}
-	for _, shard := range s.client().RequestSharded(ctx, req) {
+	for _, shard := range cl.RequestSharded(ctx, req) {
 		if shard.Err != nil {
 			if errors.Is(shard.Err, kerr.TransactionalIDAuthorizationFailed) {
 				return false, nil

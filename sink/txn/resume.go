@@ -1,4 +1,4 @@
-package sink
+package txn
 
 import (
 	"context"
@@ -14,12 +14,14 @@ import (
 )
 
 // Resume is called at the start of every replication session, once the
-// session holds the slot, before anything of it is published. In
-// exactly-once mode the first call initialises the transactional producer,
+// session holds the slot, before anything of it is published (package
+// sink's Resume). The first call initialises the transactional producer,
 // which fences an earlier instance of the transactional id (a zombie that
 // lost the slot) and aborts its open transaction, and then reads the
-// committed position; later calls end the open transaction as Abort does,
-// so that an event the new session resends cannot join it twice, and one
+// committed position; later calls end the open transaction with abort
+// (package sink's Abort, which fails what the queue holds and waits for
+// the flusher's barrier), so that an event the new session resends cannot
+// join it twice, and one
 // that a failed abort left open in the client (endClientTxn). A later
 // call after the broker refused the producer as fenced renews it
 // (renewClient) and does what the first call does: the session holds the
@@ -27,10 +29,8 @@ import (
 // first call does (after a renewal too: the renewal's own marker
 // transaction may be the commit whose answer was lost) is not fatal
 // either: it is recorded and returned retriable, wrapping ErrFenced
-// (fencedAtStart), and the next call renews the producer. In
-// at-least-once mode it does
-// nothing. Waiting for the slot first keeps a
-// standby from fencing the instance that streams.
+// (fencedAtStart), and the next call renews the producer. Waiting for the
+// slot first keeps a standby from fencing the instance that streams.
 //
 // h is the database's WAL history: a committed position that is not on it
 // (beyond its flushed WAL, or on an earlier timeline past that timeline's
@@ -40,75 +40,71 @@ import (
 //
 // Resume must not run concurrently with Publish (the relay publishes on
 // the goroutine that calls Resume). A later call ends the client's
-// transaction (endClientTxn) on the caller's goroutine after Abort's
+// transaction (endClientTxn) on the caller's goroutine after abort's
 // barrier: a record published in between could open a transaction on the
 // flusher that this ends, and its events would then be answered as
 // committed though it was aborted.
-func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
-	t := s.tx
-	if t == nil {
-		return nil
-	}
+func (p *Producer) Resume(ctx context.Context, h event.WALHistory, abort func(context.Context) error) error {
 	var fence error // answered to the last session, or to the first-session path below at the last Resume
-	if t.started {
-		err := s.resumeSession(ctx)
+	if p.started {
+		err := p.resumeSession(ctx, abort)
 		if err == nil {
-			return s.checkHistory(h)
+			return p.checkHistory(h)
 		}
 		if !errors.Is(err, ErrFenced) {
 			return err
 		}
 		fence = err
 	} else {
-		fence = s.fenceAtStart()
+		fence = p.fenceAtStart()
 	}
 	if fence != nil {
 		// This session holds the slot, so no other instance streams it:
 		// a new producer of the transactional id takes over, as a restart
 		// would (renewClient), unless fences come too often (mayRenew).
-		if err := s.mayRenew(fence); err != nil {
+		if err := p.mayRenew(fence); err != nil {
 			return err
 		}
-		if err := s.renewClient(fence); err != nil {
+		if err := p.renewClient(fence); err != nil {
 			return err
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, txnStepTimeout)
-	_, _, err := s.client().ProducerID(pctx)
+	_, _, err := p.Client().ProducerID(pctx)
 	cancel()
 	if err != nil {
 		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
-			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w (grant WRITE on TransactionalId %s, or set kafka.transactional_id to one this principal may use)", t.cfg.ID, err, t.cfg.ID))
+			return failure.Mark(failure.Fatal, fmt.Errorf("initialise the transactional producer %s: %w (grant WRITE on TransactionalId %s, or set kafka.transactional_id to one this principal may use)", p.cfg.ID, err, p.cfg.ID))
 		}
 		if fenced(err) {
-			return s.fencedAtStart(fmt.Errorf("%w: %s: initialise the transactional producer: %w", ErrFenced, t.cfg.ID, err))
+			return p.fencedAtStart(fmt.Errorf("%w: %s: initialise the transactional producer: %w", ErrFenced, p.cfg.ID, err))
 		}
-		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", t.cfg.ID, err)
+		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", p.cfg.ID, err)
 	}
-	if err := s.readCommitted(ctx); err != nil {
+	if err := p.readCommitted(ctx); err != nil {
 		if errors.Is(err, ErrFenced) {
-			return s.fencedAtStart(err)
+			return p.fencedAtStart(err)
 		}
 		return err
 	}
-	t.mu.Lock()
-	w := t.writer
-	t.mu.Unlock()
-	if w != t.cfg.ID && w != "" {
+	p.mu.Lock()
+	w := p.writer
+	p.mu.Unlock()
+	if w != p.cfg.ID && w != "" {
 		// readCommitted refuses any other writer than Takeover.
-		if err := s.fence(ctx, w); err != nil {
+		if err := p.fence(ctx, w); err != nil {
 			return err
 		}
-		if err := s.readCommitted(ctx); err != nil {
+		if err := p.readCommitted(ctx); err != nil {
 			if errors.Is(err, ErrFenced) {
-				return s.fencedAtStart(err)
+				return p.fencedAtStart(err)
 			}
 			return err
 		}
-		s.log.Warn("exactly-once: took over the committed position of another transactional id, which is fenced", "from", w, "transactional_id", t.cfg.ID, "position", s.Committed().String())
+		p.log.Warn("exactly-once: took over the committed position of another transactional id, which is fenced", "from", w, "transactional_id", p.cfg.ID, "position", p.Committed().String())
 	}
-	t.started = true
-	return s.checkHistory(h)
+	p.started = true
+	return p.checkHistory(h)
 }
 
 // resumeSession is Resume after the first session: it ends the open
@@ -116,27 +112,26 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 // reads the committed position after a commit of unknown outcome. A fence
 // answered meanwhile, or by the last transaction, is returned (wrapping
 // ErrFenced): the client can do nothing more.
-func (s *Sink) resumeSession(ctx context.Context) error {
-	t := s.tx
-	if err := s.Abort(ctx); err != nil {
+func (p *Producer) resumeSession(ctx context.Context, abort func(context.Context) error) error {
+	if err := abort(ctx); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	fencedBy, unresolved := t.fencedBy, t.unresolved
-	t.mu.Unlock()
+	p.mu.Lock()
+	fencedBy, unresolved := p.fencedBy, p.unresolved
+	p.mu.Unlock()
 	if fencedBy != nil {
 		return fencedBy
 	}
-	if err := s.endClientTxn(ctx); err != nil {
+	if err := p.endClientTxn(ctx); err != nil {
 		return err
 	}
 	if unresolved {
-		if err := s.readCommitted(ctx); err != nil {
+		if err := p.readCommitted(ctx); err != nil {
 			return fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err)
 		}
-		t.mu.Lock()
-		t.unresolved = false
-		t.mu.Unlock()
+		p.mu.Lock()
+		p.unresolved = false
+		p.mu.Unlock()
 	}
 	return nil
 }
@@ -150,20 +145,18 @@ func (s *Sink) resumeSession(ctx context.Context) error {
 // ends the session, and the next Resume renews the producer
 // (renewClient). It wraps ErrFenced, so that the relay opens the next
 // session only if no other process streams the slot.
-func (s *Sink) fencedAtStart(err error) error {
-	t := s.tx
-	t.mu.Lock()
-	t.fencedBy = err
-	t.mu.Unlock()
+func (p *Producer) fencedAtStart(err error) error {
+	p.mu.Lock()
+	p.fencedBy = err
+	p.mu.Unlock()
 	return failure.Mark(failure.Retriable, fmt.Errorf("%w (the next session renews the producer)", err))
 }
 
 // fenceAtStart returns the fence that fencedAtStart recorded, if any.
-func (s *Sink) fenceAtStart() error {
-	t := s.tx
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.fencedBy
+func (p *Producer) fenceAtStart() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fencedBy
 }
 
 // A fence that no lost answer explains, answered to an instance that
@@ -172,14 +165,14 @@ func (s *Sink) fenceAtStart() error {
 // (a standby, a rolling restart) and lost it again, which its records on
 // the offsets topic tell (sameSlot); or one of another slot given the
 // same id, which its records tell when the slots share the offsets topic
-// (sharedBy). The producer is renewed at most maxUnexplained times within
-// renewWindow, and maxUnexplainedLong times within longWindow, for fences
+// (sharedBy). The producer is renewed at most MaxUnexplained times within
+// RenewWindow, and MaxUnexplainedLong times within LongWindow, for fences
 // that neither explains (mayRenew).
 const (
-	maxUnexplained     = 5
-	renewWindow        = time.Minute
-	maxUnexplainedLong = 20
-	longWindow         = time.Hour
+	MaxUnexplained     = 5
+	RenewWindow        = time.Minute
+	MaxUnexplainedLong = 20
+	LongWindow         = time.Hour
 )
 
 // mayRenew judges a fence (why) that the caller, which holds the slot, is
@@ -189,36 +182,35 @@ const (
 // follows the renewal: if it finds a record of this slot that this sink
 // did not write (sameSlot), another instance of the slot held it, and the
 // renewal is not counted (readCommitted). Renewals that stay unexplained,
-// more than maxUnexplained within renewWindow or more than
-// maxUnexplainedLong within longWindow, are fatal (ErrFencedTooOften):
+// more than MaxUnexplained within RenewWindow or more than
+// MaxUnexplainedLong within LongWindow, are fatal (ErrFencedTooOften):
 // an instance that initialises the id again and again though this one
 // holds the slot, and never writes to this slot's offsets topic, is most
 // likely of another slot with an offsets topic of its own given the same
 // kafka.transactional_id, each renewal of either fencing the other
 // without end; or the slot changes hands too often.
-func (s *Sink) mayRenew(why error) error {
-	t := s.tx
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.endUnknown {
+func (p *Producer) mayRenew(why error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.endUnknown {
 		return nil
 	}
 	now := time.Now()
-	recent := t.unexplained[:0]
+	recent := p.unexplained[:0]
 	inWindow := 0
-	for _, at := range t.unexplained {
-		if now.Sub(at) < longWindow {
+	for _, at := range p.unexplained {
+		if now.Sub(at) < LongWindow {
 			recent = append(recent, at)
-			if now.Sub(at) < renewWindow {
+			if now.Sub(at) < RenewWindow {
 				inWindow++
 			}
 		}
 	}
-	t.unexplained = append(recent, now)
-	t.pending++
-	n, window := inWindow+1, renewWindow
-	if n <= maxUnexplained {
-		if n, window = len(t.unexplained), longWindow; n <= maxUnexplainedLong {
+	p.unexplained = append(recent, now)
+	p.pending++
+	n, window := inWindow+1, RenewWindow
+	if n <= MaxUnexplained {
+		if n, window = len(p.unexplained), LongWindow; n <= MaxUnexplainedLong {
 			return nil
 		}
 	}
@@ -226,7 +218,7 @@ func (s *Sink) mayRenew(why error) error {
 		"no lost answer of the broker explains it, and the offsets topic %s shows no other instance of the slot: if these are instances of this slot (standbys, restarts), "+
 		"the slot changes hands too often (a flapping network between them and PostgreSQL); if a slot with an offsets topic of its own uses the same id (a shared configuration template), "+
 		"give each slot a kafka.transactional_id of its own (empty: the default, which names the slot): %w",
-		ErrFencedTooOften, t.cfg.ID, n, window, t.cfg.Key, t.cfg.OffsetsTopic, why))
+		ErrFencedTooOften, p.cfg.ID, n, window, p.cfg.Key, p.cfg.OffsetsTopic, why))
 }
 
 // renewClient replaces the producer after the broker answered it as
@@ -242,28 +234,27 @@ func (s *Sink) mayRenew(why error) error {
 // transaction; then Resume reads the committed position again with
 // read_committed, as at a restart. Nothing is produced in between. why is
 // the fence.
-func (s *Sink) renewClient(why error) error {
-	t := s.tx
-	s.log.Warn("exactly-once: the broker refused the producer as fenced, but this instance holds the replication slot, so no other instance streams it: "+
-		"a new producer of the transactional id takes over (it fences any other) and the committed position is read again", "transactional_id", t.cfg.ID, "err", why)
-	// The hooks see neither the close nor the creation (announceClient):
+func (p *Producer) renewClient(why error) error {
+	p.log.Warn("exactly-once: the broker refused the producer as fenced, but this instance holds the replication slot, so no other instance streams it: "+
+		"a new producer of the transactional id takes over (it fences any other) and the committed position is read again", "transactional_id", p.cfg.ID, "err", why)
+	// The hooks see neither the close nor the creation (announce):
 	// their metrics go on across the renewal.
-	s.client().Close()
-	cl, err := kgo.NewClient(s.clOpts...)
+	p.Client().Close()
+	cl, err := kgo.NewClient(p.opts...)
 	if err != nil {
-		return failure.Mark(failure.Fatal, fmt.Errorf("create a new kafka producer for transactional id %s after a fence: %w", t.cfg.ID, err))
+		return failure.Mark(failure.Fatal, fmt.Errorf("create a new kafka producer for transactional id %s after a fence: %w", p.cfg.ID, err))
 	}
-	s.cl.Store(cl)
-	t.mu.Lock()
-	t.fencedBy, t.unresolved = nil, false
-	t.mu.Unlock()
-	t.started = false
-	t.renewals++
+	p.cl.Store(cl)
+	p.mu.Lock()
+	p.fencedBy, p.unresolved = nil, false
+	p.renewals++
+	p.mu.Unlock()
+	p.started = false
 	return nil
 }
 
 // endClientTxn ends a transaction that the client still holds after
-// Abort: one whose abort the transaction coordinator did not answer (it was
+// abort: one whose abort the transaction coordinator did not answer (it was
 // away: frozen, cut off the network, fenced by the sink, moving) is still
 // open in the client, which would refuse to begin the next one ("already in
 // a transaction", fatal) and stop the relay for good. The client's abort,
@@ -273,17 +264,16 @@ func (s *Sink) renewClient(why error) error {
 // retriable one) is retriable: the next Resume asks again, and nothing is
 // produced meanwhile. A refusal of the broker's is fatal, as it was when
 // the next transaction failed to begin.
-func (s *Sink) endClientTxn(ctx context.Context) error {
-	t := s.tx
+func (p *Producer) endClientTxn(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, txnStepTimeout)
 	defer cancel()
-	err := s.client().EndTransaction(actx, kgo.TryAbort)
-	t.endAnswered(false, err)
+	err := p.Client().EndTransaction(actx, kgo.TryAbort)
+	p.endAnswered(false, err)
 	if err == nil {
 		return nil
 	}
 	if fenced(err) {
-		return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
+		return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, p.cfg.ID, err))
 	}
 	err = fmt.Errorf("abort the kafka transaction that an earlier abort left open (the transaction coordinator did not answer it): %w", err)
 	if ke := (*kerr.Error)(nil); errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.UnknownServerError) {
@@ -295,13 +285,13 @@ func (s *Sink) endClientTxn(ctx context.Context) error {
 // fence initialises a producer of the transactional id id and closes it:
 // the broker aborts the open transaction of id, and a producer of id still
 // running is fenced (it can commit nothing more).
-func (s *Sink) fence(ctx context.Context, id string) error {
+func (p *Producer) fence(ctx context.Context, id string) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(s.cfg.Brokers...),
-		kgo.ClientID(s.cfg.ClientID + "-takeover"),
+		kgo.SeedBrokers(p.brokers...),
+		kgo.ClientID(p.clientID + "-takeover"),
 		kgo.TransactionalID(id),
-		kgo.TransactionTimeout(s.tx.cfg.Timeout),
-	}, s.clientOpts()...)...)
+		kgo.TransactionTimeout(p.cfg.Timeout),
+	}, p.side...)...)
 	if err != nil {
 		return fmt.Errorf("create a producer to fence transactional id %s: %w", id, err)
 	}
@@ -324,14 +314,13 @@ func (s *Sink) fence(ctx context.Context, id string) error {
 // or one beyond the server's flushed WAL. A position on an earlier timeline
 // past its end is carried to the switch when AcceptTimeline names h's
 // timeline. From here on, positions are committed on h's timeline.
-func (s *Sink) checkHistory(h event.WALHistory) error {
-	t := s.tx
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	c, tl := t.committed, t.onTL
-	topic := t.cfg.OffsetsTopic
+func (p *Producer) checkHistory(h event.WALHistory) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, tl := p.committed, p.onTL
+	topic := p.cfg.OffsetsTopic
 	if c == (event.Position{}) {
-		t.timeline = h.Timeline
+		p.timeline = h.Timeline
 		return nil
 	}
 	end, inHistory := h.Ends[tl]
@@ -343,11 +332,11 @@ func (s *Sink) checkHistory(h event.WALHistory) error {
 			"Check what the topics hold against the outbox table (walrelay reconcile), then start with a new kafka.offsets_topic", ErrWALHistory, c, topic, tl, h))
 	case c.CommitLSN < end:
 		// On WAL both timelines share.
-	case t.cfg.AcceptTimeline == h.Timeline:
+	case p.cfg.AcceptTimeline == h.Timeline:
 		carried := event.Position{CommitLSN: end, Index: -1}
-		s.log.Warn("exactly-once: the committed position lies past the end of its timeline; carried to the switch (kafka.accept_timeline): the events of this timeline from the switch on are published",
+		p.log.Warn("exactly-once: the committed position lies past the end of its timeline; carried to the switch (kafka.accept_timeline): the events of this timeline from the switch on are published",
 			"committed", c.String(), "committed_timeline", tl, "switch", end.String(), "history", h.String())
-		t.committed, t.onTL = carried, h.Timeline
+		p.committed, p.onTL = carried, h.Timeline
 	default:
 		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s, timeline %d) lies at or past the end of timeline %d at %s in the history of this server (%s): "+
 			"it was promoted or restored without the WAL from %s on, so the events published from there to %s are of transactions this database does not have, "+
@@ -355,10 +344,10 @@ func (s *Sink) checkHistory(h event.WALHistory) error {
 			"then set kafka.accept_timeline: %d to publish this server's events from %s on",
 			ErrWALHistory, c, topic, tl, tl, end, h, end, c.CommitLSN, h.Timeline, end))
 	}
-	if t.committed.CommitLSN > h.Flushed {
+	if p.committed.CommitLSN > h.Flushed {
 		return failure.Mark(failure.Fatal, fmt.Errorf("%w: the position committed to Kafka (%s, on %s) is beyond the database's WAL (%s, %s): its WAL history went back (a restore, or a standby promoted without the last WAL), "+
-			"and new events at those positions would be skipped; check what the topics hold against the outbox table, then start with a new kafka.offsets_topic", ErrWALHistory, t.committed, topic, h.Flushed, h))
+			"and new events at those positions would be skipped; check what the topics hold against the outbox table, then start with a new kafka.offsets_topic", ErrWALHistory, p.committed, topic, h.Flushed, h))
 	}
-	t.timeline = h.Timeline
+	p.timeline = h.Timeline
 	return nil
 }

@@ -1,24 +1,21 @@
-package sink
+package txn
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/event"
-	"github.com/walrelay/walrelay/failure"
-	"github.com/walrelay/walrelay/internal/faultinject"
 	"github.com/walrelay/walrelay/sink/produce"
-	"github.com/walrelay/walrelay/sink/txn"
 )
 
-// Exactly-once production (Config.Transactions).
+// Exactly-once production (package sink's Config.Transactions).
 //
 // Records go to Kafka in transactions. The flusher opens one with the first
 // record of a round, and commits it at a round's end once it is Interval old
@@ -110,9 +107,21 @@ var ErrSharedTransactionalID = errors.New("another walrelay instance, of another
 // with an offsets topic of its own shares the transactional id.
 var ErrFencedTooOften = errors.New("the producer was refused as fenced too often, with no lost answer and no other instance seen on the offsets topic")
 
-// txns is the sink's state in exactly-once mode.
-type txns struct {
-	cfg Transactions
+// Producer is the transactional producer of exactly-once mode: its
+// client, renewed after a fence, and its transactions (see the package
+// doc). Rounds drives it on the flusher; Resume runs on the caller's
+// goroutine between sessions. Its other methods are safe for concurrent
+// use.
+type Producer struct {
+	cfg      Config
+	log      *slog.Logger
+	q        *produce.Queue             // the sink's queue: a failure breaks it
+	cl       atomic.Pointer[kgo.Client] // the client; replaced only by renewClient (resume.go)
+	opts     []kgo.Opt                  // the client's options, for renewClient
+	hooks    []kgo.Hook                 // the hooks given for the producer, told of its creation and close by the producer (announce)
+	brokers  []string                   // the seed brokers, for the offsets reader and the fencer
+	clientID string                     // the sink's client id, which theirs extend
+	side     []kgo.Opt                  // the options of the offsets reader and the fencer (Clients.Side)
 
 	mu        sync.Mutex
 	committed event.Position // every event at or before it is in Kafka
@@ -130,7 +139,7 @@ type txns struct {
 	// (fencedAtStart): the client can do nothing more, and the next Resume
 	// renews it (renewClient). Guarded by mu.
 	fencedBy error
-	renewals int // clients renewed after a fence; only the caller's goroutine touches it
+	renewals int // clients renewed after a fence, by Resume; guarded by mu
 	// endUnknown: the last end of a transaction (a commit or an abort,
 	// of events or of readCommitted's marker) was answered with neither
 	// success nor a fence: it may have landed, and the broker then answers
@@ -139,7 +148,7 @@ type txns struct {
 	// after it is explained (mayRenew); a commit that succeeds clears it
 	// (endAnswered). Guarded by mu.
 	endUnknown bool
-	// unexplained are the times of the renewals of the last longWindow
+	// unexplained are the times of the renewals of the last LongWindow
 	// that neither a lost answer nor another instance of the slot
 	// explained (mayRenew). Guarded by mu.
 	unexplained []time.Time
@@ -166,10 +175,10 @@ type txns struct {
 	// poisoned are the events that the broker refused on their own in a
 	// transaction, which that refusal doomed; published again, each goes
 	// to the dead-letter topic instead, so the next transaction commits.
-	poisoned txn.Poisons
+	poisoned Poisons
 
 	// The flusher's own.
-	cur     txn.Current // the open transaction
+	cur     Current // the open transaction
 	commits uint64
 }
 
@@ -179,250 +188,118 @@ type heldDone struct {
 	err  error
 }
 
-// Committed returns the position up to which every event is in Kafka, in
-// exactly-once mode (the zero position before any).
-func (s *Sink) Committed() event.Position {
-	if s.tx == nil {
-		return event.Position{}
-	}
-	s.tx.mu.Lock()
-	defer s.tx.mu.Unlock()
-	return s.tx.committed
+// Clients are the options of the clients the producer makes, as package
+// sink gives them.
+type Clients struct {
+	// Brokers and ClientID are the sink's seed brokers and client id.
+	Brokers  []string
+	ClientID string
+	// Base are the options the producer shares with the sink's other
+	// producing clients, without hooks.
+	Base []kgo.Opt
+	// Hooks are the hooks given in the sink's client options, and
+	// ProducerOpts the options of the producer alone (hooks among them):
+	// the producer's hooks see its events through a relay, and its
+	// creation and close once, from the producer (announce).
+	Hooks        []kgo.Hook
+	ProducerOpts []kgo.Opt
+	// Last are applied last: the dialer and its hooks.
+	Last []kgo.Opt
+	// Side are the options of the offsets reader and the fencer, applied
+	// after their own: the sink's client options, their hooks through a
+	// relay.
+	Side []kgo.Opt
 }
 
-// Transactional reports whether the sink produces in transactions.
-func (s *Sink) Transactional() bool { return s.tx != nil }
+// New fills cfg's defaults and makes the transactional producer of
+// cfg.ID, whose failures break q; log is the sink's. It does not contact
+// the brokers: Resume initialises the producer.
+func New(cfg Config, q *produce.Queue, log *slog.Logger, c Clients) (*Producer, error) {
+	if err := cfg.Defaults(); err != nil {
+		return nil, err
+	}
+	p := &Producer{cfg: cfg, log: log, q: q, firstMarker: -1, ownAt: -1, brokers: c.Brokers, clientID: c.ClientID, side: c.Side}
+	// The producer may be renewed (renewClient): the hooks see its events
+	// through a relay, and its creation and its close once, from the
+	// producer (announce), so that a hook that registers metrics when it
+	// sees a client created (kprom) keeps them across a renewal and is not
+	// written to while the old producer's hook goroutines may still read
+	// it.
+	producerOpts, own := produce.SplitHooks(c.ProducerOpts)
+	p.hooks = append(slices.Clip(c.Hooks), own...)
+	opts := append(slices.Clip(c.Base), kgo.TransactionalID(cfg.ID), kgo.TransactionTimeout(cfg.Timeout), kgo.WithHooks(produce.HookRelay{Hooks: p.hooks}))
+	opts = append(opts, producerOpts...)
+	opts = append(opts, c.Last...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	p.cl.Store(cl)
+	p.opts = opts
+	p.announce(cl, true)
+	return p, nil
+}
 
-// alreadyCommitted reports whether e is at or before the committed
+// Client returns the producer's client (a new one after a renewal).
+func (p *Producer) Client() *kgo.Client { return p.cl.Load() }
+
+// Close closes the client; records not yet answered are failed.
+func (p *Producer) Close() {
+	cl := p.Client()
+	cl.Close()
+	p.announce(cl, false)
+}
+
+// announce tells the hooks given for the producer that its client was
+// created (created) or closed, as a client itself tells them outside
+// exactly-once mode.
+func (p *Producer) announce(cl *kgo.Client, created bool) {
+	for _, h := range p.hooks {
+		if n, ok := h.(kgo.HookNewClient); ok && created {
+			n.OnNewClient(cl)
+		}
+		if c, ok := h.(kgo.HookClientClosed); ok && !created {
+			c.OnClientClosed(cl)
+		}
+	}
+}
+
+// Committed returns the position up to which every event is in Kafka
+// (the zero position before any).
+func (p *Producer) Committed() event.Position {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.committed
+}
+
+// Poisons are the events that go to the dead-letter topic when they are
+// published again (Poisons): package sink notes them when the broker
+// refuses one, and forgets them when their dead letter is committed.
+func (p *Producer) Poisons() *Poisons { return &p.poisoned }
+
+// Counts are what a Producer did so far, for tests and diagnostics.
+type Counts struct {
+	Commits     uint64 // transactions committed
+	Renewals    int    // clients renewed after a fence
+	Unexplained int    // renewals of the last hour that nothing explained (mayRenew)
+	ReadLast    int64  // the records of the offsets topic the last read of the committed position read
+}
+
+// Counts returns what the producer did so far.
+func (p *Producer) Counts() Counts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Counts{Commits: p.commits, Renewals: p.renewals, Unexplained: len(p.unexplained), ReadLast: p.readLast}
+}
+
+// Began returns when the open (or last) transaction began. It is the
+// flusher's: call it from Config.OnCommit or OnAbort.
+func (p *Producer) Began() time.Time { return p.cur.Began() }
+
+// AlreadyCommitted reports whether e is at or before the committed
 // position.
-func (t *txns) alreadyCommitted(e *event.Event) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return !e.Position().After(t.committed)
-}
-
-// hold returns the callback the client calls for a record of the open
-// transaction: it keeps the answer until the transaction ends, and breaks
-// the sink at a failure (nothing more may join a transaction that aborts).
-func (s *Sink) hold(done func(*kgo.Record, error)) func(*kgo.Record, error) {
-	t := s.tx
-	return func(r *kgo.Record, err error) {
-		t.mu.Lock()
-		t.held = append(t.held, heldDone{done, r, err})
-		if err != nil && t.failed == nil {
-			t.failed = err
-		}
-		t.mu.Unlock()
-		if err != nil {
-			s.q.BreakOn(err)
-		}
-	}
-}
-
-// produceInTxn produces one record of a round in the open transaction,
-// opening one first if none is.
-func (s *Sink) produceInTxn(it produce.Item) {
-	t := s.tx
-	if !t.cur.Open() {
-		if err := s.client().BeginTransaction(); err != nil {
-			s.q.BreakOn(err)
-			it.Done(it.R, failure.Mark(failure.Fatal, fmt.Errorf("begin a kafka transaction: %w", err)))
-			return
-		}
-		t.cur.Begin(time.Now())
-	}
-	var pos *event.Position
-	if it.HasPos {
-		pos = &it.Pos
-	}
-	t.cur.Add(it.Size, pos)
-	s.client().Produce(it.Ctx, it.R, s.hold(it.Done))
-}
-
-// endTxn ends the open transaction: it commits it when commit is true and
-// every record of it succeeded, else it aborts it; then it gives the held
-// answers. It runs on the flusher after the round's Flush.
-func (s *Sink) endTxn(ctx context.Context, commit bool) {
-	t := s.tx
-	if !t.cur.Open() {
-		return
-	}
-	t.cur.End()
-	t.mu.Lock()
-	cause := t.failed
-	t.mu.Unlock()
-	if !commit && cause == nil {
-		cause = errors.New("aborted")
-	}
-	unknown := false // a commit was tried, and its outcome is not known
-	if cause == nil {
-		cause = s.producePosition(ctx, t.cur.Last())
-	}
-	if cause == nil {
-		start := time.Now()
-		cause = s.client().EndTransaction(ctx, kgo.TryCommit)
-		if cause == nil {
-			s.committedTxn(t.cur.Last(), time.Since(start))
-			return
-		}
-		unknown = !errors.Is(cause, kerr.OperationNotAttempted)
-		t.endAnswered(true, cause)
-		cause = fmt.Errorf("commit the kafka transaction: %w", cause)
-	}
-	s.q.BreakOn(cause)
-	err := s.client().EndTransaction(ctx, kgo.TryAbort)
-	t.endAnswered(false, err)
-	if err != nil {
-		cause = errors.Join(cause, fmt.Errorf("abort the kafka transaction: %w", err))
-	}
-	if age := time.Since(t.cur.Began()); fenced(cause) && age >= t.cfg.Timeout {
-		cause = failure.Mark(failure.Fatal, fmt.Errorf("%w (open %s, kafka.transaction_timeout %s; Kafka did not take it sooner: an outage?); nothing of it is committed, and a restart resumes (raise kafka.transaction_timeout to outlast longer outages): %w",
-			ErrTransactionTimedOut, age.Round(time.Millisecond), t.cfg.Timeout, cause))
-	} else if fenced(cause) {
-		cause = failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, cause))
-	} else if unknown {
-		// The commit may have landed: the committed position says. While
-		// the broker cannot tell, the sink stays broken and the next
-		// Resume reads it again: nothing is produced until it is known.
-		if err := s.readCommitted(ctx); err != nil {
-			if !failure.IsFatal(err) {
-				t.mu.Lock()
-				t.unresolved = true
-				t.mu.Unlock()
-			}
-			cause = errors.Join(cause, fmt.Errorf("read the committed position after a commit of unknown outcome: %w", err))
-			if failure.IsFatal(err) {
-				cause = failure.Mark(failure.Fatal, cause)
-			}
-		}
-	}
-	if errors.Is(cause, ErrFenced) {
-		// The client can do nothing more; the next Resume renews it.
-		t.mu.Lock()
-		t.fencedBy = cause
-		t.mu.Unlock()
-	}
-	s.log.Warn("kafka transaction aborted; its events are sent again", "err", cause)
-	if t.cfg.OnAbort != nil {
-		t.cfg.OnAbort()
-	}
-	s.giveHeld(cause)
-}
-
-// committedTxn records a committed transaction and gives its answers.
-func (s *Sink) committedTxn(last event.Position, took time.Duration) {
-	t := s.tx
-	t.mu.Lock()
-	if last.After(t.committed) {
-		t.committed, t.writer, t.onTL = last, t.cfg.ID, t.timeline
-	}
-	t.commits++
-	t.endUnknown = false
-	t.mu.Unlock()
-	if t.cfg.OnCommit != nil {
-		t.cfg.OnCommit(last, took)
-	}
-	s.giveHeld(nil)
-}
-
-// endAnswered records the answer err to an end of a transaction (a
-// commit if commit): one that is neither a success, nor a fence, nor a
-// refusal before the request was sent (OPERATION_NOT_ATTEMPTED) may have
-// come after the end landed, and sets endUnknown; a commit's success
-// clears it.
-func (t *txns) endAnswered(commit bool, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch {
-	case err == nil:
-		if commit {
-			t.endUnknown = false
-		}
-	case !errors.Is(err, kerr.OperationNotAttempted) && !fenced(err):
-		t.endUnknown = true
-	}
-}
-
-// giveHeld answers the held records: with their own error, else with
-// cause (nil: committed).
-func (s *Sink) giveHeld(cause error) {
-	t := s.tx
-	t.mu.Lock()
-	held := t.held
-	t.held, t.failed = nil, nil
-	t.mu.Unlock()
-	var notSent error
-	if cause != nil {
-		// The cause as text only: an event aborted for another's sake
-		// must not be taken for the one refused (dead-lettered, or sent
-		// alone as a suspect).
-		notSent = fmt.Errorf("%w: the kafka transaction was aborted: %v", ErrNotSent, cause)
-		if failure.IsFatal(cause) {
-			notSent = failure.Mark(failure.Fatal, notSent)
-		}
-	}
-	for _, h := range held {
-		err := h.err
-		switch {
-		case cause != nil && failure.IsFatal(cause):
-			err = cause // fenced, say: each event says so
-		case err == nil:
-			err = notSent
-		}
-		h.done(h.r, err)
-	}
-}
-
-// fenced reports whether err says that another producer took the
-// transactional id. INVALID_TXN_STATE is one such answer: to the end of a
-// transaction that another producer's initialisation aborted meanwhile
-// (KIP-890 takes the end for a retry of the abort), or to a produce into
-// it; franz-go then fails the producer id for good (every later
-// initialisation of the client is refused so), and only a new producer
-// goes on, as after a fence.
-func fenced(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
-}
-
-// producePosition produces the position record of the open transaction and
-// flushes, so that every record of it is answered.
-func (s *Sink) producePosition(ctx context.Context, last event.Position) error {
-	t := s.tx
-	t.mu.Lock()
-	tl := t.timeline
-	t.mu.Unlock()
-	v, err := json.Marshal(positionRecord{Slot: t.cfg.Key, Source: t.cfg.Source, CommitLSN: last.CommitLSN.String(), Index: last.Index, Timeline: tl,
-		TransactionalID: t.cfg.ID, CommittedAt: time.Now().UTC().Format(time.RFC3339Nano)})
-	if err != nil {
-		return err
-	}
-	faultinject.Reached("txn_events_flushed")
-	var perr error
-	at := int64(-1)
-	s.client().Produce(ctx, &kgo.Record{Topic: t.cfg.OffsetsTopic, Partition: 0, Key: []byte(t.cfg.Key), Value: v}, func(r *kgo.Record, err error) {
-		perr = err
-		if err == nil {
-			at = r.Offset
-		}
-	})
-	if err := s.client().Flush(ctx); err != nil {
-		return fmt.Errorf("flush the kafka transaction: %w", err)
-	}
-	t.wrote(at)
-	if perr != nil {
-		return fmt.Errorf("produce the position to %s: %w", t.cfg.OffsetsTopic, perr)
-	}
-	faultinject.Reached("txn_position_flushed")
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failed
-}
-
-// wrote notes at, the offset of a record this sink produced to the offsets
-// topic (-1: not answered), as its own (ownAt).
-func (t *txns) wrote(at int64) {
-	t.mu.Lock()
-	t.ownAt = max(t.ownAt, at)
-	t.mu.Unlock()
+func (p *Producer) AlreadyCommitted(e *event.Event) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !e.Position().After(p.committed)
 }
