@@ -1,15 +1,13 @@
 // Package sink publishes outbox events to Kafka with franz-go.
 //
-// It sits after the decoder: each event.Event becomes one *kgo.Record (topic from
-// the template, key the aggregate id, value the payload bytes, headers id,
-// type, walrelay.lsn, walrelay.xid, walrelay.commit_time and the configured
-// extra columns), produced by an idempotent producer with acks=all and
+// It sits after the decoder: each event.Event becomes one *kgo.Record (topic,
+// key, value and headers, all package record's), produced by an idempotent producer with acks=all and
 // partitioned by murmur2 of the key as the Java client does. What an event
 // becomes (route and allowed topics, key, headers, the JSON formats and
 // expansion) is package record's, a pure function of the event and the
 // configuration; the sink adds what needs Kafka or a schema registry (a
 // topic's limits and partition count, the registry formats, the clock's
-// timestamp) and everything after: rounds, lanes, fences, transactions,
+// timestamp) and everything after: rounds, lanes, broker fences, transactions,
 // the dead-letter topic. Package sink is the one door: the relay, the poll
 // source, the inbox's dead letters and the recovery tools call it, never
 // package record's Builder. It reports each

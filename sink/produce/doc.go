@@ -14,8 +14,10 @@
 //   - A partition has one batch in flight, within the topic's cap, in one
 //     produce request of at most RequestCap bytes (Lanes, a lane's rounds).
 //   - A broker that stops answering and that the cluster no longer lists
-//     is fenced: its connections closed, new ones refused (Fences,
-//     Watcher).
+//     is fenced (a broker fence, not the transactional producer fence of
+//     package txn): its connections closed, new ones refused (Fences,
+//     Watcher), in both delivery modes (the sink dials every client,
+//     the transactional one too, through Fences).
 //
 // The round loop (Flush) takes rounds from the Queue and hands them to a
 // Sender, which it calls at the rounds' boundaries: Lanes (one client per

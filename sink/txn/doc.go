@@ -4,7 +4,9 @@
 //
 // Invariants: records and their source position commit together, or
 // neither does (a transaction's records and a record of the position of
-// its last event, on the offsets topic); a fenced producer never commits
+// its last event, on the offsets topic); a fenced producer (one whose
+// transactional id a newer producer took: not package produce's broker
+// fence) never commits
 // (the broker refuses it, and the caller, which holds the slot, has Resume
 // renew it and read the committed position again before anything more is
 // produced).
