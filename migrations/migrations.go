@@ -364,6 +364,20 @@ func run(ctx context.Context, tx pgx.Tx, fsys fs.FS, names []string, r *strings.
 	return nil
 }
 
+// InboxVersionsTable is the name of the versions table of the inbox table
+// named table (package inbox's Config.VersionOrder): <table>_versions, in
+// the table's schema.
+func InboxVersionsTable(schema, table string) string {
+	return pgx.Identifier{schema, table + inboxVersionsSuffix}.Sanitize()
+}
+
+// inboxVersionsMigration creates the versions table.
+const inboxVersionsMigration = "inbox/0005_inbox_versions.sql"
+
+// inboxVersionsSuffix is what the versions table adds to the inbox
+// table's name.
+const inboxVersionsSuffix = "_versions"
+
 // InboxClaimFunction is the name of the claim function of the inbox table
 // named table: <table>_claim, in the table's schema.
 func InboxClaimFunction(schema, table string) string {
@@ -384,14 +398,15 @@ func CheckInboxTable(schema, table string) error {
 
 // inboxSuffixes are what ApplyInbox adds to the inbox table's name for
 // the objects it names after it.
-var inboxSuffixes = []string{"_processed_at", "_claim"}
+var inboxSuffixes = []string{"_processed_at", "_claim", inboxVersionsSuffix}
 
 // ApplyInbox creates the inbox table schema.table (if missing) and its
 // claim functions (InboxClaimFunction), or migrates a table of an earlier
 // layout (0002_inbox_topic.sql: keyed on the topic too;
 // 0003_inbox_claims_serialize.sql: both claims serialize;
 // 0004_inbox_claims_read_committed.sql: both refuse a transaction that is
-// not READ COMMITTED), in one
+// not READ COMMITTED; 0005_inbox_versions.sql: the versions table,
+// InboxVersionsTable), in one
 // transaction. It needs
 // nothing of the outbox: it runs in the consumer's database.
 func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error {
@@ -419,13 +434,22 @@ func ApplyInbox(ctx context.Context, conn *pgx.Conn, schema, table string) error
 		if err := sqlquote.CheckName(table, inboxSuffixes...); err != nil {
 			return fmt.Errorf("inbox table: %w", err)
 		}
+	} else if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", InboxVersionsTable(schema, table)).Scan(&exists); err != nil {
+		return fmt.Errorf("look up the versions table of inbox table %s.%s: %w", schema, table, err)
+	} else if !exists && sqlquote.CheckName(table, inboxVersionsSuffix) != nil {
+		// An inbox table made before the rule above, of a name that
+		// <table>_versions would be cut from, migrates as before but gets
+		// no versions table, which two such tables could share: its
+		// consumers cannot take Config.VersionOrder (Run says so).
+		names = slices.DeleteFunc(names, func(n string) bool { return n == inboxVersionsMigration })
 	}
 	// The bodies of the files (the claims, a DO block) hold the names: a
 	// dollar tag they do not hold quotes them.
 	pairs := []string{"{{table}}", pgx.Identifier{schema, table}.Sanitize(),
 		"{{table_literal}}", quoteLiteral(pgx.Identifier{schema, table}.Sanitize()),
 		"{{index}}", pgx.Identifier{table + "_processed_at"}.Sanitize(),
-		"{{claim}}", InboxClaimFunction(schema, table)}
+		"{{claim}}", InboxClaimFunction(schema, table),
+		"{{versions}}", InboxVersionsTable(schema, table)}
 	r := strings.NewReplacer(append(pairs, "{{tag}}", bodyTag(pairs))...)
 	if err := run(ctx, tx, inboxFiles, names, r); err != nil {
 		return err
