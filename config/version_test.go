@@ -1,9 +1,6 @@
 package config
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -26,16 +23,7 @@ func TestVersionColumn(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			path := filepath.Join(t.TempDir(), "w.yaml")
-			if err := os.WriteFile(path, []byte("postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [k:9092]\n"+c.yaml), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			fs := flag.NewFlagSet("run", flag.ContinueOnError)
-			cs := NewSet(fs)
-			if err := fs.Parse([]string{"--config", path}); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := cs.Load(fs, false)
+			cfg, err := load(t, "postgres:\n  dsn: postgres://u@h/db\nkafka:\n  brokers: [k:9092]\n"+c.yaml)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("err = %v, want %q", err, c.err)
