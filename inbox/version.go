@@ -281,3 +281,16 @@ func (c *Consumer) checkVersions(ctx context.Context) error {
 	}
 	return nil
 }
+
+// dropHeld forgets the held records of a worker that ends: the offset
+// was not committed past them, so the partition's next owner reads them
+// again.
+func (w *worker) dropHeld() {
+	w.mu.Lock()
+	n := len(w.held)
+	w.held = nil
+	w.mu.Unlock()
+	if n > 0 {
+		w.c.m.versionWaiting.WithLabelValues(w.tp.topic, strconv.Itoa(int(w.tp.partition))).Set(0)
+	}
+}

@@ -116,6 +116,7 @@ func (w *worker) sleep(d time.Duration) bool {
 func (w *worker) run() {
 	defer close(w.done)
 	defer w.cancel()
+	defer w.dropHeld()
 	c := w.c
 	for {
 		recs := w.next()
