@@ -55,6 +55,7 @@ type Config struct {
 		OrderColumn         string
 		PartitionColumn     string
 		TraceColumn         string
+		VersionColumn       string
 		Tables              []OutboxTable
 	}
 	Kafka struct {

@@ -57,6 +57,7 @@ func (c *Config) OutboxConfig() decoder.Config {
 			ID: o.IDColumn, AggregateType: o.AggregateTypeColumn, AggregateID: o.AggregateIDColumn, Type: o.TypeColumn, Payload: o.PayloadColumn,
 		},
 		PartitionColumn: o.PartitionColumn, TimestampColumn: o.TimestampColumn, OrderColumn: o.OrderColumn, TraceColumn: o.TraceColumn,
+		VersionColumn: o.VersionColumn,
 	}
 	base.HeaderColumns, base.HeaderNames = headerColumns(o.HeaderColumns)
 	cfg := decoder.Config{Messages: o.Messages, MessagePrefix: o.MessagePrefix, IgnoredPrefixes: o.IgnorePrefixes}

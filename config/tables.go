@@ -29,6 +29,7 @@ type OutboxTable struct {
 	OrderColumn         string   `yaml:"order_column" json:"order_column,omitempty"`
 	PartitionColumn     string   `yaml:"partition_column" json:"partition_column,omitempty"`
 	TraceColumn         string   `yaml:"trace_column" json:"trace_column,omitempty"`
+	VersionColumn       string   `yaml:"version_column" json:"version_column,omitempty"`
 	Topic               string   `yaml:"topic" json:"topic,omitempty"`
 	TopicRegex          string   `yaml:"topic_regex" json:"topic_regex,omitempty"`
 }
@@ -66,7 +67,7 @@ func tablesJSON(ts []OutboxTable) string {
 }
 
 // tableFields names the fields of an outbox.tables entry.
-const tableFields = "id_column, aggregate_type_column, aggregate_id_column, type_column, payload_column, header_columns, timestamp_column, order_column, partition_column, trace_column, topic, topic_regex"
+const tableFields = "id_column, aggregate_type_column, aggregate_id_column, type_column, payload_column, header_columns, timestamp_column, order_column, partition_column, trace_column, version_column, topic, topic_regex"
 
 // splitTable splits schema.table; a bare name is in public.
 func splitTable(s string) (schema, name string, ok bool) {
@@ -124,6 +125,7 @@ func (t OutboxTable) layout(base decoder.Layout) decoder.Layout {
 	pick(&l.OrderColumn, t.OrderColumn)
 	pick(&l.PartitionColumn, t.PartitionColumn)
 	pick(&l.TraceColumn, t.TraceColumn)
+	pick(&l.VersionColumn, t.VersionColumn)
 	if t.HeaderColumns != nil {
 		l.HeaderColumns, l.HeaderNames = headerColumns(t.HeaderColumns)
 	}

@@ -90,6 +90,7 @@ type relation struct {
 	part       int      // the partition column's index, or -1
 	stamp      int      // the timestamp column's index, or -1
 	trace      int      // the trace column's index, or -1
+	version    int      // the version column's index, or -1
 	// payloadText and payloadBytes say whether the payload column is of a
 	// text type or bytea (Event.PayloadText, PayloadBytes).
 	payloadText, payloadBytes bool
@@ -270,7 +271,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 	case oidBytea:
 		r.payloadBytes = true
 	}
-	r.part, r.stamp, r.trace = -1, -1, -1
+	r.part, r.stamp, r.trace, r.version = -1, -1, -1, -1
 	if name := l.TraceColumn; name != "" {
 		if r.trace, err = index(name); err != nil {
 			return err
@@ -285,6 +286,14 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 		}
 		if t := m.Columns[r.part].DataType; t != oidInt2 && t != oidInt4 && t != oidInt8 {
 			return fmt.Errorf("the partition column %q of %s is of type oid %d: it must be smallint, integer or bigint", name, r.source, t)
+		}
+	}
+	if name := l.VersionColumn; name != "" {
+		if r.version, err = index(name); err != nil {
+			return err
+		}
+		if t := m.Columns[r.version].DataType; t != oidInt2 && t != oidInt4 && t != oidInt8 {
+			return fmt.Errorf("the version column %q of %s is of type oid %d: it must be smallint, integer or bigint", name, r.source, t)
 		}
 	}
 	if name := l.TimestampColumn; name != "" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -172,6 +173,15 @@ func (d *Decoder) tupleEvent(r *relation, vals []tupleValue, e *event.Event) *ev
 			} else {
 				e.Partition, e.HasPartition = int32(n), true
 			}
+		}
+	}
+	if r.version >= 0 {
+		// Required: an event published without its version would pass a
+		// consumer's version order unchecked.
+		if vals[r.version].kind == 'n' {
+			problems = append(problems, fmt.Errorf("column %s is NULL: the aggregate's version (outbox.version_column) is required", r.cols[r.version].Name))
+		} else if v, ok := value(r.version, true); ok {
+			e.Headers = append(e.Headers, event.Header{Key: event.HeaderAggregateVersion, Value: strconv.AppendInt(nil, v.(int64), 10)})
 		}
 	}
 	if r.stamp >= 0 && vals[r.stamp].kind == 't' {

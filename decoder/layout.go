@@ -72,6 +72,14 @@ type Layout struct {
 	// members, more than 512 bytes, a member of other characters) gives
 	// no tracestate header.
 	TraceColumn string
+	// VersionColumn, if set, is a smallint, integer or bigint column
+	// holding the aggregate's version: it becomes the header
+	// walrelay.aggregate_version (event.HeaderAggregateVersion), in
+	// decimal, by which a consumer (package inbox's Config.VersionOrder)
+	// handles an aggregate's events in version order. A NULL version
+	// makes the row's event Invalid: it is dead-lettered, never published
+	// without its version.
+	VersionColumn string
 }
 
 // HeaderName is the Kafka header of header column col: its HeaderNames
@@ -145,7 +153,7 @@ func (l Layout) CheckNames() error {
 		}
 	}
 	for _, x := range []struct{ what, name string }{{"partition column", l.PartitionColumn}, {"timestamp column", l.TimestampColumn},
-		{"order column", l.OrderColumn}, {"trace column", l.TraceColumn}} {
+		{"order column", l.OrderColumn}, {"trace column", l.TraceColumn}, {"version column", l.VersionColumn}} {
 		if x.name != "" {
 			names = append(names, x)
 		}

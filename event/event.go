@@ -17,6 +17,11 @@ type Header struct {
 	Value []byte
 }
 
+// HeaderAggregateVersion is the header of the aggregate's version, in
+// decimal, that an event of a table with a version column
+// (outbox.version_column) carries.
+const HeaderAggregateVersion = "walrelay.aggregate_version"
+
 // Event is one outbox row (or logical message) of a committed transaction.
 type Event struct {
 	ID            string

@@ -112,6 +112,32 @@ type Config struct {
 	// broker fences the older, whose Run then returns an error wrapping
 	// kerr.FencedInstanceID and naming the id. Empty: dynamic membership.
 	InstanceID string
+	// VersionOrder, if set, handles each aggregate's events (the records
+	// of one topic and key) in the order of their versions: the
+	// walrelay.aggregate_version header, a decimal integer, that walrelay
+	// writes from outbox.version_column. The last version handled of each
+	// aggregate is kept in the inbox's versions table (<Table>_versions,
+	// made by Migrate and walrelay migrate --inbox), written in the
+	// handler's transaction, so it moves exactly when the handler's
+	// changes commit. An aggregate's first event (no version kept) is
+	// handled whatever its version; after it, version n+1 is handled. A
+	// version at or below the last one handled is stale: skipped, its id
+	// kept as handled, counted (walrelay_inbox_version_stale_total). A
+	// version above the next waits in memory, up to VersionWait, for the
+	// versions before it (the partition's other records go on meanwhile;
+	// its offset is not committed past the one waiting, so a restart
+	// reads it again), then is dead-lettered with reason version_gap and
+	// an error naming the aggregate and the versions expected and got.
+	// A record with several such headers, or one not a decimal int64, is
+	// dead-lettered at once (invalid_version). A record without the
+	// header is handled as without VersionOrder, counted
+	// (walrelay_inbox_version_missing_total) and logged once per partition
+	// assignment: its aggregate's kept version does not move.
+	VersionOrder bool
+	// VersionWait bounds how long an event whose version is ahead of its
+	// aggregate's next (VersionOrder) waits for the missing versions
+	// before it is dead-lettered. Default 30s.
+	VersionWait time.Duration
 	// Registerer, if set, registers the consumer's metrics
 	// (walrelay_inbox_*).
 	Registerer prometheus.Registerer
@@ -136,6 +162,9 @@ type Config struct {
 	// those fail; Registry.Decode works without it.
 	Registry *Registry
 }
+
+// DefaultVersionWait is Config.VersionWait's default.
+const DefaultVersionWait = 30 * time.Second
 
 // DefaultRetention is Config.Retention's default: 30 days, four times
 // Kafka's default retention.ms.

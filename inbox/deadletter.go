@@ -23,17 +23,29 @@ import (
 // clipped to deadletter.MaxText bytes: a handler's or a validator's may
 // quote the record.
 func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
-	c := w.c
-	now := time.Now().UTC()
 	first := w.firstFail
 	if w.attempts == 0 {
-		first = now
+		first = time.Now()
 	}
+	if !w.sendDeadLetter(r, reason, cause, w.attempts+w.cuts, first) {
+		return
+	}
+	w.mark(r)
+	w.pop(1)
+	w.attempts, w.cuts = 0, 0
+}
+
+// sendDeadLetter sends r's dead letter, with its attempts and the time
+// of its first failure, and counts it; false if it was not written (the
+// worker stopped, or the consumer is stopping).
+func (w *worker) sendDeadLetter(r *kgo.Record, reason string, cause error, attempts int, first time.Time) bool {
+	c := w.c
+	now := time.Now().UTC()
 	h := append([]kgo.RecordHeader(nil), r.Headers...)
 	h = append(h,
 		kgo.RecordHeader{Key: sink.HeaderReason, Value: []byte(reason)},
 		kgo.RecordHeader{Key: sink.HeaderError, Value: deadletter.Clip(cause.Error(), deadletter.MaxText)},
-		kgo.RecordHeader{Key: sink.HeaderAttempts, Value: []byte(strconv.Itoa(w.attempts + w.cuts))},
+		kgo.RecordHeader{Key: sink.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
 		kgo.RecordHeader{Key: sink.HeaderFirstFailure, Value: []byte(first.UTC().Format(time.RFC3339Nano))},
 		kgo.RecordHeader{Key: sink.HeaderLastFailure, Value: []byte(now.Format(time.RFC3339Nano))},
 		kgo.RecordHeader{Key: sink.HeaderTopic, Value: []byte(r.Topic)},
@@ -44,16 +56,14 @@ func (w *worker) deadLetter(r *kgo.Record, reason string, cause error) {
 	dl := &kgo.Record{Topic: c.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: h}
 	id, _ := eventID(r)
 	_, span := c.startSpan(w.ctx, r, id)
-	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", logID(r), "reason", reason, "attempts", w.attempts+w.cuts, "err", cause)
+	c.log.Warn("dead-lettering a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "id", logID(r), "reason", reason, "attempts", attempts, "err", cause)
 	err := w.produceDeadLetter(r, dl, len(r.Headers))
 	endDeadLetterSpan(span, reason, err)
 	if err != nil {
-		return
+		return false
 	}
-	w.mark(r)
-	w.pop(1)
-	w.attempts, w.cuts = 0, 0
 	c.m.deadLettered.WithLabelValues(r.Topic, reason).Inc()
+	return true
 }
 
 // produceDeadLetter produces dl, the dead letter of r whose first own

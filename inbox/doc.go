@@ -29,4 +29,12 @@
 // their id, type and value (Message.Decoded, Registry.Decoded). A
 // handler returning ErrUndecodable has its record dead-lettered at once;
 // one returning ErrRegistryUnavailable has it retried without limit.
+//
+// With Config.VersionOrder, each aggregate's events (one topic and key) are
+// handled in the order of their walrelay.aggregate_version header
+// (outbox.version_column): the last version handled is kept in the
+// versions table in the handler's transaction; a stale version is skipped
+// and counted, and one ahead of the next waits up to VersionWait for the
+// versions before it, then is dead-lettered (version_gap). The partition's
+// offset is not committed past a record that waits.
 package inbox

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walrelay/walrelay/inbox"
 	"github.com/walrelay/walrelay/outbox"
@@ -39,4 +41,19 @@ func apply(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 // applies an event only if it is newer than what it holds.
 func Example_aggregateVersion() {
 	_, _ = writeShipped, apply
+}
+
+// newOrdered is the consumer of Version order (docs/exactly-once.md): each
+// aggregate's events in the order of walrelay.aggregate_version.
+func newOrdered(pool *pgxpool.Pool) (*inbox.Consumer, error) {
+	return inbox.New(inbox.Config{
+		Postgres: pool, Brokers: []string{"kafka:9092"}, Topics: []string{"outbox.event.order"}, Group: "shipping",
+		VersionOrder: true,             // read the walrelay.aggregate_version header
+		VersionWait:  30 * time.Second, // how long a version waits for the ones before it (the default)
+	})
+}
+
+// The consumer of Version order, compiled with the package.
+func Example_versionOrder() {
+	_ = newOrdered
 }

@@ -21,8 +21,10 @@ type Consumer struct {
 	cfg   Config
 	claim string
 	table string
-	log   *slog.Logger
-	m     *metrics
+	// versions is the versions table (Config.VersionOrder), quoted.
+	versions string
+	log      *slog.Logger
+	m        *metrics
 	// tracer is cfg.TracerProvider's, nil without one.
 	tracer trace.Tracer
 
@@ -95,6 +97,9 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.MaxBufferedRecords <= 0 {
 		cfg.MaxBufferedRecords = 1000
 	}
+	if cfg.VersionWait <= 0 {
+		cfg.VersionWait = DefaultVersionWait
+	}
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = 10 * time.Second
 	}
@@ -112,11 +117,12 @@ func New(cfg Config) (*Consumer, error) {
 		log = slog.Default()
 	}
 	c := &Consumer{
-		cfg:     cfg,
-		claim:   migrations.InboxClaimFunction(cfg.Schema, cfg.Table),
-		table:   pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize(),
-		log:     log.With("component", "inbox", "consumer", cfg.Consumer),
-		workers: map[topicPartition]*worker{},
+		cfg:      cfg,
+		claim:    migrations.InboxClaimFunction(cfg.Schema, cfg.Table),
+		table:    pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize(),
+		versions: migrations.InboxVersionsTable(cfg.Schema, cfg.Table),
+		log:      log.With("component", "inbox", "consumer", cfg.Consumer),
+		workers:  map[topicPartition]*worker{},
 	}
 	if cfg.TracerProvider != nil {
 		c.tracer = cfg.TracerProvider.Tracer(scopeName)
@@ -152,6 +158,9 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	}
 	if !exists {
 		return fmt.Errorf("inbox: the inbox table %s or its claim function %s is of an earlier layout (keyed on the event id alone, not the topic too, claims that do not wait for each other, or claims that do not refuse a transaction other than READ COMMITTED): run walrelay migrate --inbox, or inbox.Migrate", c.table, c.claim)
+	}
+	if err := c.checkVersions(ctx); err != nil {
+		return err
 	}
 	if err := c.checkRetention(ctx); err != nil {
 		return err

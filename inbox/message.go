@@ -76,8 +76,9 @@ func eventID(r *kgo.Record) (string, error) {
 	return string(id), nil
 }
 
-// idReason is the dead-letter reason of an eventID failure, "" for any
-// other error.
+// idReason is the dead-letter reason of a record that cannot be read
+// (Consumer.unreadable: its event id, or its version), "" for any other
+// error.
 func idReason(err error) string {
 	switch {
 	case errors.Is(err, errNoID):
@@ -86,6 +87,8 @@ func idReason(err error) string {
 		return "empty_id"
 	case errors.Is(err, errSeveralIDs):
 		return "several_ids"
+	case errors.Is(err, errInvalidVersion):
+		return "invalid_version"
 	}
 	return ""
 }

@@ -74,60 +74,24 @@ type worker struct {
 	// isolate: records up to this offset are handled one per transaction,
 	// to find which handler broke the connection of a batch.
 	isolate int64
+
+	// Version order (Config.VersionOrder, version.go). held are the
+	// records waiting for their aggregate's earlier versions, in offset
+	// order (under mu: push counts them); heldSince keeps, by offset, the
+	// time a record released to the queue was first held; advanced are
+	// the aggregates whose version the batch moved; finished is the
+	// latest record done (mark).
+	held              []heldRecord
+	heldSince         map[int64]time.Time
+	advanced          map[string]bool
+	finished          *kgo.Record
+	versionlessLogged bool
 }
 
 func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &worker{c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), stopCh: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), isolate: -1,
-		pgStarted: c.pgStarted, runs: map[int64]int{}}
-}
-
-// push queues records fetched for the partition; fetching pauses while
-// MaxBufferedRecords wait.
-func (w *worker) push(recs []*kgo.Record, hwm int64) {
-	w.mu.Lock()
-	w.queue = append(w.queue, recs...)
-	w.hwm = hwm
-	pause := !w.paused && len(w.queue) >= w.c.cfg.MaxBufferedRecords
-	w.paused = w.paused || pause
-	w.mu.Unlock()
-	if pause {
-		w.cl.PauseFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
-	}
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// pop drops the first n queued records (handled or dead-lettered).
-func (w *worker) pop(n int) {
-	w.mu.Lock()
-	for _, r := range w.queue[:n] {
-		delete(w.runs, r.Offset)
-	}
-	w.queue = w.queue[n:]
-	if len(w.queue) == 0 {
-		w.queue = nil
-	}
-	resume := w.paused && len(w.queue) < w.c.cfg.MaxBufferedRecords/2
-	w.paused = w.paused && !resume
-	w.mu.Unlock()
-	if resume {
-		w.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
-	}
-}
-
-// resume resumes fetching a partition paused by this worker: a pause
-// outlives the assignment in the client.
-func (w *worker) resume() {
-	w.mu.Lock()
-	paused := w.paused
-	w.paused = false
-	w.mu.Unlock()
-	if paused {
-		w.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
-	}
+		pgStarted: c.pgStarted, runs: map[int64]int{}, heldSince: map[int64]time.Time{}, advanced: map[string]bool{}}
 }
 
 // stop ends the worker after its current batch; abort also cancels the
@@ -136,33 +100,6 @@ func (w *worker) stop(abort bool) {
 	w.stopOnce.Do(func() { close(w.stopCh) })
 	if abort {
 		w.cancel()
-	}
-}
-
-// next returns the next batch's records, or nil once stopped. A record
-// that failed is retried alone.
-func (w *worker) next() []*kgo.Record {
-	for {
-		select {
-		case <-w.stopCh:
-			return nil
-		default:
-		}
-		w.mu.Lock()
-		n := min(len(w.queue), w.c.cfg.BatchMaxRecords)
-		if w.attempts > 0 || (n > 0 && w.queue[0].Offset <= w.isolate) {
-			n = min(n, 1)
-		}
-		recs := w.queue[:n:n]
-		w.mu.Unlock()
-		if n > 0 {
-			return recs
-		}
-		select {
-		case <-w.wake:
-		case <-w.stopCh:
-			return nil
-		}
 	}
 }
 
@@ -179,6 +116,7 @@ func (w *worker) sleep(d time.Duration) bool {
 func (w *worker) run() {
 	defer close(w.done)
 	defer w.cancel()
+	defer w.dropHeld()
 	c := w.c
 	for {
 		recs := w.next()
@@ -190,6 +128,7 @@ func (w *worker) run() {
 			w.pop(n)
 			w.attempts, w.cuts = 0, 0
 		}
+		w.release()
 		if err == nil {
 			if w.regFails > 0 {
 				w.c.m.registryHeld.WithLabelValues(w.tp.topic, strconv.Itoa(int(w.tp.partition))).Set(0)
@@ -309,7 +248,7 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 			endSpans(spans, n, failed, failure, txErr)
 		}()
 	}
-	if _, err := eventID(recs[0]); err != nil {
+	if err := c.unreadable(recs[0]); err != nil {
 		return 0, nil, err
 	}
 	start := time.Now()
@@ -323,16 +262,17 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
 	defer w.busy(0, nil)                    // before the rollback: abandon never ends a backend the pool handed on
-	done, handled, dups := 0, 0, 0
+	done, handled, dups, stale := 0, 0, 0, 0
+	var ahead []heldRecord // held once the batch commits
 	var ran []int
 	for i, r := range recs {
 		if i > 0 && time.Since(start) >= c.cfg.BatchMaxTime {
 			break
 		}
-		id, err := eventID(r)
-		if err != nil {
+		if c.unreadable(r) != nil {
 			break // at the head of the next batch: dead-lettered
 		}
+		id, _ := eventID(r)
 		m := message(r, id, 1)
 		m.reg = c.cfg.Registry
 		hctx, span := c.startSpan(ctx, r, id)
@@ -350,6 +290,25 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 			dups++
 			done = i + 1
 			continue
+		}
+		var ver versionCheck
+		if c.cfg.VersionOrder {
+			if ver, err = w.checkVersion(ctx, tx, r); err != nil {
+				return 0, ran, err
+			}
+			switch ver.verdict {
+			case versionStale: // its claim commits: handled, as nothing
+				stale++
+				done = i + 1
+				continue
+			case versionAhead: // its claim is undone: handled once released
+				if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT walrelay_inbox"); err != nil {
+					return 0, ran, fmt.Errorf("roll back the claim of event %s, held for its aggregate's versions: %w", m.ID, err)
+				}
+				ahead = append(ahead, heldRecord{r: r, got: ver.got, want: ver.want})
+				done = i + 1
+				continue
+			}
 		}
 		ran = append(ran, i)
 		// Attempt counts this record's runs, whatever ended the ones
@@ -373,6 +332,11 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 			failed = i
 			break
 		}
+		if ver.verdict == versionNext && c.cfg.VersionOrder {
+			if err := w.storeVersion(ctx, tx, r, ver.got); err != nil {
+				return 0, ran, err
+			}
+		}
 		handled++
 		done = i + 1
 	}
@@ -387,10 +351,14 @@ func (w *worker) batch(recs []*kgo.Record) (n int, ranOut []int, err error) {
 		return 0, ran, fmt.Errorf("commit the inbox transaction: %w", err)
 	}
 	faultinject.Reached("inbox_committed")
+	for _, h := range ahead {
+		w.hold(h)
+	}
 	w.mark(recs[done-1])
 	c.m.commits.Inc()
 	c.m.handled.WithLabelValues(w.tp.topic).Add(float64(handled))
 	c.m.duplicates.WithLabelValues(w.tp.topic).Add(float64(dups))
+	c.m.versionStale.WithLabelValues(w.tp.topic).Add(float64(stale))
 	return done, nil, failure
 }
 
@@ -459,9 +427,10 @@ func (w *worker) call(ctx context.Context, tx pgx.Tx, m Message) (err error) {
 }
 
 // mark marks r's offset for commit: every record up to it is handled,
-// skipped as a duplicate, or dead-lettered.
+// skipped as a duplicate or stale, or dead-lettered; but a record held
+// before it (VersionOrder) holds the mark before itself (markable).
 func (w *worker) mark(r *kgo.Record) {
-	w.cl.MarkCommitRecords(r)
+	w.cl.MarkCommitRecords(w.markable(r))
 	w.mu.Lock()
 	hwm := w.hwm
 	w.mu.Unlock()

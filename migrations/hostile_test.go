@@ -220,8 +220,8 @@ func applyHostile(t *testing.T, conn *pgx.Conn, name string, messages bool) erro
 		(SELECT count(*) FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = $1)`, schema).Scan(&tables, &funcs); err != nil {
 		t.Fatal(err)
 	}
-	if tables != 2 || funcs != 4 {
-		t.Errorf("name %q: in schema %q %d tables, %d functions; want 2 (the outbox, the inbox) and 4 (walrelay_emit, walrelay_poll_notify, the two claims)", name, schema, tables, funcs)
+	if tables != 3 || funcs != 4 {
+		t.Errorf("name %q: in schema %q %d tables, %d functions; want 3 (the outbox, the inbox, its versions) and 4 (walrelay_emit, walrelay_poll_notify, the two claims)", name, schema, tables, funcs)
 	}
 	// The functions do what they say: a body cut short by a name would
 	// not.

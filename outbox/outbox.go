@@ -36,6 +36,12 @@ type Event struct {
 	// Kafka header of that name. A name that is not a header column is
 	// refused.
 	Headers map[string]string
+	// Version is the aggregate's version, written in the layout's
+	// VersionColumn (outbox.version_column), which walrelay publishes as
+	// the header walrelay.aggregate_version: the writer increments it in
+	// the transaction that changes the aggregate. Unused without a
+	// VersionColumn.
+	Version int64
 }
 
 // Config configures a Writer. The zero value writes walrelay's default
@@ -44,7 +50,8 @@ type Config struct {
 	// Layout names the outbox table, its columns and its header columns,
 	// as walrelay's outbox.* settings (or an entry of outbox.tables) do;
 	// empty fields take walrelay's defaults. Only Schema, Table, Columns,
-	// HeaderColumns and TraceColumn are used: with a TraceColumn, each row
+	// HeaderColumns, VersionColumn (Event.Version) and TraceColumn are
+	// used: with a TraceColumn, each row
 	// records the span context current in the caller's context
 	// (OpenTelemetry's), so that walrelay's spans and the consumer's
 	// continue the caller's trace; NULL without one.
@@ -67,6 +74,8 @@ type Writer struct {
 	del     string
 	headers map[string]int // header column -> its parameter's index
 	trace   int            // the trace column's parameter's index, or 0: none
+	version int            // the version column's parameter's index, or 0: none
+	params  int            // the insert's parameters
 	table   string
 }
 
@@ -92,6 +101,11 @@ func New(cfg Config) (*Writer, error) {
 		w.trace = len(cols)
 		cols = append(cols, l.TraceColumn)
 	}
+	if l.VersionColumn != "" {
+		w.version = len(cols)
+		cols = append(cols, l.VersionColumn)
+	}
+	w.params = len(cols)
 	seen := map[string]bool{}
 	quoted := make([]string, len(cols))
 	params := make([]string, len(cols))
@@ -123,9 +137,8 @@ func (w *Writer) args(ctx context.Context, e *Event) (string, []any, error) {
 	if e.Payload != nil && !w.cfg.RawPayload && !json.Valid(e.Payload) {
 		return "", nil, fmt.Errorf("outbox: event %s: the payload is not valid JSON (set Config.RawPayload for a text or bytea payload column)", e.describe())
 	}
-	n := 5 + len(w.headers)
+	n := w.params
 	if w.trace > 0 {
-		n++
 		if v := traceValue(ctx); v != "" {
 			args := make([]any, n)
 			args[w.trace] = v
@@ -153,6 +166,9 @@ func (w *Writer) fill(e *Event, args []any) (string, []any, error) {
 		payload = e.Payload
 	}
 	args[0], args[1], args[2], args[3], args[4] = id, e.AggregateType, e.AggregateID, e.Type, payload
+	if w.version > 0 {
+		args[w.version] = e.Version
+	}
 	return id, args, nil
 }
 

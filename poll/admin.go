@@ -81,6 +81,9 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, l decoder.Layout) error {
 			return failure.Mark(failure.Fatal, fmt.Errorf("table %s has no column %q (%s); its columns are %s", l.Name(), need.Name, need.Key, strings.Join(names, ", ")))
 		}
 	}
+	if err := relay.CheckVersionType(l, cols); err != nil {
+		return failure.Mark(failure.Fatal, err)
+	}
 	var missing []string
 	for _, c := range migrations.PollColumns {
 		if _, ok := cols[c.Name]; !ok {

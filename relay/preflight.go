@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +25,7 @@ type Column struct{ Key, Role, Name string }
 
 // Columns lists the columns walrelay reads from the outbox table of o
 // (defaults filled in): the required ones, the header columns, then the
-// partition, timestamp and trace columns that are configured.
+// partition, timestamp, trace and version columns that are configured.
 func Columns(o decoder.Layout) []Column {
 	o = o.WithDefaults()
 	c := o.Columns
@@ -37,7 +38,8 @@ func Columns(o decoder.Layout) []Column {
 		cols = append(cols, Column{"outbox.header_columns", "header", h})
 	}
 	for _, x := range []Column{{"outbox.partition_column", "partition", o.PartitionColumn},
-		{"outbox.timestamp_column", "timestamp", o.TimestampColumn}, {"outbox.trace_column", "trace", o.TraceColumn}} {
+		{"outbox.timestamp_column", "timestamp", o.TimestampColumn}, {"outbox.trace_column", "trace", o.TraceColumn},
+		{"outbox.version_column", "version", o.VersionColumn}} {
 		if x.Name != "" {
 			cols = append(cols, x)
 		}
@@ -330,8 +332,23 @@ func markFailover(ctx context.Context, conn *pgx.Conn, cfg *Config, log *slog.Lo
 	return nil
 }
 
+// VersionTypes are the types (as format_type writes them) a version column
+// (outbox.version_column) may have.
+var VersionTypes = []string{"smallint", "integer", "bigint"}
+
+// CheckVersionType refuses a version column (outbox.version_column) of o
+// whose type in types (format_type, by column, as TableColumns reads them)
+// is not one of VersionTypes.
+func CheckVersionType(o decoder.Layout, types map[string]string) error {
+	if typ, ok := types[o.VersionColumn]; ok && o.VersionColumn != "" && !slices.Contains(VersionTypes, typ) {
+		return fmt.Errorf("column %q of %s.%s is %s; as the version column (outbox.version_column) it must be one of %s", o.VersionColumn, o.Schema, o.Table, typ, strings.Join(VersionTypes, ", "))
+	}
+	return nil
+}
+
 // CheckTable checks that the outbox table of o exists with every column
-// walrelay reads, none of them generated.
+// walrelay reads, the version column of an integer type, none of them
+// generated.
 func CheckTable(ctx context.Context, conn *pgx.Conn, o decoder.Layout) error {
 	o = o.WithDefaults()
 	schema, table := o.Schema, o.Table
@@ -349,6 +366,9 @@ func CheckTable(ctx context.Context, conn *pgx.Conn, o decoder.Layout) error {
 			}
 			return fmt.Errorf("table %s.%s has no column %q (%s); its columns are %s", schema, table, need.Name, need.Key, strings.Join(names, ", "))
 		}
+	}
+	if err := CheckVersionType(o, cols); err != nil {
+		return err
 	}
 	generated, err := GeneratedColumns(ctx, conn, o)
 	if err != nil {

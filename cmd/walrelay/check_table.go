@@ -20,6 +20,7 @@ var usableTypes = map[string][]string{
 	"aggregateid":   {"text", "character varying", "character", "uuid", "bigint", "integer", "smallint", "numeric", "name"},
 	"type":          {"text", "character varying", "character", "name"},
 	"payload":       {"jsonb", "json", "text", "character varying", "bytea"},
+	"version":       relay.VersionTypes,
 }
 
 func contains(list []string, s string) bool {
