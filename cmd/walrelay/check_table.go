@@ -13,7 +13,8 @@ import (
 	"github.com/walrelay/walrelay/replication"
 )
 
-// usableTypes are the column types walrelay reads for each required column.
+// usableTypes are the column types walrelay reads for each column it
+// reads, as format_type writes them (the decoder's own rules).
 var usableTypes = map[string][]string{
 	"id":            {"uuid", "text", "character varying", "character", "bigint", "integer"},
 	"aggregatetype": {"text", "character varying", "character", "name"},
@@ -21,6 +22,9 @@ var usableTypes = map[string][]string{
 	"type":          {"text", "character varying", "character", "name"},
 	"payload":       {"jsonb", "json", "text", "character varying", "bytea"},
 	"version":       relay.VersionTypes,
+	"partition":     {"smallint", "integer", "bigint"},
+	"timestamp":     {"timestamp with time zone", "timestamp without time zone", "date"},
+	"trace":         {"text", "character varying", "character"},
 }
 
 func contains(list []string, s string) bool {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -317,6 +318,12 @@ func TestRowMappingsEndToEnd(t *testing.T) {
 	}
 	if types != "shard integer, created_at timestamp with time zone, trace text" {
 		t.Fatalf("migrate made the columns %q", types)
+	}
+	// check takes the columns migrate made (before, it failed each: it
+	// knew no type for the partition, timestamp and trace columns).
+	if code, out := runCmd(t, e, "check"); !regexp.MustCompile(`OK +column shard +integer`).MatchString(out) ||
+		!regexp.MustCompile(`OK +column created_at +timestamp with time zone`).MatchString(out) || !regexp.MustCompile(`OK +column trace +text`).MatchString(out) {
+		t.Fatalf("check: exit %d:\n%s", code, out)
 	}
 	p := streaming(t, e)
 	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
