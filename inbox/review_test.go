@@ -405,3 +405,40 @@ func TestLongIDClaimFailed(t *testing.T) {
 		t.Fatalf("an event whose claim failed was dead-lettered %q (handler ran: %v), want claim_failed", reason, ran.Load())
 	}
 }
+
+// TestClaimFailureBlamesItsOwnEvent: an event whose claim fails (an id too
+// long for the inbox's index) right after a good event's handler ran in
+// the same transaction is the one dead-lettered claim_failed; the good
+// event is handled once, not counted. Before, the good event was blamed:
+// with MaxAttempts 1 it was dead-lettered claim_failed, its effects rolled
+// back.
+func TestClaimFailureBlamesItsOwnEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	var raw [4000]byte
+	for i := range raw {
+		raw[i] = byte(i*7919%251) ^ byte(i>>3)
+	}
+	id := fmt.Sprintf("%x", raw)
+	dlq := e.collectDLQ(t)
+	e.produce(t, event("good-1", "order-1", 1), event(id, "order-1", 2))
+	stop := e.start(t, inbox.Config{MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, record)
+	dead, err := dlq.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 30*time.Second, "good-1 handled", func() bool { perID, _ := e.effects(t); return perID["good-1"] == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	dead = dlq.Records()
+	if len(dead) != 1 || string(kafkatest.Header(dead[0], "id")) != id || string(kafkatest.Header(dead[0], sink.HeaderReason)) != "claim_failed" {
+		for _, d := range dead {
+			t.Logf("dead letter id=%.20s reason=%s", kafkatest.Header(d, "id"), kafkatest.Header(d, sink.HeaderReason))
+		}
+		t.Fatalf("%d dead letters, want the long id's alone, claim_failed", len(dead))
+	}
+	if perID, _ := e.effects(t); perID["good-1"] != 1 {
+		t.Fatalf("good-1 has %d effects, want 1", perID["good-1"])
+	}
+}

@@ -140,6 +140,16 @@ func (w *worker) run() {
 			return // aborted: the batch rolled back
 		}
 		head := recs[n]
+		var claimFailed *claimError
+		if len(ran) > 0 && errors.As(err, &claimFailed) && !connectionTrouble(err) {
+			// The claim of a record after those whose handlers ran failed:
+			// its fault, not theirs. They go one per transaction, then it
+			// fails its claim at the head, where it is counted.
+			w.isolate = recs[ran[len(ran)-1]].Offset
+			c.log.Warn("the claim of an event failed after handlers ran in its transaction; handling those records one per transaction",
+				"topic", w.tp.topic, "partition", w.tp.partition, "from_offset", head.Offset, "to_offset", w.isolate, "err", err)
+			continue
+		}
 		if len(ran) > 0 && !isHandlerError(err) && idReason(err) == "" {
 			// The transaction failed in the inbox's own work (a claim, a
 			// savepoint's rollback, the commit) after handlers ran in it.
