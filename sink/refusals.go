@@ -11,6 +11,7 @@ import (
 	"github.com/walrelay/walrelay/failure"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // ErrDataLoss breaks the sink when the client detects that the broker may
@@ -104,15 +105,68 @@ func kindOf(err error) failure.Kind {
 	return failure.Retriable
 }
 
+// Held reports whether err is a broker's answer that a healthy cluster gives
+// for a while: a code Kafka calls retriable (a leader or coordinator that
+// moves or loads, a timeout, throttling, too few replicas in sync), or one
+// that Kafka does not, but that a broker answers with while it recovers:
+// UNKNOWN_SERVER_ERROR (an exception inside the broker, as when a log is
+// being loaded or a replica fetcher restarts), CONCURRENT_TRANSACTIONS and
+// TRANSACTION_ABORTABLE (the coordinator still ends an earlier
+// transaction). The relay holds the events refused so, and retries for as
+// long as it lasts: it never stops on them.
+func Held(err error) bool {
+	var ke *kerr.Error
+	if !errors.As(err, &ke) {
+		return false
+	}
+	return ke.Retriable || errors.Is(err, kerr.UnknownServerError) || errors.Is(err, kerr.ConcurrentTransactions) || errors.Is(err, kerr.TransactionAbortable)
+}
+
 // Persistent reports whether a retriable publish error is a broker's refusal that
-// Kafka does not call retriable and that the sink does not answer by sending
-// differently (a batch refused as too large, or for one record of it): a
-// refusal that may well come again, every time (POLICY_VIOLATION,
-// UNSUPPORTED_COMPRESSION_TYPE). The caller restarts, and gives up after a
-// few sessions in a row on the same event.
+// no healthy cluster answers with for long (not Held) and that the sink does
+// not answer by sending differently (a batch refused as too large, or for
+// one record of it): a refusal that may well come again, every time
+// (POLICY_VIOLATION, UNSUPPORTED_COMPRESSION_TYPE). The caller restarts,
+// and gives up only when it came again session after session over a span
+// of time that a broker's restart does not fill.
 func Persistent(err error) bool {
 	var ke *kerr.Error
-	return errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, ErrNotSent) && (!perEvent(err) || errors.Is(err, ErrDeadLetterFailed))
+	return errors.As(err, &ke) && !Held(err) && !errors.Is(err, ErrNotSent) && (!perEvent(err) || errors.Is(err, ErrDeadLetterFailed))
+}
+
+// Refused reports whether err is a broker's refusal of the record it is
+// the answer of (a Kafka error code; not one of the records not sent
+// because an earlier one failed), for the relay to show while it retries.
+func Refused(err error) bool {
+	var ke *kerr.Error
+	return errors.As(err, &ke) && !errors.Is(err, ErrNotSent)
+}
+
+// renewHeld returns err, the producer id's initialisation refused, after
+// replacing the client if the refusal is one a healthy cluster answers with
+// for a while (Held) that the client keeps as final: kgo keeps an
+// InitProducerID answer that Kafka does not call retriable
+// (UNKNOWN_SERVER_ERROR) for the client's life, so that every later
+// transaction would fail with it. The next Resume initialises the new
+// client's producer as a first one does. err stays retriable.
+func (s *Sink) renewHeld(err error) error {
+	if !Held(err) || kerr.IsRetriable(err) || errors.Is(err, kerr.ConcurrentTransactions) {
+		return err
+	}
+	t := s.tx
+	s.log.Warn("exactly-once: the broker refused to initialise the producer with an error a broker answers while it recovers; a new producer of the transactional id asks again at the next session",
+		"transactional_id", t.cfg.ID, "err", err)
+	s.client().Close()
+	cl, nerr := kgo.NewClient(s.clOpts...)
+	if nerr != nil {
+		return failure.Mark(failure.Fatal, fmt.Errorf("create a new kafka producer for transactional id %s after %w: %w", t.cfg.ID, err, nerr))
+	}
+	s.cl.Store(cl)
+	t.mu.Lock()
+	t.unresolved = false
+	t.mu.Unlock()
+	t.started = false
+	return err
 }
 
 // perEvent reports whether err concerns this record only, so that the

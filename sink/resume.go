@@ -83,7 +83,8 @@ func (s *Sink) Resume(ctx context.Context, h event.WALHistory) error {
 		if fenced(err) {
 			return s.fencedAtStart(fmt.Errorf("%w: %s: initialise the transactional producer: %w", ErrFenced, t.cfg.ID, err))
 		}
-		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", t.cfg.ID, err)
+		err = fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", t.cfg.ID, err)
+		return s.renewHeld(err)
 	}
 	if err := s.readCommitted(ctx); err != nil {
 		if errors.Is(err, ErrFenced) {
@@ -286,10 +287,10 @@ func (s *Sink) endClientTxn(ctx context.Context) error {
 		return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, t.cfg.ID, err))
 	}
 	err = fmt.Errorf("abort the kafka transaction that an earlier abort left open (the transaction coordinator did not answer it): %w", err)
-	if ke := (*kerr.Error)(nil); errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.UnknownServerError) {
+	if ke := (*kerr.Error)(nil); errors.As(err, &ke) && !Held(err) {
 		return failure.Mark(failure.Fatal, err)
 	}
-	return err
+	return s.renewHeld(err)
 }
 
 // fence initialises a producer of the transactional id id and closes it:
