@@ -84,6 +84,7 @@ type Config struct {
 		AcceptTimeline      int
 		TransactionInterval time.Duration
 		TransactionTimeout  time.Duration
+		RefusalStopAfter    time.Duration
 		RequestTimeout      time.Duration
 		OffsetsTopic        string
 		TLS                 struct {

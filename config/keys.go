@@ -193,6 +193,8 @@ func (c *Config) keys() []*key {
 	add("kafka.transaction_interval", "longest a Kafka transaction stays open once it holds an event: consumers see nothing of it before the commit", f, s)
 	f, s = duration(&c.Kafka.RequestTimeout, 10*time.Second)
 	add("kafka.request_timeout", "how long walrelay waits for a broker's answer before it gives the request up and sends it again (half is the broker's own wait for its in-sync replicas; each record is kept once by idempotence). It does not set how soon a silent leader is left: walrelay asks the other brokers while it waits, and leaves a silent leader as soon as the cluster has fenced it. Keep it above your brokers' slowest healthy answer: a lower value sends a slow broker's requests again, for nothing (see A Kafka cluster (docs/failover.md))", f, s)
+	f, s = duration(&c.Kafka.RefusalStopAfter, 2*time.Minute)
+	add("kafka.refusal_stop_after", "how long the brokers must refuse the same event with an error no healthy cluster answers with for long (`POLICY_VIOLATION`, `UNSUPPORTED_COMPRESSION_TYPE`), and in five sessions in a row, before walrelay stops and says what to fix; the events are held meanwhile. Errors a healthy cluster answers with for a while (Kafka's retriable codes, `UNKNOWN_SERVER_ERROR`, timeouts, a coordinator that moves, throttling) never stop walrelay (docs/guarantees.md)", f, s)
 	f, s = duration(&c.Kafka.TransactionTimeout, time.Minute)
 	add("kafka.transaction_timeout", "transaction timeout of exactly-once mode, after which the broker aborts an open transaction (at most the broker's `transaction.max.timeout.ms`); a transaction commits by a quarter of it, and `kafka.transaction_interval` must be under that", f, s)
 	f, s = str(&c.Kafka.OffsetsTopic, "walrelay.offsets")

@@ -117,6 +117,7 @@ func (c *Config) RelayConfig(log *slog.Logger, extra ...kgo.Opt) (relay.Config, 
 		ConnString: p.DSN, Slot: p.Slot, Publication: p.Publication, CreateSlot: p.CreateSlot, SlotFailover: p.SlotFailover, AllowRowFilter: p.AllowRowFilter,
 		StatusInterval: p.StatusInterval, ReceiveTimeout: p.ReceiveTimeout, MaxMessageBytes: c.MaxMessageBytes(),
 		Outbox: c.OutboxConfig(), Sink: scfg, HeartbeatInterval: c.Heartbeat.Interval, ShutdownTimeout: c.ShutdownTimeout, Logger: log,
+		RefusalStopAfter: c.Kafka.RefusalStopAfter,
 	}, nil
 }
 

@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/walrelay/walrelay/internal/backoff"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // PingBrokers asks p's brokers for their metadata, for up to 15 s: the
@@ -50,7 +55,7 @@ func WaitForBrokers(ctx context.Context, p Publisher, log *slog.Logger) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !BrokersDown(err) {
+		if !BrokersDown(err) && !recovering(err) {
 			return err
 		}
 		switch {
@@ -101,4 +106,22 @@ func BrokersDown(err error) bool {
 	}
 	var opErr *net.OpError
 	return errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Timeout()
+}
+
+// recovering reports whether err, from PingBrokers, is an answer that a
+// healthy cluster gives for a while (sink.Held: a retriable code,
+// UNKNOWN_SERVER_ERROR), or the client's word that the cluster names no
+// controller or coordinator yet (a controller's election): WaitForBrokers
+// waits for those as for brokers that are down. A connection closed or
+// reset at the first request is not: that is a listener that does not speak
+// Kafka, or wants TLS (BrokersDown).
+func recovering(err error) bool {
+	if sink.Held(err) {
+		return true
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	var ke *kerr.Error
+	return !errors.As(err, &ke) && kgo.IsRetryableBrokerErr(err)
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
@@ -73,8 +75,10 @@ type timeoutError struct{}
 func (timeoutError) Error() string { return "i/o timeout" }
 func (timeoutError) Timeout() bool { return true }
 
-// TestWaitForBrokers: brokers that refuse are waited for until they answer;
-// a host that does not resolve fails at once; ctx ends the wait.
+// TestWaitForBrokers: brokers that refuse are waited for until they answer,
+// and so is a cluster that answers as one recovering does; a host that does
+// not resolve, and a refusal retrying cannot fix, fail at once; ctx ends
+// the wait.
 func TestWaitForBrokers(t *testing.T) {
 	t.Parallel()
 	refused := fmt.Errorf("unable to dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: &osSyscallError{syscall.ECONNREFUSED}})
@@ -83,6 +87,20 @@ func TestWaitForBrokers(t *testing.T) {
 	p := &pingPublisher{errs: []error{refused}}
 	if err := relay.WaitForBrokers(t.Context(), p, log); err != nil || p.pings != 2 {
 		t.Fatalf("refused once: %v after %d pings, want nil after 2", err, p.pings)
+	}
+
+	// A cluster that recovers: a held code at start (the offsets topic's
+	// creation answered UNKNOWN_SERVER_ERROR, a coordinator loading) is
+	// waited for; a refusal that retrying cannot fix is not.
+	for _, held := range []error{kerr.UnknownServerError, kerr.CoordinatorLoadInProgress, kerr.NotController} {
+		p = &pingPublisher{errs: []error{fmt.Errorf("create the offsets topic t: %w", held)}}
+		if err := relay.WaitForBrokers(t.Context(), p, log); err != nil || p.pings != 2 {
+			t.Fatalf("%v once: %v after %d pings, want nil after 2", held, err, p.pings)
+		}
+	}
+	p = &pingPublisher{errs: []error{fmt.Errorf("create the offsets topic t: %w", kerr.ClusterAuthorizationFailed)}}
+	if err := relay.WaitForBrokers(t.Context(), p, log); err == nil || p.pings != 1 {
+		t.Fatalf("authorization refused: %v after %d pings, want an error after 1", err, p.pings)
 	}
 
 	unknown := fmt.Errorf("unable to dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "k", IsNotFound: true}})

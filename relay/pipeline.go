@@ -55,12 +55,12 @@ type pipeline struct {
 	fence      error  // the fence that restarted the session, until the next opens (takeFence) or resumes (started)
 	fenceWait  func() // ends a wait for the slot at a fence (cancelOnFence)
 	interrupt  func() // ends the wait for the session's next change; set by started
-	// Sessions in a row that ended on the same persistent refusal
-	// (sink.Persistent) of the same event: after maxPersistent, the relay
-	// stops.
-	persistentCode  int16
-	persistentCount int
-	persistentAt    pglogrepl.LSN
+	// refusal is the broker's refusal of the same event that ended the
+	// last sessions in a row (refusal.go), zero if the last one ended
+	// otherwise.
+	refusal   Refusal
+	stopAfter time.Duration    // Config.RefusalStopAfter; zero: persistentSpan
+	now       func() time.Time // time.Now; a test's clock
 	// hasFailure is set while err or restartErr is, so that the receive
 	// goroutine checks one atomic per message instead of taking mu.
 	hasFailure atomic.Bool
@@ -74,11 +74,11 @@ type epoch struct {
 	mu      sync.Mutex
 	failed  map[partitionOf]bool // the partitions of the failed records
 
-	// The earliest event of the session that the broker refused
-	// persistently, and how; guarded by the pipeline's mu.
-	persistentAt   pglogrepl.LSN
-	persistentCode int16
-	persistentErr  error
+	// The earliest event of the session that the broker refused (a Kafka
+	// error code, sink.Refused), and how; guarded by the pipeline's mu.
+	refusedAt   pglogrepl.LSN
+	refusedCode int16
+	refusedErr  error
 }
 
 type partitionOf struct {
@@ -175,14 +175,10 @@ func (p *pipeline) failure() error {
 	return p.err
 }
 
-// maxPersistent is how many sessions in a row may end on the same
-// persistent refusal of the same event before the relay stops.
-const maxPersistent = 5
-
 // restart asks for the stream to start again: an event of s (at WAL
 // position at) could not be delivered, and the server resends it, and all
 // after it, in order. A failure from an earlier session is already being
-// resent. It also notes the session's earliest event refused persistently
+// resent. It also notes the session's earliest event the broker refused
 // (started judges whether the refusal repeats).
 func (p *pipeline) restart(s *epoch, err error, at pglogrepl.LSN) {
 	p.mu.Lock()
@@ -191,8 +187,8 @@ func (p *pipeline) restart(s *epoch, err error, at pglogrepl.LSN) {
 		return
 	}
 	var ke *kerr.Error
-	if sink.Persistent(err) && errors.As(err, &ke) && (s.persistentAt == 0 || at < s.persistentAt) {
-		s.persistentAt, s.persistentCode, s.persistentErr = at, ke.Code, err
+	if sink.Refused(err) && errors.As(err, &ke) && (s.refusedAt == 0 || at < s.refusedAt) {
+		s.refusedAt, s.refusedCode, s.refusedErr = at, ke.Code, err
 	}
 	if p.restartErr == nil {
 		p.restartErr = err
@@ -201,28 +197,6 @@ func (p *pipeline) restart(s *epoch, err error, at pglogrepl.LSN) {
 			p.interrupt()
 		}
 	}
-}
-
-// persistentRefusal judges the session that ended: its earliest event
-// refused persistently, with the same code, as in the sessions before it,
-// maxPersistent times in a row, is an error that retrying does not fix (a
-// session that got past that event refuses a later one, or none). p.mu must
-// be held.
-func (p *pipeline) persistentRefusal(s *epoch) error {
-	switch {
-	case s == nil || s.persistentAt == 0:
-		p.persistentCount = 0
-		return nil
-	case s.persistentAt == p.persistentAt && s.persistentCode == p.persistentCode:
-		p.persistentCount++
-	default:
-		p.persistentAt, p.persistentCode, p.persistentCount = s.persistentAt, s.persistentCode, 1
-	}
-	if p.persistentCount < maxPersistent {
-		return nil
-	}
-	return failure.Mark(failure.Fatal, fmt.Errorf("kafka refused the event at %s %d times in a row with an error it does not call retriable: %w "+
-		"(fix what the broker refuses: topic configuration, ACLs, quotas, the compression codec)", s.persistentAt, p.persistentCount, s.persistentErr))
 }
 
 // failureNow returns the failure that ends the session, if any: a fatal one

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,35 +17,57 @@ import (
 // TestPersistentRefusalIsJudgedPerSession: only sessions that end on the
 // same earliest refused event, with the same code, add up; a session that
 // got further, one refused otherwise, or one without a refusal starts the
-// count again.
+// count again. A persistent refusal stops the relay only after
+// maxPersistent sessions over persistentSpan; one a healthy cluster
+// answers with for a while (UNKNOWN_SERVER_ERROR, retriable codes) never.
 func TestPersistentRefusalIsJudgedPerSession(t *testing.T) {
 	t.Parallel()
 	refused := func(at uint64, code *kerr.Error) *epoch {
-		return &epoch{persistentAt: pglogrepl.LSN(at), persistentCode: code.Code, persistentErr: code}
+		return &epoch{refusedAt: pglogrepl.LSN(at), refusedCode: code.Code, refusedErr: code}
 	}
+	times := func(n int, s *epoch) []*epoch {
+		out := make([]*epoch, n)
+		for i := range out {
+			out[i] = s
+		}
+		return out
+	}
+	pv := kerr.PolicyViolation
 	for _, c := range []struct {
 		name     string
+		every    time.Duration // between two sessions' ends
 		sessions []*epoch
 		fatal    bool
 	}{
-		{"the same event five times", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, true},
-		{"four times", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
-		{"moving positions", []*epoch{refused(10, kerr.PolicyViolation), refused(20, kerr.PolicyViolation), refused(30, kerr.PolicyViolation), refused(40, kerr.PolicyViolation), refused(50, kerr.PolicyViolation)}, false},
-		{"an earlier position", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(5, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
-		{"another code between", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.UnknownServerError), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
-		{"a session without a refusal between", []*epoch{refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), {}, refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation), refused(10, kerr.PolicyViolation)}, false},
+		{"the same event five times over the span", persistentSpan / 4, times(5, refused(10, pv)), true},
+		{"the same event five times in a second: a hiccup", 200 * time.Millisecond, times(5, refused(10, pv)), false},
+		{"a hundred times within the span", persistentSpan / 200, times(100, refused(10, pv)), false},
+		{"four times over twice the span", persistentSpan, times(4, refused(10, pv)), false},
+		{"unknown server error for ten minutes", 10 * time.Second, times(60, refused(10, kerr.UnknownServerError)), false},
+		{"a coordinator moving for ten minutes", 10 * time.Second, times(60, refused(10, kerr.NotCoordinator)), false},
+		{"throttled for ten minutes", 10 * time.Second, times(60, refused(10, kerr.ThrottlingQuotaExceeded)), false},
+		{"moving positions", persistentSpan, []*epoch{refused(10, pv), refused(20, pv), refused(30, pv), refused(40, pv), refused(50, pv)}, false},
+		{"an earlier position", persistentSpan, []*epoch{refused(10, pv), refused(10, pv), refused(5, pv), refused(10, pv), refused(10, pv)}, false},
+		{"another code between", persistentSpan, []*epoch{refused(10, pv), refused(10, pv), refused(10, kerr.UnknownServerError), refused(10, pv), refused(10, pv)}, false},
+		{"a session without a refusal between", persistentSpan, []*epoch{refused(10, pv), refused(10, pv), {}, refused(10, pv), refused(10, pv), refused(10, pv)}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			p := &pipeline{}
+			now := time.Unix(1e9, 0)
+			var log bytes.Buffer
+			p := &pipeline{now: func() time.Time { return now }, log: slog.New(slog.NewTextHandler(&log, nil))}
 			var err error
 			for _, s := range c.sessions {
+				now = now.Add(c.every)
 				if err = p.persistentRefusal(s); err != nil {
 					break
 				}
 			}
 			if (err != nil) != c.fatal {
 				t.Fatalf("err = %v, want fatal %v", err, c.fatal)
+			}
+			if c.sessions[0].refusedAt != 0 && !strings.Contains(log.String(), "kafka refuses an event") {
+				t.Fatalf("the refusal is not logged:\n%s", log.String())
 			}
 		})
 	}

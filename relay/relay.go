@@ -65,6 +65,13 @@ type Config struct {
 	// the end of the open transaction, and waiting for the events in
 	// flight. Default 20s.
 	ShutdownTimeout time.Duration
+	// RefusalStopAfter is the least time over which the broker must refuse
+	// the same event, with the same code that no healthy cluster answers
+	// with for long (POLICY_VIOLATION; sink.Persistent), before the relay
+	// stops, besides five sessions in a row. Default 2m (refusal.go says
+	// why). Codes a healthy cluster answers with for a while (sink.Held)
+	// never stop it.
+	RefusalStopAfter time.Duration
 	// Logger receives the relay's logs. Nil is slog.Default(); pass
 	// slog.New(slog.DiscardHandler) to discard.
 	Logger *slog.Logger
@@ -169,6 +176,9 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 20 * time.Second
 	}
+	if cfg.RefusalStopAfter == 0 {
+		cfg.RefusalStopAfter = persistentSpan
+	}
 	cfg.Outbox = cfg.Outbox.WithDefaults()
 	cfg.Hooks.defaults()
 	log := cfg.Logger
@@ -192,7 +202,7 @@ func New(cfg Config) (*Relay, error) {
 	// In exactly-once mode the sink is made by Run, once the database's
 	// identity, part of the transactional id, is known.
 	r := &Relay{cfg: cfg, log: log, sink: sk}
-	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}}
+	r.p = &pipeline{sink: sk, tr: checkpoint.New(0), log: log, hooks: cfg.Hooks, stop: func() {}, stopAfter: cfg.RefusalStopAfter}
 	stream, err := replication.New(replication.Config{
 		ConnConfig: &cfg.ConnConfig.Config, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, ReceiveTimeout: cfg.ReceiveTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: log,
@@ -233,11 +243,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	// A broker that is misnamed or does not speak Kafka fails the start
-	// before anything is created. Kafka that is down does not: the slot is
+	// before anything is created. Kafka that is down, or answers as a
+	// cluster that recovers (recovering), does not: the slot is
 	// created (rows committed from now on are in its stream, as they would
 	// be mid-run) and the start waits for Kafka, reading nothing.
 	pingErr := PingBrokers(ctx, r.sink)
-	if pingErr != nil && ctx.Err() == nil && !BrokersDown(pingErr) {
+	if pingErr != nil && ctx.Err() == nil && !BrokersDown(pingErr) && !recovering(pingErr) {
 		return pingErr
 	}
 	createdSlot, err := prepareSlot(ctx, cfg, dcfg, r.log)

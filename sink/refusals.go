@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/sink/produce"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -104,15 +105,29 @@ func kindOf(err error) failure.Kind {
 	return failure.Retriable
 }
 
+// Held reports whether err is a broker's answer that a healthy cluster
+// gives for a while (produce.Held): the relay holds the events refused so,
+// and retries for as long as it lasts.
+func Held(err error) bool { return produce.Held(err) }
+
 // Persistent reports whether a retriable publish error is a broker's refusal that
-// Kafka does not call retriable and that the sink does not answer by sending
-// differently (a batch refused as too large, or for one record of it): a
-// refusal that may well come again, every time (POLICY_VIOLATION,
-// UNSUPPORTED_COMPRESSION_TYPE). The caller restarts, and gives up after a
-// few sessions in a row on the same event.
+// no healthy cluster answers with for long (not Held) and that the sink does
+// not answer by sending differently (a batch refused as too large, or for
+// one record of it): a refusal that may well come again, every time
+// (POLICY_VIOLATION, UNSUPPORTED_COMPRESSION_TYPE). The caller restarts,
+// and gives up only when it came again session after session over a span
+// of time that a broker's restart does not fill.
 func Persistent(err error) bool {
 	var ke *kerr.Error
-	return errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, ErrNotSent) && (!perEvent(err) || errors.Is(err, ErrDeadLetterFailed))
+	return errors.As(err, &ke) && !Held(err) && !errors.Is(err, ErrNotSent) && (!perEvent(err) || errors.Is(err, ErrDeadLetterFailed))
+}
+
+// Refused reports whether err is a broker's refusal of the record it is
+// the answer of (a Kafka error code; not one of the records not sent
+// because an earlier one failed), for the relay to show while it retries.
+func Refused(err error) bool {
+	var ke *kerr.Error
+	return errors.As(err, &ke) && !errors.Is(err, ErrNotSent)
 }
 
 // perEvent reports whether err concerns this record only, so that the

@@ -84,6 +84,7 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.PlacedPartitions {
 		partitioner = produce.PlacedPartitioner{ByKey: partitioner}
 	}
+	logs := newSlogAdapter(log)
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -103,7 +104,7 @@ func New(cfg Config) (*Sink, error) {
 		// Retry sooner than the client's default (250ms doubling to 5s):
 		// every retry holds the slot's position back.
 		kgo.RetryBackoffFn(func(fails int) time.Duration { return backoff.Wait(50*time.Millisecond, time.Second, fails-1) }),
-		kgo.WithLogger(newSlogAdapter(log)),
+		kgo.WithLogger(logs), kgo.WithHooks(logs),
 		kgo.ProduceRequestTimeout(cfg.RequestTimeout / 2),
 		kgo.RequestTimeoutOverhead(cfg.RequestTimeout / 2),
 		// A leader that went away is looked up again within half a second

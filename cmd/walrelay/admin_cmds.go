@@ -368,6 +368,13 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} else {
 		fmt.Fprintf(tw, "kafka\tNOT ANSWERING since %s: %s\n", st.Kafka.Since, st.Kafka.Problem)
 	}
+	if x := st.Kafka.Refusing; x != nil {
+		rule := "held and retried for as long as it lasts"
+		if x.Persistent {
+			rule = "held and retried; stops after " + x.StopsAfter
+		}
+		fmt.Fprintf(tw, "kafka refuses\tthe event at %s with %s since %s (%d sessions in a row): %s\n", x.LSN, x.Code, x.Since, x.Sessions, rule)
+	}
 	if r := st.SchemaRegistry; r != nil && r.Answering {
 		fmt.Fprintf(tw, "schema registry\tanswering\n")
 	} else if r != nil && r.WrongURL {

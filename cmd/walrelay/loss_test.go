@@ -380,9 +380,10 @@ func TestBlackHoledServer(t *testing.T) {
 
 // TestPersistentRefusalStops: a broker that refuses every produce with an
 // error Kafka does not call retriable (POLICY_VIOLATION,
-// UNSUPPORTED_COMPRESSION_TYPE) stops walrelay after a few identical
-// refusals in a row with a line naming the error; the slot does not move
-// past the refused event. (Before, walrelay restarted the stream forever.)
+// UNSUPPORTED_COMPRESSION_TYPE) stops walrelay after five identical
+// refusals in a row over kafka.refusal_stop_after (5 s here), not sooner,
+// with a line naming the error; the slot does not move past the refused
+// event. (Before, walrelay restarted the stream forever.)
 func TestPersistentRefusalStops(t *testing.T) {
 	t.Parallel()
 	for _, code := range []*kerr.Error{kerr.PolicyViolation, kerr.UnsupportedCompressionType} {
@@ -395,14 +396,18 @@ func TestPersistentRefusalStops(t *testing.T) {
 				fk.KeepControl()
 				return kafkatest.RefuseProduce(req.(*kmsg.ProduceRequest), code.Code), nil, true
 			})
-			p := streaming(t, baseEnv(pg, kc))
+			p := streaming(t, baseEnv(pg, kc).with("WALRELAY_KAFKA_REFUSAL_STOP_AFTER", "5s"))
 			before := slotConfirmed(t, conn, "walrelay")
 			w := newWriter(3, 41)
+			written := time.Now()
 			if err := w.write(t.Context(), conn, 5, 5); err != nil {
 				t.Fatal(err)
 			}
 			if c := p.exit(2 * time.Minute); c != 1 || !strings.Contains(lastLine(p.out.String()), code.Message) {
 				t.Fatalf("exit %d, want a stop naming %s:\n%s", c, code.Message, tail(p.out.String(), 2000))
+			}
+			if took := time.Since(written); took < 5*time.Second {
+				t.Fatalf("stopped %s after the refused rows were written, before kafka.refusal_stop_after (5s)", took.Round(time.Millisecond))
 			}
 			if !pendingChanges(t, conn, "walrelay", "walrelay_outbox") {
 				t.Fatalf("the slot moved from %s past the refused events", before)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
+	"github.com/walrelay/walrelay/sink/produce"
 )
 
 // Resume is called at the start of every replication session, once the
@@ -79,7 +80,8 @@ func (p *Producer) Resume(ctx context.Context, h event.WALHistory, abort func(co
 		if fenced(err) {
 			return p.fencedAtStart(fmt.Errorf("%w: %s: initialise the transactional producer: %w", ErrFenced, p.cfg.ID, err))
 		}
-		return fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", p.cfg.ID, err)
+		err = fmt.Errorf("initialise the transactional producer %s (the broker must support transactions): %w", p.cfg.ID, err)
+		return p.renewHeld(err)
 	}
 	if err := p.readCommitted(ctx); err != nil {
 		if errors.Is(err, ErrFenced) {
@@ -237,17 +239,48 @@ func (p *Producer) mayRenew(why error) error {
 func (p *Producer) renewClient(why error) error {
 	p.log.Warn("exactly-once: the broker refused the producer as fenced, but this instance holds the replication slot, so no other instance streams it: "+
 		"a new producer of the transactional id takes over (it fences any other) and the committed position is read again", "transactional_id", p.cfg.ID, "err", why)
-	// The hooks see neither the close nor the creation (announce):
-	// their metrics go on across the renewal.
+	if err := p.replaceClient(); err != nil {
+		return failure.Mark(failure.Fatal, fmt.Errorf("create a new kafka producer for transactional id %s after a fence: %w", p.cfg.ID, err))
+	}
+	p.mu.Lock()
+	p.fencedBy = nil
+	p.renewals++
+	p.mu.Unlock()
+	return nil
+}
+
+// renewHeld returns err, the producer id's initialisation refused, after
+// replacing the client if the refusal is one a healthy cluster answers with
+// for a while (produce.Held) that the client keeps as final: kgo keeps an
+// InitProducerID answer that Kafka does not call retriable
+// (UNKNOWN_SERVER_ERROR) for the client's life, so that every later
+// transaction would fail with it. The next Resume initialises the new
+// client's producer as a first one does. err stays retriable.
+func (p *Producer) renewHeld(err error) error {
+	if !produce.Held(err) || kerr.IsRetriable(err) || errors.Is(err, kerr.ConcurrentTransactions) {
+		return err
+	}
+	p.log.Warn("exactly-once: the broker refused to initialise the producer with an error a broker answers while it recovers; a new producer of the transactional id asks again at the next session",
+		"transactional_id", p.cfg.ID, "err", err)
+	if nerr := p.replaceClient(); nerr != nil {
+		return failure.Mark(failure.Fatal, fmt.Errorf("create a new kafka producer for transactional id %s after %w: %w", p.cfg.ID, err, nerr))
+	}
+	return err
+}
+
+// replaceClient closes the client and makes a new one of the same options:
+// its producer is initialised at the next Resume, as a first one is, and a
+// commit of unknown outcome is read back then. The hooks see neither the
+// close nor the creation (announce): their metrics go on across it.
+func (p *Producer) replaceClient() error {
 	p.Client().Close()
 	cl, err := kgo.NewClient(p.opts...)
 	if err != nil {
-		return failure.Mark(failure.Fatal, fmt.Errorf("create a new kafka producer for transactional id %s after a fence: %w", p.cfg.ID, err))
+		return err
 	}
 	p.cl.Store(cl)
 	p.mu.Lock()
-	p.fencedBy, p.unresolved = nil, false
-	p.renewals++
+	p.unresolved = false
 	p.mu.Unlock()
 	p.started = false
 	return nil
@@ -276,10 +309,10 @@ func (p *Producer) endClientTxn(ctx context.Context) error {
 		return failure.Mark(failure.Fatal, fmt.Errorf("%w: %s: %w", ErrFenced, p.cfg.ID, err))
 	}
 	err = fmt.Errorf("abort the kafka transaction that an earlier abort left open (the transaction coordinator did not answer it): %w", err)
-	if ke := (*kerr.Error)(nil); errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.UnknownServerError) {
+	if ke := (*kerr.Error)(nil); errors.As(err, &ke) && !produce.Held(err) {
 		return failure.Mark(failure.Fatal, err)
 	}
-	return err
+	return p.renewHeld(err)
 }
 
 // fence initialises a producer of the transactional id id and closes it:

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/walrelay/walrelay/relay"
+
 	"github.com/walrelay/walrelay/poll"
 )
 
@@ -52,6 +54,45 @@ type KafkaStatus struct {
 	Answering bool   `json:"answering"`
 	Problem   string `json:"problem,omitempty"`
 	Since     string `json:"since,omitempty"` // RFC 3339
+	// Refusing is the broker's refusal of an event that walrelay holds
+	// and retries, while the last sessions in a row ended on it.
+	Refusing *RefusingStatus `json:"refusing,omitempty"`
+}
+
+// RefusingStatus is a refusal of the broker's that walrelay holds and
+// retries (relay.Refusal).
+type RefusingStatus struct {
+	LSN      string `json:"lsn"`
+	Code     string `json:"code"`
+	Error    string `json:"error"`
+	Since    string `json:"since"` // RFC 3339
+	Sessions int    `json:"sessions"`
+	// Persistent: a code no healthy cluster answers with for long;
+	// walrelay stops once StopsAfter says. Else it is held for as long as
+	// it lasts.
+	Persistent bool   `json:"persistent"`
+	StopsAfter string `json:"stops_after,omitempty"`
+}
+
+// refusals is a relay that tells the broker's refusal it holds.
+type refusals interface {
+	Refusal() (relay.Refusal, bool)
+}
+
+func refusingStatus(r Source) *RefusingStatus {
+	rf, ok := r.(refusals)
+	if !ok {
+		return nil
+	}
+	x, ok := rf.Refusal()
+	if !ok {
+		return nil
+	}
+	st := &RefusingStatus{LSN: x.At.String(), Code: x.Code, Error: x.Err, Since: x.Since.UTC().Format(time.RFC3339), Sessions: x.Sessions, Persistent: x.Persistent}
+	if x.Persistent {
+		st.StopsAfter = x.StopsAfter
+	}
+	return st
 }
 
 // ExactlyOnceStatus is the state of exactly-once mode's Kafka transactions.
@@ -101,7 +142,7 @@ func (m *Metrics) Mux(r Source, slot string, exactlyOnce, withPprof bool) *http.
 		doc.DeadLettered = m.deadLetteredN.Load()
 		doc.SecondsBehindSource = m.behind(r)
 		problem, since := m.kafkaState(r, time.Now())
-		doc.Kafka = KafkaStatus{Answering: problem == "", Problem: problem}
+		doc.Kafka = KafkaStatus{Answering: problem == "", Problem: problem, Refusing: refusingStatus(r)}
 		if problem != "" {
 			doc.Kafka.Since = since.UTC().Format(time.RFC3339)
 		}
