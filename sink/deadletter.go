@@ -89,6 +89,7 @@ func (s *Sink) DeadLetter(ctx context.Context, e *event.Event, reason string, ca
 func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string, cause error, gen uint64, done Done) {
 	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
 	h0 := s.records.Headers(e, 7) // the dead-letter record gets the clock's time
+	s.stamps.of(e)                // but counts toward the clock's next read, as every record built
 	h := append(h0,
 		kgo.RecordHeader{Key: HeaderError, Value: deadletter.Clip(cause.Error(), deadletter.MaxText)},
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(why)},

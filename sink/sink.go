@@ -132,7 +132,8 @@ func New(cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	s.fences, s.tlsCfg = produce.NewFences(dial), tlsCfg
-	base := append(opts, s.opts...)
+	core := slices.Clip(opts)
+	base := append(core, s.opts...)
 	// The dialer of cfg.Opts (TLS included), through the fences.
 	dialer := []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(s.fences.DialContext)}
 	last := append(dialer, kgo.WithHooks(s.fences))
@@ -140,7 +141,7 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.Transactions != nil {
 		// The transactional producer (package txn) makes its client, and
 		// renews it after a fence.
-		s.tx, err = txn.New(*cfg.Transactions, s.q, log, txn.Clients{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Base: base,
+		s.tx, err = txn.New(*cfg.Transactions, s.q, log, txn.Clients{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Base: core, Opts: s.opts,
 			Hooks: s.optHooks, ProducerOpts: cfg.ProducerOpts, Last: last, Side: s.clientOpts()})
 	} else {
 		opts = append(append(slices.Clip(base), kgo.WithHooks(s.optHooks...)), cfg.ProducerOpts...)
@@ -353,8 +354,10 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		s.deadLetter(ctx, e, "invalid_event", topic, err, gen, done)
 		return
 	}
-	if r.Timestamp.IsZero() {
-		r.Timestamp = s.stamps.of(e)
+	// Every record built counts toward the clock's next read (stamps), as
+	// a dead letter's does, whether or not its event has a time of its own.
+	if stamp := s.stamps.of(e); r.Timestamp.IsZero() {
+		r.Timestamp = stamp
 	}
 	if e.HasPartition && s.cfg.PlacedPartitions {
 		if n := s.partitionCount(ctx, topic, e.Partition); n > 0 && e.Partition >= n {
@@ -373,7 +376,11 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 	if s.cfg.ValueFormat == record.FormatRegistryPassthrough && !s.passthrough(ctx, e, r, topic, gen, done) {
 		return
 	}
-	if err := s.records.Encode(e, r, int(s.batchCapOf(topic))); errors.Is(err, record.ErrExpandedTooLarge) {
+	expandCap := 0 // the cap an expanded value must fit, read only to expand
+	if s.cfg.ExpandJSONPayload {
+		expandCap = int(s.batchCapOf(topic))
+	}
+	if err := s.records.Encode(e, r, expandCap); errors.Is(err, record.ErrExpandedTooLarge) {
 		s.deadLetter(ctx, e, "too_large", topic, fmt.Errorf("%w: %w", kerr.MessageTooLarge, err), gen, done)
 		return
 	} else if err != nil {

@@ -28,11 +28,12 @@ const stampEvery = 256
 // of returns the timestamp of a record of e.
 func (s *stamps) of(e *event.Event) time.Time {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.stamp.IsZero() || s.lsn != e.CommitLSN || s.xid != e.Xid || !s.commit.Equal(e.CommitTime) {
 		s.lsn, s.xid, s.commit, s.stamp, s.uses = e.CommitLSN, e.Xid, e.CommitTime, time.Now(), 0
 	} else if s.uses++; s.uses == stampEvery {
 		s.stamp, s.uses = time.Now(), 0
 	}
-	return s.stamp
+	stamp := s.stamp
+	s.mu.Unlock()
+	return stamp
 }

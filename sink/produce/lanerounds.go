@@ -8,7 +8,7 @@ import (
 // The lanes send the rounds of at-least-once mode (a Sender): the
 // flusher routes each record of a round to its broker's lane without
 // waiting, and releases them together at the round's end; each lane then
-// runs rounds of its own (lanes.run).
+// runs rounds of its own (Lanes.run).
 
 func (ls *Lanes) Until() time.Time { return time.Time{} }
 

@@ -21,7 +21,7 @@ import (
 // record's callback runs, later, on another goroutine. A record produced in
 // between would start a new batch and could be written before the failed
 // record is sent again. So the client flushes manually and never sends on its
-// own: the flusher takes every record Item so far (a round), hands all of
+// own: the flusher takes every record queued so far (a round), hands all of
 // them to the client, and flushes; Flush returns once every record of the
 // round has been answered and its callback has run. Records published
 // meanwhile wait in the queue. If a record of the round failed in a way that
@@ -47,7 +47,7 @@ var ErrNotSent = errors.New("not sent")
 // event is over, and the event is published again.
 var ErrStale = fmt.Errorf("%w: its event was published before an abort, and is published again after it", ErrNotSent)
 
-// Item is a record waiting for its round, or an Abort barrier (r nil).
+// Item is a record waiting for its round, or an Abort barrier (R nil).
 type Item struct {
 	Ctx     context.Context
 	R       *kgo.Record
@@ -67,7 +67,7 @@ type Queue struct {
 	mu      sync.Mutex
 	items   []Item
 	bytes   int
-	firstAt time.Time     // when the first Item record arrived
+	firstAt time.Time     // when the first queued record arrived
 	space   chan struct{} // closed, and replaced, when a round leaves the queue
 	work    chan struct{} // the queue needs the flusher's attention
 	broken  error         // set by a failure that fails later records; cleared by Abort
@@ -89,7 +89,7 @@ type Queue struct {
 	// held and heldBytes are the records of the open Kafka transaction
 	// (exactly-once mode), in flight or acknowledged and not yet answered,
 	// each with its event, until the transaction ends: they count against
-	// the buffers with the Item ones, so that the records published and
+	// the buffers with the queued ones, so that the records published and
 	// not yet answered stay within MaxBufferedRecords and
 	// MaxBufferedBytes. A round adds its records as it leaves the queue;
 	// the flusher sets the transaction's count after each round (SetHeld),
@@ -245,7 +245,7 @@ func (q *Queue) BreakOn(err error) {
 // Take waits for records and returns the next round, with the error that
 // breaks it, if any; ok is false once the queue is closed and empty. It
 // lingers for up to linger after the round's first record, unless the round
-// is full. With nothing Item at until (if not zero), it returns an empty
+// is full. With nothing queued at until (if not zero), it returns an empty
 // round. If holds (exactly-once mode), the round's records count as held
 // until the flusher says otherwise (SetHeld); and while a push waits for
 // the open transaction's room (heldFull), it neither lingers nor waits
@@ -308,8 +308,8 @@ func (q *Queue) Take(linger time.Duration, spare []Item, until time.Time, holds 
 	}
 }
 
-// Abort fails what is Item and what the client holds and has not sent,
-// and returns once everything Item before it has been answered.
+// Abort fails what is queued and what the client holds and has not sent,
+// and returns once everything queued before it has been answered.
 func (q *Queue) Abort(ctx context.Context, abortBuffered func(context.Context) error) error {
 	q.BreakOn(errors.New("aborted"))
 	if abortBuffered != nil {
@@ -334,7 +334,7 @@ func (q *Queue) Abort(ctx context.Context, abortBuffered func(context.Context) e
 	}
 }
 
-// Close stops the queue: records Item later are failed, and so are the
+// Close stops the queue: records queued later are failed, and so are the
 // pushes waiting for room (woken here: in exactly-once mode one may wait
 // for the open transaction's room with nothing Item, and the flusher
 // then returns at once); the flusher returns once it has run the Item

@@ -28,7 +28,7 @@ import (
 // MaxBufferedBytes) with the queued ones: Publish waits while the open
 // transaction and the queue hold that many, and the transaction then
 // commits at once, with what is queued, to make room (nothing more can
-// join it: queue.heldFull). A catch-up's transactions are so bounded by
+// join it: produce.Queue.heldFull). A catch-up's transactions are so bounded by
 // the buffers, not by MaxRecords alone: with the default buffers they
 // hold at most MaxBufferedRecords (5,000) events, under MaxRecords'
 // default. If any record of
@@ -195,8 +195,12 @@ type Clients struct {
 	Brokers  []string
 	ClientID string
 	// Base are the options the producer shares with the sink's other
-	// producing clients, without hooks.
+	// producing clients, without hooks and without the sink's client
+	// options (Opts), which come after the producer's transactional id and
+	// timeout, so that they may set those too: applied last, as
+	// sink.Config.Opts says.
 	Base []kgo.Opt
+	Opts []kgo.Opt
 	// Hooks are the hooks given in the sink's client options, and
 	// ProducerOpts the options of the producer alone (hooks among them):
 	// the producer's hooks see its events through a relay, and its
@@ -227,7 +231,9 @@ func New(cfg Config, q *produce.Queue, log *slog.Logger, c Clients) (*Producer, 
 	// it.
 	producerOpts, own := produce.SplitHooks(c.ProducerOpts)
 	p.hooks = append(slices.Clip(c.Hooks), own...)
-	opts := append(slices.Clip(c.Base), kgo.TransactionalID(cfg.ID), kgo.TransactionTimeout(cfg.Timeout), kgo.WithHooks(produce.HookRelay{Hooks: p.hooks}))
+	opts := append(slices.Clip(c.Base), kgo.TransactionalID(cfg.ID), kgo.TransactionTimeout(cfg.Timeout))
+	opts = append(opts, c.Opts...)
+	opts = append(opts, kgo.WithHooks(produce.HookRelay{Hooks: p.hooks}))
 	opts = append(opts, producerOpts...)
 	opts = append(opts, c.Last...)
 	cl, err := kgo.NewClient(opts...)
