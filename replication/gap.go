@@ -83,8 +83,7 @@ func PublicationGap(ctx context.Context, conn *pgx.Conn, slot, pub string) (behi
 	var n int64
 	err = peek.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, pg_current_wal_lsn(), NULL,
 		'proto_version', '1', 'publication_names', $2)`, copyName, pgx.Identifier{pub}.Sanitize()).Scan(&n)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication") {
+	if isPublicationMissing(err, pub) {
 		return true, nil
 	}
 	if err != nil {
@@ -148,8 +147,7 @@ func NewPublicationBehindSlot(ctx context.Context, conn *pgx.Conn, pub, slot str
 // again, or was created late) the slot's position is before its creation.
 // It returns nil for any other error.
 func publicationVanished(err error, pub string) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42704" || !strings.Contains(pgErr.Message, "publication") {
+	if !isPublicationMissing(err, pub) {
 		return nil
 	}
 	return fmt.Errorf("%w (either publication %s was dropped, or it was created, or created again, after the slot's position: walrelay check tells which and gives the way out)", err, pub)
@@ -173,15 +171,30 @@ func (e *behindError) Error() string {
 // standing alone in the message (between quotes of any language: "…",
 // »…«, „…“, 「…」).
 func isPublicationSkipped(code, message, pub string) bool {
-	if code != "55000" || pub == "" {
+	return code == "55000" && namesAlone(message, pub)
+}
+
+// isPublicationMissing recognises the server's error that publication pub
+// does not exist (42704) by its SQLSTATE and the name standing alone in
+// it, in any language the server's messages are in (lc_messages): not by
+// the word "publication".
+func isPublicationMissing(err error, pub string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704" && namesAlone(pgErr.Message, pub)
+}
+
+// namesAlone says whether message holds name not as part of a longer
+// name (between quotes of any language, or spaces).
+func namesAlone(message, name string) bool {
+	if name == "" {
 		return false
 	}
 	for rest, off := message, 0; ; {
-		i := strings.Index(rest, pub)
+		i := strings.Index(rest, name)
 		if i < 0 {
 			return false
 		}
-		start, end := off+i, off+i+len(pub)
+		start, end := off+i, off+i+len(name)
 		before, _ := utf8.DecodeLastRuneInString(message[:start])
 		after, _ := utf8.DecodeRuneInString(message[end:])
 		if !identRune(before) && !identRune(after) {

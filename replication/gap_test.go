@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -97,6 +98,35 @@ func TestSuggestedCommandsQuoteTheTable(t *testing.T) {
 	for _, want := range []string{`walrelay reconcile --table 'public.x; rm -rf ~' --all`, "walrelay reconcile --table public.outbox --all"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q not in %s", want, msg)
+		}
+	}
+}
+
+// TestPublicationMissingInAnyLanguage: the server's "publication does not
+// exist" (42704) is recognised by its SQLSTATE and the publication's name
+// alone in the message, whatever lc_messages translated it into, so that
+// check, run and slot resync explain it (a publication created after the
+// slot's position) in German as in English. Before, the English word
+// "publication" was required: on a German server the gap was "could not
+// tell" and slot resync refused.
+func TestPublicationMissingInAnyLanguage(t *testing.T) {
+	for _, c := range []struct {
+		code, message string
+		want          bool
+	}{
+		{"42704", `publication "walrelay_outbox" does not exist`, true},
+		{"42704", `Publikation »walrelay_outbox« existiert nicht`, true},
+		{"42704", `la publicación «walrelay_outbox» no existe`, true},
+		{"42704", `Publikation »walrelay_outbox_2« existiert nicht`, false},
+		{"42704", `type "walrelay_outbox_t" does not exist`, false},
+		{"42P01", `relation "walrelay_outbox" does not exist`, false},
+	} {
+		err := fmt.Errorf("stream: %w", &pgconn.PgError{Code: c.code, Message: c.message})
+		if got := isPublicationMissing(err, "walrelay_outbox"); got != c.want {
+			t.Errorf("%s %q: %v, want %v", c.code, c.message, got, c.want)
+		}
+		if got := publicationVanished(err, "walrelay_outbox") != nil; got != c.want {
+			t.Errorf("publicationVanished %s %q: %v, want %v", c.code, c.message, got, c.want)
 		}
 	}
 }
