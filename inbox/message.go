@@ -100,14 +100,8 @@ func logID(r *kgo.Record) string {
 	return clipID(id)
 }
 
-// maxLogID is the most bytes of an event id a log line or an error
-// quotes: an id is whatever the producer wrote (8,000 characters are
-// seen), and a log line quotes it as its id and again in its error.
-const maxLogID = 128
-
-// clipID is id for a log line or an error: at most maxLogID bytes, an
-// ellipsis marking the cut.
-func clipID(id string) string { return textcut.Clip(id, maxLogID) }
+// clipID is an event id as the inbox's log lines and errors quote it.
+func clipID(id string) string { return textcut.ID(id) }
 
 // message is the Message of r, whose event id is id.
 func message(r *kgo.Record, id string, attempt int) Message {

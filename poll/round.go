@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/event"
+	"github.com/walrelay/walrelay/internal/textcut"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -239,7 +240,7 @@ func (p *Poller) checkOrder(rows []*row) {
 		case failed[k]:
 			p.cfg.Hooks.OrderBreak()
 			p.log.Error("an event was acknowledged after an earlier event of its aggregate failed on its partition: consumers may see this aggregate's events out of order",
-				"id", r.e.ID, "aggregate_id", r.e.AggregateID, "topic", r.d.Topic, "partition", r.d.Partition)
+				"id", textcut.ID(r.e.ID), "aggregate_id", textcut.ID(r.e.AggregateID), "topic", r.d.Topic, "partition", r.d.Partition)
 		}
 	}
 }

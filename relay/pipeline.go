@@ -18,6 +18,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/faultinject"
+	"github.com/walrelay/walrelay/internal/textcut"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -363,7 +364,7 @@ func (p *pipeline) handleMessage(walStart pglogrepl.LSN, msg decoder.Message) er
 			if sess.overtook(d) {
 				p.hooks.OrderBreak()
 				p.log.Error("an event was written ahead of an earlier event of its partition that failed and is sent again: consumers may see this aggregate's events out of order",
-					"id", m.ID, "aggregate_id", m.AggregateID, "topic", d.Topic, "partition", d.Partition)
+					"id", textcut.ID(m.ID), "aggregate_id", textcut.ID(m.AggregateID), "topic", d.Topic, "partition", d.Partition)
 			}
 			p.hooks.Acked(m.Source, d.Topic, d.DeadLetter, commit)
 			faultinject.Acked()

@@ -11,6 +11,7 @@ import (
 	"github.com/walrelay/walrelay/event"
 	"github.com/walrelay/walrelay/failure"
 	"github.com/walrelay/walrelay/internal/deadletter"
+	"github.com/walrelay/walrelay/internal/textcut"
 	"github.com/walrelay/walrelay/sink/produce"
 	"github.com/walrelay/walrelay/sink/record"
 )
@@ -87,7 +88,7 @@ func (s *Sink) DeadLetter(ctx context.Context, e *event.Event, reason string, ca
 // aggregate type is in both. gen is the queue's generation when e was
 // published (0: any).
 func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string, cause error, gen uint64, done Done) {
-	s.log.Warn("dead-lettering event", "id", e.ID, "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
+	s.log.Warn("dead-lettering event", "id", textcut.ID(e.ID), "reason", why, "lsn", e.CommitLSN.String(), "source", e.Source, "err", cause)
 	h0 := s.records.Headers(e, 7) // the dead-letter record gets the clock's time
 	s.stamps.of(e)                // but counts toward the clock's next read, as every record built
 	h := append(h0,
@@ -139,7 +140,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 				// next session, the dead letter goes without its value.
 				s.tx.Poisons().Add(e, why, cause, true)
 				s.q.BreakOn(err)
-				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(failure.Retriable, fmt.Errorf("dead-letter event %s to %s: too large (sent again without its value): %w", e.ID, s.cfg.DLQTopic, err)))
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(failure.Retriable, fmt.Errorf("dead-letter event %s to %s: too large (sent again without its value): %w", textcut.ID(e.ID), s.cfg.DLQTopic, err)))
 			case try < deadLetterTries && errors.Is(err, kerr.MessageTooLarge) && r.Value != nil:
 				omit()
 				go send(try + 1)
@@ -151,7 +152,7 @@ func (s *Sink) deadLetter(ctx context.Context, e *event.Event, why, topic string
 				if kind != failure.Fatal {
 					kind = failure.Retriable
 				}
-				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(kind, fmt.Errorf("%w event %s to %s (after %v): %w", ErrDeadLetterFailed, e.ID, s.cfg.DLQTopic, cause, err)))
+				done(Delivery{Topic: s.cfg.DLQTopic, Partition: r.Partition, DeadLetter: why}, failure.Mark(kind, fmt.Errorf("%w event %s to %s (after %s): %w", ErrDeadLetterFailed, textcut.ID(e.ID), s.cfg.DLQTopic, deadletter.Clip(cause.Error(), deadletter.MaxText), err)))
 			}
 		})
 	}

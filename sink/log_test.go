@@ -11,11 +11,14 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
 )
 
 // testAdapter is an adapter logging at info level and above to the
@@ -170,4 +173,43 @@ func TestPingResetAtOnceExplained(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "closed the connection before it answered its first request") || !strings.Contains(err.Error(), "proxy") {
 		t.Fatalf("Ping of a listener that resets at once: %v", err)
 	}
+}
+
+// TestDeadLetterLogQuotesALongIDOnce: an event of an 8,000-character id
+// that is dead-lettered is named in the log by its id's first 128 bytes,
+// not whole. Before, the line quoted all 8,000.
+func TestDeadLetterLogQuotesALongIDOnce(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.Start(t)
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	s := newSink(t, kc, Config{Linger: time.Millisecond, Logger: slog.New(slog.NewTextHandler(lockedBuffer{&mu, &logs}, nil))})
+	e := newEvent(strings.Repeat("7", 8000))
+	e.Invalid = errors.New("the row's payload is not JSON")
+	if err := publish(t, s, e); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "dead-lettering event") {
+		t.Fatalf("no dead-letter line:\n%.2000s", logs.String())
+	}
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, e.ID) {
+			t.Fatalf("a log line of %d bytes quotes the id whole: %.300s…", len(line), line)
+		}
+	}
+}
+
+// lockedBuffer is a log's destination written by the sink's goroutines
+// and read by the test.
+type lockedBuffer struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }

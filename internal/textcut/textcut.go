@@ -30,3 +30,12 @@ func Clip(s string, n int) string {
 	}
 	return Prefix(s, n) + "…"
 }
+
+// MaxID is the most bytes of an id (an event's, an aggregate's) that a log
+// line or an error quotes: an id is whatever a writer wrote (8,000
+// characters are a valid text id), and quoted whole it would make every
+// line about it that long.
+const MaxID = 128
+
+// ID is id as a log line or an error quotes it: Clip(id, MaxID).
+func ID(id string) string { return Clip(id, MaxID) }
