@@ -199,24 +199,31 @@ func TestTooLargeEventDeadLettered(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
 	s := newSink(t, kc, Config{})
-	big, bad := newEvent("big"), newEvent("bad")
+	big, bad, cut := newEvent("big"), newEvent("bad"), newEvent("cut")
 	big.Payload, big.OmittedBytes = nil, 150_000_000
 	big.Invalid = fmt.Errorf("%w: over postgres.max_message_bytes", event.ErrTooLarge)
 	bad.Invalid = errors.New("column id is NULL")
-	for _, e := range []*event.Event{big, bad} {
+	// Its aggregate type was past the head that was read: its topic is not
+	// known, and walrelay.topic says nothing rather than a wrong one.
+	cut.Payload, cut.OmittedBytes, cut.AggregateType, cut.Invalid = nil, 150_000_000, "", big.Invalid
+	for _, e := range []*event.Event{big, bad, cut} {
 		if err := publish(t, s, e); err != nil {
 			t.Fatal(err)
 		}
 	}
 	col, _ := kafkatest.Collect(kc.Addrs(), `walrelay\.dlq`)
 	defer col.Close()
-	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 2 })
+	recs, err := col.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) == 3 })
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range recs {
 		reason, omitted := Header(r, HeaderReason), Header(r, HeaderOmitted)
 		switch Header(r, "id") {
+		case "cut":
+			if reason != "too_large" || Header(r, HeaderTopic) != "" {
+				t.Fatalf("too large, its aggregate type not kept: reason %s, walrelay.topic %q, want empty", reason, Header(r, HeaderTopic))
+			}
 		case "big":
 			if reason != "too_large" || omitted != "150000000" || r.Value != nil || !strings.Contains(Header(r, HeaderError), "postgres.max_message_bytes") {
 				t.Fatalf("too large: reason %s, omitted %q, value %q", reason, omitted, r.Value)

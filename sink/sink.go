@@ -321,8 +321,12 @@ func (s *Sink) Publish(ctx context.Context, e *event.Event, done Done) {
 		why, topic := "invalid_event", ""
 		if errors.Is(e.Invalid, event.ErrTooLarge) {
 			// Read and dropped as it arrived: no payload to send, but its
-			// routing was kept (walrelay.topic names where it was going).
-			why, topic = "too_large", s.Topic(e)
+			// routing was kept if its head held it (walrelay.topic then
+			// names where it was going; else it is empty, not a guess).
+			why = "too_large"
+			if s.records.Routed(e) {
+				topic = s.Topic(e)
+			}
 		}
 		if errors.Is(e.Invalid, event.ErrBeforePrivileges) {
 			why = ReasonMessageBeforePrivileges

@@ -104,13 +104,35 @@ func New(cfg Config) (*Builder, error) {
 // Route returns the topic e is routed to and the template (or regex
 // replacement) that made it, for an error about the topic.
 func (b *Builder) Route(e *event.Event) (topic, template string) {
-	rt := b.route
+	rt := b.routeOf(e)
+	return rt.topic(e), rt.template
+}
+
+// routeOf is the route of e's table.
+func (b *Builder) routeOf(e *event.Event) *route {
 	if b.routes != nil {
 		if r, ok := b.routes[e.Source]; ok {
-			rt = r
+			return r
 		}
 	}
-	return rt.topic(e), rt.template
+	return b.route
+}
+
+// Routed reports whether e holds every field its route reads (the
+// aggregate type, the type): of an event too large to keep, whose fields
+// past the head that was read are empty, only then is Topic the topic it
+// was going to.
+func (b *Builder) Routed(e *event.Event) bool {
+	rt := b.routeOf(e)
+	if rt.router != nil {
+		return e.AggregateType != ""
+	}
+	for i := 1; i < len(rt.parts); i += 2 {
+		if field(rt.parts[i], e) == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // Topic returns the topic e is routed to.
