@@ -120,9 +120,13 @@ func (p *Pruner) Run(ctx context.Context, olderThan time.Duration) (Pruned, erro
 			sel += fmt.Sprintf(" AND %s > $%d%s", id, len(a), cast)
 		}
 		sel += fmt.Sprintf(" ORDER BY %s LIMIT %d", id, batch)
-		q := "WITH d AS (DELETE FROM " + t.name + " WHERE " + id + " IN (" + sel + ") RETURNING " + id + ") SELECT count(*), max(" + id + "::text) FROM d"
+		// The cursor is the batch's last id in the id's own order, as
+		// text: max(id::text) is not that of bigint ids past a digit
+		// boundary ("999" of 1 to 1,000).
+		lastID := "(array_agg(" + id + " ORDER BY " + id + " DESC))[1]::text"
+		q := "WITH d AS (DELETE FROM " + t.name + " WHERE " + id + " IN (" + sel + ") RETURNING " + id + ") SELECT count(*), " + lastID + " FROM d"
 		if p.Dry {
-			q = "SELECT count(*), max(" + id + "::text) FROM (" + sel + ") d"
+			q = "SELECT count(*), " + lastID + " FROM (" + sel + ") d"
 		}
 		began := time.Now()
 		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})

@@ -180,3 +180,27 @@ func TestPageStart(t *testing.T) {
 		}
 	}
 }
+
+// TestPruneDryCountsBigintIDsOnce: a dry run over bigint ids that cross a
+// digit boundary (1 to 2,500, 1,000 a batch) counts each row once. Before,
+// the cursor was the largest id as text ("999" of 1..1000), so the next
+// batch began at 1,000 again: 2,501 counted.
+func TestPruneDryCountsBigintIDsOnce(t *testing.T) {
+	t.Parallel()
+	const slot = "prune_bigint"
+	_, conn, _ := pruneFixture(t, 0, slot)
+	ctx := t.Context()
+	if _, err := conn.Exec(ctx, `CREATE TABLE bigbox (id bigint PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb, ts timestamptz);
+		INSERT INTO bigbox SELECT i, 'order', 'a' || i, 'T', '{}', now() - interval '2 hours' FROM generate_series(1, 2500) i`); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, conn, decoder.Layout{Table: "bigbox", TimestampColumn: "ts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	advance(t, conn.Config().ConnString(), slot)
+	res, err := (&Pruner{Table: tb, Slot: slot, Wait: 10 * time.Second, Dry: true}).Run(ctx, time.Hour)
+	if err != nil || res.Deleted != 2500 {
+		t.Fatalf("dry run: %d rows counted, %v; want 2500", res.Deleted, err)
+	}
+}
