@@ -83,20 +83,19 @@ func (ls *Lanes) run(ctx context.Context, l *lane) {
 				produced = true
 				flush()
 			default:
-				if it.R.Key != nil {
-					// A keyed record past its partition's batch: what
-					// was handed goes first (records without a key
-					// have no order to keep).
-					tp, w := topicPartition{it.R.Topic, it.R.Partition}, WireSize(it.R)
-					if n := batchOf(handed, tp); n > 0 && n+w > int(ls.roundCap(tp.topic))-BatchOverhead {
-						flush()
-						if broken != nil {
-							it.Done(it.R, broken)
-							continue
-						}
+				// A record past its partition's batch: what was handed
+				// goes first. A record without a key is counted too: it
+				// has no order of its own to keep, but the client puts it
+				// in some partition's batch, beside keyed ones.
+				tp, w := topicPartition{it.R.Topic, it.R.Partition}, WireSize(it.R)
+				if n := batchOf(handed, tp); n > 0 && n+w > int(ls.roundCap(tp.topic))-BatchOverhead {
+					flush()
+					if broken != nil {
+						it.Done(it.R, broken)
+						continue
 					}
-					handed[tp] += w
 				}
+				handed[tp] += w
 				// The sink may break while the round is handed over
 				// (a failure, Abort): nothing more of it then.
 				if broken = ls.produce(ctx, l, it); broken != nil {

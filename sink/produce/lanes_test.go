@@ -108,4 +108,24 @@ func TestLaneOfNoBrokerOneBatchPerPartition(t *testing.T) {
 	if h.most > 1 {
 		t.Fatalf("partition 0's records went in %d produce requests in flight at once: the lane of no broker counted its records of partition -1 and 0 apart", h.most)
 	}
+	// Records without a key beside keyed ones, in the lane of no broker:
+	// the client puts them in partition 0's batch (the topic's only one),
+	// so they count toward it too. Before, they were not counted: 10
+	// keyless and 10 keyed records of 1 KiB went in one flush under a
+	// 16 KiB cap, two batches of partition 0 in flight.
+	h.most, h.reqs = 0, 0
+	h.mu.Unlock()
+	ls.BeginRound()
+	send(10, nil)
+	send(10, []byte("o-1"))
+	ls.EndRound(ctx)
+	wg.Wait()
+	h.mu.Lock()
+	if failed.Load() != 0 {
+		t.Fatalf("%d of the second round's 20 records failed", failed.Load())
+	}
+	t.Logf("keyless beside keyed: %d produce requests, at most %d in flight", h.reqs, h.most)
+	if h.most > 1 {
+		t.Fatalf("partition 0's records went in %d produce requests in flight at once: records without a key were not counted in its batch", h.most)
+	}
 }
