@@ -12,6 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/backoff"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // readTopics reads topics from the first offsets at or after since (the
@@ -20,6 +23,47 @@ import (
 // (brokers, TLS, SASL).
 func readTopics(ctx context.Context, opts []kgo.Opt, topics []string, since time.Time, fn func(*kgo.Record) error) error {
 	return readTopicsStall(ctx, readStall, opts, topics, since, fn)
+}
+
+// offsetsRetry is how long readTopics asks again for offsets that a
+// partition answered with an error a healthy cluster gives for a while
+// (sink.Held: OFFSET_NOT_AVAILABLE from a new leader, LEADER_NOT_AVAILABLE,
+// UNKNOWN_SERVER_ERROR), before it fails the read naming the partition.
+var offsetsRetry = 30 * time.Second
+
+// listOffsets lists the end offsets of topics and the offsets to read
+// from (the start, or the first at or after since). A partition whose
+// offsets were answered with a held error is asked again, with backoff,
+// for offsetsRetry: a partition left out would read as empty, and
+// reconcile count its rows as missing.
+func listOffsets(ctx context.Context, adm *kadm.Client, topics []string, since time.Time) (ends, starts kadm.ListedOffsets, err error) {
+	deadline := time.Now().Add(offsetsRetry)
+	for try := 0; ; try++ {
+		ends, err = adm.ListEndOffsets(ctx, topics...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("list the end offsets of %v: %w", topics, err)
+		}
+		if since.IsZero() {
+			starts, err = adm.ListStartOffsets(ctx, topics...)
+		} else {
+			starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topics...)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("list the offsets of %v at %s: %w", topics, since.Format(time.RFC3339), err)
+		}
+		held := false
+		for _, l := range []kadm.ListedOffsets{ends, starts} {
+			l.Each(func(o kadm.ListedOffset) { held = held || sink.Held(o.Err) })
+		}
+		if !held || time.Now().After(deadline) {
+			return ends, starts, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(backoff.Wait(100*time.Millisecond, 2*time.Second, try)):
+		}
+	}
 }
 
 // readTopicsStall is readTopics failing when no partition moved for stall.
@@ -36,18 +80,9 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 	closeAdmin := sync.OnceFunc(admin.Close)
 	defer closeAdmin()
 	adm := kadm.NewClient(admin)
-	ends, err := adm.ListEndOffsets(ctx, topics...)
+	ends, starts, err := listOffsets(ctx, adm, topics, since)
 	if err != nil {
-		return fmt.Errorf("list the end offsets of %v: %w", topics, err)
-	}
-	var starts kadm.ListedOffsets
-	if since.IsZero() {
-		starts, err = adm.ListStartOffsets(ctx, topics...)
-	} else {
-		starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topics...)
-	}
-	if err != nil {
-		return fmt.Errorf("list the offsets of %v at %s: %w", topics, since.Format(time.RFC3339), err)
+		return err
 	}
 	from := map[string]map[int32]kgo.Offset{}
 	left := map[string]map[int32]*span{} // the partitions still to read to their end
@@ -63,8 +98,11 @@ func readTopicsStall(ctx context.Context, stall time.Duration, opts []kgo.Opt, t
 			return
 		}
 		s, ok := starts.Lookup(o.Topic, o.Partition)
+		if ok && s.Err != nil && missingTopic == nil {
+			missingTopic = fmt.Errorf("topic %s partition %d: the offset to read from: %w", o.Topic, o.Partition, s.Err)
+		}
 		if !ok || s.Err != nil || s.Offset >= o.Offset {
-			return // nothing to read
+			return // nothing to read (or the error above)
 		}
 		if from[o.Topic] == nil {
 			from[o.Topic], left[o.Topic] = map[int32]kgo.Offset{}, map[int32]*span{}
