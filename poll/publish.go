@@ -146,6 +146,13 @@ func (p *Poller) fates(m *marks, rows []*row) (sent, retried, dead int) {
 		case collateral(r.err):
 			m.add(r.id, "PENDING", 0, 1, "")
 			retried++
+		case sink.Held(r.err):
+			// An answer a healthy cluster gives for a while (a partition
+			// without its leader, UNKNOWN_SERVER_ERROR): backed off, but
+			// not an attempt, so that it never makes the row DEAD.
+			base := float64(int(1) << min(r.attempts, 10))
+			m.add(r.id, "PENDING", base+rand.Float64()*base/4, 1, r.err.Error())
+			retried++
 		default:
 			base := float64(int(1) << min(r.attempts, 10))
 			m.add(r.id, "PENDING", base+rand.Float64()*base/4, 0, r.err.Error())

@@ -132,7 +132,7 @@ func (p *Poller) round(ctx, produceCtx context.Context, db **pgx.Conn) (int, err
 	for _, r := range rows {
 		if r.err != nil {
 			failed = true
-			if !collateral(r.err) && r.attempts >= p.cfg.MaxAttempts {
+			if !collateral(r.err) && !sink.Held(r.err) && r.attempts >= p.cfg.MaxAttempts {
 				retry = append(retry, r)
 			}
 		}

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/waitfor"
 )
 
 // heldCodes are the codes a healthy cluster answers with for a while:
@@ -230,5 +232,59 @@ func TestHeldRefusalsEveryKind(t *testing.T) {
 			t.Parallel()
 			runHeld(t, c, true)
 		})
+	}
+}
+
+// TestPollHeldRefusalIsNotAnAttempt: with poll.max_attempts 1, the broker
+// answering the event's topic with UNKNOWN_SERVER_ERROR for 4 s (the
+// dead-letter topic answering) holds the row: it is sent once the window
+// ends, not made DEAD. Before, the answer counted as an attempt: the row
+// went to the dead-letter topic (max_attempts) at the first.
+func TestPollHeldRefusalIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
+	pg, kc, col := setupPoll(t)
+	fk := kc.fake(t)
+	conn := connect(t, pg.DSN)
+	topic := kc.topic("order")
+	createTopic(t, kc.Addrs(), topic, nil)
+	createTopic(t, kc.Addrs(), kc.dlq(), nil)
+	// A produce request names its topics by id (Produce v13 on).
+	admin, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	listed, err := kadm.NewClient(admin).ListTopics(t.Context(), topic)
+	if err != nil || listed[topic].Err != nil {
+		t.Fatalf("list topic %s: %v %v", topic, err, listed[topic].Err)
+	}
+	topicID := listed[topic].ID
+	polling(t, pollEnv(pg, kc).with("WALRELAY_POLL_MAX_ATTEMPTS", "1"))
+	began := time.Now()
+	var refused atomic.Int64
+	fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if time.Since(began) > 4*time.Second {
+			return nil, nil, false // the window is over: the control is dropped
+		}
+		fk.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		for _, tp := range pr.Topics {
+			if tp.Topic == topic || tp.TopicID == topicID {
+				refused.Add(1)
+				return kafkatest.RefuseProduce(pr, kerr.UnknownServerError.Code), nil, true
+			}
+		}
+		return nil, nil, false
+	})
+	id := insertRow(t, conn, "order", "A", 0)
+	waitfor.Until(t, time.Minute, "the row sent or dead", func() bool {
+		s := rowStatus(t, conn, id)
+		return s == "SENT" || s == "DEAD"
+	})
+	if s := rowStatus(t, conn, id); s != "SENT" || refused.Load() == 0 {
+		t.Fatalf("the row is %s after %d refusals, want SENT once the window ended", s, refused.Load())
+	}
+	if r := recordOf(col, id); r == nil || r.Topic != topic {
+		t.Fatalf("the row's record: %v, want it on %s", r, topic)
 	}
 }
