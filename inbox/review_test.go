@@ -423,15 +423,14 @@ func TestClaimFailureBlamesItsOwnEvent(t *testing.T) {
 	dlq := e.collectDLQ(t)
 	e.produce(t, event("good-1", "order-1", 1), event(id, "order-1", 2))
 	stop := e.start(t, inbox.Config{MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, record)
-	dead, err := dlq.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 1 })
-	if err != nil {
+	if _, err := dlq.Wait(t.Context(), func(r []*kgo.Record) bool { return len(r) >= 1 }); err != nil {
 		t.Fatal(err)
 	}
 	waitfor.Until(t, 30*time.Second, "good-1 handled", func() bool { perID, _ := e.effects(t); return perID["good-1"] == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	dead = dlq.Records()
+	dead := dlq.Records()
 	if len(dead) != 1 || string(kafkatest.Header(dead[0], "id")) != id || string(kafkatest.Header(dead[0], sink.HeaderReason)) != "claim_failed" {
 		for _, d := range dead {
 			t.Logf("dead letter id=%.20s reason=%s", kafkatest.Header(d, "id"), kafkatest.Header(d, sink.HeaderReason))
