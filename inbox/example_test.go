@@ -32,7 +32,7 @@ func runShipping(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// The consumer of docs/exactly-once.md.
+// The consumer of docs/inbox.md.
 func Example_shipping() {
 	_ = runShipping
 }

@@ -36,14 +36,14 @@ func apply(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 	return err
 }
 
-// The aggregate version pattern of docs/exactly-once.md, compiled with the
+// The aggregate version pattern of docs/inbox.md, compiled with the
 // packages: the writer puts the version in a header column, the consumer
 // applies an event only if it is newer than what it holds.
 func Example_aggregateVersion() {
 	_, _ = writeShipped, apply
 }
 
-// newOrdered is the consumer of Version order (docs/exactly-once.md): each
+// newOrdered is the consumer of Version order (docs/inbox.md): each
 // aggregate's events in the order of walrelay.aggregate_version.
 func newOrdered(pool *pgxpool.Pool) (*inbox.Consumer, error) {
 	return inbox.New(inbox.Config{

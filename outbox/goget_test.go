@@ -8,9 +8,9 @@ import (
 
 // TestDocsSayHowToGetThePackages: where the README and docs/ introduce a Go
 // package (outbox in the README and docs/outbox.md, inbox in
-// docs/exactly-once.md, relay in docs/how-it-works.md), they give the go
-// get line of the module go.mod declares and the import path. Before, they
-// gave none.
+// docs/exactly-once.md and docs/inbox.md, relay in docs/how-it-works.md),
+// they give the go get line of the module go.mod declares and the import
+// path. Before, they gave none.
 func TestDocsSayHowToGetThePackages(t *testing.T) {
 	t.Parallel()
 	mod, err := os.ReadFile("../go.mod")
@@ -18,7 +18,7 @@ func TestDocsSayHowToGetThePackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	module, _, _ := strings.Cut(strings.TrimPrefix(string(mod), "module "), "\n")
-	for doc, pkg := range map[string]string{"../README.md": "outbox", "../docs/outbox.md": "outbox", "../docs/exactly-once.md": "inbox", "../docs/how-it-works.md": "relay"} {
+	for doc, pkg := range map[string]string{"../README.md": "outbox", "../docs/outbox.md": "outbox", "../docs/exactly-once.md": "inbox", "../docs/inbox.md": "inbox", "../docs/how-it-works.md": "relay"} {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
