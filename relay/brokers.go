@@ -110,13 +110,13 @@ func BrokersDown(err error) bool {
 
 // recovering reports whether err, from PingBrokers, is an answer that a
 // healthy cluster gives for a while (sink.Held: a retriable code,
-// UNKNOWN_SERVER_ERROR), or the client's word that the cluster names no
+// UNKNOWN_SERVER_ERROR; the offsets topic not ready), or the client's word that the cluster names no
 // controller or coordinator yet (a controller's election): WaitForBrokers
 // waits for those as for brokers that are down. A connection closed or
 // reset at the first request is not: that is a listener that does not speak
 // Kafka, or wants TLS (BrokersDown).
 func recovering(err error) bool {
-	if sink.Held(err) {
+	if sink.Held(err) || errors.Is(err, sink.ErrOffsetsTopicNotReady) {
 		return true
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {

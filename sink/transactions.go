@@ -24,6 +24,7 @@ var (
 	ErrOtherTransactionalID  = txn.ErrOtherTransactionalID
 	ErrSharedTransactionalID = txn.ErrSharedTransactionalID
 	ErrFencedTooOften        = txn.ErrFencedTooOften
+	ErrOffsetsTopicNotReady  = txn.ErrOffsetsTopicNotReady
 )
 
 // Committed returns the position up to which every event is in Kafka, in

@@ -51,7 +51,11 @@ func (p *Producer) ensureOffsetsTopic(ctx context.Context, configs map[string]st
 	if err != nil {
 		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
 	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); errors.Is(err, kerr.InvalidReplicationFactor) {
+		// The cluster counts fewer brokers than its default replication
+		// factor: one restarting, or a cluster too small for it.
+		return fmt.Errorf("create the offsets topic %s: %w (%w: fewer brokers than default.replication.factor answer: one restarting, or set the broker's default.replication.factor, or create the topic)", topic, err, ErrOffsetsTopicNotReady)
+	} else if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("create the offsets topic %s: %w", topic, err)
 	}
 	// A topic just created may show no partitions for a moment.
@@ -59,7 +63,7 @@ func (p *Producer) ensureOffsetsTopic(ctx context.Context, configs map[string]st
 		exists, err := offsetsTopicShape(ctx, p.Client(), p.log, topic)
 		if err != nil || exists || try == 50 {
 			if err == nil && !exists {
-				err = fmt.Errorf("the offsets topic %s does not show in the metadata after its creation", topic)
+				err = fmt.Errorf("the offsets topic %s does not show in the metadata after its creation: %w", topic, ErrOffsetsTopicNotReady)
 			}
 			return err
 		}

@@ -107,6 +107,13 @@ var ErrSharedTransactionalID = errors.New("another walrelay instance, of another
 // with an offsets topic of its own shares the transactional id.
 var ErrFencedTooOften = errors.New("the producer was refused as fenced too often, with no lost answer and no other instance seen on the offsets topic")
 
+// ErrOffsetsTopicNotReady is the offsets topic not ready at a start: its
+// creation refused as a cluster short of brokers refuses it
+// (INVALID_REPLICATION_FACTOR while a broker restarts), or the topic not
+// in the metadata yet after its creation. A start waits for it, as for
+// brokers that do not answer, and says why.
+var ErrOffsetsTopicNotReady = errors.New("the offsets topic is not ready")
+
 // Producer is the transactional producer of exactly-once mode: its
 // client, renewed after a fence, and its transactions (see the package
 // doc). Rounds drives it on the flusher; Resume runs on the caller's
