@@ -22,6 +22,13 @@ import (
 // broker, its repeats for that broker are logged at DEBUG.
 const connRepeatQuiet = time.Minute
 
+// hintsBackAfter is how long a node that answered before may be away
+// before the client's hints about it (TLS misconfigured?) are kept again:
+// a restart or a cut lasts less; a node away longer may have changed its
+// listener (TLS or SASL turned on, a certificate rotated), and the hint
+// may be right.
+const hintsBackAfter = 5 * time.Minute
+
 // slogAdapter logs the client's messages through slog, and folds the
 // client's lines about a node it cannot reach into walrelay's own. The
 // client logs a line for every failed attempt to connect (hundreds in an
@@ -193,8 +200,10 @@ func (a *slogAdapter) nodeFailed(now time.Time, level slog.Level, hint string, k
 		n.since, n.failures = now, 0
 	}
 	n.failures++
-	if hint != "" && !n.answered.Load() {
-		// The client's line may be right: the node never answered.
+	restarting := n.answered.Load() && now.Sub(n.since) < hintsBackAfter
+	if hint != "" && !restarting {
+		// The client's line may be right: the node never answered, or
+		// not for hintsBackAfter.
 		return n.keepHint(now, level, hint+"|"+cause, keyvals)
 	}
 	repeat := !n.warned.IsZero() && now.Sub(n.warned) < connRepeatQuiet && cause == n.cause
@@ -209,8 +218,11 @@ func (a *slogAdapter) nodeFailed(now time.Time, level slog.Level, hint string, k
 		attrs = append(attrs, "folded", folded)
 	}
 	what := "is unreachable"
-	if n.answered.Load() {
+	switch {
+	case restarting:
 		what = "answered before and is unreachable (restarting, or cut off)"
+	case n.answered.Load():
+		what = "answered before, but not for " + now.Sub(n.since).Round(time.Second).String() + ", and is unreachable (its listener changed, or it is down)"
 	}
 	a.l.Warn(fmt.Sprintf("kafka %s %s: %s; retrying (the client's lines about it at debug level for %s)", n.name(), what, cause, connRepeatQuiet), attrs...)
 	return slog.LevelDebug, keyvals

@@ -213,3 +213,27 @@ func (w lockedBuffer) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// TestNodeAwayLongGetsTheHintBack: a node that answered before and has
+// been away for hintsBackAfter may have changed its listener (TLS turned
+// on): the client's hint is kept again, and walrelay's line no longer says
+// restarting. Before, a node that ever answered had the hint folded away
+// for the life of the process.
+func TestNodeAwayLongGetsTheHintBack(t *testing.T) {
+	t.Parallel()
+	a, buf := testAdapter()
+	node := kgo.BrokerMetadata{NodeID: 2, Host: "kafka-2", Port: 9092}
+	a.OnBrokerRead(node, 3, 100, 0, 0, nil) // it answered
+	hint := "read from broker received EOF during api versions discovery, which often happens when the broker requires TLS and the client is not using it (is TLS misconfigured?)"
+	a.Log(kgo.LogLevelWarn, hint, "addr", "kafka-2:9092", "broker", "2", "err", io.EOF)
+	if strings.Contains(buf.String(), "TLS misconfigured") {
+		t.Fatalf("the hint about a node that answered a moment ago is not folded:\n%s", buf.String())
+	}
+	a.ids[2].since = time.Now().Add(-hintsBackAfter)
+	a.ids[2].warned = time.Time{}
+	buf.Reset()
+	a.Log(kgo.LogLevelWarn, hint, "addr", "kafka-2:9092", "broker", "2", "err", io.EOF)
+	if out := buf.String(); !strings.Contains(out, "TLS misconfigured") {
+		t.Fatalf("a node away for %s: the client's hint is folded away:\n%s", hintsBackAfter, out)
+	}
+}
