@@ -30,7 +30,8 @@
 // authorized, the dead-letter topic refusing too) reaches the callback as an
 // error, which the event must not be confirmed past. Every error handed to a
 // Done is marked with its kind (package failure): fatal when retrying cannot
-// fix it (authorization, a topic that does not exist), else retriable; a
+// fix it (authorization), else retriable (a topic that does not exist
+// too: the relay stops on it once refused over a span of time); a
 // per-event error never reaches a Done (the event is dead-lettered).
 //
 // Behind the door, one package per guarantee, none importing sink: package

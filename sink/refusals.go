@@ -84,8 +84,7 @@ func refusesBatch(err error) bool {
 }
 
 // kindOf classifies a producer error (package failure): fatal if retrying
-// cannot fix it (authorization refused, a topic that does not exist and is
-// not created), per-event if it concerns this record alone, which is then
+// cannot fix it (authorization refused), per-event if it concerns this record alone, which is then
 // dead-lettered; else retriable: the relay sends the event again by
 // restarting the stream from the last confirmed position. The errors the
 // sink hands to a Done are marked with their kind.
@@ -93,8 +92,13 @@ func kindOf(err error) failure.Kind {
 	if failure.IsFatal(err) {
 		return failure.Fatal // marked so already (a fenced transaction)
 	}
+	// A topic unknown to the broker is not among them: a broker whose
+	// metadata lags (just restarted, a partition just moved or created)
+	// answers so for a while for a topic that exists. It is Persistent: a
+	// topic that does not exist and is not created stops the relay once
+	// it was refused session after session over a span of time.
 	for _, e := range []error{kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.SaslAuthenticationFailed,
-		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.InvalidRequiredAcks, kerr.UnsupportedVersion} {
+		kerr.InvalidRequiredAcks, kerr.UnsupportedVersion} {
 		if errors.Is(err, e) {
 			return failure.Fatal
 		}

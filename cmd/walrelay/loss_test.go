@@ -386,7 +386,9 @@ func TestBlackHoledServer(t *testing.T) {
 // event. (Before, walrelay restarted the stream forever.)
 func TestPersistentRefusalStops(t *testing.T) {
 	t.Parallel()
-	for _, code := range []*kerr.Error{kerr.PolicyViolation, kerr.UnsupportedCompressionType} {
+	// UNKNOWN_TOPIC_OR_PARTITION too: a broker whose metadata lags answers
+	// it for a topic that exists (before, it stopped walrelay at once).
+	for _, code := range []*kerr.Error{kerr.PolicyViolation, kerr.UnsupportedCompressionType, kerr.UnknownTopicOrPartition} {
 		t.Run(code.Message, func(t *testing.T) {
 			t.Parallel()
 			pg, kc, _ := setup(t)

@@ -20,5 +20,11 @@ func Held(err error) bool {
 	if !errors.As(err, &ke) {
 		return false
 	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
+		// Retriable to Kafka, and answered for a while by a broker whose
+		// metadata lags; but also for good for a topic that does not
+		// exist: not held for ever (sink.Persistent).
+		return false
+	}
 	return ke.Retriable || errors.Is(err, kerr.UnknownServerError) || errors.Is(err, kerr.ConcurrentTransactions) || errors.Is(err, kerr.TransactionAbortable)
 }
