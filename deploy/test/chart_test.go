@@ -92,6 +92,9 @@ func TestChart(t *testing.T) {
 		{name: "sharded: a relay per shard", files: []string{"values.yaml", "values-sharded.yaml"}, relays: 2, replicas: 1},
 		{name: "sharded in four, exactly-once, a standby each", files: []string{"values.yaml", "values-sharded.yaml", "values-exactly-once.yaml", "values-standby.yaml"},
 			set: map[string]any{"sharding": map[string]any{"count": 4}}, relays: 4, replicas: 2, exactlyOnce: true},
+		// The image's ENV sets WALRELAY_ADMIN_LISTEN, which wins over the
+		// file: the chart sets it from adminPort too.
+		{name: "another admin port", files: []string{"values.yaml", "values-standby.yaml"}, set: map[string]any{"adminPort": 9187}, relays: 1, replicas: 2},
 		{name: "the PodMonitor and the ServiceMonitor", files: []string{"values.yaml", "values-sharded.yaml"},
 			set:    map[string]any{"metrics": map[string]any{"podMonitor": map[string]any{"enabled": true}, "serviceMonitor": map[string]any{"enabled": true}}},
 			relays: 2, replicas: 1, monitors: 2},
@@ -130,6 +133,7 @@ func TestChartRefuses(t *testing.T) {
 	}{
 		{"one shard", map[string]any{"sharding": map[string]any{"enabled": true, "count": 1}}, "sharding.count must be at least 2"},
 		{"a NetworkPolicy of no peers", map[string]any{"networkPolicy": map[string]any{"from": []any{}}}, "networkPolicy.from is empty"},
+		{"the admin listener from env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_ADMIN_LISTEN", "value": "0.0.0.0:9000"}}}, "set adminPort instead"},
 		{"shards sharing a transactional id", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"kafka": map[string]any{"transactional_id": "walrelay"}}}, "config.kafka.transactional_id with sharding.enabled"},
 	}
 	for _, tt := range tests {
@@ -173,7 +177,16 @@ func TestRulesRefuse(t *testing.T) {
 			v := &o.deps[0].Spec.Template.Spec.Volumes[1]
 			v.Secret.Items = v.Secret.Items[:1]
 		}, "has no item of that path"},
-		{"admin on loopback", standby, nil, func(o *objects) { config(o, "listen: 0.0.0.0:8087", "listen: 127.0.0.1:8087") }, "want all interfaces"},
+		{"admin on loopback", standby, nil, func(o *objects) {
+			for i, e := range container(o).Env {
+				if e.Name == "WALRELAY_ADMIN_LISTEN" {
+					container(o).Env[i].Value = "127.0.0.1:8087"
+				}
+			}
+		}, "want all interfaces"},
+		{"the image's admin listener over the file's", standby, map[string]any{"adminPort": 9187}, func(o *objects) {
+			container(o).Env = slices.DeleteFunc(container(o).Env, func(e corev1.EnvVar) bool { return e.Name == "WALRELAY_ADMIN_LISTEN" })
+		}, "want admin.listen's 8087"},
 		{"readiness without standby", standby, nil, func(o *objects) { container(o).ReadinessProbe.HTTPGet.Path = "/readyz" }, "readiness probe"},
 		{"no scrape annotations", standby, nil, func(o *objects) { delete(o.deps[0].Spec.Template.Annotations, "prometheus.io/port") }, "scrape annotations"},
 		{"a request under the peak", standby, nil, func(o *objects) { container(o).Resources.Requests[corev1.ResourceMemory] = resource.MustParse("48Mi") }, "memory request"},

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,8 +39,9 @@ type relay struct {
 
 // loadRelay reads d's configuration as walrelay run would: the file that
 // --config names is a key of a mounted ConfigMap; walrelay knows every key
-// and value of it, and every WALRELAY_ variable of the container; each
-// *_password_file is a file of a mounted Secret; and the whole
+// and value of it, and every WALRELAY_ variable of the container; the
+// environment (the image's ENV under the container's env) overrides the
+// file; each *_password_file is a file of a mounted Secret; and the whole
 // configuration, with the secrets' files put under dir, passes run's
 // validation.
 func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
@@ -86,16 +89,18 @@ func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
 	if err := cs.LoadFile(path); err != nil {
 		return nil, fmt.Errorf("Deployment %s: walrelay refuses ConfigMap %s's configuration: %w", d.Name, cm.Name, err)
 	}
-	for _, e := range c.Env {
-		if strings.HasPrefix(e.Name, "WALRELAY_") && !knownVariable(e.Name) {
-			return nil, fmt.Errorf("Deployment %s: env %s names no walrelay key", d.Name, e.Name)
-		}
+	env, err := podEnv(c)
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s: %w", d.Name, err)
 	}
 	for key, p := range map[string]string{
 		"postgres.password_file":              r.cfg.Postgres.PasswordFile,
 		"kafka.sasl.password_file":            r.cfg.Kafka.SASL.PasswordFile,
 		"kafka.schema_registry.password_file": r.cfg.Kafka.SchemaRegistry.PasswordFile,
 	} {
+		if v, ok := env[config.EnvName(key)]; ok {
+			p = v
+		}
 		if p == "" {
 			continue
 		}
@@ -133,14 +138,31 @@ func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
 	if err := os.WriteFile(fullPath, []byte(full), 0o600); err != nil {
 		return nil, err
 	}
+	// The environment goes in as flags: Load applies them over the file as
+	// it would the variables, and this process's environment stays the
+	// test's (its tests run in parallel).
+	args := []string{"--config", fullPath}
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		if key, ok := keyOfVariable(name); ok {
+			v := env[name]
+			for mountPath, vol := range r.mounts {
+				if vol.Secret != nil {
+					v = strings.ReplaceAll(v, mountPath+"/", secrets+"/")
+				}
+			}
+			args = append(args, "--"+key+"="+v)
+		}
+	}
 	fs2 := flag.NewFlagSet("run", flag.ContinueOnError)
 	cs2 := config.NewSet(fs2)
-	if err := fs2.Parse([]string{"--config", fullPath}); err != nil {
+	if err := fs2.Parse(args); err != nil {
 		return nil, err
 	}
-	if _, err := cs2.Load(fs2, true); err != nil {
-		return nil, fmt.Errorf("Deployment %s: walrelay run would refuse ConfigMap %s's configuration: %w", d.Name, cm.Name, err)
+	cfg, err := cs2.Load(fs2, true)
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s: walrelay run would refuse ConfigMap %s's configuration under its environment: %w", d.Name, cm.Name, err)
 	}
+	r.cfg = cfg
 	if len(c.Ports) != 1 {
 		return nil, fmt.Errorf("Deployment %s: container ports %+v, want the admin port alone", d.Name, c.Ports)
 	}
@@ -470,11 +492,85 @@ func matches(sel, labels map[string]string) bool {
 	return true
 }
 
-// knownVariable reports whether name is the variable of a walrelay key.
-func knownVariable(name string) bool {
+// keyOfVariable returns the walrelay key whose variable is name.
+func keyOfVariable(name string) (key string, ok bool) {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	config.NewSet(fs)
-	known := false
-	fs.VisitAll(func(f *flag.Flag) { known = known || config.EnvName(f.Name) == name })
-	return known
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "config" && config.EnvName(f.Name) == name {
+			key, ok = f.Name, true
+		}
+	})
+	return key, ok
+}
+
+// dockerfile is the image's build, whose ENV the container starts with.
+const dockerfile = "../../Dockerfile"
+
+// imageEnv returns the variables that the Dockerfile's last stage (the
+// image) sets with ENV: a stage's ENV is its own, so each FROM starts
+// afresh. It reads ENV K=V ... and ENV K V, and refuses what it does not
+// read (quotes, a continued line) rather than guess.
+func imageEnv() (map[string]string, error) {
+	b, err := os.ReadFile(dockerfile)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			env = map[string]string{}
+		case "ENV":
+			if len(f) < 2 || strings.ContainsAny(line, `"'\\`) {
+				return nil, fmt.Errorf("%s: %q: an ENV this test does not read", dockerfile, strings.TrimSpace(line))
+			}
+			if !strings.Contains(f[1], "=") {
+				env[f[1]] = strings.Join(f[2:], " ")
+				continue
+			}
+			for _, kv := range f[1:] {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return nil, fmt.Errorf("%s: %q: an ENV this test does not read", dockerfile, strings.TrimSpace(line))
+				}
+				env[k] = v
+			}
+		}
+	}
+	return env, nil
+}
+
+// podEnv returns the environment walrelay starts with in container c: the
+// image's ENV, each overridden by the container's variable of that name,
+// as Kubernetes does. A variable from a Secret (valueFrom) has a value the
+// render does not hold: a password stands in as "secret"; any other is
+// left out, and the file's value stands (the image's is overridden
+// either way). envFrom is refused: its variables cannot be seen here.
+func podEnv(c corev1.Container) (map[string]string, error) {
+	if len(c.EnvFrom) > 0 {
+		return nil, errors.New("envFrom: its variables are not in the render; list each in env")
+	}
+	env, err := imageEnv()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range c.Env {
+		if _, ok := keyOfVariable(e.Name); strings.HasPrefix(e.Name, "WALRELAY_") && !ok {
+			return nil, fmt.Errorf("env %s names no walrelay key", e.Name)
+		}
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case strings.HasSuffix(e.Name, "_PASSWORD"):
+			env[e.Name] = "secret"
+		default:
+			delete(env, e.Name)
+		}
+	}
+	return env, nil
 }

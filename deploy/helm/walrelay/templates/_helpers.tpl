@@ -75,7 +75,7 @@ One relay's walrelay.yaml: config, with what the chart owns set on top
 {{- define "walrelay.config" -}}
 {{- $v := .root.Values }}
 {{- $cfg := deepCopy ($v.config | default dict) }}
-{{- $own := dict "admin" (dict "listen" (printf "0.0.0.0:%d" (int $v.adminPort))) }}
+{{- $own := dict "admin" (dict "listen" (include "walrelay.adminListen" .root)) }}
 {{- $dir := include "walrelay.secretDir" . }}
 {{- $pg := dict }}
 {{- $kafka := dict }}
@@ -98,4 +98,21 @@ One relay's walrelay.yaml: config, with what the chart owns set on top
 {{- if $pg }}{{- $_ := set $own "postgres" $pg }}{{- end }}
 {{- if $kafka }}{{- $_ := set $own "kafka" $kafka }}{{- end }}
 {{- toYaml (mustMergeOverwrite $cfg $own) }}
+{{- end }}
+
+{{/* The admin listener: every interface, on adminPort. */}}
+{{- define "walrelay.adminListen" -}}
+{{- printf "0.0.0.0:%d" (int .Values.adminPort) }}
+{{- end }}
+
+{{/*
+Values that would install a relay walrelay refuses, or one that is not
+what the values say: each fails the render, naming the value.
+*/}}
+{{- define "walrelay.checks" -}}
+{{- range $e := .Values.env }}
+{{- if eq $e.name "WALRELAY_ADMIN_LISTEN" }}
+{{- fail "env WALRELAY_ADMIN_LISTEN: the chart sets it from adminPort (the probes, the Service, the NetworkPolicy and the monitors use that port); set adminPort instead" }}
+{{- end }}
+{{- end }}
 {{- end }}
