@@ -133,6 +133,8 @@ func TestChartRefuses(t *testing.T) {
 	}{
 		{"one shard", map[string]any{"sharding": map[string]any{"enabled": true, "count": 1}}, "sharding.count must be at least 2"},
 		{"a NetworkPolicy of no peers", map[string]any{"networkPolicy": map[string]any{"from": []any{}}}, "networkPolicy.from is empty"},
+		{"a Secret's key without its name", map[string]any{"existingSecret": map[string]any{"name": ""}}, "existingSecret.name is empty"},
+		{"SASL without a password", map[string]any{"existingSecret": map[string]any{"kafkaSaslPasswordKey": ""}}, "config.kafka.sasl.mechanism SCRAM-SHA-512 without a password"},
 		{"the admin listener from env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_ADMIN_LISTEN", "value": "0.0.0.0:9000"}}}, "set adminPort instead"},
 		{"shards sharing a transactional id", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"kafka": map[string]any{"transactional_id": "walrelay"}}}, "config.kafka.transactional_id with sharding.enabled"},
 	}
@@ -170,6 +172,17 @@ func TestRulesRefuse(t *testing.T) {
 	}{
 		{"an unknown key", standby, nil, func(o *objects) { config(o, "shutdown_timeout:", "shutdown_timout:") }, "walrelay refuses ConfigMap"},
 		{"a password in the DSN and in a file", standby, nil, func(o *objects) { config(o, "dsn: postgres://walrelay@", "dsn: postgres://walrelay:pw@") }, "walrelay run would refuse"},
+		{"SASL without a password", standby, nil, func(o *objects) {
+			for _, cm := range o.cms {
+				var kept strings.Builder
+				for line := range strings.Lines(cm.Data["walrelay.yaml"]) {
+					if !strings.Contains(line, "password_file: /run/secrets/walrelay/kafka-sasl-password") {
+						kept.WriteString(line)
+					}
+				}
+				cm.Data["walrelay.yaml"] = kept.String()
+			}
+		}, "needs kafka.sasl.username and a password"},
 		{"a variable of no key", standby, nil, func(o *objects) {
 			container(o).Env = append(container(o).Env, corev1.EnvVar{Name: "WALRELAY_POSTGRES_SLOTS", Value: "x"})
 		}, "names no walrelay key"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"os"
@@ -43,7 +44,8 @@ type relay struct {
 // environment (the image's ENV under the container's env) overrides the
 // file; each *_password_file is a file of a mounted Secret; and the whole
 // configuration, with the secrets' files put under dir, passes run's
-// validation.
+// validation and its mapping onto the relay's configuration (the Kafka
+// security checks among them).
 func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
 	pod := d.Spec.Template
 	if len(pod.Spec.Containers) != 1 {
@@ -163,6 +165,18 @@ func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
 		return nil, fmt.Errorf("Deployment %s: walrelay run would refuse ConfigMap %s's configuration under its environment: %w", d.Name, cm.Name, err)
 	}
 	r.cfg = cfg
+	// What run does next, before it connects: the mapping onto the relay's
+	// (or the poll source's) configuration, which checks the brokers'
+	// TLS and SASL and the schema registry's keys (config.SinkConfig).
+	log := slog.New(slog.DiscardHandler)
+	if cfg.Source == "poll" {
+		_, err = cfg.PollConfig(log)
+	} else {
+		_, err = cfg.RelayConfig(log)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s: walrelay run would refuse ConfigMap %s's configuration under its environment: %w", d.Name, cm.Name, err)
+	}
 	if len(c.Ports) != 1 {
 		return nil, fmt.Errorf("Deployment %s: container ports %+v, want the admin port alone", d.Name, c.Ports)
 	}

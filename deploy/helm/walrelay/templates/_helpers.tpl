@@ -110,6 +110,24 @@ Values that would install a relay walrelay refuses, or one that is not
 what the values say: each fails the render, naming the value.
 */}}
 {{- define "walrelay.checks" -}}
+{{- $secret := .Values.existingSecret | default dict }}
+{{- $kafka := (.Values.config | default dict).kafka | default dict }}
+{{- $envNames := list }}
+{{- range $e := .Values.env }}
+{{- $envNames = append $envNames $e.name }}
+{{- end }}
+{{- if not $secret.name }}
+{{- range $k := list "postgresPasswordKey" "kafkaSaslPasswordKey" "schemaRegistryPasswordKey" }}
+{{- if index $secret $k }}
+{{- fail (printf "existingSecret.%s is set and existingSecret.name is empty: the key would not be mounted and walrelay would start without that password; name the Secret, or set the key to \"\"" $k) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with ($kafka.sasl | default dict).mechanism }}
+{{- if not (or (and $secret.name $secret.kafkaSaslPasswordKey) (has "WALRELAY_KAFKA_SASL_PASSWORD" $envNames) (has "WALRELAY_KAFKA_SASL_PASSWORD_FILE" $envNames)) }}
+{{- fail (printf "config.kafka.sasl.mechanism %s without a password: walrelay exits at start; set existingSecret.name and existingSecret.kafkaSaslPasswordKey (or env WALRELAY_KAFKA_SASL_PASSWORD from a Secret), or set config.kafka.sasl to null" .) }}
+{{- end }}
+{{- end }}
 {{- range $e := .Values.env }}
 {{- if eq $e.name "WALRELAY_ADMIN_LISTEN" }}
 {{- fail "env WALRELAY_ADMIN_LISTEN: the chart sets it from adminPort (the probes, the Service, the NetworkPolicy and the monitors use that port); set adminPort instead" }}
