@@ -135,6 +135,12 @@ func TestChartRefuses(t *testing.T) {
 		{"a NetworkPolicy of no peers", map[string]any{"networkPolicy": map[string]any{"from": []any{}}}, "networkPolicy.from is empty"},
 		{"a Secret's key without its name", map[string]any{"existingSecret": map[string]any{"name": ""}}, "existingSecret.name is empty"},
 		{"SASL without a password", map[string]any{"existingSecret": map[string]any{"kafkaSaslPasswordKey": ""}}, "config.kafka.sasl.mechanism SCRAM-SHA-512 without a password"},
+		{"a SASL password in values", map[string]any{"config": map[string]any{"kafka": map[string]any{"sasl": map[string]any{"password": "pw"}}}}, "config.kafka.sasl.password in plain text"},
+		{"a schema registry password in values", map[string]any{"config": map[string]any{"kafka": map[string]any{"schema_registry": map[string]any{"password": "pw"}}}}, "config.kafka.schema_registry.password in plain text"},
+		{"a password in the DSN", map[string]any{"config": map[string]any{"postgres": map[string]any{"dsn": "postgres://walrelay:pw@db-1.db:5432/app"}}}, "config.postgres.dsn holds a password"},
+		{"a password in the DSN's keywords", map[string]any{"config": map[string]any{"postgres": map[string]any{"dsn": "host=db user=walrelay password=pw"}}}, "config.postgres.dsn holds a password"},
+		{"a literal password in env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_POSTGRES_PASSWORD", "value": "pw"}}}, "env WALRELAY_POSTGRES_PASSWORD holds its value in plain text"},
+		{"a literal DSN in env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_POSTGRES_DSN", "value": "postgres://walrelay@db/app"}}}, "env WALRELAY_POSTGRES_DSN holds its value in plain text"},
 		{"the admin listener from env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_ADMIN_LISTEN", "value": "0.0.0.0:9000"}}}, "set adminPort instead"},
 		{"shards sharing a transactional id", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"kafka": map[string]any{"transactional_id": "walrelay"}}}, "config.kafka.transactional_id with sharding.enabled"},
 	}
@@ -171,7 +177,22 @@ func TestRulesRefuse(t *testing.T) {
 		want   string
 	}{
 		{"an unknown key", standby, nil, func(o *objects) { config(o, "shutdown_timeout:", "shutdown_timout:") }, "walrelay refuses ConfigMap"},
-		{"a password in the DSN and in a file", standby, nil, func(o *objects) { config(o, "dsn: postgres://walrelay@", "dsn: postgres://walrelay:pw@") }, "walrelay run would refuse"},
+		{"a password in the DSN", standby, nil, func(o *objects) { config(o, "dsn: postgres://walrelay@", "dsn: postgres://walrelay:pw@") }, "postgres.dsn holds a password"},
+		{"a password in the DSN's keywords", standby, nil, func(o *objects) {
+			config(o, "dsn: postgres://walrelay@db-1.db:5432,db-2.db:5432/app?sslmode=verify-full&target_session_attrs=read-write", "dsn: host=db-1.db user=walrelay password=pw dbname=app")
+		}, "postgres.dsn holds a password"},
+		{"a SASL password in the ConfigMap", standby, nil, func(o *objects) {
+			config(o, "password_file: /run/secrets/walrelay/kafka-sasl-password", "password: pw")
+		}, "kafka.sasl.password in plain text"},
+		{"a schema registry password in the ConfigMap", standby, nil, func(o *objects) {
+			config(o, "  sasl:\n", "  schema_registry:\n    password: pw\n  sasl:\n")
+		}, "kafka.schema_registry.password in plain text"},
+		{"a literal password in env", standby, nil, func(o *objects) {
+			container(o).Env = append(container(o).Env, corev1.EnvVar{Name: "WALRELAY_KAFKA_SASL_PASSWORD", Value: "pw"})
+		}, "env WALRELAY_KAFKA_SASL_PASSWORD holds its value in plain text"},
+		{"a literal DSN in env", standby, nil, func(o *objects) {
+			container(o).Env = append(container(o).Env, corev1.EnvVar{Name: "WALRELAY_POSTGRES_DSN", Value: "postgres://walrelay@db/app"})
+		}, "env WALRELAY_POSTGRES_DSN holds its value in plain text"},
 		{"SASL without a password", standby, nil, func(o *objects) {
 			for _, cm := range o.cms {
 				var kept strings.Builder

@@ -91,6 +91,9 @@ func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
 	if err := cs.LoadFile(path); err != nil {
 		return nil, fmt.Errorf("Deployment %s: walrelay refuses ConfigMap %s's configuration: %w", d.Name, cm.Name, err)
 	}
+	if err := checkPlainPasswords(r.cfg, c); err != nil {
+		return nil, fmt.Errorf("Deployment %s, ConfigMap %s: %w", d.Name, cm.Name, err)
+	}
 	env, err := podEnv(c)
 	if err != nil {
 		return nil, fmt.Errorf("Deployment %s: %w", d.Name, err)
@@ -516,6 +519,58 @@ func keyOfVariable(name string) (key string, ok bool) {
 		}
 	})
 	return key, ok
+}
+
+// checkPlainPasswords: no password in the ConfigMap's file (fileCfg,
+// as the file alone sets it) nor written into the container's env: a
+// ConfigMap is not a Secret, and the Deployment's env is read by whoever
+// may read the Deployment. A DSN written into env is refused whole (it
+// is where a password goes); give it from a Secret (valueFrom).
+func checkPlainPasswords(fileCfg *config.Config, c corev1.Container) error {
+	for key, pw := range map[string]string{
+		"kafka.sasl.password":            fileCfg.Kafka.SASL.Password,
+		"kafka.schema_registry.password": fileCfg.Kafka.SchemaRegistry.Password,
+	} {
+		if pw != "" {
+			return fmt.Errorf("%s in plain text: give it from a Secret (%s_file, existingSecret)", key, key)
+		}
+	}
+	if dsnHoldsPassword(fileCfg.Postgres.DSN) {
+		return errors.New("postgres.dsn holds a password: give it from a Secret (postgres.password_file, existingSecret)")
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil && e.Value != "" && (strings.HasSuffix(e.Name, "_PASSWORD") || strings.HasSuffix(e.Name, "_DSN")) {
+			return fmt.Errorf("env %s holds its value in plain text: give it from a Secret (valueFrom.secretKeyRef)", e.Name)
+		}
+	}
+	return nil
+}
+
+// dsnHoldsPassword reports whether dsn, a URL or key=value keywords,
+// writes a password: postgres://user:pw@, ?password=, or password=. It
+// reads the text alone (pgconn's parse would take PGPASSWORD and the
+// passfile of this process).
+func dsnHoldsPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		rest := dsn[strings.Index(dsn, "://")+3:]
+		if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 && strings.Contains(rest[:at], ":") {
+			return true
+		}
+		if _, query, ok := strings.Cut(rest, "?"); ok {
+			for kv := range strings.SplitSeq(query, "&") {
+				if k, _, _ := strings.Cut(kv, "="); k == "password" {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, kv := range strings.Fields(dsn) {
+		if k, _, _ := strings.Cut(kv, "="); k == "password" {
+			return true
+		}
+	}
+	return false
 }
 
 // dockerfile is the image's build, whose ENV the container starts with.

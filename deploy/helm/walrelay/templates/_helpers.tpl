@@ -123,6 +123,22 @@ what the values say: each fails the render, naming the value.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* Passwords come from existingSecret: a ConfigMap, and a Deployment's env, are no Secret. */}}
+{{- if ($kafka.sasl | default dict).password }}
+{{- fail "config.kafka.sasl.password in plain text: the ConfigMap is no Secret; put it in existingSecret (existingSecret.kafkaSaslPasswordKey)" }}
+{{- end }}
+{{- if ($kafka.schema_registry | default dict).password }}
+{{- fail "config.kafka.schema_registry.password in plain text: the ConfigMap is no Secret; put it in existingSecret (existingSecret.schemaRegistryPasswordKey)" }}
+{{- end }}
+{{- $dsn := toString (((.Values.config | default dict).postgres | default dict).dsn | default "") }}
+{{- if regexMatch `^postgres(ql)?://[^/@]*:[^/@]*@|[?&]password=|(^|\s)password\s*=` $dsn }}
+{{- fail "config.postgres.dsn holds a password: the ConfigMap is no Secret; put it in existingSecret (existingSecret.postgresPasswordKey), or the whole DSN in a Secret of yours (env WALRELAY_POSTGRES_DSN with valueFrom.secretKeyRef)" }}
+{{- end }}
+{{- range $e := .Values.env }}
+{{- if and (hasKey $e "value") (or (hasSuffix "_PASSWORD" $e.name) (hasSuffix "_DSN" $e.name)) }}
+{{- fail (printf "env %s holds its value in plain text: give it from a Secret (valueFrom.secretKeyRef), or use existingSecret" $e.name) }}
+{{- end }}
+{{- end }}
 {{- with ($kafka.sasl | default dict).mechanism }}
 {{- if not (or (and $secret.name $secret.kafkaSaslPasswordKey) (has "WALRELAY_KAFKA_SASL_PASSWORD" $envNames) (has "WALRELAY_KAFKA_SASL_PASSWORD_FILE" $envNames)) }}
 {{- fail (printf "config.kafka.sasl.mechanism %s without a password: walrelay exits at start; set existingSecret.name and existingSecret.kafkaSaslPasswordKey (or env WALRELAY_KAFKA_SASL_PASSWORD from a Secret), or set config.kafka.sasl to null" .) }}
