@@ -232,6 +232,7 @@ func TestRulesRefuse(t *testing.T) {
 			two := intstr.FromInt32(2)
 			o.deps[0].Spec.Strategy.RollingUpdate.MaxUnavailable = &two
 		}, "stops every pod of the slot"},
+		{"a budget that holds a drain while Kafka is down", standby, nil, func(o *objects) { o.pdbs[0].Spec.UnhealthyPodEvictionPolicy = nil }, "want AlwaysAllow"},
 		{"two replicas without a budget", standby, nil, func(o *objects) { o.pdbs = nil }, "want one"},
 		{"a budget on one replica", []string{"values.yaml"}, nil, func(o *objects) {
 			standby, err := render([]string{"values.yaml", "values-standby.yaml"}, nil)

@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/walrelay/walrelay/config"
@@ -255,8 +256,10 @@ func checkSecurity(r *relay) error {
 // checkRollout: the Deployment selects its own pods and no other relay's;
 // a rolling update keeps a pod of the slot (maxUnavailable under the
 // replicas); two or more replicas have one PodDisruptionBudget of
-// minAvailable 1 over their pods alone, and one replica has none (a
-// budget of one pod blocks every node drain).
+// minAvailable 1 over their pods alone, which evicts an unready pod
+// (AlwaysAllow: every replica is unready while Kafka is down, and a drain
+// must not wait for Kafka), and one replica has none (a budget of one pod
+// blocks every node drain).
 func checkRollout(o *objects, r *relay, all []*relay) error {
 	d := r.d
 	if err := selects("Deployment "+d.Name, d.Spec.Selector.MatchLabels, r); err != nil {
@@ -299,6 +302,9 @@ func checkRollout(o *objects, r *relay, all []*relay) error {
 		}
 		if p.Spec.MinAvailable == nil || p.Spec.MinAvailable.IntValue() != 1 {
 			return fmt.Errorf("PodDisruptionBudget %s: minAvailable %v, want 1 (one replica streams or waits)", p.Name, p.Spec.MinAvailable)
+		}
+		if pol := p.Spec.UnhealthyPodEvictionPolicy; pol == nil || *pol != policyv1.AlwaysAllow {
+			return fmt.Errorf("PodDisruptionBudget %s: unhealthyPodEvictionPolicy %v, want AlwaysAllow: readiness fails while Kafka is down, and a drain would wait for it", p.Name, pol)
 		}
 		for _, other := range all {
 			if other != r && matches(p.Spec.Selector.MatchLabels, other.d.Spec.Template.Labels) {
