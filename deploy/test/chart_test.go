@@ -228,6 +228,7 @@ func TestRulesRefuse(t *testing.T) {
 		{"buffers raised and the limit not", standby, map[string]any{"config": map[string]any{"kafka": map[string]any{"max_buffered_bytes": 64 << 20}}}, func(*objects) {}, "memory limit"},
 		{"a grace period the stop does not fit", standby, nil, func(o *objects) { config(o, "shutdown_timeout: 20s", "shutdown_timeout: 28s") }, "grace period"},
 		{"a writable root filesystem", standby, nil, func(o *objects) { container(o).SecurityContext.ReadOnlyRootFilesystem = nil }, "read-only root filesystem"},
+		{"a service account token mounted", standby, nil, func(o *objects) { o.deps[0].Spec.Template.Spec.AutomountServiceAccountToken = nil }, "automountServiceAccountToken"},
 		{"an update that stops both", standby, nil, func(o *objects) {
 			two := intstr.FromInt32(2)
 			o.deps[0].Spec.Strategy.RollingUpdate.MaxUnavailable = &two

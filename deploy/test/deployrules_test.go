@@ -243,12 +243,16 @@ func checkStop(r *relay) error {
 	return nil
 }
 
-// checkSecurity: a non-root pod with a read-only root filesystem.
+// checkSecurity: a non-root pod with a read-only root filesystem, and no
+// service account token mounted (walrelay never calls the Kubernetes API).
 func checkSecurity(r *relay) error {
 	pod := r.d.Spec.Template.Spec
 	if r.c.SecurityContext == nil || r.c.SecurityContext.ReadOnlyRootFilesystem == nil || !*r.c.SecurityContext.ReadOnlyRootFilesystem ||
 		pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
 		return fmt.Errorf("Deployment %s: want a non-root pod with a read-only root filesystem", r.d.Name)
+	}
+	if a := pod.AutomountServiceAccountToken; a == nil || *a {
+		return fmt.Errorf("Deployment %s: automountServiceAccountToken %v, want false: walrelay never calls the Kubernetes API", r.d.Name, a)
 	}
 	return nil
 }
