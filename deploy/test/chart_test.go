@@ -22,6 +22,25 @@ const chartDir = "../helm/walrelay"
 // render renders the chart as helm template would with the values files
 // (each over the ones before it, as -f does) and then set.
 func render(files []string, set map[string]any) (*objects, error) {
+	out, err := renderTemplates(files, set)
+	if err != nil {
+		return nil, err
+	}
+	o := &objects{}
+	for _, name := range slices.Sorted(maps.Keys(out)) {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			continue
+		}
+		if err := o.add(name, out[name]); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// renderTemplates renders each template of the chart, NOTES.txt too, as
+// render does.
+func renderTemplates(files []string, set map[string]any) (map[string]string, error) {
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		return nil, err
@@ -39,20 +58,7 @@ func render(files []string, set map[string]any) (*objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := engine.Render(ch, rv)
-	if err != nil {
-		return nil, err
-	}
-	o := &objects{}
-	for _, name := range slices.Sorted(maps.Keys(out)) {
-		if strings.HasSuffix(name, "NOTES.txt") {
-			continue
-		}
-		if err := o.add(name, out[name]); err != nil {
-			return nil, err
-		}
-	}
-	return o, nil
+	return engine.Render(ch, rv)
 }
 
 // mergeValues merges b into a as helm's -f and --set do: maps merge key by
@@ -141,6 +147,11 @@ func TestChartRefuses(t *testing.T) {
 		{"a password in the DSN's keywords", map[string]any{"config": map[string]any{"postgres": map[string]any{"dsn": "host=db user=walrelay password=pw"}}}, "config.postgres.dsn holds a password"},
 		{"a literal password in env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_POSTGRES_PASSWORD", "value": "pw"}}}, "env WALRELAY_POSTGRES_PASSWORD holds its value in plain text"},
 		{"a literal DSN in env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_POSTGRES_DSN", "value": "postgres://walrelay@db/app"}}}, "env WALRELAY_POSTGRES_DSN holds its value in plain text"},
+		{"a peer of every pod of the namespace", map[string]any{"networkPolicy": map[string]any{"from": []any{map[string]any{"podSelector": map[string]any{}}}}}, "networkPolicy.from[0] admits every pod"},
+		{"a peer of every namespace", map[string]any{"networkPolicy": map[string]any{"from": []any{
+			map[string]any{"ipBlock": map[string]any{"cidr": "10.0.0.0/8"}},
+			map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{}}, "podSelector": map[string]any{}},
+		}}}, "networkPolicy.from[1] admits every pod"},
 		{"the admin listener from env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_ADMIN_LISTEN", "value": "0.0.0.0:9000"}}}, "set adminPort instead"},
 		{"shards sharing a transactional id", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"kafka": map[string]any{"transactional_id": "walrelay"}}}, "config.kafka.transactional_id with sharding.enabled"},
 	}
@@ -152,6 +163,22 @@ func TestChartRefuses(t *testing.T) {
 				t.Fatalf("render: %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestChartNotes: the notes warn when no NetworkPolicy guards the admin
+// port, and only then.
+func TestChartNotes(t *testing.T) {
+	t.Parallel()
+	for _, enabled := range []bool{true, false} {
+		out, err := renderTemplates([]string{"values.yaml"}, map[string]any{"networkPolicy": map[string]any{"enabled": enabled}})
+		if err != nil {
+			t.Fatalf("render: %v", err)
+		}
+		notes := out["walrelay/templates/NOTES.txt"]
+		if warned := strings.Contains(notes, "WARNING: networkPolicy.enabled is false"); warned == enabled {
+			t.Errorf("networkPolicy.enabled %v: notes warn %v:\n%s", enabled, warned, notes)
+		}
 	}
 }
 
