@@ -152,6 +152,9 @@ func TestChartRefuses(t *testing.T) {
 			map[string]any{"ipBlock": map[string]any{"cidr": "10.0.0.0/8"}},
 			map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{}}, "podSelector": map[string]any{}},
 		}}}, "networkPolicy.from[1] admits every pod"},
+		{"shards sharing a transactional id from env", map[string]any{"sharding": map[string]any{"enabled": true}, "env": []any{map[string]any{"name": "WALRELAY_KAFKA_TRANSACTIONAL_ID", "value": "walrelay"}}}, "env WALRELAY_KAFKA_TRANSACTIONAL_ID with sharding.enabled"},
+		{"shards sharing a slot from env", map[string]any{"sharding": map[string]any{"enabled": true}, "env": []any{map[string]any{"name": "WALRELAY_POSTGRES_SLOT", "value": "walrelay"}}}, "env WALRELAY_POSTGRES_SLOT with sharding.enabled"},
+		{"shards sharing a publication from env", map[string]any{"sharding": map[string]any{"enabled": true}, "env": []any{map[string]any{"name": "WALRELAY_POSTGRES_PUBLICATION", "value": "walrelay_outbox"}}}, "env WALRELAY_POSTGRES_PUBLICATION with sharding.enabled"},
 		{"the admin listener from env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_ADMIN_LISTEN", "value": "0.0.0.0:9000"}}}, "set adminPort instead"},
 		{"shards sharing a transactional id", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"kafka": map[string]any{"transactional_id": "walrelay"}}}, "config.kafka.transactional_id with sharding.enabled"},
 	}
@@ -277,6 +280,12 @@ func TestRulesRefuse(t *testing.T) {
 		}, "selects the pods of Deployment"},
 		{"two shards on one slot", sharded, nil, func(o *objects) { config(o, "slot: walrelay_shard_1", "slot: walrelay_shard_0") }, "both stream slot"},
 		{"a shard without allow_row_filter", sharded, nil, func(o *objects) { config(o, "allow_row_filter: true", "allow_row_filter: false") }, "allow_row_filter is off"},
+		{"two shards on one transactional id from env", sharded, nil, func(o *objects) {
+			for _, d := range o.deps {
+				c := &d.Spec.Template.Spec.Containers[0]
+				c.Env = append(c.Env, corev1.EnvVar{Name: "WALRELAY_KAFKA_TRANSACTIONAL_ID", Value: "walrelay"})
+			}
+		}, "share kafka.transactional_id"},
 		{"two shards on one publication", sharded, nil, func(o *objects) { config(o, "shard_1_of_2", "shard_0_of_2") }, "read one publication"},
 		{"the waiting replica unpublished", standby, nil, func(o *objects) { o.svcs[0].Spec.PublishNotReadyAddresses = false }, "publishNotReadyAddresses"},
 		{"no NetworkPolicy", standby, nil, func(o *objects) { o.nps = nil }, "want one: the admin port has no authentication"},

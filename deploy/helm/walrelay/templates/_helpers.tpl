@@ -44,6 +44,11 @@ relays, shard k on <slot>_shard_<k> and <publication>_shard_<k>_of_<n>.
 {{- if ((.Values.config | default dict).kafka | default dict).transactional_id }}
 {{- fail "config.kafka.transactional_id with sharding.enabled: every shard would share it, and walrelay refuses two slots on one id; leave it empty (each shard derives its own from its slot)" }}
 {{- end }}
+{{- range $e := .Values.env }}
+{{- if has $e.name (list "WALRELAY_KAFKA_TRANSACTIONAL_ID" "WALRELAY_POSTGRES_SLOT" "WALRELAY_POSTGRES_PUBLICATION") }}
+{{- fail (printf "env %s with sharding.enabled: every shard would share it (the environment wins over each shard's file), and walrelay refuses two slots on one id or one slot twice; remove it (each shard gets its own)" $e.name) }}
+{{- end }}
+{{- end }}
 {{- range $k := until $n }}
 - name: {{ printf "%s-shard-%d" (include "walrelay.fullname" $) $k }}
   slot: {{ printf "%s_shard_%d" $slot $k }}
