@@ -157,6 +157,8 @@ func TestChartRefuses(t *testing.T) {
 		{"shards sharing a publication from env", map[string]any{"sharding": map[string]any{"enabled": true}, "env": []any{map[string]any{"name": "WALRELAY_POSTGRES_PUBLICATION", "value": "walrelay_outbox"}}}, "env WALRELAY_POSTGRES_PUBLICATION with sharding.enabled"},
 		{"sharding.enabled as a string", map[string]any{"sharding": map[string]any{"enabled": "false"}}, "/sharding/enabled"},
 		{"adminPort as a string", map[string]any{"adminPort": "8087"}, "/adminPort"},
+		{"a shard's publication over 63 bytes", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"postgres": map[string]any{"publication": strings.Repeat("p", 55)}}}, "over 63 bytes"},
+		{"a shard's slot of capitals", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"postgres": map[string]any{"slot": "Walrelay"}}}, "not lower-case letters, digits and underscores"},
 		{"the admin listener from env", map[string]any{"env": []any{map[string]any{"name": "WALRELAY_ADMIN_LISTEN", "value": "0.0.0.0:9000"}}}, "set adminPort instead"},
 		{"shards sharing a transactional id", map[string]any{"sharding": map[string]any{"enabled": true}, "config": map[string]any{"kafka": map[string]any{"transactional_id": "walrelay"}}}, "config.kafka.transactional_id with sharding.enabled"},
 	}

@@ -50,9 +50,19 @@ relays, shard k on <slot>_shard_<k> and <publication>_shard_<k>_of_<n>.
 {{- end }}
 {{- end }}
 {{- range $k := until $n }}
+{{- $names := dict "slot" (printf "%s_shard_%d" $slot $k) "publication" (printf "%s_shard_%d_of_%d" $pub $k $n) }}
+{{- range $what, $name := $names }}
+{{- /* PostgreSQL's names: 63 bytes at most (a longer one is cut); a slot's of [a-z0-9_], and the notes write the publication's unquoted. */}}
+{{- if gt (len $name) 63 }}
+{{- fail (printf "shard %d's %s %s is over 63 bytes (PostgreSQL would cut it): shorten config.postgres.%s" $k $what $name $what) }}
+{{- end }}
+{{- if not (regexMatch "^[a-z0-9_]+$" $name) }}
+{{- fail (printf "shard %d's %s %q is not lower-case letters, digits and underscores: change config.postgres.%s" $k $what $name $what) }}
+{{- end }}
+{{- end }}
 - name: {{ printf "%s-shard-%d" (include "walrelay.fullname" $) $k }}
-  slot: {{ printf "%s_shard_%d" $slot $k }}
-  publication: {{ printf "%s_shard_%d_of_%d" $pub $k $n }}
+  slot: {{ $names.slot }}
+  publication: {{ $names.publication }}
   shard: {{ $k }}
 {{- end }}
 {{- else }}
