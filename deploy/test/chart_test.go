@@ -173,6 +173,31 @@ func TestChartRefuses(t *testing.T) {
 	}
 }
 
+// TestShardCountNamesNewSlots: another sharding.count names other slots as
+// well as other publications, so an upgrade that changes the count never
+// starts an existing slot on a new publication (walrelay refuses a slot
+// whose position is before its publication's creation).
+func TestShardCountNamesNewSlots(t *testing.T) {
+	t.Parallel()
+	slots := map[string]int{}
+	for _, n := range []int{2, 3} {
+		o, err := render([]string{"values.yaml", "values-sharded.yaml"}, map[string]any{"sharding": map[string]any{"count": n}})
+		if err != nil {
+			t.Fatalf("render: %v", err)
+		}
+		relays, err := checkInstallation(o, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range relays {
+			if other, ok := slots[r.cfg.Postgres.Slot]; ok {
+				t.Fatalf("slot %s in %d shards and in %d: an upgrade would start it on publication %s", r.cfg.Postgres.Slot, other, n, r.cfg.Postgres.Publication)
+			}
+			slots[r.cfg.Postgres.Slot] = n
+		}
+	}
+}
+
 // TestChartNotes: the notes warn when no NetworkPolicy guards the admin
 // port, and only then.
 func TestChartNotes(t *testing.T) {
@@ -282,7 +307,7 @@ func TestRulesRefuse(t *testing.T) {
 		{"a Deployment selecting another shard's pods", sharded, nil, func(o *objects) {
 			delete(o.deps[0].Spec.Selector.MatchLabels, "walrelay.io/shard")
 		}, "selects the pods of Deployment"},
-		{"two shards on one slot", sharded, nil, func(o *objects) { config(o, "slot: walrelay_shard_1", "slot: walrelay_shard_0") }, "both stream slot"},
+		{"two shards on one slot", sharded, nil, func(o *objects) { config(o, "slot: walrelay_shard_1_of_2", "slot: walrelay_shard_0_of_2") }, "both stream slot"},
 		{"a shard without allow_row_filter", sharded, nil, func(o *objects) { config(o, "allow_row_filter: true", "allow_row_filter: false") }, "allow_row_filter is off"},
 		{"two shards on one transactional id from env", sharded, nil, func(o *objects) {
 			for _, d := range o.deps {

@@ -30,7 +30,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 The relays, one per slot: a YAML list of {name, slot, publication, shard}.
 Unsharded, one relay on config's slot and publication (shard -1, and the
 chart leaves both keys to the configuration); sharded, sharding.count
-relays, shard k on <slot>_shard_<k> and <publication>_shard_<k>_of_<n>.
+relays, shard k on <slot>_shard_<k>_of_<n> and <publication>_shard_<k>_of_<n>
+(the count in both: another count names new slots, never an old slot on a
+new publication).
 */}}
 {{- define "walrelay.relays" -}}
 {{- $pg := (.Values.config | default dict).postgres | default dict }}
@@ -50,7 +52,7 @@ relays, shard k on <slot>_shard_<k> and <publication>_shard_<k>_of_<n>.
 {{- end }}
 {{- end }}
 {{- range $k := until $n }}
-{{- $names := dict "slot" (printf "%s_shard_%d" $slot $k) "publication" (printf "%s_shard_%d_of_%d" $pub $k $n) }}
+{{- $names := dict "slot" (printf "%s_shard_%d_of_%d" $slot $k $n) "publication" (printf "%s_shard_%d_of_%d" $pub $k $n) }}
 {{- range $what, $name := $names }}
 {{- /* PostgreSQL's names: 63 bytes at most (a longer one is cut); a slot's of [a-z0-9_], and the notes write the publication's unquoted. */}}
 {{- if gt (len $name) 63 }}
