@@ -13,7 +13,9 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -319,6 +321,9 @@ func TestRulesRefuse(t *testing.T) {
 		{"the waiting replica unpublished", standby, nil, func(o *objects) { o.svcs[0].Spec.PublishNotReadyAddresses = false }, "publishNotReadyAddresses"},
 		{"no NetworkPolicy", standby, nil, func(o *objects) { o.nps = nil }, "want one: the admin port has no authentication"},
 		{"a NetworkPolicy admitting everyone", standby, nil, func(o *objects) { o.nps[0].Spec.Ingress[0].From = nil }, "admits every peer"},
+		{"a NetworkPolicy admitting every pod of its namespace", standby, nil, func(o *objects) {
+			o.nps[0].Spec.Ingress[0].From = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+		}, "admits every pod of a namespace"},
 		{"a NetworkPolicy admitting another port", standby, nil, func(o *objects) {
 			p := intstr.FromInt32(9090)
 			o.nps[0].Spec.Ingress[0].Ports[0].Port = &p
