@@ -4,9 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/walrelay/walrelay/config"
@@ -37,10 +41,12 @@ type relay struct {
 
 // loadRelay reads d's configuration as walrelay run would: the file that
 // --config names is a key of a mounted ConfigMap; walrelay knows every key
-// and value of it, and every WALRELAY_ variable of the container; each
-// *_password_file is a file of a mounted Secret; and the whole
+// and value of it, and every WALRELAY_ variable of the container; the
+// environment (the image's ENV under the container's env) overrides the
+// file; each *_password_file is a file of a mounted Secret; and the whole
 // configuration, with the secrets' files put under dir, passes run's
-// validation.
+// validation and its mapping onto the relay's configuration (the Kafka
+// security checks among them).
 func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
 	pod := d.Spec.Template
 	if len(pod.Spec.Containers) != 1 {
@@ -86,16 +92,21 @@ func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
 	if err := cs.LoadFile(path); err != nil {
 		return nil, fmt.Errorf("Deployment %s: walrelay refuses ConfigMap %s's configuration: %w", d.Name, cm.Name, err)
 	}
-	for _, e := range c.Env {
-		if strings.HasPrefix(e.Name, "WALRELAY_") && !knownVariable(e.Name) {
-			return nil, fmt.Errorf("Deployment %s: env %s names no walrelay key", d.Name, e.Name)
-		}
+	if err := checkPlainPasswords(r.cfg, c); err != nil {
+		return nil, fmt.Errorf("Deployment %s, ConfigMap %s: %w", d.Name, cm.Name, err)
+	}
+	env, err := podEnv(c)
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s: %w", d.Name, err)
 	}
 	for key, p := range map[string]string{
 		"postgres.password_file":              r.cfg.Postgres.PasswordFile,
 		"kafka.sasl.password_file":            r.cfg.Kafka.SASL.PasswordFile,
 		"kafka.schema_registry.password_file": r.cfg.Kafka.SchemaRegistry.PasswordFile,
 	} {
+		if v, ok := env[config.EnvName(key)]; ok {
+			p = v
+		}
 		if p == "" {
 			continue
 		}
@@ -133,13 +144,42 @@ func loadRelay(o *objects, d *appsv1.Deployment, dir string) (*relay, error) {
 	if err := os.WriteFile(fullPath, []byte(full), 0o600); err != nil {
 		return nil, err
 	}
+	// The environment goes in as flags: Load applies them over the file as
+	// it would the variables, and this process's environment stays the
+	// test's (its tests run in parallel).
+	args := []string{"--config", fullPath}
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		if key, ok := keyOfVariable(name); ok {
+			v := env[name]
+			for mountPath, vol := range r.mounts {
+				if vol.Secret != nil {
+					v = strings.ReplaceAll(v, mountPath+"/", secrets+"/")
+				}
+			}
+			args = append(args, "--"+key+"="+v)
+		}
+	}
 	fs2 := flag.NewFlagSet("run", flag.ContinueOnError)
 	cs2 := config.NewSet(fs2)
-	if err := fs2.Parse([]string{"--config", fullPath}); err != nil {
+	if err := fs2.Parse(args); err != nil {
 		return nil, err
 	}
-	if _, err := cs2.Load(fs2, true); err != nil {
-		return nil, fmt.Errorf("Deployment %s: walrelay run would refuse ConfigMap %s's configuration: %w", d.Name, cm.Name, err)
+	cfg, err := cs2.Load(fs2, true)
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s: walrelay run would refuse ConfigMap %s's configuration under its environment: %w", d.Name, cm.Name, err)
+	}
+	r.cfg = cfg
+	// What run does next, before it connects: the mapping onto the relay's
+	// (or the poll source's) configuration, which checks the brokers'
+	// TLS and SASL and the schema registry's keys (config.SinkConfig).
+	log := slog.New(slog.DiscardHandler)
+	if cfg.Source == "poll" {
+		_, err = cfg.PollConfig(log)
+	} else {
+		_, err = cfg.RelayConfig(log)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s: walrelay run would refuse ConfigMap %s's configuration under its environment: %w", d.Name, cm.Name, err)
 	}
 	if len(c.Ports) != 1 {
 		return nil, fmt.Errorf("Deployment %s: container ports %+v, want the admin port alone", d.Name, c.Ports)
@@ -203,12 +243,16 @@ func checkStop(r *relay) error {
 	return nil
 }
 
-// checkSecurity: a non-root pod with a read-only root filesystem.
+// checkSecurity: a non-root pod with a read-only root filesystem, and no
+// service account token mounted (walrelay never calls the Kubernetes API).
 func checkSecurity(r *relay) error {
 	pod := r.d.Spec.Template.Spec
 	if r.c.SecurityContext == nil || r.c.SecurityContext.ReadOnlyRootFilesystem == nil || !*r.c.SecurityContext.ReadOnlyRootFilesystem ||
 		pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
 		return fmt.Errorf("Deployment %s: want a non-root pod with a read-only root filesystem", r.d.Name)
+	}
+	if a := pod.AutomountServiceAccountToken; a == nil || *a {
+		return fmt.Errorf("Deployment %s: automountServiceAccountToken %v, want false: walrelay never calls the Kubernetes API", r.d.Name, a)
 	}
 	return nil
 }
@@ -216,8 +260,10 @@ func checkSecurity(r *relay) error {
 // checkRollout: the Deployment selects its own pods and no other relay's;
 // a rolling update keeps a pod of the slot (maxUnavailable under the
 // replicas); two or more replicas have one PodDisruptionBudget of
-// minAvailable 1 over their pods alone, and one replica has none (a
-// budget of one pod blocks every node drain).
+// minAvailable 1 over their pods alone, which evicts an unready pod
+// (AlwaysAllow: every replica is unready while Kafka is down, and a drain
+// must not wait for Kafka), and one replica has none (a budget of one pod
+// blocks every node drain).
 func checkRollout(o *objects, r *relay, all []*relay) error {
 	d := r.d
 	if err := selects("Deployment "+d.Name, d.Spec.Selector.MatchLabels, r); err != nil {
@@ -260,6 +306,9 @@ func checkRollout(o *objects, r *relay, all []*relay) error {
 		}
 		if p.Spec.MinAvailable == nil || p.Spec.MinAvailable.IntValue() != 1 {
 			return fmt.Errorf("PodDisruptionBudget %s: minAvailable %v, want 1 (one replica streams or waits)", p.Name, p.Spec.MinAvailable)
+		}
+		if pol := p.Spec.UnhealthyPodEvictionPolicy; pol == nil || *pol != policyv1.AlwaysAllow {
+			return fmt.Errorf("PodDisruptionBudget %s: unhealthyPodEvictionPolicy %v, want AlwaysAllow: readiness fails while Kafka is down, and a drain would wait for it", p.Name, pol)
 		}
 		for _, other := range all {
 			if other != r && matches(p.Spec.Selector.MatchLabels, other.d.Spec.Template.Labels) {
@@ -470,11 +519,137 @@ func matches(sel, labels map[string]string) bool {
 	return true
 }
 
-// knownVariable reports whether name is the variable of a walrelay key.
-func knownVariable(name string) bool {
+// keyOfVariable returns the walrelay key whose variable is name.
+func keyOfVariable(name string) (key string, ok bool) {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	config.NewSet(fs)
-	known := false
-	fs.VisitAll(func(f *flag.Flag) { known = known || config.EnvName(f.Name) == name })
-	return known
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "config" && config.EnvName(f.Name) == name {
+			key, ok = f.Name, true
+		}
+	})
+	return key, ok
+}
+
+// checkPlainPasswords: no password in the ConfigMap's file (fileCfg,
+// as the file alone sets it) nor written into the container's env: a
+// ConfigMap is not a Secret, and the Deployment's env is read by whoever
+// may read the Deployment. A DSN written into env is refused whole (it
+// is where a password goes); give it from a Secret (valueFrom).
+func checkPlainPasswords(fileCfg *config.Config, c corev1.Container) error {
+	for key, pw := range map[string]string{
+		"kafka.sasl.password":            fileCfg.Kafka.SASL.Password,
+		"kafka.schema_registry.password": fileCfg.Kafka.SchemaRegistry.Password,
+	} {
+		if pw != "" {
+			return fmt.Errorf("%s in plain text: give it from a Secret (%s_file, existingSecret)", key, key)
+		}
+	}
+	if dsnHoldsPassword(fileCfg.Postgres.DSN) {
+		return errors.New("postgres.dsn holds a password: give it from a Secret (postgres.password_file, existingSecret)")
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil && e.Value != "" && (strings.HasSuffix(e.Name, "_PASSWORD") || strings.HasSuffix(e.Name, "_DSN")) {
+			return fmt.Errorf("env %s holds its value in plain text: give it from a Secret (valueFrom.secretKeyRef)", e.Name)
+		}
+	}
+	return nil
+}
+
+// dsnHoldsPassword reports whether dsn, a URL or key=value keywords,
+// writes a password: postgres://user:pw@, ?password=, or password=. It
+// reads the text alone (pgconn's parse would take PGPASSWORD and the
+// passfile of this process).
+func dsnHoldsPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		rest := dsn[strings.Index(dsn, "://")+3:]
+		if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 && strings.Contains(rest[:at], ":") {
+			return true
+		}
+		if _, query, ok := strings.Cut(rest, "?"); ok {
+			for kv := range strings.SplitSeq(query, "&") {
+				if k, _, _ := strings.Cut(kv, "="); k == "password" {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, kv := range strings.Fields(dsn) {
+		if k, _, _ := strings.Cut(kv, "="); k == "password" {
+			return true
+		}
+	}
+	return false
+}
+
+// dockerfile is the image's build, whose ENV the container starts with.
+const dockerfile = "../../Dockerfile"
+
+// imageEnv returns the variables that the Dockerfile's last stage (the
+// image) sets with ENV: a stage's ENV is its own, so each FROM starts
+// afresh. It reads ENV K=V ... and ENV K V, and refuses what it does not
+// read (quotes, a continued line) rather than guess.
+func imageEnv() (map[string]string, error) {
+	b, err := os.ReadFile(dockerfile)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			env = map[string]string{}
+		case "ENV":
+			if len(f) < 2 || strings.ContainsAny(line, `"'\\`) {
+				return nil, fmt.Errorf("%s: %q: an ENV this test does not read", dockerfile, strings.TrimSpace(line))
+			}
+			if !strings.Contains(f[1], "=") {
+				env[f[1]] = strings.Join(f[2:], " ")
+				continue
+			}
+			for _, kv := range f[1:] {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return nil, fmt.Errorf("%s: %q: an ENV this test does not read", dockerfile, strings.TrimSpace(line))
+				}
+				env[k] = v
+			}
+		}
+	}
+	return env, nil
+}
+
+// podEnv returns the environment walrelay starts with in container c: the
+// image's ENV, each overridden by the container's variable of that name,
+// as Kubernetes does. A variable from a Secret (valueFrom) has a value the
+// render does not hold: a password stands in as "secret"; any other is
+// left out, and the file's value stands (the image's is overridden
+// either way). envFrom is refused: its variables cannot be seen here.
+func podEnv(c corev1.Container) (map[string]string, error) {
+	if len(c.EnvFrom) > 0 {
+		return nil, errors.New("envFrom: its variables are not in the render; list each in env")
+	}
+	env, err := imageEnv()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range c.Env {
+		if _, ok := keyOfVariable(e.Name); strings.HasPrefix(e.Name, "WALRELAY_") && !ok {
+			return nil, fmt.Errorf("env %s names no walrelay key", e.Name)
+		}
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case strings.HasSuffix(e.Name, "_PASSWORD"):
+			env[e.Name] = "secret"
+		default:
+			delete(env, e.Name)
+		}
+	}
+	return env, nil
 }
