@@ -73,6 +73,13 @@ func TestSlotActiveTranslated(t *testing.T) {
 		t.Fatalf("START_REPLICATION of a held slot: %v, want 55006", err)
 	}
 	if strings.Contains(pgErr.Message, "active for PID") {
+		// Debian's server binaries find their German messages
+		// (postgres-<major>.mo); a build without them (the npm
+		// binaries of other versions) cannot translate.
+		major, _, _ := strings.Cut(admin.ParameterStatus("server_version"), ".")
+		if m, _ := filepath.Glob("/usr/share/locale/de/LC_MESSAGES/postgres-" + major + ".mo"); len(m) == 0 {
+			t.Skipf("PostgreSQL %s here has no German messages: the server cannot translate", major)
+		}
 		t.Fatalf("the server's message is not translated: %q", pgErr.Message)
 	}
 	active := (&Stream{cfg: Config{Slot: "walrelay"}}).slotActive(ctx, repl, pgErr)
