@@ -290,6 +290,7 @@ func TestRefusedProduceWhileWriting(t *testing.T) {
 // NOT_LEADER_FOR_PARTITION and REQUEST_TIMED_OUT for a while; the events are
 // retried, none is dropped, and the order per key holds.
 func TestRetriableBrokerErrors(t *testing.T) {
+	long(t) // TestHeldRefusals refuses produce with each retriable code in the default suite
 	t.Parallel()
 	pg, kc, col := setup(t)
 	conn := connect(t, pg.DSN)
