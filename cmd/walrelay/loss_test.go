@@ -385,6 +385,7 @@ func TestBlackHoledServer(t *testing.T) {
 // with a line naming the error; the slot does not move past the refused
 // event. (Before, walrelay restarted the stream forever.)
 func TestPersistentRefusalStops(t *testing.T) {
+	long(t) // waits out kafka.refusal_stop_after for three codes; relay's TestPersistentRefusalIsJudgedPerSession judges the rule in the default suite
 	t.Parallel()
 	// UNKNOWN_TOPIC_OR_PARTITION too: a broker whose metadata lags answers
 	// it for a topic that exists (before, it stopped walrelay at once).
