@@ -366,6 +366,16 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// longID is an event id of 8,000 characters, random enough that its
+// claim, an index entry, is over the server's limit of about 2.7 kB.
+func longID() string {
+	var raw [4000]byte
+	for i := range raw {
+		raw[i] = byte(i*7919%251) ^ byte(i>>3)
+	}
+	return fmt.Sprintf("%x", raw)
+}
+
 // TestLongIDClaimFailed (issue 48 item 2): an event whose id is 8,000
 // characters (random: its claim, an index entry, is over the server's
 // limit of about 2.7 kB and fails) is dead-lettered for a failure of the
@@ -374,11 +384,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 func TestLongIDClaimFailed(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	var raw [4000]byte
-	for i := range raw {
-		raw[i] = byte(i*7919%251) ^ byte(i>>3)
-	}
-	id := fmt.Sprintf("%x", raw)
+	id := longID()
 	var mu sync.Mutex
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
@@ -415,11 +421,7 @@ func TestLongIDClaimFailed(t *testing.T) {
 func TestClaimFailureBlamesItsOwnEvent(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	var raw [4000]byte
-	for i := range raw {
-		raw[i] = byte(i*7919%251) ^ byte(i>>3)
-	}
-	id := fmt.Sprintf("%x", raw)
+	id := longID()
 	dlq := e.collectDLQ(t)
 	e.produce(t, event("good-1", "order-1", 1), event(id, "order-1", 2))
 	stop := e.start(t, inbox.Config{MaxAttempts: 1, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}, record)

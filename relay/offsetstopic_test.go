@@ -1,10 +1,8 @@
 package relay_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+	"github.com/walrelay/walrelay/internal/testkit/syncbuf"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -69,30 +68,14 @@ func TestStartWaitsForTheOffsetsTopic(t *testing.T) {
 				resp := c.answer(req)
 				return resp, nil, resp != nil
 			})
-			var mu sync.Mutex
-			var logs bytes.Buffer
-			log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+			var logs syncbuf.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
 			if err := relay.WaitForBrokers(t.Context(), s, log); err != nil {
 				t.Fatalf("the start failed after %s: %v", time.Since(began).Round(time.Millisecond), err)
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			if took := time.Since(began); took < window || !strings.Contains(logs.String(), "offsets topic") {
 				t.Fatalf("the start went on after %s, within the %s the topic was not ready, or did not say why it waited:\n%s", took, window, logs.String())
 			}
 		})
 	}
-}
-
-// lockedWriter is a log's destination written by the relay's goroutines
-// and read by the test.
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }

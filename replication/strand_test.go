@@ -1,14 +1,12 @@
 package replication
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +14,8 @@ import (
 
 	"github.com/walrelay/walrelay/internal/testkit/pgtest"
 	"github.com/walrelay/walrelay/internal/testkit/proxy"
+	"github.com/walrelay/walrelay/internal/testkit/syncbuf"
 )
-
-// lockedBuffer is a log sink safe for the stream's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestOwnLostSessionIsEnded: the connection of a session is lost without
 // the server hearing of it (stranded: the server's end stays open and
@@ -73,7 +54,7 @@ func ownLostSessionIsEnded(t *testing.T, role string) {
 	t.Cleanup(func() { px.Close() })
 	cfg.Host, cfg.Port = "127.0.0.1", uint16(px.Gate.Addr().(*net.TCPAddr).Port)
 	cfg.RuntimeParams["wal_sender_timeout"] = "10min"
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	s, err := New(Config{ConnConfig: &cfg.Config, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

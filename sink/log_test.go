@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/internal/testkit/kafkatest"
+
+	"github.com/walrelay/walrelay/internal/testkit/syncbuf"
 )
 
 // testAdapter is an adapter logging at info level and above to the
@@ -181,16 +182,13 @@ func TestPingResetAtOnceExplained(t *testing.T) {
 func TestDeadLetterLogQuotesALongIDOnce(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.Start(t)
-	var mu sync.Mutex
-	var logs bytes.Buffer
-	s := newSink(t, kc, Config{Linger: time.Millisecond, Logger: slog.New(slog.NewTextHandler(lockedBuffer{&mu, &logs}, nil))})
+	var logs syncbuf.Buffer
+	s := newSink(t, kc, Config{Linger: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	e := newEvent(strings.Repeat("7", 8000))
 	e.Invalid = errors.New("the row's payload is not JSON")
 	if err := publish(t, s, e); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if !strings.Contains(logs.String(), "dead-lettering event") {
 		t.Fatalf("no dead-letter line:\n%.2000s", logs.String())
 	}
@@ -198,42 +196,5 @@ func TestDeadLetterLogQuotesALongIDOnce(t *testing.T) {
 		if strings.Contains(line, e.ID) {
 			t.Fatalf("a log line of %d bytes quotes the id whole: %.300s…", len(line), line)
 		}
-	}
-}
-
-// lockedBuffer is a log's destination written by the sink's goroutines
-// and read by the test.
-type lockedBuffer struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-// TestNodeAwayLongGetsTheHintBack: a node that answered before and has
-// been away for hintsBackAfter may have changed its listener (TLS turned
-// on): the client's hint is kept again, and walrelay's line no longer says
-// restarting. Before, a node that ever answered had the hint folded away
-// for the life of the process.
-func TestNodeAwayLongGetsTheHintBack(t *testing.T) {
-	t.Parallel()
-	a, buf := testAdapter()
-	node := kgo.BrokerMetadata{NodeID: 2, Host: "kafka-2", Port: 9092}
-	a.OnBrokerRead(node, 3, 100, 0, 0, nil) // it answered
-	hint := "read from broker received EOF during api versions discovery, which often happens when the broker requires TLS and the client is not using it (is TLS misconfigured?)"
-	a.Log(kgo.LogLevelWarn, hint, "addr", "kafka-2:9092", "broker", "2", "err", io.EOF)
-	if strings.Contains(buf.String(), "TLS misconfigured") {
-		t.Fatalf("the hint about a node that answered a moment ago is not folded:\n%s", buf.String())
-	}
-	a.ids[2].since = time.Now().Add(-hintsBackAfter)
-	a.ids[2].warned = time.Time{}
-	buf.Reset()
-	a.Log(kgo.LogLevelWarn, hint, "addr", "kafka-2:9092", "broker", "2", "err", io.EOF)
-	if out := buf.String(); !strings.Contains(out, "TLS misconfigured") {
-		t.Fatalf("a node away for %s: the client's hint is folded away:\n%s", hintsBackAfter, out)
 	}
 }
